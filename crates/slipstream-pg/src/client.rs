@@ -1,0 +1,135 @@
+//! The connection handle users hold.
+
+use crate::connection::{Connection, NoticeHandler, TransactionStatus};
+use crate::{CancelToken, DbError, Error, Notification};
+
+/// A connection to a PostgreSQL server.
+///
+/// A `Client` owns its socket: every call takes `&mut self`, writes its request and reads its
+/// reply on the caller's task, with no background task or channel in between. Share a
+/// connection between tasks through a pool, not a mutex.
+///
+/// Dropping a call's future part-way (a timeout, `select!`) is safe: the connection discards the
+/// rest of that reply before the next call. A dropped transaction is rolled back, a dropped
+/// `COPY FROM STDIN` aborted, a dropped [`crate::Statement`] closed, each with the next request.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), slipstream_pg::Error> {
+/// let mut client = slipstream_pg::connect("host=/var/run/postgresql user=postgres").await?;
+/// client.batch_execute("CREATE TEMP TABLE t (id int PRIMARY KEY, name text)").await?;
+/// client.execute("INSERT INTO t VALUES ($1, $2)", &[&1i32, &"one"]).await?;
+/// for row in client.query("SELECT id, name FROM t", &[]).await? {
+///     let (id, name): (i32, &str) = (row.get(0)?, row.get(1)?);
+///     println!("{id} {name}");
+/// }
+/// client.close().await?;
+/// # Ok(()) }
+/// ```
+pub struct Client {
+    pub(crate) conn: Connection,
+    pub(crate) id: u64,
+    pub(crate) next_statement: u64,
+    cancel: CancelToken,
+}
+
+impl Client {
+    pub(crate) fn new(conn: Connection, id: u64, cancel: CancelToken) -> Client {
+        Client {
+            conn,
+            id,
+            next_statement: 0,
+            cancel,
+        }
+    }
+
+    /// A token that cancels this connection's running statement from another task.
+    pub fn cancel_token(&self) -> CancelToken {
+        self.cancel.clone()
+    }
+
+    /// The server process id serving this connection (`pg_backend_pid()`).
+    pub fn backend_pid(&self) -> i32 {
+        self.cancel.process_id
+    }
+
+    /// A run-time parameter the server reported (`server_version`, `TimeZone`,
+    /// `in_hot_standby`, ...), kept current as the server sends changes.
+    ///
+    /// ```no_run
+    /// # fn f(client: &slipstream_pg::Client) {
+    /// println!("server {}", client.parameter("server_version").unwrap_or("?"));
+    /// # }
+    /// ```
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.conn.parameters.get(name).map(String::as_str)
+    }
+
+    /// Whether the session is in a transaction block, as of the last completed request.
+    pub fn transaction_status(&self) -> TransactionStatus {
+        self.conn.tx_status
+    }
+
+    /// True once an I/O or protocol failure, or the server, ended the connection.
+    pub fn is_broken(&self) -> bool {
+        self.conn.is_broken()
+    }
+
+    /// True if the connection is encrypted with TLS.
+    pub fn is_tls(&self) -> bool {
+        self.conn.is_tls()
+    }
+
+    /// Replaces the handler called with each notice the server sends (default: a `tracing`
+    /// event at INFO level on target `slipstream_pg::notice`).
+    ///
+    /// ```no_run
+    /// # fn f(client: &mut slipstream_pg::Client) {
+    /// client.set_notice_handler(|notice| eprintln!("{}: {}", notice.severity(), notice.message()));
+    /// # }
+    /// ```
+    pub fn set_notice_handler(&mut self, handler: impl FnMut(&DbError) + Send + 'static) {
+        self.conn.notice_handler = Box::new(handler) as NoticeHandler;
+    }
+
+    /// Notifications received so far (during any call), oldest first.
+    pub fn take_notifications(&mut self) -> Vec<Notification> {
+        self.conn.notifications.drain(..).collect()
+    }
+
+    /// Waits for the next notification on a channel this connection `LISTEN`s on. Cancel-safe:
+    /// wrap it in a timeout to poll.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use std::time::Duration;
+    /// client.batch_execute("LISTEN jobs").await?;
+    /// match tokio::time::timeout(Duration::from_secs(1), client.wait_for_notification()).await {
+    ///     Ok(n) => println!("got {}", n?.payload()),
+    ///     Err(_) => println!("nothing within a second"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for_notification(&mut self) -> Result<Notification, Error> {
+        if let Some(n) = self.conn.notifications.pop_front() {
+            return Ok(n);
+        }
+        self.conn.settle().await?;
+        self.conn.next_notification().await
+    }
+
+    /// Closes the connection cleanly (sends `Terminate`). Dropping a `Client` does the same on
+    /// a best-effort basis.
+    pub async fn close(mut self) -> Result<(), Error> {
+        self.conn.terminate().await
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("backend_pid", &self.backend_pid())
+            .field("transaction_status", &self.conn.tx_status)
+            .field("broken", &self.conn.is_broken())
+            .finish_non_exhaustive()
+    }
+}

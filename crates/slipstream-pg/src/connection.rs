@@ -1,0 +1,366 @@
+//! The protocol engine under a [`Client`](crate::Client): the socket, its buffers and the
+//! state that keeps requests and responses matched.
+//!
+//! # Staying in step when callers stop listening
+//!
+//! Every request ends with a `Sync` (extended protocol) or is one `Query` (simple protocol), so
+//! the server answers each with exactly one `ReadyForQuery`. `owed` counts the `ReadyForQuery`
+//! messages the server will still send for requests already queued. A request's own responses
+//! are the ones after the first `owed - 1` of them: [`Connection::recv`] discards everything that
+//! belongs to earlier requests whose futures were dropped (a timeout, a `select!`), so a
+//! cancelled call never leaves the next one reading stale rows.
+//!
+//! Requests are appended to `wbuf` whole, before any `.await`, and `wbuf` survives a cancelled
+//! flush: a request is either entirely queued or not at all.
+//!
+//! Invariants:
+//! - `owed` is incremented exactly when a request's final `Sync`/`Query` is appended to `wbuf`.
+//! - After an I/O or protocol failure, or a FATAL error from the server, `broken` is set and
+//!   every later call fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, BytesMut};
+use postgres_protocol::message::backend::{Header, Message};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::socket::Socket;
+use crate::{DbError, Error, Notification};
+
+/// Largest message we accept once connected. PostgreSQL's own limit for a field is 1 GiB; a
+/// whole `DataRow` can exceed it only slightly.
+pub(crate) const MAX_MESSAGE: usize = 1 << 30;
+/// Largest message we accept before authentication completes: a real server sends small
+/// messages there, so anything bigger is a peer that does not speak the protocol.
+pub(crate) const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
+/// Read at least this much at a time: one read usually holds a whole small response.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Whether the session is inside a transaction block, as the last `ReadyForQuery` said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionStatus {
+    /// Not in a transaction block.
+    Idle,
+    /// In a transaction block.
+    InTransaction,
+    /// In a failed transaction block: every statement fails until `ROLLBACK`.
+    Failed,
+}
+
+/// Called with each notice (`NOTICE`, `WARNING`, ...) the server sends.
+pub type NoticeHandler = Box<dyn FnMut(&DbError) + Send>;
+
+pub(crate) struct Connection {
+    socket: Socket,
+    rbuf: BytesMut,
+    pub(crate) wbuf: BytesMut,
+    max_message: usize,
+    /// `ReadyForQuery` messages still to come for queued requests (see the module docs).
+    pub(crate) owed: usize,
+    broken: Option<String>,
+    pub(crate) tx_status: TransactionStatus,
+    pub(crate) parameters: HashMap<String, String>,
+    pub(crate) notifications: VecDeque<Notification>,
+    pub(crate) notice_handler: NoticeHandler,
+    /// A `CopyIn` was dropped mid-stream: send `CopyFail` before anything else.
+    pub(crate) copy_in_abort: bool,
+    /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
+    /// dropped transaction).
+    pub(crate) deferred: Vec<String>,
+    /// Names of server-side statements whose last handle was dropped; closed with the next
+    /// request, in the same write.
+    pub(crate) closes: Arc<Mutex<Vec<String>>>,
+}
+
+impl Connection {
+    pub(crate) fn new(socket: Socket) -> Connection {
+        Connection {
+            socket,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wbuf: BytesMut::with_capacity(READ_CHUNK),
+            max_message: MAX_STARTUP_MESSAGE,
+            owed: 0,
+            broken: None,
+            tx_status: TransactionStatus::Idle,
+            parameters: HashMap::new(),
+            notifications: VecDeque::new(),
+            notice_handler: Box::new(
+                |notice| tracing::info!(target: "slipstream_pg::notice", "{notice}"),
+            ),
+            copy_in_abort: false,
+            deferred: Vec::new(),
+            closes: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub(crate) fn startup_done(&mut self) {
+        self.max_message = MAX_MESSAGE;
+    }
+
+    pub(crate) fn is_tls(&self) -> bool {
+        self.socket.is_tls()
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.is_some()
+    }
+
+    fn check_usable(&self) -> Result<(), Error> {
+        match &self.broken {
+            Some(cause) => Err(Error::closed(format!(
+                "connection is broken ({cause}); open a new connection"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        if self.broken.is_none() {
+            self.broken = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Marks the connection unusable, e.g. when a reply makes no sense in its state.
+    pub(crate) fn poison(&mut self, e: Error) -> Error {
+        self.fail(e)
+    }
+
+    /// Starts a request: checks the connection and queues whatever earlier dropped handles left
+    /// to do (abort a COPY, roll back a transaction, close statements). The caller then appends
+    /// its messages, ending with `Sync`, and calls [`Connection::finish_request`].
+    pub(crate) fn start_request(&mut self) -> Result<(), Error> {
+        self.check_usable()?;
+        if self.copy_in_abort {
+            self.copy_in_abort = false;
+            frontend::copy_fail(
+                "COPY cancelled: the client dropped the copy before finishing it",
+                &mut self.wbuf,
+            )
+            .map_err(|e| Error::protocol(format!("could not encode CopyFail: {e}")))?;
+        }
+        for sql in std::mem::take(&mut self.deferred) {
+            frontend::query(&sql, &mut self.wbuf).map_err(|e| Error::protocol(e.to_string()))?;
+            self.owed += 1;
+        }
+        let closes = std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()));
+        if !closes.is_empty() {
+            for name in &closes {
+                frontend::close(b'S', name, &mut self.wbuf)
+                    .map_err(|e| Error::protocol(e.to_string()))?;
+            }
+            frontend::sync(&mut self.wbuf);
+            self.owed += 1;
+        }
+        Ok(())
+    }
+
+    /// Records that a complete request (ending in `Sync` or `Query`) is in `wbuf`, and sends it.
+    pub(crate) async fn finish_request(&mut self) -> Result<(), Error> {
+        self.owed += 1;
+        self.flush().await
+    }
+
+    /// Writes all of `wbuf`. Cancel-safe: unsent bytes stay queued for the next flush.
+    pub(crate) async fn flush(&mut self) -> Result<(), Error> {
+        while !self.wbuf.is_empty() {
+            match self.socket.write(&self.wbuf).await {
+                Ok(0) => {
+                    return Err(self.fail(Error::closed(
+                        "server closed the connection while we were writing",
+                    )));
+                }
+                Ok(n) => self.wbuf.advance(n),
+                Err(e) => return Err(self.fail(Error::io("could not send data to the server", e))),
+            }
+        }
+        self.wbuf.clear();
+        self.socket
+            .flush()
+            .await
+            .map_err(|e| self.fail(Error::io("could not send data to the server", e)))
+    }
+
+    /// Reads the next message, of any kind. Cancel-safe: partial messages stay in `rbuf`.
+    pub(crate) async fn read_message(&mut self) -> Result<Message, Error> {
+        loop {
+            match self.parse_buffered() {
+                Ok(Some(m)) => return Ok(m),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail(e)),
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            match self.socket.read_buf(&mut self.rbuf).await {
+                Ok(0) => {
+                    return Err(self.fail(Error::io(
+                        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
+                        std::io::ErrorKind::UnexpectedEof.into(),
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(self.fail(Error::io("could not receive data from the server", e)));
+                }
+            }
+        }
+    }
+
+    fn parse_buffered(&mut self) -> Result<Option<Message>, Error> {
+        // Check the length before the parser reserves room for it: garbage must not make us
+        // allocate a gigabyte.
+        if let Some(header) = Header::parse(&self.rbuf).map_err(|e| invalid(&e))? {
+            let len = header.len() as usize + 1;
+            if len > self.max_message {
+                return Err(Error::protocol(format!(
+                    "server sent a message of {len} bytes (tag {:?}), more than the {} allowed here; \
+                     is this a PostgreSQL server?",
+                    header.tag() as char,
+                    self.max_message
+                )));
+            }
+        }
+        Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))
+    }
+
+    /// Reads the next message that is not asynchronous: notices go to the handler, notifications
+    /// to the queue, parameter changes to the map. A FATAL error breaks the connection.
+    pub(crate) async fn next_message(&mut self) -> Result<Message, Error> {
+        loop {
+            let message = self.read_message().await?;
+            if let Some(m) = self.absorb_async(message)? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits for a notification on an idle connection.
+    pub(crate) async fn next_notification(&mut self) -> Result<Notification, Error> {
+        loop {
+            if let Some(n) = self.notifications.pop_front() {
+                return Ok(n);
+            }
+            let message = self.read_message().await?;
+            if let Some(m) = self.absorb_async(message)? {
+                let name = crate::connect::message_name(&m);
+                return Err(self.fail(Error::protocol(format!(
+                    "server sent an unexpected {name} message while the connection was idle"
+                ))));
+            }
+        }
+    }
+
+    /// Handles an asynchronous message and returns `None`, or returns any other message.
+    fn absorb_async(&mut self, message: Message) -> Result<Option<Message>, Error> {
+        match message {
+            Message::NoticeResponse(body) => {
+                let notice = DbError::parse(&mut body.fields()).map_err(|e| self.fail(e))?;
+                (self.notice_handler)(&notice);
+            }
+            Message::NotificationResponse(body) => {
+                let n = Notification::from_body(&body).map_err(|e| self.fail(e))?;
+                self.notifications.push_back(n);
+            }
+            Message::ParameterStatus(body) => {
+                let (name, value) = match (body.name(), body.value()) {
+                    (Ok(n), Ok(v)) => (n.to_string(), v.to_string()),
+                    _ => {
+                        return Err(self.fail(Error::protocol("malformed ParameterStatus message")));
+                    }
+                };
+                self.parameters.insert(name, value);
+            }
+            Message::ErrorResponse(body) => {
+                let db = DbError::parse(&mut body.fields()).map_err(|e| self.fail(e))?;
+                if db.is_fatal() {
+                    return Err(self.fail(Error::db(db)));
+                }
+                return Ok(Some(Message::ErrorResponse(body)));
+            }
+            m => return Ok(Some(m)),
+        }
+        Ok(None)
+    }
+
+    /// Reads the next message of the most recent request, first discarding what belongs to
+    /// earlier, abandoned requests. Updates the transaction status on `ReadyForQuery`.
+    pub(crate) async fn recv(&mut self) -> Result<Message, Error> {
+        match self.read_past_abandoned(true).await? {
+            Some(m) => Ok(m),
+            None => Err(Error::protocol(
+                "no reply is owed: this is a bug in slipstream-pg",
+            )),
+        }
+    }
+
+    /// Reads and discards until every queued request has been answered.
+    pub(crate) async fn settle(&mut self) -> Result<(), Error> {
+        self.check_usable()?;
+        self.flush().await?;
+        self.read_past_abandoned(false).await.map(drop)
+    }
+
+    /// With `keep_last`, returns the first message of the most recent request; without, treats
+    /// every queued request as abandoned and returns `None` once all are answered.
+    async fn read_past_abandoned(&mut self, keep_last: bool) -> Result<Option<Message>, Error> {
+        loop {
+            if !keep_last && self.owed == 0 {
+                return Ok(None);
+            }
+            let message = self.next_message().await?;
+            let abandoned = !keep_last || self.owed > 1;
+            match &message {
+                Message::ReadyForQuery(body) => {
+                    self.owed = self.owed.saturating_sub(1);
+                    self.tx_status = match body.status() {
+                        b'T' => TransactionStatus::InTransaction,
+                        b'E' => TransactionStatus::Failed,
+                        _ => TransactionStatus::Idle,
+                    };
+                }
+                // An abandoned COPY FROM STDIN waits for data that will never come: end it.
+                Message::CopyInResponse(_) if abandoned => {
+                    frontend::copy_fail("COPY cancelled by the client", &mut self.wbuf)
+                        .map_err(|e| Error::protocol(e.to_string()))?;
+                    self.flush().await?;
+                }
+                _ => {}
+            }
+            if !abandoned {
+                return Ok(Some(message));
+            }
+        }
+    }
+
+    /// Sends `Terminate` and closes the socket.
+    pub(crate) async fn terminate(&mut self) -> Result<(), Error> {
+        if self.broken.is_some() {
+            return Ok(());
+        }
+        frontend::terminate(&mut self.wbuf);
+        self.flush().await?;
+        let _ = self.socket.shutdown().await;
+        self.broken = Some("the connection was closed".into());
+        Ok(())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Tell the server we are leaving, so it does not log an unexpected EOF. Best effort.
+        if self.broken.is_none() && self.wbuf.is_empty() {
+            let mut buf = BytesMut::new();
+            frontend::terminate(&mut buf);
+            self.socket.try_write_plain(&buf);
+        }
+    }
+}
+
+fn invalid(e: &std::io::Error) -> Error {
+    Error::protocol(format!(
+        "server sent an invalid message ({e}); the connection is closed. Is this a PostgreSQL server?"
+    ))
+}

@@ -1,0 +1,290 @@
+//! COPY FROM STDIN and COPY TO STDOUT as streams.
+
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::connect::unexpected;
+use crate::query::rows_affected;
+use crate::{Client, DbError, Error};
+
+/// Data is sent in `CopyData` messages of about this size: large enough that the 5-byte header
+/// and the syscall are noise, small enough to keep client memory flat.
+const COPY_CHUNK: usize = 64 * 1024;
+
+impl Client {
+    /// Starts `COPY ... FROM STDIN`. Write the data with [`CopyIn::write`] and end with
+    /// [`CopyIn::finish`]; dropping the `CopyIn` instead aborts the COPY (nothing is loaded).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut copy = client.copy_in("COPY items (id, name) FROM STDIN").await?;
+    /// for i in 0..1000 {
+    ///     copy.write(format!("{i}\titem {i}\n").as_bytes()).await?;
+    /// }
+    /// let rows = copy.finish().await?;
+    /// assert_eq!(rows, 1000);
+    /// # Ok(()) }
+    /// ```
+    pub async fn copy_in(&mut self, sql: &str) -> Result<CopyIn<'_>, Error> {
+        self.start_copy(sql, true).await?;
+        Ok(CopyIn {
+            client: self,
+            buf: BytesMut::with_capacity(COPY_CHUNK),
+            finished: false,
+        })
+    }
+
+    /// Starts `COPY ... TO STDOUT` and returns its data as a stream of chunks (one row each in
+    /// text and CSV formats).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut copy = client.copy_out("COPY items TO STDOUT (FORMAT csv)").await?;
+    /// let mut bytes = 0;
+    /// while let Some(chunk) = copy.next().await? {
+    ///     bytes += chunk.len();
+    /// }
+    /// println!("{bytes} bytes, {:?} rows", copy.rows());
+    /// # Ok(()) }
+    /// ```
+    pub async fn copy_out(&mut self, sql: &str) -> Result<CopyOut<'_>, Error> {
+        self.start_copy(sql, false).await?;
+        Ok(CopyOut {
+            client: self,
+            done: false,
+            rows: None,
+        })
+    }
+
+    async fn start_copy(&mut self, sql: &str, inbound: bool) -> Result<(), Error> {
+        self.conn.start_request()?;
+        frontend::query(sql, &mut self.conn.wbuf)
+            .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
+        self.conn.finish_request().await?;
+        let mut error = None;
+        loop {
+            match self.conn.recv().await? {
+                Message::CopyInResponse(_) if inbound => return Ok(()),
+                Message::CopyOutResponse(_) if !inbound => return Ok(()),
+                Message::CopyInResponse(_) => {
+                    frontend::copy_fail(
+                        "copy_out was called with COPY FROM STDIN",
+                        &mut self.conn.wbuf,
+                    )
+                    .map_err(|e| Error::protocol(e.to_string()))?;
+                    self.conn.flush().await?;
+                    error = Some(Error::usage(
+                        "copy_out needs a COPY ... TO STDOUT statement; use copy_in",
+                    ));
+                }
+                Message::CopyOutResponse(_) => {
+                    error = Some(Error::usage(
+                        "copy_in needs a COPY ... FROM STDIN statement; use copy_out",
+                    ));
+                }
+                Message::ErrorResponse(body) => {
+                    error.get_or_insert(Error::db(DbError::parse(&mut body.fields())?));
+                }
+                Message::ReadyForQuery(_) => {
+                    return Err(error.unwrap_or_else(|| {
+                        Error::usage(format!(
+                            "the statement is not a COPY {}; nothing was copied",
+                            if inbound { "FROM STDIN" } else { "TO STDOUT" }
+                        ))
+                    }));
+                }
+                _ => {} // rows or tags of a statement that is not the COPY we expected
+            }
+        }
+    }
+}
+
+/// An open `COPY ... FROM STDIN`. See [`Client::copy_in`].
+#[derive(Debug)]
+pub struct CopyIn<'a> {
+    client: &'a mut Client,
+    buf: BytesMut,
+    finished: bool,
+}
+
+impl CopyIn<'_> {
+    /// Queues data in the COPY format the statement named; sends it in chunks of 64 KiB.
+    pub async fn write(&mut self, data: &[u8]) -> Result<(), Error> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= COPY_CHUNK {
+            self.send_buffered().await?;
+        }
+        Ok(())
+    }
+
+    /// Copies everything from `reader`; returns the number of bytes read.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let file = tokio::fs::File::open("items.csv").await.unwrap();
+    /// let mut copy = client.copy_in("COPY items FROM STDIN (FORMAT csv)").await?;
+    /// copy.write_from(file).await?;
+    /// copy.finish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_from<R: AsyncRead + Unpin>(&mut self, mut reader: R) -> Result<u64, Error> {
+        let mut total = 0;
+        loop {
+            self.buf.reserve(COPY_CHUNK);
+            let n = reader
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|e| Error::io("could not read the data to copy", e))?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n as u64;
+            if self.buf.len() >= COPY_CHUNK {
+                self.send_buffered().await?;
+            }
+        }
+    }
+
+    async fn send_buffered(&mut self) -> Result<(), Error> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = self.buf.split().freeze();
+        frontend::CopyData::new(chunk)
+            .map_err(|e| Error::usage(format!("copy chunk too large: {e}")))?
+            .write(&mut self.client.conn.wbuf);
+        self.client.conn.flush().await
+    }
+
+    /// Ends the COPY and returns the number of rows the server loaded. A server-side error
+    /// (bad data, constraint violation) is reported here; nothing is loaded then.
+    pub async fn finish(mut self) -> Result<u64, Error> {
+        self.send_buffered().await?;
+        // From here a dropped future must not abort: CopyDone is queued and will be sent.
+        self.finished = true;
+        frontend::copy_done(&mut self.client.conn.wbuf);
+        self.client.conn.flush().await?;
+        read_copy_end(self.client).await
+    }
+
+    /// Aborts the COPY: the server loads nothing. Returns once the server has confirmed.
+    pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
+        self.finished = true;
+        frontend::copy_fail(reason, &mut self.client.conn.wbuf)
+            .map_err(|e| Error::usage(e.to_string()))?;
+        self.client.conn.flush().await?;
+        match read_copy_end(self.client).await {
+            Err(e) if e.code().is_some() => Ok(()), // the expected "COPY from stdin failed"
+            Err(e) => Err(e),
+            Ok(_) => Err(Error::protocol("server accepted a COPY the client aborted")),
+        }
+    }
+}
+
+impl Drop for CopyIn<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.client.conn.copy_in_abort = true;
+        }
+    }
+}
+
+/// Reads a COPY's completion up to `ReadyForQuery`; returns the row count.
+async fn read_copy_end(client: &mut Client) -> Result<u64, Error> {
+    let mut rows = 0;
+    let mut error = None;
+    loop {
+        match client.conn.recv().await? {
+            Message::CommandComplete(body) => rows = rows_affected(body.tag()),
+            Message::ErrorResponse(body) => {
+                error = Some(Error::db(DbError::parse(&mut body.fields())?))
+            }
+            Message::ReadyForQuery(_) => break,
+            Message::CopyData(_) | Message::CopyDone => {}
+            m => return Err(client.conn.poison(unexpected(&m, "at the end of a COPY"))),
+        }
+    }
+    error.map_or(Ok(rows), Err)
+}
+
+/// An open `COPY ... TO STDOUT`. See [`Client::copy_out`]. Dropping it part-way is safe: the
+/// rest of the data is discarded before the connection's next request.
+#[derive(Debug)]
+pub struct CopyOut<'a> {
+    client: &'a mut Client,
+    done: bool,
+    rows: Option<u64>,
+}
+
+impl<'a> CopyOut<'a> {
+    /// The next chunk of data, or `None` at the end.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut error = None;
+        loop {
+            match self.client.conn.recv().await? {
+                Message::CopyData(body) => return Ok(Some(body.into_bytes())),
+                Message::CopyDone => {}
+                Message::CommandComplete(body) => self.rows = Some(rows_affected(body.tag())),
+                Message::ErrorResponse(body) => {
+                    error = Some(Error::db(DbError::parse(&mut body.fields())?))
+                }
+                Message::ReadyForQuery(_) => {
+                    self.done = true;
+                    return error.map_or(Ok(None), Err);
+                }
+                m => {
+                    return Err(self
+                        .client
+                        .conn
+                        .poison(unexpected(&m, "during COPY TO STDOUT")));
+                }
+            }
+        }
+    }
+
+    /// The number of rows copied, once the stream has ended.
+    pub fn rows(&self) -> Option<u64> {
+        self.rows
+    }
+
+    /// Writes all the data to `writer`; returns the number of rows copied.
+    pub async fn write_to<W: AsyncWrite + Unpin>(&mut self, mut writer: W) -> Result<u64, Error> {
+        while let Some(chunk) = self.next().await? {
+            writer
+                .write_all(&chunk)
+                .await
+                .map_err(|e| Error::io("could not write the copied data", e))?;
+        }
+        writer
+            .flush()
+            .await
+            .map_err(|e| Error::io("could not write the copied data", e))?;
+        Ok(self.rows.unwrap_or(0))
+    }
+
+    /// The data as a [`Stream`] of chunks.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use futures_util::TryStreamExt;
+    /// let copy = client.copy_out("COPY items TO STDOUT").await?;
+    /// let chunks: Vec<bytes::Bytes> = copy.into_stream().try_collect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, Error>> + 'a {
+        futures_util::stream::unfold(Some(self), |state| async move {
+            let mut copy = state?;
+            match copy.next().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(copy))),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+    }
+}

@@ -1,0 +1,409 @@
+//! The crate's one error type.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::ErrorFields;
+
+use crate::SqlState;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The server answered with an `ErrorResponse`; see [`Error::as_db_error`].
+    Db,
+    /// Reading or writing the socket failed (refused, reset, closed by the server).
+    Io,
+    /// The server sent bytes that are not the PostgreSQL protocol, or a message that is not
+    /// valid in the current state. The connection is broken afterwards.
+    Protocol,
+    /// Authentication failed or the server asked for a method we do not support.
+    Authentication,
+    /// The TLS handshake or certificate verification failed.
+    Tls,
+    /// A deadline (e.g. `connect_timeout`) passed.
+    Timeout,
+    /// The connection string or configuration is invalid.
+    Config,
+    /// The connection was closed or broken by an earlier failure.
+    Closed,
+    /// A Rust value could not be converted to or from the PostgreSQL type.
+    Conversion,
+    /// The query returned a different number of rows than the call expects.
+    RowCount,
+    /// A column index or name does not exist in the row.
+    Column,
+    /// The call does not fit the connection's state (e.g. a statement from another connection).
+    Usage,
+}
+
+/// An error from slipstream-pg.
+///
+/// Display gives a one-line, lowercase summary that names what failed and, where there is one,
+/// what to do. Server errors carry the full [`DbError`] (SQLSTATE, severity, detail, hint,
+/// position).
+///
+/// ```
+/// # async fn f(client: &mut slipstream_pg::Client) {
+/// use slipstream_pg::SqlState;
+/// match client.simple_query("SELECT * FROM missing").await {
+///     Err(e) if e.code() == Some(SqlState::UNDEFINED_TABLE) => println!("no table: {e}"),
+///     Err(e) => println!("other failure: {e}"),
+///     Ok(_) => {}
+/// }
+/// # }
+/// ```
+pub struct Error(Box<Inner>);
+
+struct Inner {
+    kind: ErrorKind,
+    message: Option<String>,
+    db: Option<DbError>,
+    source: Option<BoxError>,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, message: Option<String>, source: Option<BoxError>) -> Error {
+        Error(Box::new(Inner {
+            kind,
+            message,
+            db: None,
+            source,
+        }))
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.0.kind
+    }
+
+    /// The server's error, if the server sent one.
+    pub fn as_db_error(&self) -> Option<&DbError> {
+        self.0.db.as_ref()
+    }
+
+    /// The SQLSTATE, if the server sent an error.
+    pub fn code(&self) -> Option<SqlState> {
+        self.0.db.as_ref().map(|db| db.code)
+    }
+
+    /// True when the connection can no longer be used: closed, broken by an I/O or protocol
+    /// failure, or terminated by the server.
+    pub fn is_closed(&self) -> bool {
+        match self.0.kind {
+            ErrorKind::Io | ErrorKind::Protocol | ErrorKind::Closed => true,
+            ErrorKind::Db => self.0.db.as_ref().is_some_and(DbError::is_fatal),
+            _ => false,
+        }
+    }
+
+    /// True when a deadline passed.
+    pub fn is_timeout(&self) -> bool {
+        self.0.kind == ErrorKind::Timeout
+    }
+
+    pub(crate) fn db(db: DbError) -> Error {
+        let mut e = Error::new(ErrorKind::Db, None, None);
+        e.0.db = Some(db);
+        e
+    }
+
+    pub(crate) fn auth_db(db: DbError) -> Error {
+        let mut e = Error::new(ErrorKind::Authentication, None, None);
+        e.0.db = Some(db);
+        e
+    }
+
+    pub(crate) fn io(context: &str, e: io::Error) -> Error {
+        Error::new(ErrorKind::Io, Some(context.to_string()), Some(Box::new(e)))
+    }
+
+    pub(crate) fn protocol(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Protocol, Some(message.into()), None)
+    }
+
+    pub(crate) fn auth(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Authentication, Some(message.into()), None)
+    }
+
+    pub(crate) fn tls(message: impl Into<String>, source: Option<BoxError>) -> Error {
+        Error::new(ErrorKind::Tls, Some(message.into()), source)
+    }
+
+    pub(crate) fn timeout(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Timeout, Some(message.into()), None)
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Config, Some(message.into()), None)
+    }
+
+    pub(crate) fn closed(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Closed, Some(message.into()), None)
+    }
+
+    pub(crate) fn conversion(message: impl Into<String>, source: Option<BoxError>) -> Error {
+        Error::new(ErrorKind::Conversion, Some(message.into()), source)
+    }
+
+    pub(crate) fn row_count(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::RowCount, Some(message.into()), None)
+    }
+
+    pub(crate) fn column(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Column, Some(message.into()), None)
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Usage, Some(message.into()), None)
+    }
+
+    /// Prefixes the message with where the failure happened (e.g. the host being tried).
+    pub(crate) fn context(mut self, context: impl fmt::Display) -> Error {
+        self.0.message = Some(match self.0.message.take() {
+            Some(m) => format!("{context}: {m}"),
+            None => context.to_string(),
+        });
+        self
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.0.kind)
+            .field("message", &self.0.message)
+            .field("db", &self.0.db)
+            .field("source", &self.0.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        if let Some(m) = &self.0.message {
+            f.write_str(m)?;
+            sep = ": ";
+        }
+        if let Some(db) = &self.0.db {
+            write!(f, "{sep}{db}")?;
+        } else if let Some(s) = &self.0.source {
+            write!(f, "{sep}{s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        if let Some(db) = &self.0.db {
+            return Some(db);
+        }
+        self.0.source.as_ref().map(|s| &**s as _)
+    }
+}
+
+/// Where in the query text an error points, as the server reports it (1-based characters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorPosition {
+    /// A position in the query the client sent.
+    Original(u32),
+    /// A position in an internally generated query (e.g. inside a PL/pgSQL function).
+    Internal {
+        /// The position.
+        position: u32,
+        /// The internal query.
+        query: String,
+    },
+}
+
+/// An error or notice sent by the server, with every field it carried.
+///
+/// ```
+/// # fn f(e: &slipstream_pg::Error) {
+/// if let Some(db) = e.as_db_error() {
+///     println!("{} {}: {}", db.severity(), db.code(), db.message());
+///     if let Some(hint) = db.hint() { println!("hint: {hint}"); }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DbError {
+    severity: String,
+    code: SqlState,
+    message: String,
+    detail: Option<String>,
+    hint: Option<String>,
+    position: Option<ErrorPosition>,
+    where_: Option<String>,
+    schema: Option<String>,
+    table: Option<String>,
+    column: Option<String>,
+    datatype: Option<String>,
+    constraint: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+    routine: Option<String>,
+}
+
+impl DbError {
+    pub(crate) fn parse(fields: &mut ErrorFields<'_>) -> Result<DbError, Error> {
+        let mut severity = None;
+        let mut localized = None;
+        let mut code = None;
+        let mut message = None;
+        let mut db = DbError {
+            severity: String::new(),
+            code: SqlState::SUCCESSFUL_COMPLETION,
+            message: String::new(),
+            detail: None,
+            hint: None,
+            position: None,
+            where_: None,
+            schema: None,
+            table: None,
+            column: None,
+            datatype: None,
+            constraint: None,
+            file: None,
+            line: None,
+            routine: None,
+        };
+        let mut normal_pos = None;
+        let mut internal_pos = None;
+        let mut internal_query = None;
+        let bad =
+            |e: io::Error| Error::protocol(format!("malformed error message from server: {e}"));
+        while let Some(field) = fields.next().map_err(bad)? {
+            let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
+            match field.type_() {
+                b'V' => severity = Some(value),
+                b'S' => localized = Some(value),
+                b'C' => code = Some(SqlState::from_code(&value)),
+                b'M' => message = Some(value),
+                b'D' => db.detail = Some(value),
+                b'H' => db.hint = Some(value),
+                b'P' => normal_pos = value.parse::<u32>().ok(),
+                b'p' => internal_pos = value.parse::<u32>().ok(),
+                b'q' => internal_query = Some(value),
+                b'W' => db.where_ = Some(value),
+                b's' => db.schema = Some(value),
+                b't' => db.table = Some(value),
+                b'c' => db.column = Some(value),
+                b'd' => db.datatype = Some(value),
+                b'n' => db.constraint = Some(value),
+                b'F' => db.file = Some(value),
+                b'L' => db.line = value.parse().ok(),
+                b'R' => db.routine = Some(value),
+                _ => {} // The protocol says unknown field types must be ignored.
+            }
+        }
+        db.severity = severity
+            .or(localized)
+            .ok_or_else(|| Error::protocol("server error message lacks a severity field"))?;
+        db.code = code.ok_or_else(|| Error::protocol("server error message lacks a SQLSTATE"))?;
+        db.message =
+            message.ok_or_else(|| Error::protocol("server error message lacks a message"))?;
+        db.position = match (normal_pos, internal_pos) {
+            (Some(p), _) => Some(ErrorPosition::Original(p)),
+            (None, Some(position)) => Some(ErrorPosition::Internal {
+                position,
+                query: internal_query.unwrap_or_default(),
+            }),
+            _ => None,
+        };
+        Ok(db)
+    }
+
+    /// `ERROR`, `FATAL`, `PANIC` (errors) or `WARNING`, `NOTICE`, `DEBUG`, `INFO`, `LOG` (notices).
+    pub fn severity(&self) -> &str {
+        &self.severity
+    }
+    /// The SQLSTATE.
+    pub fn code(&self) -> SqlState {
+        self.code
+    }
+    /// The primary message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// Optional secondary message with more detail.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
+    }
+    /// Optional suggestion of what to do.
+    pub fn hint(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+    /// Where in the query the error points.
+    pub fn position(&self) -> Option<&ErrorPosition> {
+        self.position.as_ref()
+    }
+    /// The call stack context (e.g. PL/pgSQL function and line).
+    pub fn where_(&self) -> Option<&str> {
+        self.where_.as_deref()
+    }
+    /// The schema of the object involved.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+    /// The table involved.
+    pub fn table(&self) -> Option<&str> {
+        self.table.as_deref()
+    }
+    /// The column involved.
+    pub fn column(&self) -> Option<&str> {
+        self.column.as_deref()
+    }
+    /// The data type involved.
+    pub fn datatype(&self) -> Option<&str> {
+        self.datatype.as_deref()
+    }
+    /// The constraint involved.
+    pub fn constraint(&self) -> Option<&str> {
+        self.constraint.as_deref()
+    }
+    /// The server source file that raised the error.
+    pub fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+    /// The server source line that raised the error.
+    pub fn line(&self) -> Option<u32> {
+        self.line
+    }
+    /// The server routine that raised the error.
+    pub fn routine(&self) -> Option<&str> {
+        self.routine.as_deref()
+    }
+    /// True for `FATAL` and `PANIC`: the server closes the connection after sending it.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self.severity.as_str(), "FATAL" | "PANIC")
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.severity.to_lowercase(),
+            self.code,
+            self.message
+        )?;
+        if let Some(detail) = &self.detail {
+            write!(f, " (detail: {detail})")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, " (hint: {hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for DbError {}

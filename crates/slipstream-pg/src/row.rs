@@ -1,0 +1,221 @@
+//! Result rows.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::DataRowBody;
+use postgres_types::{FromSql, WrongType};
+
+use crate::{Column, Error};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A column index: a position (`usize`) or a name (`&str`).
+pub trait RowIndex: sealed::Sealed + fmt::Display {
+    #[doc(hidden)]
+    fn find<T>(&self, columns: &[T], name: impl Fn(&T) -> &str) -> Option<usize>;
+}
+
+impl sealed::Sealed for usize {}
+impl RowIndex for usize {
+    fn find<T>(&self, columns: &[T], _: impl Fn(&T) -> &str) -> Option<usize> {
+        (*self < columns.len()).then_some(*self)
+    }
+}
+
+impl sealed::Sealed for str {}
+impl RowIndex for str {
+    fn find<T>(&self, columns: &[T], name: impl Fn(&T) -> &str) -> Option<usize> {
+        // Exact match first, then case-insensitive as unquoted SQL identifiers are.
+        columns.iter().position(|c| name(c) == self).or_else(|| {
+            columns
+                .iter()
+                .position(|c| name(c).eq_ignore_ascii_case(self))
+        })
+    }
+}
+
+impl<T: sealed::Sealed + ?Sized> sealed::Sealed for &T {}
+impl<T: RowIndex + ?Sized> RowIndex for &T {
+    fn find<U>(&self, columns: &[U], name: impl Fn(&U) -> &str) -> Option<usize> {
+        (**self).find(columns, name)
+    }
+}
+
+pub(crate) fn ranges(body: &DataRowBody) -> Result<Vec<Option<Range<usize>>>, Error> {
+    body.ranges()
+        .collect()
+        .map_err(|e| Error::protocol(format!("malformed DataRow: {e}")))
+}
+
+/// One row of a query result, decoded on access with [`postgres_types::FromSql`].
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let row = client.query_one("SELECT 1::int8 AS id, 'x'::text AS name, NULL::text AS note", &[]).await?;
+/// let id: i64 = row.get(0)?;
+/// let name: &str = row.get("name")?;
+/// let note: Option<String> = row.get("note")?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Row {
+    columns: Arc<[Column]>,
+    body: DataRowBody,
+    ranges: Vec<Option<Range<usize>>>,
+}
+
+impl Row {
+    pub(crate) fn new(columns: Arc<[Column]>, body: DataRowBody) -> Result<Row, Error> {
+        let ranges = ranges(&body)?;
+        if ranges.len() != columns.len() {
+            return Err(Error::protocol(format!(
+                "server sent a row of {} values for {} columns",
+                ranges.len(),
+                columns.len()
+            )));
+        }
+        Ok(Row {
+            columns,
+            body,
+            ranges,
+        })
+    }
+
+    /// The columns.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// True if the row has no columns.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Decodes a value. Fails with [`crate::ErrorKind::Column`] if the column does not exist and
+    /// [`crate::ErrorKind::Conversion`] if `T` cannot hold the column's type (or the value is
+    /// NULL and `T` is not an `Option`).
+    pub fn get<'a, I, T>(&'a self, idx: I) -> Result<T, Error>
+    where
+        I: RowIndex,
+        T: FromSql<'a>,
+    {
+        let i = idx
+            .find(&self.columns, |c| c.name())
+            .ok_or_else(|| Error::column(format!("no column {idx} in this row")))?;
+        let ty = self.columns[i].type_();
+        if !T::accepts(ty) {
+            return Err(Error::conversion(
+                format!(
+                    "cannot read column {idx} of type {ty} as {}",
+                    std::any::type_name::<T>()
+                ),
+                Some(Box::new(WrongType::new::<T>(ty.clone()))),
+            ));
+        }
+        let raw = self.ranges[i].clone().map(|r| &self.body.buffer()[r]);
+        FromSql::from_sql_nullable(ty, raw)
+            .map_err(|e| Error::conversion(format!("cannot decode column {idx} ({ty})"), Some(e)))
+    }
+
+    /// The raw bytes of a value in PostgreSQL's binary format, `None` for NULL.
+    pub fn get_raw<I: RowIndex>(&self, idx: I) -> Result<Option<&[u8]>, Error> {
+        let i = idx
+            .find(&self.columns, |c| c.name())
+            .ok_or_else(|| Error::column(format!("no column {idx} in this row")))?;
+        Ok(self.ranges[i].clone().map(|r| &self.body.buffer()[r]))
+    }
+}
+
+impl fmt::Debug for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Row")
+            .field("columns", &self.columns)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One row of a simple-protocol result: every value as text, as psql shows it.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::SimpleQueryMessage;
+/// for message in client.simple_query("SELECT 1 AS a, NULL AS b; SELECT now()").await? {
+///     if let SimpleQueryMessage::Row(row) = message {
+///         println!("{:?}", row.get(0)?);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SimpleRow {
+    columns: Arc<[String]>,
+    body: DataRowBody,
+    ranges: Vec<Option<Range<usize>>>,
+}
+
+impl SimpleRow {
+    pub(crate) fn new(columns: Arc<[String]>, body: DataRowBody) -> Result<SimpleRow, Error> {
+        let ranges = ranges(&body)?;
+        if ranges.len() != columns.len() {
+            return Err(Error::protocol(
+                "server sent a row whose length does not match its description",
+            ));
+        }
+        Ok(SimpleRow {
+            columns,
+            body,
+            ranges,
+        })
+    }
+
+    /// The column names.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// True if the row has no columns.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// A value as text, `None` for NULL.
+    pub fn get<I: RowIndex>(&self, idx: I) -> Result<Option<&str>, Error> {
+        let i = idx
+            .find(&self.columns, |c| c.as_str())
+            .ok_or_else(|| Error::column(format!("no column {idx} in this row")))?;
+        match self.ranges[i].clone() {
+            None => Ok(None),
+            Some(r) => std::str::from_utf8(&self.body.buffer()[r])
+                .map(Some)
+                .map_err(|e| {
+                    Error::conversion(
+                        format!("column {idx} is not valid UTF-8"),
+                        Some(Box::new(e)),
+                    )
+                }),
+        }
+    }
+}
+
+impl fmt::Debug for SimpleRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimpleRow")
+            .field("columns", &self.columns)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,137 @@
+//! The simple query protocol: SQL text in, text rows out, several statements per call.
+
+use std::sync::Arc;
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+
+use crate::connect::unexpected;
+use crate::query::rows_affected;
+use crate::{Client, DbError, Error, SimpleRow};
+
+/// One item of a simple query's reply, in the order the server sent it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SimpleQueryMessage {
+    /// The column names of the rows that follow.
+    RowDescription(Arc<[String]>),
+    /// A row.
+    Row(SimpleRow),
+    /// A statement finished: its command tag (`INSERT 0 1`, `SELECT 3`) and row count.
+    CommandComplete {
+        /// The command tag.
+        tag: String,
+        /// The number of rows affected or returned, 0 if the tag has none.
+        rows: u64,
+    },
+}
+
+impl Client {
+    /// Runs one or more `;`-separated statements with the simple protocol and returns every row
+    /// as text. No parameters: never build this SQL from untrusted input.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let reply = client.simple_query("CREATE TEMP TABLE t(x int); INSERT INTO t VALUES (1), (2); SELECT x FROM t").await?;
+    /// let rows = reply.iter().filter(|m| matches!(m, SimpleQueryMessage::Row(_))).count();
+    /// assert_eq!(rows, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn simple_query(&mut self, sql: &str) -> Result<Vec<SimpleQueryMessage>, Error> {
+        let mut out = Vec::new();
+        self.run_simple(sql, Some(&mut out)).await?;
+        Ok(out)
+    }
+
+    /// Runs one or more `;`-separated statements and discards their rows.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// client.batch_execute("CREATE TEMP TABLE a(x int); CREATE TEMP TABLE b(y int)").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn batch_execute(&mut self, sql: &str) -> Result<(), Error> {
+        self.run_simple(sql, None).await.map(drop)
+    }
+
+    /// Runs simple-protocol SQL; returns the last command tag.
+    pub(crate) async fn run_simple(
+        &mut self,
+        sql: &str,
+        mut out: Option<&mut Vec<SimpleQueryMessage>>,
+    ) -> Result<String, Error> {
+        self.conn.start_request()?;
+        frontend::query(sql, &mut self.conn.wbuf)
+            .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
+        self.conn.finish_request().await?;
+
+        let mut columns: Arc<[String]> = Arc::from(Vec::new());
+        let mut last_tag = String::new();
+        let mut error = None;
+        loop {
+            match self.conn.recv().await? {
+                Message::RowDescription(body) => {
+                    let names: Vec<String> = body
+                        .fields()
+                        .map(|f| Ok(f.name().to_string()))
+                        .collect()
+                        .map_err(|e| {
+                            self.conn
+                                .poison(Error::protocol(format!("malformed RowDescription: {e}")))
+                        })?;
+                    columns = names.into();
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push(SimpleQueryMessage::RowDescription(columns.clone()));
+                    }
+                }
+                Message::DataRow(body) => {
+                    if let Some(out) = out.as_deref_mut() {
+                        let row = SimpleRow::new(columns.clone(), body)
+                            .map_err(|e| self.conn.poison(e))?;
+                        out.push(SimpleQueryMessage::Row(row));
+                    }
+                }
+                Message::CommandComplete(body) => {
+                    let tag = body.tag().unwrap_or_default().to_string();
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push(SimpleQueryMessage::CommandComplete {
+                            rows: rows_affected(Ok(&tag)),
+                            tag: tag.clone(),
+                        });
+                    }
+                    last_tag = tag;
+                }
+                Message::EmptyQueryResponse => {}
+                Message::ErrorResponse(body) => {
+                    error = Some(Error::db(DbError::parse(&mut body.fields())?))
+                }
+                Message::CopyInResponse(_) => {
+                    frontend::copy_fail(
+                        "use Client::copy_in for COPY FROM STDIN",
+                        &mut self.conn.wbuf,
+                    )
+                    .map_err(|e| Error::protocol(e.to_string()))?;
+                    self.conn.flush().await?;
+                }
+                Message::CopyOutResponse(_) => {
+                    error = Some(Error::usage(
+                        "COPY TO STDOUT returns data as a stream: use Client::copy_out",
+                    ));
+                }
+                Message::CopyData(_) | Message::CopyDone => {}
+                Message::ReadyForQuery(_) => break,
+                m => {
+                    return Err(self
+                        .conn
+                        .poison(unexpected(&m, "in reply to a simple query")));
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(last_tag),
+        }
+    }
+}

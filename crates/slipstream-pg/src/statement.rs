@@ -1,0 +1,172 @@
+//! Prepared statements and their result columns.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::{ParameterDescriptionBody, RowDescriptionBody};
+use postgres_types::{Kind, Type};
+
+use crate::Error;
+
+/// A server-side prepared statement: parsed and planned once, executed many times with
+/// different parameters.
+///
+/// Cheap to clone. When the last clone is dropped, the server-side statement is closed with the
+/// connection's next request (no extra round trip).
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let stmt = client.prepare("SELECT name FROM users WHERE id = $1").await?;
+/// for id in [1i32, 2, 3] {
+///     if let Some(row) = client.query_opt(&stmt, &[&id]).await? {
+///         println!("{}", row.get::<_, &str>("name")?);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Statement(Arc<Inner>);
+
+struct Inner {
+    name: String,
+    params: Vec<Type>,
+    columns: Arc<[Column]>,
+    client_id: u64,
+    closes: Weak<Mutex<Vec<String>>>,
+}
+
+impl Statement {
+    pub(crate) fn new(
+        name: String,
+        params: Vec<Type>,
+        columns: Arc<[Column]>,
+        client_id: u64,
+        closes: Weak<Mutex<Vec<String>>>,
+    ) -> Statement {
+        Statement(Arc::new(Inner {
+            name,
+            params,
+            columns,
+            client_id,
+            closes,
+        }))
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub(crate) fn client_id(&self) -> u64 {
+        self.0.client_id
+    }
+
+    pub(crate) fn columns_arc(&self) -> &Arc<[Column]> {
+        &self.0.columns
+    }
+
+    /// The parameter types the server inferred (or that were given).
+    pub fn params(&self) -> &[Type] {
+        &self.0.params
+    }
+
+    /// The result columns (empty for statements that return no rows).
+    pub fn columns(&self) -> &[Column] {
+        &self.0.columns
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The unnamed statement needs no Close: the next Parse replaces it.
+        if self.name.is_empty() {
+            return;
+        }
+        if let Some(closes) = self.closes.upgrade() {
+            closes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(std::mem::take(&mut self.name));
+        }
+    }
+}
+
+impl fmt::Debug for Statement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Statement")
+            .field("name", &self.0.name)
+            .field("params", &self.0.params)
+            .field("columns", &self.0.columns)
+            .finish()
+    }
+}
+
+/// A result column: its name and type.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let stmt = client.prepare("SELECT 1::int4 AS one").await?;
+/// assert_eq!(stmt.columns()[0].name(), "one");
+/// assert_eq!(stmt.columns()[0].type_(), &slipstream_pg::types::Type::INT4);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Column {
+    name: String,
+    type_: Type,
+    table_oid: Option<u32>,
+    column_id: Option<i16>,
+}
+
+impl Column {
+    /// The column's name (its alias, if the query gave one).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The column's type.
+    pub fn type_(&self) -> &Type {
+        &self.type_
+    }
+    /// The OID of the table the column comes from, if it is a plain table column.
+    pub fn table_oid(&self) -> Option<u32> {
+        self.table_oid
+    }
+    /// The column's attribute number in that table.
+    pub fn column_id(&self) -> Option<i16> {
+        self.column_id
+    }
+}
+
+/// Maps an OID to a type. Types the client does not know (extensions, enums, domains) get a
+/// placeholder; their values can still be read raw with [`crate::Row::get_raw`].
+pub(crate) fn type_for(oid: u32) -> Type {
+    Type::from_oid(oid)
+        .unwrap_or_else(|| Type::new(format!("oid_{oid}"), oid, Kind::Simple, "unknown".into()))
+}
+
+pub(crate) fn parse_columns(body: Option<&RowDescriptionBody>) -> Result<Arc<[Column]>, Error> {
+    let Some(body) = body else {
+        return Ok(Arc::from(Vec::new()));
+    };
+    let mut fields = body.fields();
+    let mut columns = Vec::new();
+    while let Some(f) = fields
+        .next()
+        .map_err(|e| Error::protocol(format!("malformed RowDescription: {e}")))?
+    {
+        columns.push(Column {
+            name: f.name().to_string(),
+            type_: type_for(f.type_oid()),
+            table_oid: (f.table_oid() != 0).then_some(f.table_oid()),
+            column_id: (f.column_id() != 0).then_some(f.column_id()),
+        });
+    }
+    Ok(columns.into())
+}
+
+pub(crate) fn parse_params(body: &ParameterDescriptionBody) -> Result<Vec<Type>, Error> {
+    body.parameters()
+        .map(|oid| Ok(type_for(oid)))
+        .collect()
+        .map_err(|e| Error::protocol(format!("malformed ParameterDescription: {e}")))
+}

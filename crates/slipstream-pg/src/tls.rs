@@ -1,0 +1,258 @@
+//! TLS with rustls, following libpq's `sslmode` semantics:
+//!
+//! | sslmode     | TLS                     | certificate check                              |
+//! |-------------|-------------------------|------------------------------------------------|
+//! | disable     | never                   | -                                              |
+//! | prefer      | if the server offers it | none                                           |
+//! | require     | always                  | chain only if a root certificate is configured |
+//! | verify-ca   | always                  | chain to `sslrootcert`                         |
+//! | verify-full | always                  | chain, and the certificate names the host      |
+//!
+//! The root certificate defaults to `~/.postgresql/root.crt`, as in libpq.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+
+use crate::{Config, Error, SslMode};
+
+/// How much of the server's certificate to check, after applying libpq's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    Nothing,
+    Chain,
+    ChainAndName,
+}
+
+/// Builds the rustls client configuration for `config`, or `None` when TLS is disabled.
+pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>, Error> {
+    let mode = config.get_ssl_mode();
+    let root_path = config.ssl_root_cert.clone().or_else(default_root_cert);
+    let check = match mode {
+        SslMode::Disable => return Ok(None),
+        SslMode::Prefer => Check::Nothing,
+        // libpq: "if a root CA file exists, sslmode=require behaves like verify-ca".
+        SslMode::Require if root_path.as_deref().is_some_and(Path::exists) => Check::Chain,
+        SslMode::Require => Check::Nothing,
+        SslMode::VerifyCa => Check::Chain,
+        SslMode::VerifyFull => Check::ChainAndName,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::tls("could not set up TLS", Some(Box::new(e))))?;
+    let builder = if check == Check::Nothing {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoCheck(provider)))
+    } else {
+        let path = root_path.ok_or_else(|| {
+            Error::config(format!(
+                "sslmode={} needs a root certificate to check the server against: set sslrootcert=/path/to/ca.crt \
+                 (libpq's default ~/.postgresql/root.crt does not exist)",
+                mode_name(mode)
+            ))
+        })?;
+        let roots = load_roots(&path)?;
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| {
+                Error::tls(
+                    format!("could not use root certificates from {}", path.display()),
+                    Some(Box::new(e)),
+                )
+            })?;
+        if check == Check::Chain {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+        } else {
+            builder.with_webpki_verifier(webpki)
+        }
+    };
+    let tls = match (&config.ssl_cert, &config.ssl_key) {
+        (Some(cert), Some(key)) => {
+            let certs = load_certs(cert)?;
+            let key = rustls_pemfile::private_key(&mut BufReader::new(open(key)?))
+                .map_err(|e| {
+                    Error::config(format!("could not read sslkey {}: {e}", key.display()))
+                })?
+                .ok_or_else(|| {
+                    Error::config(format!("sslkey {} holds no private key", key.display()))
+                })?;
+            builder.with_client_auth_cert(certs, key).map_err(|e| {
+                Error::tls(
+                    "the client certificate and key do not match",
+                    Some(Box::new(e)),
+                )
+            })?
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(Error::config("sslcert and sslkey must be given together"));
+        }
+        (None, None) => builder.with_no_client_auth(),
+    };
+    Ok(Some(Arc::new(tls)))
+}
+
+/// The name to present in SNI and to check the certificate against.
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
+    ServerName::try_from(host.to_string())
+        .map_err(|_| Error::config(format!("`{host}` is not a valid host name for TLS")))
+}
+
+fn mode_name(mode: SslMode) -> &'static str {
+    match mode {
+        SslMode::Disable => "disable",
+        SslMode::Prefer => "prefer",
+        SslMode::Require => "require",
+        SslMode::VerifyCa => "verify-ca",
+        SslMode::VerifyFull => "verify-full",
+    }
+}
+
+fn default_root_cert() -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|home| Path::new(&home).join(".postgresql/root.crt"))
+}
+
+fn open(path: &Path) -> Result<File, Error> {
+    File::open(path).map_err(|e| Error::config(format!("could not open {}: {e}", path.display())))
+}
+
+fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs = rustls_pemfile::certs(&mut BufReader::new(open(path)?))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::config(format!(
+                "could not read certificates from {}: {e}",
+                path.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(Error::config(format!(
+            "{} holds no PEM certificate",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+fn load_roots(path: &Path) -> Result<RootCertStore, Error> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(path)? {
+        roots.add(cert).map_err(|e| {
+            Error::tls(
+                format!("invalid root certificate in {}", path.display()),
+                Some(Box::new(e)),
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
+/// sslmode=prefer/require: encrypt, but accept any certificate (libpq does the same). The
+/// handshake signatures are still checked, so the peer must hold the certificate's key.
+#[derive(Debug)]
+struct NoCheck(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoCheck {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// sslmode=verify-ca: the full WebPKI chain check, except that a certificate for another name
+/// is accepted.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}

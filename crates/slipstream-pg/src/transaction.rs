@@ -1,0 +1,205 @@
+//! Transactions and savepoints.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::{Client, Error};
+
+/// The isolation level of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// READ COMMITTED (PostgreSQL's default).
+    ReadCommitted,
+    /// REPEATABLE READ.
+    RepeatableRead,
+    /// SERIALIZABLE.
+    Serializable,
+}
+
+/// Options for [`Client::build_transaction`].
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::IsolationLevel;
+/// let tx = client.build_transaction().isolation_level(IsolationLevel::Serializable).read_only(true).start().await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TransactionBuilder<'a> {
+    client: &'a mut Client,
+    isolation: Option<IsolationLevel>,
+    read_only: Option<bool>,
+    deferrable: Option<bool>,
+}
+
+impl<'a> TransactionBuilder<'a> {
+    /// Sets the isolation level.
+    pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
+        self.isolation = Some(level);
+        self
+    }
+    /// READ ONLY or READ WRITE.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = Some(read_only);
+        self
+    }
+    /// DEFERRABLE (only meaningful for serializable read-only transactions).
+    pub fn deferrable(mut self, deferrable: bool) -> Self {
+        self.deferrable = Some(deferrable);
+        self
+    }
+    /// Sends `BEGIN` with the options.
+    pub async fn start(self) -> Result<Transaction<'a>, Error> {
+        let mut sql = String::from("BEGIN");
+        if let Some(level) = self.isolation {
+            sql.push_str(match level {
+                IsolationLevel::ReadCommitted => " ISOLATION LEVEL READ COMMITTED",
+                IsolationLevel::RepeatableRead => " ISOLATION LEVEL REPEATABLE READ",
+                IsolationLevel::Serializable => " ISOLATION LEVEL SERIALIZABLE",
+            });
+        }
+        if let Some(ro) = self.read_only {
+            sql.push_str(if ro { " READ ONLY" } else { " READ WRITE" });
+        }
+        if let Some(d) = self.deferrable {
+            sql.push_str(if d { " DEFERRABLE" } else { " NOT DEFERRABLE" });
+        }
+        self.client.batch_execute(&sql).await?;
+        Ok(Transaction {
+            client: self.client,
+            savepoint: None,
+            depth: 0,
+            done: false,
+        })
+    }
+}
+
+/// An open transaction (or savepoint). Use it like the [`Client`] it borrows.
+///
+/// It ends with [`Transaction::commit`] or [`Transaction::rollback`]; dropped without either, it
+/// is rolled back with the connection's next request.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let mut tx = client.transaction().await?;
+/// tx.execute("INSERT INTO log VALUES ('a')", &[]).await?;
+/// {
+///     let mut sp = tx.savepoint("maybe").await?;
+///     sp.execute("INSERT INTO log VALUES ('b')", &[]).await?;
+///     sp.rollback().await?; // undoes 'b' only
+/// }
+/// tx.commit().await?; // keeps 'a'
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Transaction<'a> {
+    client: &'a mut Client,
+    savepoint: Option<String>,
+    depth: u32,
+    done: bool,
+}
+
+impl Client {
+    /// Starts a transaction with `BEGIN`.
+    pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
+        self.build_transaction().start().await
+    }
+
+    /// Starts building a transaction with an isolation level or access mode.
+    pub fn build_transaction(&mut self) -> TransactionBuilder<'_> {
+        TransactionBuilder {
+            client: self,
+            isolation: None,
+            read_only: None,
+            deferrable: None,
+        }
+    }
+}
+
+impl<'a> Transaction<'a> {
+    /// Commits (or releases the savepoint).
+    ///
+    /// If a statement in the transaction failed, PostgreSQL turns `COMMIT` into a rollback; this
+    /// returns an error then instead of pretending the work was saved.
+    pub async fn commit(mut self) -> Result<(), Error> {
+        self.done = true;
+        match &self.savepoint {
+            Some(name) => {
+                self.client
+                    .batch_execute(&format!("RELEASE SAVEPOINT {}", quote_ident(name)))
+                    .await
+            }
+            None => {
+                let tag = self.client.run_simple("COMMIT", None).await?;
+                if tag == "ROLLBACK" {
+                    return Err(Error::usage(
+                        "COMMIT rolled the transaction back because a statement in it had failed; nothing was saved",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Rolls back (to the savepoint, for a savepoint).
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        self.done = true;
+        let sql = self.rollback_sql();
+        self.client.batch_execute(&sql).await
+    }
+
+    /// Opens a named savepoint inside this transaction.
+    pub async fn savepoint(&mut self, name: &str) -> Result<Transaction<'_>, Error> {
+        self.client
+            .batch_execute(&format!("SAVEPOINT {}", quote_ident(name)))
+            .await?;
+        Ok(Transaction {
+            client: self.client,
+            savepoint: Some(name.to_string()),
+            depth: self.depth + 1,
+            done: false,
+        })
+    }
+
+    /// Opens a savepoint with a generated name: a nested transaction.
+    pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
+        let name = format!("sp_{}", self.depth + 1);
+        self.savepoint(&name).await
+    }
+
+    fn rollback_sql(&self) -> String {
+        match &self.savepoint {
+            Some(name) => {
+                let name = quote_ident(name);
+                format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+            }
+            None => "ROLLBACK".to_string(),
+        }
+    }
+}
+
+impl Deref for Transaction<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client
+    }
+}
+
+impl DerefMut for Transaction<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let sql = self.rollback_sql();
+            self.client.conn.deferred.push(sql);
+        }
+    }
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

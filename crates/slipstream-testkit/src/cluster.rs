@@ -1,0 +1,342 @@
+//! Throwaway PostgreSQL clusters: a copy of the `initdb` template in a temporary directory,
+//! a server on a free port of 127.0.0.1 and on a Unix socket, removed on drop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::Error;
+use crate::install::{Install, append_settings, base_dir, free_port, run, write_owned};
+
+/// How long a server may take to become ready before we give up and show its log.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an immediate shutdown may take before the server is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts to start on a fresh port when another process took ours first.
+const PORT_ATTEMPTS: usize = 5;
+/// The line PostgreSQL logs when it accepts connections (`lc_messages` is forced to C).
+const READY_LINE: &str = "database system is ready to accept connections";
+
+/// Settings for a throwaway cluster: speed over durability, and logging we can read.
+const BASE_SETTINGS: &[(&str, &str)] = &[
+    ("listen_addresses", "127.0.0.1"),
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+    ("max_connections", "200"),
+    ("lc_messages", "C"),
+    ("logging_collector", "off"),
+    ("log_destination", "stderr"),
+];
+
+const DEFAULT_HBA: &str =
+    "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n";
+
+/// Options for a cluster; see [`Cluster::builder`].
+#[derive(Debug, Default, Clone)]
+pub struct ClusterBuilder {
+    settings: Vec<(String, String)>,
+    hba: Option<String>,
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl ClusterBuilder {
+    /// Adds a `postgresql.conf` setting (overrides the testkit's).
+    pub fn setting(mut self, name: &str, value: &str) -> Self {
+        self.settings.push((name.into(), value.into()));
+        self
+    }
+
+    /// Replaces `pg_hba.conf` (default: trust for local and 127.0.0.1).
+    pub fn hba(mut self, contents: &str) -> Self {
+        self.hba = Some(contents.into());
+        self
+    }
+
+    /// Writes a file into the data directory (mode 0600, owned by the server's user), e.g. a
+    /// TLS certificate and key referenced by `ssl_cert_file`.
+    pub fn file(mut self, name: &str, contents: impl AsRef<[u8]>) -> Self {
+        self.files.push((name.into(), contents.as_ref().to_vec()));
+        self
+    }
+
+    /// Creates and starts the cluster.
+    pub fn start(self) -> Result<Cluster, Error> {
+        let install = Install::find()?;
+        let root = tempfile::Builder::new()
+            .prefix("c-")
+            .tempdir_in(base_dir()?)
+            .map_err(|e| Error::io("could not create a cluster directory", e))?;
+        install.owner().chown(root.path())?;
+        let data = root.path().join("data");
+        install.copy_template(&data)?;
+        let socket_dir = root.path().to_path_buf();
+        let mut settings: Vec<(String, String)> = BASE_SETTINGS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        settings.push((
+            "unix_socket_directories".into(),
+            socket_dir.display().to_string(),
+        ));
+        settings.extend(self.settings);
+        append_settings(&data, settings)?;
+        write_owned(
+            install.owner(),
+            &data.join("pg_hba.conf"),
+            self.hba.as_deref().unwrap_or(DEFAULT_HBA),
+            0o600,
+        )?;
+        for (name, contents) in &self.files {
+            write_owned(install.owner(), &data.join(name), contents, 0o600)?;
+        }
+        let mut cluster = Cluster {
+            install,
+            root,
+            data,
+            socket_dir,
+            port: 0,
+            server: None,
+        };
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+}
+
+/// A running throwaway PostgreSQL cluster, stopped and deleted on drop (also when a test
+/// panics). Superuser `postgres`, database `postgres`, trust authentication unless
+/// [`ClusterBuilder::hba`] says otherwise.
+///
+/// ```no_run
+/// let cluster = slipstream_testkit::Cluster::start()?;
+/// println!("connect with {}", cluster.url());
+/// cluster.psql("CREATE TABLE t (id int)")?;
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Cluster {
+    install: Install,
+    root: tempfile::TempDir,
+    data: PathBuf,
+    socket_dir: PathBuf,
+    port: u16,
+    server: Option<Server>,
+}
+
+#[derive(Debug)]
+struct Server {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Cluster {
+    /// Starts a cluster with the default settings.
+    pub fn start() -> Result<Cluster, Error> {
+        ClusterBuilder::default().start()
+    }
+
+    /// Options for a cluster.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The directory holding the Unix socket.
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// The installation the cluster runs from.
+    pub fn install(&self) -> &Install {
+        &self.install
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// A URL for another user, with an optional password (plain characters only).
+    pub fn url_for(&self, user: &str, password: Option<&str>) -> String {
+        match password {
+            Some(pw) => format!("postgres://{user}:{pw}@127.0.0.1:{}/postgres", self.port),
+            None => format!("postgres://{user}@127.0.0.1:{}/postgres", self.port),
+        }
+    }
+
+    /// A libpq key=value string for the Unix socket.
+    pub fn socket_conninfo(&self) -> String {
+        format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.socket_dir.display(),
+            self.port
+        )
+    }
+
+    /// Runs SQL with `psql` as the superuser over the Unix socket and returns its unaligned,
+    /// tuples-only output. Stops at the first error.
+    pub fn psql(&self, sql: &str) -> Result<String, Error> {
+        let out = run(
+            self.install
+                .command("psql")
+                .args([
+                    "-X",
+                    "-q",
+                    "-A",
+                    "-t",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "postgres",
+                    "-h",
+                ])
+                .arg(&self.socket_dir)
+                .args(["-p", &self.port.to_string(), "-c", sql]),
+            "psql",
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        self.server
+            .as_ref()
+            .and_then(|s| std::fs::read_to_string(&s.log).ok())
+            .unwrap_or_default()
+    }
+
+    /// True while the server process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.server
+            .as_mut()
+            .is_some_and(|s| matches!(s.child.try_wait(), Ok(None)))
+    }
+
+    /// Stops the server (fast shutdown: sessions are terminated, a checkpoint is written) and
+    /// waits for it to exit. The data stays; [`Cluster::restart`] starts it again.
+    pub fn stop(&mut self) -> Result<(), Error> {
+        self.stop_with(Signal::SIGINT)
+    }
+
+    /// Starts the server again on the same port after [`Cluster::stop`], or stops and starts it.
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.stop()?;
+        self.start_server()
+    }
+
+    fn stop_with(&mut self, signal: Signal) -> Result<(), Error> {
+        let Some(mut server) = self.server.take() else {
+            return Ok(());
+        };
+        let pid = Pid::from_raw(server.child.id() as i32);
+        let _ = kill(pid, signal);
+        // Block on the exit itself (in a helper thread, so that we can also bound the wait).
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(server.child.wait());
+        });
+        match rx.recv_timeout(STOP_TIMEOUT) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = rx.recv_timeout(STOP_TIMEOUT);
+                Err(Error::new("the server did not stop in time and was killed"))
+            }
+        }
+    }
+
+    fn start_server(&mut self) -> Result<(), Error> {
+        let keep_port = self.port != 0;
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = if keep_port { self.port } else { free_port()? };
+            match self.spawn(port) {
+                Ok(server) => {
+                    self.port = port;
+                    self.server = Some(server);
+                    return Ok(());
+                }
+                Err((e, port_taken)) if port_taken && !keep_port => last = Some(e),
+                Err((e, _)) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::new("could not start the server")))
+    }
+
+    /// Starts `postgres` and waits for its "ready" log line. On failure, says whether the
+    /// port was taken (worth retrying on another).
+    fn spawn(&self, port: u16) -> Result<Server, (Error, bool)> {
+        let log = self.root.path().join(format!("server-{port}.log"));
+        let mut child = self
+            .install
+            .command("postgres")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| (Error::io("could not run postgres", e), false))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| (Error::new("no stderr pipe"), false))?;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut file = std::fs::File::create(&log)
+            .map_err(|e| (Error::io("could not create the server log", e), false))?;
+        // The reader keeps draining stderr for the server's whole life: a full pipe would stall it.
+        std::thread::spawn(move || {
+            let mut ready_tx = Some(ready_tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(file, "{line}");
+                if line.contains(READY_LINE) {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(true);
+                    }
+                }
+            }
+            if let Some(tx) = ready_tx.take() {
+                let _ = tx.send(false);
+            }
+        });
+        let ready = ready_rx.recv_timeout(START_TIMEOUT).unwrap_or(false);
+        if ready {
+            return Ok(Server { child, log });
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let port_taken = text.contains("could not bind") || text.contains("Address already in use");
+        Err((
+            Error::new(format!(
+                "postgres did not start on port {port}; its log:\n{text}"
+            )),
+            port_taken,
+        ))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Immediate shutdown: nothing in a throwaway cluster is worth a checkpoint.
+        let _ = self.stop_with(Signal::SIGQUIT);
+    }
+}

@@ -1,0 +1,266 @@
+//! The local PostgreSQL installation: where its binaries are, which OS user runs the server, and
+//! a cached `initdb` template that makes new clusters cheap.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::Error;
+
+/// Bump when the template's `initdb` options change, so stale templates are not reused.
+const TEMPLATE_VERSION: u32 = 1;
+
+/// How to install PostgreSQL, for error messages.
+pub const INSTALL_HINT: &str = "install PostgreSQL 15 server binaries (Debian/Ubuntu: `apt-get install postgresql-15`), \
+     or point SLIPSTREAM_PG_BINDIR at the directory holding initdb and postgres";
+
+/// A PostgreSQL installation and the OS user its server runs as.
+#[derive(Debug, Clone)]
+pub struct Install {
+    bindir: PathBuf,
+    owner: Owner,
+}
+
+/// The OS user that owns data directories and runs `initdb`/`postgres`. PostgreSQL refuses to
+/// run as root, so as root we switch to the `postgres` user.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner {
+    uid: u32,
+    gid: u32,
+    switch: bool,
+}
+
+impl Install {
+    /// Finds the binaries: `$SLIPSTREAM_PG_BINDIR`, then `pg_config --bindir`, then
+    /// `/usr/lib/postgresql/<newest>/bin`.
+    pub fn find() -> Result<Install, Error> {
+        let bindir = find_bindir().ok_or_else(|| {
+            Error::new(format!(
+                "PostgreSQL server binaries (initdb, postgres) not found: {INSTALL_HINT}"
+            ))
+        })?;
+        Ok(Install {
+            bindir,
+            owner: Owner::detect()?,
+        })
+    }
+
+    /// The directory holding `initdb`, `postgres`, `pg_ctl`, `psql`.
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
+    /// A command for one of the installation's binaries (`pg_basebackup`, `pgbench`, ...),
+    /// run as the server's OS user.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.bindir.join(program));
+        self.owner.apply(&mut cmd);
+        cmd.env("LC_ALL", "C");
+        cmd
+    }
+
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    /// The server's major version, from `postgres --version`.
+    pub fn version(&self) -> Result<String, Error> {
+        let out = run(
+            &mut self.command("postgres").arg("--version"),
+            "postgres --version",
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A pristine data directory made by `initdb` once and reused: copying it is much faster
+    /// than running `initdb` for every cluster. Safe against concurrent test processes: it is
+    /// built under a unique name and renamed into place.
+    pub(crate) fn template(&self) -> Result<PathBuf, Error> {
+        let base = base_dir()?;
+        let key = self.bindir.to_string_lossy().replace('/', "_");
+        let template = base.join(format!("template-v{TEMPLATE_VERSION}{key}"));
+        if template.join("PG_VERSION").exists() {
+            return Ok(template);
+        }
+        let staging = tempfile::Builder::new()
+            .prefix("template-staging-")
+            .tempdir_in(&base)
+            .map_err(|e| Error::io("could not create a staging directory for initdb", e))?;
+        self.owner.chown(staging.path())?;
+        let data = staging.path().join("data");
+        run(
+            self.command("initdb").arg("-D").arg(&data).args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ]),
+            "initdb",
+        )?;
+        match std::fs::rename(&data, &template) {
+            Ok(()) => Ok(template),
+            // Another process won the race; its template is as good as ours.
+            Err(_) if template.join("PG_VERSION").exists() => Ok(template),
+            Err(e) => Err(Error::io(
+                format!(
+                    "could not move the initdb template to {}",
+                    template.display()
+                ),
+                e,
+            )),
+        }
+    }
+
+    /// Copies the template into `dest` (which must not exist), owned by the server's user.
+    pub(crate) fn copy_template(&self, dest: &Path) -> Result<(), Error> {
+        let template = self.template()?;
+        let mut cp = Command::new("cp");
+        self.owner.apply(&mut cp);
+        run(
+            cp.arg("-a").arg(&template).arg(dest),
+            "copying the initdb template",
+        )?;
+        Ok(())
+    }
+}
+
+impl Owner {
+    fn detect() -> Result<Owner, Error> {
+        let uid = nix::unistd::geteuid();
+        if !uid.is_root() {
+            return Ok(Owner {
+                uid: uid.as_raw(),
+                gid: nix::unistd::getegid().as_raw(),
+                switch: false,
+            });
+        }
+        match nix::unistd::User::from_name("postgres") {
+            Ok(Some(user)) => Ok(Owner {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+                switch: true,
+            }),
+            _ => Err(Error::new(format!(
+                "running as root, PostgreSQL must run as another user but there is no `postgres` OS user: {INSTALL_HINT} (the package creates it)"
+            ))),
+        }
+    }
+
+    pub(crate) fn apply(&self, cmd: &mut Command) {
+        if self.switch {
+            cmd.uid(self.uid).gid(self.gid);
+        }
+    }
+
+    /// Makes `path` belong to the server's user.
+    pub(crate) fn chown(&self, path: &Path) -> Result<(), Error> {
+        if self.switch {
+            std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
+                .map_err(|e| Error::io(format!("could not chown {}", path.display()), e))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_switching(&self) -> bool {
+        self.switch
+    }
+}
+
+/// `$TMPDIR/slipstream-testkit`, world-traversable so the server's user can reach what is below.
+pub(crate) fn base_dir() -> Result<PathBuf, Error> {
+    let base = std::env::temp_dir().join("slipstream-testkit");
+    std::fs::create_dir_all(&base)
+        .map_err(|e| Error::io(format!("could not create {}", base.display()), e))?;
+    let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777));
+    Ok(base)
+}
+
+fn find_bindir() -> Option<PathBuf> {
+    let has_initdb = |d: &Path| d.join("initdb").is_file() && d.join("postgres").is_file();
+    if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR") {
+        return Some(PathBuf::from(dir)).filter(|d| has_initdb(d));
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && has_initdb(&dir) {
+            return Some(dir);
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, d)| has_initdb(d))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, d)| d)
+}
+
+/// Runs a command to completion; a failure carries its output.
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<Output, Error> {
+    let out = cmd
+        .output()
+        .map_err(|e| Error::io(format!("could not run {what}"), e))?;
+    if !out.status.success() {
+        return Err(Error::new(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        )));
+    }
+    Ok(out)
+}
+
+/// Writes a file and hands it to the server's user with the given mode (keys need 0600).
+pub(crate) fn write_owned(
+    owner: Owner,
+    path: &Path,
+    contents: impl AsRef<[u8]>,
+    mode: u32,
+) -> Result<(), Error> {
+    std::fs::write(path, contents)
+        .map_err(|e| Error::io(format!("could not write {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("could not chmod {}", path.display()), e))?;
+    owner.chown(path)
+}
+
+/// Appends settings to `postgresql.conf`; later lines win, so callers' settings override ours.
+pub(crate) fn append_settings<K: AsRef<str>, V: AsRef<str>>(
+    data: &Path,
+    settings: impl IntoIterator<Item = (K, V)>,
+) -> Result<(), Error> {
+    use std::io::Write;
+    let path = data.join("postgresql.conf");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("could not open {}", path.display()), e))?;
+    let mut text = String::from("\n# added by slipstream-testkit\n");
+    for (k, v) in settings {
+        text.push_str(&format!(
+            "{} = '{}'\n",
+            k.as_ref(),
+            v.as_ref().replace('\'', "''")
+        ));
+    }
+    f.write_all(text.as_bytes())
+        .map_err(|e| Error::io(format!("could not write {}", path.display()), e))
+}
+
+/// A port that was free a moment ago (the server may still lose a race for it; callers retry).
+pub fn free_port() -> Result<u16, Error> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::io("could not find a free port", e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("could not find a free port", e))
+}
