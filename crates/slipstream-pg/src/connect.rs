@@ -247,17 +247,13 @@ async fn authenticate(conn: &mut Connection, config: &Config, user: &str) -> Res
         match conn.next_message().await.map_err(auth_failure)? {
             Message::AuthenticationOk => return Ok(()),
             Message::AuthenticationCleartextPassword => {
-                let mut pw = password()?.to_vec();
-                pw.push(0);
-                frontend::password_message(&pw, &mut conn.wbuf)
+                frontend::password_message(password()?, &mut conn.wbuf)
                     .map_err(|e| Error::auth(e.to_string()))?;
                 conn.flush().await?;
             }
             Message::AuthenticationMd5Password(body) => {
                 let hash = md5_hash(user.as_bytes(), password()?, body.salt());
-                let mut pw = hash.into_bytes();
-                pw.push(0);
-                frontend::password_message(&pw, &mut conn.wbuf)
+                frontend::password_message(hash.as_bytes(), &mut conn.wbuf)
                     .map_err(|e| Error::auth(e.to_string()))?;
                 conn.flush().await?;
             }

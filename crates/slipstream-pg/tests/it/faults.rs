@@ -1,0 +1,182 @@
+use std::time::{Duration, Instant};
+
+use slipstream_pg::{ErrorKind, SqlState};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A fake server: accepts one connection and answers with `script`, then holds it open.
+async fn fake_server(script: Vec<u8>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let script = script.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s.write_all(&script).await;
+                // Hold the connection open: a client that waits for more must time out.
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    let _ = n;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn garbage_from_the_server_is_an_error_within_the_connect_timeout() {
+    let port = fake_server(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec()).await;
+    for sslmode in ["disable", "prefer"] {
+        let start = Instant::now();
+        let url = format!("host=127.0.0.1 port={port} user=x connect_timeout=2 sslmode={sslmode}");
+        let err = slipstream_pg::connect(&url).await.unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{sslmode}: took {:?}",
+            start.elapsed()
+        );
+        assert_eq!(err.kind(), ErrorKind::Protocol, "{sslmode}: {err}");
+        assert!(
+            err.to_string().contains("PostgreSQL server"),
+            "{sslmode}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_huge_message_length_is_refused_without_allocating_it() {
+    // A plausible tag with a 2 GiB length.
+    let port = fake_server(vec![b'R', 0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0]).await;
+    let url = format!("host=127.0.0.1 port={port} user=x connect_timeout=2 sslmode=disable");
+    let err = slipstream_pg::connect(&url).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out() {
+    let port = fake_server(Vec::new()).await;
+    let start = Instant::now();
+    let url = format!("host=127.0.0.1 port={port} user=x connect_timeout=2 sslmode=disable");
+    let err = slipstream_pg::connect(&url).await.unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(err.to_string().contains("connect_timeout"), "{err}");
+}
+
+#[tokio::test]
+async fn garbage_after_startup_breaks_the_connection_cleanly() {
+    // AuthenticationOk, ReadyForQuery(idle), then an unknown message tag once a query arrives.
+    let mut script = vec![b'R', 0, 0, 0, 8, 0, 0, 0, 0, b'Z', 0, 0, 0, 5, b'I'];
+    script.extend_from_slice(&[b'!', 0, 0, 0, 4]);
+    let port = fake_server(script).await;
+    let mut c = slipstream_pg::connect(&format!(
+        "host=127.0.0.1 port={port} user=x sslmode=disable"
+    ))
+    .await
+    .unwrap();
+    let err = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(c.is_broken());
+    let err = c.simple_query("SELECT 1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(err.to_string().contains("open a new connection"), "{err}");
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_clear_error() {
+    let port = slipstream_testkit::free_port().unwrap();
+    let err = slipstream_pg::connect(&format!("postgres://x@127.0.0.1:{port}/db"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")) && text.contains("is the server running"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_terminated_backend_mid_query_is_an_error_not_a_hang() {
+    let (cluster, mut c) = super::setup().await;
+    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let pid = c.backend_pid();
+    let kill = tokio::spawn(async move {
+        loop {
+            let row = killer
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
+                    &[&pid],
+                )
+                .await
+                .unwrap();
+            if row.get::<_, i64>(0).unwrap() == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        killer
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap();
+    });
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.simple_query("SELECT pg_sleep(30)"),
+    )
+    .await;
+    kill.await.unwrap();
+    let err = result.expect("no hang").unwrap_err();
+    assert!(err.is_closed(), "{err}");
+    assert_eq!(err.code(), Some(SqlState::ADMIN_SHUTDOWN), "{err}");
+    assert!(c.is_broken());
+    let err = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(err.to_string().contains("terminat"), "says why: {err}");
+}
+
+#[tokio::test]
+async fn a_restarted_server_gives_an_io_error_then_closed() {
+    let (mut cluster, mut c) = super::setup().await;
+    cluster.restart().unwrap();
+    let err = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert!(err.is_closed(), "{err}");
+    let err = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    slipstream_pg::connect(&cluster.url())
+        .await
+        .unwrap()
+        .batch_execute("SELECT 1")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn server_errors_carry_their_fields() {
+    let (_cluster, mut c) = super::setup().await;
+    let err = c.simple_query("SELEC 1").await.unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code(), SqlState::SYNTAX_ERROR);
+    assert_eq!(db.severity(), "ERROR");
+    assert_eq!(
+        db.position(),
+        Some(&slipstream_pg::ErrorPosition::Original(1))
+    );
+    assert!(!err.is_closed());
+
+    c.batch_execute("CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u VALUES (1)")
+        .await
+        .unwrap();
+    let err = c
+        .execute("INSERT INTO u VALUES (1)", &[])
+        .await
+        .unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert_eq!(db.code(), SqlState::UNIQUE_VIOLATION);
+    assert_eq!(db.constraint(), Some("u_pkey"));
+    assert_eq!(db.table(), Some("u"));
+    assert!(db.detail().unwrap().contains("(id)=(1)"));
+    assert!(err.to_string().contains("duplicate key"), "{err}");
+}

@@ -1,0 +1,134 @@
+use std::fmt::Debug;
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use slipstream_pg::types::{FromSql, ToSql};
+use slipstream_pg::{Client, ErrorKind};
+
+/// Sends `value` as a parameter cast to `sql_type`, reads it back, and compares.
+async fn round_trip<T>(client: &mut Client, sql_type: &str, value: T)
+where
+    T: ToSql + Sync + for<'a> FromSql<'a> + PartialEq + Debug,
+{
+    let stmt = client
+        .prepare(&format!("SELECT $1::{sql_type}"))
+        .await
+        .unwrap();
+    let row = client.query_one(&stmt, &[&value]).await.unwrap();
+    let back: T = row.get(0).unwrap_or_else(|e| panic!("{sql_type}: {e}"));
+    assert_eq!(back, value, "{sql_type}");
+}
+
+#[tokio::test]
+async fn values_survive_a_round_trip() {
+    let (_cluster, mut c) = super::setup().await;
+    round_trip(&mut c, "int2", i16::MIN).await;
+    round_trip(&mut c, "int4", i32::MAX).await;
+    round_trip(&mut c, "int8", -1234567890123i64).await;
+    round_trip(&mut c, "float4", 1.5f32).await;
+    round_trip(&mut c, "float8", -0.000123f64).await;
+    round_trip(&mut c, "float8", f64::INFINITY).await;
+    round_trip(&mut c, "text", "ünïcødé ✓ and 'quotes'".to_string()).await;
+    round_trip(&mut c, "varchar", String::new()).await;
+    round_trip(&mut c, "bytea", vec![0u8, 1, 2, 255, 0]).await;
+    round_trip(&mut c, "bool", true).await;
+    round_trip(
+        &mut c,
+        "date",
+        NaiveDate::from_ymd_opt(2024, 2, 29).unwrap(),
+    )
+    .await;
+    round_trip(
+        &mut c,
+        "timestamp",
+        NaiveDateTime::parse_from_str("1999-12-31 23:59:59.123456", "%Y-%m-%d %H:%M:%S%.f")
+            .unwrap(),
+    )
+    .await;
+    round_trip(
+        &mut c,
+        "timestamptz",
+        DateTime::<Utc>::from_timestamp(1_700_000_000, 5_000).unwrap(),
+    )
+    .await;
+    round_trip(
+        &mut c,
+        "uuid",
+        uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+    )
+    .await;
+    let doc = serde_json::json!({"a": [1, 2.5, null], "b": {"c": "d"}});
+    round_trip(&mut c, "json", doc.clone()).await;
+    round_trip(&mut c, "jsonb", doc).await;
+    round_trip(&mut c, "int4[]", vec![1i32, -2, 3]).await;
+    round_trip(
+        &mut c,
+        "text[]",
+        vec!["a".to_string(), String::new(), "c,d".to_string()],
+    )
+    .await;
+    round_trip(&mut c, "int8[]", vec![Some(1i64), None, Some(3)]).await;
+    round_trip(&mut c, "int4", None::<i32>).await;
+    round_trip(&mut c, "text", None::<String>).await;
+}
+
+#[tokio::test]
+async fn columns_by_name_and_clear_errors_for_wrong_use() {
+    let (_cluster, mut c) = super::setup().await;
+    let row = c
+        .query_one("SELECT 7::int4 AS seven, NULL::text AS nothing", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>("seven").unwrap(), 7);
+    assert_eq!(
+        row.get::<_, i32>("SEVEN").unwrap(),
+        7,
+        "unquoted names match case-insensitively"
+    );
+    assert_eq!(row.get::<_, Option<String>>("nothing").unwrap(), None);
+
+    let e = row.get::<_, String>("seven").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conversion);
+    assert!(e.to_string().contains("int4"), "{e}");
+    let e = row.get::<_, String>("nothing").unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Conversion,
+        "NULL into a non-Option: {e}"
+    );
+    let e = row.get::<_, i32>("missing").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Column);
+    let e = row.get::<_, i32>(5).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Column);
+
+    // A parameter of the wrong Rust type is refused before anything is sent.
+    let e = c
+        .query("SELECT $1::int4", &[&"not a number"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
+    assert!(e.to_string().contains("$1"), "{e}");
+    let e = c
+        .query("SELECT $1::int4, $2::int4", &[&1i32])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("2 parameters but 1"), "{e}");
+    // ... and the connection is still in step.
+    assert_eq!(
+        c.query_one("SELECT 1::int4", &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+            .unwrap(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn unknown_types_can_be_read_raw() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('ok', 'happy')")
+        .await
+        .unwrap();
+    let row = c.query_one("SELECT 'happy'::mood", &[]).await.unwrap();
+    assert_eq!(row.get_raw(0).unwrap(), Some(&b"happy"[..]));
+}
