@@ -221,6 +221,21 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// The postmaster's process id, if the server runs.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|s| s.child.id())
+    }
+
+    /// Restricts the server to the given CPUs. Backends forked afterwards inherit it, so call
+    /// this before connecting. Benchmarks use it to fix where client and server run: on a
+    /// small VM a same-CPU round trip and a cross-CPU one differ several-fold.
+    pub fn pin_server(&self, cpus: &[usize]) -> Result<(), Error> {
+        let pid = self
+            .server_pid()
+            .ok_or_else(|| Error::new("the server is not running"))?;
+        crate::pin::pin(Some(pid), cpus)
+    }
+
     /// True while the server process runs.
     pub fn is_running(&mut self) -> bool {
         self.server

@@ -24,10 +24,12 @@ mod cluster;
 mod embedded;
 mod error;
 mod install;
+mod pin;
 mod proxy;
 
 pub use cluster::{Cluster, ClusterBuilder};
 pub use embedded::{Embedded, Status};
 pub use error::Error;
 pub use install::{INSTALL_HINT, Install, free_port};
+pub use pin::pin_current_thread;
 pub use proxy::{DelayProxy, ProxyOverhead, measure_overhead};

@@ -1,0 +1,140 @@
+//! The `slipstream` command.
+
+mod cli;
+mod database;
+mod sql;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use slipstream_lab::{Context, EXPERIMENTS};
+use slipstream_testkit::{Embedded, Status};
+
+use cli::{Cli, Command, DbCommand, LabCommand};
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`slipstream ... | head`) is not a failure.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("slipstream: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Db(cmd) => db(cmd, cli.home),
+        Command::Sql { query } => {
+            let url = database::resolve(cli.url, cli.home)?;
+            let reply = runtime()?.block_on(async {
+                let mut client = slipstream_pg::connect(&url).await?;
+                let reply = client.simple_query(&query).await?;
+                client.close().await?;
+                anyhow::Ok(reply)
+            })?;
+            say(&sql::render(&reply)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lab(LabCommand::List) => {
+            let mut t = slipstream_lab::Table::new(&["experiment", "measures", "reproduces"]);
+            for e in EXPERIMENTS {
+                t.row(vec![e.name.into(), e.title.into(), e.source.into()]);
+            }
+            say(&t.render())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Lab(LabCommand::Run {
+            experiment,
+            quick,
+            json,
+            svg,
+        }) => {
+            slipstream_lab::find(&experiment)?;
+            let url = database::resolve(cli.url, cli.home)?;
+            let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
+            print_result(&result)?;
+            if let Some(path) = json {
+                result.write_json(&path)?;
+                eprintln!("wrote {}", path.display());
+            }
+            if let Some(path) = svg {
+                slipstream_lab::line_chart(&result.title, &result.series, &path)?;
+                eprintln!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { out, full } => {
+            let url = database::resolve(cli.url, cli.home)?;
+            let ctx = Context { url, quick: !full };
+            let mut results = Vec::new();
+            for e in EXPERIMENTS {
+                eprintln!("running {} ...", e.name);
+                let result = slipstream_lab::run(e.name, &ctx)?;
+                print_result(&result)?;
+                slipstream_lab::write_outputs(&result, &out)?;
+                results.push(result);
+            }
+            slipstream_lab::write_report(&out, &results)?;
+            say(&format!("report: {}", out.join("index.html").display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn db(cmd: DbCommand, home: Option<std::path::PathBuf>) -> anyhow::Result<ExitCode> {
+    let embedded = Embedded::new(database::home(home)?);
+    match cmd {
+        DbCommand::Start | DbCommand::Url => say(&embedded.start()?)?,
+        DbCommand::Stop => {
+            embedded.stop()?;
+            say("stopped")?;
+        }
+        DbCommand::Status => match embedded.status()? {
+            Status::NotCreated => say(&format!(
+                "not created (state directory {})",
+                embedded.home().display()
+            ))?,
+            Status::Stopped { data } => say(&format!("stopped (data {})", data.display()))?,
+            Status::Running { data, port } => say(&format!(
+                "running at {} (data {})",
+                Embedded::url_for_port(port),
+                data.display()
+            ))?,
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()> {
+    let mut text = format!(
+        "\n{}: {}\n\n{}\n",
+        result.experiment,
+        result.title,
+        result.table.render()
+    );
+    for note in &result.notes {
+        text.push_str(&format!("note: {note}\n"));
+    }
+    say(&text)
+}
+
+/// Prints a line to stdout, surfacing a closed pipe as an error `main` treats as success.
+fn say(text: &str) -> anyhow::Result<()> {
+    writeln!(std::io::stdout(), "{text}").context("writing to stdout")
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}

@@ -1,0 +1,64 @@
+//! Capturing what a run ran on.
+
+use crate::Environment;
+
+/// The tokio-postgres version the lab measures against (kept in step with Cargo.lock).
+const TOKIO_POSTGRES_VERSION: &str = "0.7";
+
+/// Describes this machine and the server behind `url`.
+pub(crate) fn capture(url: &str, server_version: Option<String>) -> Environment {
+    Environment {
+        slipstream_version: env!("CARGO_PKG_VERSION").into(),
+        os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        cpu_model: std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        }),
+        server_version,
+        database: redact(url),
+        tokio_postgres_version: TOKIO_POSTGRES_VERSION.into(),
+    }
+}
+
+/// Removes a password from a URL or key=value connection string.
+pub fn redact(url: &str) -> String {
+    if let Some(rest) = url.split_once("://") {
+        if let Some((userinfo, after)) = rest.1.split_once('@') {
+            if let Some((user, _)) = userinfo.split_once(':') {
+                return format!("{}://{user}:***@{after}", rest.0);
+            }
+        }
+        return url.to_string();
+    }
+    url.split_whitespace()
+        .map(|kv| {
+            if kv.starts_with("password=") {
+                "password=***"
+            } else {
+                kv
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(
+            super::redact("host=h password=secret user=u"),
+            "host=h password=*** user=u"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

@@ -1,0 +1,106 @@
+//! The slipstream lab: experiments that measure slipstream against its peers and write what
+//! they measured as versioned JSON, SVG charts and an HTML report.
+//!
+//! ```no_run
+//! let ctx = slipstream_lab::Context { url: "postgres://postgres@127.0.0.1:5432/postgres".into(), quick: true };
+//! let result = slipstream_lab::run("roundtrip", &ctx)?;
+//! println!("{}", result.table.render());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+#![warn(missing_docs, rust_2018_idioms)]
+
+mod chart;
+mod environment;
+mod experiments;
+mod placement;
+mod report;
+mod result;
+mod stats;
+
+pub use chart::line_chart;
+pub use environment::redact;
+pub use report::write_report;
+pub use result::{
+    Environment, ExperimentResult, SCHEMA, SCHEMA_VERSION, Series, Table, write_atomically,
+};
+pub use stats::{Summary, noise_warning, paired_ratios};
+
+/// Where and how to run an experiment.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The database to run against (URL or key=value).
+    pub url: String,
+    /// The reduced form: fewer rounds, for smoke tests and the demo.
+    pub quick: bool,
+}
+
+/// One experiment the lab can run.
+#[derive(Debug, Clone, Copy)]
+pub struct Experiment {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// One line on what it measures.
+    pub title: &'static str,
+    /// Which founding article it reproduces.
+    pub source: &'static str,
+    run: fn(&Context) -> anyhow::Result<ExperimentResult>,
+}
+
+/// Every experiment, in the order the demo runs them.
+pub const EXPERIMENTS: &[Experiment] = &[
+    Experiment {
+        name: "connect",
+        title: experiments::connect::TITLE,
+        source: "article 001, ConnectionPoolTest (no pool yet)",
+        run: experiments::connect::run,
+    },
+    Experiment {
+        name: "roundtrip",
+        title: experiments::roundtrip::TITLE,
+        source: "DESIGN.md's physical limit; slipstream-pg vs tokio-postgres vs pgbench",
+        run: experiments::roundtrip::run,
+    },
+];
+
+/// Looks an experiment up by name.
+pub fn find(name: &str) -> anyhow::Result<&'static Experiment> {
+    EXPERIMENTS.iter().find(|e| e.name == name).ok_or_else(|| {
+        let names: Vec<_> = EXPERIMENTS.iter().map(|e| e.name).collect();
+        anyhow::anyhow!(
+            "no experiment named `{name}`; available: {}",
+            names.join(", ")
+        )
+    })
+}
+
+/// Runs an experiment by name and returns its result (nothing is written).
+pub fn run(name: &str, ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let experiment = find(name)?;
+    let start = std::time::Instant::now();
+    let mut result =
+        (experiment.run)(ctx).map_err(|e| e.context(format!("experiment `{name}` failed")))?;
+    result.duration_s = start.elapsed().as_secs_f64();
+    Ok(result)
+}
+
+/// Writes `<dir>/<name>.json` and `<dir>/<name>.svg` for a result.
+pub fn write_outputs(result: &ExperimentResult, dir: &std::path::Path) -> anyhow::Result<()> {
+    result.write_json(&dir.join(format!("{}.json", result.experiment)))?;
+    if !result.series.is_empty() {
+        line_chart(
+            &result.title,
+            &result.series,
+            &dir.join(format!("{}.svg", result.experiment)),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unknown_experiments_list_the_known_ones() {
+        let e = super::find("nope").unwrap_err().to_string();
+        assert!(e.contains("connect") && e.contains("roundtrip"), "{e}");
+    }
+}

@@ -1,0 +1,101 @@
+//! Fixing where client and server run, when the server is on this machine.
+//!
+//! On a small VM, a round trip between a client and a backend on the same CPU (a context
+//! switch) and on different CPUs (a cross-CPU wake-up) differ several-fold. Left alone, the
+//! kernel places each backend by chance, so a comparison of two clients, each with its own
+//! backend, would measure that chance. When the database is local, experiments pin the client
+//! thread and every backend it uses to chosen CPUs, and report each placement.
+
+use slipstream_testkit::pin_current_thread;
+
+/// Where the client and the backends run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement {
+    pub name: &'static str,
+    pub client_cpu: usize,
+    pub server_cpu: usize,
+}
+
+/// Same CPU, then different CPUs; empty on a one-CPU machine.
+pub(crate) fn placements() -> Vec<Placement> {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if cpus < 2 {
+        return Vec::new();
+    }
+    vec![
+        Placement {
+            name: "same CPU",
+            client_cpu: 0,
+            server_cpu: 0,
+        },
+        Placement {
+            name: "cross CPU",
+            client_cpu: 1,
+            server_cpu: 0,
+        },
+    ]
+}
+
+/// True if `url` names a server on this machine (loopback or Unix socket).
+pub(crate) fn is_local(url: &str) -> bool {
+    let Ok(config) = url.parse::<slipstream_pg::Config>() else {
+        return false;
+    };
+    let hosts = config.get_hosts();
+    !hosts.is_empty()
+        && hosts.iter().all(|h| match h {
+            slipstream_pg::Host::Unix(_) => true,
+            slipstream_pg::Host::Tcp(name) => {
+                name == "localhost" || name == "::1" || name.starts_with("127.")
+            }
+        })
+}
+
+/// Pins the calling thread and the given backends. Fails (and pins nothing more) if a pid is
+/// not a local `postgres` process.
+pub(crate) fn apply(p: Placement, backends: &[i32]) -> anyhow::Result<()> {
+    for &pid in backends {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        anyhow::ensure!(
+            comm.trim() == "postgres",
+            "backend {pid} is not a local postgres process"
+        );
+    }
+    for &pid in backends {
+        let mut set = nix::sched::CpuSet::new();
+        set.set(p.server_cpu)?;
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set)?;
+    }
+    pin_current_thread(&[p.client_cpu])?;
+    Ok(())
+}
+
+/// Lets the calling thread and the backends run anywhere again.
+pub(crate) fn release(backends: &[i32]) {
+    let all: Vec<usize> = (0..std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1))
+        .collect();
+    let _ = pin_current_thread(&all);
+    for &pid in backends {
+        let mut set = nix::sched::CpuSet::new();
+        for &c in &all {
+            let _ = set.set(c);
+        }
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_loopback_and_sockets_are_local() {
+        assert!(super::is_local("postgres://u@127.0.0.1:5/db"));
+        assert!(super::is_local("host=/tmp port=5"));
+        assert!(super::is_local("postgres://u@localhost/db"));
+        assert!(!super::is_local("postgres://u@db.example.com/db"));
+        assert!(!super::is_local("postgres://u@127.0.0.1,db.example.com/db"));
+    }
+}

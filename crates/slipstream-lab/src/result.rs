@@ -1,0 +1,251 @@
+//! The versioned result of one experiment run, as written to JSON.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Names this file format; readers check it before trusting the fields.
+pub const SCHEMA: &str = "slipstream-lab/experiment";
+/// Bumped on any incompatible change to [`ExperimentResult`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything one run of an experiment measured, and what it ran on.
+///
+/// ```
+/// let r = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+/// assert_eq!(r.schema_version, slipstream_lab::SCHEMA_VERSION);
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentResult {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// [`SCHEMA_VERSION`] of the writer.
+    pub schema_version: u32,
+    /// The experiment's name (`roundtrip`, `connect`, ...).
+    pub experiment: String,
+    /// A one-line title.
+    pub title: String,
+    /// True for the reduced `--quick` form.
+    pub quick: bool,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// Wall time of the whole run, in seconds.
+    pub duration_s: f64,
+    /// The knobs the run used (counts, sizes, rounds).
+    pub parameters: BTreeMap<String, serde_json::Value>,
+    /// Machine, software versions, server.
+    pub environment: Environment,
+    /// The table printed to the terminal.
+    pub table: Table,
+    /// Data behind the chart.
+    pub series: Vec<Series>,
+    /// Named ratios against peers (`> 1` means slipstream is faster unless the name says otherwise).
+    pub ratios: BTreeMap<String, f64>,
+    /// Caveats a reader needs (noise warnings, what a peer could not do).
+    pub notes: Vec<String>,
+}
+
+impl ExperimentResult {
+    /// An empty result for `experiment`, stamped now.
+    pub fn new(experiment: &str, title: &str, quick: bool) -> ExperimentResult {
+        ExperimentResult {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            experiment: experiment.into(),
+            title: title.into(),
+            quick,
+            started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            duration_s: 0.0,
+            parameters: BTreeMap::new(),
+            environment: Environment::default(),
+            table: Table::default(),
+            series: Vec::new(),
+            ratios: BTreeMap::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Records a parameter.
+    pub fn param(&mut self, name: &str, value: impl Into<serde_json::Value>) {
+        self.parameters.insert(name.into(), value.into());
+    }
+
+    /// Writes the result as pretty JSON, atomically: a reader never sees half a file.
+    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        write_atomically(path, text.as_bytes())
+    }
+
+    /// Reads a result file, checking its schema.
+    pub fn read_json(path: &Path) -> anyhow::Result<ExperimentResult> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;
+        let r: ExperimentResult = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a slipstream experiment result: {e}",
+                path.display()
+            )
+        })?;
+        anyhow::ensure!(
+            r.schema == SCHEMA && r.schema_version <= SCHEMA_VERSION,
+            "{} has schema {} v{}; this slipstream reads {SCHEMA} up to v{SCHEMA_VERSION}",
+            path.display(),
+            r.schema,
+            r.schema_version
+        );
+        Ok(r)
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it into place.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("could not create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes)
+        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| anyhow::anyhow!("could not move {} into place: {e}", path.display()))
+}
+
+/// What the run ran on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Environment {
+    /// slipstream's version.
+    pub slipstream_version: String,
+    /// Operating system and architecture.
+    pub os: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// CPU model name, if known.
+    pub cpu_model: Option<String>,
+    /// The server's `server_version`.
+    pub server_version: Option<String>,
+    /// The database URL with any password removed.
+    pub database: String,
+    /// tokio-postgres version used as a peer.
+    pub tokio_postgres_version: String,
+}
+
+/// A table of text cells, as printed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Table {
+    /// Column headings.
+    pub columns: Vec<String>,
+    /// Rows of cells.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these headings.
+    pub fn new(columns: &[&str]) -> Table {
+        Table {
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row.
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// Renders with aligned columns: text left, numbers right.
+    pub fn render(&self) -> String {
+        let n = self.columns.len();
+        let mut widths: Vec<usize> = self.columns.iter().map(|c| c.chars().count()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate().take(n) {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        let numeric = |s: &str| s.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+');
+        let line = |cells: &[String]| {
+            let parts: Vec<String> = cells
+                .iter()
+                .enumerate()
+                .take(n)
+                .map(|(i, c)| {
+                    if numeric(c) {
+                        format!("{c:>w$}", w = widths[i])
+                    } else {
+                        format!("{c:<w$}", w = widths[i])
+                    }
+                })
+                .collect();
+            parts.join("  ").trim_end().to_string()
+        };
+        let mut out = line(&self.columns);
+        out.push('\n');
+        out.push_str(
+            &widths
+                .iter()
+                .map(|w| "-".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("  "),
+        );
+        for row in &self.rows {
+            out.push('\n');
+            out.push_str(&line(row));
+        }
+        out
+    }
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// X axis label (with unit).
+    pub x_label: String,
+    /// Y axis label (with unit).
+    pub y_label: String,
+    /// (x, y) points.
+    pub points: Vec<(f64, f64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_numbers_right() {
+        let mut t = Table::new(&["client", "ops/s"]);
+        t.row(vec!["slipstream".into(), "23456".into()]);
+        t.row(vec!["tp".into(), "9".into()]);
+        assert_eq!(
+            t.render(),
+            "client      ops/s\n----------  -----\nslipstream  23456\ntp              9"
+        );
+    }
+
+    #[test]
+    fn json_round_trips_and_checks_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let mut r = ExperimentResult::new("x", "X", true);
+        r.ratios.insert("a_vs_b".into(), 1.5);
+        r.write_json(&path).unwrap();
+        assert_eq!(
+            ExperimentResult::read_json(&path).unwrap().ratios["a_vs_b"],
+            1.5
+        );
+        std::fs::write(&path, r#"{"schema":"other"}"#).unwrap();
+        assert!(ExperimentResult::read_json(&path).is_err());
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+    }
+}

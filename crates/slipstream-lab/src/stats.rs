@@ -1,0 +1,118 @@
+//! Summaries of repeated measurements, printed so a reader can judge the noise.
+
+use serde::{Deserialize, Serialize};
+
+/// Mean, spread and order statistics of a sample.
+///
+/// ```
+/// let s = slipstream_lab::Summary::of(&[1.0, 2.0, 3.0, 4.0]);
+/// assert_eq!(s.mean, 2.5);
+/// assert_eq!(s.min, 1.0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Sample standard deviation (n - 1).
+    pub sd: f64,
+    /// Smallest sample.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile (nearest rank).
+    pub p99: f64,
+    /// Largest sample.
+    pub max: f64,
+}
+
+impl Summary {
+    /// Summarises `samples` (empty gives zeros).
+    pub fn of(samples: &[f64]) -> Summary {
+        if samples.is_empty() {
+            return Summary::default();
+        }
+        let n = samples.len();
+        let mean = samples.iter().sum::<f64>() / n as f64;
+        let sd = if n > 1 {
+            (samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank = |q: f64| sorted[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Summary {
+            n,
+            mean,
+            sd,
+            min: sorted[0],
+            p50: rank(0.5),
+            p99: rank(0.99),
+            max: sorted[n - 1],
+        }
+    }
+
+    /// Coefficient of variation (sd / mean).
+    pub fn cv(&self) -> f64 {
+        if self.mean == 0.0 {
+            0.0
+        } else {
+            self.sd / self.mean
+        }
+    }
+
+    /// `mean ± sd` with `digits` decimals.
+    pub fn mean_sd(&self, digits: usize) -> String {
+        format!("{:.d$} ± {:.d$}", self.mean, self.sd, d = digits)
+    }
+
+    /// `min … max` with `digits` decimals.
+    pub fn range(&self, digits: usize) -> String {
+        format!("{:.d$} … {:.d$}", self.min, self.max, d = digits)
+    }
+}
+
+/// The ratios `peer[i] / ours[i]` of paired measurements taken interleaved (ours, peer, ours,
+/// peer, ...). Slow drift of the machine hits both sides of a pair alike, so the median paired
+/// ratio is steadier than the ratio of means.
+///
+/// ```
+/// let r = slipstream_lab::paired_ratios(&[1.0, 2.0], &[2.0, 4.0]);
+/// assert_eq!(r.p50, 2.0);
+/// ```
+pub fn paired_ratios(ours: &[f64], peer: &[f64]) -> Summary {
+    let ratios: Vec<f64> = ours
+        .iter()
+        .zip(peer)
+        .filter(|(o, _)| **o > 0.0)
+        .map(|(o, p)| p / o)
+        .collect();
+    Summary::of(&ratios)
+}
+
+/// A warning with a remedy when a measurement is noisy (coefficient of variation above 10%).
+pub fn noise_warning(what: &str, s: &Summary) -> Option<String> {
+    (s.cv() > 0.10).then(|| {
+        format!(
+            "{what}: the runs vary by {:.0}% (sd/mean); close other programs or run without --quick for more rounds",
+            s.cv() * 100.0
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_statistics() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        let s = Summary::of(&xs);
+        assert_eq!((s.p50, s.p99, s.max), (50.0, 99.0, 100.0));
+        assert!((s.sd - 29.011).abs() < 0.01);
+        assert!(noise_warning("x", &s).is_some());
+        assert!(noise_warning("x", &Summary::of(&[100.0, 101.0])).is_none());
+    }
+}

@@ -1,0 +1,23 @@
+//! CPU placement for benchmarks.
+
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::unistd::Pid;
+
+use crate::Error;
+
+/// Restricts a process (`None`: the calling thread) to `cpus`.
+pub(crate) fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu)
+            .map_err(|e| Error::new(format!("cpu {cpu} cannot be used: {e}")))?;
+    }
+    let target = Pid::from_raw(pid.map_or(0, |p| p as i32));
+    sched_setaffinity(target, &set)
+        .map_err(|e| Error::new(format!("could not set CPU affinity: {e}")))
+}
+
+/// Restricts the calling thread to `cpus` (e.g. to keep a benchmark's client on one CPU).
+pub fn pin_current_thread(cpus: &[usize]) -> Result<(), Error> {
+    pin(None, cpus)
+}
