@@ -59,6 +59,8 @@ pub enum DbCommand {
     Status,
     /// Print the embedded cluster's URL (starting it if needed).
     Url,
+    /// Stop the embedded cluster and delete its data.
+    Destroy,
 }
 
 #[derive(Debug, Subcommand)]

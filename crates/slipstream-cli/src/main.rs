@@ -99,6 +99,10 @@ fn db(cmd: DbCommand, home: Option<std::path::PathBuf>) -> anyhow::Result<ExitCo
             embedded.stop()?;
             say("stopped")?;
         }
+        DbCommand::Destroy => {
+            embedded.destroy()?;
+            say("destroyed")?;
+        }
         DbCommand::Status => match embedded.status()? {
             Status::NotCreated => say(&format!(
                 "not created (state directory {})",

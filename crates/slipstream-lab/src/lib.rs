@@ -60,6 +60,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         source: "DESIGN.md's physical limit; slipstream-pg vs tokio-postgres vs pgbench",
         run: experiments::roundtrip::run,
     },
+    Experiment {
+        name: "proxy",
+        title: experiments::proxy::TITLE,
+        source: "testkit calibration for the latency-injecting experiments (article 000)",
+        run: experiments::proxy::run,
+    },
 ];
 
 /// Looks an experiment up by name.

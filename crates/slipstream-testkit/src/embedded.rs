@@ -199,4 +199,25 @@ impl Embedded {
         }
         Ok(())
     }
+
+    /// Stops the cluster and deletes its data and state. Not an error if none exists.
+    pub fn destroy(&self) -> Result<(), Error> {
+        self.stop()?;
+        if let Some((data, _)) = self.state() {
+            if data.exists() {
+                std::fs::remove_dir_all(&data)
+                    .map_err(|e| Error::io(format!("could not remove {}", data.display()), e))?;
+            }
+            // The /var/tmp parent made for root is ours alone; the state directory is the user's.
+            if let Some(parent) = data.parent().filter(|p| {
+                p.starts_with("/var/tmp")
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("slipstream-"))
+            }) {
+                let _ = std::fs::remove_dir_all(parent);
+            }
+            let _ = std::fs::remove_file(self.home.join(STATE_FILE));
+        }
+        Ok(())
+    }
 }

@@ -9,7 +9,14 @@
 //! delay of its first chunk (a naive proxy that sleeps before each write would do that).
 //!
 //! OS threads rather than tokio tasks: tokio's timer has millisecond granularity, too coarse for
-//! a 0.2 ms RTT. Writer threads set their timer slack to 1 us so `nanosleep` wakes on time.
+//! a 0.2 ms RTT. A writer sleeps until [`SPIN_MARGIN`] before a chunk's deadline and yields in a
+//! loop for the rest: on a VM a sleeping thread wakes 50-150 us late, which would otherwise add
+//! to every delayed hop.
+//!
+//! With no delay, nothing queued and no stall, the reader writes the chunk itself: the hand-off
+//! to the writer thread is a cross-thread wake-up, the largest cost of a zero-delay proxy.
+//! `pending` (chunks queued but not yet written) keeps this from overtaking queued data: the
+//! reader bypasses the queue only when the writer has nothing left to write.
 //!
 //! The proxy's own cost (thread hand-off, extra copies) is measured by [`measure_overhead`] and
 //! reported next to every figure taken through it.
@@ -27,6 +34,9 @@ use crate::Error;
 
 /// Bytes read per chunk: larger than a typical pipelined burst so a burst stays one chunk.
 const CHUNK: usize = 64 * 1024;
+/// How long before a deadline a writer stops sleeping and starts yielding: more than a
+/// sleeping thread's typical late wake-up here.
+const SPIN_MARGIN: Duration = Duration::from_micros(150);
 
 /// A delaying, fault-injecting TCP proxy in front of one target address.
 ///
@@ -200,7 +210,14 @@ fn pipe(
     done: Arc<AtomicU64>,
 ) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    // Chunks handed to the writer and not yet written. Incremented before a send (Release pairs
+    // with nothing: the reader is the only one who reads it as zero and then writes); the
+    // writer decrements after its write completes, with Release, and the reader's Acquire load
+    // of zero therefore sees every earlier write finished.
+    let pending = Arc::new(AtomicU64::new(0));
+    let reader_pending = pending.clone();
     let reader_shared = shared.clone();
+    let mut direct = to.try_clone().ok();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; CHUNK];
         loop {
@@ -209,6 +226,15 @@ fn pipe(
                 Ok(n) => {
                     let delay =
                         Duration::from_nanos(reader_shared.one_way_nanos.load(Ordering::Relaxed));
+                    let idle = reader_pending.load(Ordering::Acquire) == 0
+                        && !*lock(&reader_shared.stalled);
+                    if let (true, true, Some(out)) = (delay.is_zero(), idle, direct.as_mut()) {
+                        if out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    reader_pending.fetch_add(1, Ordering::AcqRel);
                     if tx
                         .send((Instant::now() + delay, buf[..n].to_vec()))
                         .is_err()
@@ -225,7 +251,9 @@ fn pipe(
         while let Ok((deadline, data)) = rx.recv() {
             wait_unstalled(&shared);
             sleep_until(deadline);
-            if to.write_all(&data).is_err() {
+            let written = to.write_all(&data);
+            pending.fetch_sub(1, Ordering::Release);
+            if written.is_err() {
                 let _ = to.shutdown(Shutdown::Both);
                 break;
             }
@@ -254,7 +282,12 @@ fn sleep_until(deadline: Instant) {
         if now >= deadline {
             return;
         }
-        std::thread::sleep(deadline - now);
+        let left = deadline - now;
+        if left > SPIN_MARGIN {
+            std::thread::sleep(left - SPIN_MARGIN);
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The experiments, one module each.
 
 pub(crate) mod connect;
+pub(crate) mod proxy;
 pub(crate) mod roundtrip;
 
 use std::time::Duration;

@@ -1,0 +1,31 @@
+# The two commands of the README's contract.
+#   make demo   run every experiment in quick mode against the embedded PostgreSQL, write report/
+#   make test   build everything and run every test (lab experiments in their quick smoke form)
+
+CARGO ?= cargo
+
+.PHONY: demo test bench fmt lint clean
+
+demo:
+	$(CARGO) run --release -p slipstream-cli -- demo --out report
+
+test:
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) test --workspace
+
+# Full benchmark runs: not part of CI. Figures go to docs/benchmarks.md.
+bench:
+	$(CARGO) bench -p slipstream-pg --bench roundtrip
+	$(CARGO) run --release -p slipstream-cli -- lab run roundtrip --json report/roundtrip-full.json
+	$(CARGO) run --release -p slipstream-cli -- lab run connect --json report/connect-full.json
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf report

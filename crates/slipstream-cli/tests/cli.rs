@@ -1,0 +1,238 @@
+//! The `slipstream` binary, end to end, against throwaway clusters.
+
+use std::process::{Command, Output};
+
+use slipstream_testkit::Cluster;
+
+fn slipstream(args: &[&str], home: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(args)
+        .env("SLIPSTREAM_HOME", home)
+        .env_remove("DATABASE_URL")
+        .env_remove("PGHOST")
+        .env_remove("PGPORT")
+        .env_remove("PGDATABASE")
+        .env_remove("PGUSER")
+        .output()
+        .expect("run slipstream")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn sql_prints_a_table() {
+    let cluster = Cluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let o = slipstream(
+        &[
+            "sql",
+            "SELECT 1 AS one, 'x' AS letter",
+            "--url",
+            &cluster.url(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("one  letter") && out.contains("(1 row)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn sql_errors_are_reported_with_a_failing_exit_code() {
+    let cluster = Cluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let o = slipstream(
+        &["sql", "SELECT * FROM missing", "--url", &cluster.url()],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("relation \"missing\" does not exist"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn database_url_is_used_when_no_flag_is_given() {
+    let cluster = Cluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(["sql", "SELECT current_setting('port')"])
+        .env("SLIPSTREAM_HOME", home.path())
+        .env("DATABASE_URL", cluster.url())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&cluster.port().to_string()));
+}
+
+#[test]
+fn lab_experiments_run_in_quick_mode_and_write_json_and_svg() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for experiment in ["connect", "roundtrip"] {
+        let json = dir.path().join(format!("{experiment}.json"));
+        let svg = dir.path().join(format!("{experiment}.svg"));
+        let o = slipstream(
+            &[
+                "lab",
+                "run",
+                experiment,
+                "--quick",
+                "--url",
+                &cluster.url(),
+                "--json",
+                json.to_str().unwrap(),
+                "--svg",
+                svg.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{experiment}: {}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("slipstream-pg") && out.contains("tokio-postgres"),
+            "{out}"
+        );
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(result["schema"], "slipstream-lab/experiment");
+        assert_eq!(result["quick"], true);
+        assert!(result["environment"]["cpus"].as_u64().unwrap() >= 1);
+        let ratios = result["ratios"].as_object().unwrap();
+        assert!(
+            ratios
+                .keys()
+                .any(|k| k.contains("tokio_postgres_over_slipstream")),
+            "{ratios:?}"
+        );
+        assert!(
+            ratios
+                .values()
+                .all(|v| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0)),
+            "{ratios:?}"
+        );
+        assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    }
+}
+
+#[test]
+fn demo_writes_a_report() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let o = slipstream(
+        &[
+            "demo",
+            "--out",
+            out.to_str().unwrap(),
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(
+        html.contains("<h2 id=\"connect\">")
+            && html.contains("<h2 id=\"roundtrip\">")
+            && html.contains("<svg")
+    );
+    assert!(out.join("roundtrip.json").exists() && out.join("connect.svg").exists());
+}
+
+#[test]
+fn lab_list_and_unknown_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = slipstream(&["lab", "list"], dir.path());
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("roundtrip"));
+    let o = slipstream(
+        &["lab", "run", "nope", "--url", "postgres://x@127.0.0.1:1/x"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("no experiment named `nope`"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn embedded_database_lifecycle() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    assert!(text(&slipstream(&["db", "status"], h)).contains("not created"));
+    let o = slipstream(&["db", "start"], h);
+    assert!(o.status.success(), "{}", text(&o));
+    let url = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(url.starts_with("postgres://postgres@127.0.0.1:"), "{url}");
+    assert_eq!(
+        String::from_utf8_lossy(&slipstream(&["db", "url"], h).stdout).trim(),
+        url
+    );
+    assert!(text(&slipstream(&["db", "status"], h)).contains("running"));
+    // Commands without --url use the embedded cluster.
+    let o = slipstream(&["sql", "SELECT 40 + 2"], h);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("42"),
+        "{}",
+        text(&o)
+    );
+    let o = slipstream(&["db", "stop"], h);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&slipstream(&["db", "status"], h)).contains("stopped"));
+    // A stopped embedded cluster is started on demand.
+    let o = slipstream(&["sql", "SELECT 1"], h);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("started the embedded PostgreSQL"));
+    let o = slipstream(&["db", "destroy"], h);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&slipstream(&["db", "status"], h)).contains("not created"));
+}
+
+#[test]
+fn missing_postgres_binaries_say_how_to_install_them() {
+    let home = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(["db", "start"])
+        .env("SLIPSTREAM_HOME", home.path())
+        .env("SLIPSTREAM_PG_BINDIR", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("apt-get install postgresql-15"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn help_is_available_on_every_command() {
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["--help"][..],
+        &["db", "--help"],
+        &["lab", "run", "--help"],
+        &["sql", "--help"],
+        &["demo", "--help"],
+    ] {
+        let o = slipstream(args, home.path());
+        assert!(
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Usage"),
+            "{args:?}"
+        );
+    }
+}
