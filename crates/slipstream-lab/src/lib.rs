@@ -11,18 +11,18 @@
 
 mod chart;
 mod environment;
+mod experiment_result;
 mod experiments;
 mod placement;
 mod report;
-mod result;
 mod stats;
 
 pub use chart::line_chart;
 pub use environment::redact;
-pub use report::write_report;
-pub use result::{
+pub use experiment_result::{
     Environment, ExperimentResult, SCHEMA, SCHEMA_VERSION, Series, Table, write_atomically,
 };
+pub use report::write_report;
 pub use stats::{Summary, noise_warning, paired_ratios};
 
 /// Where and how to run an experiment.

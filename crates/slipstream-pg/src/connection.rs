@@ -335,6 +335,24 @@ impl Connection {
         }
     }
 
+    /// Handles the start of a COPY that arrived in reply to a call that is not a COPY call:
+    /// a server waiting for COPY data gets `CopyFail` at once (it would otherwise wait forever),
+    /// and COPY TO STDOUT's data will be skipped. Returns the error to report.
+    pub(crate) async fn refuse_copy(&mut self, inbound: bool) -> Result<Error, Error> {
+        if inbound {
+            frontend::copy_fail("use Client::copy_in for COPY FROM STDIN", &mut self.wbuf)
+                .map_err(|e| Error::protocol(e.to_string()))?;
+            self.flush().await?;
+            Ok(Error::usage(
+                "COPY FROM STDIN takes its data as a stream: use Client::copy_in",
+            ))
+        } else {
+            Ok(Error::usage(
+                "COPY TO STDOUT returns data as a stream: use Client::copy_out",
+            ))
+        }
+    }
+
     /// Sends `Terminate` and closes the socket.
     pub(crate) async fn terminate(&mut self) -> Result<(), Error> {
         if self.broken.is_some() {

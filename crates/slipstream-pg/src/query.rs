@@ -325,19 +325,12 @@ impl Client {
                 Message::ErrorResponse(body) => {
                     error = Some(Error::db(DbError::parse(&mut body.fields())?))
                 }
-                Message::CopyInResponse(_) => {
-                    // Never leave the server waiting for COPY data nobody will send.
-                    frontend::copy_fail(
-                        "use Client::copy_in for COPY FROM STDIN",
-                        &mut self.conn.wbuf,
-                    )
-                    .map_err(|e| Error::protocol(e.to_string()))?;
-                    self.conn.flush().await?;
-                }
-                Message::CopyOutResponse(_) => {
-                    error = Some(Error::usage(
-                        "COPY TO STDOUT returns data as a stream: use Client::copy_out",
-                    ));
+                m @ (Message::CopyInResponse(_) | Message::CopyOutResponse(_)) => {
+                    let refused = self
+                        .conn
+                        .refuse_copy(matches!(m, Message::CopyInResponse(_)))
+                        .await?;
+                    error.get_or_insert(refused);
                 }
                 Message::CopyData(_) | Message::CopyDone => {}
                 Message::ReadyForQuery(_) => break,

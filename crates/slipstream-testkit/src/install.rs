@@ -67,7 +67,7 @@ impl Install {
     /// The server's major version, from `postgres --version`.
     pub fn version(&self) -> Result<String, Error> {
         let out = run(
-            &mut self.command("postgres").arg("--version"),
+            self.command("postgres").arg("--version"),
             "postgres --version",
         )?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

@@ -10,20 +10,7 @@ async fn a_long_query_is_cancelled_within_two_seconds() {
     let pid = c.backend_pid();
     let start = Instant::now();
     let canceller = tokio::spawn(async move {
-        // Wait until the statement is really running, then cancel it.
-        loop {
-            let row = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
-                    &[&pid],
-                )
-                .await
-                .unwrap();
-            if row.get::<_, i64>(0).unwrap() == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        super::wait_until_active(&mut watcher, pid).await;
         token.cancel().await.unwrap();
     });
     let err = c.simple_query("SELECT pg_sleep(30)").await.unwrap_err();
@@ -48,22 +35,12 @@ async fn a_dropped_query_future_does_not_desynchronise_the_connection() {
     .await;
     assert!(r.is_err(), "the timeout fired first");
     // The reply to the abandoned query arrives first and must be skipped.
-    let v: i32 = c
-        .query_one("SELECT 2::int4", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let v: i32 = super::scalar(&mut c, "SELECT 2::int4").await;
     assert_eq!(v, 2);
     // Many abandoned requests in a row.
     for _ in 0..5 {
         let _ = tokio::time::timeout(Duration::ZERO, c.query("SELECT 3::int4", &[])).await;
     }
-    let v: i32 = c
-        .query_one("SELECT 4::int4", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let v: i32 = super::scalar(&mut c, "SELECT 4::int4").await;
     assert_eq!(v, 4);
 }

@@ -16,12 +16,7 @@ async fn a_million_rows_in_and_out() {
         copy.write(line.as_bytes()).await.unwrap();
     }
     assert_eq!(copy.finish().await.unwrap(), ROWS);
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM big", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM big").await;
     assert_eq!(n as u64, ROWS);
 
     let mut out = c.copy_out("COPY big TO STDOUT").await.unwrap();
@@ -50,12 +45,7 @@ async fn bad_copy_data_is_a_server_error_and_the_connection_lives_on() {
         Some("22P02"),
         "{err}"
     );
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
     assert_eq!(n, 0);
 }
 
@@ -67,12 +57,7 @@ async fn a_dropped_copy_in_loads_nothing_and_the_connection_lives_on() {
         let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
         copy.write(b"1\n2\n").await.unwrap();
     }
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
     assert_eq!(n, 0);
     let copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
     copy.abort("changed my mind").await.unwrap();
@@ -89,12 +74,7 @@ async fn a_dropped_copy_out_leaves_the_connection_usable() {
             .unwrap();
         out.next().await.unwrap().unwrap();
     }
-    let v: i32 = c
-        .query_one("SELECT 5::int4", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let v: i32 = super::scalar(&mut c, "SELECT 5::int4").await;
     assert_eq!(v, 5);
 }
 

@@ -104,19 +104,7 @@ async fn a_terminated_backend_mid_query_is_an_error_not_a_hang() {
     let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
     let pid = c.backend_pid();
     let kill = tokio::spawn(async move {
-        loop {
-            let row = killer
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
-                    &[&pid],
-                )
-                .await
-                .unwrap();
-            if row.get::<_, i64>(0).unwrap() == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        super::wait_until_active(&mut killer, pid).await;
         killer
             .execute("SELECT pg_terminate_backend($1)", &[&pid])
             .await

@@ -20,3 +20,26 @@ async fn setup() -> (Cluster, Client) {
         .expect("connect");
     (cluster, client)
 }
+
+/// The single value of a one-row, one-column query.
+async fn scalar<T: for<'a> slipstream_pg::types::FromSql<'a>>(c: &mut Client, sql: &str) -> T {
+    c.query_one(sql, &[]).await.unwrap().get(0).unwrap()
+}
+
+/// Waits until backend `pid` is running a statement (polling `pg_stat_activity` on `watcher`:
+/// the condition itself, not a guess of how long it takes).
+async fn wait_until_active(watcher: &mut Client, pid: i32) {
+    loop {
+        let row = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active'",
+                &[&pid],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, i64>(0).unwrap() == 1 {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}

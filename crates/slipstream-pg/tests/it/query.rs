@@ -138,12 +138,7 @@ async fn query_typed_takes_one_round_trip_and_leaves_nothing_behind() {
         .await
         .unwrap();
     assert_eq!(rows[0].get::<_, i64>(0).unwrap(), 42);
-    let n: i64 = c
-        .query_one("SELECT count(*) FROM pg_prepared_statements", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
     assert_eq!(n, 0);
 }
 

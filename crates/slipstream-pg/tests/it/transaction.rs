@@ -1,11 +1,7 @@
 use slipstream_pg::{ErrorKind, TransactionStatus};
 
 async fn count(c: &mut slipstream_pg::Client) -> i64 {
-    c.query_one("SELECT count(*) FROM t", &[])
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap()
+    super::scalar(c, "SELECT count(*) FROM t").await
 }
 
 #[tokio::test]

@@ -113,14 +113,7 @@ async fn columns_by_name_and_clear_errors_for_wrong_use() {
         .unwrap_err();
     assert!(e.to_string().contains("2 parameters but 1"), "{e}");
     // ... and the connection is still in step.
-    assert_eq!(
-        c.query_one("SELECT 1::int4", &[])
-            .await
-            .unwrap()
-            .get::<_, i32>(0)
-            .unwrap(),
-        1
-    );
+    assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1::int4").await, 1);
 }
 
 #[tokio::test]
