@@ -77,7 +77,7 @@ pub enum LabCommand {
         /// Write the result as JSON here.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Write the chart as SVG here.
+        /// Write the chart as SVG here [default with --json: beside it, as .svg].
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },

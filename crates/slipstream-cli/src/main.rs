@@ -63,11 +63,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = database::resolve(cli.url, cli.home)?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
             print_result(&result)?;
+            // With --json and no --svg, the chart goes beside the JSON.
+            let svg = svg.or_else(|| json.as_ref().map(|j| j.with_extension("svg")));
             if let Some(path) = json {
                 result.write_json(&path)?;
                 eprintln!("wrote {}", path.display());
             }
-            if let Some(path) = svg {
+            if let Some(path) = svg.filter(|_| !result.series.is_empty()) {
                 slipstream_lab::line_chart(&result.title, &result.series, &path)?;
                 eprintln!("wrote {}", path.display());
             }

@@ -127,6 +127,28 @@ fn lab_experiments_run_in_quick_mode_and_write_json_and_svg() {
 }
 
 #[test]
+fn json_alone_also_writes_the_chart_beside_it() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let o = slipstream(
+        &[
+            "lab",
+            "run",
+            "connect",
+            "--quick",
+            "--url",
+            &cluster.url(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(dir.path().join("c.svg").exists());
+}
+
+#[test]
 fn demo_writes_a_report() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -9,6 +9,8 @@ use crate::Series;
 
 const WIDTH: u32 = 720;
 const HEIGHT: u32 = 400;
+/// Above this many points per series, markers hide the line: draw the line alone.
+const MAX_MARKED_POINTS: usize = 60;
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -62,9 +64,11 @@ pub fn line_chart(title: &str, series: &[Series], path: &Path) -> anyhow::Result
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });
-        chart
-            .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
-            .map_err(draw_err)?;
+        if s.points.len() <= MAX_MARKED_POINTS {
+            chart
+                .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                .map_err(draw_err)?;
+        }
     }
     chart
         .configure_series_labels()

@@ -58,7 +58,7 @@ pub enum Host {
 
 impl Host {
     fn parse(s: &str) -> Host {
-        if s.starts_with('/') || s.starts_with('@') {
+        if s.starts_with('/') {
             Host::Unix(PathBuf::from(s))
         } else {
             Host::Tcp(s.to_string())

@@ -98,7 +98,8 @@ async fn connect_host(
         Host::Unix(dir) => {
             let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
             let s = UnixStream::connect(&path).await.map_err(|e| {
-                Error::io("could not connect; is the server running locally and accepting connections on that socket?", e)
+                Error::io("could not connect", e)
+                    .hint("is the server running locally and accepting connections on that socket?")
             })?;
             (Socket::Unix(s), CancelTarget::Unix(path), None)
         }
@@ -153,9 +154,10 @@ pub(crate) async fn tcp_connect(host: &str, port: u16) -> Result<(TcpStream, Soc
         }
     }
     Err(Error::io(
-        "could not connect; is the server running on that host and accepting TCP/IP connections?",
+        "could not connect",
         last.unwrap_or_else(|| std::io::Error::other(format!("`{host}` resolved to no address"))),
-    ))
+    )
+    .hint("is the server running on that host and accepting TCP/IP connections?"))
 }
 
 /// Sends `SSLRequest` and, if the server agrees, performs the TLS handshake.

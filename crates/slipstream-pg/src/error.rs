@@ -63,6 +63,8 @@ pub struct Error(Box<Inner>);
 struct Inner {
     kind: ErrorKind,
     message: Option<String>,
+    /// What to do about it, shown after the cause (libpq's "Is the server running ...?").
+    hint: Option<&'static str>,
     db: Option<DbError>,
     source: Option<BoxError>,
 }
@@ -72,6 +74,7 @@ impl Error {
         Error(Box::new(Inner {
             kind,
             message,
+            hint: None,
             db: None,
             source,
         }))
@@ -121,6 +124,12 @@ impl Error {
 
     pub(crate) fn io(context: &str, e: io::Error) -> Error {
         Error::new(ErrorKind::Io, Some(context.to_string()), Some(Box::new(e)))
+    }
+
+    /// Adds advice on what to do, shown after the cause.
+    pub(crate) fn hint(mut self, hint: &'static str) -> Error {
+        self.0.hint = Some(hint);
+        self
     }
 
     pub(crate) fn protocol(message: impl Into<String>) -> Error {
@@ -195,6 +204,9 @@ impl fmt::Display for Error {
             write!(f, "{sep}{db}")?;
         } else if let Some(s) = &self.0.source {
             write!(f, "{sep}{s}")?;
+        }
+        if let Some(hint) = self.0.hint {
+            write!(f, "; {hint}")?;
         }
         Ok(())
     }
@@ -407,3 +419,27 @@ impl fmt::Display for DbError {
 }
 
 impl StdError for DbError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_reads_context_then_cause_then_hint() {
+        let e = Error::io(
+            "could not connect",
+            io::Error::new(io::ErrorKind::ConnectionRefused, "refused"),
+        )
+        .hint("is the server running?")
+        .context("connection to server at h:1 failed");
+        assert_eq!(
+            e.to_string(),
+            "connection to server at h:1 failed: could not connect: refused; is the server running?"
+        );
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the io::Error is kept as the source"
+        );
+    }
+}
