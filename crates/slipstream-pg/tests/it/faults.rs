@@ -168,3 +168,73 @@ async fn server_errors_carry_their_fields() {
     assert!(db.detail().unwrap().contains("(id)=(1)"));
     assert!(err.to_string().contains("duplicate key"), "{err}");
 }
+
+/// A cluster behind a delay proxy, and a client connected through it.
+async fn behind_proxy() -> (
+    slipstream_testkit::Cluster,
+    slipstream_testkit::DelayProxy,
+    slipstream_pg::Client,
+) {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let proxy = slipstream_testkit::DelayProxy::start(
+        format!("127.0.0.1:{}", cluster.port()).parse().unwrap(),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let client = slipstream_pg::connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    ))
+    .await
+    .unwrap();
+    (cluster, proxy, client)
+}
+
+#[tokio::test]
+async fn a_connection_cut_mid_query_fails_every_call_instead_of_hanging() {
+    let (cluster, proxy, mut c) = behind_proxy().await;
+    let pid = c.backend_pid();
+    let query = tokio::spawn(async move {
+        let r = c.simple_query("SELECT pg_sleep(30)").await;
+        (r.map(drop), c)
+    });
+    // Cut once the statement runs on the server.
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    super::wait_until_active(&mut watcher, pid).await;
+    proxy.cut_all();
+    let (result, mut c) = tokio::time::timeout(Duration::from_secs(10), query)
+        .await
+        .expect("no hang")
+        .unwrap();
+    let err = result.unwrap_err();
+    assert!(err.is_closed(), "{err}");
+    assert!(c.is_broken());
+    assert_eq!(
+        c.batch_execute("SELECT 1").await.unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_network_is_bounded_by_a_timeout_and_the_connection_recovers() {
+    let (_cluster, proxy, mut c) = behind_proxy().await;
+    proxy.set_stalled(true);
+    let r = tokio::time::timeout(
+        Duration::from_millis(300),
+        c.query_one("SELECT 1::int4", &[]),
+    )
+    .await;
+    assert!(
+        r.is_err(),
+        "the stalled query is still waiting when the timeout fires"
+    );
+    proxy.set_stalled(false);
+    // The abandoned reply arrives first and is skipped; this call gets its own answer.
+    let v: i32 = c
+        .query_one("SELECT 2::int4", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(v, 2);
+}
