@@ -1,5 +1,5 @@
-//! Connection configuration: libpq's connection strings (URL and `key=value`) and `PG*`
-//! environment variables.
+//! Connection configuration: the parameters, their `PG*` environment variables and libpq's
+//! defaults. Parsing connection strings lives in `conninfo`.
 //!
 //! Precedence follows libpq: a parameter in the string wins over its environment variable, which
 //! wins over the built-in default.
@@ -8,8 +8,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
-
-use percent_encoding::percent_decode_str;
 
 use crate::Error;
 
@@ -57,7 +55,7 @@ pub enum Host {
 }
 
 impl Host {
-    fn parse(s: &str) -> Host {
+    pub(crate) fn parse(s: &str) -> Host {
         if s.starts_with('/') {
             Host::Unix(PathBuf::from(s))
         } else {
@@ -106,6 +104,11 @@ pub struct Config {
     pub(crate) ssl_root_cert: Option<PathBuf>,
     pub(crate) ssl_cert: Option<PathBuf>,
     pub(crate) ssl_key: Option<PathBuf>,
+    pub(crate) keepalives: Option<bool>,
+    pub(crate) keepalives_idle: Option<Duration>,
+    pub(crate) keepalives_interval: Option<Duration>,
+    pub(crate) keepalives_count: Option<u32>,
+    pub(crate) tcp_user_timeout: Option<Duration>,
 }
 
 /// The port PostgreSQL listens on unless told otherwise.
@@ -176,6 +179,34 @@ impl Config {
     /// The PEM private key matching [`Config::ssl_cert`].
     pub fn ssl_key(mut self, path: impl Into<PathBuf>) -> Config {
         self.ssl_key = Some(path.into());
+        self
+    }
+
+    /// TCP keepalive probes on idle connections, so a peer that vanished is noticed (default on,
+    /// with the operating system's timings unless set below).
+    pub fn keepalives(mut self, on: bool) -> Config {
+        self.keepalives = Some(on);
+        self
+    }
+    /// Idle time before the first keepalive probe.
+    pub fn keepalives_idle(mut self, idle: Duration) -> Config {
+        self.keepalives_idle = Some(idle);
+        self
+    }
+    /// Time between unanswered keepalive probes.
+    pub fn keepalives_interval(mut self, interval: Duration) -> Config {
+        self.keepalives_interval = Some(interval);
+        self
+    }
+    /// Unanswered probes before the connection is considered dead.
+    pub fn keepalives_count(mut self, count: u32) -> Config {
+        self.keepalives_count = Some(count);
+        self
+    }
+    /// How long sent data may stay unacknowledged before the connection is considered dead
+    /// (Linux `TCP_USER_TIMEOUT`).
+    pub fn tcp_user_timeout(mut self, timeout: Duration) -> Config {
+        self.tcp_user_timeout = Some(timeout);
         self
     }
 
@@ -289,169 +320,6 @@ impl Config {
             _ => false,
         }
     }
-
-    /// Sets one libpq parameter by its keyword.
-    fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
-        match key {
-            "host" => {
-                self.hosts = value
-                    .split(',')
-                    .filter(|h| !h.is_empty())
-                    .map(Host::parse)
-                    .collect();
-            }
-            "port" => {
-                self.ports = value
-                    .split(',')
-                    .map(|p| {
-                        p.trim().parse::<u16>().map_err(|_| {
-                            Error::config(format!("invalid port `{p}`: expected a number 1-65535"))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "user" => self.user = Some(value.into()),
-            "password" => self.password = Some(value.as_bytes().to_vec()),
-            "dbname" => self.dbname = Some(value.into()),
-            "application_name" => self.application_name = Some(value.into()),
-            "options" => self.options = Some(value.into()),
-            "connect_timeout" => {
-                let secs: i64 = value.trim().parse().map_err(|_| {
-                    Error::config(format!(
-                        "invalid connect_timeout `{value}`: expected whole seconds"
-                    ))
-                })?;
-                // libpq: zero or negative means wait forever; 1 is raised to 2.
-                self.connect_timeout = (secs > 0).then(|| Duration::from_secs(secs.max(2) as u64));
-            }
-            "sslmode" => self.ssl_mode = Some(value.parse()?),
-            "sslrootcert" => self.ssl_root_cert = Some(value.into()),
-            "sslcert" => self.ssl_cert = Some(value.into()),
-            "sslkey" => self.ssl_key = Some(value.into()),
-            // Accepted for compatibility with libpq strings; they do not change our behaviour.
-            "client_encoding"
-            | "fallback_application_name"
-            | "keepalives"
-            | "keepalives_idle"
-            | "target_session_attrs"
-            | "gssencmode"
-            | "channel_binding" => {}
-            other => {
-                return Err(Error::config(format!(
-                    "unknown connection parameter `{other}` (supported: host, port, user, password, \
-                     dbname, application_name, options, connect_timeout, sslmode, sslrootcert, sslcert, sslkey)"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    fn parse_url(s: &str) -> Result<Config, Error> {
-        let rest = s
-            .strip_prefix("postgresql://")
-            .or_else(|| s.strip_prefix("postgres://"))
-            .ok_or_else(|| Error::config("a URL must start with postgres:// or postgresql://"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostlist) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let mut config = Config::new();
-        if let Some(userinfo) = userinfo {
-            let (user, password) = match userinfo.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                None => (userinfo, None),
-            };
-            if !user.is_empty() {
-                config.user = Some(decode(user)?);
-            }
-            if let Some(p) = password {
-                config.password = Some(percent_decode_str(p).collect());
-            }
-        }
-        for part in hostlist.split(',').filter(|p| !p.is_empty()) {
-            let (host, port) = split_host_port(part)?;
-            if !host.is_empty() {
-                config.hosts.push(Host::parse(&decode(host)?));
-            }
-            if let Some(port) = port {
-                config.set_port_entry(port)?;
-            }
-        }
-        if !path.is_empty() {
-            config.dbname = Some(decode(path)?);
-        }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').ok_or_else(|| {
-                Error::config(format!(
-                    "invalid URL query parameter `{pair}`: expected key=value"
-                ))
-            })?;
-            config.set(&decode(k)?, &decode(v)?)?;
-        }
-        Ok(config)
-    }
-
-    fn set_port_entry(&mut self, port: &str) -> Result<(), Error> {
-        let p = port.parse::<u16>().map_err(|_| {
-            Error::config(format!("invalid port `{port}`: expected a number 1-65535"))
-        })?;
-        self.ports.push(p);
-        Ok(())
-    }
-
-    fn parse_key_value(s: &str) -> Result<Config, Error> {
-        let mut config = Config::new();
-        let mut chars = s.chars().peekable();
-        loop {
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
-            if chars.peek().is_none() {
-                break;
-            }
-            let mut key = String::new();
-            while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
-                key.push(c);
-            }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
-            if chars.next() != Some('=') {
-                return Err(Error::config(format!(
-                    "missing `=` after `{key}` in connection string: expected key=value pairs"
-                )));
-            }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
-            let mut value = String::new();
-            if chars.next_if_eq(&'\'').is_some() {
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => value.push(c),
-                            None => break,
-                        },
-                        Some(c) => value.push(c),
-                        None => {
-                            return Err(Error::config(format!(
-                                "unterminated quoted value for `{key}` in connection string"
-                            )));
-                        }
-                    }
-                }
-            } else {
-                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
-                    if c == '\\' {
-                        if let Some(escaped) = chars.next() {
-                            value.push(escaped);
-                        }
-                    } else {
-                        value.push(c);
-                    }
-                }
-            }
-            config.set(&key, &value)?;
-        }
-        Ok(config)
-    }
 }
 
 /// Where Debian's (and most distributions') PostgreSQL puts its Unix socket.
@@ -473,42 +341,6 @@ const ENV_VARS: [(&str, &str); 12] = [
     ("sslkey", "PGSSLKEY"),
 ];
 
-fn decode(s: &str) -> Result<String, Error> {
-    percent_decode_str(s)
-        .decode_utf8()
-        .map(|c| c.into_owned())
-        .map_err(|_| Error::config(format!("`{s}` is not valid UTF-8 after percent-decoding")))
-}
-
-/// Splits `host:port`, `[v6]:port`, `host` or `:port`.
-fn split_host_port(s: &str) -> Result<(&str, Option<&str>), Error> {
-    if let Some(rest) = s.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| Error::config(format!("unterminated `[` in host `{s}`")))?;
-        return Ok((host, after.strip_prefix(':')));
-    }
-    Ok(match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    })
-}
-
-impl FromStr for Config {
-    type Err = Error;
-
-    /// Parses a URL (`postgres://user:pass@host:port/db?sslmode=require`) or a libpq key=value
-    /// string (`host=... port=... user=...`). No environment variables are applied.
-    fn from_str(s: &str) -> Result<Config, Error> {
-        let s = s.trim();
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            Config::parse_url(s)
-        } else {
-            Config::parse_key_value(s)
-        }
-    }
-}
-
 impl fmt::Debug for Config {
     /// Shows every parameter but the password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -526,72 +358,9 @@ impl fmt::Debug for Config {
             .finish()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn url_with_everything() {
-        let c: Config =
-            "postgresql://us%40er:p%3Ass@h1:5433,[::1]:5434/my%20db?sslmode=verify-full&application_name=x&connect_timeout=7"
-                .parse()
-                .unwrap();
-        assert_eq!(c.user.as_deref(), Some("us@er"));
-        assert_eq!(c.password.as_deref(), Some(&b"p:ss"[..]));
-        assert_eq!(
-            c.hosts,
-            vec![Host::Tcp("h1".into()), Host::Tcp("::1".into())]
-        );
-        assert_eq!(c.ports, vec![5433, 5434]);
-        assert_eq!(c.dbname.as_deref(), Some("my db"));
-        assert_eq!(c.get_ssl_mode(), SslMode::VerifyFull);
-        assert_eq!(c.application_name.as_deref(), Some("x"));
-        assert_eq!(c.connect_timeout, Some(Duration::from_secs(7)));
-    }
-
-    #[test]
-    fn url_with_unix_socket_host() {
-        let c: Config = "postgres://%2Fvar%2Frun%2Fpostgresql/db".parse().unwrap();
-        assert_eq!(c.hosts, vec![Host::Unix("/var/run/postgresql".into())]);
-        let c: Config = "postgres:///db?host=/tmp&port=5444".parse().unwrap();
-        assert_eq!(c.hosts, vec![Host::Unix("/tmp".into())]);
-        assert_eq!(
-            c.targets().unwrap(),
-            vec![(Host::Unix("/tmp".into()), 5444)]
-        );
-    }
-
-    #[test]
-    fn key_value_with_quotes_and_escapes() {
-        let c: Config = r"host=localhost port = 5433 password='it\'s a \\ secret' dbname=x options='-c search_path=a'"
-            .parse()
-            .unwrap();
-        assert_eq!(c.password.as_deref(), Some(&br"it's a \ secret"[..]));
-        assert_eq!(c.options.as_deref(), Some("-c search_path=a"));
-        assert_eq!(c.ports, vec![5433]);
-    }
-
-    #[test]
-    fn bad_input_names_the_problem() {
-        let e = "host=x bogus=1".parse::<Config>().unwrap_err().to_string();
-        assert!(e.contains("unknown connection parameter `bogus`"), "{e}");
-        let e = "port=99999".parse::<Config>().unwrap_err().to_string();
-        assert!(e.contains("invalid port `99999`"), "{e}");
-        let e = "password='open".parse::<Config>().unwrap_err().to_string();
-        assert!(e.contains("unterminated"), "{e}");
-        let e = "sslmode=maybe".parse::<Config>().unwrap_err().to_string();
-        assert!(e.contains("invalid sslmode"), "{e}");
-        let e = "hostonly".parse::<Config>().unwrap_err().to_string();
-        assert!(e.contains("missing `=`"), "{e}");
-        let c: Config = "host=a,b,c port=1,2".parse().unwrap();
-        assert!(
-            c.targets()
-                .unwrap_err()
-                .to_string()
-                .contains("3 hosts but 2 ports")
-        );
-    }
 
     #[test]
     fn env_fills_only_what_the_string_left_out() {

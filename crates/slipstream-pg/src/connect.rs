@@ -105,6 +105,7 @@ async fn connect_host(
         }
         Host::Tcp(name) => {
             let (stream, addr) = tcp_connect(name, port).await?;
+            set_keepalives(&stream, config)?;
             match tls {
                 Some(tls) => {
                     let server_name = tls::server_name(name)?;
@@ -158,6 +159,30 @@ pub(crate) async fn tcp_connect(host: &str, port: u16) -> Result<(TcpStream, Soc
         last.unwrap_or_else(|| std::io::Error::other(format!("`{host}` resolved to no address"))),
     )
     .hint("is the server running on that host and accepting TCP/IP connections?"))
+}
+
+/// Applies libpq's keepalive parameters: on by default, the operating system's timings unless
+/// the configuration sets them.
+fn set_keepalives(stream: &TcpStream, config: &Config) -> Result<(), Error> {
+    let socket = socket2::SockRef::from(stream);
+    let failed = |e| Error::io("could not set TCP keepalive options", e);
+    if config.keepalives.unwrap_or(true) {
+        let mut ka = socket2::TcpKeepalive::new();
+        if let Some(idle) = config.keepalives_idle {
+            ka = ka.with_time(idle);
+        }
+        if let Some(interval) = config.keepalives_interval {
+            ka = ka.with_interval(interval);
+        }
+        if let Some(count) = config.keepalives_count {
+            ka = ka.with_retries(count);
+        }
+        socket.set_tcp_keepalive(&ka).map_err(failed)?;
+    }
+    if let Some(timeout) = config.tcp_user_timeout {
+        socket.set_tcp_user_timeout(Some(timeout)).map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Sends `SSLRequest` and, if the server agrees, performs the TLS handshake.

@@ -57,6 +57,7 @@ mod client;
 mod config;
 mod connect;
 mod connection;
+mod conninfo;
 mod copy;
 mod error;
 mod notification;
