@@ -65,11 +65,31 @@ impl Client {
     }
 
     /// Whether the session is in a transaction block, as of the last completed request.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::TransactionStatus;
+    /// let tx = client.transaction().await?;
+    /// assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+    /// tx.rollback().await?;
+    /// assert_eq!(client.transaction_status(), TransactionStatus::Idle);
+    /// # Ok(()) }
+    /// ```
     pub fn transaction_status(&self) -> TransactionStatus {
         self.conn.tx_status
     }
 
     /// True once an I/O or protocol failure, or the server, ended the connection.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// if let Err(e) = client.batch_execute("SELECT 1").await {
+    ///     if client.is_broken() {
+    ///         // Reconnect: this connection is gone ({e} says why).
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_broken(&self) -> bool {
         self.conn.is_broken()
     }
@@ -92,6 +112,16 @@ impl Client {
     }
 
     /// Notifications received so far (during any call), oldest first.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// client.batch_execute("LISTEN jobs").await?;
+    /// client.batch_execute("SELECT 1").await?; // notifications may arrive during any call
+    /// for n in client.take_notifications() {
+    ///     println!("{}: {}", n.channel(), n.payload());
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn take_notifications(&mut self) -> Vec<Notification> {
         self.conn.notifications.drain(..).collect()
     }
@@ -119,6 +149,13 @@ impl Client {
 
     /// Closes the connection cleanly (sends `Terminate`). Dropping a `Client` does the same on
     /// a best-effort basis.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), slipstream_pg::Error> {
+    /// let client = slipstream_pg::connect("host=/var/run/postgresql user=postgres").await?;
+    /// client.close().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn close(mut self) -> Result<(), Error> {
         self.conn.terminate().await
     }

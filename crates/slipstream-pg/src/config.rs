@@ -13,6 +13,13 @@ use crate::Error;
 
 /// libpq's `sslmode`: whether to use TLS and how much of the server's certificate to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// ```
+/// use slipstream_pg::{Config, SslMode};
+/// let config: Config = "host=db.example.com sslmode=verify-full sslrootcert=/etc/ssl/ca.pem".parse()?;
+/// assert_eq!(config.get_ssl_mode(), SslMode::VerifyFull);
+/// # Ok::<(), slipstream_pg::Error>(())
+/// ```
 pub enum SslMode {
     /// Never use TLS.
     Disable,
@@ -47,6 +54,14 @@ impl FromStr for SslMode {
 
 /// One server address.
 #[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// ```
+/// use slipstream_pg::{Config, Host};
+/// let config: Config = "host=/var/run/postgresql,db.example.com".parse()?;
+/// assert_eq!(config.get_hosts()[0], Host::Unix("/var/run/postgresql".into()));
+/// assert_eq!(config.get_hosts()[1], Host::Tcp("db.example.com".into()));
+/// # Ok::<(), slipstream_pg::Error>(())
+/// ```
 pub enum Host {
     /// A host name or IP address reached over TCP.
     Tcp(String),
@@ -246,6 +261,13 @@ impl Config {
     /// Fills every parameter still unset from the `PG*` environment variables (`PGHOST`,
     /// `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGOPTIONS`,
     /// `PGCONNECT_TIMEOUT`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`).
+    ///
+    /// ```
+    /// // With PGHOST=db.internal in the environment, the string's host still wins:
+    /// let config = "host=localhost".parse::<slipstream_pg::Config>()?.apply_env()?;
+    /// assert_eq!(config.get_hosts(), &[slipstream_pg::Host::Tcp("localhost".into())]);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn apply_env(self) -> Result<Config, Error> {
         self.apply_vars(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
     }

@@ -40,6 +40,15 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Whether the session is inside a transaction block, as the last `ReadyForQuery` said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::TransactionStatus;
+/// if client.transaction_status() == TransactionStatus::Failed {
+///     client.batch_execute("ROLLBACK").await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub enum TransactionStatus {
     /// Not in a transaction block.
     Idle,

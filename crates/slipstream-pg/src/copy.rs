@@ -171,6 +171,14 @@ impl CopyIn<'_> {
     }
 
     /// Aborts the COPY: the server loads nothing. Returns once the server has confirmed.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut copy = client.copy_in("COPY items FROM STDIN").await?;
+    /// copy.write(b"1\tfirst\n").await?;
+    /// copy.abort("the input file was truncated").await?; // nothing is loaded
+    /// # Ok(()) }
+    /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
         self.finished = true;
         frontend::copy_fail(reason, &mut self.client.conn.wbuf)
@@ -254,6 +262,14 @@ impl<'a> CopyOut<'a> {
     }
 
     /// Writes all the data to `writer`; returns the number of rows copied.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let file = tokio::fs::File::create("items.csv").await.unwrap();
+    /// let mut copy = client.copy_out("COPY items TO STDOUT (FORMAT csv, HEADER)").await?;
+    /// let rows = copy.write_to(file).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn write_to<W: AsyncWrite + Unpin>(&mut self, mut writer: W) -> Result<u64, Error> {
         while let Some(chunk) = self.next().await? {
             writer

@@ -14,6 +14,18 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// What kind of failure an [`Error`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+///
+/// ```no_run
+/// # async fn f() {
+/// use slipstream_pg::ErrorKind;
+/// match slipstream_pg::connect("postgres://app:wrong@127.0.0.1/db").await {
+///     Err(e) if e.kind() == ErrorKind::Authentication => eprintln!("check the password: {e}"),
+///     Err(e) if e.kind() == ErrorKind::Io => eprintln!("is the server up? {e}"),
+///     Err(e) => eprintln!("{e}"),
+///     Ok(_) => {}
+/// }
+/// # }
+/// ```
 pub enum ErrorKind {
     /// The server answered with an `ErrorResponse`; see [`Error::as_db_error`].
     Db,
@@ -97,6 +109,16 @@ impl Error {
 
     /// True when the connection can no longer be used: closed, broken by an I/O or protocol
     /// failure, or terminated by the server.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// match client.batch_execute("SELECT 1").await {
+    ///     Err(e) if e.is_closed() => { /* reconnect and retry if the work is idempotent */ }
+    ///     Err(e) => return Err(e),
+    ///     Ok(()) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn is_closed(&self) -> bool {
         match self.0.kind {
             ErrorKind::Io | ErrorKind::Protocol | ErrorKind::Closed => true,

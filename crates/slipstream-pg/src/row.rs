@@ -128,6 +128,14 @@ impl Row {
     }
 
     /// The raw bytes of a value in PostgreSQL's binary format, `None` for NULL.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// // An enum type the client does not know: read its binary (here: text) form.
+    /// let row = client.query_one("SELECT 'happy'::mood", &[]).await?;
+    /// assert_eq!(row.get_raw(0)?, Some(&b"happy"[..]));
+    /// # Ok(()) }
+    /// ```
     pub fn get_raw<I: RowIndex>(&self, idx: I) -> Result<Option<&[u8]>, Error> {
         let i = idx
             .find(&self.columns, |c| c.name())

@@ -121,6 +121,14 @@ impl<'a> Transaction<'a> {
     ///
     /// If a statement in the transaction failed, PostgreSQL turns `COMMIT` into a rollback; this
     /// returns an error then instead of pretending the work was saved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO log VALUES ('kept')", &[]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn commit(mut self) -> Result<(), Error> {
         self.done = true;
         match &self.savepoint {
@@ -142,6 +150,14 @@ impl<'a> Transaction<'a> {
     }
 
     /// Rolls back (to the savepoint, for a savepoint).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut tx = client.transaction().await?;
+    /// tx.execute("DELETE FROM log", &[]).await?;
+    /// tx.rollback().await?; // nothing was deleted
+    /// # Ok(()) }
+    /// ```
     pub async fn rollback(mut self) -> Result<(), Error> {
         self.done = true;
         let sql = self.rollback_sql();
@@ -162,6 +178,16 @@ impl<'a> Transaction<'a> {
     }
 
     /// Opens a savepoint with a generated name: a nested transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut tx = client.transaction().await?;
+    /// let mut nested = tx.transaction().await?; // SAVEPOINT sp_1
+    /// nested.execute("INSERT INTO log VALUES ('maybe')", &[]).await?;
+    /// nested.rollback().await?;                  // ROLLBACK TO SAVEPOINT sp_1
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
         let name = format!("sp_{}", self.depth + 1);
         self.savepoint(&name).await
