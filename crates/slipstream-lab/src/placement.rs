@@ -6,7 +6,7 @@
 //! backend, would measure that chance. When the database is local, experiments pin the client
 //! thread and every backend it uses to chosen CPUs, and report each placement.
 
-use slipstream_testkit::pin_current_thread;
+use slipstream_testkit::{pin_current_thread, pin_process};
 
 /// Where the client and the backends run.
 #[derive(Debug, Clone, Copy)]
@@ -64,9 +64,7 @@ pub(crate) fn apply(p: Placement, backends: &[i32]) -> anyhow::Result<()> {
         );
     }
     for &pid in backends {
-        let mut set = nix::sched::CpuSet::new();
-        set.set(p.server_cpu)?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set)?;
+        pin_process(pid as u32, &[p.server_cpu])?;
     }
     pin_current_thread(&[p.client_cpu])?;
     Ok(())
@@ -80,11 +78,7 @@ pub(crate) fn release(backends: &[i32]) {
         .collect();
     let _ = pin_current_thread(&all);
     for &pid in backends {
-        let mut set = nix::sched::CpuSet::new();
-        for &c in &all {
-            let _ = set.set(c);
-        }
-        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set);
+        let _ = pin_process(pid as u32, &all);
     }
 }
 

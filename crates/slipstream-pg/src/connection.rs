@@ -125,16 +125,12 @@ impl Connection {
         }
     }
 
-    fn fail(&mut self, e: Error) -> Error {
+    /// Marks the connection broken by `e` (the first cause is kept) and returns `e`.
+    pub(crate) fn poison(&mut self, e: Error) -> Error {
         if self.broken.is_none() {
             self.broken = Some(e.to_string());
         }
         e
-    }
-
-    /// Marks the connection unusable, e.g. when a reply makes no sense in its state.
-    pub(crate) fn poison(&mut self, e: Error) -> Error {
-        self.fail(e)
     }
 
     /// Starts a request: checks the connection and queues whatever earlier dropped handles left
@@ -177,19 +173,21 @@ impl Connection {
         while !self.wbuf.is_empty() {
             match self.socket.write(&self.wbuf).await {
                 Ok(0) => {
-                    return Err(self.fail(Error::closed(
+                    return Err(self.poison(Error::closed(
                         "server closed the connection while we were writing",
                     )));
                 }
                 Ok(n) => self.wbuf.advance(n),
-                Err(e) => return Err(self.fail(Error::io("could not send data to the server", e))),
+                Err(e) => {
+                    return Err(self.poison(Error::io("could not send data to the server", e)));
+                }
             }
         }
         self.wbuf.clear();
         self.socket
             .flush()
             .await
-            .map_err(|e| self.fail(Error::io("could not send data to the server", e)))
+            .map_err(|e| self.poison(Error::io("could not send data to the server", e)))
     }
 
     /// Reads the next message, of any kind. Cancel-safe: partial messages stay in `rbuf`.
@@ -198,21 +196,21 @@ impl Connection {
             match self.parse_buffered() {
                 Ok(Some(m)) => return Ok(m),
                 Ok(None) => {}
-                Err(e) => return Err(self.fail(e)),
+                Err(e) => return Err(self.poison(e)),
             }
             if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
                 self.rbuf.reserve(READ_CHUNK);
             }
             match self.socket.read_buf(&mut self.rbuf).await {
                 Ok(0) => {
-                    return Err(self.fail(Error::io(
+                    return Err(self.poison(Error::io(
                         "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
                         std::io::ErrorKind::UnexpectedEof.into(),
                     )));
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    return Err(self.fail(Error::io("could not receive data from the server", e)));
+                    return Err(self.poison(Error::io("could not receive data from the server", e)));
                 }
             }
         }
@@ -255,7 +253,7 @@ impl Connection {
             let message = self.read_message().await?;
             if let Some(m) = self.absorb_async(message)? {
                 let name = crate::connect::message_name(&m);
-                return Err(self.fail(Error::protocol(format!(
+                return Err(self.poison(Error::protocol(format!(
                     "server sent an unexpected {name} message while the connection was idle"
                 ))));
             }
@@ -266,26 +264,28 @@ impl Connection {
     fn absorb_async(&mut self, message: Message) -> Result<Option<Message>, Error> {
         match message {
             Message::NoticeResponse(body) => {
-                let notice = DbError::parse(&mut body.fields()).map_err(|e| self.fail(e))?;
+                let notice = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
                 (self.notice_handler)(&notice);
             }
             Message::NotificationResponse(body) => {
-                let n = Notification::from_body(&body).map_err(|e| self.fail(e))?;
+                let n = Notification::from_body(&body).map_err(|e| self.poison(e))?;
                 self.notifications.push_back(n);
             }
             Message::ParameterStatus(body) => {
                 let (name, value) = match (body.name(), body.value()) {
                     (Ok(n), Ok(v)) => (n.to_string(), v.to_string()),
                     _ => {
-                        return Err(self.fail(Error::protocol("malformed ParameterStatus message")));
+                        return Err(
+                            self.poison(Error::protocol("malformed ParameterStatus message"))
+                        );
                     }
                 };
                 self.parameters.insert(name, value);
             }
             Message::ErrorResponse(body) => {
-                let db = DbError::parse(&mut body.fields()).map_err(|e| self.fail(e))?;
+                let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
                 if db.is_fatal() {
-                    return Err(self.fail(Error::db(db)));
+                    return Err(self.poison(Error::db(db)));
                 }
                 return Ok(Some(Message::ErrorResponse(body)));
             }

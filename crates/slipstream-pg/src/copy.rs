@@ -123,8 +123,8 @@ impl CopyIn<'_> {
     /// Copies everything from `reader`; returns the number of bytes read.
     ///
     /// ```no_run
-    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
-    /// let file = tokio::fs::File::open("items.csv").await.unwrap();
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let file = tokio::fs::File::open("items.csv").await?;
     /// let mut copy = client.copy_in("COPY items FROM STDIN (FORMAT csv)").await?;
     /// copy.write_from(file).await?;
     /// copy.finish().await?;
@@ -264,8 +264,8 @@ impl<'a> CopyOut<'a> {
     /// Writes all the data to `writer`; returns the number of rows copied.
     ///
     /// ```no_run
-    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
-    /// let file = tokio::fs::File::create("items.csv").await.unwrap();
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let file = tokio::fs::File::create("items.csv").await?;
     /// let mut copy = client.copy_out("COPY items TO STDOUT (FORMAT csv, HEADER)").await?;
     /// let rows = copy.write_to(file).await?;
     /// # Ok(()) }

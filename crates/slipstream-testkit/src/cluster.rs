@@ -233,7 +233,7 @@ impl Cluster {
         let pid = self
             .server_pid()
             .ok_or_else(|| Error::new("the server is not running"))?;
-        crate::pin::pin(Some(pid), cpus)
+        crate::pin::pin_process(pid, cpus)
     }
 
     /// True while the server process runs.

@@ -6,7 +6,7 @@ use nix::unistd::Pid;
 use crate::Error;
 
 /// Restricts a process (`None`: the calling thread) to `cpus`.
-pub(crate) fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
+fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
     let mut set = CpuSet::new();
     for &cpu in cpus {
         set.set(cpu)
@@ -15,6 +15,11 @@ pub(crate) fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
     let target = Pid::from_raw(pid.map_or(0, |p| p as i32));
     sched_setaffinity(target, &set)
         .map_err(|e| Error::new(format!("could not set CPU affinity: {e}")))
+}
+
+/// Restricts another process (e.g. a local backend) to `cpus`.
+pub fn pin_process(pid: u32, cpus: &[usize]) -> Result<(), Error> {
+    pin(Some(pid), cpus)
 }
 
 /// Restricts the calling thread to `cpus` (e.g. to keep a benchmark's client on one CPU).
