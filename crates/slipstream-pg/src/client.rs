@@ -29,6 +29,8 @@ pub struct Client {
     pub(crate) conn: Connection,
     pub(crate) id: u64,
     pub(crate) next_statement: u64,
+    /// Numbers pipeline blocks, so an operation handle cannot be used with another block.
+    pub(crate) next_pipeline: u64,
     cancel: CancelToken,
 }
 
@@ -38,6 +40,7 @@ impl Client {
             conn,
             id,
             next_statement: 0,
+            next_pipeline: 0,
             cancel,
         }
     }

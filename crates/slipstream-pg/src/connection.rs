@@ -19,12 +19,15 @@
 //!   every later call fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed).
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use postgres_protocol::message::backend::{Header, Message};
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::socket::Socket;
 use crate::{DbError, Error, Notification};
@@ -69,6 +72,11 @@ pub(crate) struct Connection {
     /// `ReadyForQuery` messages still to come for queued requests (see the module docs).
     pub(crate) owed: usize,
     broken: Option<String>,
+    /// Bytes went to the socket since its last flush (matters for TLS only).
+    unflushed: bool,
+    /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
+    /// stream offset just past the last queued byte.
+    pub(crate) written: u64,
     pub(crate) tx_status: TransactionStatus,
     pub(crate) parameters: HashMap<String, String>,
     pub(crate) notifications: VecDeque<Notification>,
@@ -92,6 +100,8 @@ impl Connection {
             max_message: MAX_STARTUP_MESSAGE,
             owed: 0,
             broken: None,
+            unflushed: false,
+            written: 0,
             tx_status: TransactionStatus::Idle,
             parameters: HashMap::new(),
             notifications: VecDeque::new(),
@@ -116,7 +126,7 @@ impl Connection {
         self.broken.is_some()
     }
 
-    fn check_usable(&self) -> Result<(), Error> {
+    pub(crate) fn check_usable(&self) -> Result<(), Error> {
         match &self.broken {
             Some(cause) => Err(Error::closed(format!(
                 "connection is broken ({cause}); open a new connection"
@@ -177,7 +187,10 @@ impl Connection {
                         "server closed the connection while we were writing",
                     )));
                 }
-                Ok(n) => self.wbuf.advance(n),
+                Ok(n) => {
+                    self.wbuf.advance(n);
+                    self.written += n as u64;
+                }
                 Err(e) => {
                     return Err(self.poison(Error::io("could not send data to the server", e)));
                 }
@@ -231,6 +244,83 @@ impl Connection {
             }
         }
         Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))
+    }
+
+    /// Writes what it can of `wbuf` without waiting, then returns the next message that is not
+    /// asynchronous, reading if none is buffered. `Pending` means no message has arrived yet;
+    /// the read waker is registered, and the write waker too while `wbuf` still holds bytes.
+    ///
+    /// Writing and reading in the same poll is what lets a pipeline of any size make progress:
+    /// while our writes wait for room in the socket, the replies that free that room (the
+    /// server blocks on its own full send buffer until we read) are still being read.
+    /// Cancel-safe: unsent bytes stay in `wbuf`, partial messages in `rbuf`.
+    pub(crate) fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, Error>> {
+        if let Err(e) = self.check_usable() {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            while !self.wbuf.is_empty() {
+                match Pin::new(&mut self.socket).poll_write(cx, &self.wbuf) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(self.poison(Error::closed(
+                            "server closed the connection while we were writing",
+                        ))));
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        self.wbuf.advance(n);
+                        self.written += n as u64;
+                        self.unflushed = true;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(
+                            self.poison(Error::io("could not send data to the server", e))
+                        ));
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            // TLS buffers records in the stream; a plain socket's flush is a no-op.
+            if self.wbuf.is_empty() && self.unflushed {
+                match Pin::new(&mut self.socket).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => self.unflushed = false,
+                    Poll::Ready(Err(e)) => {
+                        return Poll::Ready(Err(
+                            self.poison(Error::io("could not send data to the server", e))
+                        ));
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            match self.parse_buffered() {
+                Ok(Some(message)) => match self.absorb_async(message) {
+                    Ok(Some(m)) => return Poll::Ready(Ok(m)),
+                    Ok(None) => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(self.poison(e))),
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            // A `read_buf` future changes the buffer only when it completes, so dropping a
+            // pending one loses nothing.
+            match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(self.poison(Error::io(
+                        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
+                        std::io::ErrorKind::UnexpectedEof.into(),
+                    ))));
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(
+                        self.poison(Error::io("could not receive data from the server", e))
+                    ));
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 
     /// Reads the next message that is not asynchronous: notices go to the handler, notifications
@@ -305,6 +395,16 @@ impl Connection {
         }
     }
 
+    /// Accounts for a `ReadyForQuery` with transaction status byte `status`.
+    pub(crate) fn ready_for_query(&mut self, status: u8) {
+        self.owed = self.owed.saturating_sub(1);
+        self.tx_status = match status {
+            b'T' => TransactionStatus::InTransaction,
+            b'E' => TransactionStatus::Failed,
+            _ => TransactionStatus::Idle,
+        };
+    }
+
     /// Reads and discards until every queued request has been answered.
     pub(crate) async fn settle(&mut self) -> Result<(), Error> {
         self.check_usable()?;
@@ -322,14 +422,7 @@ impl Connection {
             let message = self.next_message().await?;
             let abandoned = !keep_last || self.owed > 1;
             match &message {
-                Message::ReadyForQuery(body) => {
-                    self.owed = self.owed.saturating_sub(1);
-                    self.tx_status = match body.status() {
-                        b'T' => TransactionStatus::InTransaction,
-                        b'E' => TransactionStatus::Failed,
-                        _ => TransactionStatus::Idle,
-                    };
-                }
+                Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
                 // An abandoned COPY FROM STDIN waits for data that will never come: end it.
                 Message::CopyInResponse(_) if abandoned => {
                     frontend::copy_fail("COPY cancelled by the client", &mut self.wbuf)

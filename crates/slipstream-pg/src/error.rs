@@ -52,6 +52,9 @@ pub enum ErrorKind {
     Column,
     /// The call does not fit the connection's state (e.g. a statement from another connection).
     Usage,
+    /// A pipeline operation was not run, or its work was rolled back, because an earlier
+    /// operation failed; see [`Error::aborted_by`].
+    Aborted,
 }
 
 /// An error from slipstream-pg.
@@ -79,6 +82,8 @@ struct Inner {
     hint: Option<&'static str>,
     db: Option<DbError>,
     source: Option<BoxError>,
+    /// For [`ErrorKind::Aborted`]: the pipeline operation whose failure caused it.
+    aborted_by: Option<u64>,
 }
 
 impl Error {
@@ -89,6 +94,7 @@ impl Error {
             hint: None,
             db: None,
             source,
+            aborted_by: None,
         }))
     }
 
@@ -125,6 +131,24 @@ impl Error {
             ErrorKind::Db => self.0.db.as_ref().is_some_and(DbError::is_fatal),
             _ => false,
         }
+    }
+
+    /// For an operation a pipeline skipped ([`ErrorKind::Aborted`]): the id of the operation
+    /// whose failure made the server skip it. That operation's server error, if it had one, is
+    /// [`Error::as_db_error`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// let mut p = client.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+    /// let bad = p.execute("SELECT 1/0", &[]).await?;
+    /// let skipped = p.execute("SELECT 1", &[]).await?;
+    /// let e = p.process(&skipped).await.unwrap_err();
+    /// assert_eq!(e.aborted_by(), Some(bad.id()));
+    /// # Ok(()) }
+    /// ```
+    pub fn aborted_by(&self) -> Option<u64> {
+        self.0.aborted_by
     }
 
     /// True when a deadline passed.
@@ -172,6 +196,22 @@ impl Error {
 
     pub(crate) fn config(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Config, Some(message.into()), None)
+    }
+
+    /// An operation skipped or rolled back because operation `by` failed with `cause`.
+    pub(crate) fn aborted(message: impl Into<String>, by: u64, cause: &Error) -> Error {
+        let mut e = Error::new(ErrorKind::Aborted, Some(message.into()), None);
+        e.0.aborted_by = Some(by);
+        e.0.db = cause.0.db.clone();
+        if e.0.db.is_none() {
+            e.0.source = Some(cause.to_string().into());
+        }
+        e
+    }
+
+    /// A `COMMIT` the server answered with `ROLLBACK`.
+    pub(crate) fn rolled_back(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Aborted, Some(message.into()), None)
     }
 
     pub(crate) fn closed(message: impl Into<String>) -> Error {

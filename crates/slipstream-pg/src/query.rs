@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use bytes::BytesMut;
+
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
@@ -119,6 +121,7 @@ impl Client {
         match (params, columns) {
             (Some(params), Some(columns)) => Ok(Statement::new(
                 name,
+                sql.to_string(),
                 params,
                 columns,
                 self.id,
@@ -147,9 +150,7 @@ impl Client {
         statement: &T,
         params: &[Param<'_>],
     ) -> Result<Vec<Row>, Error> {
-        let mut rows = Vec::new();
-        self.run(statement.source(), params, &mut rows).await?;
-        Ok(rows)
+        Ok(self.run(statement.source(), params).await?.0)
     }
 
     /// Runs a statement that must return exactly one row.
@@ -209,8 +210,7 @@ impl Client {
         statement: &T,
         params: &[Param<'_>],
     ) -> Result<u64, Error> {
-        let mut rows = Vec::new();
-        self.run(statement.source(), params, &mut rows).await
+        Ok(self.run(statement.source(), params).await?.1)
     }
 
     /// Runs SQL with parameters whose types the caller states: one round trip, no prepared
@@ -230,23 +230,20 @@ impl Client {
     ) -> Result<Vec<Row>, Error> {
         let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
         let values: Vec<Param<'_>> = params.iter().map(|(p, _)| *p).collect();
-        let mut rows = Vec::new();
-        self.run_unprepared(sql, &types, &values, &mut rows).await?;
-        Ok(rows)
+        Ok(self.run_unprepared(sql, &types, &values).await?.0)
     }
 
     async fn run(
         &mut self,
         source: Source<'_>,
         params: &[Param<'_>],
-        rows: &mut Vec<Row>,
-    ) -> Result<u64, Error> {
+    ) -> Result<(Vec<Row>, u64), Error> {
         match source {
-            Source::Prepared(stmt) => self.run_prepared(stmt, params, rows).await,
-            Source::Sql(sql) if params.is_empty() => self.run_unprepared(sql, &[], &[], rows).await,
+            Source::Prepared(stmt) => self.run_prepared(stmt, params).await,
+            Source::Sql(sql) if params.is_empty() => self.run_unprepared(sql, &[], &[]).await,
             Source::Sql(sql) => {
                 let stmt = self.prepare_as(String::new(), sql, &[]).await?;
-                self.run_prepared(&stmt, params, rows).await
+                self.run_prepared(&stmt, params).await
             }
         }
     }
@@ -256,24 +253,13 @@ impl Client {
         &mut self,
         stmt: &Statement,
         params: &[Param<'_>],
-        rows: &mut Vec<Row>,
-    ) -> Result<u64, Error> {
-        if stmt.client_id() != self.id {
-            return Err(Error::usage(
-                "this statement was prepared on another connection; prepare it on this one",
-            ));
-        }
+    ) -> Result<(Vec<Row>, u64), Error> {
+        check_owner(stmt, self.id)?;
         self.conn.start_request()?;
-        let mark = self.conn.wbuf.len();
-        if let Err(e) = encode_bind(&mut self.conn.wbuf, stmt.name(), stmt.params(), params) {
-            self.conn.wbuf.truncate(mark);
-            return Err(e);
-        }
-        frontend::execute("", 0, &mut self.conn.wbuf)
-            .map_err(|e| Error::protocol(e.to_string()))?;
+        encode_prepared(&mut self.conn.wbuf, stmt, params)?;
         frontend::sync(&mut self.conn.wbuf);
         self.conn.finish_request().await?;
-        self.read_results(stmt.columns_arc().clone(), rows).await
+        self.read_results(stmt.columns_arc().clone()).await
     }
 
     /// Parse + Bind + Describe + Execute + Sync on the unnamed statement: one round trip.
@@ -282,70 +268,161 @@ impl Client {
         sql: &str,
         types: &[Type],
         params: &[Param<'_>],
-        rows: &mut Vec<Row>,
-    ) -> Result<u64, Error> {
+    ) -> Result<(Vec<Row>, u64), Error> {
         self.conn.start_request()?;
-        let mark = self.conn.wbuf.len();
-        let encoded = frontend::parse("", sql, types.iter().map(Type::oid), &mut self.conn.wbuf)
-            .map_err(|e| Error::usage(format!("cannot send this statement: {e}")))
-            .and_then(|()| encode_bind(&mut self.conn.wbuf, "", types, params))
-            .and_then(|()| {
-                frontend::describe(b'P', "", &mut self.conn.wbuf)
-                    .and_then(|()| frontend::execute("", 0, &mut self.conn.wbuf))
-                    .map_err(|e| Error::protocol(e.to_string()))
-            });
-        if let Err(e) = encoded {
-            self.conn.wbuf.truncate(mark);
-            return Err(e);
-        }
+        encode_unprepared(&mut self.conn.wbuf, sql, types, params)?;
         frontend::sync(&mut self.conn.wbuf);
         self.conn.finish_request().await?;
-        self.read_results(Arc::from(Vec::new()), rows).await
+        self.read_results(Arc::from(Vec::new())).await
     }
 
     /// Reads one request's reply up to `ReadyForQuery`, collecting rows. A server error is
     /// returned after the reply is fully read, so the connection stays in step.
-    async fn read_results(
-        &mut self,
-        mut columns: Arc<[Column]>,
-        rows: &mut Vec<Row>,
-    ) -> Result<u64, Error> {
-        let mut affected = 0;
-        let mut error: Option<Error> = None;
+    async fn read_results(&mut self, columns: Arc<[Column]>) -> Result<(Vec<Row>, u64), Error> {
+        let mut reply = Reply::new(columns, true);
         loop {
             match self.conn.recv().await? {
-                Message::ParseComplete | Message::BindComplete | Message::EmptyQueryResponse => {}
-                Message::RowDescription(body) => columns = parse_columns(Some(&body))?,
-                Message::NoData => {}
-                Message::DataRow(body) => match Row::new(columns.clone(), body) {
-                    Ok(row) => rows.push(row),
+                Message::ReadyForQuery(_) => break,
+                m => match reply.apply(m) {
+                    Ok(Step::Copy { inbound }) => {
+                        let refused = self.conn.refuse_copy(inbound).await?;
+                        reply.error.get_or_insert(refused);
+                    }
+                    Ok(Step::More | Step::Done) => {}
                     Err(e) => return Err(self.conn.poison(e)),
                 },
-                Message::CommandComplete(body) => affected = rows_affected(body.tag()),
-                Message::ErrorResponse(body) => {
-                    error = Some(Error::db(DbError::parse(&mut body.fields())?))
-                }
-                m @ (Message::CopyInResponse(_) | Message::CopyOutResponse(_)) => {
-                    let refused = self
-                        .conn
-                        .refuse_copy(matches!(m, Message::CopyInResponse(_)))
-                        .await?;
-                    error.get_or_insert(refused);
-                }
-                Message::CopyData(_) | Message::CopyDone => {}
-                Message::ReadyForQuery(_) => break,
-                m => return Err(self.conn.poison(unexpected(&m, "in reply to Execute"))),
             }
         }
-        match error {
+        match reply.error {
             Some(e) => Err(e),
-            None => Ok(affected),
+            None => Ok((reply.rows, reply.affected)),
         }
     }
 }
 
+/// A statement prepared on another connection names nothing on this one.
+pub(crate) fn check_owner(stmt: &Statement, client_id: u64) -> Result<(), Error> {
+    if stmt.client_id() == client_id {
+        Ok(())
+    } else {
+        Err(Error::usage(
+            "this statement was prepared on another connection; prepare it on this one",
+        ))
+    }
+}
+
+/// Appends Bind + Execute for a prepared statement, without `Sync`. On error nothing is left
+/// in `buf`.
+pub(crate) fn encode_prepared(
+    buf: &mut BytesMut,
+    stmt: &Statement,
+    params: &[Param<'_>],
+) -> Result<(), Error> {
+    let mark = buf.len();
+    let encoded = encode_bind(buf, stmt.name(), stmt.params(), params)
+        .and_then(|()| frontend::execute("", 0, buf).map_err(|e| Error::protocol(e.to_string())));
+    if encoded.is_err() {
+        buf.truncate(mark);
+    }
+    encoded
+}
+
+/// Appends Parse + Bind + Describe + Execute on the unnamed statement, without `Sync`. On
+/// error nothing is left in `buf`.
+pub(crate) fn encode_unprepared(
+    buf: &mut BytesMut,
+    sql: &str,
+    types: &[Type],
+    params: &[Param<'_>],
+) -> Result<(), Error> {
+    let mark = buf.len();
+    let encoded = frontend::parse("", sql, types.iter().map(Type::oid), buf)
+        .map_err(|e| Error::usage(format!("cannot send this statement: {e}")))
+        .and_then(|()| encode_bind(buf, "", types, params))
+        .and_then(|()| {
+            frontend::describe(b'P', "", buf)
+                .and_then(|()| frontend::execute("", 0, buf))
+                .map_err(|e| Error::protocol(e.to_string()))
+        });
+    if encoded.is_err() {
+        buf.truncate(mark);
+    }
+    encoded
+}
+
+/// What the caller must do after a message given to [`Reply::apply`].
+pub(crate) enum Step {
+    /// The statement's reply goes on.
+    More,
+    /// The statement finished (`CommandComplete`, `EmptyQueryResponse` or `ErrorResponse`).
+    Done,
+    /// The statement turned out to be a COPY, which the caller did not ask for.
+    Copy { inbound: bool },
+}
+
+/// One statement's reply as it arrives: from `ParseComplete`/`BindComplete` to its
+/// `CommandComplete`, `EmptyQueryResponse` or `ErrorResponse`.
+pub(crate) struct Reply {
+    columns: Arc<[Column]>,
+    keep_rows: bool,
+    pub(crate) rows: Vec<Row>,
+    pub(crate) affected: u64,
+    /// The command tag was `ROLLBACK`: what a `COMMIT` of a failed transaction answers.
+    pub(crate) rolled_back: bool,
+    /// The server's error, or our refusal of a COPY; reported once the reply is complete.
+    pub(crate) error: Option<Error>,
+}
+
+impl Reply {
+    pub(crate) fn new(columns: Arc<[Column]>, keep_rows: bool) -> Reply {
+        Reply {
+            columns,
+            keep_rows,
+            rows: Vec::new(),
+            affected: 0,
+            rolled_back: false,
+            error: None,
+        }
+    }
+
+    /// The result columns, as described so far.
+    pub(crate) fn columns(&self) -> Arc<[Column]> {
+        self.columns.clone()
+    }
+
+    /// Takes the next message of the reply. An error means the server broke the protocol.
+    pub(crate) fn apply(&mut self, message: Message) -> Result<Step, Error> {
+        match message {
+            Message::ParseComplete | Message::BindComplete | Message::NoData => {}
+            Message::RowDescription(body) => self.columns = parse_columns(Some(&body))?,
+            Message::DataRow(body) => {
+                if self.keep_rows {
+                    self.rows.push(Row::new(self.columns.clone(), body)?);
+                }
+            }
+            Message::CommandComplete(body) => {
+                let tag = body.tag();
+                self.rolled_back = matches!(tag, Ok("ROLLBACK"));
+                self.affected = rows_affected(tag);
+                return Ok(Step::Done);
+            }
+            Message::EmptyQueryResponse => return Ok(Step::Done),
+            Message::ErrorResponse(body) => {
+                self.error = Some(Error::db(DbError::parse(&mut body.fields())?));
+                return Ok(Step::Done);
+            }
+            Message::CopyInResponse(_) => return Ok(Step::Copy { inbound: true }),
+            Message::CopyOutResponse(_) => return Ok(Step::Copy { inbound: false }),
+            // The data of a COPY TO STDOUT we refused.
+            Message::CopyData(_) | Message::CopyDone => {}
+            m => return Err(unexpected(&m, "in reply to Execute")),
+        }
+        Ok(Step::More)
+    }
+}
+
 fn encode_bind(
-    buf: &mut bytes::BytesMut,
+    buf: &mut BytesMut,
     statement: &str,
     types: &[Type],
     params: &[Param<'_>],

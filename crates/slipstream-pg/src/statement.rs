@@ -30,6 +30,7 @@ pub struct Statement(Arc<Inner>);
 
 struct Inner {
     name: String,
+    sql: String,
     params: Vec<Type>,
     columns: Arc<[Column]>,
     client_id: u64,
@@ -39,6 +40,7 @@ struct Inner {
 impl Statement {
     pub(crate) fn new(
         name: String,
+        sql: String,
         params: Vec<Type>,
         columns: Arc<[Column]>,
         client_id: u64,
@@ -46,6 +48,7 @@ impl Statement {
     ) -> Statement {
         Statement(Arc::new(Inner {
             name,
+            sql,
             params,
             columns,
             client_id,
@@ -55,6 +58,11 @@ impl Statement {
 
     pub(crate) fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// The SQL text it was prepared from.
+    pub fn sql(&self) -> &str {
+        &self.0.sql
     }
 
     pub(crate) fn client_id(&self) -> u64 {
@@ -95,6 +103,7 @@ impl fmt::Debug for Statement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Statement")
             .field("name", &self.0.name)
+            .field("sql", &self.0.sql)
             .field("params", &self.0.params)
             .field("columns", &self.0.columns)
             .finish()

@@ -4,6 +4,7 @@ mod auth;
 mod cancel;
 mod copy;
 mod faults;
+mod pipeline;
 mod query;
 mod tls;
 mod transaction;

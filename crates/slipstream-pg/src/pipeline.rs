@@ -1,0 +1,1044 @@
+//! Pipelines: many operations in flight on one connection, their replies read later.
+//!
+//! # Protocol
+//!
+//! Each operation is its extended-protocol messages (`Bind`/`Execute`, or `Parse`/`Bind`/
+//! `Describe`/`Execute`, or `Parse`/`Describe` for a prepare), appended to the connection's
+//! write buffer without waiting. What separates operations is where the `Sync`s go:
+//!
+//! ```text
+//! continue on error:  op1 Sync op2 Sync op3 Sync     each its own implicit transaction
+//! abort on error:     op1 op2 op3 Sync               one implicit transaction; after an error
+//!                                                    the server skips everything up to the Sync
+//! ```
+//!
+//! The server holds its replies until a `Sync` or a `Flush`; before waiting for a reply in the
+//! middle of an abort-mode block, a `Flush` is appended (OCI's `OCIPipelineProcess`).
+//!
+//! # State
+//!
+//! `expect` lists, oldest first, what the server still owes: one entry per operation and one per
+//! `Sync`. A reply message always belongs to the front entry, because the server answers in
+//! order. After an `ErrorResponse`, every operation entry up to the next `Sync` entry gets no
+//! reply at all: those are completed at once as aborted.
+//!
+//! Invariants:
+//! - `Connection::owed` is incremented when a `Sync` is appended and decremented when its
+//!   `ReadyForQuery` is read, here or, after the pipeline was dropped, by the next request; a
+//!   dropped pipeline therefore never leaves the connection out of step.
+//! - An abort-mode block with operations queued but not synced gets its `Sync` on `end()` or on
+//!   drop: the server must never be left inside an unterminated extended-protocol sequence.
+//! - Every piece of reading state lives in the pipeline, not in a future's locals, so a
+//!   cancelled `process`/`end` loses nothing and can be called again.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use postgres_types::Type;
+
+use crate::connect::unexpected;
+use crate::query::{Reply, Source, Step, check_owner, encode_prepared, encode_unprepared};
+use crate::statement::{parse_columns, parse_params};
+use crate::{Client, Column, DbError, Error, Param, Row, Statement, ToStatement};
+
+/// How a pipeline treats a failing operation.
+///
+/// ```
+/// use slipstream_pg::PipelineMode;
+/// assert_eq!(PipelineMode::default(), PipelineMode::ContinueOnError);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PipelineMode {
+    /// Every operation is followed by a `Sync`: outside a transaction block each runs in its own
+    /// implicit transaction, and a failure affects only itself. Inside a `BEGIN` block the first
+    /// failure aborts the transaction, so later operations fail with SQLSTATE 25P02 and a
+    /// `COMMIT` reports the rollback.
+    #[default]
+    ContinueOnError,
+    /// One `Sync` per block (plus any [`Pipeline::sync`] points): after a failure the server
+    /// skips every later operation up to the next sync point, and each of them fails with
+    /// [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) naming the failed one. Outside a
+    /// transaction block the operations between two sync points form one implicit
+    /// transaction, so the work of the ones before the failure is rolled back too.
+    AbortOnError,
+}
+
+/// Settings for one pipeline block: the mode and the flow-control window.
+///
+/// ```
+/// use slipstream_pg::{PipelineMode, PipelineOptions};
+/// let opts = PipelineOptions::new()
+///     .mode(PipelineMode::AbortOnError)
+///     .max_in_flight(4096)
+///     .max_in_flight_bytes(4 << 20);
+/// assert_eq!(opts.get_max_in_flight(), 4096);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    mode: PipelineMode,
+    max_ops: usize,
+    max_bytes: usize,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            mode: PipelineMode::ContinueOnError,
+            max_ops: 1024,
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
+impl PipelineOptions {
+    /// Continue on error, at most 1024 operations and 1 MiB of requests in flight.
+    pub fn new() -> PipelineOptions {
+        PipelineOptions::default()
+    }
+
+    /// Sets the error mode.
+    pub fn mode(mut self, mode: PipelineMode) -> PipelineOptions {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets how many operations may be queued or in flight before queueing another waits for
+    /// replies (a sliding window: it then reads until half of them are answered). At least 1.
+    pub fn max_in_flight(mut self, ops: usize) -> PipelineOptions {
+        self.max_ops = ops.max(1);
+        self
+    }
+
+    /// Sets how many bytes of requests may be queued or in flight, as for
+    /// [`PipelineOptions::max_in_flight`]. At least 1.
+    pub fn max_in_flight_bytes(mut self, bytes: usize) -> PipelineOptions {
+        self.max_bytes = bytes.max(1);
+        self
+    }
+
+    /// The error mode.
+    pub fn get_mode(&self) -> PipelineMode {
+        self.mode
+    }
+
+    /// The bound on operations in flight.
+    pub fn get_max_in_flight(&self) -> usize {
+        self.max_ops
+    }
+
+    /// The bound on request bytes in flight.
+    pub fn get_max_in_flight_bytes(&self) -> usize {
+        self.max_bytes
+    }
+}
+
+/// A handle to a queued operation, typed by what [`Pipeline::process`] returns for it.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let mut p = client.pipeline();
+/// let op = p.query("SELECT 1", &[]).await?;
+/// assert_eq!(op.id(), 0);
+/// let rows = p.process(&op).await?;
+/// # Ok(()) }
+/// ```
+pub struct Op<T> {
+    id: u64,
+    pipeline: u64,
+    _output: PhantomData<fn() -> T>,
+}
+
+impl<T> Op<T> {
+    /// The operation's position in its pipeline block, from 0: its index in the vector
+    /// [`Pipeline::end`] returns.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl<T> Clone for Op<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Op<T> {}
+
+impl<T> std::fmt::Debug for Op<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Op({})", self.id)
+    }
+}
+
+/// What one pipeline operation produced.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::Output;
+/// let mut p = client.pipeline();
+/// p.query("SELECT 1", &[]).await?;
+/// p.execute("SELECT 1", &[]).await?;
+/// for result in p.end().await {
+///     match result? {
+///         Output::Rows(rows) => println!("{} rows", rows.len()),
+///         Output::Affected(n) => println!("{n} rows affected"),
+///         other => println!("{other:?}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum Output {
+    /// The rows of a [`Pipeline::query`] or [`Pipeline::query_typed`].
+    Rows(Vec<Row>),
+    /// The row count of a [`Pipeline::execute`].
+    Affected(u64),
+    /// The statement of a [`Pipeline::prepare`].
+    Prepared(Statement),
+    /// A [`Pipeline::commit`] or [`Pipeline::rollback`] that succeeded.
+    Done,
+    /// The result was already returned by [`Pipeline::process`].
+    Taken,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A type [`Pipeline::process`] can return: `Vec<Row>`, `u64`, [`Statement`] or `()`.
+pub trait FromOutput: sealed::Sealed + Sized {
+    #[doc(hidden)]
+    fn from_output(output: Output) -> Option<Self>;
+}
+
+macro_rules! from_output {
+    ($t:ty, $p:pat => $v:expr) => {
+        impl sealed::Sealed for $t {}
+        impl FromOutput for $t {
+            fn from_output(output: Output) -> Option<Self> {
+                match output {
+                    $p => Some($v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+from_output!(Vec<Row>, Output::Rows(rows) => rows);
+from_output!(u64, Output::Affected(n) => n);
+from_output!(Statement, Output::Prepared(s) => s);
+from_output!((), Output::Done => ());
+
+/// A pipeline block on a [`Client`]: operations are queued without waiting for their replies,
+/// which are read by [`Pipeline::process`] (through one operation) or [`Pipeline::end`] (all).
+///
+/// Queueing is `async` only for flow control: when more than
+/// [`PipelineOptions::max_in_flight`] operations (or bytes) are outstanding, the call sends
+/// and reads until half of them are answered, so the pipe stays full without growing without
+/// bound. Writing and reading happen together, so no pipeline size can deadlock.
+///
+/// Dropping a pipeline is safe: operations already queued still run (an open abort-mode block
+/// gets its `Sync`), and their replies are discarded before the connection's next request.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let stmt = client.prepare("SELECT name FROM users WHERE id = $1").await?;
+/// let mut p = client.pipeline();
+/// let mut ops = Vec::new();
+/// for id in 1..=100i32 {
+///     ops.push(p.query(&stmt, &[&id]).await?);
+/// }
+/// let first = p.process(&ops[0]).await?; // the other 99 may still be on the wire
+/// for result in p.end().await {
+///     result?;
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Pipeline<'c> {
+    client: &'c mut Client,
+    serial: u64,
+    options: PipelineOptions,
+    /// `ReadyForQuery` messages owed for requests made before the block began (and abandoned):
+    /// their replies come first and are discarded.
+    skip: usize,
+    /// What the server still owes, oldest first (see the module docs).
+    expect: VecDeque<Expect>,
+    results: Vec<Slot>,
+    /// Every operation below this id has had its `Sync` answered.
+    synced_through: u64,
+    in_flight_ops: usize,
+    in_flight_bytes: usize,
+    /// Abort mode: the first operation queued since the last `Sync`, if any.
+    group_start: Option<u64>,
+    /// Operations were appended since the last `Sync` or `Flush`: the server may hold their
+    /// replies until it gets one.
+    needs_flush: bool,
+    ended: bool,
+}
+
+enum Expect {
+    Op(Pending),
+    /// The `Sync` that closes operations `first..end`.
+    Sync {
+        first: u64,
+        end: u64,
+    },
+}
+
+struct Pending {
+    id: u64,
+    /// Stream offset just past the operation's last byte (see `Connection::written`).
+    end: u64,
+    kind: Kind,
+    /// Request bytes, for the in-flight bound.
+    bytes: usize,
+    reply: Reply,
+}
+
+enum Kind {
+    Query,
+    Execute,
+    Commit,
+    Rollback,
+    Prepare {
+        name: String,
+        sql: String,
+        params: Option<Vec<Type>>,
+    },
+}
+
+enum Slot {
+    Waiting,
+    Ready(Result<Output, Error>),
+    Taken,
+}
+
+/// How far [`Pipeline::pump`] reads.
+#[derive(Clone, Copy)]
+enum Until {
+    /// The operation's result is final.
+    Op(u64),
+    /// Back to half the in-flight bounds.
+    Window,
+    /// Everything queued is answered.
+    All,
+}
+
+/// `Sync` is five bytes on the wire.
+const SYNC_BYTES: usize = 5;
+
+impl Client {
+    /// Begins a pipeline block in continue-on-error mode with the default window.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// let a = p.execute("CREATE TEMP TABLE t (id int)", &[]).await?;
+    /// let b = p.execute("INSERT INTO t VALUES (1), (2)", &[]).await?;
+    /// let c = p.query("SELECT id FROM t ORDER BY id", &[]).await?;
+    /// assert_eq!(p.process(&b).await?, 2);
+    /// assert_eq!(p.process(&c).await?.len(), 2);
+    /// p.end().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn pipeline(&mut self) -> Pipeline<'_> {
+        self.pipeline_with(PipelineOptions::default())
+    }
+
+    /// Begins a pipeline block with the given mode and window.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// let mut p = client.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+    /// p.execute("INSERT INTO audit VALUES (now())", &[]).await?;
+    /// p.execute("UPDATE counters SET n = n + 1", &[]).await?;
+    /// // Both or neither: one implicit transaction, one Sync.
+    /// for r in p.end().await {
+    ///     r?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn pipeline_with(&mut self, options: PipelineOptions) -> Pipeline<'_> {
+        self.next_pipeline += 1;
+        let serial = self.next_pipeline;
+        // Deferred work of dropped handles (a ROLLBACK, Closes) goes first; a broken connection
+        // is reported by the first operation queued.
+        let _ = self.conn.start_request();
+        let skip = self.conn.owed;
+        Pipeline {
+            client: self,
+            serial,
+            options,
+            skip,
+            expect: VecDeque::new(),
+            results: Vec::new(),
+            synced_through: 0,
+            in_flight_ops: 0,
+            in_flight_bytes: 0,
+            group_start: None,
+            needs_flush: false,
+            ended: false,
+        }
+    }
+}
+
+impl Pipeline<'_> {
+    /// Queues a statement whose rows [`Pipeline::process`] returns. A SQL string must have no
+    /// parameters (the server would first have to name their types): prepare it, or use
+    /// [`Pipeline::query_typed`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT $1::int4 * 2").await?;
+    /// let mut p = client.pipeline();
+    /// let op = p.query(&stmt, &[&21i32]).await?;
+    /// assert_eq!(p.process(&op).await?[0].get::<_, i32>(0)?, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn query<T: ToStatement + ?Sized>(
+        &mut self,
+        statement: &T,
+        params: &[Param<'_>],
+    ) -> Result<Op<Vec<Row>>, Error> {
+        self.queue_statement(statement.source(), params, Kind::Query)
+            .await
+    }
+
+    /// Queues a statement whose row count [`Pipeline::process`] returns; rows are discarded.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("UPDATE stock SET qty = qty - 1 WHERE item = $1").await?;
+    /// let mut p = client.pipeline();
+    /// let op = p.execute(&stmt, &[&7i32]).await?;
+    /// let updated: u64 = p.process(&op).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn execute<T: ToStatement + ?Sized>(
+        &mut self,
+        statement: &T,
+        params: &[Param<'_>],
+    ) -> Result<Op<u64>, Error> {
+        self.queue_statement(statement.source(), params, Kind::Execute)
+            .await
+    }
+
+    /// Queues SQL with parameters whose types the caller states, returning rows.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::types::Type;
+    /// let mut p = client.pipeline();
+    /// let op = p.query_typed("SELECT $1 + 1", &[(&41i32, Type::INT4)]).await?;
+    /// assert_eq!(p.process(&op).await?[0].get::<_, i32>(0)?, 42);
+    /// # Ok(()) }
+    /// ```
+    pub async fn query_typed(
+        &mut self,
+        sql: &str,
+        params: &[(Param<'_>, Type)],
+    ) -> Result<Op<Vec<Row>>, Error> {
+        self.start_op(sql)?;
+        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+        let values: Vec<Param<'_>> = params.iter().map(|(p, _)| *p).collect();
+        let mark = self.client.conn.wbuf.len();
+        encode_unprepared(&mut self.client.conn.wbuf, sql, &types, &values)?;
+        let id = self.push(Kind::Query, Arc::from(Vec::new()), mark);
+        self.after_queue().await;
+        Ok(self.handle(id))
+    }
+
+    /// Queues a `Parse` + `Describe` of a named statement; [`Pipeline::process`] returns the
+    /// [`Statement`]. It can be used once its result is read (its parameter types are needed
+    /// to encode values).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// let a = p.prepare("SELECT * FROM users WHERE id = $1").await?;
+    /// let b = p.prepare("SELECT * FROM orders WHERE user_id = $1").await?;
+    /// let (users, orders) = (p.process(&a).await?, p.process(&b).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn prepare(&mut self, sql: &str) -> Result<Op<Statement>, Error> {
+        self.start_op(sql)?;
+        self.client.next_statement += 1;
+        let name = format!("s{}", self.client.next_statement);
+        let buf = &mut self.client.conn.wbuf;
+        let mark = buf.len();
+        if let Err(e) = frontend::parse(&name, sql, std::iter::empty(), buf)
+            .and_then(|()| frontend::describe(b'S', &name, buf))
+        {
+            buf.truncate(mark);
+            return Err(Error::usage(format!("cannot send this statement: {e}")));
+        }
+        let kind = Kind::Prepare {
+            name,
+            sql: sql.to_string(),
+            params: None,
+        };
+        let id = self.push(kind, Arc::from(Vec::new()), mark);
+        self.after_queue().await;
+        Ok(self.handle(id))
+    }
+
+    /// Queues a `COMMIT`. If the transaction had failed, the server rolls it back instead and
+    /// this operation fails with [`ErrorKind::Aborted`](crate::ErrorKind::Aborted).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// p.execute("BEGIN", &[]).await?;
+    /// p.execute("INSERT INTO t VALUES (1)", &[]).await?;
+    /// let commit = p.commit().await?;
+    /// p.process(&commit).await?; // Err if the INSERT failed
+    /// # Ok(()) }
+    /// ```
+    pub async fn commit(&mut self) -> Result<Op<()>, Error> {
+        self.queue_statement(Source::Sql("COMMIT"), &[], Kind::Commit)
+            .await
+    }
+
+    /// Queues a `ROLLBACK`.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// p.execute("BEGIN", &[]).await?;
+    /// p.execute("DELETE FROM t", &[]).await?;
+    /// p.rollback().await?;
+    /// p.end().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn rollback(&mut self) -> Result<Op<()>, Error> {
+        self.queue_statement(Source::Sql("ROLLBACK"), &[], Kind::Rollback)
+            .await
+    }
+
+    /// Adds a sync point in an abort-on-error block: a failure before it does not skip the
+    /// operations after it, and outside a transaction block the operations before it commit
+    /// as one implicit transaction. Does nothing in continue-on-error mode, where every
+    /// operation is already followed by a `Sync`.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// let mut p = client.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+    /// p.execute("SELECT 1/0", &[]).await?;
+    /// let skipped = p.execute("SELECT 1", &[]).await?;
+    /// p.sync();
+    /// let runs = p.execute("SELECT 2", &[]).await?;
+    /// assert!(p.process(&skipped).await.is_err());
+    /// assert_eq!(p.process(&runs).await?, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn sync(&mut self) {
+        if let Some(first) = self.group_start.take() {
+            self.push_sync(first);
+            self.needs_flush = false;
+        }
+    }
+
+    /// Sends what is queued and reads replies until `op`'s result is in, then returns it.
+    /// Later operations may still be unread. In continue-on-error mode this includes the
+    /// operation's `Sync`, so a failure to commit its implicit transaction is reported here.
+    ///
+    /// Cancel-safe: if the future is dropped, what was read stays read; call it again.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// let count = p.query("SELECT count(*) FROM pg_class", &[]).await?;
+    /// let n: i64 = p.process(&count).await?[0].get(0)?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn process<T: FromOutput>(&mut self, op: &Op<T>) -> Result<T, Error> {
+        if op.pipeline != self.serial {
+            return Err(Error::usage(
+                "this operation belongs to another pipeline block",
+            ));
+        }
+        let index = op.id as usize;
+        if !self.is_final(op.id) {
+            self.flush_through(op.id);
+            self.request_flush();
+            self.pump(Until::Op(op.id)).await;
+        }
+        match std::mem::replace(&mut self.results[index], Slot::Taken) {
+            Slot::Ready(Ok(output)) => T::from_output(output).ok_or_else(|| {
+                Error::protocol("pipeline result of the wrong kind: this is a bug in slipstream-pg")
+            }),
+            Slot::Ready(Err(e)) => Err(e),
+            Slot::Taken => Err(Error::usage(format!(
+                "the result of pipeline operation {} was already returned by process",
+                op.id
+            ))),
+            Slot::Waiting => Err(Error::protocol(format!(
+                "pipeline operation {} has no result: this is a bug in slipstream-pg",
+                op.id
+            ))),
+        }
+    }
+
+    /// Ends the block: sends what is queued (with the final `Sync` of an abort-mode block),
+    /// reads every reply, and returns one result per operation in queue order (index =
+    /// [`Op::id`]). Results already returned by [`Pipeline::process`] are [`Output::Taken`].
+    ///
+    /// If the connection fails, every operation not yet answered fails with the cause.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// p.execute("SELECT 1", &[]).await?;
+    /// p.execute("SELECT * FROM missing", &[]).await?;
+    /// let results = p.end().await;
+    /// assert!(results[0].is_ok() && results[1].is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn end(mut self) -> Vec<Result<Output, Error>> {
+        self.sync();
+        self.pump(Until::All).await;
+        self.ended = true;
+        std::mem::take(&mut self.results)
+            .into_iter()
+            .enumerate()
+            .map(|(id, slot)| match slot {
+                Slot::Ready(r) => r,
+                Slot::Taken => Ok(Output::Taken),
+                Slot::Waiting => Err(Error::protocol(format!(
+                    "pipeline operation {id} has no result: this is a bug in slipstream-pg"
+                ))),
+            })
+            .collect()
+    }
+
+    /// Operations queued in this block so far.
+    pub fn len(&self) -> usize {
+        self.results.len()
+    }
+
+    /// True if nothing was queued yet.
+    pub fn is_empty(&self) -> bool {
+        self.results.is_empty()
+    }
+
+    /// Operations whose replies have not been read yet.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// p.execute("SELECT 1", &[]).await?;
+    /// assert_eq!(p.unfinished(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn unfinished(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|s| matches!(s, Slot::Waiting))
+            .count()
+    }
+
+    async fn queue_statement<T>(
+        &mut self,
+        source: Source<'_>,
+        params: &[Param<'_>],
+        kind: Kind,
+    ) -> Result<Op<T>, Error> {
+        let mark = self.client.conn.wbuf.len();
+        let columns = match source {
+            Source::Prepared(stmt) => {
+                self.start_op(stmt.sql())?;
+                check_owner(stmt, self.client.id)?;
+                encode_prepared(&mut self.client.conn.wbuf, stmt, params)?;
+                stmt.columns_arc().clone()
+            }
+            Source::Sql(sql) => {
+                self.start_op(sql)?;
+                if !params.is_empty() {
+                    return Err(Error::usage(
+                        "a SQL string with parameters cannot be pipelined: the server would first have to \
+                         name the parameter types. Prepare the statement, or use Pipeline::query_typed",
+                    ));
+                }
+                encode_unprepared(&mut self.client.conn.wbuf, sql, &[], &[])?;
+                Arc::from(Vec::new())
+            }
+        };
+        let id = self.push(kind, columns, mark);
+        self.after_queue().await;
+        Ok(self.handle(id))
+    }
+
+    fn handle<T>(&self, id: u64) -> Op<T> {
+        Op {
+            id,
+            pipeline: self.serial,
+            _output: PhantomData,
+        }
+    }
+
+    /// Checks that an operation may be queued: the connection works and it is not a COPY.
+    fn start_op(&self, sql: &str) -> Result<(), Error> {
+        self.client.conn.check_usable()?;
+        if is_stream_copy(sql) {
+            return Err(Error::usage(
+                "COPY ... FROM STDIN / TO STDOUT cannot run in a pipeline (its data is a stream \
+                 of its own): end the pipeline and use Client::copy_in or Client::copy_out",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records an operation whose messages were appended to the write buffer from `mark` on,
+    /// and in continue mode its `Sync`. Returns its id.
+    fn push(&mut self, kind: Kind, columns: Arc<[Column]>, mark: usize) -> u64 {
+        let id = self.results.len() as u64;
+        let bytes = self.client.conn.wbuf.len() - mark;
+        let keep_rows = !matches!(kind, Kind::Execute);
+        self.results.push(Slot::Waiting);
+        let end = self.client.conn.written + self.client.conn.wbuf.len() as u64;
+        self.expect.push_back(Expect::Op(Pending {
+            id,
+            end,
+            kind,
+            bytes,
+            reply: Reply::new(columns, keep_rows),
+        }));
+        self.in_flight_ops += 1;
+        self.in_flight_bytes += bytes;
+        match self.options.mode {
+            PipelineMode::ContinueOnError => self.push_sync(id),
+            PipelineMode::AbortOnError => {
+                self.group_start.get_or_insert(id);
+                self.needs_flush = true;
+            }
+        }
+        id
+    }
+
+    /// Appends a `Sync` closing the operations from `first` to the last one queued.
+    fn push_sync(&mut self, first: u64) {
+        frontend::sync(&mut self.client.conn.wbuf);
+        self.client.conn.owed += 1;
+        self.in_flight_bytes += SYNC_BYTES;
+        self.expect.push_back(Expect::Sync {
+            first,
+            end: self.results.len() as u64,
+        });
+    }
+
+    /// Makes the server send what it holds for an open abort-mode block.
+    fn request_flush(&mut self) {
+        if self.needs_flush {
+            frontend::flush(&mut self.client.conn.wbuf);
+            self.needs_flush = false;
+        }
+    }
+
+    /// In an abort-mode block, makes the server send operation `id`'s reply as soon as it has
+    /// run, by putting a `Flush` right after its messages if they are still unsent: otherwise a
+    /// later operation that blocks (on a lock, say) would hold the reply back.
+    fn flush_through(&mut self, id: u64) {
+        if self.options.mode != PipelineMode::AbortOnError {
+            return;
+        }
+        let conn = &mut self.client.conn;
+        let Some(end) = self.expect.iter().find_map(|e| match e {
+            Expect::Op(p) if p.id == id => Some(p.end),
+            _ => None,
+        }) else {
+            return;
+        };
+        let queued_end = conn.written + conn.wbuf.len() as u64;
+        if end <= conn.written || end >= queued_end {
+            // Already sent (the `Flush` that followed that write releases it), or the last
+            // thing queued (`request_flush` appends one).
+            return;
+        }
+        let at = (end - conn.written) as usize;
+        let tail = conn.wbuf.split_off(at);
+        frontend::flush(&mut conn.wbuf);
+        let added = (conn.wbuf.len() - at) as u64;
+        conn.wbuf.unsplit(tail);
+        for e in &mut self.expect {
+            if let Expect::Op(p) = e
+                && p.end > end
+            {
+                p.end += added;
+            }
+        }
+    }
+
+    /// The sliding window: past either bound, send and read until half of it is answered.
+    async fn after_queue(&mut self) {
+        if self.in_flight_ops > self.options.max_ops
+            || self.in_flight_bytes > self.options.max_bytes
+        {
+            self.request_flush();
+            self.pump(Until::Window).await;
+        }
+    }
+
+    fn is_final(&self, id: u64) -> bool {
+        !matches!(self.results[id as usize], Slot::Waiting)
+            && (self.options.mode == PipelineMode::AbortOnError || self.synced_through > id)
+    }
+
+    fn reached(&self, until: Until) -> bool {
+        match until {
+            Until::Op(id) => self.is_final(id),
+            Until::Window => {
+                self.in_flight_ops <= self.options.max_ops / 2
+                    && self.in_flight_bytes <= self.options.max_bytes / 2
+            }
+            Until::All => self.expect.is_empty(),
+        }
+    }
+
+    /// Writes what is queued while reading replies, until `until` holds or nothing more is
+    /// owed. A connection failure completes every outstanding operation with the cause.
+    async fn pump(&mut self, until: Until) {
+        poll_fn(|cx| self.poll_pump(cx, until)).await
+    }
+
+    fn poll_pump(&mut self, cx: &mut Context<'_>, until: Until) -> Poll<()> {
+        loop {
+            if self.reached(until) || (self.expect.is_empty() && self.skip == 0) {
+                return Poll::Ready(());
+            }
+            match self.client.conn.poll_exchange(cx) {
+                Poll::Ready(Ok(message)) => {
+                    if let Err(e) = self.on_message(message) {
+                        let e = self.client.conn.poison(e);
+                        self.fail_all(&e);
+                    }
+                }
+                Poll::Ready(Err(e)) => {
+                    self.fail_all(&e);
+                    return Poll::Ready(());
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Applies one reply message to the operation it belongs to. An error means the
+    /// connection can no longer be trusted.
+    fn on_message(&mut self, message: Message) -> Result<(), Error> {
+        if self.skip > 0 {
+            match message {
+                Message::ReadyForQuery(body) => {
+                    self.skip -= 1;
+                    self.client.conn.ready_for_query(body.status());
+                }
+                // An abandoned COPY FROM STDIN waits for data that will never come: end it.
+                Message::CopyInResponse(_) => {
+                    frontend::copy_fail("COPY cancelled by the client", &mut self.client.conn.wbuf)
+                        .map_err(|e| Error::protocol(e.to_string()))?;
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+        let Some(front) = self.expect.front_mut() else {
+            return Err(unexpected(
+                &message,
+                "after every pipeline operation was answered",
+            ));
+        };
+        match front {
+            Expect::Sync { first, end } => {
+                let (first, end) = (*first, *end);
+                match message {
+                    Message::ReadyForQuery(body) => {
+                        self.client.conn.ready_for_query(body.status());
+                        self.synced_through = end;
+                        self.in_flight_bytes -= SYNC_BYTES;
+                        self.expect.pop_front();
+                    }
+                    // Committing the implicit transaction failed (a deferred constraint, a
+                    // serialization failure): the work of every operation in it is undone.
+                    Message::ErrorResponse(body) => {
+                        let db = DbError::parse(&mut body.fields())?;
+                        for id in first..end {
+                            let slot = &mut self.results[id as usize];
+                            if matches!(slot, Slot::Ready(Ok(_))) {
+                                *slot = Slot::Ready(Err(Error::db(db.clone()).context(format!(
+                                    "pipeline operation {id} was rolled back: committing its implicit transaction failed"
+                                ))));
+                            }
+                        }
+                    }
+                    m => return Err(unexpected(&m, "in reply to a pipeline Sync")),
+                }
+            }
+            Expect::Op(pending) => {
+                let done = match &mut pending.kind {
+                    Kind::Prepare { params, .. } => match message {
+                        Message::ParseComplete => false,
+                        Message::ParameterDescription(body) => {
+                            *params = Some(parse_params(&body)?);
+                            false
+                        }
+                        Message::RowDescription(body) => {
+                            pending.reply = Reply::new(parse_columns(Some(&body))?, false);
+                            true
+                        }
+                        Message::NoData => true,
+                        Message::ErrorResponse(body) => {
+                            pending.reply.error =
+                                Some(Error::db(DbError::parse(&mut body.fields())?));
+                            true
+                        }
+                        m => return Err(unexpected(&m, "in reply to a pipelined Parse/Describe")),
+                    },
+                    _ => match pending.reply.apply(message)? {
+                        Step::More => false,
+                        Step::Done => true,
+                        Step::Copy { inbound: false } => {
+                            pending.reply.error.get_or_insert(Error::usage(
+                                "COPY TO STDOUT returns data as a stream: use Client::copy_out outside a pipeline",
+                            ));
+                            false
+                        }
+                        // The server now takes everything we pipelined after the COPY as COPY
+                        // input (and ignores the Syncs): nothing that follows can be matched.
+                        Step::Copy { inbound: true } => {
+                            return Err(Error::usage(
+                                "a pipelined statement started COPY FROM STDIN, which consumes the operations \
+                                 queued after it; the connection is closed. Use Client::copy_in outside a pipeline",
+                            ));
+                        }
+                    },
+                };
+                if done {
+                    self.complete();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the front operation's result; after a failure, the server skips every operation
+    /// up to the next `Sync`, so those are completed as aborted here.
+    fn complete(&mut self) {
+        let Some(Expect::Op(pending)) = self.expect.pop_front() else {
+            return;
+        };
+        self.in_flight_ops -= 1;
+        self.in_flight_bytes -= pending.bytes;
+        let id = pending.id;
+        let result = match pending.reply.error {
+            Some(e) => Err(e),
+            None => Ok(match pending.kind {
+                Kind::Query => Output::Rows(pending.reply.rows),
+                Kind::Execute => Output::Affected(pending.reply.affected),
+                Kind::Commit if pending.reply.rolled_back => {
+                    self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(
+                        "COMMIT rolled the transaction back: a statement in it had failed",
+                    )));
+                    return;
+                }
+                Kind::Commit | Kind::Rollback => Output::Done,
+                Kind::Prepare { name, sql, params } => Output::Prepared(Statement::new(
+                    name,
+                    sql,
+                    params.unwrap_or_default(),
+                    pending.reply.columns(),
+                    self.client.id,
+                    Arc::downgrade(&self.client.conn.closes),
+                )),
+            }),
+        };
+        if let Err(cause) = &result {
+            while let Some(Expect::Op(skipped)) = self.expect.front() {
+                let skipped_id = skipped.id;
+                self.in_flight_ops -= 1;
+                self.in_flight_bytes -= skipped.bytes;
+                self.results[skipped_id as usize] = Slot::Ready(Err(Error::aborted(
+                    format!(
+                        "pipeline operation {skipped_id} was not run: operation {id} failed earlier in the same sync block"
+                    ),
+                    id,
+                    cause,
+                )));
+                self.expect.pop_front();
+            }
+        }
+        self.results[id as usize] = Slot::Ready(result);
+    }
+
+    /// The connection failed: every operation not yet answered fails with the cause.
+    fn fail_all(&mut self, cause: &Error) {
+        for expect in self.expect.drain(..) {
+            if let Expect::Op(pending) = expect {
+                self.results[pending.id as usize] = Slot::Ready(Err(Error::closed(format!(
+                    "pipeline operation {} did not complete: {cause}",
+                    pending.id
+                ))));
+            }
+        }
+        self.in_flight_ops = 0;
+        self.in_flight_bytes = 0;
+        self.skip = 0;
+        self.group_start = None;
+        self.needs_flush = false;
+    }
+}
+
+impl Drop for Pipeline<'_> {
+    fn drop(&mut self) {
+        // Queued operations still run; an open abort-mode block must be closed so the server
+        // leaves its extended-protocol sequence. Replies are discarded by the next request,
+        // which `owed` makes skip them.
+        if !self.ended && !self.client.conn.is_broken() {
+            self.sync();
+        }
+    }
+}
+
+/// Whether `sql` is a COPY that streams data through the connection, which a pipeline cannot
+/// carry. A COPY to or from a server-side file or program is an ordinary statement.
+fn is_stream_copy(sql: &str) -> bool {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("--") {
+            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else {
+            break;
+        }
+    }
+    let starts_with_copy = rest
+        .get(..4)
+        .is_some_and(|w| w.eq_ignore_ascii_case("copy"))
+        && rest[4..].starts_with(|c: char| c.is_whitespace());
+    if !starts_with_copy {
+        return false;
+    }
+    let lower = rest.to_ascii_lowercase();
+    lower.contains("stdin") || lower.contains("stdout")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_stream_copy;
+
+    #[test]
+    fn stream_copies_are_recognised() {
+        assert!(is_stream_copy("COPY t FROM STDIN"));
+        assert!(is_stream_copy(
+            "  -- load\n/* fast */ copy t (a) to stdout (format csv)"
+        ));
+        assert!(!is_stream_copy("COPY t FROM '/tmp/data.csv'"));
+        assert!(!is_stream_copy("SELECT 'copy from stdin'"));
+        assert!(!is_stream_copy("COPYRIGHT"));
+        assert!(!is_stream_copy(""));
+    }
+}
