@@ -61,6 +61,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::roundtrip::run,
     },
     Experiment {
+        name: "pipeline",
+        title: experiments::pipeline::TITLE,
+        source: "article 000, OCI pipelining: read-only, DML and OLTP-mix workloads",
+        run: experiments::pipeline::run,
+    },
+    Experiment {
         name: "proxy",
         title: experiments::proxy::TITLE,
         source: "testkit calibration for the latency-injecting experiments (article 000)",

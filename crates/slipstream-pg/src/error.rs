@@ -274,14 +274,10 @@ impl fmt::Display for Error {
     }
 }
 
-impl StdError for Error {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        if let Some(db) = &self.0.db {
-            return Some(db);
-        }
-        self.0.source.as_ref().map(|s| &**s as _)
-    }
-}
+/// `source()` is `None`: Display already ends with the cause (the server's error or the I/O
+/// error), and reporters that walk the chain (`anyhow`'s `{:#}`) would print it twice. The
+/// server's error is [`Error::as_db_error`].
+impl StdError for Error {}
 
 /// Where in the query text an error points, as the server reports it (1-based characters).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,939 @@
+//! `pipeline`: article 000's three workloads (read-only lookups, a DML loop, an OLTP-like mix),
+//! each with and without pipelining, at injected round-trip times, with tokio-postgres
+//! (concurrently polled futures) and pgbench (`\startpipeline`) side by side.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::future::{join_all, try_join_all};
+use slipstream_pg::{PipelineMode, PipelineOptions};
+use slipstream_testkit::DelayProxy;
+
+use super::{Stopwatch, children_cpu, runtime, without_tls};
+use crate::{Context, ExperimentResult, Series, Table, environment};
+
+pub(crate) const TITLE: &str =
+    "Pipelining: read-only, DML and OLTP-mix workloads at injected round-trip times";
+
+/// Rows in the lookup table.
+const TABLE_ROWS: i32 = 10_000;
+/// Statements per pipeline for the clients that send a batch and wait for all of it (the
+/// peers, and slipstream's "batch" mode).
+const BATCH: usize = 100;
+/// Loops of {1 INSERT, 4 UPDATE} in one pipelined DML transaction.
+const DML_LOOPS: usize = 200;
+/// Loops per transaction without pipelining: a round trip per statement, whatever the size.
+const DML_LOOPS_PLAIN: usize = 20;
+/// Concurrent sessions in the multi-session read-only workload.
+const SESSIONS: usize = 8;
+/// Reads and writes in one OLTP-mix transaction (plus BEGIN and COMMIT).
+const MIX_READS: usize = 7;
+const MIX_WRITES: usize = 3;
+
+const SELECT: &str = "SELECT data FROM slipstream_lab_pipeline WHERE id = $1";
+const UPDATE: &str = "UPDATE slipstream_lab_pipeline SET hits = hits + 1 WHERE id = $1";
+const INSERT: &str = "INSERT INTO slipstream_lab_pipeline_dml (id, qty) VALUES (nextval('slipstream_lab_pipeline_dml_seq'), 0)";
+const UPDATE_DML: &str = "UPDATE slipstream_lab_pipeline_dml SET qty = qty + 1 WHERE id = (SELECT currval('slipstream_lab_pipeline_dml_seq'))";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Workload {
+    ReadOnly,
+    ReadOnly8,
+    Dml,
+    Mix,
+}
+
+impl Workload {
+    const ALL: [Workload; 4] = [
+        Workload::ReadOnly,
+        Workload::ReadOnly8,
+        Workload::Dml,
+        Workload::Mix,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Workload::ReadOnly => "read-only, 1 session",
+            Workload::ReadOnly8 => "read-only, 8 sessions",
+            Workload::Dml => "DML loop (1 INSERT + 4 UPDATE), 1 session",
+            Workload::Mix => "OLTP mix (7 reads, 3 writes), 1 session",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Workload::ReadOnly => "readonly1",
+            Workload::ReadOnly8 => "readonly8",
+            Workload::Dml => "dml",
+            Workload::Mix => "mix",
+        }
+    }
+}
+
+/// How a client sends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// One statement, one round trip.
+    Plain,
+    /// A batch (or a transaction) sent at once, waited for as a whole.
+    Batch,
+    /// slipstream only: one long pipeline, a sliding window of operations in flight.
+    Window,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Plain => "no pipelining",
+            Mode::Batch => "pipeline, batches",
+            Mode::Window => "pipeline, sliding window",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Batch => "batch",
+            Mode::Window => "window",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Peer {
+    Slipstream,
+    TokioPostgres,
+    Pgbench,
+}
+
+impl Peer {
+    fn label(self) -> &'static str {
+        match self {
+            Peer::Slipstream => "slipstream-pg",
+            Peer::TokioPostgres => "tokio-postgres",
+            Peer::Pgbench => "pgbench (libpq)",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Peer::Slipstream => "slipstream",
+            Peer::TokioPostgres => "tokio_postgres",
+            Peer::Pgbench => "pgbench",
+        }
+    }
+}
+
+/// One measured cell: a workload, an RTT, a client and a mode.
+struct Cell {
+    workload: Workload,
+    rtt_us: u64,
+    peer: Peer,
+    mode: Mode,
+    ops: u64,
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl Cell {
+    fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn cpu_us_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let rtts_us: &[u64] = if ctx.quick {
+        &[0, 1000]
+    } else {
+        &[0, 200, 1000, 5000]
+    };
+    let cell_time = Duration::from_millis(if ctx.quick { 250 } else { 2000 });
+    let pgbench_secs = if ctx.quick { 1 } else { 2 };
+    let mut r = ExperimentResult::new("pipeline", TITLE, ctx.quick);
+    r.param("rtts_us", format!("{rtts_us:?}"));
+    r.param("seconds_per_cell", cell_time.as_secs_f64());
+    r.param("batch_statements", BATCH);
+    r.param("dml_loops_per_pipelined_transaction", DML_LOOPS);
+    r.param("sessions", SESSIONS);
+    r.param(
+        "window",
+        PipelineOptions::new().get_max_in_flight().to_string(),
+    );
+
+    let url = without_tls(&ctx.url);
+    let target = tcp_target(&url);
+    let pgbench = slipstream_testkit::Install::find()
+        .map(|i| i.bindir().join("pgbench"))
+        .ok();
+    let rt = runtime()?;
+    let server_version = rt.block_on(setup(&url))?;
+
+    let mut cells = Vec::new();
+    for &rtt_us in rtts_us {
+        // RTT 0 is the loopback connection itself, not the proxy at zero delay.
+        let (_proxy, url) = if rtt_us == 0 {
+            (None, url.clone())
+        } else {
+            let Some(target) = target else {
+                r.notes.push(format!(
+                    "RTT {rtt_us} us skipped: the delay proxy needs a TCP server address"
+                ));
+                continue;
+            };
+            let proxy = DelayProxy::start(target, Duration::from_micros(rtt_us))?;
+            let proxied = via_proxy(&url, proxy.port());
+            (Some(proxy), proxied)
+        };
+        for workload in Workload::ALL {
+            for (peer, mode) in [
+                (Peer::Slipstream, Mode::Plain),
+                (Peer::Slipstream, Mode::Batch),
+                (Peer::Slipstream, Mode::Window),
+                (Peer::TokioPostgres, Mode::Plain),
+                (Peer::TokioPostgres, Mode::Batch),
+            ] {
+                let (ops, t) = rt
+                    .block_on(measure(&url, workload, peer, mode, cell_time))
+                    .with_context(|| {
+                        format!("{} {} at RTT {rtt_us} us", peer.label(), mode.label())
+                    })?;
+                cells.push(Cell {
+                    workload,
+                    rtt_us,
+                    peer,
+                    mode,
+                    ops,
+                    wall: t.wall,
+                    cpu: t.cpu,
+                });
+            }
+            if let Some(pgbench) = &pgbench {
+                for mode in [Mode::Plain, Mode::Batch] {
+                    match run_pgbench(pgbench, &url, workload, mode, pgbench_secs, rtt_us) {
+                        Ok((ops, wall, cpu)) => cells.push(Cell {
+                            workload,
+                            rtt_us,
+                            peer: Peer::Pgbench,
+                            mode,
+                            ops,
+                            wall,
+                            cpu,
+                        }),
+                        Err(e) => r.notes.push(format!(
+                            "pgbench {} {} at RTT {rtt_us} us skipped: {e:#}",
+                            workload.key(),
+                            mode.key()
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    if pgbench.is_none() {
+        r.notes
+            .push("pgbench was not found: its rows are missing".into());
+    }
+    r.environment = environment::capture(&ctx.url, server_version);
+    report(&mut r, &cells, rtts_us);
+    Ok(r)
+}
+
+fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
+    let find = |w: Workload, rtt: u64, p: Peer, m: Mode| {
+        cells
+            .iter()
+            .find(|c| c.workload == w && c.rtt_us == rtt && c.peer == p && c.mode == m)
+    };
+    let mut table = Table::new(&[
+        "workload",
+        "RTT ms",
+        "client",
+        "mode",
+        "statements/s",
+        "speed-up",
+        "client CPU us/stmt",
+    ]);
+    for c in cells {
+        let plain = find(c.workload, c.rtt_us, c.peer, Mode::Plain);
+        let speedup = plain.map(|p| c.ops_per_s() / p.ops_per_s());
+        table.row(vec![
+            c.workload.label().into(),
+            format!("{}", c.rtt_us as f64 / 1000.0),
+            c.peer.label().into(),
+            c.mode.label().into(),
+            format!("{:.0}", c.ops_per_s()),
+            speedup.map_or("-".into(), |s| format!("{s:.1}x")),
+            format!("{:.2}", c.cpu_us_per_op()),
+        ]);
+        let key = format!(
+            "{}_rtt{}us_{}_{}",
+            c.workload.key(),
+            c.rtt_us,
+            c.peer.key(),
+            c.mode.key()
+        );
+        r.ratios
+            .insert(format!("{key}_statements_per_s"), c.ops_per_s().max(1e-9));
+        r.ratios.insert(
+            format!("{key}_cpu_us_per_statement"),
+            c.cpu_us_per_op().max(1e-9),
+        );
+        if let (Some(s), Mode::Batch | Mode::Window) = (speedup, c.mode) {
+            r.ratios.insert(format!("{key}_speedup"), s.max(1e-9));
+        }
+    }
+    r.table = table;
+
+    // Head-to-head: slipstream's best pipelined mode against each peer's pipelined mode.
+    for w in Workload::ALL {
+        for &rtt in rtts_us {
+            let ours = [Mode::Batch, Mode::Window]
+                .into_iter()
+                .filter_map(|m| find(w, rtt, Peer::Slipstream, m))
+                .max_by(|a, b| a.ops_per_s().total_cmp(&b.ops_per_s()));
+            let Some(ours) = ours else { continue };
+            for peer in [Peer::TokioPostgres, Peer::Pgbench] {
+                if let Some(theirs) = find(w, rtt, peer, Mode::Batch) {
+                    r.ratios.insert(
+                        format!(
+                            "{}_rtt{rtt}us_slipstream_pipelined_over_{}_pipelined",
+                            w.key(),
+                            peer.key()
+                        ),
+                        (ours.ops_per_s() / theirs.ops_per_s()).max(1e-9),
+                    );
+                }
+            }
+        }
+    }
+    if let (Some(loopback), Some(far)) = (
+        find(Workload::ReadOnly, 0, Peer::Slipstream, Mode::Window),
+        rtts_us
+            .iter()
+            .max()
+            .and_then(|&rtt| find(Workload::ReadOnly, rtt, Peer::Slipstream, Mode::Window))
+            .filter(|c| c.rtt_us > 0),
+    ) {
+        r.ratios.insert(
+            format!("readonly1_window_rtt{}us_over_loopback", far.rtt_us),
+            (far.ops_per_s() / loopback.ops_per_s()).max(1e-9),
+        );
+    }
+
+    for (peer, mode) in [
+        (Peer::Slipstream, Mode::Plain),
+        (Peer::Slipstream, Mode::Window),
+        (Peer::TokioPostgres, Mode::Batch),
+        (Peer::Pgbench, Mode::Batch),
+    ] {
+        let points: Vec<(f64, f64)> = rtts_us
+            .iter()
+            .filter_map(|&rtt| find(Workload::ReadOnly, rtt, peer, mode))
+            .map(|c| (c.rtt_us as f64 / 1000.0, c.ops_per_s()))
+            .collect();
+        if !points.is_empty() {
+            r.series.push(Series {
+                name: format!("{}, {}", peer.label(), mode.label()),
+                x_label: "injected RTT (ms)".into(),
+                y_label: "read-only statements/s, 1 session".into(),
+                points,
+            });
+        }
+    }
+    r.notes.push(format!(
+        "batches: {BATCH} statements per pipeline for read-only, the whole transaction for the mix, and \
+         {BATCH}-statement pipelines inside a {DML_LOOPS}-loop transaction for DML; the sliding window keeps \
+         up to {} operations in flight in one long pipeline (abort mode, a Sync every {BATCH}).",
+        PipelineOptions::new().get_max_in_flight()
+    ));
+    r.notes.push(
+        "RTT 0 is the direct loopback connection; other RTTs go through the testkit's delay proxy (see \
+         `lab run proxy` for what it adds). Client CPU is the runtime thread's CPU time (tokio-postgres's \
+         connection task runs on it too); pgbench's is its process CPU time, -j 1."
+            .into(),
+    );
+    r.notes.push(
+        "unpinned: client, proxy threads and backends share the two vCPUs as the kernel places them."
+            .into(),
+    );
+}
+
+/// Creates the tables (idempotent) and returns the server version.
+async fn setup(url: &str) -> anyhow::Result<Option<String>> {
+    let mut c = slipstream_pg::connect(url)
+        .await
+        .context("connecting to the database")?;
+    c.batch_execute(&format!(
+        "CREATE TABLE IF NOT EXISTS slipstream_lab_pipeline (id int PRIMARY KEY, data text NOT NULL, hits int NOT NULL DEFAULT 0);
+         INSERT INTO slipstream_lab_pipeline (id, data) SELECT i, md5(i::text) FROM generate_series(1, {TABLE_ROWS}) i
+         ON CONFLICT DO NOTHING;
+         CREATE SEQUENCE IF NOT EXISTS slipstream_lab_pipeline_dml_seq;
+         CREATE UNLOGGED TABLE IF NOT EXISTS slipstream_lab_pipeline_dml (id bigint PRIMARY KEY, qty int NOT NULL);
+         TRUNCATE slipstream_lab_pipeline_dml;"
+    ))
+    .await?;
+    c.batch_execute("VACUUM ANALYZE slipstream_lab_pipeline")
+        .await?;
+    Ok(c.parameter("server_version").map(str::to_string))
+}
+
+/// Runs one cell for `duration`; returns statements completed and the time they took.
+async fn measure(
+    url: &str,
+    workload: Workload,
+    peer: Peer,
+    mode: Mode,
+    duration: Duration,
+) -> anyhow::Result<(u64, super::Timing)> {
+    let sessions = if workload == Workload::ReadOnly8 {
+        SESSIONS
+    } else {
+        1
+    };
+    match peer {
+        Peer::Slipstream => {
+            let mut clients = try_join_all((0..sessions).map(|_| Slip::connect(url))).await?;
+            let sw = Stopwatch::start();
+            let deadline = Instant::now() + duration;
+            let ops = try_join_all(
+                clients
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, c)| c.run(workload, mode, deadline, i as u64)),
+            )
+            .await?;
+            Ok((ops.iter().sum(), sw.stop()))
+        }
+        Peer::TokioPostgres => {
+            let clients = try_join_all((0..sessions).map(|_| Tp::connect(url))).await?;
+            let sw = Stopwatch::start();
+            let deadline = Instant::now() + duration;
+            let ops = try_join_all(
+                clients
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| c.run(workload, mode, deadline, i as u64)),
+            )
+            .await?;
+            Ok((ops.iter().sum(), sw.stop()))
+        }
+        Peer::Pgbench => unreachable!("pgbench runs out of process"),
+    }
+}
+
+/// A cheap deterministic id sequence, so every client reads the same keys.
+fn next_id(state: &mut u64) -> i32 {
+    *state = state
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*state >> 33) % TABLE_ROWS as u64) as i32 + 1
+}
+
+struct Slip {
+    c: slipstream_pg::Client,
+    select: slipstream_pg::Statement,
+    update: slipstream_pg::Statement,
+    insert: slipstream_pg::Statement,
+    update_dml: slipstream_pg::Statement,
+    begin: slipstream_pg::Statement,
+    commit: slipstream_pg::Statement,
+}
+
+impl Slip {
+    async fn connect(url: &str) -> anyhow::Result<Slip> {
+        let mut c = slipstream_pg::connect(url).await?;
+        Ok(Slip {
+            select: c.prepare(SELECT).await?,
+            update: c.prepare(UPDATE).await?,
+            insert: c.prepare(INSERT).await?,
+            update_dml: c.prepare(UPDATE_DML).await?,
+            begin: c.prepare("BEGIN").await?,
+            commit: c.prepare("COMMIT").await?,
+            c,
+        })
+    }
+
+    async fn run(
+        &mut self,
+        workload: Workload,
+        mode: Mode,
+        deadline: Instant,
+        seed: u64,
+    ) -> anyhow::Result<u64> {
+        let mut rng = seed;
+        let mut ops = 0u64;
+        let abort = PipelineOptions::new().mode(PipelineMode::AbortOnError);
+        match (workload, mode) {
+            (Workload::ReadOnly | Workload::ReadOnly8, Mode::Plain) => {
+                while Instant::now() < deadline {
+                    for _ in 0..10 {
+                        let row = self
+                            .c
+                            .query_one(&self.select, &[&next_id(&mut rng)])
+                            .await?;
+                        std::hint::black_box(row.get::<_, &str>(0)?);
+                    }
+                    ops += 10;
+                }
+            }
+            (Workload::ReadOnly | Workload::ReadOnly8, Mode::Batch) => {
+                while Instant::now() < deadline {
+                    let mut p = self.c.pipeline_with(abort.clone());
+                    for _ in 0..BATCH {
+                        p.query(&self.select, &[&next_id(&mut rng)]).await?;
+                    }
+                    for r in p.end().await {
+                        std::hint::black_box(r?);
+                    }
+                    ops += BATCH as u64;
+                }
+            }
+            (Workload::ReadOnly | Workload::ReadOnly8, Mode::Window) => {
+                let mut p = self.c.pipeline_with(abort);
+                let mut ring = VecDeque::new();
+                let window = PipelineOptions::new().get_max_in_flight();
+                while Instant::now() < deadline {
+                    for _ in 0..BATCH {
+                        ring.push_back(p.query(&self.select, &[&next_id(&mut rng)]).await?);
+                        if ring.len() > 2 * window {
+                            if let Some(op) = ring.pop_front() {
+                                std::hint::black_box(p.process(&op).await?);
+                            }
+                        }
+                    }
+                    p.sync();
+                    ops += BATCH as u64;
+                }
+                for r in p.end().await {
+                    r?;
+                }
+            }
+            (Workload::Dml, Mode::Plain) => {
+                while Instant::now() < deadline {
+                    self.c.execute(&self.begin, &[]).await?;
+                    for _ in 0..DML_LOOPS_PLAIN {
+                        self.c.execute(&self.insert, &[]).await?;
+                        for _ in 0..4 {
+                            self.c.execute(&self.update_dml, &[]).await?;
+                        }
+                    }
+                    self.c.execute(&self.commit, &[]).await?;
+                    ops += (DML_LOOPS_PLAIN * 5 + 2) as u64;
+                }
+            }
+            (Workload::Dml, Mode::Batch | Mode::Window) => {
+                while Instant::now() < deadline {
+                    let mut p = self.c.pipeline_with(abort.clone());
+                    p.execute(&self.begin, &[]).await?;
+                    for i in 0..DML_LOOPS {
+                        p.execute(&self.insert, &[]).await?;
+                        let mut last = None;
+                        for _ in 0..4 {
+                            last = Some(p.execute(&self.update_dml, &[]).await?);
+                        }
+                        // Batch mode waits for each 100 statements, like the peers.
+                        if let (Mode::Batch, true, Some(op)) =
+                            (mode, (i + 1) % (BATCH / 5) == 0, last)
+                        {
+                            p.process(&op).await?;
+                        }
+                    }
+                    p.commit().await?;
+                    for r in p.end().await {
+                        r?;
+                    }
+                    ops += (DML_LOOPS * 5 + 2) as u64;
+                }
+            }
+            (Workload::Mix, Mode::Plain) => {
+                while Instant::now() < deadline {
+                    self.c.execute(&self.begin, &[]).await?;
+                    for _ in 0..MIX_READS {
+                        let row = self
+                            .c
+                            .query_one(&self.select, &[&next_id(&mut rng)])
+                            .await?;
+                        std::hint::black_box(row.get::<_, &str>(0)?);
+                    }
+                    for _ in 0..MIX_WRITES {
+                        self.c.execute(&self.update, &[&next_id(&mut rng)]).await?;
+                    }
+                    self.c.execute(&self.commit, &[]).await?;
+                    ops += (MIX_READS + MIX_WRITES + 2) as u64;
+                }
+            }
+            (Workload::Mix, Mode::Batch | Mode::Window) => {
+                let mut p = self.c.pipeline_with(abort);
+                while Instant::now() < deadline {
+                    p.execute(&self.begin, &[]).await?;
+                    for _ in 0..MIX_READS {
+                        p.query(&self.select, &[&next_id(&mut rng)]).await?;
+                    }
+                    for _ in 0..MIX_WRITES {
+                        p.execute(&self.update, &[&next_id(&mut rng)]).await?;
+                    }
+                    let commit = p.commit().await?;
+                    p.sync();
+                    if mode == Mode::Batch {
+                        p.process(&commit).await?;
+                    }
+                    ops += (MIX_READS + MIX_WRITES + 2) as u64;
+                }
+                for r in p.end().await {
+                    r?;
+                }
+            }
+        }
+        Ok(ops)
+    }
+}
+
+struct Tp {
+    c: tokio_postgres::Client,
+    select: tokio_postgres::Statement,
+    update: tokio_postgres::Statement,
+    insert: tokio_postgres::Statement,
+    update_dml: tokio_postgres::Statement,
+    begin: tokio_postgres::Statement,
+    commit: tokio_postgres::Statement,
+}
+
+impl Tp {
+    async fn connect(url: &str) -> anyhow::Result<Tp> {
+        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .context("tokio-postgres could not connect")?;
+        tokio::spawn(connection);
+        Ok(Tp {
+            select: c.prepare(SELECT).await?,
+            update: c.prepare(UPDATE).await?,
+            insert: c.prepare(INSERT).await?,
+            update_dml: c.prepare(UPDATE_DML).await?,
+            begin: c.prepare("BEGIN").await?,
+            commit: c.prepare("COMMIT").await?,
+            c,
+        })
+    }
+
+    async fn run(
+        &self,
+        workload: Workload,
+        mode: Mode,
+        deadline: Instant,
+        seed: u64,
+    ) -> anyhow::Result<u64> {
+        let c = &self.c;
+        let mut rng = seed;
+        let mut ops = 0u64;
+        let ro = matches!(workload, Workload::ReadOnly | Workload::ReadOnly8);
+        while Instant::now() < deadline {
+            match (workload, mode) {
+                (_, Mode::Window) => anyhow::bail!("tokio-postgres has no sliding window"),
+                (_, Mode::Plain) if ro => {
+                    for _ in 0..10 {
+                        let row = c.query_one(&self.select, &[&next_id(&mut rng)]).await?;
+                        std::hint::black_box(row.try_get::<_, &str>(0)?);
+                    }
+                    ops += 10;
+                }
+                (_, Mode::Batch) if ro => {
+                    let ids: Vec<i32> = (0..BATCH).map(|_| next_id(&mut rng)).collect();
+                    let params = one_param_each(&ids);
+                    let rows =
+                        try_join_all(params.iter().map(|p| c.query_one(&self.select, p))).await?;
+                    std::hint::black_box(rows);
+                    ops += BATCH as u64;
+                }
+                (Workload::Dml, Mode::Plain) => {
+                    c.execute(&self.begin, &[]).await?;
+                    for _ in 0..DML_LOOPS_PLAIN {
+                        c.execute(&self.insert, &[]).await?;
+                        for _ in 0..4 {
+                            c.execute(&self.update_dml, &[]).await?;
+                        }
+                    }
+                    c.execute(&self.commit, &[]).await?;
+                    ops += (DML_LOOPS_PLAIN * 5 + 2) as u64;
+                }
+                (Workload::Dml, Mode::Batch) => {
+                    c.execute(&self.begin, &[]).await?;
+                    for _ in 0..DML_LOOPS / (BATCH / 5) {
+                        let futures = (0..BATCH).map(|i| {
+                            let stmt = if i % 5 == 0 {
+                                &self.insert
+                            } else {
+                                &self.update_dml
+                            };
+                            c.execute(stmt, &[])
+                        });
+                        for r in join_all(futures).await {
+                            r?;
+                        }
+                    }
+                    c.execute(&self.commit, &[]).await?;
+                    ops += (DML_LOOPS * 5 + 2) as u64;
+                }
+                (_, Mode::Plain) => {
+                    c.execute(&self.begin, &[]).await?;
+                    for _ in 0..MIX_READS {
+                        let row = c.query_one(&self.select, &[&next_id(&mut rng)]).await?;
+                        std::hint::black_box(row.try_get::<_, &str>(0)?);
+                    }
+                    for _ in 0..MIX_WRITES {
+                        c.execute(&self.update, &[&next_id(&mut rng)]).await?;
+                    }
+                    c.execute(&self.commit, &[]).await?;
+                    ops += (MIX_READS + MIX_WRITES + 2) as u64;
+                }
+                (_, Mode::Batch) => {
+                    let reads: Vec<i32> = (0..MIX_READS).map(|_| next_id(&mut rng)).collect();
+                    let writes: Vec<i32> = (0..MIX_WRITES).map(|_| next_id(&mut rng)).collect();
+                    // Polled together, the futures' requests go out in this order in one write.
+                    let begin = c.execute(&self.begin, &[]);
+                    let (reads, writes) = (one_param_each(&reads), one_param_each(&writes));
+                    let selects = join_all(reads.iter().map(|p| c.query_one(&self.select, p)));
+                    let updates = join_all(writes.iter().map(|p| c.execute(&self.update, p)));
+                    let commit = c.execute(&self.commit, &[]);
+                    let (b, s, u, cm) = tokio::join!(begin, selects, updates, commit);
+                    b?;
+                    for x in s {
+                        std::hint::black_box(x?);
+                    }
+                    for x in u {
+                        x?;
+                    }
+                    cm?;
+                    ops += (MIX_READS + MIX_WRITES + 2) as u64;
+                }
+            }
+        }
+        Ok(ops)
+    }
+}
+
+type TpParam<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
+/// One parameter list per value, to pass to concurrently polled futures.
+fn one_param_each(ids: &[i32]) -> Vec<[TpParam<'_>; 1]> {
+    ids.iter().map(|id| [id as TpParam<'_>]).collect()
+}
+
+/// Runs pgbench for one cell; returns (statements, wall, pgbench CPU).
+///
+/// pgbench `-M prepared` prepares every command of the script with its own round trip during
+/// each client's first transaction (a thousand for the DML script), so throughput comes from
+/// its per-transaction log without each client's first transaction, and the run is long
+/// enough to have later ones.
+fn run_pgbench(
+    pgbench: &std::path::Path,
+    url: &str,
+    workload: Workload,
+    mode: Mode,
+    secs: u64,
+    rtt_us: u64,
+) -> anyhow::Result<(u64, Duration, Duration)> {
+    let pipelined = mode == Mode::Batch;
+    let (start, end) = if pipelined {
+        ("\\startpipeline\n", "\\endpipeline\n")
+    } else {
+        ("", "")
+    };
+    let select =
+        "\\set id random(1, 10000)\nSELECT data FROM slipstream_lab_pipeline WHERE id = :id;\n";
+    let mut script = String::new();
+    let per_tx = match workload {
+        Workload::ReadOnly | Workload::ReadOnly8 => {
+            let n = if pipelined { BATCH } else { 1 };
+            script.push_str(start);
+            for _ in 0..n {
+                script.push_str(select);
+            }
+            script.push_str(end);
+            n
+        }
+        Workload::Dml => {
+            let loops = if pipelined {
+                DML_LOOPS
+            } else {
+                DML_LOOPS_PLAIN
+            };
+            script.push_str(start);
+            script.push_str("BEGIN;\n");
+            for i in 0..loops {
+                script.push_str(&format!("{INSERT};\n"));
+                for _ in 0..4 {
+                    script.push_str(&format!("{UPDATE_DML};\n"));
+                }
+                // Pipelines of 100 statements inside the transaction.
+                if pipelined && (i + 1) % (BATCH / 5) == 0 && i + 1 < loops {
+                    script.push_str(end);
+                    script.push_str(start);
+                }
+            }
+            script.push_str("COMMIT;\n");
+            script.push_str(end);
+            loops * 5 + 2
+        }
+        Workload::Mix => {
+            script.push_str(start);
+            script.push_str("BEGIN;\n");
+            for _ in 0..MIX_READS {
+                script.push_str(select);
+            }
+            for _ in 0..MIX_WRITES {
+                script.push_str(
+                    "\\set id random(1, 10000)\nUPDATE slipstream_lab_pipeline SET hits = hits + 1 WHERE id = :id;\n",
+                );
+            }
+            script.push_str("COMMIT;\n");
+            script.push_str(end);
+            MIX_READS + MIX_WRITES + 2
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("slipstream-lab-pipeline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("script.sql");
+    std::fs::write(&file, &script)?;
+    let clients = if workload == Workload::ReadOnly8 {
+        SESSIONS
+    } else {
+        1
+    };
+    // Preparing: one round trip per command per client, before the measured transactions.
+    let commands = script.lines().filter(|l| !l.starts_with('\\')).count() as u64;
+    let prepare_us = commands * clients as u64 * (rtt_us + 100);
+    let secs = secs + prepare_us.div_ceil(1_000_000);
+    let before = children_cpu();
+    let out = Command::new(pgbench)
+        .args(["-n", "-M", "prepared", "-j", "1", "-l", "-c"])
+        .arg(clients.to_string())
+        .arg("-T")
+        .arg(secs.to_string())
+        .arg("-f")
+        .arg(&file)
+        .arg(url)
+        .current_dir(&dir)
+        .output()
+        .context("could not run pgbench")?;
+    let cpu = children_cpu().saturating_sub(before);
+    let logs = read_pgbench_logs(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(
+        out.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    // Per client: transactions after its first, and the time they took.
+    let mut per_client: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+    let mut all_transactions = 0u64;
+    for line in logs.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .take(3)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let [client, transaction, time_us] = f[..] else {
+            continue;
+        };
+        all_transactions += 1;
+        if transaction > 0 {
+            let e = per_client.entry(client).or_default();
+            e.0 += 1;
+            e.1 += time_us;
+        }
+    }
+    let rate: f64 = per_client
+        .values()
+        .filter(|(_, us)| *us > 0)
+        .map(|&(n, us)| (n * per_tx as u64) as f64 / (us as f64 / 1e6))
+        .sum();
+    anyhow::ensure!(
+        rate > 0.0,
+        "pgbench completed no transaction after its first in {secs} s"
+    );
+    let statements: u64 = per_client.values().map(|(n, _)| n * per_tx as u64).sum();
+    let wall = Duration::from_secs_f64(statements as f64 / rate);
+    // CPU per statement over everything pgbench ran, first transactions included.
+    let cpu_share = statements as f64 / (all_transactions * per_tx as u64).max(1) as f64;
+    Ok((statements, wall, cpu.mul_f64(cpu_share)))
+}
+
+/// The per-transaction log lines pgbench `-l` wrote into `dir` (one file per thread).
+fn read_pgbench_logs(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("pgbench_log") {
+                text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    text
+}
+
+/// The first TCP address the connection string names, for the delay proxy to forward to.
+fn tcp_target(url: &str) -> Option<SocketAddr> {
+    let config: slipstream_pg::Config = url.parse().ok()?;
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(slipstream_pg::DEFAULT_PORT);
+    config.get_hosts().iter().find_map(|h| match h {
+        slipstream_pg::Host::Tcp(name) => (name.as_str(), port).to_socket_addrs().ok()?.next(),
+        slipstream_pg::Host::Unix(_) => None,
+    })
+}
+
+/// The connection string pointed at the proxy on 127.0.0.1:`port` instead of the server.
+fn via_proxy(url: &str, port: u16) -> String {
+    if let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    {
+        let (authority, tail) = rest
+            .find(['/', '?'])
+            .map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
+        let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+        let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
+        format!("postgres://{userinfo}127.0.0.1:{port}{tail}")
+    } else {
+        let kept: Vec<&str> = url
+            .split_whitespace()
+            .filter(|kv| {
+                !["host=", "hostaddr=", "port="]
+                    .iter()
+                    .any(|k| kv.starts_with(k))
+            })
+            .collect();
+        format!("{} host=127.0.0.1 port={port}", kept.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::via_proxy;
+
+    #[test]
+    fn connection_strings_are_pointed_at_the_proxy() {
+        assert_eq!(
+            via_proxy("postgres://u:p@db.example:5433/app?sslmode=disable", 9),
+            "postgres://u:p@127.0.0.1:9/app?sslmode=disable"
+        );
+        assert_eq!(
+            via_proxy("postgresql://127.0.0.1:5432", 9),
+            "postgres://127.0.0.1:9"
+        );
+        assert_eq!(
+            via_proxy("host=/tmp port=5432 user=x sslmode=disable", 9),
+            "user=x sslmode=disable host=127.0.0.1 port=9"
+        );
+    }
+}
