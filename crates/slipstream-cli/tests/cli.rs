@@ -127,6 +127,55 @@ fn lab_experiments_run_in_quick_mode_and_write_json_and_svg() {
 }
 
 #[test]
+fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("pipeline.json");
+    let o = slipstream(
+        &[
+            "lab",
+            "run",
+            "pipeline",
+            "--quick",
+            "--url",
+            &cluster.url(),
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for peer in [
+        "slipstream-pg",
+        "tokio-postgres",
+        "pgbench",
+        "sliding window",
+    ] {
+        assert!(out.contains(peer), "{peer} missing from:\n{out}");
+    }
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ratios = result["ratios"].as_object().unwrap();
+    for key in [
+        "readonly1_rtt0us_slipstream_pipelined_over_pgbench_pipelined",
+        "readonly1_rtt0us_slipstream_pipelined_over_tokio_postgres_pipelined",
+        "dml_rtt1000us_slipstream_window_speedup",
+        "dml_rtt1000us_pgbench_batch_speedup",
+        "readonly1_rtt0us_slipstream_window_cpu_us_per_statement",
+        "readonly1_window_rtt1000us_over_loopback",
+    ] {
+        assert!(ratios.contains_key(key), "{key} missing from {ratios:?}");
+    }
+    assert!(
+        ratios
+            .values()
+            .all(|v| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0)),
+        "{ratios:?}"
+    );
+}
+
+#[test]
 fn json_alone_also_writes_the_chart_beside_it() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();

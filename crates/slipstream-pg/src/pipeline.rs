@@ -277,6 +277,8 @@ pub struct Pipeline<'c> {
     /// Operations were appended since the last `Sync` or `Flush`: the server may hold their
     /// replies until it gets one.
     needs_flush: bool,
+    /// Operations queued since the connection was last driven.
+    unsent: usize,
     ended: bool,
 }
 
@@ -382,6 +384,7 @@ impl Client {
             in_flight_bytes: 0,
             group_start: None,
             needs_flush: false,
+            unsent: 0,
             ended: false,
         }
     }
@@ -558,6 +561,7 @@ impl Pipeline<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn process<T: FromOutput>(&mut self, op: &Op<T>) -> Result<T, Error> {
+        self.unsent = 0;
         if op.pipeline != self.serial {
             return Err(Error::usage(
                 "this operation belongs to another pipeline block",
@@ -775,12 +779,25 @@ impl Pipeline<'_> {
     }
 
     /// The sliding window: past either bound, send and read until half of it is answered.
+    /// Below it, every sixteenth of the window is sent as it fills, and whatever replies have
+    /// arrived are read, without waiting: the server is never left idle while operations sit
+    /// in our buffer.
     async fn after_queue(&mut self) {
+        self.unsent += 1;
         if self.in_flight_ops > self.options.max_ops
             || self.in_flight_bytes > self.options.max_bytes
         {
             self.request_flush();
+            self.unsent = 0;
             self.pump(Until::Window).await;
+        } else if self.unsent >= (self.options.max_ops / 16).max(1) {
+            self.request_flush();
+            self.unsent = 0;
+            poll_fn(|cx| match self.poll_pump(cx, Until::All) {
+                Poll::Pending => Poll::Ready(()),
+                ready => ready,
+            })
+            .await;
         }
     }
 
