@@ -150,11 +150,9 @@ impl Connection {
         self.check_usable()?;
         if self.copy_in_abort {
             self.copy_in_abort = false;
-            frontend::copy_fail(
+            self.queue_copy_fail(
                 "COPY cancelled: the client dropped the copy before finishing it",
-                &mut self.wbuf,
-            )
-            .map_err(|e| Error::protocol(format!("could not encode CopyFail: {e}")))?;
+            )?;
         }
         for sql in std::mem::take(&mut self.deferred) {
             frontend::query(&sql, &mut self.wbuf).map_err(|e| Error::protocol(e.to_string()))?;
@@ -215,12 +213,7 @@ impl Connection {
                 self.rbuf.reserve(READ_CHUNK);
             }
             match self.socket.read_buf(&mut self.rbuf).await {
-                Ok(0) => {
-                    return Err(self.poison(Error::io(
-                        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
-                        std::io::ErrorKind::UnexpectedEof.into(),
-                    )));
-                }
+                Ok(0) => return Err(self.poison(closed_by_server())),
                 Ok(_) => {}
                 Err(e) => {
                     return Err(self.poison(Error::io("could not receive data from the server", e)));
@@ -306,12 +299,7 @@ impl Connection {
             // A `read_buf` future changes the buffer only when it completes, so dropping a
             // pending one loses nothing.
             match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(Err(self.poison(Error::io(
-                        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
-                        std::io::ErrorKind::UnexpectedEof.into(),
-                    ))));
-                }
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(self.poison(closed_by_server()))),
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => {
                     return Poll::Ready(Err(
@@ -421,20 +409,37 @@ impl Connection {
             }
             let message = self.next_message().await?;
             let abandoned = !keep_last || self.owed > 1;
-            match &message {
-                Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
-                // An abandoned COPY FROM STDIN waits for data that will never come: end it.
-                Message::CopyInResponse(_) if abandoned => {
-                    frontend::copy_fail("COPY cancelled by the client", &mut self.wbuf)
-                        .map_err(|e| Error::protocol(e.to_string()))?;
-                    self.flush().await?;
-                }
-                _ => {}
-            }
             if !abandoned {
+                if let Message::ReadyForQuery(body) = &message {
+                    self.ready_for_query(body.status());
+                }
                 return Ok(Some(message));
             }
+            if self.discard(&message)? {
+                self.flush().await?;
+            }
         }
+    }
+
+    /// Accounts for a message of a reply nobody waits for any more: its `ReadyForQuery`
+    /// settles the request, and an abandoned COPY FROM STDIN, which would wait for data that
+    /// will never come, gets a `CopyFail`. Returns true if something was queued to send.
+    pub(crate) fn discard(&mut self, message: &Message) -> Result<bool, Error> {
+        match message {
+            Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
+            Message::CopyInResponse(_) => {
+                self.queue_copy_fail("COPY cancelled by the client")?;
+                return Ok(true);
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// Appends a `CopyFail` with `reason` (which the server reports back in its error).
+    pub(crate) fn queue_copy_fail(&mut self, reason: &str) -> Result<(), Error> {
+        frontend::copy_fail(reason, &mut self.wbuf)
+            .map_err(|e| Error::usage(format!("cannot send this COPY failure reason: {e}")))
     }
 
     /// Handles the start of a COPY that arrived in reply to a call that is not a COPY call:
@@ -442,8 +447,7 @@ impl Connection {
     /// and COPY TO STDOUT's data will be skipped. Returns the error to report.
     pub(crate) async fn refuse_copy(&mut self, inbound: bool) -> Result<Error, Error> {
         if inbound {
-            frontend::copy_fail("use Client::copy_in for COPY FROM STDIN", &mut self.wbuf)
-                .map_err(|e| Error::protocol(e.to_string()))?;
+            self.queue_copy_fail("use Client::copy_in for COPY FROM STDIN")?;
             self.flush().await?;
             Ok(Error::usage(
                 "COPY FROM STDIN takes its data as a stream: use Client::copy_in",
@@ -477,6 +481,13 @@ impl Drop for Connection {
             self.socket.try_write_plain(&buf);
         }
     }
+}
+
+fn closed_by_server() -> Error {
+    Error::io(
+        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
+        std::io::ErrorKind::UnexpectedEof.into(),
+    )
 }
 
 fn invalid(e: &std::io::Error) -> Error {

@@ -70,11 +70,8 @@ impl Client {
                 Message::CopyInResponse(_) if inbound => return Ok(()),
                 Message::CopyOutResponse(_) if !inbound => return Ok(()),
                 Message::CopyInResponse(_) => {
-                    frontend::copy_fail(
-                        "copy_out was called with COPY FROM STDIN",
-                        &mut self.conn.wbuf,
-                    )
-                    .map_err(|e| Error::protocol(e.to_string()))?;
+                    self.conn
+                        .queue_copy_fail("copy_out was called with COPY FROM STDIN")?;
                     self.conn.flush().await?;
                     error = Some(Error::usage(
                         "copy_out needs a COPY ... TO STDOUT statement; use copy_in",
@@ -181,8 +178,7 @@ impl CopyIn<'_> {
     /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
         self.finished = true;
-        frontend::copy_fail(reason, &mut self.client.conn.wbuf)
-            .map_err(|e| Error::usage(e.to_string()))?;
+        self.client.conn.queue_copy_fail(reason)?;
         self.client.conn.flush().await?;
         match read_copy_end(self.client).await {
             Err(e) if e.code().is_some() => Ok(()), // the expected "COPY from stdin failed"

@@ -42,7 +42,9 @@ use postgres_protocol::message::frontend;
 use postgres_types::Type;
 
 use crate::connect::unexpected;
-use crate::query::{Reply, Source, Step, check_owner, encode_prepared, encode_unprepared};
+use crate::query::{
+    Reply, Source, Step, check_owner, encode_prepared, encode_unprepared, split_typed,
+};
 use crate::statement::{parse_columns, parse_params};
 use crate::{Client, Column, DbError, Error, Param, Row, Statement, ToStatement};
 
@@ -449,8 +451,7 @@ impl Pipeline<'_> {
         params: &[(Param<'_>, Type)],
     ) -> Result<Op<Vec<Row>>, Error> {
         self.start_op(sql)?;
-        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-        let values: Vec<Param<'_>> = params.iter().map(|(p, _)| *p).collect();
+        let (types, values) = split_typed(params);
         let mark = self.client.conn.wbuf.len();
         encode_unprepared(&mut self.client.conn.wbuf, sql, &types, &values)?;
         let id = self.push(Kind::Query, Arc::from(Vec::new()), mark);
@@ -850,18 +851,12 @@ impl Pipeline<'_> {
     /// connection can no longer be trusted.
     fn on_message(&mut self, message: Message) -> Result<(), Error> {
         if self.skip > 0 {
-            match message {
-                Message::ReadyForQuery(body) => {
-                    self.skip -= 1;
-                    self.client.conn.ready_for_query(body.status());
-                }
-                // An abandoned COPY FROM STDIN waits for data that will never come: end it.
-                Message::CopyInResponse(_) => {
-                    frontend::copy_fail("COPY cancelled by the client", &mut self.client.conn.wbuf)
-                        .map_err(|e| Error::protocol(e.to_string()))?;
-                }
-                _ => {}
+            // A reply to a request made before the block began, which nobody waits for: the
+            // CopyFail `discard` may queue goes out with the next write.
+            if matches!(message, Message::ReadyForQuery(_)) {
+                self.skip -= 1;
             }
+            self.client.conn.discard(&message)?;
             return Ok(());
         }
         let Some(front) = self.expect.front_mut() else {

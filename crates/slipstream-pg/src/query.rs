@@ -228,8 +228,7 @@ impl Client {
         sql: &str,
         params: &[(Param<'_>, Type)],
     ) -> Result<Vec<Row>, Error> {
-        let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-        let values: Vec<Param<'_>> = params.iter().map(|(p, _)| *p).collect();
+        let (types, values) = split_typed(params);
         Ok(self.run_unprepared(sql, &types, &values).await?.0)
     }
 
@@ -298,6 +297,12 @@ impl Client {
             None => Ok((reply.rows, reply.affected)),
         }
     }
+}
+
+/// Splits `query_typed`'s (value, type) pairs into the types for `Parse` and the values for
+/// `Bind`.
+pub(crate) fn split_typed<'a>(params: &[(Param<'a>, Type)]) -> (Vec<Type>, Vec<Param<'a>>) {
+    params.iter().map(|(p, t)| (t.clone(), *p)).unzip()
 }
 
 /// A statement prepared on another connection names nothing on this one.

@@ -43,10 +43,8 @@ const SPIN_MARGIN: Duration = Duration::from_micros(150);
 /// ```no_run
 /// use std::time::Duration;
 /// let cluster = slipstream_testkit::Cluster::start()?;
-/// let proxy = slipstream_testkit::DelayProxy::start(
-///     format!("127.0.0.1:{}", cluster.port()).parse().unwrap(),
-///     Duration::from_millis(1),
-/// )?;
+/// let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+/// let proxy = slipstream_testkit::DelayProxy::start(target, Duration::from_millis(1))?;
 /// let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port());
 /// // ... connect through `url`: every round trip now takes 1 ms more.
 /// proxy.cut_all(); // every open connection is reset
