@@ -1,7 +1,8 @@
 //! The connection handle users hold.
 
 use crate::connection::{Connection, NoticeHandler, TransactionStatus};
-use crate::{CancelToken, DbError, Error, Notification};
+use crate::statement_cache::StatementCache;
+use crate::{CancelToken, Config, DbError, Error, FetchSize, Notification};
 
 /// A connection to a PostgreSQL server.
 ///
@@ -31,16 +32,22 @@ pub struct Client {
     pub(crate) next_statement: u64,
     /// Numbers pipeline blocks, so an operation handle cannot be used with another block.
     pub(crate) next_pipeline: u64,
+    pub(crate) cache: StatementCache,
+    pub(crate) fetch_size: FetchSize,
+    pub(crate) max_result_buffer: Option<usize>,
     cancel: CancelToken,
 }
 
 impl Client {
-    pub(crate) fn new(conn: Connection, id: u64, cancel: CancelToken) -> Client {
+    pub(crate) fn new(conn: Connection, id: u64, cancel: CancelToken, config: &Config) -> Client {
         Client {
             conn,
             id,
             next_statement: 0,
             next_pipeline: 0,
+            cache: StatementCache::new(config.get_statement_cache_size()),
+            fetch_size: config.get_fetch_size(),
+            max_result_buffer: config.get_max_result_buffer(),
             cancel,
         }
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::Error;
+use crate::{Error, FetchSize};
 
 /// libpq's `sslmode`: whether to use TLS and how much of the server's certificate to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,7 +124,14 @@ pub struct Config {
     pub(crate) keepalives_interval: Option<Duration>,
     pub(crate) keepalives_count: Option<u32>,
     pub(crate) tcp_user_timeout: Option<Duration>,
+    pub(crate) statement_cache_size: Option<usize>,
+    pub(crate) fetch_size: Option<FetchSize>,
+    pub(crate) max_result_buffer: Option<usize>,
 }
+
+/// How many statements a connection caches unless told otherwise (as pgjdbc's
+/// `preparedStatementCacheQueries`).
+pub const DEFAULT_STATEMENT_CACHE_SIZE: usize = 256;
 
 /// The port PostgreSQL listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 5432;
@@ -223,6 +230,55 @@ impl Config {
     pub fn tcp_user_timeout(mut self, timeout: Duration) -> Config {
         self.tcp_user_timeout = Some(timeout);
         self
+    }
+
+    /// How many prepared statements each connection caches (`statement_cache_size`; 0 turns
+    /// the cache off). See `docs/statement-cache.md`.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().statement_cache_size(0);
+    /// assert_eq!(config.get_statement_cache_size(), 0);
+    /// ```
+    pub fn statement_cache_size(mut self, size: usize) -> Config {
+        self.statement_cache_size = Some(size);
+        self
+    }
+
+    /// How much a row stream fetches per round trip (`fetch_size`: `1000` rows or `64kB`).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, FetchSize};
+    /// let config = Config::new().fetch_size(FetchSize::Rows(1000));
+    /// assert_eq!(config.get_fetch_size(), FetchSize::Rows(1000));
+    /// ```
+    pub fn fetch_size(mut self, size: FetchSize) -> Config {
+        self.fetch_size = Some(size);
+        self
+    }
+
+    /// The most bytes of rows a row stream holds in memory at once, plus one row
+    /// (`max_result_buffer`). Unset: the fetch size in bytes mode, no cap in rows mode.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().max_result_buffer(1 << 20);
+    /// assert_eq!(config.get_max_result_buffer(), Some(1 << 20));
+    /// ```
+    pub fn max_result_buffer(mut self, bytes: usize) -> Config {
+        self.max_result_buffer = Some(bytes);
+        self
+    }
+
+    /// The statement cache size (default [`DEFAULT_STATEMENT_CACHE_SIZE`]).
+    pub fn get_statement_cache_size(&self) -> usize {
+        self.statement_cache_size.unwrap_or(DEFAULT_STATEMENT_CACHE_SIZE)
+    }
+    /// The fetch size (default 64 KiB in bytes mode).
+    pub fn get_fetch_size(&self) -> FetchSize {
+        self.fetch_size.unwrap_or_default()
+    }
+    /// The cap on a row stream's buffered bytes, if set.
+    pub fn get_max_result_buffer(&self) -> Option<usize> {
+        self.max_result_buffer
     }
 
     /// The hosts, in the order they are tried.

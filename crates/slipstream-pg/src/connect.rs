@@ -135,6 +135,7 @@ async fn connect_host(
         conn,
         NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
         cancel,
+        config,
     ))
 }
 

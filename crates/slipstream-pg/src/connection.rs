@@ -89,6 +89,9 @@ pub(crate) struct Connection {
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
     pub(crate) closes: Arc<Mutex<Vec<String>>>,
+    /// The session ran `DISCARD ALL` or `DEALLOCATE ALL`: every prepared statement is gone, so
+    /// the statement cache must forget its entries before its next use.
+    pub(crate) statements_discarded: bool,
 }
 
 impl Connection {
@@ -111,6 +114,7 @@ impl Connection {
             copy_in_abort: false,
             deferred: Vec::new(),
             closes: Arc::new(Mutex::new(Vec::new())),
+            statements_discarded: false,
         }
     }
 
@@ -366,6 +370,14 @@ impl Connection {
                     return Err(self.poison(Error::db(db)));
                 }
                 return Ok(Some(Message::ErrorResponse(body)));
+            }
+            Message::CommandComplete(body) => {
+                // Every reply path passes here, so this is the one place that sees a user's
+                // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
+                if matches!(body.tag(), Ok("DISCARD ALL" | "DEALLOCATE ALL")) {
+                    self.statements_discarded = true;
+                }
+                return Ok(Some(Message::CommandComplete(body)));
             }
             m => return Ok(Some(m)),
         }

@@ -78,6 +78,21 @@ impl Config {
                 })?;
                 self.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
             }
+            "statement_cache_size" => {
+                self.statement_cache_size = Some(value.trim().parse().map_err(|_| {
+                    Error::config(format!(
+                        "invalid statement_cache_size `{value}`: expected a whole number (0 turns the cache off)"
+                    ))
+                })?)
+            }
+            "fetch_size" => self.fetch_size = Some(value.parse()?),
+            "max_result_buffer" => {
+                self.max_result_buffer = Some(parse_bytes(value).ok_or_else(|| {
+                    Error::config(format!(
+                        "invalid max_result_buffer `{value}`: expected bytes, e.g. 1048576, 512kB or 4MB"
+                    ))
+                })?)
+            }
             // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here,
             // and the rest are not supported yet (docs/client.md says so).
             "client_encoding"
@@ -89,7 +104,8 @@ impl Config {
                 return Err(Error::config(format!(
                     "unknown connection parameter `{other}` (supported: host, port, user, password, \
                      dbname, application_name, options, connect_timeout, sslmode, sslrootcert, sslcert, sslkey, \
-                     keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout)"
+                     keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
+                     statement_cache_size, fetch_size, max_result_buffer)"
                 )));
             }
         }
@@ -202,6 +218,23 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// A byte count as PostgreSQL writes memory settings: `65536`, `65536B`, `64kB`, `4MB`, `1GB`
+/// (units of 1024, case-insensitive; `KiB`/`MiB`/`GiB` too). `None` if it is not one.
+pub(crate) fn parse_bytes(value: &str) -> Option<usize> {
+    let value = value.trim();
+    let digits = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let (number, unit) = value.split_at(digits);
+    let number: usize = number.parse().ok()?;
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "kib" => 1 << 10,
+        "mb" | "mib" => 1 << 20,
+        "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(scale)
 }
 
 fn seconds(key: &str, value: &str) -> Result<Duration, Error> {

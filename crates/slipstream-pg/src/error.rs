@@ -234,6 +234,17 @@ impl Error {
         Error::new(ErrorKind::Usage, Some(message.into()), None)
     }
 
+    /// True for a value that does not accept the type it was encoded as (postgres-types'
+    /// `WrongType`), as opposed to one that accepts it but failed to encode.
+    pub(crate) fn is_wrong_type(&self) -> bool {
+        self.0.kind == ErrorKind::Conversion
+            && self
+                .0
+                .source
+                .as_ref()
+                .is_some_and(|s| s.is::<postgres_types::WrongType>())
+    }
+
     /// Prefixes the message with where the failure happened (e.g. the host being tried).
     pub(crate) fn context(mut self, context: impl fmt::Display) -> Error {
         self.0.message = Some(match self.0.message.take() {

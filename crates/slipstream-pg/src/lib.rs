@@ -61,30 +61,35 @@ mod conninfo;
 mod copy;
 mod error;
 mod notification;
+mod param_types;
 mod pipeline;
 mod query;
 mod row;
+mod row_stream;
 mod simple_query;
 mod socket;
 mod sqlstate;
 mod statement;
+mod statement_cache;
 mod tls;
 mod transaction;
 
 pub use cancel::CancelToken;
 pub use client::Client;
-pub use config::{Config, DEFAULT_PORT, Host, SslMode};
+pub use config::{Config, DEFAULT_PORT, DEFAULT_STATEMENT_CACHE_SIZE, Host, SslMode};
 pub use connect::{connect, connect_config};
 pub use connection::{NoticeHandler, TransactionStatus};
 pub use copy::{CopyIn, CopyOut};
 pub use error::{DbError, Error, ErrorKind, ErrorPosition};
 pub use notification::Notification;
 pub use pipeline::{FromOutput, Op, Output, Pipeline, PipelineMode, PipelineOptions};
-pub use query::{Param, ToStatement};
+pub use query::{Param, ToStatement, Uncached};
 pub use row::{Row, RowIndex, SimpleRow};
+pub use row_stream::{FetchSize, RowStream};
 pub use simple_query::SimpleQueryMessage;
 pub use sqlstate::SqlState;
 pub use statement::{Column, Statement};
+pub use statement_cache::CacheStats;
 pub use transaction::{IsolationLevel, Transaction, TransactionBuilder};
 
 /// PostgreSQL types and the `ToSql`/`FromSql` traits (the `postgres-types` crate).

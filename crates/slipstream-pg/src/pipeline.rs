@@ -42,8 +42,9 @@ use postgres_protocol::message::frontend;
 use postgres_types::Type;
 
 use crate::connect::unexpected;
+use crate::param_types;
 use crate::query::{
-    Reply, Source, Step, check_owner, encode_prepared, encode_unprepared, split_typed,
+    Plan, Reply, Source, Step, check_owner, encode_plan, split_typed,
 };
 use crate::statement::{parse_columns, parse_params};
 use crate::{Client, Column, DbError, Error, Param, Row, Statement, ToStatement};
@@ -451,9 +452,10 @@ impl Pipeline<'_> {
         params: &[(Param<'_>, Type)],
     ) -> Result<Op<Vec<Row>>, Error> {
         self.start_op(sql)?;
-        let (types, values) = split_typed(params);
+        let (wires, values) = split_typed(params);
         let mark = self.client.conn.wbuf.len();
-        encode_unprepared(&mut self.client.conn.wbuf, sql, &types, &values)?;
+        let plan = Plan::OneOff { wires };
+        encode_plan(&mut self.client.conn.wbuf, &plan, sql, &values, 0)?;
         let id = self.push(Kind::Query, Arc::from(Vec::new()), mark);
         self.after_queue().await;
         Ok(self.handle(id))
@@ -661,18 +663,27 @@ impl Pipeline<'_> {
             Source::Prepared(stmt) => {
                 self.start_op(stmt.sql())?;
                 check_owner(stmt, self.client.id)?;
-                encode_prepared(&mut self.client.conn.wbuf, stmt, params)?;
+                let plan = Plan::Named {
+                    stmt: stmt.clone(),
+                    cached: false,
+                };
+                encode_plan(&mut self.client.conn.wbuf, &plan, stmt.sql(), params, 0)?;
                 stmt.columns_arc().clone()
             }
-            Source::Sql(sql) => {
+            // Pipelined SQL runs on the unnamed statement, not through the statement cache: a
+            // stale cached statement could not be re-prepared without breaking the pipeline's
+            // order, and prepare-on-miss would need its description before later operations.
+            Source::Sql(sql) | Source::Uncached(sql) => {
                 self.start_op(sql)?;
-                if !params.is_empty() {
+                let Some(wires) = param_types::infer(params, &mut self.client.conn.wbuf) else {
                     return Err(Error::usage(
-                        "a SQL string with parameters cannot be pipelined: the server would first have to \
-                         name the parameter types. Prepare the statement, or use Pipeline::query_typed",
+                        "a parameter's PostgreSQL type cannot be chosen from its Rust type (a custom \
+                         ToSql type?), and a pipeline cannot wait for the server to name it: prepare \
+                         the statement first, or use Pipeline::query_typed",
                     ));
-                }
-                encode_unprepared(&mut self.client.conn.wbuf, sql, &[], &[])?;
+                };
+                let plan = Plan::OneOff { wires };
+                encode_plan(&mut self.client.conn.wbuf, &plan, sql, params, 0)?;
                 Arc::from(Vec::new())
             }
         };

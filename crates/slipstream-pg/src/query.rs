@@ -9,8 +9,10 @@ use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
 
 use crate::connect::unexpected;
+use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
-use crate::{Client, Column, DbError, Error, Row, Statement};
+use crate::statement_cache::CacheStats;
+use crate::{Client, Column, DbError, Error, Row, SqlState, Statement, TransactionStatus};
 
 /// A SQL string or a prepared [`Statement`]: what [`Client::query`] and friends accept.
 pub trait ToStatement: sealed::Sealed {
@@ -21,8 +23,23 @@ pub trait ToStatement: sealed::Sealed {
 #[doc(hidden)]
 pub enum Source<'a> {
     Sql(&'a str),
+    Uncached(&'a str),
     Prepared(&'a Statement),
 }
+
+/// SQL that bypasses the statement cache (ODP.NET's `AddToStatementCache = false`): it runs on
+/// the unnamed statement, in one round trip, and leaves nothing prepared behind.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::Uncached;
+/// let before = client.statement_cache_stats();
+/// client.execute(&Uncached("UPDATE jobs SET state = 'done' WHERE id = $1"), &[&7i64]).await?;
+/// assert_eq!(client.statement_cache_stats().misses, before.misses);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Uncached<'a>(pub &'a str);
 
 mod sealed {
     pub trait Sealed {}
@@ -38,6 +55,12 @@ impl sealed::Sealed for String {}
 impl ToStatement for String {
     fn source(&self) -> Source<'_> {
         Source::Sql(self)
+    }
+}
+impl sealed::Sealed for Uncached<'_> {}
+impl ToStatement for Uncached<'_> {
+    fn source(&self) -> Source<'_> {
+        Source::Uncached(self.0)
     }
 }
 impl sealed::Sealed for Statement {}
@@ -135,9 +158,10 @@ impl Client {
 
     /// Runs a statement and returns all its rows.
     ///
-    /// A SQL string without parameters costs one round trip. A SQL string with parameters costs
-    /// two (the server must first say the parameter types); prepare it once, or use
-    /// [`Client::query_typed`], to pay one.
+    /// One round trip. A SQL string goes through the connection's statement cache: the first
+    /// run prepares it (in the same round trip), later runs only bind and execute. Parameter
+    /// types come from the Rust values (see `docs/statement-cache.md`); a value of a type the
+    /// client cannot name (a custom `ToSql`) costs one more round trip for the server to say it.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -228,8 +252,11 @@ impl Client {
         sql: &str,
         params: &[(Param<'_>, Type)],
     ) -> Result<Vec<Row>, Error> {
-        let (types, values) = split_typed(params);
-        Ok(self.run_unprepared(sql, &types, &values).await?.0)
+        let (wires, values) = split_typed(params);
+        let plan = Plan::OneOff { wires };
+        self.conn.start_request()?;
+        encode_plan(&mut self.conn.wbuf, &plan, sql, &values, 0)?;
+        Ok(self.run_plan(&plan, sql).await?.0)
     }
 
     async fn run(
@@ -237,48 +264,123 @@ impl Client {
         source: Source<'_>,
         params: &[Param<'_>],
     ) -> Result<(Vec<Row>, u64), Error> {
-        match source {
-            Source::Prepared(stmt) => self.run_prepared(stmt, params).await,
-            Source::Sql(sql) if params.is_empty() => self.run_unprepared(sql, &[], &[]).await,
-            Source::Sql(sql) => {
-                let stmt = self.prepare_as(String::new(), sql, &[]).await?;
-                self.run_prepared(&stmt, params).await
+        let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
+        let (sql, use_cache) = match source {
+            Source::Prepared(stmt) => {
+                check_owner(stmt, self.id)?;
+                self.conn.start_request()?;
+                let plan = Plan::Named {
+                    stmt: stmt.clone(),
+                    cached: false,
+                };
+                encode_plan(&mut self.conn.wbuf, &plan, stmt.sql(), params, 0)?;
+                return self.run_plan(&plan, stmt.sql()).await;
             }
+            Source::Uncached(sql) => (sql, false),
+            Source::Sql(sql) => (sql, self.cache.enabled()),
+        };
+        let plan = self.send_sql(sql, params, use_cache, 0).await?;
+        match self.run_plan(&plan, sql).await {
+            Err(e) if plan.is_cached() && is_stale(&e) => {
+                self.stale(&plan, e, in_transaction)?;
+                let plan = self.send_sql(sql, params, use_cache, 0).await?;
+                self.run_plan(&plan, sql).await
+            }
+            result => result,
         }
     }
 
-    /// Bind + Execute + Sync on a prepared statement: one round trip.
-    async fn run_prepared(
-        &mut self,
-        stmt: &Statement,
-        params: &[Param<'_>],
-    ) -> Result<(Vec<Row>, u64), Error> {
-        check_owner(stmt, self.id)?;
-        self.conn.start_request()?;
-        encode_prepared(&mut self.conn.wbuf, stmt, params)?;
-        frontend::sync(&mut self.conn.wbuf);
-        self.conn.finish_request().await?;
-        self.read_results(stmt.columns_arc().clone()).await
+    /// Handles a cached statement the server called stale: forgets it, and returns the error
+    /// to report if it cannot be retried transparently (inside a transaction, which the error
+    /// has aborted).
+    pub(crate) fn stale(&mut self, plan: &Plan, e: Error, in_transaction: bool) -> Result<(), Error> {
+        if let Plan::Named { stmt, .. } = plan {
+            self.cache.remove(stmt);
+        }
+        if in_transaction {
+            return Err(e.context(
+                "a cached prepared statement went stale inside a transaction (a schema change altered \
+                 its result, or it was deallocated); the transaction is aborted and cannot be retried \
+                 transparently: roll back and run the transaction again (the statement is prepared \
+                 afresh)",
+            ));
+        }
+        self.cache.count_reprepare();
+        Ok(())
     }
 
-    /// Parse + Bind + Describe + Execute + Sync on the unnamed statement: one round trip.
-    async fn run_unprepared(
+    /// Starts a request and appends `sql`'s messages up to its `Execute` (at most `max_rows`
+    /// rows; 0: all), choosing how it runs: a cached statement whose parameter types the values
+    /// fit, prepare-and-run in one request (then cached), or the unnamed statement. The caller
+    /// appends `Sync` or `Flush`.
+    ///
+    /// Only when a parameter's type cannot be chosen from its Rust value does this talk to the
+    /// server first (Parse + Describe, one round trip).
+    pub(crate) async fn send_sql(
         &mut self,
         sql: &str,
-        types: &[Type],
         params: &[Param<'_>],
-    ) -> Result<(Vec<Row>, u64), Error> {
+        use_cache: bool,
+        max_rows: i32,
+    ) -> Result<Plan, Error> {
         self.conn.start_request()?;
-        encode_unprepared(&mut self.conn.wbuf, sql, types, params)?;
-        frontend::sync(&mut self.conn.wbuf);
-        self.conn.finish_request().await?;
-        self.read_results(Arc::from(Vec::new())).await
+        if std::mem::take(&mut self.conn.statements_discarded) {
+            self.cache.clear();
+        }
+        if use_cache {
+            let wbuf = &mut self.conn.wbuf;
+            let hit = self.cache.find(sql, |stmt, wires| {
+                if wires.map_or(stmt.params().len(), <[Wire]>::len) != params.len() {
+                    return Ok(false);
+                }
+                match encode_named(wbuf, stmt, wires, params, max_rows) {
+                    Ok(()) => Ok(true),
+                    // The values do not fit this statement's types: look further.
+                    Err(e) if e.is_wrong_type() => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })?;
+            if let Some(stmt) = hit {
+                return Ok(Plan::Named { stmt, cached: true });
+            }
+        }
+        let plan = match param_types::infer(params, &mut self.conn.wbuf) {
+            Some(wires) if use_cache => {
+                self.next_statement += 1;
+                Plan::Prepare {
+                    name: format!("s{}", self.next_statement),
+                    wires: wires.into(),
+                }
+            }
+            Some(wires) => Plan::OneOff { wires },
+            None => {
+                let name = match use_cache {
+                    true => {
+                        self.next_statement += 1;
+                        format!("s{}", self.next_statement)
+                    }
+                    false => String::new(),
+                };
+                let stmt = self.prepare_as(name, sql, &[]).await?;
+                if use_cache {
+                    self.cache.insert(stmt.clone(), None);
+                }
+                self.conn.start_request()?;
+                Plan::Named {
+                    stmt,
+                    cached: use_cache,
+                }
+            }
+        };
+        encode_plan(&mut self.conn.wbuf, &plan, sql, params, max_rows)?;
+        Ok(plan)
     }
 
-    /// Reads one request's reply up to `ReadyForQuery`, collecting rows. A server error is
-    /// returned after the reply is fully read, so the connection stays in step.
-    async fn read_results(&mut self, columns: Arc<[Column]>) -> Result<(Vec<Row>, u64), Error> {
-        let mut reply = Reply::new(columns, true);
+    /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply.
+    async fn run_plan(&mut self, plan: &Plan, sql: &str) -> Result<(Vec<Row>, u64), Error> {
+        frontend::sync(&mut self.conn.wbuf);
+        self.conn.finish_request().await?;
+        let mut reply = Reply::new(plan.columns(), true);
         loop {
             match self.conn.recv().await? {
                 Message::ReadyForQuery(_) => break,
@@ -292,17 +394,165 @@ impl Client {
                 },
             }
         }
+        self.cache_prepared(plan, sql, &reply);
         match reply.error {
             Some(e) => Err(e),
             None => Ok((reply.rows, reply.affected)),
         }
     }
+
+    /// After a `Plan::Prepare` request: caches the statement if the server described it (even
+    /// if running it then failed).
+    pub(crate) fn cache_prepared(&mut self, plan: &Plan, sql: &str, reply: &Reply) {
+        if let (Plan::Prepare { name, wires }, Some(params), true) =
+            (plan, &reply.params, reply.described)
+        {
+            // The SQL has more parameters than values were given: the Bind failed, and the
+            // statement could never be bound this way.
+            if params.len() != wires.len() {
+                return;
+            }
+            let stmt = Statement::new(
+                name.clone(),
+                sql.to_string(),
+                params.clone(),
+                reply.columns(),
+                self.id,
+                Arc::downgrade(&self.conn.closes),
+            );
+            self.cache.insert(stmt, Some(wires.clone()));
+        }
+    }
+
+    /// What the statement cache has done on this connection.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let s = client.statement_cache_stats();
+    /// println!("{} hits, {} misses, {} evictions of {} slots", s.hits, s.misses, s.evictions, s.capacity);
+    /// # Ok(()) }
+    /// ```
+    pub fn statement_cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Closes every cached statement (with the next request; no round trip of its own).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// client.clear_statement_cache();
+    /// assert_eq!(client.statement_cache_stats().size, 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn clear_statement_cache(&mut self) {
+        self.cache.clear();
+    }
 }
 
-/// Splits `query_typed`'s (value, type) pairs into the types for `Parse` and the values for
-/// `Bind`.
-pub(crate) fn split_typed<'a>(params: &[(Param<'a>, Type)]) -> (Vec<Type>, Vec<Param<'a>>) {
-    params.iter().map(|(p, t)| (t.clone(), *p)).unzip()
+/// How a call runs its statement, decided before anything is sent.
+pub(crate) enum Plan {
+    /// A prepared statement: the caller's, or a cache hit.
+    Named { stmt: Statement, cached: bool },
+    /// Parse + Describe a new named statement and run it, in one request; cached afterwards.
+    Prepare { name: String, wires: Box<[Wire]> },
+    /// Parse + run the unnamed statement, in one request; nothing stays prepared.
+    OneOff { wires: Vec<Wire> },
+}
+
+impl Plan {
+    pub(crate) fn is_cached(&self) -> bool {
+        matches!(self, Plan::Named { cached: true, .. })
+    }
+
+    /// The result columns, if known before the reply.
+    pub(crate) fn columns(&self) -> Arc<[Column]> {
+        match self {
+            Plan::Named { stmt, .. } => stmt.columns_arc().clone(),
+            _ => Arc::from(Vec::new()),
+        }
+    }
+}
+
+/// True for the errors a cached statement gets when it no longer fits the server: a schema
+/// change altered its result type (0A000), or it was deallocated (26000).
+pub(crate) fn is_stale(e: &Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => {
+            (db.code() == SqlState::FEATURE_NOT_SUPPORTED
+                && db.message().contains("cached plan must not change result type"))
+                || db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
+        }
+        None => false,
+    }
+}
+
+/// Appends a plan's messages, with `Execute` returning at most `max_rows` rows (0: all), and
+/// without `Sync`/`Flush`. On error nothing is left in `buf`.
+pub(crate) fn encode_plan(
+    buf: &mut BytesMut,
+    plan: &Plan,
+    sql: &str,
+    params: &[Param<'_>],
+    max_rows: i32,
+) -> Result<(), Error> {
+    let mark = buf.len();
+    let encoded = match plan {
+        Plan::Named { stmt, .. } => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
+        Plan::Prepare { name, wires } => encode_parse(buf, name, sql, wires)
+            .and_then(|()| describe(buf, b'S', name))
+            .and_then(|()| encode_bind(buf, name, Wires(wires), params)),
+        Plan::OneOff { wires } => encode_parse(buf, "", sql, wires)
+            .and_then(|()| encode_bind(buf, "", Wires(wires), params))
+            .and_then(|()| describe(buf, b'P', "")),
+    }
+    .and_then(|()| {
+        frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
+    });
+    if encoded.is_err() {
+        buf.truncate(mark);
+    }
+    encoded
+}
+
+/// Appends Bind + Execute for a prepared statement whose values go as `wires` (`None`: binary,
+/// as the statement's parameter types). On error nothing is left in `buf`.
+fn encode_named(
+    buf: &mut BytesMut,
+    stmt: &Statement,
+    wires: Option<&[Wire]>,
+    params: &[Param<'_>],
+    max_rows: i32,
+) -> Result<(), Error> {
+    let mark = buf.len();
+    let encoded = match wires {
+        Some(wires) => encode_bind(buf, stmt.name(), Wires(wires), params),
+        None => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
+    }
+    .and_then(|()| {
+        frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
+    });
+    if encoded.is_err() {
+        buf.truncate(mark);
+    }
+    encoded
+}
+
+fn encode_parse(buf: &mut BytesMut, name: &str, sql: &str, wires: &[Wire]) -> Result<(), Error> {
+    frontend::parse(name, sql, wires.iter().map(Wire::oid), buf)
+        .map_err(|e| Error::usage(format!("cannot send this statement: {e}")))
+}
+
+fn describe(buf: &mut BytesMut, kind: u8, name: &str) -> Result<(), Error> {
+    frontend::describe(kind, name, buf).map_err(|e| Error::protocol(e.to_string()))
+}
+
+/// Splits `query_typed`'s (value, type) pairs into the wire form for `Parse`/`Bind` and the
+/// values.
+pub(crate) fn split_typed<'a>(params: &[(Param<'a>, Type)]) -> (Vec<Wire>, Vec<Param<'a>>) {
+    params
+        .iter()
+        .map(|(p, t)| (Wire::Binary(t.clone()), *p))
+        .unzip()
 }
 
 /// A statement prepared on another connection names nothing on this one.
@@ -314,45 +564,6 @@ pub(crate) fn check_owner(stmt: &Statement, client_id: u64) -> Result<(), Error>
             "this statement was prepared on another connection; prepare it on this one",
         ))
     }
-}
-
-/// Appends Bind + Execute for a prepared statement, without `Sync`. On error nothing is left
-/// in `buf`.
-pub(crate) fn encode_prepared(
-    buf: &mut BytesMut,
-    stmt: &Statement,
-    params: &[Param<'_>],
-) -> Result<(), Error> {
-    let mark = buf.len();
-    let encoded = encode_bind(buf, stmt.name(), stmt.params(), params)
-        .and_then(|()| frontend::execute("", 0, buf).map_err(|e| Error::protocol(e.to_string())));
-    if encoded.is_err() {
-        buf.truncate(mark);
-    }
-    encoded
-}
-
-/// Appends Parse + Bind + Describe + Execute on the unnamed statement, without `Sync`. On
-/// error nothing is left in `buf`.
-pub(crate) fn encode_unprepared(
-    buf: &mut BytesMut,
-    sql: &str,
-    types: &[Type],
-    params: &[Param<'_>],
-) -> Result<(), Error> {
-    let mark = buf.len();
-    let encoded = frontend::parse("", sql, types.iter().map(Type::oid), buf)
-        .map_err(|e| Error::usage(format!("cannot send this statement: {e}")))
-        .and_then(|()| encode_bind(buf, "", types, params))
-        .and_then(|()| {
-            frontend::describe(b'P', "", buf)
-                .and_then(|()| frontend::execute("", 0, buf))
-                .map_err(|e| Error::protocol(e.to_string()))
-        });
-    if encoded.is_err() {
-        buf.truncate(mark);
-    }
-    encoded
 }
 
 /// What the caller must do after a message given to [`Reply::apply`].
@@ -376,6 +587,10 @@ pub(crate) struct Reply {
     pub(crate) rolled_back: bool,
     /// The server's error, or our refusal of a COPY; reported once the reply is complete.
     pub(crate) error: Option<Error>,
+    /// The parameter types, if the request described a statement.
+    pub(crate) params: Option<Vec<Type>>,
+    /// The request described its result (`RowDescription` or `NoData` arrived).
+    pub(crate) described: bool,
 }
 
 impl Reply {
@@ -387,6 +602,8 @@ impl Reply {
             affected: 0,
             rolled_back: false,
             error: None,
+            params: None,
+            described: false,
         }
     }
 
@@ -395,11 +612,20 @@ impl Reply {
         self.columns.clone()
     }
 
+    pub(crate) fn columns_ref(&self) -> &[Column] {
+        &self.columns
+    }
+
     /// Takes the next message of the reply. An error means the server broke the protocol.
     pub(crate) fn apply(&mut self, message: Message) -> Result<Step, Error> {
         match message {
-            Message::ParseComplete | Message::BindComplete | Message::NoData => {}
-            Message::RowDescription(body) => self.columns = parse_columns(Some(&body))?,
+            Message::ParseComplete | Message::BindComplete => {}
+            Message::ParameterDescription(body) => self.params = Some(parse_params(&body)?),
+            Message::NoData => self.described = true,
+            Message::RowDescription(body) => {
+                self.columns = parse_columns(Some(&body))?;
+                self.described = true;
+            }
             Message::DataRow(body) => {
                 if self.keep_rows {
                     self.rows.push(Row::new(self.columns.clone(), body)?);
@@ -426,10 +652,43 @@ impl Reply {
     }
 }
 
+/// Where `Bind` takes each parameter's type and format from.
+trait ParamTypes {
+    fn len(&self) -> usize;
+    /// The type to encode parameter `i` as, and whether it goes as text.
+    fn get(&self, i: usize) -> (&Type, bool);
+}
+
+/// The statement's own parameter types, values in their preferred format.
+struct Types<'a>(&'a [Type]);
+impl ParamTypes for Types<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn get(&self, i: usize) -> (&Type, bool) {
+        (&self.0[i], false)
+    }
+}
+
+/// Types chosen from the values (see [`param_types`]).
+struct Wires<'a>(&'a [Wire]);
+impl ParamTypes for Wires<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn get(&self, i: usize) -> (&Type, bool) {
+        match &self.0[i] {
+            // A value that accepts `text` writes its UTF-8 bytes for it: exactly its text form.
+            Wire::Text => (&Type::TEXT, true),
+            Wire::Binary(t) => (t, false),
+        }
+    }
+}
+
 fn encode_bind(
     buf: &mut BytesMut,
     statement: &str,
-    types: &[Type],
+    types: impl ParamTypes,
     params: &[Param<'_>],
 ) -> Result<(), Error> {
     if types.len() != params.len() {
@@ -440,21 +699,21 @@ fn encode_bind(
         )));
     }
     let mut failed_at = 0;
-    let formats = params
-        .iter()
-        .zip(types)
-        .map(|(p, t)| match p.encode_format(t) {
+    let formats = params.iter().enumerate().map(|(i, p)| match types.get(i) {
+        (_, true) => 0,
+        (t, false) => match p.encode_format(t) {
             postgres_types::Format::Text => 0,
             postgres_types::Format::Binary => 1,
-        });
+        },
+    });
     let result = frontend::bind(
         "",
         statement,
         formats,
-        params.iter().zip(types).enumerate(),
-        |(i, (param, ty)), buf| {
+        params.iter().enumerate(),
+        |(i, param), buf| {
             failed_at = i + 1;
-            match param.to_sql_checked(ty, buf)? {
+            match param.to_sql_checked(types.get(i).0, buf)? {
                 postgres_types::IsNull::Yes => Ok(postgres_protocol::IsNull::Yes),
                 postgres_types::IsNull::No => Ok(postgres_protocol::IsNull::No),
             }
@@ -468,7 +727,7 @@ fn encode_bind(
         Err(frontend::BindError::Conversion(e)) => Err(Error::conversion(
             format!(
                 "cannot encode parameter ${failed_at} as {}",
-                types[failed_at.saturating_sub(1)]
+                types.get(failed_at.saturating_sub(1)).0
             ),
             Some(e),
         )),

@@ -28,6 +28,8 @@ states! {
     SUCCESSFUL_COMPLETION = b"00000";
     /// 0A000: e.g. "cached plan must not change result type".
     FEATURE_NOT_SUPPORTED = b"0A000";
+    /// 26000: e.g. a prepared statement that does not exist (any more).
+    INVALID_SQL_STATEMENT_NAME = b"26000";
     /// 08006
     CONNECTION_FAILURE = b"08006";
     /// 08P01

@@ -125,6 +125,7 @@ pub struct Column {
     type_: Type,
     table_oid: Option<u32>,
     column_id: Option<i16>,
+    type_modifier: i32,
 }
 
 impl Column {
@@ -143,6 +144,10 @@ impl Column {
     /// The column's attribute number in that table.
     pub fn column_id(&self) -> Option<i16> {
         self.column_id
+    }
+    /// The type modifier (`atttypmod`): e.g. 36 for `varchar(32)` (length + 4), -1 for none.
+    pub fn type_modifier(&self) -> i32 {
+        self.type_modifier
     }
 }
 
@@ -168,6 +173,7 @@ pub(crate) fn parse_columns(body: Option<&RowDescriptionBody>) -> Result<Arc<[Co
             type_: type_for(f.type_oid()),
             table_oid: (f.table_oid() != 0).then_some(f.table_oid()),
             column_id: (f.column_id() != 0).then_some(f.column_id()),
+            type_modifier: f.type_modifier(),
         });
     }
     Ok(columns.into())

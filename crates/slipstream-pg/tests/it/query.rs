@@ -97,7 +97,8 @@ async fn prepared_statements_are_reused_and_closed_when_dropped() {
             i * 2
         );
     }
-    let count = "SELECT count(*) FROM pg_prepared_statements";
+    // Uncached, so that counting does not itself leave a statement behind.
+    let count = &slipstream_pg::Uncached("SELECT count(*) FROM pg_prepared_statements");
     assert_eq!(
         c.query_one(count, &[])
             .await
@@ -138,7 +139,8 @@ async fn query_typed_takes_one_round_trip_and_leaves_nothing_behind() {
         .await
         .unwrap();
     assert_eq!(rows[0].get::<_, i64>(0).unwrap(), 42);
-    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
+    let count = slipstream_pg::Uncached("SELECT count(*) FROM pg_prepared_statements");
+    let n: i64 = c.query_one(&count, &[]).await.unwrap().get(0).unwrap();
     assert_eq!(n, 0);
 }
 

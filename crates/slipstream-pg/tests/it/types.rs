@@ -100,18 +100,28 @@ async fn columns_by_name_and_clear_errors_for_wrong_use() {
     let e = row.get::<_, i32>(5).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Column);
 
-    // A parameter of the wrong Rust type is refused before anything is sent.
+    // A parameter of the wrong Rust type for a prepared statement is refused before anything
+    // is sent.
+    let stmt = c.prepare("SELECT $1::int4, $2::int4").await.unwrap();
     let e = c
-        .query("SELECT $1::int4", &[&"not a number"])
+        .query(&stmt, &[&"not a number", &1i32])
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
     assert!(e.to_string().contains("$1"), "{e}");
+    let e = c.query(&stmt, &[&1i32]).await.unwrap_err();
+    assert!(e.to_string().contains("2 parameters but 1"), "{e}");
+    // With SQL text, a string goes as text and the server parses it, as it would a literal.
+    let e = c
+        .query("SELECT $1::int4", &[&"not a number"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(slipstream_pg::SqlState::from_code("22P02")), "{e}");
     let e = c
         .query("SELECT $1::int4, $2::int4", &[&1i32])
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("2 parameters but 1"), "{e}");
+    assert!(e.to_string().contains("requires 2"), "{e}");
     // ... and the connection is still in step.
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1::int4").await, 1);
 }

@@ -1,0 +1,435 @@
+//! Row streams: a query's rows fetched a bounded amount per round trip, with a cap on the
+//! memory they hold.
+//!
+//! # Protocol
+//!
+//! ```text
+//! open:   [Parse + Describe] + Bind(portal "") + Execute(n) + Flush
+//!         -> [ParseComplete, ParameterDescription, RowDescription], BindComplete, DataRow * n, PortalSuspended
+//! fetch:  Execute(n) + Flush, sent the moment PortalSuspended arrives (the next batch travels
+//!         while the caller works through this one)
+//! end:    CommandComplete (or ErrorResponse) -> Sync -> ReadyForQuery
+//! ```
+//!
+//! No `Sync` is sent until the rows run out, so in autocommit the implicit transaction (and its
+//! snapshot) stays open for the life of the stream, which is what keeps the portal alive.
+//!
+//! Invariants:
+//! - While a stream is open, the connection's `owed` already counts the stream's `Sync`. The
+//!   `Sync` is sent when the rows run out, or queued by `Drop` if the stream is dropped first,
+//!   so a dropped stream's remaining replies are discarded like any abandoned request's.
+//! - The buffer holds at most `cap` bytes of rows plus one row: reading stops there until the
+//!   caller has taken rows. Rows not yet read wait in the socket and the server.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use postgres_types::Type;
+
+use crate::conninfo::parse_bytes;
+use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, is_stale};
+use crate::{Client, Column, Error, Param, Row, Statement, ToStatement, TransactionStatus};
+
+/// How much a [`RowStream`] fetches per round trip.
+///
+/// In a connection string: `fetch_size=1000` (rows) or `fetch_size=64kB` (bytes; `B`, `kB`,
+/// `MB`, `GB`, units of 1024).
+///
+/// ```
+/// use slipstream_pg::FetchSize;
+/// assert_eq!("1000".parse::<FetchSize>()?, FetchSize::Rows(1000));
+/// assert_eq!("64kB".parse::<FetchSize>()?, FetchSize::Bytes(65536));
+/// assert_eq!(FetchSize::default(), FetchSize::Bytes(64 * 1024));
+/// # Ok::<(), slipstream_pg::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchSize {
+    /// This many rows per round trip; 0 fetches everything in one.
+    Rows(u32),
+    /// About this many bytes per round trip: the row count is this divided by the largest row
+    /// seen so far (before the first row: an estimate from the column types). Unless
+    /// `max_result_buffer` says otherwise, also the cap on the bytes a stream holds.
+    Bytes(usize),
+}
+
+impl Default for FetchSize {
+    /// 64 KiB, as ODP.NET.
+    fn default() -> FetchSize {
+        FetchSize::Bytes(64 * 1024)
+    }
+}
+
+impl FromStr for FetchSize {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<FetchSize, Error> {
+        let s = s.trim();
+        if let Ok(rows) = s.parse::<u32>() {
+            return Ok(FetchSize::Rows(rows));
+        }
+        match parse_bytes(s) {
+            Some(bytes) if bytes > 0 => Ok(FetchSize::Bytes(bytes)),
+            _ => Err(Error::config(format!(
+                "invalid fetch_size `{s}`: give rows (e.g. 1000) or bytes with a unit (e.g. 64kB)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for FetchSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchSize::Rows(n) => write!(f, "{n} rows"),
+            FetchSize::Bytes(b) if b % (1 << 20) == 0 => write!(f, "{}MB", b >> 20),
+            FetchSize::Bytes(b) if b % (1 << 10) == 0 => write!(f, "{}kB", b >> 10),
+            FetchSize::Bytes(b) => write!(f, "{b}B"),
+        }
+    }
+}
+
+impl Client {
+    /// Runs a query whose rows arrive as they are read, a bounded amount per round trip (the
+    /// connection's fetch size, default 64 KiB). Works in autocommit and in transactions.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut rows = client.query_stream("SELECT g FROM generate_series(1, 1000000) g", &[]).await?;
+    /// let mut sum = 0i64;
+    /// while let Some(row) = rows.next().await? {
+    ///     sum += row.get::<_, i32>(0)? as i64;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn query_stream<T: ToStatement + ?Sized>(
+        &mut self,
+        statement: &T,
+        params: &[Param<'_>],
+    ) -> Result<RowStream<'_>, Error> {
+        let fetch = self.fetch_size;
+        self.query_stream_with(statement, params, fetch).await
+    }
+
+    /// [`Client::query_stream`] with this call's own fetch size.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::FetchSize;
+    /// let mut rows = client
+    ///     .query_stream_with("SELECT * FROM fetch_test", &[], FetchSize::Rows(1000))
+    ///     .await?;
+    /// while let Some(row) = rows.next().await? {
+    ///     let _id: i32 = row.get(0)?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn query_stream_with<T: ToStatement + ?Sized>(
+        &mut self,
+        statement: &T,
+        params: &[Param<'_>],
+        fetch: FetchSize,
+    ) -> Result<RowStream<'_>, Error> {
+        let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
+        let (sql, use_cache, prepared) = match statement.source() {
+            Source::Prepared(stmt) => {
+                check_owner(stmt, self.id)?;
+                (stmt.sql(), false, Some(stmt))
+            }
+            Source::Sql(sql) => (sql, self.cache.enabled(), None),
+            Source::Uncached(sql) => (sql, false, None),
+        };
+        let cap = self.max_result_buffer.unwrap_or(match fetch {
+            FetchSize::Bytes(b) => b,
+            FetchSize::Rows(_) => usize::MAX,
+        });
+        let columns = prepared.map(|s| s.columns_arc().clone()).unwrap_or_default();
+        let mut stream = RowStream {
+            client: self,
+            reply: Reply::new(columns, false),
+            buffer: VecDeque::new(),
+            buffered: 0,
+            peak: 0,
+            cap,
+            fetch,
+            largest_row: 0,
+            state: State::Done,
+            sync_sent: true,
+            round_trips: 0,
+            rows_per_fetch: 0,
+        };
+        let plan = stream.start(sql, prepared, params, use_cache).await?;
+        let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
+        if plan.is_cached() && stale {
+            let e = stream.reply.error.take().expect("checked above");
+            stream.client.stale(&plan, e, in_transaction)?;
+            stream.start(sql, None, params, use_cache).await?;
+        }
+        if stream.buffer.is_empty() {
+            if let Some(e) = stream.reply.error.take() {
+                return Err(e);
+            }
+        }
+        Ok(stream)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Rows may still come; the stream's `Sync` is owed.
+    Fetching,
+    /// `ReadyForQuery` arrived: nothing more comes from the server.
+    Done,
+}
+
+/// The rows of a query, fetched as they are read; see [`Client::query_stream`].
+///
+/// Holds the connection until dropped. Dropping it part-way is safe: the rest of the reply is
+/// discarded with the connection's next request.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let mut rows = client.query_stream("SELECT g FROM generate_series(1, 10) g", &[]).await?;
+/// let first = rows.next().await?.expect("ten rows");
+/// drop(rows); // the other nine are skipped
+/// assert_eq!(client.query_one("SELECT 1", &[]).await?.get::<_, i32>(0)?, 1);
+/// # let _ = first;
+/// # Ok(()) }
+/// ```
+pub struct RowStream<'a> {
+    client: &'a mut Client,
+    reply: Reply,
+    buffer: VecDeque<(Row, usize)>,
+    /// Bytes of the rows in `buffer` (see [`row_cost`]).
+    buffered: usize,
+    peak: usize,
+    cap: usize,
+    fetch: FetchSize,
+    largest_row: usize,
+    state: State,
+    sync_sent: bool,
+    round_trips: u64,
+    rows_per_fetch: i32,
+}
+
+impl RowStream<'_> {
+    /// The next row, or `None` after the last. A server error after some rows is returned once
+    /// the rows before it have been taken.
+    ///
+    /// ```no_run
+    /// # async fn f(mut rows: slipstream_pg::RowStream<'_>) -> Result<(), slipstream_pg::Error> {
+    /// while let Some(row) = rows.next().await? {
+    ///     println!("{:?}", row);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn next(&mut self) -> Result<Option<Row>, Error> {
+        if self.buffer.is_empty() && self.state == State::Fetching {
+            self.fill().await?;
+        }
+        if let Some((row, cost)) = self.buffer.pop_front() {
+            self.buffered -= cost;
+            return Ok(Some(row));
+        }
+        match self.reply.error.take() {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    /// The result columns.
+    pub fn columns(&self) -> &[Column] {
+        self.reply.columns_ref()
+    }
+
+    /// Round trips so far (each `Execute` sent).
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips
+    }
+
+    /// The row count the last `Execute` asked for (0: all).
+    pub fn rows_per_fetch(&self) -> u32 {
+        self.rows_per_fetch as u32
+    }
+
+    /// The most bytes of rows the stream has held at once.
+    pub fn peak_buffered_bytes(&self) -> usize {
+        self.peak
+    }
+
+    /// Sends the statement and reads the first batch.
+    async fn start(
+        &mut self,
+        sql: &str,
+        prepared: Option<&Statement>,
+        params: &[Param<'_>],
+        use_cache: bool,
+    ) -> Result<Plan, Error> {
+        let rows = self.next_fetch_rows();
+        let plan = match prepared {
+            Some(stmt) => {
+                self.client.conn.start_request()?;
+                let plan = Plan::Named {
+                    stmt: stmt.clone(),
+                    cached: false,
+                };
+                encode_plan(&mut self.client.conn.wbuf, &plan, sql, params, rows)?;
+                plan
+            }
+            None => self.client.send_sql(sql, params, use_cache, rows).await?,
+        };
+        self.reply = Reply::new(plan.columns(), false);
+        let conn = &mut self.client.conn;
+        frontend::flush(&mut conn.wbuf);
+        // From here the stream owes a Sync (see the module docs); no await in between.
+        conn.owed += 1;
+        self.state = State::Fetching;
+        self.sync_sent = false;
+        self.round_trips += 1;
+        self.rows_per_fetch = rows;
+        conn.flush().await?;
+        self.fill().await?;
+        self.client.cache_prepared(&plan, sql, &self.reply);
+        Ok(plan)
+    }
+
+    /// Reads until the current batch is in, the buffer reaches its cap, or the reply ends.
+    async fn fill(&mut self) -> Result<(), Error> {
+        while self.state == State::Fetching {
+            if self.buffered >= self.cap && !self.buffer.is_empty() {
+                return Ok(());
+            }
+            match self.client.conn.recv().await? {
+                Message::DataRow(body) => {
+                    let columns = self.reply.columns();
+                    let cost = row_cost(body.buffer().len(), columns.len());
+                    let row = Row::new(columns, body).map_err(|e| self.client.conn.poison(e))?;
+                    self.largest_row = self.largest_row.max(cost);
+                    self.buffered += cost;
+                    self.peak = self.peak.max(self.buffered);
+                    self.buffer.push_back((row, cost));
+                }
+                Message::PortalSuspended => {
+                    self.request_next_batch().await?;
+                    return Ok(());
+                }
+                Message::ReadyForQuery(_) => self.state = State::Done,
+                m => match self.reply.apply(m) {
+                    Ok(Step::More) => {}
+                    Ok(Step::Done) => self.send_sync().await?,
+                    Ok(Step::Copy { inbound }) => {
+                        let refused = self.client.conn.refuse_copy(inbound).await?;
+                        self.reply.error.get_or_insert(refused);
+                    }
+                    Err(e) => return Err(self.client.conn.poison(e)),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    async fn request_next_batch(&mut self) -> Result<(), Error> {
+        let rows = self.next_fetch_rows();
+        let conn = &mut self.client.conn;
+        frontend::execute("", rows, &mut conn.wbuf).map_err(|e| Error::protocol(e.to_string()))?;
+        frontend::flush(&mut conn.wbuf);
+        self.round_trips += 1;
+        self.rows_per_fetch = rows;
+        conn.flush().await
+    }
+
+    async fn send_sync(&mut self) -> Result<(), Error> {
+        if !self.sync_sent {
+            frontend::sync(&mut self.client.conn.wbuf);
+            self.sync_sent = true;
+        }
+        self.client.conn.flush().await
+    }
+
+    fn next_fetch_rows(&self) -> i32 {
+        let rows = match self.fetch {
+            FetchSize::Rows(n) => n as usize,
+            FetchSize::Bytes(budget) => {
+                let per_row = match self.largest_row {
+                    0 => estimate_row_cost(self.reply.columns_ref()),
+                    seen => seen,
+                };
+                (budget / per_row).max(1)
+            }
+        };
+        rows.min(i32::MAX as usize) as i32
+    }
+}
+
+impl Drop for RowStream<'_> {
+    fn drop(&mut self) {
+        if self.state == State::Fetching && !self.sync_sent {
+            // Goes out with the connection's next request; `owed` already counts it.
+            frontend::sync(&mut self.client.conn.wbuf);
+        }
+    }
+}
+
+impl fmt::Debug for RowStream<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RowStream")
+            .field("fetch", &self.fetch)
+            .field("buffered_rows", &self.buffer.len())
+            .field("buffered_bytes", &self.buffered)
+            .field("round_trips", &self.round_trips)
+            .field("done", &(self.state == State::Done))
+            .finish()
+    }
+}
+
+/// The memory a buffered row takes: its values plus the `Row` and its per-column ranges.
+fn row_cost(body_len: usize, columns: usize) -> usize {
+    body_len
+        + std::mem::size_of::<(Row, usize)>()
+        + columns * std::mem::size_of::<Option<std::ops::Range<usize>>>()
+}
+
+/// A row's cost guessed from its column types, before any row has arrived: fixed-size types
+/// by their size, `varchar(n)`/`char(n)` by `n`, other variable-size types 64 bytes.
+fn estimate_row_cost(columns: &[Column]) -> usize {
+    if columns.is_empty() {
+        return row_cost(256, 4);
+    }
+    let values: usize = columns
+        .iter()
+        .map(|c| {
+            4 + match *c.type_() {
+                Type::BOOL | Type::CHAR => 1,
+                Type::INT2 => 2,
+                Type::INT4 | Type::FLOAT4 | Type::DATE | Type::OID => 4,
+                Type::INT8 | Type::FLOAT8 | Type::TIMESTAMP | Type::TIMESTAMPTZ | Type::TIME => 8,
+                Type::UUID | Type::INTERVAL => 16,
+                Type::VARCHAR | Type::BPCHAR if c.type_modifier() >= 4 => {
+                    c.type_modifier() as usize - 4
+                }
+                _ => 64,
+            }
+        })
+        .sum();
+    row_cost(2 + values, columns.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_size_parses_rows_and_bytes_and_refuses_the_rest() {
+        assert_eq!("0".parse::<FetchSize>().unwrap(), FetchSize::Rows(0));
+        assert_eq!("512B".parse::<FetchSize>().unwrap(), FetchSize::Bytes(512));
+        assert_eq!("4MB".parse::<FetchSize>().unwrap(), FetchSize::Bytes(4 << 20));
+        assert_eq!("1 KiB".parse::<FetchSize>().unwrap(), FetchSize::Bytes(1024));
+        for bad in ["", "ten", "-1", "0kB", "12 parsecs"] {
+            let e = bad.parse::<FetchSize>().unwrap_err();
+            assert!(e.to_string().contains("fetch_size"), "{bad}: {e}");
+        }
+        assert_eq!(FetchSize::Bytes(65536).to_string(), "64kB");
+        assert_eq!(FetchSize::Rows(10).to_string(), "10 rows");
+    }
+}

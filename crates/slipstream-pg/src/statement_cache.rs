@@ -1,0 +1,281 @@
+//! The per-connection cache of server-side prepared statements, least recently used first out.
+//!
+//! Keyed by SQL text and by how the parameters go on the wire (their types as chosen from the
+//! Rust values, or "as the server described them"): the same SQL run with an `i32` and then an
+//! `i64` is two statements, as it is to the server.
+//!
+//! Invariants:
+//! - Every slot in `slots` is either in `free` or listed under its statement's SQL in `by_sql`,
+//!   never both.
+//! - Dropping a cached [`Statement`] (eviction, invalidation, clearing) queues its server-side
+//!   `Close` with the connection's next request, so eviction costs no round trip.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use rustc_hash::FxHasher;
+
+use crate::Statement;
+use crate::param_types::Wire;
+
+/// What the statement cache did so far on one connection.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// for id in 0..10i32 {
+///     client.query("SELECT $1::int4 + 1", &[&id]).await?;
+/// }
+/// let stats = client.statement_cache_stats();
+/// assert_eq!((stats.misses, stats.hits), (1, 9));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheStats {
+    /// Executions that found their statement in the cache.
+    pub hits: u64,
+    /// Executions that had to prepare their statement (and then cached it).
+    pub misses: u64,
+    /// Statements closed to make room for another.
+    pub evictions: u64,
+    /// Statements prepared again because the server said the cached one was stale (after DDL
+    /// changed its result type, or after it was deallocated behind the cache's back).
+    pub reprepares: u64,
+    /// Statements in the cache now.
+    pub size: usize,
+    /// The most statements the cache holds.
+    pub capacity: usize,
+}
+
+/// How the parameters were bound when the statement was prepared: `None` when the server
+/// described the types (some value's type could not be chosen from the Rust value).
+pub(crate) type Binding = Option<Box<[Wire]>>;
+
+struct Slot {
+    stmt: Option<Statement>,
+    binding: Binding,
+    last_used: u64,
+}
+
+pub(crate) struct StatementCache {
+    capacity: usize,
+    by_sql: HashMap<Box<str>, Vec<usize>, BuildHasherDefault<FxHasher>>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    clock: u64,
+    stats: CacheStats,
+}
+
+impl StatementCache {
+    pub(crate) fn new(capacity: usize) -> StatementCache {
+        StatementCache {
+            capacity,
+            by_sql: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            clock: 0,
+            stats: CacheStats {
+                capacity,
+                ..CacheStats::default()
+            },
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    pub(crate) fn stats(&self) -> CacheStats {
+        CacheStats {
+            size: self.slots.len() - self.free.len(),
+            ..self.stats
+        }
+    }
+
+    /// The first cached statement for `sql` that `fits` accepts (it gets the statement and how
+    /// its parameters were bound), counted as a hit; or `None`, counted as a miss.
+    pub(crate) fn find<E>(
+        &mut self,
+        sql: &str,
+        mut fits: impl FnMut(&Statement, Option<&[Wire]>) -> Result<bool, E>,
+    ) -> Result<Option<Statement>, E> {
+        if let Some(list) = self.by_sql.get(sql) {
+            for &i in list {
+                let slot = &self.slots[i];
+                let Some(stmt) = &slot.stmt else { continue };
+                if fits(stmt, slot.binding.as_deref())? {
+                    let stmt = stmt.clone();
+                    self.clock += 1;
+                    self.slots[i].last_used = self.clock;
+                    self.stats.hits += 1;
+                    return Ok(Some(stmt));
+                }
+            }
+        }
+        self.stats.misses += 1;
+        Ok(None)
+    }
+
+    /// [`StatementCache::find`] for a statement bound exactly as `binding`.
+    #[cfg(test)]
+    fn get(&mut self, sql: &str, binding: Option<&[Wire]>) -> Option<Statement> {
+        self.find(sql, |_, b| Ok::<_, ()>(b == binding)).unwrap()
+    }
+
+    /// Caches `stmt`, evicting the least recently used statement if the cache is full.
+    pub(crate) fn insert(&mut self, stmt: Statement, binding: Binding) {
+        if !self.enabled() {
+            return;
+        }
+        if self.slots.len() - self.free.len() >= self.capacity {
+            self.evict_oldest();
+        }
+        self.clock += 1;
+        let slot = Slot {
+            stmt: Some(stmt.clone()),
+            binding,
+            last_used: self.clock,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        };
+        self.by_sql.entry(stmt.sql().into()).or_default().push(i);
+    }
+
+    /// Forgets `stmt` (the server said it is stale); its `Close` goes with the next request.
+    pub(crate) fn remove(&mut self, stmt: &Statement) {
+        let Some(slots) = self.by_sql.get(stmt.sql()) else {
+            return;
+        };
+        let found = slots.iter().copied().find(|&i| {
+            self.slots[i]
+                .stmt
+                .as_ref()
+                .is_some_and(|s| s.name() == stmt.name())
+        });
+        if let Some(i) = found {
+            self.release(i);
+        }
+    }
+
+    pub(crate) fn count_reprepare(&mut self) {
+        self.stats.reprepares += 1;
+    }
+
+    /// Forgets every statement, e.g. after `DISCARD ALL` (closing a statement the server no
+    /// longer has is harmless).
+    pub(crate) fn clear(&mut self) {
+        self.by_sql.clear();
+        self.slots.clear();
+        self.free.clear();
+    }
+
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.stmt.is_some())
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(i, _)| i);
+        if let Some(i) = oldest {
+            self.release(i);
+            self.stats.evictions += 1;
+        }
+    }
+
+    fn release(&mut self, i: usize) {
+        let Some(stmt) = self.slots[i].stmt.take() else {
+            return;
+        };
+        self.slots[i].binding = None;
+        if let Some(list) = self.by_sql.get_mut(stmt.sql()) {
+            list.retain(|&j| j != i);
+            if list.is_empty() {
+                self.by_sql.remove(stmt.sql());
+            }
+        }
+        self.free.push(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    fn stmt(name: &str, sql: &str, closes: &Arc<Mutex<Vec<String>>>) -> Statement {
+        Statement::new(
+            name.into(),
+            sql.into(),
+            vec![],
+            Arc::from(Vec::new()),
+            1,
+            Arc::downgrade(closes),
+        )
+    }
+
+    #[test]
+    fn evicts_the_least_recently_used_and_closes_it() {
+        let closes = Arc::new(Mutex::new(Vec::new()));
+        let mut cache = StatementCache::new(2);
+        cache.insert(stmt("s1", "a", &closes), Some(Box::new([])));
+        cache.insert(stmt("s2", "b", &closes), Some(Box::new([])));
+        assert!(cache.get("a", Some(&[])).is_some()); // b is now the oldest
+        cache.insert(stmt("s3", "c", &closes), Some(Box::new([])));
+        assert_eq!(*closes.lock().unwrap(), vec!["s2".to_string()]);
+        assert!(cache.get("b", Some(&[])).is_none());
+        assert!(cache.get("a", Some(&[])).is_some());
+        assert!(cache.get("c", Some(&[])).is_some());
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses, s.evictions, s.size), (3, 1, 1, 2));
+    }
+
+    #[test]
+    fn the_same_sql_bound_differently_is_another_statement() {
+        let closes = Arc::new(Mutex::new(Vec::new()));
+        let mut cache = StatementCache::new(4);
+        let int4: Binding = Some(Box::new([Wire::Binary(postgres_types::Type::INT4)]));
+        cache.insert(stmt("s1", "q", &closes), int4);
+        assert!(cache.get("q", Some(&[Wire::Binary(postgres_types::Type::INT8)])).is_none());
+        assert!(cache.get("q", Some(&[Wire::Binary(postgres_types::Type::INT4)])).is_some());
+        assert!(cache.get("q", None).is_none());
+        cache.insert(stmt("s2", "q", &closes), None);
+        assert_eq!(cache.get("q", None).map(|s| s.name().to_string()), Some("s2".into()));
+    }
+
+    #[test]
+    fn remove_and_clear_close_what_they_drop() {
+        let closes = Arc::new(Mutex::new(Vec::new()));
+        let mut cache = StatementCache::new(4);
+        let a = stmt("s1", "a", &closes);
+        cache.insert(a.clone(), None);
+        cache.insert(stmt("s2", "b", &closes), None);
+        cache.remove(&a);
+        drop(a);
+        assert_eq!(*closes.lock().unwrap(), vec!["s1".to_string()]);
+        cache.clear();
+        assert_eq!(closes.lock().unwrap().len(), 2);
+        assert_eq!(cache.stats().size, 0);
+        // Slots freed by remove are reused.
+        cache.insert(stmt("s3", "c", &closes), None);
+        assert_eq!(cache.stats().size, 1);
+    }
+
+    #[test]
+    fn a_zero_capacity_cache_holds_nothing() {
+        let closes = Arc::new(Mutex::new(Vec::new()));
+        let mut cache = StatementCache::new(0);
+        cache.insert(stmt("s1", "a", &closes), None);
+        assert_eq!(closes.lock().unwrap().len(), 1);
+        assert!(!cache.enabled());
+    }
+}
