@@ -239,6 +239,15 @@ impl Connection {
                     self.max_message
                 )));
             }
+            // A row keeps its message's whole allocation alive, so a big message gets room for
+            // exactly itself and a read's worth after it: BytesMut's own growth would double
+            // (a 10 MB row holding 20 MB). First try reusing an allocation no row holds any
+            // more, so two big rows in a row do not briefly need both buffers.
+            if len > self.rbuf.capacity() && !self.rbuf.try_reclaim(len - self.rbuf.len()) {
+                let mut exact = BytesMut::with_capacity(len + READ_CHUNK);
+                exact.extend_from_slice(&self.rbuf);
+                self.rbuf = exact;
+            }
         }
         Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))
     }

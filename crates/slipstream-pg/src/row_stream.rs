@@ -50,7 +50,7 @@ pub enum FetchSize {
     /// This many rows per round trip; 0 fetches everything in one.
     Rows(u32),
     /// About this many bytes per round trip: the row count is this divided by the largest row
-    /// seen so far (before the first row: an estimate from the column types). Unless
+    /// of the previous fetch (before the first row: an estimate from the column types). Unless
     /// `max_result_buffer` says otherwise, also the cap on the bytes a stream holds.
     Bytes(usize),
 }
@@ -225,7 +225,9 @@ impl RowStream<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn next(&mut self) -> Result<Option<Row>, Error> {
-        if self.buffer.is_empty() && self.state == State::Fetching {
+        // A fill can end with nothing buffered: the cap stopped the previous one just before
+        // a batch's PortalSuspended.
+        while self.buffer.is_empty() && self.state == State::Fetching {
             self.fill().await?;
         }
         if let Some((row, cost)) = self.buffer.pop_front() {
@@ -331,6 +333,10 @@ impl RowStream<'_> {
 
     async fn request_next_batch(&mut self) -> Result<(), Error> {
         let rows = self.next_fetch_rows();
+        // Size each fetch from the batch before it, not the widest row ever: one 10 MB row must
+        // not make the rest of a narrow result travel a row per round trip. The cap, not the
+        // estimate, is what bounds memory.
+        self.largest_row = 0;
         let conn = &mut self.client.conn;
         frontend::execute("", rows, &mut conn.wbuf).map_err(|e| Error::protocol(e.to_string()))?;
         frontend::flush(&mut conn.wbuf);

@@ -3,6 +3,7 @@
 //! - [`Cluster`]: a private cluster in a temporary directory on a free port, removed on drop.
 //!   Fast: `initdb` runs once per machine into a cached template that each cluster copies.
 //! - [`Embedded`]: the CLI's persistent local cluster (`slipstream db start`).
+//! - [`CountingAllocator`]: live and peak heap bytes, for memory figures.
 //! - [`DelayProxy`]: a TCP proxy adding latency per direction and cutting or stalling
 //!   connections on command; [`measure_overhead`] says what it adds by itself.
 //!
@@ -20,6 +21,7 @@
 //! ```
 #![warn(missing_docs, rust_2018_idioms)]
 
+mod alloc;
 mod cluster;
 mod embedded;
 mod error;
@@ -27,6 +29,7 @@ mod install;
 mod pin;
 mod proxy;
 
+pub use alloc::CountingAllocator;
 pub use cluster::{Cluster, ClusterBuilder};
 pub use embedded::{Embedded, Status};
 pub use error::Error;

@@ -69,6 +69,8 @@ struct Shared {
     next_id: AtomicU64,
     /// Both sockets of each live connection, kept to cut them on command.
     conns: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
+    /// Client-to-server flights over all connections (see [`DelayProxy::round_trips`]).
+    flights: AtomicU64,
 }
 
 impl DelayProxy {
@@ -89,6 +91,7 @@ impl DelayProxy {
             unstalled: Condvar::new(),
             next_id: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
+            flights: AtomicU64::new(0),
         });
         let accept_shared = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -145,6 +148,21 @@ impl DelayProxy {
         self.shared.refusing.store(refusing, Ordering::Relaxed);
     }
 
+    /// Round trips so far, over all connections: the number of times the client sent data
+    /// after the server had last spoken (or first). A request and its reply count one; a
+    /// pipelined burst and its replies count one; prepare-then-execute counts two.
+    ///
+    /// ```no_run
+    /// # fn f(proxy: &slipstream_testkit::DelayProxy) {
+    /// let before = proxy.round_trips();
+    /// // ... one query through the proxy ...
+    /// assert_eq!(proxy.round_trips() - before, 1);
+    /// # }
+    /// ```
+    pub fn round_trips(&self) -> u64 {
+        self.shared.flights.load(Ordering::SeqCst)
+    }
+
     /// The number of open proxied connections.
     pub fn connection_count(&self) -> usize {
         lock(&self.shared.conns).len()
@@ -190,11 +208,34 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         };
         lock(&shared.conns).insert(id, (c2, s2));
         let done = Arc::new(AtomicU64::new(0));
-        for (from, to) in [(&client, &server), (&server, &client)] {
+        // Which side spoke last: true = the client.
+        let client_spoke = Arc::new(AtomicBool::new(false));
+        for (from, to, from_client) in [(&client, &server, true), (&server, &client, false)] {
             let (Ok(from), Ok(to)) = (from.try_clone(), to.try_clone()) else {
                 continue;
             };
-            pipe(from, to, shared.clone(), id, done.clone());
+            let turn = Turn {
+                client_spoke: client_spoke.clone(),
+                from_client,
+            };
+            pipe(from, to, shared.clone(), id, done.clone(), turn);
+        }
+    }
+}
+
+/// Who spoke last on one connection, for counting round trips.
+struct Turn {
+    client_spoke: Arc<AtomicBool>,
+    from_client: bool,
+}
+
+impl Turn {
+    /// Records that this direction carried data; a client speaking after the server (or
+    /// first) starts a round trip.
+    fn spoke(&self, shared: &Shared) {
+        let was_client = self.client_spoke.swap(self.from_client, Ordering::SeqCst);
+        if self.from_client && !was_client {
+            shared.flights.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -206,6 +247,7 @@ fn pipe(
     shared: Arc<Shared>,
     id: u64,
     done: Arc<AtomicU64>,
+    turn: Turn,
 ) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     // Chunks handed to the writer and not yet written. Incremented before a send (Release pairs
@@ -222,6 +264,7 @@ fn pipe(
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    turn.spoke(&reader_shared);
                     let delay =
                         Duration::from_nanos(reader_shared.one_way_nanos.load(Ordering::Relaxed));
                     let idle = reader_pending.load(Ordering::Acquire) == 0

@@ -169,30 +169,10 @@ async fn server_errors_carry_their_fields() {
     assert!(err.to_string().contains("duplicate key"), "{err}");
 }
 
-/// A cluster behind a delay proxy, and a client connected through it.
-async fn behind_proxy() -> (
-    slipstream_testkit::Cluster,
-    slipstream_testkit::DelayProxy,
-    slipstream_pg::Client,
-) {
-    let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let proxy = slipstream_testkit::DelayProxy::start(
-        format!("127.0.0.1:{}", cluster.port()).parse().unwrap(),
-        Duration::ZERO,
-    )
-    .unwrap();
-    let client = slipstream_pg::connect(&format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-        proxy.port()
-    ))
-    .await
-    .unwrap();
-    (cluster, proxy, client)
-}
 
 #[tokio::test]
 async fn a_connection_cut_mid_query_fails_every_call_instead_of_hanging() {
-    let (cluster, proxy, mut c) = behind_proxy().await;
+    let (cluster, proxy, mut c) = super::behind_proxy("").await;
     let pid = c.backend_pid();
     let query = tokio::spawn(async move {
         let r = c.simple_query("SELECT pg_sleep(30)").await;
@@ -217,7 +197,7 @@ async fn a_connection_cut_mid_query_fails_every_call_instead_of_hanging() {
 
 #[tokio::test]
 async fn a_stalled_network_is_bounded_by_a_timeout_and_the_connection_recovers() {
-    let (_cluster, proxy, mut c) = behind_proxy().await;
+    let (_cluster, proxy, mut c) = super::behind_proxy("").await;
     proxy.set_stalled(true);
     let r = tokio::time::timeout(
         Duration::from_millis(300),

@@ -4,8 +4,10 @@ mod auth;
 mod cancel;
 mod copy;
 mod faults;
+mod fetch;
 mod pipeline;
 mod query;
+mod statement_cache;
 mod tls;
 mod transaction;
 mod types;
@@ -20,6 +22,30 @@ async fn setup() -> (Cluster, Client) {
         .await
         .expect("connect");
     (cluster, client)
+}
+
+/// A cluster behind a zero-delay proxy (which counts round trips), and a client connected
+/// through it with extra connection parameters `params` (`key=value&...`).
+async fn behind_proxy(
+    params: &str,
+) -> (
+    slipstream_testkit::Cluster,
+    slipstream_testkit::DelayProxy,
+    slipstream_pg::Client,
+) {
+    let cluster = Cluster::start().unwrap();
+    let proxy = slipstream_testkit::DelayProxy::start(
+        format!("127.0.0.1:{}", cluster.port()).parse().unwrap(),
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    let client = slipstream_pg::connect(&format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&{params}",
+        proxy.port()
+    ))
+    .await
+    .unwrap();
+    (cluster, proxy, client)
 }
 
 /// The single value of a one-row, one-column query.

@@ -1,0 +1,80 @@
+//! The memory cap of a row stream, measured with a counting allocator: a test binary of its
+//! own, so that no other test's allocations are counted.
+
+use slipstream_pg::{Client, FetchSize};
+use slipstream_testkit::{Cluster, CountingAllocator};
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+const MB: usize = 1 << 20;
+/// Heap beyond the rows' own bytes: the read buffer and its partly used 16 KiB chunks, the
+/// queue of buffered rows.
+const OVERHEAD: usize = 512 * 1024;
+
+/// Streams `SELECT id, data FROM wide ORDER BY id` and returns the peak heap growth while doing
+/// it, and the widest row.
+async fn peak_while_streaming(c: &mut Client, fetch: FetchSize) -> (usize, usize) {
+    let base = CountingAllocator::reset_peak();
+    let mut rows = c
+        .query_stream_with("SELECT id, data FROM wide ORDER BY id", &[], fetch)
+        .await
+        .unwrap();
+    let (mut n, mut widest) = (0, 0);
+    while let Some(row) = rows.next().await.unwrap() {
+        widest = widest.max(row.get::<_, &str>(1).unwrap().len());
+        n += 1;
+    }
+    drop(rows);
+    assert_eq!(n, 2130, "{fetch}");
+    (CountingAllocator::peak() - base, widest)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_memory_cap_holds_with_rows_of_1_kb_to_10_mb() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let mut setup = slipstream_pg::connect(&url).await.unwrap();
+    // 2000 rows of 1 KB with wider ones among them: 100 of 100 KB, 27 of 1 MB, 3 of 10 MB.
+    setup
+        .batch_execute(
+            "CREATE TABLE wide (id int PRIMARY KEY, data text);
+             ALTER TABLE wide ALTER data SET STORAGE EXTERNAL;
+             INSERT INTO wide SELECT g, repeat('n', 1000) FROM generate_series(1, 2000) g;
+             INSERT INTO wide SELECT 2000 + g, repeat('m', 100000) FROM generate_series(1, 100) g;
+             INSERT INTO wide SELECT 2100 + g, repeat('w', 1000000) FROM generate_series(1, 27) g;
+             INSERT INTO wide SELECT 2127 + g, repeat('W', 10000000) FROM generate_series(1, 3) g;
+             UPDATE wide SET id = -id WHERE id % 7 = 0;",
+        )
+        .await
+        .unwrap();
+    setup.close().await.unwrap();
+
+    // Bytes mode: the fetch size is the cap.
+    let mut c = slipstream_pg::connect(&url).await.unwrap();
+    let (peak, widest) = peak_while_streaming(&mut c, FetchSize::Bytes(64 * 1024)).await;
+    assert_eq!(widest, 10_000_000);
+    let allowed = 64 * 1024 + widest + OVERHEAD;
+    assert!(
+        peak <= allowed,
+        "bytes mode peaked at {peak} bytes; cap + one row + overhead = {allowed}"
+    );
+
+    // Rows mode with an explicit cap.
+    let mut capped = slipstream_pg::connect(&format!("{url}?max_result_buffer=1MB"))
+        .await
+        .unwrap();
+    let (peak, widest) = peak_while_streaming(&mut capped, FetchSize::Rows(1000)).await;
+    let allowed = MB + widest + OVERHEAD;
+    assert!(
+        peak <= allowed,
+        "1000 rows per fetch capped at 1 MB peaked at {peak} bytes; allowed {allowed}"
+    );
+
+    // Without a cap, a fixed row count holds whatever 1000 rows weigh: the cap is what bounds.
+    let (peak, _) = peak_while_streaming(&mut c, FetchSize::Rows(1000)).await;
+    assert!(
+        peak > 30 * MB,
+        "1000 uncapped rows including the wide ones should take far more: {peak} bytes"
+    );
+}

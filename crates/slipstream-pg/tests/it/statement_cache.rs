@@ -1,0 +1,244 @@
+//! The statement cache: round trips, LRU eviction with server-side Close, opt-out, stale
+//! statements after DDL, DISCARD ALL.
+
+use slipstream_pg::{Client, ErrorKind, SqlState, Uncached};
+use slipstream_testkit::DelayProxy;
+
+/// The names of the server-side prepared statements, oldest first (read without using the
+/// cache, so reading changes nothing).
+async fn prepared(c: &mut Client) -> Vec<String> {
+    let rows = c
+        .query(
+            &Uncached("SELECT statement FROM pg_prepared_statements ORDER BY prepare_time"),
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0).unwrap()).collect()
+}
+
+/// Round trips taken by `f`.
+async fn trips<F: AsyncFnOnce(&mut Client)>(proxy: &DelayProxy, c: &mut Client, f: F) -> u64 {
+    let before = proxy.round_trips();
+    f(c).await;
+    proxy.round_trips() - before
+}
+
+#[tokio::test]
+async fn sql_with_parameters_takes_one_round_trip_cached_or_not() {
+    let (_cluster, proxy, mut c) = super::behind_proxy("").await;
+    let q = "SELECT $1::int4 + 1, $2::text";
+    for _ in 0..2 {
+        let n = trips(&proxy, &mut c, async |c| {
+            let row = c.query_one(q, &[&41i32, &"x"]).await.unwrap();
+            assert_eq!(row.get::<_, i32>(0).unwrap(), 42);
+        })
+        .await;
+        assert_eq!(n, 1, "a miss prepares and runs in one request; a hit only binds");
+    }
+    let s = c.statement_cache_stats();
+    assert_eq!((s.misses, s.hits, s.size), (1, 1, 1));
+
+    // Opting out: one round trip, nothing cached, nothing left on the server.
+    let n = trips(&proxy, &mut c, async |c| {
+        c.execute(&Uncached("SELECT $1::int8"), &[&7i64]).await.unwrap();
+    })
+    .await;
+    assert_eq!(n, 1);
+    assert_eq!(c.statement_cache_stats().misses, 1);
+    assert_eq!(prepared(&mut c).await, vec![q.to_string()]);
+
+    // With the cache off, SQL with parameters still takes one round trip.
+    let (_cluster, proxy, mut off) = super::behind_proxy("statement_cache_size=0").await;
+    let n = trips(&proxy, &mut off, async |c| {
+        c.query_one(q, &[&1i32, &"y"]).await.unwrap();
+    })
+    .await;
+    assert_eq!(n, 1);
+    assert!(prepared(&mut off).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_type_the_client_cannot_name_costs_one_more_round_trip_and_is_still_cached() {
+    let (_cluster, proxy, mut c) = super::behind_proxy("").await;
+    // A value that accepts only `money`, which is not among the types tried.
+    #[derive(Debug)]
+    struct Cents(i64);
+    impl postgres_types::ToSql for Cents {
+        fn to_sql(
+            &self,
+            _: &postgres_types::Type,
+            out: &mut bytes::BytesMut,
+        ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+            out.extend_from_slice(&self.0.to_be_bytes());
+            Ok(postgres_types::IsNull::No)
+        }
+        fn accepts(ty: &postgres_types::Type) -> bool {
+            *ty == postgres_types::Type::MONEY
+        }
+        postgres_types::to_sql_checked!();
+    }
+    let q = "SELECT $1::money > '1.00'::money";
+    let n = trips(&proxy, &mut c, async |c| {
+        let row = c.query_one(q, &[&Cents(250)]).await.unwrap();
+        assert!(row.get::<_, bool>(0).unwrap());
+    })
+    .await;
+    assert_eq!(n, 2, "Parse + Describe first, then Bind + Execute");
+    let n = trips(&proxy, &mut c, async |c| {
+        let row = c.query_one(q, &[&Cents(50)]).await.unwrap();
+        assert!(!row.get::<_, bool>(0).unwrap());
+    })
+    .await;
+    assert_eq!(n, 1, "then cached like any other");
+    assert_eq!(c.statement_cache_stats().hits, 1);
+}
+
+#[tokio::test]
+async fn the_least_recently_used_statement_is_evicted_and_closed_without_a_round_trip() {
+    let (_cluster, proxy, mut c) = super::behind_proxy("statement_cache_size=2").await;
+    let (a, b, d) = ("SELECT 1 AS a", "SELECT 2 AS b", "SELECT 3 AS d");
+    for sql in [a, b, a] {
+        c.query(sql, &[]).await.unwrap();
+    }
+    assert_eq!(prepared(&mut c).await, vec![a.to_string(), b.to_string()]);
+    // d evicts b (a was used more recently); b's Close rides with the next request.
+    c.query(d, &[]).await.unwrap();
+    let n = trips(&proxy, &mut c, async |c| {
+        c.query(a, &[]).await.unwrap();
+    })
+    .await;
+    assert_eq!(n, 1);
+    assert_eq!(prepared(&mut c).await, vec![a.to_string(), d.to_string()]);
+    let s = c.statement_cache_stats();
+    assert_eq!((s.misses, s.hits, s.evictions, s.size), (3, 2, 1, 2));
+}
+
+#[tokio::test]
+async fn the_same_sql_with_other_parameter_types_is_another_statement() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TEMP TABLE t (id int4 PRIMARY KEY, day date)")
+        .await
+        .unwrap();
+    c.execute("INSERT INTO t VALUES ($1, $2)", &[&1i32, &"2024-05-01"])
+        .await
+        .unwrap();
+    // A string goes as text: the server reads it as the column's type, like a literal.
+    let q = "SELECT id FROM t WHERE day = $1";
+    assert_eq!(c.query(q, &[&"2024-05-01"]).await.unwrap().len(), 1);
+    let day = chrono::NaiveDate::from_ymd_opt(2024, 5, 1).unwrap();
+    assert_eq!(c.query(q, &[&day]).await.unwrap().len(), 1);
+    // An i64 against an int4 key works (int4 = int8 is an indexable comparison).
+    let q = "SELECT day FROM t WHERE id = $1";
+    assert_eq!(c.query(q, &[&1i64]).await.unwrap().len(), 1);
+    assert_eq!(c.query(q, &[&1i32]).await.unwrap().len(), 1);
+    let s = c.statement_cache_stats();
+    assert_eq!((s.misses, s.hits, s.size), (5, 0, 5));
+}
+
+#[tokio::test]
+async fn ddl_outside_a_transaction_is_handled_transparently() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let q = "SELECT * FROM t WHERE id = $1";
+    assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 1);
+    c.batch_execute("ALTER TABLE t ADD COLUMN note text DEFAULT 'x'")
+        .await
+        .unwrap();
+    // The server answers the cached statement with 0A000; the client prepares it again.
+    let row = c.query_one(q, &[&1i32]).await.unwrap();
+    assert_eq!(row.get::<_, &str>("note").unwrap(), "x");
+    assert_eq!(c.statement_cache_stats().reprepares, 1);
+
+    // The same through a row stream.
+    c.batch_execute("ALTER TABLE t ADD COLUMN more int DEFAULT 7")
+        .await
+        .unwrap();
+    let mut rows = c.query_stream(q, &[&1i32]).await.unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get::<_, i32>("more").unwrap(), 7);
+    assert!(rows.next().await.unwrap().is_none());
+    drop(rows);
+    assert_eq!(c.statement_cache_stats().reprepares, 2);
+}
+
+#[tokio::test]
+async fn ddl_inside_a_transaction_is_a_clear_error() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let q = "SELECT * FROM t WHERE id = $1";
+    c.query_one(q, &[&1i32]).await.unwrap();
+    let tx = c.transaction().await.unwrap();
+    let mut tx = tx;
+    tx.batch_execute("ALTER TABLE t ADD COLUMN note text").await.unwrap();
+    let e = tx.query_one(q, &[&1i32]).await.unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("inside a transaction"), "{text}");
+    assert!(text.contains("roll back"), "{text}");
+    tx.rollback().await.unwrap();
+    // After the rollback the statement is prepared afresh.
+    assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 1);
+}
+
+#[tokio::test]
+async fn discard_all_and_deallocate_invalidate_the_cache() {
+    let (_cluster, mut c) = super::setup().await;
+    let q = "SELECT $1::int4 * 2";
+    c.query_one(q, &[&1i32]).await.unwrap();
+    for reset in ["DISCARD ALL", "DEALLOCATE ALL"] {
+        c.batch_execute(reset).await.unwrap();
+        assert!(prepared(&mut c).await.is_empty());
+        let row = c.query_one(q, &[&2i32]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0).unwrap(), 4, "after {reset}");
+        assert_eq!(c.statement_cache_stats().size, 1);
+    }
+    // A cached statement deallocated by name behind the cache's back (26000) is prepared again.
+    let name: String = c
+        .query_one(&Uncached("SELECT name FROM pg_prepared_statements"), &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    c.batch_execute(&format!("DEALLOCATE {name}")).await.unwrap();
+    let row = c.query_one(q, &[&3i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 6);
+    assert_eq!(c.statement_cache_stats().reprepares, 1);
+}
+
+#[tokio::test]
+async fn sql_with_parameters_can_be_pipelined_now() {
+    let (_cluster, proxy, mut c) = super::behind_proxy("").await;
+    let n = trips(&proxy, &mut c, async |c| {
+        let mut p = c.pipeline();
+        let ops: Vec<_> = {
+            let mut ops = Vec::new();
+            for i in 0..10i64 {
+                ops.push(p.query("SELECT $1 + 1", &[&i]).await.unwrap());
+            }
+            ops
+        };
+        for (i, op) in ops.iter().enumerate() {
+            let rows = p.process(op).await.unwrap();
+            assert_eq!(rows[0].get::<_, i64>(0).unwrap(), i as i64 + 1);
+        }
+        p.end().await;
+    })
+    .await;
+    assert!(n <= 2, "{n} round trips for a pipeline of 10");
+}
+
+#[tokio::test]
+async fn a_wrong_parameter_count_is_an_error_and_caches_nothing_broken() {
+    let (_cluster, mut c) = super::setup().await;
+    let q = "SELECT $1::int4 + $2::int4";
+    let e = c.query(q, &[&1i32]).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Db, "{e}");
+    assert_eq!(c.statement_cache_stats().size, 0);
+    let row = c.query_one(q, &[&1i32, &2i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 3);
+}
