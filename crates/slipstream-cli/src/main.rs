@@ -14,6 +14,11 @@ use slipstream_testkit::{Embedded, Status};
 
 use cli::{Cli, Command, DbCommand, LabCommand};
 
+/// Counts live heap bytes, so the fetch experiments can report each client's peak memory.
+/// Costs two relaxed atomic updates per allocation, the same for every client measured.
+#[global_allocator]
+static ALLOC: slipstream_testkit::CountingAllocator = slipstream_testkit::CountingAllocator;
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,

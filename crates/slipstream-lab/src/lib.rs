@@ -67,6 +67,24 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::pipeline::run,
     },
     Experiment {
+        name: "fetch-size",
+        title: experiments::fetch_size::TITLE,
+        source: "article 001, FetchTest; slipstream-pg vs tokio-postgres query_portal",
+        run: experiments::fetch_size::run,
+    },
+    Experiment {
+        name: "fetch-memory",
+        title: experiments::fetch_memory::TITLE,
+        source: "article 004's JDBC lesson (memory = rows x row size); byte mode with a cap",
+        run: experiments::fetch_memory::run,
+    },
+    Experiment {
+        name: "statement-cache",
+        title: experiments::statement_cache::TITLE,
+        source: "article 001, StatementCacheTest; vs tokio-postgres prepared, query_typed, query",
+        run: experiments::statement_cache::run,
+    },
+    Experiment {
         name: "proxy",
         title: experiments::proxy::TITLE,
         source: "testkit calibration for the latency-injecting experiments (article 000)",

@@ -396,11 +396,36 @@ impl Connection {
     /// Reads the next message of the most recent request, first discarding what belongs to
     /// earlier, abandoned requests. Updates the transaction status on `ReadyForQuery`.
     pub(crate) async fn recv(&mut self) -> Result<Message, Error> {
+        if let Some(m) = self.recv_buffered()? {
+            return Ok(m);
+        }
         match self.read_past_abandoned(true).await? {
             Some(m) => Ok(m),
             None => Err(Error::protocol(
                 "no reply is owed: this is a bug in slipstream-pg",
             )),
+        }
+    }
+
+    /// [`Connection::recv`]'s common case without an await: the next message of the most
+    /// recent request when it is already in `rbuf` and no abandoned reply comes before it (a
+    /// multi-row reply). `None` when the slow path is needed.
+    pub(crate) fn recv_buffered(&mut self) -> Result<Option<Message>, Error> {
+        if self.owed > 1 {
+            return Ok(None);
+        }
+        loop {
+            let message = match self.parse_buffered() {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.poison(e)),
+            };
+            if let Some(m) = self.absorb_async(message)? {
+                if let Message::ReadyForQuery(body) = &m {
+                    self.ready_for_query(body.status());
+                }
+                return Ok(Some(m));
+            }
         }
     }
 

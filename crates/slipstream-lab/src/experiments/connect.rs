@@ -1,17 +1,77 @@
-//! `connect`: open and close fresh connections (article 001's ConnectionPoolTest, without a
-//! pool), slipstream-pg and tokio-postgres interleaved.
+//! `connect`: article 001's ConnectionPoolTest. Open and close 100 connections fresh
+//! (slipstream-pg and tokio-postgres interleaved, with trust and with SCRAM authentication),
+//! and through a pool: a reuse baseline until slipstream-pool lands.
 
 use anyhow::Context as _;
 
-use super::{Stopwatch, runtime, without_tls};
+use super::{Stopwatch, Timing, runtime, without_tls};
 use crate::{
     Context, ExperimentResult, Series, Summary, Table, environment, noise_warning, paired_ratios,
 };
 
-pub(crate) const TITLE: &str = "Open and close a fresh connection";
+pub(crate) const TITLE: &str = "Open and close a connection: fresh and pooled";
 
 /// The article's count: 100 connections.
 const CONNECTIONS: usize = 100;
+const SCRAM_USER: &str = "slipstream_scram";
+const SCRAM_PASSWORD: &str = "lab-secret";
+
+/// Fresh open+close timings of both clients against one server.
+struct Fresh {
+    slip: Vec<Timing>,
+    tp: Vec<Timing>,
+}
+
+async fn fresh(url: &str, n: usize) -> anyhow::Result<Fresh> {
+    let tp_config: tokio_postgres::Config =
+        url.parse().context("tokio-postgres cannot parse the URL")?;
+    let (mut slip, mut tp) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let sw = Stopwatch::start();
+        let c = slipstream_pg::connect(url).await?;
+        c.close().await?;
+        slip.push(sw.stop());
+
+        let sw = Stopwatch::start();
+        let (client, connection) = tp_config.connect(tokio_postgres::NoTls).await?;
+        let task = tokio::spawn(connection);
+        drop(client); // tokio-postgres sends Terminate when the client is dropped
+        task.await??;
+        tp.push(sw.stop());
+    }
+    Ok(Fresh { slip, tp })
+}
+
+/// The simplest pool there is: a stack of open connections. "Open" pops one (connecting only
+/// when the stack is empty), "close" pushes it back. slipstream-pool (issue 5) replaces it.
+async fn pooled(url: &str, n: usize) -> anyhow::Result<Vec<Timing>> {
+    let mut idle: Vec<slipstream_pg::Client> = vec![slipstream_pg::connect(url).await?];
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let sw = Stopwatch::start();
+        let c = match idle.pop() {
+            Some(c) if !c.is_broken() => c,
+            _ => slipstream_pg::connect(url).await?,
+        };
+        idle.push(c);
+        times.push(sw.stop());
+    }
+    Ok(times)
+}
+
+/// A private cluster that asks for SCRAM-SHA-256 over TCP, and a URL with the password: the
+/// server under test may not have a SCRAM user, and SCRAM's cost is the client's hashing.
+fn scram_cluster() -> anyhow::Result<(slipstream_testkit::Cluster, String)> {
+    let cluster = slipstream_testkit::Cluster::builder()
+        .hba("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        .setting("password_encryption", "scram-sha-256")
+        .start()?;
+    cluster.psql(&format!(
+        "CREATE ROLE {SCRAM_USER} LOGIN PASSWORD '{SCRAM_PASSWORD}'"
+    ))?;
+    let url = without_tls(&cluster.url_for(SCRAM_USER, Some(SCRAM_PASSWORD)));
+    Ok((cluster, url))
+}
 
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let rounds = if ctx.quick { 1 } else { 5 };
@@ -21,54 +81,33 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("connections", n);
     r.param("tls", false);
 
+    let scram = scram_cluster();
     let rt = runtime()?;
-    let (slip, tp, server_version) = rt.block_on(async {
+    let (trust, scram_fresh, pool, server_version) = rt.block_on(async {
         let probe = slipstream_pg::connect(&url)
             .await
             .context("connecting to the database")?;
         let server_version = probe.parameter("server_version").map(str::to_string);
         probe.close().await?;
-        let tp_config: tokio_postgres::Config =
-            url.parse().context("tokio-postgres cannot parse the URL")?;
-        let (mut slip, mut tp) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for _ in 0..n {
-            let sw = Stopwatch::start();
-            let c = slipstream_pg::connect(&url).await?;
-            c.close().await?;
-            slip.push(sw.stop());
-
-            let sw = Stopwatch::start();
-            let (client, connection) = tp_config.connect(tokio_postgres::NoTls).await?;
-            let task = tokio::spawn(connection);
-            drop(client); // tokio-postgres sends Terminate when the client is dropped
-            task.await??;
-            tp.push(sw.stop());
-        }
-        anyhow::Ok((slip, tp, server_version))
+        let trust = fresh(&url, n).await?;
+        let scram_fresh = match &scram {
+            Ok((_, scram_url)) => Some(fresh(scram_url, n).await?),
+            Err(_) => None,
+        };
+        let pool = pooled(&url, n).await?;
+        anyhow::Ok((trust, scram_fresh, pool, server_version))
     })?;
     r.environment = environment::capture(&ctx.url, server_version);
 
-    let ms = |t: &[super::Timing]| {
-        Summary::of(
-            &t.iter()
-                .map(|t| t.wall.as_secs_f64() * 1e3)
-                .collect::<Vec<_>>(),
-        )
+    let ms = |t: &[Timing], f: fn(&Timing) -> f64| {
+        Summary::of(&t.iter().map(|t| f(t) * 1e3).collect::<Vec<_>>())
     };
-    let cpu = |t: &[super::Timing]| {
-        Summary::of(
-            &t.iter()
-                .map(|t| t.cpu.as_secs_f64() * 1e3)
-                .collect::<Vec<_>>(),
-        )
-    };
-    let (s_ms, t_ms, s_cpu, t_cpu) = (ms(&slip), ms(&tp), cpu(&slip), cpu(&tp));
-    let walls = |t: &[super::Timing]| t.iter().map(|t| t.wall.as_secs_f64()).collect::<Vec<_>>();
-    let cpus = |t: &[super::Timing]| t.iter().map(|t| t.cpu.as_secs_f64()).collect::<Vec<_>>();
-    let time_ratio = paired_ratios(&walls(&slip), &walls(&tp));
-    let cpu_ratio = paired_ratios(&cpus(&slip), &cpus(&tp));
+    let wall = |t: &Timing| t.wall.as_secs_f64();
+    let cpu = |t: &Timing| t.cpu.as_secs_f64();
+    let secs = |t: &[Timing], f: fn(&Timing) -> f64| t.iter().map(f).collect::<Vec<_>>();
     let mut table = Table::new(&[
         "client",
+        "auth",
         "ms per open+close",
         "p50 ms",
         "p99 ms",
@@ -77,37 +116,50 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "tokio-postgres time / this",
         "tokio-postgres CPU / this",
     ]);
-    for (name, w, c, tr, cr) in [
-        (
-            "slipstream-pg",
-            &s_ms,
-            &s_cpu,
-            time_ratio.p50,
-            cpu_ratio.p50,
-        ),
-        ("tokio-postgres", &t_ms, &t_cpu, 1.0, 1.0),
-    ] {
+    let mut add = |name: &str, auth: &str, t: &[Timing], ratios: Option<(f64, f64)>| {
+        let (w, c) = (ms(t, wall), ms(t, cpu));
         table.row(vec![
             name.into(),
+            auth.into(),
             w.mean_sd(3),
             format!("{:.3}", w.p50),
             format!("{:.3}", w.p99),
             w.range(3),
             format!("{:.3}", c.mean),
-            format!("{tr:.2}x"),
-            format!("{cr:.2}x"),
+            ratios.map_or("—".into(), |(t, _)| format!("{t:.2}x")),
+            ratios.map_or("—".into(), |(_, c)| format!("{c:.2}x")),
         ]);
-    }
+    };
+    let mut versus = |auth: &str, f: &Fresh| {
+        let time = paired_ratios(&secs(&f.slip, wall), &secs(&f.tp, wall)).p50;
+        let cpu_ratio = paired_ratios(&secs(&f.slip, cpu), &secs(&f.tp, cpu)).p50;
+        add("slipstream-pg", auth, &f.slip, Some((time, cpu_ratio)));
+        add("tokio-postgres", auth, &f.tp, Some((1.0, 1.0)));
+        (time, cpu_ratio)
+    };
+    let (trust_time, trust_cpu) = versus("as configured", &trust);
+    let scram_ratios = scram_fresh.as_ref().map(|f| versus("SCRAM", f));
+    add("slipstream-pg, pooled (reuse baseline)", "—", &pool, None);
     r.table = table;
+
     r.ratios.insert(
         "connect_time_tokio_postgres_over_slipstream".into(),
-        time_ratio.p50,
+        trust_time,
     );
-    r.ratios.insert(
-        "connect_cpu_tokio_postgres_over_slipstream".into(),
-        cpu_ratio.p50,
-    );
-    let series = |name: &str, t: &[super::Timing]| Series {
+    r.ratios
+        .insert("connect_cpu_tokio_postgres_over_slipstream".into(), trust_cpu);
+    if let Some((time, cpu_ratio)) = scram_ratios {
+        r.ratios
+            .insert("scram_time_tokio_postgres_over_slipstream".into(), time);
+        r.ratios
+            .insert("scram_cpu_tokio_postgres_over_slipstream".into(), cpu_ratio);
+    }
+    let fresh_ms = ms(&trust.slip, wall).p50;
+    let pooled_ms = ms(&pool, wall).p50;
+    r.ratios
+        .insert("fresh_over_pooled".into(), fresh_ms / pooled_ms.max(1e-9));
+
+    let series = |name: &str, t: &[Timing]| Series {
         name: name.into(),
         x_label: "connection #".into(),
         y_label: "ms per open+close".into(),
@@ -118,12 +170,20 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .collect(),
     };
     r.series = vec![
-        series("slipstream-pg", &slip),
-        series("tokio-postgres", &tp),
+        series("slipstream-pg", &trust.slip),
+        series("tokio-postgres", &trust.tp),
     ];
+    r.notes.push(format!(
+        "article 001: 100 opens+closes took 7.83 s without a pool, 0.13 s with one (60x); here fresh/pooled = {:.0}x",
+        fresh_ms / pooled_ms.max(1e-9)
+    ));
     r.notes.push("both clients without TLS; ratios are medians of per-connection ratios (interleaved); above 1 means slipstream-pg is faster".into());
-    r.notes
-        .push("a pooled row joins this table with slipstream-pool (issue 5)".into());
-    r.notes.extend(noise_warning("slipstream-pg", &s_ms));
+    r.notes.push("'as configured' uses the database's own authentication (trust for the embedded one); SCRAM rows use a private cluster the lab starts with scram-sha-256 over TCP".into());
+    r.notes.push("pooled: a stack of open connections, the floor any pool adds to; slipstream-pool (issue 5) takes its place".into());
+    if let Err(e) = &scram {
+        r.notes
+            .push(format!("SCRAM rows skipped: no private cluster could start ({e:#})"));
+    }
+    r.notes.extend(noise_warning("slipstream-pg", &ms(&trust.slip, wall)));
     Ok(r)
 }

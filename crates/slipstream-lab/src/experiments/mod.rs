@@ -1,13 +1,19 @@
 //! The experiments, one module each.
 
 pub(crate) mod connect;
+pub(crate) mod fetch_memory;
+pub(crate) mod fetch_size;
+mod fetch_table;
 pub(crate) mod pipeline;
 pub(crate) mod proxy;
 pub(crate) mod roundtrip;
+pub(crate) mod statement_cache;
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use cpu_time::ThreadTime;
+use slipstream_testkit::CountingAllocator;
 
 /// A single-threaded runtime: every client's work, including tokio-postgres's connection
 /// task, runs on this thread, so its CPU time is the clients' CPU time.
@@ -47,19 +53,92 @@ impl Stopwatch {
     }
 }
 
+/// Peak heap growth over a piece of work, read from the counting allocator the `slipstream`
+/// binary installs. `None` where it is not installed (e.g. in this crate's unit tests).
+pub(crate) struct HeapMeter {
+    base: usize,
+}
+
+impl HeapMeter {
+    pub(crate) fn start() -> HeapMeter {
+        HeapMeter {
+            base: CountingAllocator::reset_peak(),
+        }
+    }
+
+    pub(crate) fn peak_bytes(&self) -> Option<usize> {
+        (CountingAllocator::current() > 0).then(|| CountingAllocator::peak().saturating_sub(self.base))
+    }
+}
+
+/// A byte count for a table: `812 KiB`, `14.2 MiB`, or `n/a` when not measured.
+pub(crate) fn bytes_cell(bytes: Option<usize>) -> String {
+    match bytes {
+        None => "n/a".into(),
+        Some(b) if b < 1 << 20 => format!("{:.0} KiB", b as f64 / 1024.0),
+        Some(b) => format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+    }
+}
+
 /// Forces TLS off in a connection string for both clients, so connection costs compare like
 /// with like (tokio-postgres is measured with `NoTls`). Keeps the caller's choice if it made one.
 pub(crate) fn without_tls(url: &str) -> String {
     if url.contains("sslmode") {
         return url.to_string();
     }
+    with_param(url, "sslmode=disable")
+}
+
+/// Adds a `key=value` parameter to a connection string of either form.
+pub(crate) fn with_param(url: &str, param: &str) -> String {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let sep = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{sep}sslmode=disable")
+        format!("{url}{sep}{param}")
     } else {
-        format!("{url} sslmode=disable")
+        format!("{url} {param}")
     }
 }
+
+/// The first TCP address the connection string names, for the delay proxy to forward to.
+pub(crate) fn tcp_target(url: &str) -> Option<SocketAddr> {
+    let config: slipstream_pg::Config = url.parse().ok()?;
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(slipstream_pg::DEFAULT_PORT);
+    config.get_hosts().iter().find_map(|h| match h {
+        slipstream_pg::Host::Tcp(name) => (name.as_str(), port).to_socket_addrs().ok()?.next(),
+        slipstream_pg::Host::Unix(_) => None,
+    })
+}
+
+/// The connection string pointed at the proxy on 127.0.0.1:`port` instead of the server.
+pub(crate) fn via_proxy(url: &str, port: u16) -> String {
+    if let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    {
+        let (authority, tail) = rest
+            .find(['/', '?'])
+            .map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
+        let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+        let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
+        format!("postgres://{userinfo}127.0.0.1:{port}{tail}")
+    } else {
+        let kept: Vec<&str> = url
+            .split_whitespace()
+            .filter(|kv| {
+                !["host=", "hostaddr=", "port="]
+                    .iter()
+                    .any(|k| kv.starts_with(k))
+            })
+            .collect();
+        format!("{} host=127.0.0.1 port={port}", kept.join(" "))
+    }
+}
+
+
 
 /// CPU time used by finished child processes (pgbench), for peers that run out of process.
 pub(crate) fn children_cpu() -> Duration {

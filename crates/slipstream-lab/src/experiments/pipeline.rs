@@ -3,7 +3,6 @@
 //! (concurrently polled futures) and pgbench (`\startpipeline`) side by side.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use futures_util::future::{join_all, try_join_all};
 use slipstream_pg::{PipelineMode, PipelineOptions};
 use slipstream_testkit::DelayProxy;
 
-use super::{Stopwatch, children_cpu, runtime, without_tls};
+use super::{Stopwatch, children_cpu, runtime, tcp_target, via_proxy, without_tls};
 use crate::{Context, ExperimentResult, Series, Table, environment};
 
 pub(crate) const TITLE: &str =
@@ -878,48 +877,9 @@ fn read_pgbench_logs(dir: &std::path::Path) -> String {
     text
 }
 
-/// The first TCP address the connection string names, for the delay proxy to forward to.
-fn tcp_target(url: &str) -> Option<SocketAddr> {
-    let config: slipstream_pg::Config = url.parse().ok()?;
-    let port = config
-        .get_ports()
-        .first()
-        .copied()
-        .unwrap_or(slipstream_pg::DEFAULT_PORT);
-    config.get_hosts().iter().find_map(|h| match h {
-        slipstream_pg::Host::Tcp(name) => (name.as_str(), port).to_socket_addrs().ok()?.next(),
-        slipstream_pg::Host::Unix(_) => None,
-    })
-}
-
-/// The connection string pointed at the proxy on 127.0.0.1:`port` instead of the server.
-fn via_proxy(url: &str, port: u16) -> String {
-    if let Some(rest) = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-    {
-        let (authority, tail) = rest
-            .find(['/', '?'])
-            .map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
-        let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
-        let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
-        format!("postgres://{userinfo}127.0.0.1:{port}{tail}")
-    } else {
-        let kept: Vec<&str> = url
-            .split_whitespace()
-            .filter(|kv| {
-                !["host=", "hostaddr=", "port="]
-                    .iter()
-                    .any(|k| kv.starts_with(k))
-            })
-            .collect();
-        format!("{} host=127.0.0.1 port={port}", kept.join(" "))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::via_proxy;
+    use super::super::via_proxy;
 
     #[test]
     fn connection_strings_are_pointed_at_the_proxy() {

@@ -1,0 +1,197 @@
+//! `statement-cache`: article 001's StatementCacheTest. `select data from fetch_test where
+//! id = $1` 1000 times with slipstream-pg's statement cache on and off, beside tokio-postgres
+//! reusing a prepared statement, preparing every time, and `query_typed`. Round trips per query
+//! are counted through a zero-delay proxy, not assumed.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use anyhow::Context as _;
+use slipstream_testkit::DelayProxy;
+
+use super::fetch_table::ensure_fetch_test;
+use super::{Stopwatch, runtime, tcp_target, via_proxy, with_param, without_tls};
+use crate::{Context, ExperimentResult, Summary, Table, environment, noise_warning};
+
+pub(crate) const TITLE: &str = "Statement cache: prepared once versus parsed every time";
+
+const SQL: &str = "select data from fetch_test where id = $1";
+const QUERIES: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    CacheOn,
+    CacheOff,
+    TpPrepared,
+    TpTyped,
+    TpUnprepared,
+}
+
+const VARIANTS: [Variant; 5] = [
+    Variant::CacheOn,
+    Variant::CacheOff,
+    Variant::TpPrepared,
+    Variant::TpTyped,
+    Variant::TpUnprepared,
+];
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::CacheOn => "slipstream-pg, cache on (default)",
+            Variant::CacheOff => "slipstream-pg, cache off",
+            Variant::TpPrepared => "tokio-postgres, prepared once, reused",
+            Variant::TpTyped => "tokio-postgres, query_typed",
+            Variant::TpUnprepared => "tokio-postgres, query(&str)",
+        }
+    }
+}
+
+/// One connection per variant.
+struct Clients {
+    on: slipstream_pg::Client,
+    off: slipstream_pg::Client,
+    tp: tokio_postgres::Client,
+    tp_stmt: tokio_postgres::Statement,
+}
+
+impl Clients {
+    async fn connect(url: &str) -> anyhow::Result<Clients> {
+        let on = slipstream_pg::connect(url).await?;
+        let off = slipstream_pg::connect(&with_param(url, "statement_cache_size=0")).await?;
+        let (tp, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        let tp_stmt = tp.prepare(SQL).await?;
+        Ok(Clients {
+            on,
+            off,
+            tp,
+            tp_stmt,
+        })
+    }
+
+    /// Runs one lookup of `id` the variant's way.
+    fn lookup<'a>(
+        &'a mut self,
+        v: Variant,
+        id: i32,
+    ) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
+        Box::pin(async move {
+            let data: String = match v {
+                Variant::CacheOn => self.on.query_one(SQL, &[&id]).await?.get(0)?,
+                Variant::CacheOff => self.off.query_one(SQL, &[&id]).await?.get(0)?,
+                Variant::TpPrepared => self.tp.query_one(&self.tp_stmt, &[&id]).await?.get(0),
+                Variant::TpTyped => {
+                    let rows = self
+                        .tp
+                        .query_typed(SQL, &[(&id, tokio_postgres::types::Type::INT4)])
+                        .await?;
+                    rows.first().context("no row")?.get(0)
+                }
+                Variant::TpUnprepared => self.tp.query_one(SQL, &[&id]).await?.get(0),
+            };
+            std::hint::black_box(data);
+            Ok(())
+        })
+    }
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let (rows, reps) = if ctx.quick { (10_000, 2) } else { (100_000, 9) };
+    let url = without_tls(&ctx.url);
+    let mut r = ExperimentResult::new("statement-cache", TITLE, ctx.quick);
+    r.param("queries_per_run", QUERIES);
+    r.param("runs", reps);
+
+    let rt = runtime()?;
+    let (times, trips, server_version) = rt.block_on(async {
+        let mut setup = slipstream_pg::connect(&url)
+            .await
+            .context("connecting to the database")?;
+        let server_version = setup.parameter("server_version").map(str::to_string);
+        ensure_fetch_test(&mut setup, rows).await?;
+        setup.close().await?;
+        let key = |i: usize| ((i * 7919) % rows as usize) as i32 + 1;
+
+        // Round trips per query, counted by a zero-delay proxy.
+        let target = tcp_target(&url)
+            .context("round trips are counted through a TCP proxy: give a TCP host")?;
+        let proxy = DelayProxy::start(target, std::time::Duration::ZERO)?;
+        let proxied = via_proxy(&url, proxy.port());
+        let mut clients = Clients::connect(&proxied).await?;
+        let mut trips = Vec::new();
+        for v in VARIANTS {
+            clients.lookup(v, 1).await?; // the first execution may prepare
+            let before = proxy.round_trips();
+            for i in 0..20 {
+                clients.lookup(v, key(i)).await?;
+            }
+            trips.push((proxy.round_trips() - before) as f64 / 20.0);
+        }
+        drop(clients);
+
+        let mut clients = Clients::connect(&url).await?;
+        for v in VARIANTS {
+            for i in 0..100 {
+                clients.lookup(v, key(i)).await?;
+            }
+        }
+        let mut times: Vec<Vec<f64>> = VARIANTS.iter().map(|_| Vec::new()).collect();
+        for rep in 0..reps {
+            for (k, v) in VARIANTS.into_iter().enumerate() {
+                let sw = Stopwatch::start();
+                for i in 0..QUERIES {
+                    clients.lookup(v, key(rep * QUERIES + i)).await?;
+                }
+                times[k].push(sw.stop().wall.as_secs_f64());
+            }
+        }
+        anyhow::Ok((times, trips, server_version))
+    })?;
+    r.environment = environment::capture(&ctx.url, server_version);
+
+    let summaries: Vec<Summary> = times.iter().map(|t| Summary::of(t)).collect();
+    let p50 = |v: Variant| summaries[VARIANTS.iter().position(|&x| x == v).unwrap_or(0)].p50;
+    let on = p50(Variant::CacheOn);
+    let mut table = Table::new(&[
+        "client",
+        "s per 1000",
+        "µs per query",
+        "round trips per query",
+        "time / cache on",
+    ]);
+    for (k, v) in VARIANTS.into_iter().enumerate() {
+        let s = &summaries[k];
+        table.row(vec![
+            v.label().into(),
+            format!("{:.3}", s.p50),
+            format!("{:.1}", s.p50 / QUERIES as f64 * 1e6),
+            format!("{:.2}", trips[k]),
+            format!("{:.2}x", s.p50 / on),
+        ]);
+    }
+    r.table = table;
+    r.ratios
+        .insert("cache_off_over_cache_on".into(), p50(Variant::CacheOff) / on);
+    r.ratios.insert(
+        "tokio_postgres_prepared_over_slipstream_cache_on".into(),
+        p50(Variant::TpPrepared) / on,
+    );
+    r.ratios.insert(
+        "tokio_postgres_query_typed_over_prepared".into(),
+        p50(Variant::TpTyped) / p50(Variant::TpPrepared),
+    );
+    r.ratios.insert(
+        "tokio_postgres_unprepared_over_prepared".into(),
+        p50(Variant::TpUnprepared) / p50(Variant::TpPrepared),
+    );
+    for (k, v) in VARIANTS.into_iter().enumerate() {
+        r.ratios
+            .insert(format!("round_trips_per_query_{v:?}"), trips[k]);
+    }
+    r.notes.push("article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)".into());
+    r.notes.push(format!("medians of {reps} runs of {QUERIES} lookups, variants interleaved; round trips counted through a zero-delay proxy over 20 queries after a first one"));
+    r.notes.extend(noise_warning("cache on", &summaries[0]));
+    Ok(r)
+}
+
