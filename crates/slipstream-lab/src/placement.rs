@@ -70,6 +70,29 @@ pub(crate) fn apply(p: Placement, backends: &[i32]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// For experiments that measure one placement: pins the calling thread and `backends` to the
+/// same CPU when the server is local. Returns a note saying what was done, for the result.
+/// Call [`release`] afterwards.
+pub(crate) fn pin_same_cpu(url: &str, backends: &[i32]) -> String {
+    if !is_local(url) {
+        return "the server is not local: client and backends were left where the kernel put them"
+            .into();
+    }
+    let Some(p) = placements().into_iter().next() else {
+        return "one CPU: nothing to pin".into();
+    };
+    match apply(p, backends) {
+        Ok(()) => format!(
+            "client thread and backends pinned to CPU {} (same CPU), so backend placement does not decide the comparison",
+            p.server_cpu
+        ),
+        Err(e) => {
+            release(backends);
+            format!("could not fix CPU placement ({e}); measured unpinned")
+        }
+    }
+}
+
 /// Lets the calling thread and the backends run anywhere again.
 pub(crate) fn release(backends: &[i32]) {
     let all: Vec<usize> = (0..std::thread::available_parallelism()

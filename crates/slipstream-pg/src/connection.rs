@@ -40,6 +40,14 @@ pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 pub(crate) const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
 /// Read at least this much at a time: one read usually holds a whole small response.
 const READ_CHUNK: usize = 16 * 1024;
+/// A message bigger than this gets an allocation of its own (see `parse_buffered`).
+const BIG_MESSAGE: usize = 4 * READ_CHUNK;
+
+/// `into` with `bytes` appended.
+fn moved_to(mut into: BytesMut, bytes: &[u8]) -> BytesMut {
+    into.extend_from_slice(bytes);
+    into
+}
 
 /// Whether the session is inside a transaction block, as the last `ReadyForQuery` said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,8 +237,10 @@ impl Connection {
     fn parse_buffered(&mut self) -> Result<Option<Message>, Error> {
         // Check the length before the parser reserves room for it: garbage must not make us
         // allocate a gigabyte.
+        let mut big = false;
         if let Some(header) = Header::parse(&self.rbuf).map_err(|e| invalid(&e))? {
             let len = header.len() as usize + 1;
+            big = len > BIG_MESSAGE;
             if len > self.max_message {
                 return Err(Error::protocol(format!(
                     "server sent a message of {len} bytes (tag {:?}), more than the {} allowed here; \
@@ -241,15 +251,19 @@ impl Connection {
             }
             // A row keeps its message's whole allocation alive, so a big message gets room for
             // exactly itself and a read's worth after it: BytesMut's own growth would double
-            // (a 10 MB row holding 20 MB). First try reusing an allocation no row holds any
-            // more, so two big rows in a row do not briefly need both buffers.
-            if len > self.rbuf.capacity() && !self.rbuf.try_reclaim(len - self.rbuf.len()) {
-                let mut exact = BytesMut::with_capacity(len + READ_CHUNK);
-                exact.extend_from_slice(&self.rbuf);
-                self.rbuf = exact;
+            // (a 10 MB row holding 20 MB).
+            if len > self.rbuf.capacity() {
+                self.rbuf = moved_to(BytesMut::with_capacity(len + READ_CHUNK), &self.rbuf);
             }
         }
-        Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))
+        let message = Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))?;
+        if big && message.is_some() {
+            // Leave the big allocation to the message alone: the read buffer moves what
+            // follows into a small one, so the memory goes when the row does instead of
+            // staying with the connection for good.
+            self.rbuf = moved_to(BytesMut::with_capacity(READ_CHUNK), &self.rbuf);
+        }
+        Ok(message)
     }
 
     /// Writes what it can of `wbuf` without waiting, then returns the next message that is not

@@ -306,6 +306,30 @@ mod tests {
     }
 
     #[test]
+    fn cache_and_fetch_settings_parse_and_bad_values_say_what_is_expected() {
+        let c: Config = "statement_cache_size=0 fetch_size=500 max_result_buffer=4MB"
+            .parse()
+            .unwrap();
+        assert_eq!(c.get_statement_cache_size(), 0);
+        assert_eq!(c.get_fetch_size(), crate::FetchSize::Rows(500));
+        assert_eq!(c.get_max_result_buffer(), Some(4 << 20));
+        let c: Config = "postgres://h/db?fetch_size=128kB".parse().unwrap();
+        assert_eq!(c.get_fetch_size(), crate::FetchSize::Bytes(128 << 10));
+        assert_eq!(c.get_statement_cache_size(), crate::DEFAULT_STATEMENT_CACHE_SIZE);
+        for (bad, says) in [
+            ("statement_cache_size=-1", "0 turns the cache off"),
+            ("fetch_size=lots", "64kB"),
+            ("max_result_buffer=4parsecs", "4MB"),
+        ] {
+            let e = bad.parse::<Config>().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(parse_bytes("1 GiB"), Some(1 << 30));
+        assert_eq!(parse_bytes("64KB"), Some(64 << 10));
+        assert_eq!(parse_bytes("MB"), None);
+    }
+
+    #[test]
     fn url_with_unix_socket_host() {
         let c: Config = "postgres://%2Fvar%2Frun%2Fpostgresql/db".parse().unwrap();
         assert_eq!(c.hosts, vec![Host::Unix("/var/run/postgresql".into())]);

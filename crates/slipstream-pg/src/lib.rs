@@ -30,10 +30,15 @@
 //! # Protocol
 //!
 //! ```text
-//! prepared query:   Bind + Execute + Sync                  -> BindComplete, DataRow*, CommandComplete, ReadyForQuery
-//! one-off query:    Parse + Bind + Describe + Execute + Sync (one round trip, no parameters or query_typed)
-//! with parameters:  Parse + Describe + Sync, then the above  (two round trips: the server names the types)
+//! prepared or cached:  Bind + Execute + Sync                           -> BindComplete, DataRow*, CommandComplete, ReadyForQuery
+//! cache miss:          Parse(s7) + Describe(S) + Bind + Execute + Sync  (one round trip; then cached)
+//! uncached one-off:    Parse("") + Bind + Describe(P) + Execute + Sync  (one round trip, nothing left behind)
+//! row stream:          ... + Execute(n) + Flush, Execute(n) + Flush ...  then Sync when the rows run out
 //! ```
+//!
+//! Parameter types for SQL text are chosen from the Rust values (strings go as text for the
+//! server to infer), so none of these needs a round trip to learn them; see
+//! `docs/statement-cache.md`.
 //!
 //! Messages are encoded and decoded by [`postgres_protocol`]; values by [`postgres_types`]
 //! (re-exported as [`types`]), so every type with a `ToSql`/`FromSql` implementation works.

@@ -44,6 +44,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ensure_fetch_memory_test(&mut c, narrow, wide, wide_bytes).await?;
         let mut measured = Vec::new();
         for fetch in settings {
+            // A fresh connection each time: nothing a previous setting left allocated counts.
+            let mut c = slipstream_pg::connect(&url).await?;
             let meter = HeapMeter::start();
             let sw = Stopwatch::start();
             let mut stream = c.query_stream_with(SQL, &[], fetch).await?;
@@ -59,12 +61,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             measured.push((fetch, t.wall.as_secs_f64(), meter.peak_bytes(), round_trips, widest));
         }
 
-        let (tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        let mut tp = tp;
-        let stmt = tp.prepare(SQL).await?;
         let mut peers = Vec::new();
         for per_fetch in [1000i32, 0] {
+            let (mut tp, connection) =
+                tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            let stmt = tp.prepare(SQL).await?;
             let meter = HeapMeter::start();
             let sw = Stopwatch::start();
             let tx = tp.transaction().await?;

@@ -7,7 +7,7 @@ use slipstream_pg::FetchSize;
 
 use super::fetch_table::ensure_fetch_test;
 use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
-use crate::{Context, ExperimentResult, Series, Summary, Table, environment};
+use crate::{Context, ExperimentResult, Series, Summary, Table, environment, placement};
 
 pub(crate) const TITLE: &str = "Fetch size: rows per round trip, time and client memory";
 
@@ -72,7 +72,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("repetitions", reps);
 
     let rt = runtime()?;
-    let (ours, theirs, server_version) = rt.block_on(async {
+    let (ours, theirs, server_version, pin_note) = rt.block_on(async {
         let mut slip = slipstream_pg::connect(&url)
             .await
             .context("connecting to the database")?;
@@ -81,6 +81,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let (mut tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
         let tp_stmt = tp.prepare(SQL).await?;
+        let tp_pid: i32 = tp.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let backends = [slip.backend_pid(), tp_pid];
+        let pin_note = placement::pin_same_cpu(&url, &backends);
         // Warm both clients (prepare, server caches) before measuring.
         slip.query(SQL, &[]).await?;
         tp.query(&tp_stmt, &[]).await?;
@@ -101,7 +104,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 }
             }
         }
-        anyhow::Ok((ours, theirs, server_version))
+        placement::release(&backends);
+        anyhow::Ok((ours, theirs, server_version, pin_note))
     })?;
     r.environment = environment::capture(&ctx.url, server_version);
 
@@ -180,6 +184,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "article 001: 5.44 s at 1 row per fetch, 0.19 s at 10,000 (100,000 rows, ODP.NET); here {rows} rows, median of {reps}, clients alternating who goes first"
     ));
     r.notes.push("slipstream-pg: query_stream_with(FetchSize) in autocommit, the next Execute sent as each batch arrives; tokio-postgres: query_portal in a transaction (it needs one); 'all at once' is query() into a Vec for both".into());
+    r.notes.push(pin_note);
     r.notes.push("peak heap: growth of live heap bytes while reading, from the counting allocator of the slipstream binary (both clients in one process, measured one at a time)".into());
     Ok(r)
 }

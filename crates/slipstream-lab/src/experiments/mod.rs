@@ -90,7 +90,7 @@ pub(crate) fn without_tls(url: &str) -> String {
 }
 
 /// Adds a `key=value` parameter to a connection string of either form.
-pub(crate) fn with_param(url: &str, param: &str) -> String {
+fn with_param(url: &str, param: &str) -> String {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let sep = if url.contains('?') { '&' } else { '?' };
         format!("{url}{sep}{param}")

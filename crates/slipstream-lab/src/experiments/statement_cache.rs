@@ -7,10 +7,12 @@ use std::future::Future;
 use std::pin::Pin;
 
 use anyhow::Context as _;
+use slipstream_pg::Uncached;
 use slipstream_testkit::DelayProxy;
 
 use super::fetch_table::ensure_fetch_test;
-use super::{Stopwatch, runtime, tcp_target, via_proxy, with_param, without_tls};
+use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
+use crate::placement;
 use crate::{Context, ExperimentResult, Summary, Table, environment, noise_warning};
 
 pub(crate) const TITLE: &str = "Statement cache: prepared once versus parsed every time";
@@ -47,27 +49,27 @@ impl Variant {
     }
 }
 
-/// One connection per variant.
+/// One connection per client: cache off is `Uncached`, what `statement_cache_size=0` runs, on
+/// the same connection as cache on, so both use the same backend.
 struct Clients {
-    on: slipstream_pg::Client,
-    off: slipstream_pg::Client,
+    slip: slipstream_pg::Client,
     tp: tokio_postgres::Client,
     tp_stmt: tokio_postgres::Statement,
 }
 
 impl Clients {
     async fn connect(url: &str) -> anyhow::Result<Clients> {
-        let on = slipstream_pg::connect(url).await?;
-        let off = slipstream_pg::connect(&with_param(url, "statement_cache_size=0")).await?;
+        let slip = slipstream_pg::connect(url).await?;
         let (tp, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
         let tp_stmt = tp.prepare(SQL).await?;
-        Ok(Clients {
-            on,
-            off,
-            tp,
-            tp_stmt,
-        })
+        Ok(Clients { slip, tp, tp_stmt })
+    }
+
+    /// The server processes behind both connections.
+    async fn backends(&self) -> anyhow::Result<Vec<i32>> {
+        let tp_pid: i32 = self.tp.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        Ok(vec![self.slip.backend_pid(), tp_pid])
     }
 
     /// Runs one lookup of `id` the variant's way.
@@ -78,8 +80,8 @@ impl Clients {
     ) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
         Box::pin(async move {
             let data: String = match v {
-                Variant::CacheOn => self.on.query_one(SQL, &[&id]).await?.get(0)?,
-                Variant::CacheOff => self.off.query_one(SQL, &[&id]).await?.get(0)?,
+                Variant::CacheOn => self.slip.query_one(SQL, &[&id]).await?.get(0)?,
+                Variant::CacheOff => self.slip.query_one(&Uncached(SQL), &[&id]).await?.get(0)?,
                 Variant::TpPrepared => self.tp.query_one(&self.tp_stmt, &[&id]).await?.get(0),
                 Variant::TpTyped => {
                     let rows = self
@@ -104,7 +106,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("runs", reps);
 
     let rt = runtime()?;
-    let (times, trips, server_version) = rt.block_on(async {
+    let (times, trips, server_version, pin_note) = rt.block_on(async {
         let mut setup = slipstream_pg::connect(&url)
             .await
             .context("connecting to the database")?;
@@ -131,6 +133,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         drop(clients);
 
         let mut clients = Clients::connect(&url).await?;
+        let backends = clients.backends().await?;
+        let pin_note = placement::pin_same_cpu(&url, &backends);
         for v in VARIANTS {
             for i in 0..100 {
                 clients.lookup(v, key(i)).await?;
@@ -146,7 +150,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 times[k].push(sw.stop().wall.as_secs_f64());
             }
         }
-        anyhow::Ok((times, trips, server_version))
+        placement::release(&backends);
+        anyhow::Ok((times, trips, server_version, pin_note))
     })?;
     r.environment = environment::capture(&ctx.url, server_version);
 
@@ -191,6 +196,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     }
     r.notes.push("article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)".into());
     r.notes.push(format!("medians of {reps} runs of {QUERIES} lookups, variants interleaved; round trips counted through a zero-delay proxy over 20 queries after a first one"));
+    r.notes.push(pin_note);
+    r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
     r.notes.extend(noise_warning("cache on", &summaries[0]));
     Ok(r)
 }
