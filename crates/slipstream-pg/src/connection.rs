@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
-use postgres_protocol::message::backend::{Header, Message};
+use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -238,15 +238,15 @@ impl Connection {
         // Check the length before the parser reserves room for it: garbage must not make us
         // allocate a gigabyte.
         let mut big = false;
-        if let Some(header) = Header::parse(&self.rbuf).map_err(|e| invalid(&e))? {
-            let len = header.len() as usize + 1;
+        if let [tag, a, b, c, d, ..] = self.rbuf[..] {
+            // The length field counts itself but not the tag; the parser rejects one below 4.
+            let len = u32::from_be_bytes([a, b, c, d]) as usize + 1;
             big = len > BIG_MESSAGE;
             if len > self.max_message {
                 return Err(Error::protocol(format!(
                     "server sent a message of {len} bytes (tag {:?}), more than the {} allowed here; \
                      is this a PostgreSQL server?",
-                    header.tag() as char,
-                    self.max_message
+                    tag as char, self.max_message
                 )));
             }
             // A row keeps its message's whole allocation alive, so a big message gets room for
@@ -434,6 +434,9 @@ impl Connection {
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(self.poison(e)),
             };
+            if let Message::DataRow(_) = message {
+                return Ok(Some(message));
+            }
             if let Some(m) = self.absorb_async(message)? {
                 if let Message::ReadyForQuery(body) = &m {
                     self.ready_for_query(body.status());

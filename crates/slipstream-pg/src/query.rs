@@ -382,7 +382,13 @@ impl Client {
         self.conn.finish_request().await?;
         let mut reply = Reply::new(plan.columns(), true);
         loop {
-            match self.conn.recv().await? {
+            // Most messages of a multi-row reply are already buffered: take them without the
+            // await machinery.
+            let message = match self.conn.recv_buffered()? {
+                Some(m) => m,
+                None => self.conn.recv().await?,
+            };
+            match message {
                 Message::ReadyForQuery(_) => break,
                 m => match reply.apply(m) {
                     Ok(Step::Copy { inbound }) => {

@@ -302,7 +302,11 @@ impl RowStream<'_> {
             if self.buffered >= self.cap && !self.buffer.is_empty() {
                 return Ok(());
             }
-            match self.client.conn.recv().await? {
+            let message = match self.client.conn.recv_buffered()? {
+                Some(m) => m,
+                None => self.client.conn.recv().await?,
+            };
+            match message {
                 Message::DataRow(body) => {
                     let columns = self.reply.columns();
                     let cost = row_cost(body.buffer().len(), columns.len());

@@ -5,7 +5,7 @@
 use anyhow::Context as _;
 use slipstream_pg::FetchSize;
 
-use super::fetch_table::ensure_fetch_memory_test;
+use super::fetch_table::{WIDE_SPACING, ensure_fetch_memory_test};
 use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
 use crate::{Context, ExperimentResult, Table, environment};
 
@@ -18,7 +18,7 @@ const OVERHEAD: usize = 512 * 1024;
 
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (narrow, wide, wide_bytes) = if ctx.quick {
-        (10_000, 4, 2_000_000)
+        (10_000, 5, 2_000_000)
     } else {
         (50_000, 10, 4_000_000)
     };
@@ -143,7 +143,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     }
     r.table = table;
     r.notes.push(format!(
-        "{narrow} rows of ~40 bytes, {wide} of them {wide_bytes} bytes wide, spread evenly; read in id order"
+        "{narrow} rows of ~40 bytes, {wide} of them {wide_bytes} bytes wide, {WIDE_SPACING} rows apart in the middle; read in id order"
     ));
     r.notes.push("byte mode: the fetch size is also the cap unless max_result_buffer sets one; the buffer holds at most the cap plus one row, so a wide row costs its own size, not the fetch's row count times it".into());
     r.notes.push(format!(

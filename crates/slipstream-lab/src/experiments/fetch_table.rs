@@ -4,6 +4,9 @@
 use anyhow::Context as _;
 use slipstream_pg::Client;
 
+/// Rows between two wide rows of `fetch_memory_test`.
+pub(crate) const WIDE_SPACING: i32 = 50;
+
 /// Article 001's `fetch_test(id number primary key, data varchar(32))`, with `rows` rows.
 pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Result<()> {
     let exists: bool = c
@@ -32,15 +35,16 @@ pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Resu
     Ok(())
 }
 
-/// `fetch_memory_test`: `narrow` rows of about 40 bytes with `wide` rows of `wide_bytes` each
-/// spread evenly among them (ids `k * narrow / wide`).
+/// `fetch_memory_test`: `narrow` rows of about 40 bytes, `wide` of them `wide_bytes` wide,
+/// clustered in the middle of the id range `WIDE_SPACING` apart: a few very wide rows that one
+/// fetch of a few hundred rows or more catches all together.
 pub(crate) async fn ensure_fetch_memory_test(
     c: &mut Client,
     narrow: i32,
     wide: i32,
     wide_bytes: i32,
 ) -> anyhow::Result<()> {
-    let signature = format!("{narrow}/{wide}/{wide_bytes}");
+    let signature = format!("{narrow}/{wide}/{wide_bytes}/{WIDE_SPACING}");
     let present: Option<String> = c
         .query_one(
             "SELECT obj_description(to_regclass('fetch_memory_test'), 'pg_class')",
@@ -59,9 +63,10 @@ pub(crate) async fn ensure_fetch_memory_test(
     .await?;
     c.execute(
         "INSERT INTO fetch_memory_test
-         SELECT g, CASE WHEN g % ($1 / $2) = 0 THEN repeat('w', $3) ELSE md5(g::text) END
+         SELECT g, CASE WHEN g >= $1 / 2 AND g < $1 / 2 + $2 * $4 AND (g - $1 / 2) % $4 = 0
+                        THEN repeat('w', $3) ELSE md5(g::text) END
          FROM generate_series(1, $1) g",
-        &[&narrow, &wide, &wide_bytes],
+        &[&narrow, &wide, &wide_bytes, &WIDE_SPACING],
     )
     .await
     .context("loading fetch_memory_test")?;
