@@ -191,10 +191,11 @@ enum State {
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
 /// let mut rows = client.query_stream("SELECT g FROM generate_series(1, 10) g", &[]).await?;
-/// let first = rows.next().await?.expect("ten rows");
+/// if let Some(first) = rows.next().await? {
+///     println!("{}", first.get::<_, i32>(0)?);
+/// }
 /// drop(rows); // the other nine are skipped
 /// assert_eq!(client.query_one("SELECT 1", &[]).await?.get::<_, i32>(0)?, 1);
-/// # let _ = first;
 /// # Ok(()) }
 /// ```
 pub struct RowStream<'a> {
@@ -246,6 +247,17 @@ impl RowStream<'_> {
     }
 
     /// Round trips so far (each `Execute` sent).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::FetchSize;
+    /// let sql = "SELECT g FROM generate_series(1, 1000) g";
+    /// let mut rows = client.query_stream_with(sql, &[], FetchSize::Rows(100)).await?;
+    /// while rows.next().await?.is_some() {}
+    /// assert_eq!(rows.round_trips(), 11); // ten full batches, then the one that finds the end
+    /// println!("{} rows per fetch, {} bytes held at most", rows.rows_per_fetch(), rows.peak_buffered_bytes());
+    /// # Ok(()) }
+    /// ```
     pub fn round_trips(&self) -> u64 {
         self.round_trips
     }
