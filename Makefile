@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test bench fmt lint clean
+.PHONY: demo test loom bench fmt lint clean
 
 demo:
 	$(CARGO) run --release -p slipstream-cli -- demo --out report
@@ -12,6 +12,13 @@ demo:
 test:
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
+	$(MAKE) loom
+
+# The pool's slot state machine under every interleaving loom explores (its own target
+# directory: the cfg flag would otherwise rebuild the main one).
+loom:
+	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
+		$(CARGO) test -p slipstream-pool --release --lib loom
 
 # Full benchmark runs: not part of CI. Figures go to docs/benchmarks.md.
 bench:

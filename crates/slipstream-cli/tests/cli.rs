@@ -202,15 +202,26 @@ fn article_001_experiments_print_their_tables_and_ratios() {
     let cluster = Cluster::start().unwrap();
 
     let (out, result) = run_quick(&cluster, "statement-cache");
-    assert!(out.contains("cache off") && out.contains("query_typed"), "{out}");
+    assert!(
+        out.contains("cache off") && out.contains("query_typed"),
+        "{out}"
+    );
     let ratios = &result["ratios"];
     assert!(ratios["cache_off_over_cache_on"].as_f64().unwrap() > 0.0);
-    assert!(ratios["tokio_postgres_prepared_over_slipstream_cache_on"].as_f64().unwrap() > 0.0);
+    assert!(
+        ratios["tokio_postgres_prepared_over_slipstream_cache_on"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     // Counted through the proxy: a cached or uncached query is one round trip, tokio-postgres's
     // query(&str) two.
     assert_eq!(ratios["round_trips_per_query_CacheOn"], 1.0, "{ratios}");
     assert_eq!(ratios["round_trips_per_query_CacheOff"], 1.0, "{ratios}");
-    assert_eq!(ratios["round_trips_per_query_TpUnprepared"], 2.0, "{ratios}");
+    assert_eq!(
+        ratios["round_trips_per_query_TpUnprepared"], 2.0,
+        "{ratios}"
+    );
 
     let (out, result) = run_quick(&cluster, "fetch-size");
     assert!(out.contains("1000 rows") && out.contains("64 KiB"), "{out}");
@@ -223,14 +234,32 @@ fn article_001_experiments_print_their_tables_and_ratios() {
     }
 
     let (out, result) = run_quick(&cluster, "fetch-memory");
-    assert!(out.contains("yes") && !out.contains("NO"), "byte mode stays within its cap:\n{out}");
-    assert!(result["ratios"]["bytes_64k_peak_over_cap_plus_row"].as_f64().unwrap() > 0.0);
-    assert!(result["ratios"]["rows_10000_peak_over_widest_row"].as_f64().unwrap() > 0.0);
+    assert!(
+        out.contains("yes") && !out.contains("NO"),
+        "byte mode stays within its cap:\n{out}"
+    );
+    assert!(
+        result["ratios"]["bytes_64k_peak_over_cap_plus_row"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        result["ratios"]["rows_10000_peak_over_widest_row"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 
     let (out, result) = run_quick(&cluster, "connect");
     assert!(out.contains("SCRAM") && out.contains("pooled"), "{out}");
     assert!(result["ratios"]["fresh_over_pooled"].as_f64().unwrap() > 0.0);
-    assert!(result["ratios"]["scram_time_tokio_postgres_over_slipstream"].as_f64().unwrap() > 0.0);
+    assert!(
+        result["ratios"]["scram_time_tokio_postgres_over_slipstream"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
 
 #[test]
@@ -278,7 +307,10 @@ fn demo_writes_a_report() {
             && html.contains("<svg")
     );
     for experiment in ["pipeline", "statement-cache", "fetch-size", "fetch-memory"] {
-        assert!(html.contains(&format!("<h2 id=\"{experiment}\">")), "{experiment}");
+        assert!(
+            html.contains(&format!("<h2 id=\"{experiment}\">")),
+            "{experiment}"
+        );
     }
     assert!(out.join("roundtrip.json").exists() && out.join("connect.svg").exists());
 }

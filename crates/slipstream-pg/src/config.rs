@@ -270,7 +270,8 @@ impl Config {
 
     /// The statement cache size (default [`DEFAULT_STATEMENT_CACHE_SIZE`]).
     pub fn get_statement_cache_size(&self) -> usize {
-        self.statement_cache_size.unwrap_or(DEFAULT_STATEMENT_CACHE_SIZE)
+        self.statement_cache_size
+            .unwrap_or(DEFAULT_STATEMENT_CACHE_SIZE)
     }
     /// The fetch size (default 64 KiB in bytes mode).
     pub fn get_fetch_size(&self) -> FetchSize {

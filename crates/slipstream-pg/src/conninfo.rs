@@ -224,7 +224,9 @@ impl Config {
 /// (units of 1024, case-insensitive; `KiB`/`MiB`/`GiB` too). `None` if it is not one.
 pub(crate) fn parse_bytes(value: &str) -> Option<usize> {
     let value = value.trim();
-    let digits = value.find(|c: char| !c.is_ascii_digit()).unwrap_or(value.len());
+    let digits = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
     let (number, unit) = value.split_at(digits);
     let number: usize = number.parse().ok()?;
     let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
@@ -315,7 +317,10 @@ mod tests {
         assert_eq!(c.get_max_result_buffer(), Some(4 << 20));
         let c: Config = "postgres://h/db?fetch_size=128kB".parse().unwrap();
         assert_eq!(c.get_fetch_size(), crate::FetchSize::Bytes(128 << 10));
-        assert_eq!(c.get_statement_cache_size(), crate::DEFAULT_STATEMENT_CACHE_SIZE);
+        assert_eq!(
+            c.get_statement_cache_size(),
+            crate::DEFAULT_STATEMENT_CACHE_SIZE
+        );
         for (bad, says) in [
             ("statement_cache_size=-1", "0 turns the cache off"),
             ("fetch_size=lots", "64kB"),

@@ -108,7 +108,8 @@ mod tests {
 
     #[test]
     fn common_rust_types_get_their_natural_postgres_type() {
-        let (string, bytes, ints, strs) = (String::from("x"), vec![1u8, 2], vec![1i64, 2], vec!["a"]);
+        let (string, bytes, ints, strs) =
+            (String::from("x"), vec![1u8, 2], vec![1i64, 2], vec!["a"]);
         let cases: Vec<(Param<'_>, Wire)> = vec![
             (&true, Wire::Binary(Type::BOOL)),
             (&1i16, Wire::Binary(Type::INT2)),
@@ -122,7 +123,10 @@ mod tests {
             (&bytes, Wire::Binary(Type::BYTEA)),
             (&ints, Wire::Binary(Type::INT8_ARRAY)),
             (&strs, Wire::Binary(Type::TEXT_ARRAY)),
-            (&std::time::SystemTime::UNIX_EPOCH, Wire::Binary(Type::TIMESTAMPTZ)),
+            (
+                &std::time::SystemTime::UNIX_EPOCH,
+                Wire::Binary(Type::TIMESTAMPTZ),
+            ),
             (&7u32, Wire::Binary(Type::OID)),
         ];
         for (i, (param, want)) in cases.into_iter().enumerate() {
@@ -141,7 +145,8 @@ mod tests {
                 &self,
                 _: &Type,
                 _: &mut bytes::BytesMut,
-            ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+            ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+            {
                 Ok(postgres_types::IsNull::Yes)
             }
             fn accepts(ty: &Type) -> bool {

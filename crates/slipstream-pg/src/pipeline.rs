@@ -43,9 +43,7 @@ use postgres_types::Type;
 
 use crate::connect::unexpected;
 use crate::param_types;
-use crate::query::{
-    Plan, Reply, Source, Step, check_owner, encode_plan, split_typed,
-};
+use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, split_typed};
 use crate::statement::{parse_columns, parse_params};
 use crate::{Client, Column, DbError, Error, Param, Row, Statement, ToStatement};
 

@@ -293,7 +293,12 @@ impl Client {
     /// Handles a cached statement the server called stale: forgets it, and returns the error
     /// to report if it cannot be retried transparently (inside a transaction, which the error
     /// has aborted).
-    pub(crate) fn stale(&mut self, plan: &Plan, e: Error, in_transaction: bool) -> Result<(), Error> {
+    pub(crate) fn stale(
+        &mut self,
+        plan: &Plan,
+        e: Error,
+        in_transaction: bool,
+    ) -> Result<(), Error> {
         if let Plan::Named { stmt, .. } = plan {
             self.cache.remove(stmt);
         }
@@ -485,7 +490,9 @@ pub(crate) fn is_stale(e: &Error) -> bool {
     match e.as_db_error() {
         Some(db) => {
             (db.code() == SqlState::FEATURE_NOT_SUPPORTED
-                && db.message().contains("cached plan must not change result type"))
+                && db
+                    .message()
+                    .contains("cached plan must not change result type"))
                 || db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
         }
         None => false,

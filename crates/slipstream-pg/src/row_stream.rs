@@ -144,7 +144,9 @@ impl Client {
             FetchSize::Bytes(b) => b,
             FetchSize::Rows(_) => usize::MAX,
         });
-        let columns = prepared.map(|s| s.columns_arc().clone()).unwrap_or_default();
+        let columns = prepared
+            .map(|s| s.columns_arc().clone())
+            .unwrap_or_default();
         let mut stream = RowStream {
             client: self,
             reply: Reply::new(columns, false),
@@ -445,8 +447,14 @@ mod tests {
     fn fetch_size_parses_rows_and_bytes_and_refuses_the_rest() {
         assert_eq!("0".parse::<FetchSize>().unwrap(), FetchSize::Rows(0));
         assert_eq!("512B".parse::<FetchSize>().unwrap(), FetchSize::Bytes(512));
-        assert_eq!("4MB".parse::<FetchSize>().unwrap(), FetchSize::Bytes(4 << 20));
-        assert_eq!("1 KiB".parse::<FetchSize>().unwrap(), FetchSize::Bytes(1024));
+        assert_eq!(
+            "4MB".parse::<FetchSize>().unwrap(),
+            FetchSize::Bytes(4 << 20)
+        );
+        assert_eq!(
+            "1 KiB".parse::<FetchSize>().unwrap(),
+            FetchSize::Bytes(1024)
+        );
         for bad in ["", "ten", "-1", "0kB", "12 parsecs"] {
             let e = bad.parse::<FetchSize>().unwrap_err();
             assert!(e.to_string().contains("fetch_size"), "{bad}: {e}");

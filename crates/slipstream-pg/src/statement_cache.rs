@@ -245,11 +245,22 @@ mod tests {
         let mut cache = StatementCache::new(4);
         let int4: Binding = Some(Box::new([Wire::Binary(postgres_types::Type::INT4)]));
         cache.insert(stmt("s1", "q", &closes), int4);
-        assert!(cache.get("q", Some(&[Wire::Binary(postgres_types::Type::INT8)])).is_none());
-        assert!(cache.get("q", Some(&[Wire::Binary(postgres_types::Type::INT4)])).is_some());
+        assert!(
+            cache
+                .get("q", Some(&[Wire::Binary(postgres_types::Type::INT8)]))
+                .is_none()
+        );
+        assert!(
+            cache
+                .get("q", Some(&[Wire::Binary(postgres_types::Type::INT4)]))
+                .is_some()
+        );
         assert!(cache.get("q", None).is_none());
         cache.insert(stmt("s2", "q", &closes), None);
-        assert_eq!(cache.get("q", None).map(|s| s.name().to_string()), Some("s2".into()));
+        assert_eq!(
+            cache.get("q", None).map(|s| s.name().to_string()),
+            Some("s2".into())
+        );
     }
 
     #[test]

@@ -146,8 +146,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "connect_time_tokio_postgres_over_slipstream".into(),
         trust_time,
     );
-    r.ratios
-        .insert("connect_cpu_tokio_postgres_over_slipstream".into(), trust_cpu);
+    r.ratios.insert(
+        "connect_cpu_tokio_postgres_over_slipstream".into(),
+        trust_cpu,
+    );
     if let Some((time, cpu_ratio)) = scram_ratios {
         r.ratios
             .insert("scram_time_tokio_postgres_over_slipstream".into(), time);
@@ -181,9 +183,11 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.notes.push("'as configured' uses the database's own authentication (trust for the embedded one); SCRAM rows use a private cluster the lab starts with scram-sha-256 over TCP".into());
     r.notes.push("pooled: a stack of open connections, the floor any pool adds to; slipstream-pool (issue 5) takes its place".into());
     if let Err(e) = &scram {
-        r.notes
-            .push(format!("SCRAM rows skipped: no private cluster could start ({e:#})"));
+        r.notes.push(format!(
+            "SCRAM rows skipped: no private cluster could start ({e:#})"
+        ));
     }
-    r.notes.extend(noise_warning("slipstream-pg", &ms(&trust.slip, wall)));
+    r.notes
+        .extend(noise_warning("slipstream-pg", &ms(&trust.slip, wall)));
     Ok(r)
 }

@@ -58,13 +58,18 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             drop(stream);
             let t = sw.stop();
             anyhow::ensure!(n == narrow as usize, "read {n} rows of {narrow}");
-            measured.push((fetch, t.wall.as_secs_f64(), meter.peak_bytes(), round_trips, widest));
+            measured.push((
+                fetch,
+                t.wall.as_secs_f64(),
+                meter.peak_bytes(),
+                round_trips,
+                widest,
+            ));
         }
 
         let mut peers = Vec::new();
         for per_fetch in [1000i32, 0] {
-            let (mut tp, connection) =
-                tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            let (mut tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             tokio::spawn(connection);
             let stmt = tp.prepare(SQL).await?;
             let meter = HeapMeter::start();
@@ -81,7 +86,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             }
             tx.commit().await?;
             let t = sw.stop();
-            anyhow::ensure!(n == narrow as usize, "tokio-postgres read {n} rows of {narrow}");
+            anyhow::ensure!(
+                n == narrow as usize,
+                "tokio-postgres read {n} rows of {narrow}"
+            );
             peers.push((per_fetch, t.wall.as_secs_f64(), meter.peak_bytes()));
         }
         anyhow::Ok((measured, peers, server_version))
@@ -114,8 +122,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             _ => "—".into(),
         };
         if let (FetchSize::Rows(n), Some(heap)) = (fetch, heap) {
-            r.ratios
-                .insert(format!("rows_{n}_peak_over_widest_row"), heap as f64 / widest as f64);
+            r.ratios.insert(
+                format!("rows_{n}_peak_over_widest_row"),
+                heap as f64 / widest as f64,
+            );
         }
         table.row(vec![
             "slipstream-pg".into(),

@@ -109,7 +109,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     })?;
     r.environment = environment::capture(&ctx.url, server_version);
 
-    let median = |reads: &[Read]| Summary::of(&reads.iter().map(|x| x.seconds).collect::<Vec<_>>()).p50;
+    let median =
+        |reads: &[Read]| Summary::of(&reads.iter().map(|x| x.seconds).collect::<Vec<_>>()).p50;
     let peak = |reads: &[Read]| reads.iter().filter_map(|x| x.heap).max();
     let mut table = Table::new(&[
         "fetch size",

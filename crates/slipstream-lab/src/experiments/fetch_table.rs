@@ -14,7 +14,10 @@ pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Resu
         .await?
         .get(0)?;
     let present: i64 = match exists {
-        true => c.query_one("SELECT count(*) FROM fetch_test", &[]).await?.get(0)?,
+        true => c
+            .query_one("SELECT count(*) FROM fetch_test", &[])
+            .await?
+            .get(0)?,
         false => -1,
     };
     if present == rows as i64 {

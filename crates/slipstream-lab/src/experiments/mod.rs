@@ -67,7 +67,8 @@ impl HeapMeter {
     }
 
     pub(crate) fn peak_bytes(&self) -> Option<usize> {
-        (CountingAllocator::current() > 0).then(|| CountingAllocator::peak().saturating_sub(self.base))
+        (CountingAllocator::current() > 0)
+            .then(|| CountingAllocator::peak().saturating_sub(self.base))
     }
 }
 
@@ -137,8 +138,6 @@ pub(crate) fn via_proxy(url: &str, port: u16) -> String {
         format!("{} host=127.0.0.1 port={port}", kept.join(" "))
     }
 }
-
-
 
 /// CPU time used by finished child processes (pgbench), for peers that run out of process.
 pub(crate) fn children_cpu() -> Duration {

@@ -68,7 +68,11 @@ impl Clients {
 
     /// The server processes behind both connections.
     async fn backends(&self) -> anyhow::Result<Vec<i32>> {
-        let tp_pid: i32 = self.tp.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let tp_pid: i32 = self
+            .tp
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
         Ok(vec![self.slip.backend_pid(), tp_pid])
     }
 
@@ -176,8 +180,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ]);
     }
     r.table = table;
-    r.ratios
-        .insert("cache_off_over_cache_on".into(), p50(Variant::CacheOff) / on);
+    r.ratios.insert(
+        "cache_off_over_cache_on".into(),
+        p50(Variant::CacheOff) / on,
+    );
     r.ratios.insert(
         "tokio_postgres_prepared_over_slipstream_cache_on".into(),
         p50(Variant::TpPrepared) / on,
@@ -194,11 +200,13 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         r.ratios
             .insert(format!("round_trips_per_query_{v:?}"), trips[k]);
     }
-    r.notes.push("article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)".into());
+    r.notes.push(
+        "article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)"
+            .into(),
+    );
     r.notes.push(format!("medians of {reps} runs of {QUERIES} lookups, variants interleaved; round trips counted through a zero-delay proxy over 20 queries after a first one"));
     r.notes.push(pin_note);
     r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
     r.notes.extend(noise_warning("cache on", &summaries[0]));
     Ok(r)
 }
-

@@ -169,7 +169,6 @@ async fn server_errors_carry_their_fields() {
     assert!(err.to_string().contains("duplicate key"), "{err}");
 }
 
-
 #[tokio::test]
 async fn a_connection_cut_mid_query_fails_every_call_instead_of_hanging() {
     let (cluster, proxy, mut c) = super::behind_proxy("").await;

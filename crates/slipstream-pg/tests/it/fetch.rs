@@ -76,7 +76,11 @@ async fn bytes_mode_sizes_fetches_from_the_largest_row_seen() {
     assert_eq!(n, 2000);
     let per_fetch = rows.rows_per_fetch();
     assert!((40..=64).contains(&per_fetch), "{per_fetch} rows per fetch");
-    assert!(rows.peak_buffered_bytes() <= 64 * 1024 + 1100, "{}", rows.peak_buffered_bytes());
+    assert!(
+        rows.peak_buffered_bytes() <= 64 * 1024 + 1100,
+        "{}",
+        rows.peak_buffered_bytes()
+    );
 }
 
 #[tokio::test]
@@ -92,7 +96,15 @@ async fn a_stream_dropped_halfway_leaves_the_connection_usable() {
         .await
         .unwrap();
     for want in 1..=150 {
-        assert_eq!(rows.next().await.unwrap().unwrap().get::<_, i32>(0).unwrap(), want);
+        assert_eq!(
+            rows.next()
+                .await
+                .unwrap()
+                .unwrap()
+                .get::<_, i32>(0)
+                .unwrap(),
+            want
+        );
     }
     drop(rows);
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 42").await, 42);
@@ -103,18 +115,29 @@ async fn a_stream_dropped_halfway_leaves_the_connection_usable() {
     let mut tx = c.transaction().await.unwrap();
     tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
     let mut rows = tx
-        .query_stream_with("SELECT g FROM generate_series(1, 1000) g", &[], FetchSize::Rows(10))
+        .query_stream_with(
+            "SELECT g FROM generate_series(1, 1000) g",
+            &[],
+            FetchSize::Rows(10),
+        )
         .await
         .unwrap();
     rows.next().await.unwrap().unwrap();
     drop(rows);
     tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(super::scalar::<i64>(&mut c, "SELECT count(*) FROM t").await, 2);
+    assert_eq!(
+        super::scalar::<i64>(&mut c, "SELECT count(*) FROM t").await,
+        2
+    );
 
     // A stream dropped before its first row was read.
     let rows = c
-        .query_stream_with("SELECT g FROM generate_series(1, 1000) g", &[], FetchSize::Rows(10))
+        .query_stream_with(
+            "SELECT g FROM generate_series(1, 1000) g",
+            &[],
+            FetchSize::Rows(10),
+        )
         .await
         .unwrap();
     drop(rows);
@@ -142,12 +165,18 @@ async fn an_error_part_way_comes_after_the_rows_before_it() {
     };
     assert_eq!(n, 499);
     assert_eq!(e.code(), Some(SqlState::DIVISION_BY_ZERO), "{e}");
-    assert!(rows.next().await.unwrap().is_none(), "the error is reported once");
+    assert!(
+        rows.next().await.unwrap().is_none(),
+        "the error is reported once"
+    );
     drop(rows);
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1").await, 1);
 
     // An error before any row is the call's error.
-    let e = c.query_stream("SELECT * FROM missing", &[]).await.unwrap_err();
+    let e = c
+        .query_stream("SELECT * FROM missing", &[])
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("missing"), "{e}");
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1").await, 1);
 }

@@ -357,7 +357,10 @@ async fn misuse_is_an_error_not_a_panic() {
         Happy,
     }
     let mut p = c.pipeline();
-    let e = p.query("SELECT $1::mood", &[&Mood::Happy]).await.unwrap_err();
+    let e = p
+        .query("SELECT $1::mood", &[&Mood::Happy])
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Usage);
     assert!(e.to_string().contains("query_typed"), "{e}");
     let op = p.query("SELECT 1", &[]).await.unwrap();

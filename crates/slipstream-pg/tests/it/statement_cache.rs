@@ -14,7 +14,9 @@ async fn prepared(c: &mut Client) -> Vec<String> {
         )
         .await
         .unwrap();
-    rows.iter().map(|r| r.get::<_, String>(0).unwrap()).collect()
+    rows.iter()
+        .map(|r| r.get::<_, String>(0).unwrap())
+        .collect()
 }
 
 /// Round trips taken by `f`.
@@ -34,14 +36,19 @@ async fn sql_with_parameters_takes_one_round_trip_cached_or_not() {
             assert_eq!(row.get::<_, i32>(0).unwrap(), 42);
         })
         .await;
-        assert_eq!(n, 1, "a miss prepares and runs in one request; a hit only binds");
+        assert_eq!(
+            n, 1,
+            "a miss prepares and runs in one request; a hit only binds"
+        );
     }
     let s = c.statement_cache_stats();
     assert_eq!((s.misses, s.hits, s.size), (1, 1, 1));
 
     // Opting out: one round trip, nothing cached, nothing left on the server.
     let n = trips(&proxy, &mut c, async |c| {
-        c.execute(&Uncached("SELECT $1::int8"), &[&7i64]).await.unwrap();
+        c.execute(&Uncached("SELECT $1::int8"), &[&7i64])
+            .await
+            .unwrap();
     })
     .await;
     assert_eq!(n, 1);
@@ -174,7 +181,9 @@ async fn ddl_inside_a_transaction_is_a_clear_error() {
     c.query_one(q, &[&1i32]).await.unwrap();
     let tx = c.transaction().await.unwrap();
     let mut tx = tx;
-    tx.batch_execute("ALTER TABLE t ADD COLUMN note text").await.unwrap();
+    tx.batch_execute("ALTER TABLE t ADD COLUMN note text")
+        .await
+        .unwrap();
     let e = tx.query_one(q, &[&1i32]).await.unwrap_err();
     assert_eq!(e.code(), Some(SqlState::FEATURE_NOT_SUPPORTED), "{e}");
     let text = e.to_string();
@@ -204,7 +213,9 @@ async fn discard_all_and_deallocate_invalidate_the_cache() {
         .unwrap()
         .get(0)
         .unwrap();
-    c.batch_execute(&format!("DEALLOCATE {name}")).await.unwrap();
+    c.batch_execute(&format!("DEALLOCATE {name}"))
+        .await
+        .unwrap();
     let row = c.query_one(q, &[&3i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0).unwrap(), 6);
     assert_eq!(c.statement_cache_stats().reprepares, 1);

@@ -103,10 +103,7 @@ async fn columns_by_name_and_clear_errors_for_wrong_use() {
     // A parameter of the wrong Rust type for a prepared statement is refused before anything
     // is sent.
     let stmt = c.prepare("SELECT $1::int4, $2::int4").await.unwrap();
-    let e = c
-        .query(&stmt, &[&"not a number", &1i32])
-        .await
-        .unwrap_err();
+    let e = c.query(&stmt, &[&"not a number", &1i32]).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
     assert!(e.to_string().contains("$1"), "{e}");
     let e = c.query(&stmt, &[&1i32]).await.unwrap_err();
@@ -116,7 +113,11 @@ async fn columns_by_name_and_clear_errors_for_wrong_use() {
         .query("SELECT $1::int4", &[&"not a number"])
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Some(slipstream_pg::SqlState::from_code("22P02")), "{e}");
+    assert_eq!(
+        e.code(),
+        Some(slipstream_pg::SqlState::from_code("22P02")),
+        "{e}"
+    );
     let e = c
         .query("SELECT $1::int4, $2::int4", &[&1i32])
         .await

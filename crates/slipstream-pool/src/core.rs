@@ -1,0 +1,419 @@
+//! The slot state machine and the hand-off to waiters: the part of the pool that must be right
+//! under every interleaving, checked by loom (`RUSTFLAGS="--cfg loom" cargo test -p
+//! slipstream-pool --release --lib loom`).
+//!
+//! # Slots
+//!
+//! ```text
+//!   EMPTY --open claim--> OPENING --connected--> (hand-off or IDLE)
+//!   IDLE  --borrow CAS--> BORROWED --return--> (hand-off or IDLE)
+//!   BORROWED --broken--> EMPTY
+//! ```
+//!
+//! A slot's connection is touched only by whoever moved the slot out of IDLE or EMPTY with a
+//! successful compare-and-swap: that is the whole of the mutual exclusion. Borrowing scans the
+//! slots from a rotating start and skips busy ones; it never waits on a slot.
+//!
+//! # Waiting and hand-off
+//!
+//! Only a borrower that found no IDLE slot waits. It counts itself in `waiting`, queues a
+//! [`Waiter`], then scans once more. A returning holder first offers its slot to queued waiters
+//! (a waiter takes it with a CAS on its own state, so a waiter that gave up is skipped); if none
+//! takes it, the holder marks the slot IDLE and then reads `waiting`: if someone queued in the
+//! meantime, it takes the slot back (if still IDLE) and offers again. Both sides touch the
+//! count and the slot state with read-modify-writes, which read the latest value: either the
+//! returner sees the new waiter or the waiter's second scan sees the IDLE slot, so no wake-up
+//! is lost.
+//!
+//! Invariants (what loom checks):
+//! - a slot is lent to at most one holder at a time (the cell is never accessed concurrently);
+//! - a returned slot is either IDLE or handed to exactly one waiter, never lost;
+//! - a waiter whose slot was handed to it is woken.
+
+use crate::sync::{AtomicU8, AtomicUsize, Cell, Ordering::*, Queue, Thread};
+
+pub(crate) const EMPTY: u8 = 0;
+pub(crate) const OPENING: u8 = 1;
+pub(crate) const IDLE: u8 = 2;
+pub(crate) const BORROWED: u8 = 3;
+
+/// One connection's place in the pool.
+pub(crate) struct Slot<C> {
+    pub(crate) state: AtomicU8,
+    conn: Cell<Option<C>>,
+}
+
+// SAFETY: the connection in `conn` is accessed only by the single owner that won the CAS moving
+// the slot out of IDLE/EMPTY (see the module docs), so sharing a `Slot` between threads shares
+// no access to `C`; moving `C` between threads needs `C: Send`.
+unsafe impl<C: Send> Sync for Slot<C> {}
+
+impl<C> Slot<C> {
+    fn new() -> Slot<C> {
+        Slot {
+            state: AtomicU8::new(EMPTY),
+            conn: Cell::new(None),
+        }
+    }
+
+    /// Runs `f` on the slot's connection.
+    ///
+    /// # Safety
+    /// The caller must own the slot: it moved it to BORROWED, OPENING or CLOSING itself, or was
+    /// handed it, and has not released it.
+    pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Option<C>) -> R) -> R {
+        // SAFETY: the caller owns the slot, so no one else accesses the cell (module docs).
+        self.conn.with_mut(|p| f(unsafe { &mut *p }))
+    }
+}
+
+/// How a waiting borrower is woken.
+pub(crate) enum Wake {
+    /// A blocked thread: unparked.
+    Thread(Thread),
+    /// An async task: its waker, registered on every poll.
+    Task(futures_util::task::AtomicWaker),
+}
+
+const WAITING: usize = usize::MAX;
+const GAVE_UP: usize = usize::MAX - 1;
+
+/// A borrower waiting for a slot. `state` is WAITING until a returner hands it slot `i` (state
+/// = i) or it gives up (GAVE_UP): whichever CAS comes first wins.
+pub(crate) struct Waiter {
+    state: AtomicUsize,
+    pub(crate) wake: Wake,
+}
+
+impl Waiter {
+    pub(crate) fn new(wake: Wake) -> Waiter {
+        Waiter {
+            state: AtomicUsize::new(WAITING),
+            wake,
+        }
+    }
+
+    /// The slot handed to this waiter, if any.
+    pub(crate) fn given(&self) -> Option<usize> {
+        match self.state.load(Acquire) {
+            WAITING | GAVE_UP => None,
+            i => Some(i),
+        }
+    }
+
+    /// Stops waiting. `Err(i)`: too late, slot `i` was handed over and now belongs to the
+    /// caller.
+    pub(crate) fn give_up(&self) -> Result<(), usize> {
+        match self
+            .state
+            .compare_exchange(WAITING, GAVE_UP, AcqRel, Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(i) => Err(i),
+        }
+    }
+
+    /// Offers slot `i`; true if the waiter took it (and was woken).
+    fn offer(&self, i: usize) -> bool {
+        if self
+            .state
+            .compare_exchange(WAITING, i, AcqRel, Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        match &self.wake {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(w) => w.wake(),
+        }
+        true
+    }
+}
+
+/// The slots and the queue of waiters.
+pub(crate) struct Core<C> {
+    pub(crate) slots: Box<[Slot<C>]>,
+    waiters: Queue<std::sync::Arc<Waiter>>,
+    /// Borrowers counted as waiting (queued or about to be); see the module docs.
+    pub(crate) waiting: AtomicUsize,
+    /// Where the next scan starts, so borrowers spread over the slots.
+    next: AtomicUsize,
+}
+
+impl<C> Core<C> {
+    pub(crate) fn new(slots: usize) -> Core<C> {
+        Core {
+            slots: (0..slots).map(|_| Slot::new()).collect(),
+            waiters: Queue::new(),
+            waiting: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Claims an IDLE slot without waiting: one pass over the slots, busy ones skipped (a
+    /// plain load first, so a busy slot costs no cache-line write).
+    pub(crate) fn try_claim(&self) -> Option<usize> {
+        self.scan(true)
+    }
+
+    /// The scan a waiter makes after queueing: a compare-and-swap on every slot, which reads the
+    /// latest state where a plain load might not (see [`Core::release`]).
+    pub(crate) fn try_claim_after_queueing(&self) -> Option<usize> {
+        self.scan(false)
+    }
+
+    fn scan(&self, skip_busy_by_load: bool) -> Option<usize> {
+        let n = self.slots.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Relaxed) % n;
+        for k in 0..n {
+            let i = (start + k) % n;
+            let state = &self.slots[i].state;
+            if skip_busy_by_load && state.load(Relaxed) != IDLE {
+                continue;
+            }
+            if state
+                .compare_exchange(IDLE, BORROWED, AcqRel, Relaxed)
+                .is_ok()
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Claims an EMPTY slot to open a connection in.
+    pub(crate) fn claim_empty(&self) -> Option<usize> {
+        (0..self.slots.len()).find(|&i| {
+            self.slots[i]
+                .state
+                .compare_exchange(EMPTY, OPENING, AcqRel, Relaxed)
+                .is_ok()
+        })
+    }
+
+    /// Queues `waiter`; the caller then scans again with [`Core::try_claim`] before sleeping.
+    pub(crate) fn enqueue(&self, waiter: std::sync::Arc<Waiter>) {
+        self.waiting.fetch_add(1, AcqRel);
+        self.waiters.push(waiter);
+    }
+
+    /// A waiter gave up waiting ([`Waiter::give_up`] returned `Ok`): it found a slot itself,
+    /// timed out or was cancelled. (A waiter handed a slot is counted out by the returner.)
+    pub(crate) fn done_waiting(&self) {
+        self.waiting.fetch_sub(1, AcqRel);
+    }
+
+    /// Returns owned slot `i`, which holds a usable connection: to a waiter if one takes it,
+    /// else IDLE.
+    pub(crate) fn release(&self, i: usize) {
+        loop {
+            while let Some(w) = self.waiters.pop() {
+                if w.offer(i) {
+                    // Counted out here, not by the waiter: a woken waiter that has not run
+                    // yet must not make other returners spin below.
+                    self.waiting.fetch_sub(1, AcqRel);
+                    return;
+                }
+            }
+            // Read-modify-writes on both sides, not a store and a load: each reads the latest
+            // value, so either this read sees the waiter's count or the waiter's scan (a CAS)
+            // sees the slot IDLE. (A store/load pair would need SeqCst's store-load ordering,
+            // which loom does not model.)
+            self.slots[i].state.swap(IDLE, AcqRel);
+            if self.waiting.fetch_add(0, AcqRel) == 0 {
+                return;
+            }
+            // Someone is waiting, or about to queue: its scan after queueing may already have
+            // missed this slot. Take the slot back, unless a borrower got it (then it is
+            // served, and the waiter gets the next return), and offer it again.
+            if self.slots[i]
+                .state
+                .compare_exchange(IDLE, BORROWED, AcqRel, Relaxed)
+                .is_err()
+            {
+                return;
+            }
+            if self.waiters.is_empty() {
+                // Counted but not queued yet (or just leaving): let it move.
+                crate::sync::yield_now();
+            }
+        }
+    }
+
+    /// Gives up owned slot `i` (its connection was closed): EMPTY, for an opener to refill.
+    pub(crate) fn vacate(&self, i: usize) {
+        self.slots[i].state.store(EMPTY, Release);
+    }
+}
+
+/// Borrows a slot on the calling thread, parking until one is handed over: the blocking
+/// borrower's protocol, shared by the pool and the loom model.
+pub(crate) fn claim_blocking<C>(
+    core: &Core<C>,
+    deadline: Option<std::time::Instant>,
+) -> Option<usize> {
+    if let Some(i) = core.try_claim() {
+        return Some(i);
+    }
+    let w = std::sync::Arc::new(Waiter::new(Wake::Thread(crate::sync::current_thread())));
+    core.enqueue(w.clone());
+    loop {
+        if let Some(i) = w.given() {
+            return Some(i);
+        }
+        if let Some(i) = core.try_claim_after_queueing() {
+            return Some(keep_one(core, &w, i));
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => {
+                    return match w.give_up() {
+                        Ok(()) => {
+                            core.done_waiting();
+                            None
+                        }
+                        Err(j) => Some(j),
+                    };
+                }
+            },
+            None => None,
+        };
+        park_for(left);
+    }
+}
+
+/// A waiter that claimed slot `i` by itself stops waiting; if a returner handed it a slot
+/// meanwhile, it keeps that one and returns `i`. Returns the slot it keeps.
+pub(crate) fn keep_one<C>(core: &Core<C>, w: &Waiter, i: usize) -> usize {
+    match w.give_up() {
+        Ok(()) => {
+            core.done_waiting();
+            i
+        }
+        Err(j) => {
+            core.release(i);
+            j
+        }
+    }
+}
+
+#[cfg(not(loom))]
+fn park_for(left: Option<std::time::Duration>) {
+    match left {
+        Some(d) => std::thread::park_timeout(d),
+        None => std::thread::park(),
+    }
+}
+
+#[cfg(loom)]
+fn park_for(_: Option<std::time::Duration>) {
+    crate::sync::park();
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    /// A core with `n` slots, each holding connection value 0.
+    fn filled(n: usize) -> Arc<Core<u32>> {
+        let core = Arc::new(Core::new(n));
+        while let Some(i) = core.claim_empty() {
+            // SAFETY: claim_empty made this thread the slot's owner.
+            unsafe { core.slots[i].with(|c| *c = Some(0)) };
+            core.release(i);
+        }
+        core
+    }
+
+    /// `borrowers` threads each borrow once, touch the connection (loom flags any concurrent
+    /// access to the cell) and return it.
+    fn run(slots: usize, borrowers: usize) {
+        loom::model(move || {
+            let core = filled(slots);
+            let handles: Vec<_> = (0..borrowers)
+                .map(|_| {
+                    let core = core.clone();
+                    thread::spawn(move || {
+                        let i = claim_blocking(&core, None).expect("no deadline");
+                        // SAFETY: claim_blocking returned an owned slot.
+                        unsafe { core.slots[i].with(|c| *c.as_mut().unwrap() += 1) };
+                        core.release(i);
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            let mut total = 0;
+            for slot in core.slots.iter() {
+                assert_eq!(slot.state.load(SeqCst), IDLE, "a slot was lost");
+                // SAFETY: every borrower has finished.
+                total += unsafe { slot.with(|c| c.unwrap()) };
+            }
+            assert_eq!(total as usize, borrowers, "every borrow got a connection");
+            assert_eq!(core.waiting.load(SeqCst), 0);
+        });
+    }
+
+    /// A waiter gives up (a timeout, a dropped future) while the holder returns the slot: the
+    /// slot ends IDLE whichever wins, never lost and never lent twice.
+    #[test]
+    fn loom_a_waiter_giving_up_never_loses_the_slot() {
+        loom::model(|| {
+            let core = filled(1);
+            let held = core.try_claim().expect("one idle slot");
+            let waiter = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let w = std::sync::Arc::new(Waiter::new(Wake::Thread(
+                        crate::sync::current_thread(),
+                    )));
+                    core.enqueue(w.clone());
+                    let got = match core.try_claim_after_queueing() {
+                        Some(i) => Some(keep_one(&core, &w, i)),
+                        None => match w.give_up() {
+                            Ok(()) => {
+                                core.done_waiting();
+                                None
+                            }
+                            Err(j) => Some(j),
+                        },
+                    };
+                    if let Some(i) = got {
+                        // SAFETY: the slot was claimed or handed to this thread.
+                        unsafe { core.slots[i].with(|c| *c.as_mut().unwrap() += 1) };
+                        core.release(i);
+                    }
+                })
+            };
+            // SAFETY: `held` was claimed by this thread.
+            unsafe { core.slots[held].with(|c| *c.as_mut().unwrap() += 1) };
+            core.release(held);
+            waiter.join().unwrap();
+            assert_eq!(core.slots[0].state.load(SeqCst), IDLE);
+            assert_eq!(core.waiting.load(SeqCst), 0);
+        });
+    }
+
+    #[test]
+    fn loom_two_borrowers_one_slot() {
+        run(1, 2);
+    }
+
+    #[test]
+    fn loom_three_borrowers_one_slot() {
+        run(1, 3);
+    }
+
+    #[test]
+    fn loom_three_borrowers_two_slots() {
+        run(2, 3);
+    }
+}

@@ -1,0 +1,72 @@
+//! What a borrow can fail with.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a borrow failed. Each says what happened and what to do.
+///
+/// ```
+/// use slipstream_pool::PoolError;
+/// let e = PoolError::Full { waiting: 10, max_waiters: 10 };
+/// assert!(e.to_string().contains("max_waiters"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// No connection became free within the borrow timeout.
+    Timeout {
+        /// How long the borrow waited.
+        waited: Duration,
+        /// Connections open when it gave up.
+        open: usize,
+        /// The pool's maximum.
+        max_size: usize,
+        /// Why the last attempt to open a connection failed, if it did.
+        last_connect_error: Option<String>,
+    },
+    /// Too many borrowers were already waiting: rejected at once.
+    Full {
+        /// Borrowers waiting.
+        waiting: usize,
+        /// The limit.
+        max_waiters: usize,
+    },
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolError::Timeout {
+                waited,
+                open,
+                max_size,
+                last_connect_error,
+            } => {
+                write!(
+                    f,
+                    "no connection became free within {waited:?} ({open} of {max_size} open, all in use)"
+                )?;
+                match last_connect_error {
+                    Some(e) => write!(
+                        f,
+                        "; opening another failed: {e}. Check that the database is reachable"
+                    ),
+                    None => write!(
+                        f,
+                        "; return connections sooner, raise max_size, or raise the borrow timeout"
+                    ),
+                }
+            }
+            PoolError::Full {
+                waiting,
+                max_waiters,
+            } => write!(
+                f,
+                "pool overloaded: {waiting} borrowers already waiting (max_waiters = {max_waiters}); \
+                 rejected at once rather than queued. Shed load or raise max_waiters"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}

@@ -1,0 +1,573 @@
+//! The pool users hold: borrowing (async and blocking), returning, the opener task.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use futures_util::task::AtomicWaker;
+use tokio::sync::Notify;
+
+use crate::core::{Core, Waiter, Wake, claim_blocking, keep_one};
+use crate::{PoolError, Stats};
+
+/// Opens, checks and closes the connections of one pool.
+///
+/// ```
+/// use slipstream_pool::Manager;
+///
+/// /// A stand-in connection: a number.
+/// struct Numbers;
+/// impl Manager for Numbers {
+///     type Connection = u64;
+///     type Error = std::io::Error;
+///     async fn connect(&self) -> Result<u64, std::io::Error> {
+///         Ok(42)
+///     }
+/// }
+/// ```
+pub trait Manager: Send + Sync + 'static {
+    /// The pooled connection.
+    type Connection: Send + 'static;
+    /// What opening one can fail with.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Opens a connection. Runs on the pool's opener task, never on a borrower.
+    fn connect(&self) -> impl Future<Output = Result<Self::Connection, Self::Error>> + Send;
+
+    /// True if a returned connection must be closed instead of lent again (e.g. its socket
+    /// failed). Called on every return, so it must be cheap and must not block.
+    fn is_broken(&self, _conn: &Self::Connection) -> bool {
+        false
+    }
+}
+
+/// How a pool behaves. Build with [`Pool::builder`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The most connections open at once.
+    pub max_size: usize,
+    /// Connections kept open even when idle.
+    pub min_size: usize,
+    /// The most borrowers waiting at once; beyond it a borrow fails at once with
+    /// [`PoolError::Full`] instead of queueing.
+    pub max_waiters: usize,
+    /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`].
+    pub borrow_timeout: Duration,
+    /// The shortest time between two connection attempts (a cap on the connect rate, so a
+    /// burst of borrowers does not storm the server).
+    pub connect_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_size: 10,
+            min_size: 0,
+            max_waiters: 100_000,
+            borrow_timeout: Duration::from_secs(30),
+            connect_interval: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Sets up a [`Pool`].
+///
+/// ```
+/// # struct Numbers;
+/// # impl slipstream_pool::Manager for Numbers {
+/// #     type Connection = u64;
+/// #     type Error = std::io::Error;
+/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+/// # }
+/// # #[tokio::main] async fn main() {
+/// use std::time::Duration;
+/// let pool = slipstream_pool::Pool::builder(Numbers)
+///     .max_size(6)
+///     .min_size(2)
+///     .borrow_timeout(Duration::from_secs(5))
+///     .build();
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Builder<M> {
+    manager: M,
+    config: Config,
+}
+
+impl<M: Manager> Builder<M> {
+    /// The most connections open at once (default 10).
+    pub fn max_size(mut self, n: usize) -> Self {
+        self.config.max_size = n;
+        self
+    }
+    /// Connections kept open even when idle (default 0).
+    pub fn min_size(mut self, n: usize) -> Self {
+        self.config.min_size = n;
+        self
+    }
+    /// The most borrowers waiting at once (default 100,000).
+    pub fn max_waiters(mut self, n: usize) -> Self {
+        self.config.max_waiters = n;
+        self
+    }
+    /// How long a borrow waits (default 30 s).
+    pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
+        self.config.borrow_timeout = timeout;
+        self
+    }
+    /// The shortest time between connection attempts (default 1 ms).
+    pub fn connect_interval(mut self, interval: Duration) -> Self {
+        self.config.connect_interval = interval;
+        self
+    }
+
+    /// Creates the pool and starts its opener task on the current tokio runtime, which must
+    /// outlive the pool. `min_size` connections open in the background; `build` does not wait.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn build(self) -> Pool<M> {
+        let mut config = self.config;
+        config.min_size = config.min_size.min(config.max_size);
+        let inner = Arc::new(Inner {
+            core: Core::new(config.max_size),
+            manager: self.manager,
+            config,
+            open: AtomicUsize::new(0),
+            opener: Notify::new(),
+            last_connect_error: Mutex::new(None),
+            counters: Counters::default(),
+        });
+        tokio::spawn(opener(Arc::downgrade(&inner)));
+        inner.opener.notify_one();
+        Pool { inner }
+    }
+}
+
+/// A pool of connections. Cheap to clone (all clones share the pool).
+///
+/// Borrowing takes an idle connection with one compare-and-swap, skipping busy ones, and
+/// returning puts it back (or hands it straight to the longest waiting borrower): no lock on
+/// either path. A borrower waits only when no connection is idle. Connections are opened by the
+/// pool's own task, never by a borrower.
+///
+/// ```
+/// # struct Numbers;
+/// # impl slipstream_pool::Manager for Numbers {
+/// #     type Connection = u64;
+/// #     type Error = std::io::Error;
+/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+/// # }
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = slipstream_pool::Pool::builder(Numbers).max_size(4).build();
+/// let conn = pool.get().await?;     // waits while the first connection opens
+/// assert_eq!(*conn, 1);
+/// drop(conn);                        // back to the pool
+/// assert_eq!(pool.stats().idle, 1);
+/// # Ok(()) }
+/// ```
+pub struct Pool<M: Manager> {
+    inner: Arc<Inner<M>>,
+}
+
+impl<M: Manager> Clone for Pool<M> {
+    fn clone(&self) -> Self {
+        Pool {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<M: Manager> {
+    core: Core<M::Connection>,
+    manager: M,
+    config: Config,
+    /// Slots holding a connection (IDLE or BORROWED); the opener fills EMPTY ones.
+    open: AtomicUsize,
+    /// Wakes the opener: a borrower began waiting, or a connection was closed.
+    opener: Notify,
+    /// Why the last connection attempt failed, for the timeout error. Touched by the opener
+    /// and by borrowers that time out only.
+    last_connect_error: Mutex<Option<String>>,
+    counters: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    borrows: AtomicU64,
+    waits: AtomicU64,
+    timeouts: AtomicU64,
+    rejected: AtomicU64,
+    opened: AtomicU64,
+    connect_failures: AtomicU64,
+    closed_broken: AtomicU64,
+    /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
+    wait_buckets: [AtomicU64; 32],
+}
+
+impl<M: Manager> Pool<M> {
+    /// Starts configuring a pool of `manager`'s connections.
+    pub fn builder(manager: M) -> Builder<M> {
+        Builder {
+            manager,
+            config: Config::default(),
+        }
+    }
+
+    /// Borrows a connection, waiting up to the borrow timeout if none is idle. Cancel-safe:
+    /// dropping the future while it waits gives up its place and loses no connection.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use slipstream_pool::PoolError;
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1)
+    ///     .borrow_timeout(std::time::Duration::from_millis(10)).build();
+    /// let held = pool.get().await.unwrap();
+    /// match pool.get().await {
+    ///     Err(PoolError::Timeout { .. }) => {} // the only connection is held
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # drop(held); }
+    /// ```
+    pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
+        let inner = &self.inner;
+        if let Some(i) = inner.core.try_claim() {
+            return Ok(self.lend(i));
+        }
+        let start = Instant::now();
+        self.check_room()?;
+        let waiter = Arc::new(Waiter::new(Wake::Task(AtomicWaker::new())));
+        inner.core.enqueue(waiter.clone());
+        inner.opener.notify_one();
+        let mut place = Place {
+            core: &inner.core,
+            waiter: &waiter,
+            done: false,
+        };
+        let wait = poll_fn(|cx| {
+            if let Wake::Task(w) = &waiter.wake {
+                w.register(cx.waker());
+            }
+            if let Some(i) = waiter.given() {
+                return Poll::Ready(i);
+            }
+            match inner.core.try_claim_after_queueing() {
+                Some(i) => Poll::Ready(keep_one(&inner.core, &waiter, i)),
+                None => Poll::Pending,
+            }
+        });
+        match tokio::time::timeout(inner.config.borrow_timeout, wait).await {
+            Ok(i) => {
+                place.done = true;
+                self.waited(start);
+                Ok(self.lend(i))
+            }
+            Err(_) => {
+                place.done = true;
+                match waiter.give_up() {
+                    Ok(()) => {
+                        inner.core.done_waiting();
+                        Err(self.timeout_error())
+                    }
+                    // Handed a connection at the last moment: take it.
+                    Err(i) => Ok(self.lend(i)),
+                }
+            }
+        }
+    }
+
+    /// Borrows a connection on a thread that may block (not an async task), waiting up to the
+    /// borrow timeout.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let worker = std::thread::spawn(move || {
+    ///     let conn = pool.get_blocking().expect("a connection");
+    ///     *conn
+    /// });
+    /// # let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+    /// # }
+    /// ```
+    pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
+        let inner = &self.inner;
+        if let Some(i) = inner.core.try_claim() {
+            return Ok(self.lend(i));
+        }
+        let start = Instant::now();
+        self.check_room()?;
+        inner.opener.notify_one();
+        match claim_blocking(&inner.core, Some(start + inner.config.borrow_timeout)) {
+            Some(i) => {
+                self.waited(start);
+                Ok(self.lend(i))
+            }
+            None => Err(self.timeout_error()),
+        }
+    }
+
+    /// Borrows an idle connection if there is one, without waiting.
+    pub fn try_get(&self) -> Option<Pooled<M>> {
+        self.inner.core.try_claim().map(|i| self.lend(i))
+    }
+
+    /// What the pool has done so far and holds now.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        let core = &self.inner.core;
+        let (mut idle, mut borrowed) = (0, 0);
+        for slot in core.slots.iter() {
+            match slot.state.load(Ordering::Relaxed) {
+                crate::core::IDLE => idle += 1,
+                crate::core::BORROWED => borrowed += 1,
+                _ => {}
+            }
+        }
+        Stats {
+            max_size: self.inner.config.max_size,
+            open: self.inner.open.load(Ordering::Relaxed),
+            idle,
+            borrowed,
+            waiting: core.waiting.load(Ordering::Relaxed),
+            borrows: c.borrows.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            opened: c.opened.load(Ordering::Relaxed),
+            connect_failures: c.connect_failures.load(Ordering::Relaxed),
+            closed_broken: c.closed_broken.load(Ordering::Relaxed),
+            wait_histogram_us: c
+                .wait_buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
+
+    fn lend(&self, slot: usize) -> Pooled<M> {
+        self.inner.counters.borrows.fetch_add(1, Ordering::Relaxed);
+        Pooled {
+            pool: self.inner.clone(),
+            slot,
+        }
+    }
+
+    fn check_room(&self) -> Result<(), PoolError> {
+        let waiting = self.inner.core.waiting.load(Ordering::Relaxed);
+        if waiting >= self.inner.config.max_waiters {
+            self.inner.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(PoolError::Full {
+                waiting,
+                max_waiters: self.inner.config.max_waiters,
+            });
+        }
+        Ok(())
+    }
+
+    fn waited(&self, start: Instant) {
+        let c = &self.inner.counters;
+        c.waits.fetch_add(1, Ordering::Relaxed);
+        let us = start.elapsed().as_micros().max(1) as u64;
+        let bucket = (63 - us.leading_zeros() as usize).min(c.wait_buckets.len() - 1);
+        c.wait_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn timeout_error(&self) -> PoolError {
+        self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+        PoolError::Timeout {
+            waited: self.inner.config.borrow_timeout,
+            open: self.inner.open.load(Ordering::Relaxed),
+            max_size: self.inner.config.max_size,
+            last_connect_error: self
+                .inner
+                .last_connect_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+}
+
+impl<M: Manager> fmt::Debug for Pool<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A waiting async borrower's place in the queue: if the borrow future is dropped while
+/// waiting, gives the place up, and returns a connection handed over meanwhile.
+struct Place<'a, C> {
+    core: &'a Core<C>,
+    waiter: &'a Waiter,
+    done: bool,
+}
+
+impl<C> Drop for Place<'_, C> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        match self.waiter.give_up() {
+            Ok(()) => self.core.done_waiting(),
+            Err(i) => self.core.release(i),
+        }
+    }
+}
+
+/// A borrowed connection; returns to the pool when dropped.
+///
+/// ```
+/// # struct Numbers;
+/// # impl slipstream_pool::Manager for Numbers {
+/// #     type Connection = u64;
+/// #     type Error = std::io::Error;
+/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+/// # }
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = slipstream_pool::Pool::builder(Numbers).build();
+/// let mut conn = pool.get().await?;
+/// *conn += 1; // a `Pooled` derefs to the connection
+/// # Ok(()) }
+/// ```
+pub struct Pooled<M: Manager> {
+    pool: Arc<Inner<M>>,
+    slot: usize,
+}
+
+impl<M: Manager> Deref for Pooled<M> {
+    type Target = M::Connection;
+    fn deref(&self) -> &M::Connection {
+        // SAFETY: this guard owns the slot (it was claimed or handed to it) until dropped, and
+        // an owned slot lent out always holds a connection.
+        let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
+        // SAFETY: as above; the reference lives no longer than `&self`, during which no one
+        // else touches the slot.
+        unsafe { (*conn).as_ref().expect("a lent slot holds a connection") }
+    }
+}
+
+impl<M: Manager> DerefMut for Pooled<M> {
+    fn deref_mut(&mut self) -> &mut M::Connection {
+        // SAFETY: as in `deref`; `&mut self` makes the access unique on this side too.
+        let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
+        // SAFETY: as in `deref`.
+        unsafe { (*conn).as_mut().expect("a lent slot holds a connection") }
+    }
+}
+
+impl<M: Manager> Drop for Pooled<M> {
+    fn drop(&mut self) {
+        let pool = &self.pool;
+        let slot = &pool.core.slots[self.slot];
+        // SAFETY: this guard owns the slot until the release or vacate below.
+        let broken =
+            unsafe { slot.with(|c| c.as_ref().is_some_and(|c| pool.manager.is_broken(c))) };
+        if broken {
+            // SAFETY: still owned.
+            let conn = unsafe { slot.with(Option::take) };
+            drop(conn);
+            pool.counters.closed_broken.fetch_add(1, Ordering::Relaxed);
+            pool.open.fetch_sub(1, Ordering::AcqRel);
+            pool.core.vacate(self.slot);
+            pool.opener.notify_one();
+        } else {
+            pool.core.release(self.slot);
+        }
+    }
+}
+
+impl<M: Manager> fmt::Debug for Pooled<M>
+where
+    M::Connection: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pooled")
+            .field("slot", &self.slot)
+            .field("connection", &**self)
+            .finish()
+    }
+}
+
+/// The opener task: keeps `min_size` connections open, and opens more (up to `max_size`)
+/// while borrowers wait. One attempt at a time, at most one per `connect_interval`; after a
+/// failure it backs off exponentially up to a second. Ends when the pool is dropped.
+async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
+    let mut backoff = Duration::ZERO;
+    loop {
+        let pause = {
+            let Some(inner) = pool.upgrade() else { return };
+            let needed = {
+                let open = inner.open.load(Ordering::Acquire);
+                open < inner.config.max_size
+                    && (open < inner.config.min_size
+                        || inner.core.waiting.load(Ordering::Acquire) > 0)
+            };
+            if !needed {
+                None
+            } else if let Some(slot) = inner.core.claim_empty() {
+                match inner.manager.connect().await {
+                    Ok(conn) => {
+                        backoff = Duration::ZERO;
+                        // SAFETY: claim_empty made this task the slot's owner.
+                        unsafe { inner.core.slots[slot].with(|c| *c = Some(conn)) };
+                        inner.open.fetch_add(1, Ordering::AcqRel);
+                        inner.counters.opened.fetch_add(1, Ordering::Relaxed);
+                        *inner
+                            .last_connect_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = None;
+                        inner.core.release(slot);
+                    }
+                    Err(e) => {
+                        inner.core.vacate(slot);
+                        inner
+                            .counters
+                            .connect_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        *inner
+                            .last_connect_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                        backoff = (backoff * 2)
+                            .max(Duration::from_millis(10))
+                            .min(Duration::from_secs(1));
+                    }
+                }
+                Some(backoff.max(inner.config.connect_interval))
+            } else {
+                // Every slot is taken (one is being closed): look again shortly.
+                Some(inner.config.connect_interval.max(Duration::from_millis(1)))
+            }
+        };
+        match pause {
+            Some(pause) => tokio::time::sleep(pause).await,
+            None => {
+                let Some(inner) = pool.upgrade() else { return };
+                // A notify that came since the check above left a permit, so this returns at
+                // once. The periodic wake-up ends the task soon after the pool is dropped
+                // (this strong reference is the last one then).
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(500), inner.opener.notified()).await;
+            }
+        }
+    }
+}

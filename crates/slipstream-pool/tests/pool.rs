@@ -1,0 +1,299 @@
+//! The generic pool with a trivial in-memory connection (no database: these test the pool's
+//! own guarantees). Each connection carries an "in use" flag that a second concurrent holder
+//! would trip.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use slipstream_pool::{Manager, Pool, PoolError};
+
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    in_use: AtomicBool,
+    broken: AtomicBool,
+}
+
+impl Conn {
+    /// Marks the connection held; panics if someone else holds it.
+    fn enter(&self) {
+        assert!(
+            !self.in_use.swap(true, Ordering::AcqRel),
+            "connection {} lent twice",
+            self.id
+        );
+    }
+    fn leave(&self) {
+        self.in_use.store(false, Ordering::Release);
+    }
+}
+
+#[derive(Default)]
+struct Counting {
+    next: AtomicU64,
+    refuse: AtomicBool,
+}
+
+/// The manager: shares its counters with the test.
+#[derive(Clone)]
+struct Mgr(Arc<Counting>);
+
+impl Manager for Mgr {
+    type Connection = Conn;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<Conn, std::io::Error> {
+        if self.0.refuse.load(Ordering::Relaxed) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused by the test",
+            ));
+        }
+        Ok(Conn {
+            id: self.0.next.fetch_add(1, Ordering::Relaxed),
+            in_use: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+        })
+    }
+    fn is_broken(&self, conn: &Conn) -> bool {
+        conn.broken.load(Ordering::Relaxed)
+    }
+}
+
+fn pool(max: usize) -> (Pool<Mgr>, Arc<Counting>) {
+    let m = Arc::new(Counting::default());
+    let p = Pool::builder(Mgr(m.clone()))
+        .max_size(max)
+        .borrow_timeout(Duration::from_secs(30))
+        .build();
+    (p, m)
+}
+
+#[tokio::test]
+async fn a_returned_connection_is_lent_again() {
+    let (pool, _) = pool(4);
+    let id = pool.get().await.unwrap().id;
+    let again = pool.get().await.unwrap();
+    assert_eq!(again.id, id);
+    drop(again);
+    let s = pool.stats();
+    assert_eq!((s.opened, s.open, s.idle, s.borrows), (1, 1, 1, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_tasks_never_share_a_connection() {
+    let (pool, _) = pool(4);
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    let conn = pool.get().await.unwrap();
+                    conn.enter();
+                    // Hold it across an await, as real work does.
+                    tokio::task::yield_now().await;
+                    conn.leave();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let s = pool.stats();
+    assert_eq!(s.borrows, 100_000);
+    assert!(s.opened <= 4, "{s:?}");
+    assert_eq!((s.waiting, s.borrowed, s.idle as u64), (0, 0, s.opened));
+}
+
+#[tokio::test]
+async fn ten_thousand_threads_never_share_a_connection() {
+    let (pool, _) = pool(6);
+    // Open the six first, so every thread competes for them.
+    let held: Vec<_> = {
+        let mut v = Vec::new();
+        for _ in 0..6 {
+            v.push(pool.get().await.unwrap());
+        }
+        v
+    };
+    drop(held);
+    let threads: Vec<_> = (0..10_000)
+        .map(|_| {
+            let pool = pool.clone();
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut got = 0u64;
+                    for _ in 0..20 {
+                        let conn = pool.get_blocking().unwrap();
+                        conn.enter();
+                        std::thread::yield_now();
+                        conn.leave();
+                        got += 1;
+                    }
+                    got
+                })
+                .unwrap()
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, 200_000);
+    let s = pool.stats();
+    assert_eq!((s.opened, s.idle, s.waiting), (6, 6, 0), "{s:?}");
+}
+
+#[tokio::test]
+async fn a_timeout_says_why_and_loses_nothing() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m))
+        .max_size(1)
+        .borrow_timeout(Duration::from_millis(20))
+        .build();
+    let held = pool.get().await.unwrap();
+    let e = pool.get().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::Timeout {
+                open: 1,
+                max_size: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("raise max_size"), "{e}");
+    let e = tokio::task::spawn_blocking({
+        let pool = pool.clone();
+        move || pool.get_blocking().unwrap_err()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(e, PoolError::Timeout { .. }), "{e:?}");
+    drop(held);
+    assert!(pool.get().await.is_ok());
+    let s = pool.stats();
+    assert_eq!((s.timeouts, s.waiting, s.idle), (2, 0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiting_borrows_lose_no_connection() {
+    let (pool, _) = pool(2);
+    let a = pool.get().await.unwrap();
+    let b = pool.get().await.unwrap();
+    // Fifty borrowers wait; each gives up after a different short time, some while the held
+    // connections are being returned.
+    let waiters: Vec<_> = (0..50u64)
+        .map(|k| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_micros(50 * k), pool.get()).await;
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    drop(a);
+    drop(b);
+    for w in waiters {
+        w.await.unwrap();
+    }
+    // Both connections are back: two borrows succeed at once.
+    let x = pool.try_get().expect("first connection idle");
+    let y = pool.try_get().expect("second connection idle");
+    assert_ne!(x.id, y.id);
+    assert_eq!(pool.stats().waiting, 0);
+}
+
+#[tokio::test]
+async fn too_many_waiters_are_rejected_at_once() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m)).max_size(1).max_waiters(2).build();
+    let held = pool.get().await.unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.get().await.map(|c| c.id) })
+        })
+        .collect();
+    while pool.stats().waiting < 2 {
+        tokio::task::yield_now().await;
+    }
+    let e = pool.get().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PoolError::Full {
+                waiting: 2,
+                max_waiters: 2
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("max_waiters"), "{e}");
+    drop(held);
+    for w in waiting {
+        assert!(w.await.unwrap().is_ok());
+    }
+    assert_eq!(pool.stats().rejected, 1);
+}
+
+#[tokio::test]
+async fn connect_failures_show_in_the_timeout_error() {
+    let m = Arc::new(Counting::default());
+    m.refuse.store(true, Ordering::Relaxed);
+    let pool = Pool::builder(Mgr(m.clone()))
+        .borrow_timeout(Duration::from_millis(100))
+        .build();
+    let e = pool.get().await.unwrap_err();
+    assert!(
+        e.to_string().contains("connection refused by the test"),
+        "{e}"
+    );
+    assert!(pool.stats().connect_failures >= 1);
+    // When the database comes back, borrowers get connections again.
+    m.refuse.store(false, Ordering::Relaxed);
+    let pool2 = pool.clone();
+    let conn = tokio::time::timeout(Duration::from_secs(5), async move {
+        loop {
+            if let Ok(c) = pool2.get().await {
+                return c.id;
+            }
+        }
+    })
+    .await
+    .expect("a connection once connecting works");
+    let _ = conn;
+}
+
+#[tokio::test]
+async fn a_broken_connection_is_closed_on_return_and_replaced() {
+    let (pool, _) = pool(1);
+    let conn = pool.get().await.unwrap();
+    let first = conn.id;
+    conn.broken.store(true, Ordering::Relaxed);
+    drop(conn);
+    let conn = pool.get().await.unwrap();
+    assert_ne!(conn.id, first);
+    let s = pool.stats();
+    assert_eq!((s.closed_broken, s.opened, s.open), (1, 2, 1));
+}
+
+#[tokio::test]
+async fn min_size_connections_open_in_the_background() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m)).max_size(5).min_size(3).build();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().open < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("three connections open without any borrower");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        pool.stats().open,
+        3,
+        "no more than min_size without borrowers"
+    );
+}
