@@ -251,6 +251,13 @@ fn article_001_experiments_print_their_tables_and_ratios() {
             > 0.0
     );
 
+    let (out, result) = run_quick(&cluster, "pool-scaling");
+    for peer in ["slipstream-pool", "deadpool", "bb8", "r2d2", "Mutex + Condvar"] {
+        assert!(out.contains(peer), "{peer} missing from:\n{out}");
+    }
+    assert!(result["ratios"]["tasks_t100_slipstream_over_best_fair_peer"].as_f64().unwrap() > 0.0);
+    assert_eq!(result["ratios"]["tasks_t100_slipstream_borrowers_with_none"], 0.0);
+
     let (out, result) = run_quick(&cluster, "connect");
     assert!(out.contains("SCRAM") && out.contains("pooled"), "{out}");
     assert!(result["ratios"]["fresh_over_pooled"].as_f64().unwrap() > 0.0);
@@ -306,7 +313,13 @@ fn demo_writes_a_report() {
             && html.contains("<h2 id=\"roundtrip\">")
             && html.contains("<svg")
     );
-    for experiment in ["pipeline", "statement-cache", "fetch-size", "fetch-memory"] {
+    for experiment in [
+        "pipeline",
+        "statement-cache",
+        "fetch-size",
+        "fetch-memory",
+        "pool-scaling",
+    ] {
         assert!(
             html.contains(&format!("<h2 id=\"{experiment}\">")),
             "{experiment}"

@@ -85,6 +85,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::statement_cache::run,
     },
     Experiment {
+        name: "pool-scaling",
+        title: experiments::pool_scaling::TITLE,
+        source: "article 002, UCP's wait-free pool; vs deadpool, bb8, r2d2, Mutex+Condvar",
+        run: experiments::pool_scaling::run,
+    },
+    Experiment {
         name: "proxy",
         title: experiments::proxy::TITLE,
         source: "testkit calibration for the latency-injecting experiments (article 000)",

@@ -136,8 +136,6 @@ pub(crate) struct Core<C> {
     waiters: Queue<std::sync::Arc<Waiter>>,
     /// Borrowers counted as waiting (queued or about to be); see the module docs.
     pub(crate) waiting: AtomicUsize,
-    /// Where the next scan starts, so borrowers spread over the slots.
-    next: AtomicUsize,
 }
 
 impl<C> Core<C> {
@@ -146,7 +144,6 @@ impl<C> Core<C> {
             slots: (0..slots).map(|_| Slot::new()).collect(),
             waiters: Queue::new(),
             waiting: AtomicUsize::new(0),
-            next: AtomicUsize::new(0),
         }
     }
 
@@ -167,7 +164,7 @@ impl<C> Core<C> {
         if n == 0 {
             return None;
         }
-        let start = self.next.fetch_add(1, Relaxed) % n;
+        let start = scan_start() % n;
         for k in 0..n {
             let i = (start + k) % n;
             let state = &self.slots[i].state;
@@ -175,7 +172,7 @@ impl<C> Core<C> {
                 continue;
             }
             if state
-                .compare_exchange(IDLE, BORROWED, AcqRel, Relaxed)
+                .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
                 .is_ok()
             {
                 return Some(i);
@@ -196,7 +193,7 @@ impl<C> Core<C> {
 
     /// Queues `waiter`; the caller then scans again with [`Core::try_claim`] before sleeping.
     pub(crate) fn enqueue(&self, waiter: std::sync::Arc<Waiter>) {
-        self.waiting.fetch_add(1, AcqRel);
+        self.waiting.fetch_add(1, SeqCst);
         self.waiters.push(waiter);
     }
 
@@ -218,12 +215,11 @@ impl<C> Core<C> {
                     return;
                 }
             }
-            // Read-modify-writes on both sides, not a store and a load: each reads the latest
-            // value, so either this read sees the waiter's count or the waiter's scan (a CAS)
-            // sees the slot IDLE. (A store/load pair would need SeqCst's store-load ordering,
-            // which loom does not model.)
-            self.slots[i].state.swap(IDLE, AcqRel);
-            if self.waiting.fetch_add(0, AcqRel) == 0 {
+            // Either this read sees the waiter's count, or the waiter's scan (a CAS) sees the
+            // slot IDLE: the swap, this read, the waiter's increment and its CAS are all
+            // SeqCst, so they have one total order (see `waiting_now` for loom).
+            self.slots[i].state.swap(IDLE, SeqCst);
+            if waiting_now(&self.waiting) == 0 {
                 return;
             }
             // Someone is waiting, or about to queue: its scan after queueing may already have
@@ -247,6 +243,38 @@ impl<C> Core<C> {
     pub(crate) fn vacate(&self, i: usize) {
         self.slots[i].state.store(EMPTY, Release);
     }
+}
+
+/// The waiter count as seen by a returner right after it marked a slot IDLE. A SeqCst load
+/// suffices (module docs); loom does not model SeqCst's store-load ordering, so under loom it
+/// is a read-modify-write, which reads the latest value in any model. The load matters: an RMW
+/// here would take the count's cache line exclusively on every return.
+#[cfg(not(loom))]
+fn waiting_now(waiting: &AtomicUsize) -> usize {
+    waiting.load(SeqCst)
+}
+
+#[cfg(loom)]
+fn waiting_now(waiting: &AtomicUsize) -> usize {
+    waiting.fetch_add(0, SeqCst)
+}
+
+/// Where this thread's next scan starts: a per-thread counter, so borrowers spread over the
+/// slots without sharing (and bouncing) a counter's cache line.
+#[cfg(not(loom))]
+fn scan_start() -> usize {
+    thread_local!(static NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
+    NEXT.with(|n| {
+        let v = n.get().wrapping_add(1);
+        n.set(v);
+        // Threads start at different places: mix in the thread-local's address.
+        v.wrapping_add(n as *const _ as usize >> 6)
+    })
+}
+
+#[cfg(loom)]
+fn scan_start() -> usize {
+    0
 }
 
 /// Borrows a slot on the calling thread, parking until one is handed over: the blocking

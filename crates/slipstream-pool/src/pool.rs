@@ -55,7 +55,8 @@ pub struct Config {
     /// The most borrowers waiting at once; beyond it a borrow fails at once with
     /// [`PoolError::Full`] instead of queueing.
     pub max_waiters: usize,
-    /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`].
+    /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`];
+    /// `Duration::MAX` waits for ever (and spares the timer).
     pub borrow_timeout: Duration,
     /// The shortest time between two connection attempts (a cap on the connect rate, so a
     /// burst of borrowers does not storm the server).
@@ -114,7 +115,7 @@ impl<M: Manager> Builder<M> {
         self.config.max_waiters = n;
         self
     }
-    /// How long a borrow waits (default 30 s).
+    /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
     pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
         self.config.borrow_timeout = timeout;
         self
@@ -248,7 +249,7 @@ impl<M: Manager> Pool<M> {
         self.check_room()?;
         let waiter = Arc::new(Waiter::new(Wake::Task(AtomicWaker::new())));
         inner.core.enqueue(waiter.clone());
-        inner.opener.notify_one();
+        self.wake_opener_if_useful();
         let mut place = Place {
             core: &inner.core,
             waiter: &waiter,
@@ -266,7 +267,14 @@ impl<M: Manager> Pool<M> {
                 None => Poll::Pending,
             }
         });
-        match tokio::time::timeout(inner.config.borrow_timeout, wait).await {
+        // No timer at all without a timeout: registering one costs a trip through tokio's
+        // timer wheel for every borrow that waits.
+        let waited = if inner.config.borrow_timeout == Duration::MAX {
+            Ok(wait.await)
+        } else {
+            tokio::time::timeout(inner.config.borrow_timeout, wait).await
+        };
+        match waited {
             Ok(i) => {
                 place.done = true;
                 self.waited(start);
@@ -312,8 +320,10 @@ impl<M: Manager> Pool<M> {
         }
         let start = Instant::now();
         self.check_room()?;
-        inner.opener.notify_one();
-        match claim_blocking(&inner.core, Some(start + inner.config.borrow_timeout)) {
+        self.wake_opener_if_useful();
+        let deadline = (inner.config.borrow_timeout != Duration::MAX)
+            .then(|| start + inner.config.borrow_timeout);
+        match claim_blocking(&inner.core, deadline) {
             Some(i) => {
                 self.waited(start);
                 Ok(self.lend(i))
@@ -365,6 +375,14 @@ impl<M: Manager> Pool<M> {
         Pooled {
             pool: self.inner.clone(),
             slot,
+        }
+    }
+
+    /// Wakes the opener when a waiting borrower could use another connection; with every
+    /// connection open there is nothing for it to do, and waking it costs a lock.
+    fn wake_opener_if_useful(&self) {
+        if self.inner.open.load(Ordering::Relaxed) < self.inner.config.max_size {
+            self.inner.opener.notify_one();
         }
     }
 

@@ -5,6 +5,7 @@ pub(crate) mod fetch_memory;
 pub(crate) mod fetch_size;
 mod fetch_table;
 pub(crate) mod pipeline;
+pub(crate) mod pool_scaling;
 pub(crate) mod proxy;
 pub(crate) mod roundtrip;
 pub(crate) mod statement_cache;

@@ -1,0 +1,528 @@
+//! `pool-scaling`: article 002's benchmark. Six connections, T borrowers each looping borrow ->
+//! return, T from 10 to 10,000; borrows per second, borrow-wait percentiles and fairness per
+//! T, as OS threads (blocking API) and as tokio tasks (async API). The connection is a trivial
+//! in-memory value, the same for every pool, so the pools alone are measured.
+//!
+//! Tasks hold the connection across one `yield_now`: a task that never yields while holding
+//! keeps its worker thread and starves the rest, and the benchmark would measure nothing.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::{Context, ExperimentResult, Table, environment};
+
+pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
+
+const CONNECTIONS: usize = 6;
+const GENEROUS: Duration = Duration::from_secs(120);
+
+/// Wait times in log-linear buckets: 16 per power of two of nanoseconds (about 4% wide).
+#[derive(Clone)]
+struct Waits {
+    buckets: Vec<u64>,
+    max_ns: u64,
+}
+
+const SUB: usize = 16;
+
+impl Waits {
+    fn new() -> Waits {
+        Waits {
+            buckets: vec![0; 64 * SUB],
+            max_ns: 0,
+        }
+    }
+
+    fn record(&mut self, d: Duration) {
+        let ns = (d.as_nanos() as u64).max(1);
+        self.max_ns = self.max_ns.max(ns);
+        self.buckets[bucket(ns)] += 1;
+    }
+
+    fn merge(&mut self, other: &Waits) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    /// The wait at quantile `q`, in microseconds (the bucket's upper edge).
+    fn quantile_us(&self, q: f64) -> f64 {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        let want = ((total as f64) * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return upper_edge(i) as f64 / 1e3;
+            }
+        }
+        self.max_ns as f64 / 1e3
+    }
+}
+
+fn bucket(ns: u64) -> usize {
+    let p = 63 - ns.leading_zeros() as usize;
+    if p < 4 {
+        return ns as usize;
+    }
+    let sub = ((ns >> (p - 4)) & (SUB as u64 - 1)) as usize;
+    p * SUB + sub
+}
+
+fn upper_edge(i: usize) -> u64 {
+    let (p, sub) = (i / SUB, i % SUB);
+    if p < 4 {
+        return i as u64 + 1;
+    }
+    ((SUB + sub + 1) as u64) << (p - 4)
+}
+
+/// One borrower's record.
+struct Borrower {
+    borrows: u64,
+    waits: Waits,
+}
+
+/// One (pool, T) run.
+struct Run {
+    pool: &'static str,
+    borrowers: usize,
+    per_sec: f64,
+    waits: Waits,
+    zero: usize,
+    min: u64,
+    max: u64,
+    jain: f64,
+}
+
+fn summarize(pool: &'static str, seconds: f64, records: Vec<Borrower>) -> Run {
+    let mut waits = Waits::new();
+    for r in &records {
+        waits.merge(&r.waits);
+    }
+    let counts: Vec<u64> = records.iter().map(|r| r.borrows).collect();
+    let total: u64 = counts.iter().sum();
+    let sum_sq: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    Run {
+        pool,
+        borrowers: counts.len(),
+        per_sec: total as f64 / seconds,
+        waits,
+        zero: counts.iter().filter(|&&c| c == 0).count(),
+        min: counts.iter().copied().min().unwrap_or(0),
+        max: counts.iter().copied().max().unwrap_or(0),
+        jain: if sum_sq > 0.0 {
+            (total as f64).powi(2) / (counts.len() as f64 * sum_sq)
+        } else {
+            0.0
+        },
+    }
+}
+
+// ---- the trivial connection, managed by each pool ----
+
+struct Ours;
+impl slipstream_pool::Manager for Ours {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(0)
+    }
+}
+
+struct Dead;
+impl deadpool::managed::Manager for Dead {
+    type Type = u64;
+    type Error = Infallible;
+    async fn create(&self) -> Result<u64, Infallible> {
+        Ok(0)
+    }
+    async fn recycle(
+        &self,
+        _: &mut u64,
+        _: &deadpool::managed::Metrics,
+    ) -> deadpool::managed::RecycleResult<Infallible> {
+        Ok(())
+    }
+}
+
+struct B8;
+impl bb8::ManageConnection for B8 {
+    type Connection = u64;
+    type Error = Infallible;
+    async fn connect(&self) -> Result<u64, Infallible> {
+        Ok(0)
+    }
+    async fn is_valid(&self, _: &mut u64) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn has_broken(&self, _: &mut u64) -> bool {
+        false
+    }
+}
+
+#[derive(Debug)]
+struct NeverFails;
+impl std::fmt::Display for NeverFails {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("never")
+    }
+}
+impl std::error::Error for NeverFails {}
+
+struct R2;
+impl r2d2::ManageConnection for R2 {
+    type Connection = u64;
+    type Error = NeverFails;
+    fn connect(&self) -> Result<u64, NeverFails> {
+        Ok(0)
+    }
+    fn is_valid(&self, _: &mut u64) -> Result<(), NeverFails> {
+        Ok(())
+    }
+    fn has_broken(&self, _: &mut u64) -> bool {
+        false
+    }
+}
+
+/// The article's "old style": a mutex-guarded stack and a condition variable.
+struct MutexPool {
+    free: Mutex<Vec<u64>>,
+    freed: Condvar,
+}
+
+impl MutexPool {
+    fn get(&self) -> u64 {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(c) = free.pop() {
+                return c;
+            }
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+    fn put(&self, c: u64) {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.freed.notify_one();
+    }
+}
+
+// ---- threads ----
+
+/// Runs `borrowers` OS threads, each looping `borrow` (which borrows and returns once) for
+/// `duration` after a common start.
+fn threads(
+    borrowers: usize,
+    duration: Duration,
+    borrow: Arc<dyn Fn() + Send + Sync>,
+) -> anyhow::Result<(f64, Vec<Borrower>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(borrowers + 1));
+    let mut handles = Vec::with_capacity(borrowers);
+    for _ in 0..borrowers {
+        let (stop, start, borrow) = (stop.clone(), start.clone(), borrow.clone());
+        handles.push(
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut me = Borrower {
+                        borrows: 0,
+                        waits: Waits::new(),
+                    };
+                    start.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        let t = Instant::now();
+                        borrow();
+                        me.waits.record(t.elapsed());
+                        me.borrows += 1;
+                    }
+                    me
+                })?,
+        );
+    }
+    start.wait();
+    let t = Instant::now();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let records: Vec<Borrower> = handles
+        .into_iter()
+        .map(|h| h.join().expect("a borrower thread panicked"))
+        .collect();
+    Ok((t.elapsed().as_secs_f64(), records))
+}
+
+// ---- tasks ----
+
+async fn tasks<F, Fut>(borrowers: usize, duration: Duration, borrow: F) -> (f64, Vec<Borrower>)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let go = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::with_capacity(borrowers);
+    for _ in 0..borrowers {
+        let (stop, go, started, borrow) =
+            (stop.clone(), go.clone(), started.clone(), borrow.clone());
+        handles.push(tokio::spawn(async move {
+            let mut me = Borrower {
+                borrows: 0,
+                waits: Waits::new(),
+            };
+            let notified = go.notified();
+            if !started.load(Ordering::Acquire) {
+                notified.await;
+            }
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                borrow().await;
+                me.waits.record(t.elapsed());
+                me.borrows += 1;
+            }
+            me
+        }));
+    }
+    // Let every task reach its start line.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    started.store(true, Ordering::Release);
+    go.notify_waiters();
+    let t = Instant::now();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut records = Vec::with_capacity(borrowers);
+    for h in handles {
+        records.push(h.await.expect("a borrower task panicked"));
+    }
+    (t.elapsed().as_secs_f64(), records)
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let (counts, duration): (&[usize], Duration) = if ctx.quick {
+        (&[10, 100, 1000], Duration::from_millis(300))
+    } else {
+        (
+            &[10, 50, 100, 500, 1000, 5000, 10_000],
+            Duration::from_secs(2),
+        )
+    };
+    let mut r = ExperimentResult::new("pool-scaling", TITLE, ctx.quick);
+    r.param("connections", CONNECTIONS);
+    r.param("seconds_per_run", duration.as_secs_f64());
+    r.environment = environment::capture(&ctx.url, None);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut runs_tasks = Vec::new();
+    let mut runs_threads = Vec::new();
+    for &t in counts {
+        // Tasks: slipstream-pool, deadpool, bb8.
+        let ours = rt.block_on(async {
+            slipstream_pool::Pool::builder(Ours)
+                .max_size(CONNECTIONS)
+                .min_size(CONNECTIONS)
+                // No timeout, as deadpool's default: no timer per waiting borrow.
+                .borrow_timeout(Duration::MAX)
+                .max_waiters(1_000_000)
+                .build()
+        });
+        rt.block_on(async {
+            while ours.stats().open < CONNECTIONS {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        let pool = ours.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                let c = pool.get().await.expect("no timeout");
+                tokio::task::yield_now().await;
+                drop(c);
+            }
+        }));
+        runs_tasks.push(summarize("slipstream-pool", s, rec));
+
+        let dead: deadpool::managed::Pool<Dead> = deadpool::managed::Pool::builder(Dead)
+            .max_size(CONNECTIONS)
+            .build()?;
+        let pool = dead.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                let c = pool.get().await.expect("no wait timeout");
+                tokio::task::yield_now().await;
+                drop(c);
+            }
+        }));
+        runs_tasks.push(summarize("deadpool", s, rec));
+
+        let b8 = rt.block_on(
+            bb8::Pool::builder()
+                .max_size(CONNECTIONS as u32)
+                .connection_timeout(GENEROUS)
+                .test_on_check_out(false)
+                .build(B8),
+        )?;
+        let pool = b8.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                if let Ok(c) = pool.get().await {
+                    tokio::task::yield_now().await;
+                    drop(c);
+                }
+            }
+        }));
+        runs_tasks.push(summarize("bb8", s, rec));
+
+        // Threads: slipstream-pool (blocking API), r2d2, Mutex + Condvar.
+        let pool = ours.clone();
+        let (s, rec) = threads(
+            t,
+            duration,
+            Arc::new(move || drop(pool.get_blocking().expect("no timeout"))),
+        )?;
+        runs_threads.push(summarize("slipstream-pool", s, rec));
+
+        let r2 = r2d2::Pool::builder()
+            .max_size(CONNECTIONS as u32)
+            .connection_timeout(GENEROUS)
+            .test_on_check_out(false)
+            .build(R2)?;
+        let (s, rec) = threads(
+            t,
+            duration,
+            Arc::new(move || {
+                if let Ok(c) = r2.get() {
+                    drop(c);
+                }
+            }),
+        )?;
+        runs_threads.push(summarize("r2d2", s, rec));
+
+        let old = Arc::new(MutexPool {
+            free: Mutex::new(vec![0; CONNECTIONS]),
+            freed: Condvar::new(),
+        });
+        let (s, rec) = threads(
+            t,
+            duration,
+            Arc::new(move || {
+                let c = old.get();
+                old.put(c);
+            }),
+        )?;
+        runs_threads.push(summarize("Mutex + Condvar", s, rec));
+    }
+
+    let mut table = Table::new(&[
+        "kind",
+        "borrowers",
+        "pool",
+        "borrows/s",
+        "p50 wait µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "got none",
+        "min … max borrows",
+        "Jain",
+        "slipstream / this",
+    ]);
+    for (kind, runs) in [("tasks", &runs_tasks), ("threads", &runs_threads)] {
+        for chunk in runs.chunks(3) {
+            let ours = chunk[0].per_sec;
+            for run in chunk {
+                table.row(vec![
+                    kind.into(),
+                    run.borrowers.to_string(),
+                    run.pool.into(),
+                    format!("{:.0}", run.per_sec),
+                    format!("{:.1}", run.waits.quantile_us(0.5)),
+                    format!("{:.1}", run.waits.quantile_us(0.99)),
+                    format!("{:.1}", run.waits.quantile_us(0.999)),
+                    format!("{:.0}", run.waits.max_ns as f64 / 1e3),
+                    run.zero.to_string(),
+                    format!("{} … {}", run.min, run.max),
+                    format!("{:.3}", run.jain),
+                    format!("{:.2}x", ours / run.per_sec.max(1e-9)),
+                ]);
+            }
+            // Against the best peer that left nobody with nothing.
+            let best_fair = chunk[1..]
+                .iter()
+                .filter(|p| p.zero == 0)
+                .map(|p| p.per_sec)
+                .fold(0.0, f64::max);
+            if best_fair > 0.0 {
+                r.ratios.insert(
+                    format!(
+                        "{kind}_t{}_slipstream_over_best_fair_peer",
+                        chunk[0].borrowers
+                    ),
+                    ours / best_fair,
+                );
+            }
+            r.ratios.insert(
+                format!(
+                    "{kind}_t{}_slipstream_borrowers_with_none",
+                    chunk[0].borrowers
+                ),
+                chunk[0].zero as f64,
+            );
+        }
+        let first = runs.first().map(|x| x.per_sec).unwrap_or(0.0);
+        let last = runs
+            .iter()
+            .rev()
+            .find(|x| x.pool == "slipstream-pool")
+            .map(|x| x.per_sec)
+            .unwrap_or(0.0);
+        if first > 0.0 {
+            r.ratios.insert(
+                format!("{kind}_slipstream_flatness_last_over_first"),
+                last / first,
+            );
+        }
+    }
+    r.table = table;
+    r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
+    r.notes.push("the connection is a trivial in-memory value (the same for every pool); tasks hold it across one yield_now, threads borrow and return at once; 2 tokio worker threads".into());
+    r.notes.push("'slipstream / this' compares borrows/s; the ratios in the JSON compare against the best peer that left no borrower with nothing (throughput bought by starving borrowers does not count)".into());
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_buckets_are_ordered_and_tight() {
+        let mut last = 0;
+        for ns in [1u64, 2, 15, 16, 17, 100, 1000, 12_345, 1 << 30] {
+            let b = bucket(ns);
+            assert!(b >= last, "{ns}");
+            assert!(
+                upper_edge(b) >= ns,
+                "{ns} above its bucket's edge {}",
+                upper_edge(b)
+            );
+            assert!(upper_edge(b) as f64 <= ns as f64 * 1.07 + 1.0, "{ns}");
+            last = b;
+        }
+        let mut w = Waits::new();
+        for us in 1..=1000u64 {
+            w.record(Duration::from_micros(us));
+        }
+        let p50 = w.quantile_us(0.5);
+        assert!((480.0..=540.0).contains(&p50), "{p50}");
+    }
+}
