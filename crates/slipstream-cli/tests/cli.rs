@@ -252,11 +252,25 @@ fn article_001_experiments_print_their_tables_and_ratios() {
     );
 
     let (out, result) = run_quick(&cluster, "pool-scaling");
-    for peer in ["slipstream-pool", "deadpool", "bb8", "r2d2", "Mutex + Condvar"] {
+    for peer in [
+        "slipstream-pool",
+        "deadpool",
+        "bb8",
+        "r2d2",
+        "Mutex + Condvar",
+    ] {
         assert!(out.contains(peer), "{peer} missing from:\n{out}");
     }
-    assert!(result["ratios"]["tasks_t100_slipstream_over_best_fair_peer"].as_f64().unwrap() > 0.0);
-    assert_eq!(result["ratios"]["tasks_t100_slipstream_borrowers_with_none"], 0.0);
+    assert!(
+        result["ratios"]["tasks_t100_slipstream_over_best_fair_peer"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        result["ratios"]["tasks_t100_slipstream_borrowers_with_none"],
+        0.0
+    );
 
     let (out, result) = run_quick(&cluster, "connect");
     assert!(out.contains("SCRAM") && out.contains("pooled"), "{out}");

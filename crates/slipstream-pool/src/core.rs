@@ -30,7 +30,7 @@
 //! - a returned slot is either IDLE or handed to exactly one waiter, never lost;
 //! - a waiter whose slot was handed to it is woken.
 
-use crate::sync::{AtomicU8, AtomicUsize, Cell, Ordering::*, Queue, Thread};
+use crate::sync::{AtomicU8, AtomicU64, AtomicUsize, Cell, Ordering::*, Queue, Thread};
 
 pub(crate) const EMPTY: u8 = 0;
 pub(crate) const OPENING: u8 = 1;
@@ -40,6 +40,9 @@ pub(crate) const BORROWED: u8 = 3;
 /// One connection's place in the pool.
 pub(crate) struct Slot<C> {
     pub(crate) state: AtomicU8,
+    /// Times this slot was lent: written by its owner only, so no borrow touches a counter
+    /// shared with the other slots.
+    pub(crate) borrows: AtomicU64,
     conn: Cell<Option<C>>,
 }
 
@@ -52,6 +55,7 @@ impl<C> Slot<C> {
     fn new() -> Slot<C> {
         Slot {
             state: AtomicU8::new(EMPTY),
+            borrows: AtomicU64::new(0),
             conn: Cell::new(None),
         }
     }

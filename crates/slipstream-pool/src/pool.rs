@@ -199,7 +199,6 @@ struct Inner<M: Manager> {
 
 #[derive(Default)]
 struct Counters {
-    borrows: AtomicU64,
     waits: AtomicU64,
     timeouts: AtomicU64,
     rejected: AtomicU64,
@@ -355,7 +354,11 @@ impl<M: Manager> Pool<M> {
             idle,
             borrowed,
             waiting: core.waiting.load(Ordering::Relaxed),
-            borrows: c.borrows.load(Ordering::Relaxed),
+            borrows: core
+                .slots
+                .iter()
+                .map(|s| s.borrows.load(Ordering::Relaxed))
+                .sum(),
             waits: c.waits.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
@@ -371,7 +374,9 @@ impl<M: Manager> Pool<M> {
     }
 
     fn lend(&self, slot: usize) -> Pooled<M> {
-        self.inner.counters.borrows.fetch_add(1, Ordering::Relaxed);
+        let count = &self.inner.core.slots[slot].borrows;
+        // Only the owner writes it: a plain load and store, no read-modify-write.
+        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         Pooled {
             pool: self.inner.clone(),
             slot,

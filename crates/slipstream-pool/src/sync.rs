@@ -2,12 +2,12 @@
 //! every access), from `std` otherwise.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub(crate) use loom::thread::{Thread, current as current_thread, park, yield_now};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{Thread, current as current_thread, yield_now};
 
