@@ -104,6 +104,24 @@ impl Client {
         self.conn.is_broken()
     }
 
+    /// True if the connection can serve another user as it is: not broken, and not left
+    /// inside a transaction (a dropped [`crate::Transaction`] has its `ROLLBACK` queued, which
+    /// counts as out). What a pool checks when a connection comes back.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// client.batch_execute("BEGIN").await?;
+    /// assert!(!client.is_reusable()); // the next user would inherit the transaction
+    /// client.batch_execute("ROLLBACK").await?;
+    /// assert!(client.is_reusable());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_reusable(&self) -> bool {
+        !self.conn.is_broken()
+            && (self.conn.tx_status == TransactionStatus::Idle
+                || self.conn.deferred.iter().any(|sql| sql == "ROLLBACK"))
+    }
+
     /// True if the connection is encrypted with TLS.
     pub fn is_tls(&self) -> bool {
         self.conn.is_tls()

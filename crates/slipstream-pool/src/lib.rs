@@ -29,11 +29,15 @@
 mod core;
 mod error;
 #[cfg(not(loom))]
+mod pg;
+#[cfg(not(loom))]
 mod pool;
 mod stats;
 mod sync;
 
 pub use error::PoolError;
+#[cfg(not(loom))]
+pub use pg::PgManager;
 #[cfg(not(loom))]
 pub use pool::{Builder, Config, Manager, Pool, Pooled};
 pub use stats::Stats;
