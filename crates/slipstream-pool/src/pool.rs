@@ -126,6 +126,36 @@ impl<M: Manager> Builder<M> {
         self
     }
 
+    /// [`Builder::build`], then waits until `min_size` connections are open, failing with
+    /// the connect error if the first attempts fail.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::{PgManager, Pool};
+    /// let pool = Pool::builder(PgManager::new("postgres://app@db/orders".parse()?))
+    ///     .min_size(4)
+    ///     .build_ready()
+    ///     .await?; // four connections open, or the reason they are not
+    /// # Ok(()) }
+    /// ```
+    pub async fn build_ready(self) -> Result<Pool<M>, PoolError> {
+        let timeout = self.config.borrow_timeout;
+        let pool = self.build();
+        let start = Instant::now();
+        loop {
+            if pool.inner.open.load(Ordering::Acquire) >= pool.inner.config.min_size {
+                return Ok(pool);
+            }
+            if start.elapsed() >= timeout.min(Duration::from_secs(60)) {
+                return Err(pool.timeout_error());
+            }
+            if pool.inner.counters.connect_failures.load(Ordering::Relaxed) >= 3 {
+                return Err(pool.timeout_error());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Creates the pool and starts its opener task on the current tokio runtime, which must
     /// outlive the pool. `min_size` connections open in the background; `build` does not wait.
     ///

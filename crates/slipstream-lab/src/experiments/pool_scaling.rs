@@ -303,6 +303,110 @@ where
     (t.elapsed().as_secs_f64(), records)
 }
 
+// ---- real PostgreSQL connections: each pool with its usual client ----
+
+struct DeadPg(tokio_postgres::Config);
+impl deadpool::managed::Manager for DeadPg {
+    type Type = tokio_postgres::Client;
+    type Error = tokio_postgres::Error;
+    async fn create(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, connection) = self.0.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+    async fn recycle(
+        &self,
+        c: &mut tokio_postgres::Client,
+        _: &deadpool::managed::Metrics,
+    ) -> deadpool::managed::RecycleResult<tokio_postgres::Error> {
+        if c.is_closed() {
+            return Err(deadpool::managed::RecycleError::message("closed"));
+        }
+        Ok(())
+    }
+}
+
+struct B8Pg(tokio_postgres::Config);
+impl bb8::ManageConnection for B8Pg {
+    type Connection = tokio_postgres::Client;
+    type Error = tokio_postgres::Error;
+    async fn connect(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, connection) = self.0.connect(tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        Ok(client)
+    }
+    async fn is_valid(&self, _: &mut tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
+        Ok(())
+    }
+    fn has_broken(&self, c: &mut tokio_postgres::Client) -> bool {
+        c.is_closed()
+    }
+}
+
+/// Borrow, `SELECT 1`, return, as tasks, for each pool and its client.
+fn real_postgres(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    counts: &[usize],
+    duration: Duration,
+) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    let tp_config: tokio_postgres::Config = url.parse()?;
+    for &t in counts {
+        let config: slipstream_pg::Config = url.parse()?;
+        let ours = rt.block_on(async {
+            slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
+                .max_size(CONNECTIONS)
+                .min_size(CONNECTIONS)
+                .borrow_timeout(Duration::MAX)
+                .build_ready()
+                .await
+        })?;
+        let pool = ours.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                let mut c = pool.get().await.expect("no timeout");
+                c.query_one("SELECT 1", &[]).await.expect("SELECT 1");
+            }
+        }));
+        runs.push(summarize("slipstream-pool + slipstream-pg", s, rec));
+
+        let dead: deadpool::managed::Pool<DeadPg> =
+            deadpool::managed::Pool::builder(DeadPg(tp_config.clone()))
+                .max_size(CONNECTIONS)
+                .build()?;
+        let pool = dead.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                let c = pool.get().await.expect("no wait timeout");
+                c.query_one("SELECT 1", &[]).await.expect("SELECT 1");
+            }
+        }));
+        runs.push(summarize("deadpool + tokio-postgres", s, rec));
+
+        let b8 = rt.block_on(
+            bb8::Pool::builder()
+                .max_size(CONNECTIONS as u32)
+                .connection_timeout(GENEROUS)
+                .test_on_check_out(false)
+                .build(B8Pg(tp_config.clone())),
+        )?;
+        let pool = b8.clone();
+        let (s, rec) = rt.block_on(tasks(t, duration, move || {
+            let pool = pool.clone();
+            async move {
+                if let Ok(c) = pool.get().await {
+                    let _ = c.query_one("SELECT 1", &[]).await;
+                }
+            }
+        }));
+        runs.push(summarize("bb8 + tokio-postgres", s, rec));
+    }
+    Ok(runs)
+}
+
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (counts, duration): (&[usize], Duration) = if ctx.quick {
         (&[10, 100, 1000], Duration::from_millis(300))
@@ -332,13 +436,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 // No timeout, as deadpool's default: no timer per waiting borrow.
                 .borrow_timeout(Duration::MAX)
                 .max_waiters(1_000_000)
-                .build()
-        });
-        rt.block_on(async {
-            while ours.stats().open < CONNECTIONS {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        });
+                .build_ready()
+                .await
+        })?;
         let pool = ours.clone();
         let (s, rec) = rt.block_on(tasks(t, duration, move || {
             let pool = pool.clone();
@@ -493,7 +593,42 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             );
         }
     }
+    // The second table: real connections to the database under test.
+    let pg_counts: &[usize] = if ctx.quick {
+        &[10, 100]
+    } else {
+        &[10, 100, 1000]
+    };
+    let url = super::without_tls(&ctx.url);
+    let pg_runs = real_postgres(&rt, &url, pg_counts, duration)?;
+    for chunk in pg_runs.chunks(3) {
+        let ours = chunk[0].per_sec;
+        for run in chunk {
+            table.row(vec![
+                "tasks, SELECT 1".into(),
+                run.borrowers.to_string(),
+                run.pool.into(),
+                format!("{:.0}", run.per_sec),
+                format!("{:.1}", run.waits.quantile_us(0.5)),
+                format!("{:.1}", run.waits.quantile_us(0.99)),
+                format!("{:.1}", run.waits.quantile_us(0.999)),
+                format!("{:.0}", run.waits.max_ns as f64 / 1e3),
+                run.zero.to_string(),
+                format!("{} … {}", run.min, run.max),
+                format!("{:.3}", run.jain),
+                format!("{:.2}x", ours / run.per_sec.max(1e-9)),
+            ]);
+        }
+        let best = chunk[1..].iter().map(|p| p.per_sec).fold(0.0, f64::max);
+        if best > 0.0 {
+            r.ratios.insert(
+                format!("postgres_t{}_slipstream_over_best_peer", chunk[0].borrowers),
+                ours / best,
+            );
+        }
+    }
     r.table = table;
+    r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8); wait = borrow + query".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
     r.notes.push("the connection is a trivial in-memory value (the same for every pool); tasks hold it across one yield_now, threads borrow and return at once; 2 tokio worker threads".into());
     r.notes.push("'slipstream / this' compares borrows/s; the ratios in the JSON compare against the best peer that left no borrower with nothing (throughput bought by starving borrowers does not count)".into());
