@@ -164,9 +164,10 @@ impl Client {
         let plan = stream.start(sql, prepared, params, use_cache).await?;
         let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
         if plan.is_cached() && stale {
-            let e = stream.reply.error.take().expect("checked above");
-            stream.client.stale(&plan, e, in_transaction)?;
-            stream.start(sql, None, params, use_cache).await?;
+            if let Some(e) = stream.reply.error.take() {
+                stream.client.stale(&plan, e, in_transaction)?;
+                stream.start(sql, None, params, use_cache).await?;
+            }
         }
         if stream.buffer.is_empty() {
             if let Some(e) = stream.reply.error.take() {

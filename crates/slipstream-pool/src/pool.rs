@@ -258,16 +258,14 @@ impl<M: Manager> Pool<M> {
     /// #     type Error = std::io::Error;
     /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
     /// # }
-    /// # #[tokio::main] async fn main() {
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
     /// use slipstream_pool::PoolError;
     /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1)
     ///     .borrow_timeout(std::time::Duration::from_millis(10)).build();
-    /// let held = pool.get().await.unwrap();
-    /// match pool.get().await {
-    ///     Err(PoolError::Timeout { .. }) => {} // the only connection is held
-    ///     other => panic!("{other:?}"),
-    /// }
-    /// # drop(held); }
+    /// let held = pool.get().await?;
+    /// // The only connection is held: the second borrow times out, saying so.
+    /// assert!(matches!(pool.get().await, Err(PoolError::Timeout { .. })));
+    /// # drop(held); Ok(()) }
     /// ```
     pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
@@ -335,9 +333,9 @@ impl<M: Manager> Pool<M> {
     /// # }
     /// # #[tokio::main] async fn main() {
     /// let pool = slipstream_pool::Pool::builder(Numbers).build();
-    /// let worker = std::thread::spawn(move || {
-    ///     let conn = pool.get_blocking().expect("a connection");
-    ///     *conn
+    /// let worker = std::thread::spawn(move || -> Result<u64, slipstream_pool::PoolError> {
+    ///     let conn = pool.get_blocking()?;
+    ///     Ok(*conn)
     /// });
     /// # let _ = tokio::task::spawn_blocking(move || worker.join()).await;
     /// # }

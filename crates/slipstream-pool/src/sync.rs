@@ -54,21 +54,24 @@ impl<T> Queue<T> {
 
     pub(crate) fn push(&self, value: T) {
         #[cfg(loom)]
-        self.0.lock().unwrap().push_back(value);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(value);
         #[cfg(not(loom))]
         self.0.push(value);
     }
 
     pub(crate) fn pop(&self) -> Option<T> {
         #[cfg(loom)]
-        return self.0.lock().unwrap().pop_front();
+        return self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
         #[cfg(not(loom))]
         return self.0.pop();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         #[cfg(loom)]
-        return self.0.lock().unwrap().is_empty();
+        return self.0.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
         #[cfg(not(loom))]
         return self.0.is_empty();
     }
