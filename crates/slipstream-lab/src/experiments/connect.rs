@@ -1,6 +1,6 @@
 //! `connect`: article 001's ConnectionPoolTest. Open and close 100 connections fresh
 //! (slipstream-pg and tokio-postgres interleaved, with trust and with SCRAM authentication),
-//! and through a pool: a reuse baseline until slipstream-pool lands.
+//! and through slipstream-pool.
 
 use anyhow::Context as _;
 
@@ -42,18 +42,19 @@ async fn fresh(url: &str, n: usize) -> anyhow::Result<Fresh> {
     Ok(Fresh { slip, tp })
 }
 
-/// The simplest pool there is: a stack of open connections. "Open" pops one (connecting only
-/// when the stack is empty), "close" pushes it back. slipstream-pool (issue 5) replaces it.
+/// "Open" and "close" through slipstream-pool: borrow a connection and give it back, as the
+/// article's pooled `Open()`/`Close()` do.
 async fn pooled(url: &str, n: usize) -> anyhow::Result<Vec<Timing>> {
-    let mut idle: Vec<slipstream_pg::Client> = vec![slipstream_pg::connect(url).await?];
+    let pool = slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(url.parse()?))
+        .max_size(1)
+        .min_size(1)
+        .build_ready()
+        .await?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let sw = Stopwatch::start();
-        let c = match idle.pop() {
-            Some(c) if !c.is_broken() => c,
-            _ => slipstream_pg::connect(url).await?,
-        };
-        idle.push(c);
+        let conn = pool.get().await?;
+        drop(conn);
         times.push(sw.stop());
     }
     Ok(times)
@@ -139,7 +140,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     };
     let (trust_time, trust_cpu) = versus("as configured", &trust);
     let scram_ratios = scram_fresh.as_ref().map(|f| versus("SCRAM", f));
-    add("slipstream-pg, pooled (reuse baseline)", "—", &pool, None);
+    add("slipstream-pool + slipstream-pg, pooled", "—", &pool, None);
     r.table = table;
 
     r.ratios.insert(
@@ -181,7 +182,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     ));
     r.notes.push("both clients without TLS; ratios are medians of per-connection ratios (interleaved); above 1 means slipstream-pg is faster".into());
     r.notes.push("'as configured' uses the database's own authentication (trust for the embedded one); SCRAM rows use a private cluster the lab starts with scram-sha-256 over TCP".into());
-    r.notes.push("pooled: a stack of open connections, the floor any pool adds to; slipstream-pool (issue 5) takes its place".into());
+    r.notes.push("pooled: borrow from and return to a slipstream-pool of one connection (PgManager), the article's pooled Open()/Close()".into());
     if let Err(e) = &scram {
         r.notes.push(format!(
             "SCRAM rows skipped: no private cluster could start ({e:#})"
