@@ -43,6 +43,11 @@ pub(crate) struct Slot<C> {
     /// Times this slot was lent: written by its owner only, so no borrow touches a counter
     /// shared with the other slots.
     pub(crate) borrows: AtomicU64,
+    /// The pool clock (ms) when the connection was opened, and when it was last returned, and
+    /// the age (ms) at which it retires (`u64::MAX`: never). Written by the slot's owner.
+    pub(crate) opened_ms: AtomicU64,
+    pub(crate) returned_ms: AtomicU64,
+    pub(crate) retire_after_ms: AtomicU64,
     conn: Cell<Option<C>>,
 }
 
@@ -56,6 +61,9 @@ impl<C> Slot<C> {
         Slot {
             state: AtomicU8::new(EMPTY),
             borrows: AtomicU64::new(0),
+            opened_ms: AtomicU64::new(0),
+            returned_ms: AtomicU64::new(0),
+            retire_after_ms: AtomicU64::new(u64::MAX),
             conn: Cell::new(None),
         }
     }
@@ -183,6 +191,15 @@ impl<C> Core<C> {
             }
         }
         None
+    }
+
+    /// Claims slot `i` if it is IDLE, as a borrow would (the reaper looks at idle connections
+    /// this way, so it needs no transition of its own).
+    pub(crate) fn claim_idle(&self, i: usize) -> bool {
+        self.slots[i]
+            .state
+            .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
+            .is_ok()
     }
 
     /// Claims an EMPTY slot to open a connection in.

@@ -61,6 +61,12 @@ pub struct Config {
     /// The shortest time between two connection attempts (a cap on the connect rate, so a
     /// burst of borrowers does not storm the server).
     pub connect_interval: Duration,
+    /// Connections older than this are closed when returned or found idle, each at its own
+    /// age between 90% and 100% of it (jitter, so a pool's connections do not all retire
+    /// together). `None`: no limit.
+    pub max_lifetime: Option<Duration>,
+    /// Connections idle longer than this are closed, down to `min_size`. `None`: kept.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -71,6 +77,8 @@ impl Default for Config {
             max_waiters: 100_000,
             borrow_timeout: Duration::from_secs(30),
             connect_interval: Duration::from_millis(1),
+            max_lifetime: None,
+            idle_timeout: None,
         }
     }
 }
@@ -118,6 +126,33 @@ impl<M: Manager> Builder<M> {
     /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
     pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
         self.config.borrow_timeout = timeout;
+        self
+    }
+    /// Closes connections after about this age (90-100% of it, jittered; default: never).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .max_lifetime(Duration::from_secs(30 * 60))
+    ///     .idle_timeout(Duration::from_secs(10 * 60))
+    ///     .build();
+    /// # }
+    /// ```
+    pub fn max_lifetime(mut self, lifetime: Duration) -> Self {
+        self.config.max_lifetime = Some(lifetime);
+        self
+    }
+    /// Closes connections idle longer than this, never going below `min_size` (default:
+    /// never).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = Some(timeout);
         self
     }
     /// The shortest time between connection attempts (default 1 ms).
@@ -172,6 +207,8 @@ impl<M: Manager> Builder<M> {
             opener: Notify::new(),
             last_connect_error: Mutex::new(None),
             counters: Counters::default(),
+            epoch: Instant::now(),
+            clock_ms: AtomicU64::new(0),
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
         inner.opener.notify_one();
@@ -225,6 +262,62 @@ struct Inner<M: Manager> {
     /// and by borrowers that time out only.
     last_connect_error: Mutex<Option<String>>,
     counters: Counters,
+    /// The pool clock: ms since `epoch`, advanced by the opener task on each wake-up (at
+    /// least every 100 ms while timers are set). Returns read it instead of the system clock.
+    epoch: Instant,
+    clock_ms: AtomicU64,
+}
+
+impl<M: Manager> Inner<M> {
+    fn tick(&self) -> u64 {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.clock_ms.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// True if the connection in owned slot `i` has outlived its lifetime at `now`.
+    fn expired(&self, i: usize, now: u64) -> bool {
+        let slot = &self.core.slots[i];
+        now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed))
+            >= slot.retire_after_ms.load(Ordering::Relaxed)
+    }
+
+    /// Closes the connection in owned slot `i` and frees the slot for the opener.
+    fn close(&self, i: usize) {
+        let slot = &self.core.slots[i];
+        // SAFETY: the caller owns slot `i` (a borrower returning it, or the reaper that
+        // claimed it).
+        let conn = unsafe { slot.with(Option::take) };
+        drop(conn);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.core.vacate(i);
+        self.opener.notify_one();
+    }
+
+    /// Closes idle connections past their lifetime, or idle too long above `min_size`.
+    fn reap(&self, now: u64) {
+        let idle_ms = self.config.idle_timeout.map(|d| d.as_millis() as u64);
+        for i in 0..self.core.slots.len() {
+            let slot = &self.core.slots[i];
+            let idle_for = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
+            let too_idle = idle_ms.is_some_and(|limit| idle_for >= limit);
+            let old = now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed))
+                >= slot.retire_after_ms.load(Ordering::Relaxed);
+            if !(too_idle || old) || !self.core.claim_idle(i) {
+                continue;
+            }
+            let above_min = self.open.load(Ordering::Acquire) > self.config.min_size;
+            if self.expired(i, now) {
+                self.counters.retired.fetch_add(1, Ordering::Relaxed);
+                self.close(i);
+            } else if too_idle && above_min {
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+                self.close(i);
+            } else {
+                self.core.release(i);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -235,6 +328,8 @@ struct Counters {
     opened: AtomicU64,
     connect_failures: AtomicU64,
     closed_broken: AtomicU64,
+    retired: AtomicU64,
+    idle_closed: AtomicU64,
     /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
     wait_buckets: [AtomicU64; 32],
 }
@@ -393,6 +488,8 @@ impl<M: Manager> Pool<M> {
             opened: c.opened.load(Ordering::Relaxed),
             connect_failures: c.connect_failures.load(Ordering::Relaxed),
             closed_broken: c.closed_broken.load(Ordering::Relaxed),
+            retired: c.retired.load(Ordering::Relaxed),
+            idle_closed: c.idle_closed.load(Ordering::Relaxed),
             wait_histogram_us: c
                 .wait_buckets
                 .iter()
@@ -532,15 +629,15 @@ impl<M: Manager> Drop for Pooled<M> {
         // SAFETY: this guard owns the slot until the release or vacate below.
         let broken =
             unsafe { slot.with(|c| c.as_ref().is_some_and(|c| pool.manager.is_broken(c))) };
+        let now = pool.clock_ms.load(Ordering::Relaxed);
         if broken {
-            // SAFETY: still owned.
-            let conn = unsafe { slot.with(Option::take) };
-            drop(conn);
             pool.counters.closed_broken.fetch_add(1, Ordering::Relaxed);
-            pool.open.fetch_sub(1, Ordering::AcqRel);
-            pool.core.vacate(self.slot);
-            pool.opener.notify_one();
+            pool.close(self.slot);
+        } else if pool.expired(self.slot, now) {
+            pool.counters.retired.fetch_add(1, Ordering::Relaxed);
+            pool.close(self.slot);
         } else {
+            slot.returned_ms.store(now, Ordering::Relaxed);
             pool.core.release(self.slot);
         }
     }
@@ -566,6 +663,10 @@ async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
     loop {
         let pause = {
             let Some(inner) = pool.upgrade() else { return };
+            let now = inner.tick();
+            if inner.config.max_lifetime.is_some() || inner.config.idle_timeout.is_some() {
+                inner.reap(now);
+            }
             let needed = {
                 let open = inner.open.load(Ordering::Acquire);
                 open < inner.config.max_size
@@ -580,6 +681,17 @@ async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
                         backoff = Duration::ZERO;
                         // SAFETY: claim_empty made this task the slot's owner.
                         unsafe { inner.core.slots[slot].with(|c| *c = Some(conn)) };
+                        let now = inner.tick();
+                        let s = &inner.core.slots[slot];
+                        s.opened_ms.store(now, Ordering::Relaxed);
+                        s.returned_ms.store(now, Ordering::Relaxed);
+                        s.retire_after_ms.store(
+                            inner
+                                .config
+                                .max_lifetime
+                                .map_or(u64::MAX, |d| jittered_ms(d, slot)),
+                            Ordering::Relaxed,
+                        );
                         inner.open.fetch_add(1, Ordering::AcqRel);
                         inner.counters.opened.fetch_add(1, Ordering::Relaxed);
                         *inner
@@ -616,9 +728,35 @@ async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
                 // A notify that came since the check above left a permit, so this returns at
                 // once. The periodic wake-up ends the task soon after the pool is dropped
                 // (this strong reference is the last one then).
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(500), inner.opener.notified()).await;
+                let period = match inner.config.max_lifetime.or(inner.config.idle_timeout) {
+                    // Timers are checked at least every 100 ms (or a tenth of the shortest).
+                    Some(_) => Duration::from_millis(100).min(shortest_timer(&inner.config) / 10),
+                    None => Duration::from_millis(500),
+                };
+                let _ = tokio::time::timeout(
+                    period.max(Duration::from_millis(1)),
+                    inner.opener.notified(),
+                )
+                .await;
             }
         }
     }
+}
+
+/// The shortest of the configured timers.
+fn shortest_timer(config: &Config) -> Duration {
+    [config.max_lifetime, config.idle_timeout]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(Duration::MAX)
+}
+
+/// A lifetime in ms between 90% and 100% of `lifetime`, spread by slot (deterministic, so a
+/// test can bound it; different for neighbouring slots).
+fn jittered_ms(lifetime: Duration, slot: usize) -> u64 {
+    let ms = lifetime.as_millis() as u64;
+    // A multiplicative hash of the slot index, mapped onto the last tenth of the lifetime.
+    let spread = (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1023
+    ms - ms / 10 * spread / 1023
 }

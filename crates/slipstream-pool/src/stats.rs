@@ -42,6 +42,10 @@ pub struct Stats {
     pub connect_failures: u64,
     /// Connections closed on return because the manager said they were broken.
     pub closed_broken: u64,
+    /// Connections closed because they reached their maximum lifetime.
+    pub retired: u64,
+    /// Connections closed after the idle timeout.
+    pub idle_closed: u64,
     /// Borrows that waited, by wait: entry k counts waits of 2^k to 2^(k+1) microseconds.
     pub wait_histogram_us: Vec<u64>,
 }

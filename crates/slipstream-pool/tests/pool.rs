@@ -297,3 +297,53 @@ async fn min_size_connections_open_in_the_background() {
         "no more than min_size without borrowers"
     );
 }
+
+#[tokio::test]
+async fn connections_retire_at_their_lifetime_idle_or_returned() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m))
+        .max_size(1)
+        .max_lifetime(Duration::from_millis(50))
+        .build();
+    let first = pool.get().await.unwrap().id;
+    // Idle past its lifetime: the reaper closes it and the next borrow gets a new one.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let conn = pool.get().await.unwrap();
+    assert_ne!(conn.id, first);
+    let second = conn.id;
+    // Held past its lifetime: closed when returned.
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    drop(conn);
+    let third = pool.get().await.unwrap().id;
+    assert_ne!(third, second);
+    assert!(pool.stats().retired >= 2, "{:?}", pool.stats());
+}
+
+#[tokio::test]
+async fn idle_connections_close_after_the_timeout_but_not_below_min_size() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m))
+        .max_size(3)
+        .min_size(1)
+        .idle_timeout(Duration::from_millis(50))
+        .build();
+    let held: Vec<_> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(pool.get().await.unwrap());
+        }
+        v
+    };
+    assert_eq!(pool.stats().open, 3);
+    drop(held);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().open > 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("idle connections close down to min_size");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let s = pool.stats();
+    assert_eq!((s.open, s.idle_closed), (1, 2), "{s:?}");
+}
