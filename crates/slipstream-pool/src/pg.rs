@@ -41,4 +41,9 @@ impl Manager for PgManager {
     fn is_broken(&self, conn: &Client) -> bool {
         !conn.is_reusable()
     }
+
+    /// One round trip (`SELECT 1` on the simple protocol).
+    async fn validate(&self, conn: &mut Client) -> bool {
+        conn.batch_execute("SELECT 1").await.is_ok()
+    }
 }

@@ -43,6 +43,13 @@ pub trait Manager: Send + Sync + 'static {
     fn is_broken(&self, _conn: &Self::Connection) -> bool {
         false
     }
+
+    /// Checks a connection that sat idle longer than the pool's trust window
+    /// ([`Builder::validate_after`]) before it is lent (e.g. a round trip to the server).
+    /// `false` closes it and the borrow takes another. Async borrows only.
+    fn validate(&self, _conn: &mut Self::Connection) -> impl Future<Output = bool> + Send {
+        std::future::ready(true)
+    }
 }
 
 /// How a pool behaves. Build with [`Pool::builder`].
@@ -67,6 +74,9 @@ pub struct Config {
     pub max_lifetime: Option<Duration>,
     /// Connections idle longer than this are closed, down to `min_size`. `None`: kept.
     pub idle_timeout: Option<Duration>,
+    /// Connections idle longer than this are validated ([`Manager::validate`]) before an async
+    /// borrow gets them. `None`: never.
+    pub validate_after: Option<Duration>,
 }
 
 impl Default for Config {
@@ -79,6 +89,7 @@ impl Default for Config {
             connect_interval: Duration::from_millis(1),
             max_lifetime: None,
             idle_timeout: None,
+            validate_after: None,
         }
     }
 }
@@ -153,6 +164,13 @@ impl<M: Manager> Builder<M> {
     /// never).
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.config.idle_timeout = Some(timeout);
+        self
+    }
+    /// Validates a connection idle longer than `window` before lending it (async borrows;
+    /// default: never). With [`crate::PgManager`] that is one round trip, so a borrower after a
+    /// server restart gets a working connection instead of a dead one.
+    pub fn validate_after(mut self, window: Duration) -> Self {
+        self.config.validate_after = Some(window);
         self
     }
     /// The shortest time between connection attempts (default 1 ms).
@@ -328,6 +346,7 @@ struct Counters {
     opened: AtomicU64,
     connect_failures: AtomicU64,
     closed_broken: AtomicU64,
+    failed_validation: AtomicU64,
     retired: AtomicU64,
     idle_closed: AtomicU64,
     /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
@@ -363,6 +382,28 @@ impl<M: Manager> Pool<M> {
     /// # drop(held); Ok(()) }
     /// ```
     pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
+        let Some(window) = self.inner.config.validate_after else {
+            return self.claim().await;
+        };
+        let window = window.as_millis() as u64;
+        loop {
+            let mut conn = self.claim().await?;
+            let slot = &self.inner.core.slots[conn.slot];
+            let now = self.inner.clock_ms.load(Ordering::Relaxed);
+            let idle = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
+            if idle < window || self.inner.manager.validate(&mut conn).await {
+                return Ok(conn);
+            }
+            self.inner
+                .counters
+                .failed_validation
+                .fetch_add(1, Ordering::Relaxed);
+            conn.discard = true;
+        }
+    }
+
+    /// Borrows a slot, without validation.
+    async fn claim(&self) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
         if let Some(i) = inner.core.try_claim() {
             return Ok(self.lend(i));
@@ -488,6 +529,7 @@ impl<M: Manager> Pool<M> {
             opened: c.opened.load(Ordering::Relaxed),
             connect_failures: c.connect_failures.load(Ordering::Relaxed),
             closed_broken: c.closed_broken.load(Ordering::Relaxed),
+            failed_validation: c.failed_validation.load(Ordering::Relaxed),
             retired: c.retired.load(Ordering::Relaxed),
             idle_closed: c.idle_closed.load(Ordering::Relaxed),
             wait_histogram_us: c
@@ -505,6 +547,7 @@ impl<M: Manager> Pool<M> {
         Pooled {
             pool: self.inner.clone(),
             slot,
+            discard: false,
         }
     }
 
@@ -599,6 +642,8 @@ impl<C> Drop for Place<'_, C> {
 pub struct Pooled<M: Manager> {
     pool: Arc<Inner<M>>,
     slot: usize,
+    /// Close the connection on drop instead of returning it (it failed validation).
+    discard: bool,
 }
 
 impl<M: Manager> Deref for Pooled<M> {
@@ -627,8 +672,9 @@ impl<M: Manager> Drop for Pooled<M> {
         let pool = &self.pool;
         let slot = &pool.core.slots[self.slot];
         // SAFETY: this guard owns the slot until the release or vacate below.
-        let broken =
-            unsafe { slot.with(|c| c.as_ref().is_some_and(|c| pool.manager.is_broken(c))) };
+        let broken = self.discard
+            // SAFETY: as above.
+            || unsafe { slot.with(|c| c.as_ref().is_some_and(|c| pool.manager.is_broken(c))) };
         let now = pool.clock_ms.load(Ordering::Relaxed);
         if broken {
             pool.counters.closed_broken.fetch_add(1, Ordering::Relaxed);

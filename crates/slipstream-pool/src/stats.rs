@@ -42,6 +42,8 @@ pub struct Stats {
     pub connect_failures: u64,
     /// Connections closed on return because the manager said they were broken.
     pub closed_broken: u64,
+    /// Idle connections that failed validation before a borrow (and were closed).
+    pub failed_validation: u64,
     /// Connections closed because they reached their maximum lifetime.
     pub retired: u64,
     /// Connections closed after the idle timeout.

@@ -116,3 +116,27 @@ async fn the_pool_survives_a_server_restart() {
     );
     assert!(pool.stats().closed_broken as usize >= failures);
 }
+
+#[tokio::test]
+async fn with_validation_a_borrower_never_sees_a_connection_killed_by_a_restart() {
+    let mut cluster = Cluster::start().unwrap();
+    let config = cluster.url().parse().expect("the testkit's URL parses");
+    let pool = Pool::builder(PgManager::new(config))
+        .max_size(2)
+        .validate_after(Duration::ZERO)
+        .borrow_timeout(Duration::from_secs(10))
+        .build();
+    {
+        let (mut a, mut b) = (pool.get().await.unwrap(), pool.get().await.unwrap());
+        a.batch_execute("SELECT 1").await.unwrap();
+        b.batch_execute("SELECT 1").await.unwrap();
+    }
+    cluster.restart().unwrap();
+    for _ in 0..4 {
+        let mut conn = pool.get().await.unwrap();
+        conn.batch_execute("SELECT 1")
+            .await
+            .expect("validation replaced the dead connection before lending it");
+    }
+    assert_eq!(pool.stats().failed_validation, 2, "{:?}", pool.stats());
+}
