@@ -260,6 +260,14 @@ impl<C> Core<C> {
         }
     }
 
+    /// Puts a newly opened connection into service: slot `i` (claimed EMPTY -> OPENING by
+    /// the caller, now holding a connection) counts as lent until [`Core::release`] hands it to
+    /// a waiter (it stays BORROWED, lent to them) or marks it IDLE.
+    pub(crate) fn opened(&self, i: usize) {
+        self.slots[i].state.store(BORROWED, SeqCst);
+        self.release(i);
+    }
+
     /// Gives up owned slot `i` (its connection was closed): EMPTY, for an opener to refill.
     pub(crate) fn vacate(&self, i: usize) {
         self.slots[i].state.store(EMPTY, Release);
@@ -371,7 +379,7 @@ mod loom_tests {
         while let Some(i) = core.claim_empty() {
             // SAFETY: claim_empty made this thread the slot's owner.
             unsafe { core.slots[i].with(|c| *c = Some(0)) };
-            core.release(i);
+            core.opened(i);
         }
         core
     }

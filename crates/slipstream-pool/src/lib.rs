@@ -39,5 +39,5 @@ pub use error::PoolError;
 #[cfg(not(loom))]
 pub use pg::PgManager;
 #[cfg(not(loom))]
-pub use pool::{Builder, Config, Manager, Pool, Pooled};
+pub use pool::{Builder, Config, ConnectionInfo, Manager, Pool, Pooled};
 pub use stats::Stats;

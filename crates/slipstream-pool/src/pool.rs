@@ -540,6 +540,48 @@ impl<M: Manager> Pool<M> {
         }
     }
 
+    /// A snapshot of every open connection's attributes (times from the pool's coarse clock,
+    /// which the opener advances at least every 500 ms).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// drop(pool.get().await?);
+    /// for c in pool.connections() {
+    ///     println!("slot {}: {} borrows, {:?} old, busy: {}", c.slot, c.borrows, c.age, c.borrowed);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        let now = self.inner.clock_ms.load(Ordering::Relaxed);
+        let ms = |t: u64| Duration::from_millis(now.saturating_sub(t));
+        self.inner
+            .core
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let state = s.state.load(Ordering::Acquire);
+                if state != crate::core::IDLE && state != crate::core::BORROWED {
+                    return None;
+                }
+                Some(ConnectionInfo {
+                    slot: i,
+                    borrowed: state == crate::core::BORROWED,
+                    borrows: s.borrows.load(Ordering::Relaxed),
+                    age: ms(s.opened_ms.load(Ordering::Relaxed)),
+                    since_returned: ms(s.returned_ms.load(Ordering::Relaxed)),
+                })
+            })
+            .collect()
+    }
+
     fn lend(&self, slot: usize) -> Pooled<M> {
         let count = &self.inner.core.slots[slot].borrows;
         // Only the owner writes it: a plain load and store, no read-modify-write.
@@ -744,7 +786,7 @@ async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
                             .last_connect_error
                             .lock()
                             .unwrap_or_else(|p| p.into_inner()) = None;
-                        inner.core.release(slot);
+                        inner.core.opened(slot);
                     }
                     Err(e) => {
                         inner.core.vacate(slot);
@@ -805,4 +847,20 @@ fn jittered_ms(lifetime: Duration, slot: usize) -> u64 {
     // A multiplicative hash of the slot index, mapped onto the last tenth of the lifetime.
     let spread = (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1023
     ms - ms / 10 * spread / 1023
+}
+
+/// One open connection's attributes; see [`Pool::connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionInfo {
+    /// Its slot in the pool.
+    pub slot: usize,
+    /// Lent out now.
+    pub borrowed: bool,
+    /// Times it was lent.
+    pub borrows: u64,
+    /// Time since it was opened.
+    pub age: Duration,
+    /// Time since it was last returned (or opened): how long it has been idle, if it is.
+    pub since_returned: Duration,
 }

@@ -347,3 +347,20 @@ async fn idle_connections_close_after_the_timeout_but_not_below_min_size() {
     let s = pool.stats();
     assert_eq!((s.open, s.idle_closed), (1, 2), "{s:?}");
 }
+
+#[tokio::test]
+async fn connection_attributes_count_borrows_and_show_who_is_busy() {
+    let (pool, _) = pool(2);
+    let a = pool.get().await.unwrap();
+    let b = pool.get().await.unwrap();
+    drop(b);
+    for _ in 0..3 {
+        drop(pool.get().await.unwrap());
+    }
+    let infos = pool.connections();
+    assert_eq!(infos.len(), 2);
+    assert_eq!(infos.iter().filter(|c| c.borrowed).count(), 1);
+    assert_eq!(infos.iter().map(|c| c.borrows).sum::<u64>(), 5);
+    drop(a);
+    assert!(pool.connections().iter().all(|c| !c.borrowed));
+}
