@@ -129,23 +129,7 @@ fn lab_experiments_run_in_quick_mode_and_write_json_and_svg() {
 #[test]
 fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
     let cluster = Cluster::start().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("pipeline.json");
-    let o = slipstream(
-        &[
-            "lab",
-            "run",
-            "pipeline",
-            "--quick",
-            "--url",
-            &cluster.url(),
-            "--json",
-            json.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
+    let (out, result) = run_quick(&cluster, "pipeline");
     for peer in [
         "slipstream-pg",
         "tokio-postgres",
@@ -154,8 +138,6 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
     ] {
         assert!(out.contains(peer), "{peer} missing from:\n{out}");
     }
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let ratios = result["ratios"].as_object().unwrap();
     for key in [
         "readonly1_rtt0us_slipstream_pipelined_over_pgbench_pipelined",

@@ -14,6 +14,8 @@ mod environment;
 mod experiment_result;
 mod experiments;
 mod placement;
+#[doc(hidden)]
+pub mod pool_peers;
 mod report;
 mod stats;
 

@@ -696,6 +696,9 @@ impl<M: Manager> Deref for Pooled<M> {
         let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
         // SAFETY: as above; the reference lives no longer than `&self`, during which no one
         // else touches the slot.
+        // The expect cannot fire: a slot is lent only after `Core::opened` put a connection in
+        // it, and the connection is taken out only by `Inner::close`, which its owner calls
+        // instead of lending it again (no user input or socket state reaches this).
         unsafe { (*conn).as_ref().expect("a lent slot holds a connection") }
     }
 }
@@ -704,7 +707,7 @@ impl<M: Manager> DerefMut for Pooled<M> {
     fn deref_mut(&mut self) -> &mut M::Connection {
         // SAFETY: as in `deref`; `&mut self` makes the access unique on this side too.
         let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
-        // SAFETY: as in `deref`.
+        // SAFETY: as in `deref`. The expect cannot fire, as in `deref`.
         unsafe { (*conn).as_mut().expect("a lent slot holds a connection") }
     }
 }

@@ -6,11 +6,11 @@
 //! Tasks hold the connection across one `yield_now`: a task that never yields while holding
 //! keeps its worker thread and starves the rest, and the benchmark would measure nothing.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
 use crate::{Context, ExperimentResult, Table, environment};
 
 pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
@@ -104,6 +104,26 @@ struct Run {
     failures: u64,
 }
 
+impl Run {
+    /// The run's table row; `ours` is slipstream-pool's rate at the same T.
+    fn cells(&self, kind: &str, ours: f64) -> Vec<String> {
+        vec![
+            kind.into(),
+            self.borrowers.to_string(),
+            self.pool.into(),
+            format!("{:.0}", self.per_sec),
+            format!("{:.1}", self.waits.quantile_us(0.5)),
+            format!("{:.1}", self.waits.quantile_us(0.99)),
+            format!("{:.1}", self.waits.quantile_us(0.999)),
+            format!("{:.0}", self.waits.max_ns as f64 / 1e3),
+            self.zero.to_string(),
+            format!("{} … {}", self.min, self.max),
+            format!("{:.3}", self.jain),
+            format!("{:.2}x", ours / self.per_sec.max(1e-9)),
+        ]
+    }
+}
+
 fn summarize(pool: &'static str, seconds: f64, records: Vec<Borrower>) -> Run {
     let mut waits = Waits::new();
     for r in &records {
@@ -127,94 +147,6 @@ fn summarize(pool: &'static str, seconds: f64, records: Vec<Borrower>) -> Run {
             0.0
         },
         failures,
-    }
-}
-
-// ---- the trivial connection, managed by each pool ----
-
-struct Ours;
-impl slipstream_pool::Manager for Ours {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(0)
-    }
-}
-
-struct Dead;
-impl deadpool::managed::Manager for Dead {
-    type Type = u64;
-    type Error = Infallible;
-    async fn create(&self) -> Result<u64, Infallible> {
-        Ok(0)
-    }
-    async fn recycle(
-        &self,
-        _: &mut u64,
-        _: &deadpool::managed::Metrics,
-    ) -> deadpool::managed::RecycleResult<Infallible> {
-        Ok(())
-    }
-}
-
-struct B8;
-impl bb8::ManageConnection for B8 {
-    type Connection = u64;
-    type Error = Infallible;
-    async fn connect(&self) -> Result<u64, Infallible> {
-        Ok(0)
-    }
-    async fn is_valid(&self, _: &mut u64) -> Result<(), Infallible> {
-        Ok(())
-    }
-    fn has_broken(&self, _: &mut u64) -> bool {
-        false
-    }
-}
-
-#[derive(Debug)]
-struct NeverFails;
-impl std::fmt::Display for NeverFails {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-impl std::error::Error for NeverFails {}
-
-struct R2;
-impl r2d2::ManageConnection for R2 {
-    type Connection = u64;
-    type Error = NeverFails;
-    fn connect(&self) -> Result<u64, NeverFails> {
-        Ok(0)
-    }
-    fn is_valid(&self, _: &mut u64) -> Result<(), NeverFails> {
-        Ok(())
-    }
-    fn has_broken(&self, _: &mut u64) -> bool {
-        false
-    }
-}
-
-/// The article's "old style": a mutex-guarded stack and a condition variable.
-struct MutexPool {
-    free: Mutex<Vec<u64>>,
-    freed: Condvar,
-}
-
-impl MutexPool {
-    fn get(&self) -> u64 {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(c) = free.pop() {
-                return c;
-            }
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-    fn put(&self, c: u64) {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(c);
-        self.freed.notify_one();
     }
 }
 
@@ -532,10 +464,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let (s, rec) = threads(t, duration, Arc::new(move || r2.get().is_ok()))?;
         runs_threads.push(summarize("r2d2", s, rec));
 
-        let old = Arc::new(MutexPool {
-            free: Mutex::new(vec![0; CONNECTIONS]),
-            freed: Condvar::new(),
-        });
+        let old = Arc::new(MutexPool::new(CONNECTIONS));
         let (s, rec) = threads(
             t,
             duration,
@@ -566,20 +495,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         for chunk in runs.chunks(3) {
             let ours = chunk[0].per_sec;
             for run in chunk {
-                table.row(vec![
-                    kind.into(),
-                    run.borrowers.to_string(),
-                    run.pool.into(),
-                    format!("{:.0}", run.per_sec),
-                    format!("{:.1}", run.waits.quantile_us(0.5)),
-                    format!("{:.1}", run.waits.quantile_us(0.99)),
-                    format!("{:.1}", run.waits.quantile_us(0.999)),
-                    format!("{:.0}", run.waits.max_ns as f64 / 1e3),
-                    run.zero.to_string(),
-                    format!("{} … {}", run.min, run.max),
-                    format!("{:.3}", run.jain),
-                    format!("{:.2}x", ours / run.per_sec.max(1e-9)),
-                ]);
+                table.row(run.cells(kind, ours));
             }
             // Against the best peer that left nobody with nothing.
             let best_fair = chunk[1..]
@@ -629,20 +545,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     for chunk in pg_runs.chunks(3) {
         let ours = chunk[0].per_sec;
         for run in chunk {
-            table.row(vec![
-                "tasks, SELECT 1".into(),
-                run.borrowers.to_string(),
-                run.pool.into(),
-                format!("{:.0}", run.per_sec),
-                format!("{:.1}", run.waits.quantile_us(0.5)),
-                format!("{:.1}", run.waits.quantile_us(0.99)),
-                format!("{:.1}", run.waits.quantile_us(0.999)),
-                format!("{:.0}", run.waits.max_ns as f64 / 1e3),
-                run.zero.to_string(),
-                format!("{} … {}", run.min, run.max),
-                format!("{:.3}", run.jain),
-                format!("{:.2}x", ours / run.per_sec.max(1e-9)),
-            ]);
+            table.row(run.cells("tasks, SELECT 1", ours));
         }
         let best = chunk[1..].iter().map(|p| p.per_sec).fold(0.0, f64::max);
         if best > 0.0 {

@@ -1,75 +1,9 @@
 //! Uncontended borrow + return: one borrower, one connection, each pool on the same trivial
 //! in-memory connection type (a number). Async pools run inside one runtime per measurement
-//! (criterion's `to_async`). `cargo bench -p slipstream-pool --bench uncontended`.
-
-use std::convert::Infallible;
-use std::sync::{Condvar, Mutex};
+//! (criterion's `to_async`). `cargo bench -p slipstream-lab --bench pool_uncontended`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-
-struct Ours;
-impl slipstream_pool::Manager for Ours {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(0)
-    }
-}
-
-struct Dead;
-impl deadpool::managed::Manager for Dead {
-    type Type = u64;
-    type Error = Infallible;
-    async fn create(&self) -> Result<u64, Infallible> {
-        Ok(0)
-    }
-    async fn recycle(
-        &self,
-        _: &mut u64,
-        _: &deadpool::managed::Metrics,
-    ) -> deadpool::managed::RecycleResult<Infallible> {
-        Ok(())
-    }
-}
-
-struct B8;
-impl bb8::ManageConnection for B8 {
-    type Connection = u64;
-    type Error = Infallible;
-    async fn connect(&self) -> Result<u64, Infallible> {
-        Ok(0)
-    }
-    async fn is_valid(&self, _: &mut u64) -> Result<(), Infallible> {
-        Ok(())
-    }
-    fn has_broken(&self, _: &mut u64) -> bool {
-        false
-    }
-}
-
-#[derive(Debug)]
-struct Never;
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("never")
-    }
-}
-impl std::error::Error for Never {}
-
-struct R2;
-impl r2d2::ManageConnection for R2 {
-    type Connection = u64;
-    type Error = Never;
-    fn connect(&self) -> Result<u64, Never> {
-        Ok(0)
-    }
-    fn is_valid(&self, _: &mut u64) -> Result<(), Never> {
-        Ok(())
-    }
-    fn has_broken(&self, _: &mut u64) -> bool {
-        false
-    }
-}
+use slipstream_lab::pool_peers::{B8, Dead, MutexPool, Ours, R2};
 
 fn uncontended(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -126,20 +60,11 @@ fn uncontended(c: &mut Criterion) {
         .expect("r2d2");
     g.bench_function("r2d2 get", |b| b.iter(|| drop(r2.get().expect("idle"))));
 
-    let free = Mutex::new(vec![0u64]);
-    let freed = Condvar::new();
+    let old = MutexPool::new(1);
     g.bench_function("Mutex + Condvar", |b| {
         b.iter(|| {
-            let mut guard = free.lock().unwrap_or_else(|p| p.into_inner());
-            let conn = loop {
-                if let Some(c) = guard.pop() {
-                    break c;
-                }
-                guard = freed.wait(guard).unwrap_or_else(|p| p.into_inner());
-            };
-            drop(guard);
-            free.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
-            freed.notify_one();
+            let conn = old.get();
+            old.put(conn);
         })
     });
 
