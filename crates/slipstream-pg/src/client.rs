@@ -57,6 +57,21 @@ impl Client {
         self.cancel.clone()
     }
 
+    /// A handle that closes this connection from another task (cancelling its running
+    /// statement first); see [`AbortHandle`](crate::AbortHandle). Pools use it to reclaim a
+    /// connection borrowed too long.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the socket's descriptor cannot be duplicated
+    /// (the process is out of file descriptors).
+    pub fn abort_handle(&self) -> Result<crate::AbortHandle, Error> {
+        crate::AbortHandle::new(
+            self.conn.socket(),
+            self.cancel.clone(),
+            self.conn.aborted.clone(),
+        )
+    }
+
     /// The server process id serving this connection (`pg_backend_pid()`).
     pub fn backend_pid(&self) -> i32 {
         self.cancel.process_id

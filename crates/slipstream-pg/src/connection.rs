@@ -100,6 +100,9 @@ pub(crate) struct Connection {
     /// The session ran `DISCARD ALL` or `DEALLOCATE ALL`: every prepared statement is gone, so
     /// the statement cache must forget its entries before its next use.
     pub(crate) statements_discarded: bool,
+    /// Set by an [`AbortHandle`](crate::AbortHandle) before it shuts the socket: why the
+    /// connection was closed from outside, reported instead of the bare I/O error that follows.
+    pub(crate) aborted: Arc<Mutex<Option<String>>>,
 }
 
 impl Connection {
@@ -123,11 +126,16 @@ impl Connection {
             deferred: Vec::new(),
             closes: Arc::new(Mutex::new(Vec::new())),
             statements_discarded: false,
+            aborted: Arc::new(Mutex::new(None)),
         }
     }
 
     pub(crate) fn startup_done(&mut self) {
         self.max_message = MAX_MESSAGE;
+    }
+
+    pub(crate) fn socket(&self) -> &Socket {
+        &self.socket
     }
 
     pub(crate) fn is_tls(&self) -> bool {
@@ -149,6 +157,18 @@ impl Connection {
 
     /// Marks the connection broken by `e` (the first cause is kept) and returns `e`.
     pub(crate) fn poison(&mut self, e: Error) -> Error {
+        let aborted = self
+            .aborted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let e = match aborted {
+            Some(reason) => Error::closed(format!(
+                "connection closed by its pool: {reason}; the statement was cancelled, borrow \
+                 another connection"
+            )),
+            None => e,
+        };
         if self.broken.is_none() {
             self.broken = Some(e.to_string());
         }

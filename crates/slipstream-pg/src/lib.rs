@@ -57,6 +57,7 @@
 //! | `with-serde_json-1` | `serde_json::Value` for `json`/`jsonb` |
 #![warn(missing_docs, rust_2018_idioms)]
 
+mod abort;
 mod cancel;
 mod client;
 mod config;
@@ -79,6 +80,7 @@ mod statement_cache;
 mod tls;
 mod transaction;
 
+pub use abort::AbortHandle;
 pub use cancel::CancelToken;
 pub use client::Client;
 pub use config::{Config, DEFAULT_PORT, DEFAULT_STATEMENT_CACHE_SIZE, Host, SslMode};

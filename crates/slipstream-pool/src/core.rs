@@ -43,11 +43,20 @@ pub(crate) struct Slot<C> {
     /// Times this slot was lent: written by its owner only, so no borrow touches a counter
     /// shared with the other slots.
     pub(crate) borrows: AtomicU64,
-    /// The pool clock (ms) when the connection was opened, and when it was last returned, and
-    /// the age (ms) at which it retires (`u64::MAX`: never). Written by the slot's owner.
+    /// The pool clock (ms) when the connection was opened, last lent, last used by its holder
+    /// and last returned, and the age (ms) at which it retires (`u64::MAX`: never). Written by
+    /// the slot's owner.
     pub(crate) opened_ms: AtomicU64,
+    pub(crate) borrowed_ms: AtomicU64,
+    pub(crate) active_ms: AtomicU64,
     pub(crate) returned_ms: AtomicU64,
     pub(crate) retire_after_ms: AtomicU64,
+    /// Total ms the connection spent lent out, added at each return by the returner.
+    pub(crate) busy_ms: AtomicU64,
+    /// Odd while lent to a holder that the pool may reclaim: the holder returns with a CAS
+    /// from the odd value it was lent with, the reclaimer takes the slot with a CAS from the
+    /// same value; whichever wins owns the slot (see `Pooled`'s drop).
+    pub(crate) lease: AtomicU64,
     conn: Cell<Option<C>>,
 }
 
@@ -62,8 +71,12 @@ impl<C> Slot<C> {
             state: AtomicU8::new(EMPTY),
             borrows: AtomicU64::new(0),
             opened_ms: AtomicU64::new(0),
+            borrowed_ms: AtomicU64::new(0),
+            active_ms: AtomicU64::new(0),
             returned_ms: AtomicU64::new(0),
             retire_after_ms: AtomicU64::new(u64::MAX),
+            busy_ms: AtomicU64::new(0),
+            lease: AtomicU64::new(0),
             conn: Cell::new(None),
         }
     }
@@ -148,15 +161,25 @@ pub(crate) struct Core<C> {
     waiters: Queue<std::sync::Arc<Waiter>>,
     /// Borrowers counted as waiting (queued or about to be); see the module docs.
     pub(crate) waiting: AtomicUsize,
+    /// Slots in use: borrows and opens look at `slots[..limit]` only (the pool's current
+    /// maximum size; `resize` moves it).
+    pub(crate) limit: AtomicUsize,
 }
 
 impl<C> Core<C> {
-    pub(crate) fn new(slots: usize) -> Core<C> {
+    /// A core of `capacity` slots, of which the first `limit` are used.
+    pub(crate) fn new(capacity: usize, limit: usize) -> Core<C> {
         Core {
-            slots: (0..slots).map(|_| Slot::new()).collect(),
+            slots: (0..capacity).map(|_| Slot::new()).collect(),
             waiters: Queue::new(),
             waiting: AtomicUsize::new(0),
+            limit: AtomicUsize::new(limit.min(capacity)),
         }
+    }
+
+    /// The number of slots in use now.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Relaxed).min(self.slots.len())
     }
 
     /// Claims an IDLE slot without waiting: one pass over the slots, busy ones skipped (a
@@ -172,7 +195,7 @@ impl<C> Core<C> {
     }
 
     fn scan(&self, skip_busy_by_load: bool) -> Option<usize> {
-        let n = self.slots.len();
+        let n = self.limit();
         if n == 0 {
             return None;
         }
@@ -204,7 +227,7 @@ impl<C> Core<C> {
 
     /// Claims an EMPTY slot to open a connection in.
     pub(crate) fn claim_empty(&self) -> Option<usize> {
-        (0..self.slots.len()).find(|&i| {
+        (0..self.limit()).find(|&i| {
             self.slots[i]
                 .state
                 .compare_exchange(EMPTY, OPENING, AcqRel, Relaxed)
@@ -266,6 +289,31 @@ impl<C> Core<C> {
     pub(crate) fn opened(&self, i: usize) {
         self.slots[i].state.store(BORROWED, SeqCst);
         self.release(i);
+    }
+
+    /// Starts a reclaimable lease on owned slot `i` as it is lent: even -> odd. Release, so a
+    /// reclaimer that reads this lease also reads the borrow's times written before it.
+    pub(crate) fn begin_lease(&self, i: usize) -> u64 {
+        let lease = &self.slots[i].lease;
+        let odd = lease.load(Relaxed) + 1;
+        lease.store(odd, Release);
+        odd
+    }
+
+    /// Ends lease `lease` on slot `i`, for the holder returning it or for a reclaimer taking
+    /// it: odd -> even by compare-and-swap, so exactly one of the two wins and owns the slot
+    /// afterwards. False: the other side won (the holder was reclaimed, or it returned first).
+    pub(crate) fn end_lease(&self, i: usize, lease: u64) -> bool {
+        self.slots[i]
+            .lease
+            .compare_exchange(lease, lease + 1, AcqRel, Relaxed)
+            .is_ok()
+    }
+
+    /// The lease a reclaimer may end on slot `i`: `Some` while the slot is lent reclaimably.
+    pub(crate) fn current_lease(&self, i: usize) -> Option<u64> {
+        let lease = self.slots[i].lease.load(Acquire);
+        (lease % 2 == 1).then_some(lease)
     }
 
     /// Gives up owned slot `i` (its connection was closed): EMPTY, for an opener to refill.
@@ -375,7 +423,7 @@ mod loom_tests {
 
     /// A core with `n` slots, each holding connection value 0.
     fn filled(n: usize) -> Arc<Core<u32>> {
-        let core = Arc::new(Core::new(n));
+        let core = Arc::new(Core::new(n, n));
         while let Some(i) = core.claim_empty() {
             // SAFETY: claim_empty made this thread the slot's owner.
             unsafe { core.slots[i].with(|c| *c = Some(0)) };
@@ -451,6 +499,39 @@ mod loom_tests {
             waiter.join().unwrap();
             assert_eq!(core.slots[0].state.load(SeqCst), IDLE);
             assert_eq!(core.waiting.load(SeqCst), 0);
+        });
+    }
+
+    /// A holder returns a slot while the reclaimer takes it (time-to-live): exactly one wins;
+    /// the slot ends IDLE (the holder won) or EMPTY (reclaimed), never both, never lost.
+    #[test]
+    fn loom_a_return_racing_a_reclaim_has_one_winner() {
+        loom::model(|| {
+            let core = filled(1);
+            let i = core.try_claim().expect("one idle slot");
+            let lease = core.begin_lease(i);
+            let reclaimer = {
+                let core = core.clone();
+                thread::spawn(move || match core.current_lease(0) {
+                    Some(l) if core.end_lease(0, l) => {
+                        // SAFETY: winning the lease made this thread the slot's owner.
+                        unsafe { core.slots[0].with(|c| *c = None) };
+                        core.vacate(0);
+                        true
+                    }
+                    _ => false,
+                })
+            };
+            let returned = core.end_lease(i, lease);
+            if returned {
+                // SAFETY: the holder won the lease and owns the slot.
+                unsafe { core.slots[i].with(|c| *c.as_mut().unwrap() += 1) };
+                core.release(i);
+            }
+            let reclaimed = reclaimer.join().unwrap();
+            assert!(returned != reclaimed, "exactly one side owns the slot");
+            let state = core.slots[0].state.load(SeqCst);
+            assert_eq!(state, if returned { IDLE } else { EMPTY });
         });
     }
 

@@ -25,19 +25,35 @@
 //! The slot state machine and the hand-off are checked with loom:
 //! `RUSTFLAGS="--cfg loom" cargo test -p slipstream-pool --release --lib loom`.
 #![warn(missing_docs, rust_2018_idioms)]
+// Under loom only the core is built; the pool's uses of it are not.
+#![cfg_attr(loom, allow(dead_code))]
 
+#[cfg(not(loom))]
+mod config;
 mod core;
 mod error;
+mod labels;
+#[cfg(not(loom))]
+mod maintenance;
+mod manager;
 #[cfg(not(loom))]
 mod pg;
 #[cfg(not(loom))]
 mod pool;
+#[cfg(not(loom))]
+mod pooled;
 mod stats;
 mod sync;
 
+#[cfg(not(loom))]
+pub use config::{Builder, Config};
 pub use error::PoolError;
+pub use labels::{Labeling, Labels, TOO_COSTLY};
+pub use manager::{AbortFn, Manager};
 #[cfg(not(loom))]
-pub use pg::PgManager;
+pub use pg::{PgManager, Reset};
 #[cfg(not(loom))]
-pub use pool::{Builder, Config, ConnectionInfo, Manager, Pool, Pooled};
+pub use pool::{ConnectionInfo, Pool};
+#[cfg(not(loom))]
+pub use pooled::Pooled;
 pub use stats::Stats;

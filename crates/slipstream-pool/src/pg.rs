@@ -1,12 +1,34 @@
 //! The PostgreSQL manager: slipstream-pg connections to one server.
 
-use slipstream_pg::{Client, Config, Error};
+use slipstream_pg::{Client, Config, Error, TransactionStatus};
 
-use crate::Manager;
+use crate::{AbortFn, Manager};
+
+/// What [`PgManager`] does to a connection returned to the pool before lending it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Reset {
+    /// Nothing; a connection returned inside a transaction is closed instead of lent again.
+    None,
+    /// Roll back a transaction left open (one round trip, only for such connections; the
+    /// default).
+    #[default]
+    Rollback,
+    /// On every return: roll back, then `CLOSE ALL; RESET ALL; UNLISTEN *; SELECT
+    /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
+    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`.
+    Session,
+}
+
+/// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL`.
+const SESSION_RESET: &str = "CLOSE ALL; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); \
+                             DISCARD TEMP; DISCARD SEQUENCES";
 
 /// Opens slipstream-pg connections for a [`crate::Pool`]. A connection that comes back broken
-/// or inside a transaction is closed, not lent again; the statement cache of each connection
-/// survives from one borrower to the next.
+/// is closed; one left inside a transaction is rolled back on the pool's task ([`Reset`]). The
+/// statement cache of each connection survives from one borrower to the next. A connection the
+/// pool reclaims ([`crate::Builder::time_to_live`]) has its statement cancelled and its socket
+/// closed.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,12 +43,35 @@ use crate::Manager;
 #[derive(Debug, Clone)]
 pub struct PgManager {
     config: Config,
+    reset: Reset,
 }
 
 impl PgManager {
     /// Connections made with `config`.
     pub fn new(config: Config) -> PgManager {
-        PgManager { config }
+        PgManager {
+            config,
+            reset: Reset::default(),
+        }
+    }
+
+    /// What to do to returned connections (default [`Reset::Rollback`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::{PgManager, Pool, Reset};
+    /// let manager = PgManager::new("postgres://app@db/orders".parse()?).reset(Reset::Session);
+    /// let pool = Pool::builder(manager).build();
+    /// # Ok(()) }
+    /// ```
+    pub fn reset(mut self, reset: Reset) -> PgManager {
+        self.reset = reset;
+        self
+    }
+
+    /// The configuration connections are made with.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 }
 
@@ -39,11 +84,38 @@ impl Manager for PgManager {
     }
 
     fn is_broken(&self, conn: &Client) -> bool {
-        !conn.is_reusable()
+        conn.is_broken() || (self.reset == Reset::None && !conn.is_reusable())
+    }
+
+    fn needs_reset(&self, conn: &Client) -> bool {
+        match self.reset {
+            Reset::None => false,
+            Reset::Rollback => !conn.is_reusable(),
+            Reset::Session => true,
+        }
+    }
+
+    async fn reset(&self, conn: &mut Client) -> bool {
+        if conn.transaction_status() != TransactionStatus::Idle
+            && conn.batch_execute("ROLLBACK").await.is_err()
+        {
+            return false;
+        }
+        match self.reset {
+            Reset::Session => conn.batch_execute(SESSION_RESET).await.is_ok(),
+            _ => conn.is_reusable(),
+        }
     }
 
     /// One round trip (`SELECT 1` on the simple protocol).
     async fn validate(&self, conn: &mut Client) -> bool {
         conn.batch_execute("SELECT 1").await.is_ok()
+    }
+
+    fn abort_handle(&self, conn: &Client) -> Option<AbortFn> {
+        let handle = conn.abort_handle().ok()?;
+        Some(Box::new(move |reason| {
+            Box::pin(async move { handle.abort(&reason).await })
+        }))
     }
 }

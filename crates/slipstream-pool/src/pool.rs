@@ -1,8 +1,7 @@
-//! The pool users hold: borrowing (async and blocking), returning, the opener task.
+//! The pool users hold: building it, borrowing (async, blocking, labeled), resizing, counters.
 
 use std::fmt;
-use std::future::{Future, poll_fn};
-use std::ops::{Deref, DerefMut};
+use std::future::poll_fn;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -11,174 +10,13 @@ use std::time::{Duration, Instant};
 use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
-use crate::core::{Core, Waiter, Wake, claim_blocking, keep_one};
-use crate::{PoolError, Stats};
-
-/// Opens, checks and closes the connections of one pool.
-///
-/// ```
-/// use slipstream_pool::Manager;
-///
-/// /// A stand-in connection: a number.
-/// struct Numbers;
-/// impl Manager for Numbers {
-///     type Connection = u64;
-///     type Error = std::io::Error;
-///     async fn connect(&self) -> Result<u64, std::io::Error> {
-///         Ok(42)
-///     }
-/// }
-/// ```
-pub trait Manager: Send + Sync + 'static {
-    /// The pooled connection.
-    type Connection: Send + 'static;
-    /// What opening one can fail with.
-    type Error: std::error::Error + Send + Sync + 'static;
-
-    /// Opens a connection. Runs on the pool's opener task, never on a borrower.
-    fn connect(&self) -> impl Future<Output = Result<Self::Connection, Self::Error>> + Send;
-
-    /// True if a returned connection must be closed instead of lent again (e.g. its socket
-    /// failed). Called on every return, so it must be cheap and must not block.
-    fn is_broken(&self, _conn: &Self::Connection) -> bool {
-        false
-    }
-
-    /// Checks a connection that sat idle longer than the pool's trust window
-    /// ([`Builder::validate_after`]) before it is lent (e.g. a round trip to the server).
-    /// `false` closes it and the borrow takes another. Async borrows only.
-    fn validate(&self, _conn: &mut Self::Connection) -> impl Future<Output = bool> + Send {
-        std::future::ready(true)
-    }
-}
-
-/// How a pool behaves. Build with [`Pool::builder`].
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// The most connections open at once.
-    pub max_size: usize,
-    /// Connections kept open even when idle.
-    pub min_size: usize,
-    /// The most borrowers waiting at once; beyond it a borrow fails at once with
-    /// [`PoolError::Full`] instead of queueing.
-    pub max_waiters: usize,
-    /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`];
-    /// `Duration::MAX` waits for ever (and spares the timer).
-    pub borrow_timeout: Duration,
-    /// The shortest time between two connection attempts (a cap on the connect rate, so a
-    /// burst of borrowers does not storm the server).
-    pub connect_interval: Duration,
-    /// Connections older than this are closed when returned or found idle, each at its own
-    /// age between 90% and 100% of it (jitter, so a pool's connections do not all retire
-    /// together). `None`: no limit.
-    pub max_lifetime: Option<Duration>,
-    /// Connections idle longer than this are closed, down to `min_size`. `None`: kept.
-    pub idle_timeout: Option<Duration>,
-    /// Connections idle longer than this are validated ([`Manager::validate`]) before an async
-    /// borrow gets them. `None`: never.
-    pub validate_after: Option<Duration>,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            max_size: 10,
-            min_size: 0,
-            max_waiters: 100_000,
-            borrow_timeout: Duration::from_secs(30),
-            connect_interval: Duration::from_millis(1),
-            max_lifetime: None,
-            idle_timeout: None,
-            validate_after: None,
-        }
-    }
-}
-
-/// Sets up a [`Pool`].
-///
-/// ```
-/// # struct Numbers;
-/// # impl slipstream_pool::Manager for Numbers {
-/// #     type Connection = u64;
-/// #     type Error = std::io::Error;
-/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
-/// # }
-/// # #[tokio::main] async fn main() {
-/// use std::time::Duration;
-/// let pool = slipstream_pool::Pool::builder(Numbers)
-///     .max_size(6)
-///     .min_size(2)
-///     .borrow_timeout(Duration::from_secs(5))
-///     .build();
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct Builder<M> {
-    manager: M,
-    config: Config,
-}
+use crate::core::{BORROWED, Core, IDLE, Waiter, Wake, claim_blocking, keep_one};
+use crate::labels::{Labeling, Labels, TOO_COSTLY};
+use crate::maintenance::opener;
+use crate::manager::AbortFn;
+use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
 
 impl<M: Manager> Builder<M> {
-    /// The most connections open at once (default 10).
-    pub fn max_size(mut self, n: usize) -> Self {
-        self.config.max_size = n;
-        self
-    }
-    /// Connections kept open even when idle (default 0).
-    pub fn min_size(mut self, n: usize) -> Self {
-        self.config.min_size = n;
-        self
-    }
-    /// The most borrowers waiting at once (default 100,000).
-    pub fn max_waiters(mut self, n: usize) -> Self {
-        self.config.max_waiters = n;
-        self
-    }
-    /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
-    pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
-        self.config.borrow_timeout = timeout;
-        self
-    }
-    /// Closes connections after about this age (90-100% of it, jittered; default: never).
-    ///
-    /// ```
-    /// # struct Numbers;
-    /// # impl slipstream_pool::Manager for Numbers {
-    /// #     type Connection = u64;
-    /// #     type Error = std::io::Error;
-    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
-    /// # }
-    /// # #[tokio::main] async fn main() {
-    /// use std::time::Duration;
-    /// let pool = slipstream_pool::Pool::builder(Numbers)
-    ///     .max_lifetime(Duration::from_secs(30 * 60))
-    ///     .idle_timeout(Duration::from_secs(10 * 60))
-    ///     .build();
-    /// # }
-    /// ```
-    pub fn max_lifetime(mut self, lifetime: Duration) -> Self {
-        self.config.max_lifetime = Some(lifetime);
-        self
-    }
-    /// Closes connections idle longer than this, never going below `min_size` (default:
-    /// never).
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = Some(timeout);
-        self
-    }
-    /// Validates a connection idle longer than `window` before lending it (async borrows;
-    /// default: never). With [`crate::PgManager`] that is one round trip, so a borrower after a
-    /// server restart gets a working connection instead of a dead one.
-    pub fn validate_after(mut self, window: Duration) -> Self {
-        self.config.validate_after = Some(window);
-        self
-    }
-    /// The shortest time between connection attempts (default 1 ms).
-    pub fn connect_interval(mut self, interval: Duration) -> Self {
-        self.config.connect_interval = interval;
-        self
-    }
-
     /// [`Builder::build`], then waits until `min_size` connections are open, failing with
     /// the connect error if the first attempts fail.
     ///
@@ -196,7 +34,7 @@ impl<M: Manager> Builder<M> {
         let pool = self.build();
         let start = Instant::now();
         loop {
-            if pool.inner.open.load(Ordering::Acquire) >= pool.inner.config.min_size {
+            if pool.inner.open.load(Ordering::Acquire) >= pool.inner.min_size() {
                 return Ok(pool);
             }
             if start.elapsed() >= timeout.min(Duration::from_secs(60)) {
@@ -217,9 +55,16 @@ impl<M: Manager> Builder<M> {
     pub fn build(self) -> Pool<M> {
         let mut config = self.config;
         config.min_size = config.min_size.min(config.max_size);
+        let capacity = match config.resize_limit {
+            0 => config.max_size.max(64),
+            n => n.max(config.max_size),
+        };
+        config.resize_limit = capacity;
         let inner = Arc::new(Inner {
-            core: Core::new(config.max_size),
+            core: Core::new(capacity, config.max_size),
             manager: self.manager,
+            reclaims: config.abandoned_timeout.is_some() || config.time_to_live.is_some(),
+            min_size: AtomicUsize::new(config.min_size),
             config,
             open: AtomicUsize::new(0),
             opener: Notify::new(),
@@ -227,6 +72,8 @@ impl<M: Manager> Builder<M> {
             counters: Counters::default(),
             epoch: Instant::now(),
             clock_ms: AtomicU64::new(0),
+            attachments: (0..capacity).map(|_| Attachment::default()).collect(),
+            runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
         inner.opener.notify_one();
@@ -257,7 +104,7 @@ impl<M: Manager> Builder<M> {
 /// # Ok(()) }
 /// ```
 pub struct Pool<M: Manager> {
-    inner: Arc<Inner<M>>,
+    pub(crate) inner: Arc<Inner<M>>,
 }
 
 impl<M: Manager> Clone for Pool<M> {
@@ -268,89 +115,126 @@ impl<M: Manager> Clone for Pool<M> {
     }
 }
 
-struct Inner<M: Manager> {
-    core: Core<M::Connection>,
-    manager: M,
-    config: Config,
+/// What the pool keeps per slot besides the connection: touched only when a connection opens
+/// or closes, by labeled borrows and by the reclaimer, never on the plain borrow path.
+#[derive(Default)]
+pub(crate) struct Attachment {
+    /// Closes the slot's connection from outside (from [`Manager::abort_handle`]).
+    pub(crate) abort: Mutex<Option<AbortFn>>,
+    pub(crate) labels: Mutex<Arc<Labels>>,
+}
+
+impl Attachment {
+    pub(crate) fn labels(&self) -> Arc<Labels> {
+        self.labels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_labels(&self, labels: Arc<Labels>) {
+        *self.labels.lock().unwrap_or_else(|p| p.into_inner()) = labels;
+    }
+
+    pub(crate) fn take_abort(&self) -> Option<AbortFn> {
+        self.abort.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    pub(crate) fn set_abort(&self, abort: Option<AbortFn>) {
+        *self.abort.lock().unwrap_or_else(|p| p.into_inner()) = abort;
+    }
+}
+
+pub(crate) struct Inner<M: Manager> {
+    /// Connections are boxed so lending and returning one moves a pointer, not the connection.
+    pub(crate) core: Core<Box<M::Connection>>,
+    pub(crate) manager: M,
+    pub(crate) config: Config,
+    /// The abandoned or time-to-live timer is set: lends and returns keep the slot's lease.
+    pub(crate) reclaims: bool,
+    pub(crate) min_size: AtomicUsize,
     /// Slots holding a connection (IDLE or BORROWED); the opener fills EMPTY ones.
-    open: AtomicUsize,
+    pub(crate) open: AtomicUsize,
     /// Wakes the opener: a borrower began waiting, or a connection was closed.
-    opener: Notify,
+    pub(crate) opener: Notify,
     /// Why the last connection attempt failed, for the timeout error. Touched by the opener
     /// and by borrowers that time out only.
-    last_connect_error: Mutex<Option<String>>,
-    counters: Counters,
+    pub(crate) last_connect_error: Mutex<Option<String>>,
+    pub(crate) counters: Counters,
     /// The pool clock: ms since `epoch`, advanced by the opener task on each wake-up (at
     /// least every 100 ms while timers are set). Returns read it instead of the system clock.
-    epoch: Instant,
-    clock_ms: AtomicU64,
+    pub(crate) epoch: Instant,
+    pub(crate) clock_ms: AtomicU64,
+    pub(crate) attachments: Box<[Attachment]>,
+    /// Where resets and blocking validations run.
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl<M: Manager> Inner<M> {
-    fn tick(&self) -> u64 {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        self.clock_ms.store(now, Ordering::Relaxed);
-        now
+    pub(crate) fn now(&self) -> u64 {
+        self.clock_ms.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn min_size(&self) -> usize {
+        self.min_size.load(Ordering::Relaxed).min(self.core.limit())
     }
 
     /// True if the connection in owned slot `i` has outlived its lifetime at `now`.
-    fn expired(&self, i: usize, now: u64) -> bool {
+    pub(crate) fn expired(&self, i: usize, now: u64) -> bool {
         let slot = &self.core.slots[i];
         now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed))
             >= slot.retire_after_ms.load(Ordering::Relaxed)
     }
 
-    /// Closes the connection in owned slot `i` and frees the slot for the opener.
-    fn close(&self, i: usize) {
-        let slot = &self.core.slots[i];
-        // SAFETY: the caller owns slot `i` (a borrower returning it, or the reaper that
-        // claimed it).
-        let conn = unsafe { slot.with(Option::take) };
+    /// Closes the connection in owned slot `i` (one the reaper claimed idle) and frees the slot.
+    pub(crate) fn close(&self, i: usize) {
+        // SAFETY: the caller owns slot `i`.
+        let conn = unsafe { self.core.slots[i].with(Option::take) };
         drop(conn);
+        self.free(i);
+    }
+
+    /// Frees owned slot `i`, whose connection is closed or gone elsewhere, for the opener.
+    pub(crate) fn free(&self, i: usize) {
+        // Dropping the abort handle releases what it holds (a duplicated socket descriptor).
+        self.attachments[i].set_abort(None);
+        self.attachments[i].set_labels(Arc::default());
         self.open.fetch_sub(1, Ordering::AcqRel);
         self.core.vacate(i);
         self.opener.notify_one();
     }
 
-    /// Closes idle connections past their lifetime, or idle too long above `min_size`.
-    fn reap(&self, now: u64) {
-        let idle_ms = self.config.idle_timeout.map(|d| d.as_millis() as u64);
-        for i in 0..self.core.slots.len() {
-            let slot = &self.core.slots[i];
-            let idle_for = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
-            let too_idle = idle_ms.is_some_and(|limit| idle_for >= limit);
-            let old = now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed))
-                >= slot.retire_after_ms.load(Ordering::Relaxed);
-            if !(too_idle || old) || !self.core.claim_idle(i) {
-                continue;
-            }
-            let above_min = self.open.load(Ordering::Acquire) > self.config.min_size;
-            if self.expired(i, now) {
-                self.counters.retired.fetch_add(1, Ordering::Relaxed);
-                self.close(i);
-            } else if too_idle && above_min {
-                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
-                self.close(i);
-            } else {
-                self.core.release(i);
-            }
-        }
+    /// Puts connection `conn` back into owned slot `i` and releases the slot: to a waiter, or
+    /// IDLE.
+    pub(crate) fn put_back(&self, i: usize, conn: Box<M::Connection>) {
+        let slot = &self.core.slots[i];
+        // SAFETY: the caller owns slot `i`; its cell is empty while the connection is lent.
+        unsafe { slot.with(|c| *c = Some(conn)) };
+        slot.returned_ms.store(self.now(), Ordering::Relaxed);
+        self.core.release(i);
     }
 }
 
 #[derive(Default)]
-struct Counters {
-    waits: AtomicU64,
-    timeouts: AtomicU64,
-    rejected: AtomicU64,
-    opened: AtomicU64,
-    connect_failures: AtomicU64,
-    closed_broken: AtomicU64,
-    failed_validation: AtomicU64,
-    retired: AtomicU64,
-    idle_closed: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) waits: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) opened: AtomicU64,
+    pub(crate) connect_failures: AtomicU64,
+    pub(crate) closed_broken: AtomicU64,
+    pub(crate) failed_validation: AtomicU64,
+    pub(crate) retired: AtomicU64,
+    pub(crate) idle_closed: AtomicU64,
+    pub(crate) resized_away: AtomicU64,
+    pub(crate) reclaimed_abandoned: AtomicU64,
+    pub(crate) reclaimed_ttl: AtomicU64,
+    pub(crate) resets: AtomicU64,
+    pub(crate) failed_resets: AtomicU64,
+    pub(crate) label_configures: AtomicU64,
+    pub(crate) label_closes: AtomicU64,
     /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
-    wait_buckets: [AtomicU64; 32],
+    pub(crate) wait_buckets: [AtomicU64; 32],
 }
 
 impl<M: Manager> Pool<M> {
@@ -382,33 +266,162 @@ impl<M: Manager> Pool<M> {
     /// # drop(held); Ok(()) }
     /// ```
     pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
-        let Some(window) = self.inner.config.validate_after else {
-            return self.claim().await;
-        };
-        let window = window.as_millis() as u64;
-        loop {
-            let mut conn = self.claim().await?;
-            let slot = &self.inner.core.slots[conn.slot];
-            let now = self.inner.clock_ms.load(Ordering::Relaxed);
-            let idle = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
-            if idle < window || self.inner.manager.validate(&mut conn).await {
+        // The common case first, with nothing else in its way: an idle connection that needs
+        // no validation.
+        if let Some(conn) = self.try_get() {
+            if !self.needs_validation(&conn) {
                 return Ok(conn);
+            }
+            if let Some(conn) = self.validated(conn).await {
+                return Ok(conn);
+            }
+        }
+        let mut deadline = Deadline::Unset;
+        loop {
+            let conn = self.claim(&mut deadline).await?;
+            if let Some(conn) = self.validated(conn).await {
+                return Ok(conn);
+            }
+        }
+    }
+
+    /// Borrows the idle connection cheapest to turn into one labeled `wanted` (by
+    /// `labeling`'s cost), configures it if its cost is above 0, and labels it `wanted` (Oracle
+    /// UCP's connection labeling). With no idle connection below [`TOO_COSTLY`], it borrows as
+    /// [`Pool::get`] does; a connection lent that way that is too costly is closed, and the
+    /// pool opens a fresh one for the next try. Fails as `get` does when the borrow timeout
+    /// passes.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(0) }
+    /// # }
+    /// use slipstream_pool::{Labeling, Labels};
+    ///
+    /// /// A connection's number is its tenant; any connection can switch, at a cost.
+    /// struct Tenants;
+    /// impl Labeling<u64> for Tenants {
+    ///     fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+    ///         if wanted == current { 0 } else { 1 }
+    ///     }
+    ///     async fn configure(&self, wanted: &Labels, conn: &mut u64) -> bool {
+    ///         *conn = wanted["tenant"].parse().unwrap_or(0);
+    ///         true
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let seven = Labels::from([("tenant".to_string(), "7".to_string())]);
+    /// let conn = pool.get_labeled(&seven, &Tenants).await?;
+    /// assert_eq!(*conn, 7);
+    /// assert_eq!(*conn.labels(), seven);
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_labeled<L: Labeling<M::Connection>>(
+        &self,
+        wanted: &Labels,
+        labeling: &L,
+    ) -> Result<Pooled<M>, PoolError> {
+        let mut deadline = Deadline::Unset;
+        loop {
+            let conn = match self.claim_cheapest(wanted, labeling) {
+                Some(conn) => conn,
+                None => self.claim(&mut deadline).await?,
+            };
+            let Some(mut conn) = self.validated(conn).await else {
+                continue;
+            };
+            let current = conn.labels();
+            let cost = labeling.cost(wanted, &current);
+            if cost == 0 {
+                return Ok(conn);
+            }
+            if cost == TOO_COSTLY {
+                self.inner
+                    .counters
+                    .label_closes
+                    .fetch_add(1, Ordering::Relaxed);
+                conn.discard = true;
+                continue;
             }
             self.inner
                 .counters
-                .failed_validation
+                .label_configures
                 .fetch_add(1, Ordering::Relaxed);
+            if labeling.configure(wanted, &mut conn).await {
+                conn.set_labels(wanted.clone());
+                return Ok(conn);
+            }
             conn.discard = true;
         }
     }
 
-    /// Borrows a slot, without validation.
-    async fn claim(&self) -> Result<Pooled<M>, PoolError> {
+    /// Claims the idle connection with the lowest cost below [`TOO_COSTLY`], if any.
+    fn claim_cheapest<L: Labeling<M::Connection>>(
+        &self,
+        wanted: &Labels,
+        labeling: &L,
+    ) -> Option<Pooled<M>> {
+        let core = &self.inner.core;
+        let mut candidates: Vec<(u32, usize)> = (0..core.limit())
+            .filter(|&i| core.slots[i].state.load(Ordering::Relaxed) == IDLE)
+            .map(|i| {
+                let labels = self.inner.attachments[i].labels();
+                (labeling.cost(wanted, &labels), i)
+            })
+            .filter(|&(cost, _)| cost != TOO_COSTLY)
+            .collect();
+        candidates.sort_unstable();
+        // Another borrower may take a candidate first: then the next cheapest.
+        candidates
+            .into_iter()
+            .find(|&(_, i)| core.claim_idle(i))
+            .map(|(_, i)| self.lend(i))
+    }
+
+    /// Validates a connection idle longer than the trust window; `None` if it failed (it is
+    /// closed on drop).
+    async fn validated(&self, mut conn: Pooled<M>) -> Option<Pooled<M>> {
+        if !self.needs_validation(&conn) || self.inner.manager.validate(&mut conn).await {
+            return Some(conn);
+        }
+        self.validation_failed(conn);
+        None
+    }
+
+    #[inline]
+    fn needs_validation(&self, conn: &Pooled<M>) -> bool {
+        let Some(window) = self.inner.config.validate_after else {
+            return false;
+        };
+        let slot = &self.inner.core.slots[conn.slot];
+        let idle = self
+            .inner
+            .now()
+            .saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
+        idle >= window.as_millis() as u64
+    }
+
+    fn validation_failed(&self, mut conn: Pooled<M>) {
+        self.inner
+            .counters
+            .failed_validation
+            .fetch_add(1, Ordering::Relaxed);
+        conn.discard = true;
+    }
+
+    /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
+    async fn claim(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
         if let Some(i) = inner.core.try_claim() {
             return Ok(self.lend(i));
         }
         let start = Instant::now();
+        let deadline = deadline.from(start, inner.config.borrow_timeout);
         self.check_room()?;
         let waiter = Arc::new(Waiter::new(Wake::Task(AtomicWaker::new())));
         inner.core.enqueue(waiter.clone());
@@ -432,33 +445,30 @@ impl<M: Manager> Pool<M> {
         });
         // No timer at all without a timeout: registering one costs a trip through tokio's
         // timer wheel for every borrow that waits.
-        let waited = if inner.config.borrow_timeout == Duration::MAX {
-            Ok(wait.await)
-        } else {
-            tokio::time::timeout(inner.config.borrow_timeout, wait).await
+        let waited = match deadline {
+            None => Ok(wait.await),
+            Some(d) => tokio::time::timeout_at(d.into(), wait).await,
         };
+        place.done = true;
         match waited {
             Ok(i) => {
-                place.done = true;
                 self.waited(start);
                 Ok(self.lend(i))
             }
-            Err(_) => {
-                place.done = true;
-                match waiter.give_up() {
-                    Ok(()) => {
-                        inner.core.done_waiting();
-                        Err(self.timeout_error())
-                    }
-                    // Handed a connection at the last moment: take it.
-                    Err(i) => Ok(self.lend(i)),
+            Err(_) => match waiter.give_up() {
+                Ok(()) => {
+                    inner.core.done_waiting();
+                    Err(self.timeout_error())
                 }
-            }
+                // Handed a connection at the last moment: take it.
+                Err(i) => Ok(self.lend(i)),
+            },
         }
     }
 
     /// Borrows a connection on a thread that may block (not an async task), waiting up to the
-    /// borrow timeout.
+    /// borrow timeout. A connection due for validation is validated on the pool's runtime
+    /// while this thread waits.
     ///
     /// ```
     /// # struct Numbers;
@@ -477,15 +487,43 @@ impl<M: Manager> Pool<M> {
     /// # }
     /// ```
     pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
+        if let Some(conn) = self.try_get() {
+            if !self.needs_validation(&conn) {
+                return Ok(conn);
+            }
+            drop(conn);
+        }
+        let mut deadline = Deadline::Unset;
+        loop {
+            let conn = self.claim_blocking(&mut deadline)?;
+            if !self.needs_validation(&conn) {
+                return Ok(conn);
+            }
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let pool = self.clone();
+            self.inner.runtime.spawn(async move {
+                let mut conn = conn;
+                let ok = pool.inner.manager.validate(&mut conn).await;
+                let _ = tx.send((conn, ok));
+            });
+            match rx.recv() {
+                Ok((conn, true)) => return Ok(conn),
+                Ok((conn, false)) => self.validation_failed(conn),
+                // The runtime is gone (the connection went back with the dropped task).
+                Err(_) => return Err(self.timeout_error()),
+            }
+        }
+    }
+
+    fn claim_blocking(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
         if let Some(i) = inner.core.try_claim() {
             return Ok(self.lend(i));
         }
         let start = Instant::now();
+        let deadline = deadline.from(start, inner.config.borrow_timeout);
         self.check_room()?;
         self.wake_opener_if_useful();
-        let deadline = (inner.config.borrow_timeout != Duration::MAX)
-            .then(|| start + inner.config.borrow_timeout);
         match claim_blocking(&inner.core, deadline) {
             Some(i) => {
                 self.waited(start);
@@ -495,9 +533,41 @@ impl<M: Manager> Pool<M> {
         }
     }
 
-    /// Borrows an idle connection if there is one, without waiting.
+    /// Borrows an idle connection if there is one, without waiting (and without validation).
+    #[inline]
     pub fn try_get(&self) -> Option<Pooled<M>> {
         self.inner.core.try_claim().map(|i| self.lend(i))
+    }
+
+    /// Changes the pool's maximum size at run time, up to its resize limit
+    /// ([`Builder::resize_limit`]); returns the size set. Growing lets the opener open more as
+    /// borrowers wait; shrinking closes idle connections above the new size at once and lent
+    /// ones as they return. `min_size` is lowered with it if needed.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(4).build();
+    /// assert_eq!(pool.resize(16), 16);
+    /// assert_eq!(pool.stats().max_size, 16);
+    /// # }
+    /// ```
+    pub fn resize(&self, max_size: usize) -> usize {
+        let size = max_size.min(self.inner.config.resize_limit);
+        self.inner.core.limit.store(size, Ordering::Relaxed);
+        self.inner.opener.notify_one();
+        size
+    }
+
+    /// Changes the number of connections kept open even when idle (clamped to the maximum).
+    pub fn set_min_size(&self, min_size: usize) {
+        self.inner.min_size.store(min_size, Ordering::Relaxed);
+        self.inner.opener.notify_one();
     }
 
     /// What the pool has done so far and holds now.
@@ -507,36 +577,37 @@ impl<M: Manager> Pool<M> {
         let (mut idle, mut borrowed) = (0, 0);
         for slot in core.slots.iter() {
             match slot.state.load(Ordering::Relaxed) {
-                crate::core::IDLE => idle += 1,
-                crate::core::BORROWED => borrowed += 1,
+                IDLE => idle += 1,
+                BORROWED => borrowed += 1,
                 _ => {}
             }
         }
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
-            max_size: self.inner.config.max_size,
+            max_size: core.limit(),
+            min_size: self.inner.min_size(),
             open: self.inner.open.load(Ordering::Relaxed),
             idle,
             borrowed,
             waiting: core.waiting.load(Ordering::Relaxed),
-            borrows: core
-                .slots
-                .iter()
-                .map(|s| s.borrows.load(Ordering::Relaxed))
-                .sum(),
-            waits: c.waits.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            rejected: c.rejected.load(Ordering::Relaxed),
-            opened: c.opened.load(Ordering::Relaxed),
-            connect_failures: c.connect_failures.load(Ordering::Relaxed),
-            closed_broken: c.closed_broken.load(Ordering::Relaxed),
-            failed_validation: c.failed_validation.load(Ordering::Relaxed),
-            retired: c.retired.load(Ordering::Relaxed),
-            idle_closed: c.idle_closed.load(Ordering::Relaxed),
-            wait_histogram_us: c
-                .wait_buckets
-                .iter()
-                .map(|b| b.load(Ordering::Relaxed))
-                .collect(),
+            borrows: core.slots.iter().map(|s| load(&s.borrows)).sum(),
+            waits: load(&c.waits),
+            timeouts: load(&c.timeouts),
+            rejected: load(&c.rejected),
+            opened: load(&c.opened),
+            connect_failures: load(&c.connect_failures),
+            closed_broken: load(&c.closed_broken),
+            failed_validation: load(&c.failed_validation),
+            retired: load(&c.retired),
+            idle_closed: load(&c.idle_closed),
+            resized_away: load(&c.resized_away),
+            reclaimed_abandoned: load(&c.reclaimed_abandoned),
+            reclaimed_ttl: load(&c.reclaimed_ttl),
+            resets: load(&c.resets),
+            failed_resets: load(&c.failed_resets),
+            label_configures: load(&c.label_configures),
+            label_closes: load(&c.label_closes),
+            wait_histogram_us: c.wait_buckets.iter().map(load).collect(),
         }
     }
 
@@ -554,49 +625,63 @@ impl<M: Manager> Pool<M> {
     /// let pool = slipstream_pool::Pool::builder(Numbers).build();
     /// drop(pool.get().await?);
     /// for c in pool.connections() {
-    ///     println!("slot {}: {} borrows, {:?} old, busy: {}", c.slot, c.borrows, c.age, c.borrowed);
+    ///     println!("slot {}: {} borrows, {:?} old, {:?} lent in all, busy: {}",
+    ///         c.slot, c.borrows, c.age, c.busy_total, c.borrowed);
     /// }
     /// # Ok(()) }
     /// ```
     pub fn connections(&self) -> Vec<ConnectionInfo> {
-        let now = self.inner.clock_ms.load(Ordering::Relaxed);
+        let now = self.inner.now();
         let ms = |t: u64| Duration::from_millis(now.saturating_sub(t));
-        self.inner
-            .core
-            .slots
+        let core = &self.inner.core;
+        core.slots
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
                 let state = s.state.load(Ordering::Acquire);
-                if state != crate::core::IDLE && state != crate::core::BORROWED {
+                if state != IDLE && state != BORROWED {
                     return None;
                 }
+                let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
                 Some(ConnectionInfo {
                     slot: i,
-                    borrowed: state == crate::core::BORROWED,
-                    borrows: s.borrows.load(Ordering::Relaxed),
-                    age: ms(s.opened_ms.load(Ordering::Relaxed)),
-                    since_returned: ms(s.returned_ms.load(Ordering::Relaxed)),
+                    borrowed: state == BORROWED,
+                    borrows: load(&s.borrows),
+                    age: ms(load(&s.opened_ms)),
+                    since_borrowed: ms(load(&s.borrowed_ms)),
+                    since_active: ms(load(&s.active_ms)),
+                    since_returned: ms(load(&s.returned_ms)),
+                    busy_total: Duration::from_millis(load(&s.busy_ms)),
+                    labels: self.inner.attachments[i].labels(),
                 })
             })
             .collect()
     }
 
-    fn lend(&self, slot: usize) -> Pooled<M> {
-        let count = &self.inner.core.slots[slot].borrows;
-        // Only the owner writes it: a plain load and store, no read-modify-write.
-        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        Pooled {
-            pool: self.inner.clone(),
-            slot,
-            discard: false,
-        }
+    /// Lends owned slot `i`: takes its connection out and stamps the borrow.
+    #[inline]
+    fn lend(&self, i: usize) -> Pooled<M> {
+        let slot = &self.inner.core.slots[i];
+        // SAFETY: the caller owns slot `i` (claimed or handed over).
+        let conn = unsafe { slot.with(Option::take) };
+        let now = self.inner.now();
+        // Only the owner writes these: plain loads and stores, no read-modify-write.
+        slot.borrows
+            .store(slot.borrows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        slot.borrowed_ms.store(now, Ordering::Relaxed);
+        slot.active_ms.store(now, Ordering::Relaxed);
+        let lease = if self.inner.reclaims {
+            self.inner.core.begin_lease(i)
+        } else {
+            0
+        };
+        Pooled::new(self.inner.clone(), i, lease, conn)
     }
 
     /// Wakes the opener when a waiting borrower could use another connection; with every
     /// connection open there is nothing for it to do, and waking it costs a lock.
     fn wake_opener_if_useful(&self) {
-        if self.inner.open.load(Ordering::Relaxed) < self.inner.config.max_size {
+        if self.inner.open.load(Ordering::Relaxed) < self.inner.core.limit() {
             self.inner.opener.notify_one();
         }
     }
@@ -621,12 +706,12 @@ impl<M: Manager> Pool<M> {
         c.wait_buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn timeout_error(&self) -> PoolError {
+    pub(crate) fn timeout_error(&self) -> PoolError {
         self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
         PoolError::Timeout {
             waited: self.inner.config.borrow_timeout,
             open: self.inner.open.load(Ordering::Relaxed),
-            max_size: self.inner.config.max_size,
+            max_size: self.inner.core.limit(),
             last_connect_error: self
                 .inner
                 .last_connect_error
@@ -643,6 +728,28 @@ impl<M: Manager> fmt::Debug for Pool<M> {
             .field("config", &self.inner.config)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// When a borrow gives up: fixed when it first has to wait, so a borrow served at once never
+/// reads the clock, and one that waits more than once (after a failed validation) keeps its
+/// first deadline.
+#[derive(Clone, Copy)]
+enum Deadline {
+    Unset,
+    At(Option<Instant>),
+}
+
+impl Deadline {
+    /// The deadline, setting it to `start + timeout` if unset (`None`: no timeout).
+    fn from(&mut self, start: Instant, timeout: Duration) -> Option<Instant> {
+        if let Deadline::Unset = self {
+            *self = Deadline::At((timeout != Duration::MAX).then(|| start + timeout));
+        }
+        match *self {
+            Deadline::At(d) => d,
+            Deadline::Unset => None,
+        }
     }
 }
 
@@ -666,192 +773,6 @@ impl<C> Drop for Place<'_, C> {
     }
 }
 
-/// A borrowed connection; returns to the pool when dropped.
-///
-/// ```
-/// # struct Numbers;
-/// # impl slipstream_pool::Manager for Numbers {
-/// #     type Connection = u64;
-/// #     type Error = std::io::Error;
-/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
-/// # }
-/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let pool = slipstream_pool::Pool::builder(Numbers).build();
-/// let mut conn = pool.get().await?;
-/// *conn += 1; // a `Pooled` derefs to the connection
-/// # Ok(()) }
-/// ```
-pub struct Pooled<M: Manager> {
-    pool: Arc<Inner<M>>,
-    slot: usize,
-    /// Close the connection on drop instead of returning it (it failed validation).
-    discard: bool,
-}
-
-impl<M: Manager> Deref for Pooled<M> {
-    type Target = M::Connection;
-    fn deref(&self) -> &M::Connection {
-        // SAFETY: this guard owns the slot (it was claimed or handed to it) until dropped, and
-        // an owned slot lent out always holds a connection.
-        let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
-        // SAFETY: as above; the reference lives no longer than `&self`, during which no one
-        // else touches the slot.
-        // The expect cannot fire: a slot is lent only after `Core::opened` put a connection in
-        // it, and the connection is taken out only by `Inner::close`, which its owner calls
-        // instead of lending it again (no user input or socket state reaches this).
-        unsafe { (*conn).as_ref().expect("a lent slot holds a connection") }
-    }
-}
-
-impl<M: Manager> DerefMut for Pooled<M> {
-    fn deref_mut(&mut self) -> &mut M::Connection {
-        // SAFETY: as in `deref`; `&mut self` makes the access unique on this side too.
-        let conn = unsafe { self.pool.core.slots[self.slot].with(|c| c as *mut Option<_>) };
-        // SAFETY: as in `deref`. The expect cannot fire, as in `deref`.
-        unsafe { (*conn).as_mut().expect("a lent slot holds a connection") }
-    }
-}
-
-impl<M: Manager> Drop for Pooled<M> {
-    fn drop(&mut self) {
-        let pool = &self.pool;
-        let slot = &pool.core.slots[self.slot];
-        // SAFETY: this guard owns the slot until the release or vacate below.
-        let broken = self.discard
-            // SAFETY: as above.
-            || unsafe { slot.with(|c| c.as_ref().is_some_and(|c| pool.manager.is_broken(c))) };
-        let now = pool.clock_ms.load(Ordering::Relaxed);
-        if broken {
-            pool.counters.closed_broken.fetch_add(1, Ordering::Relaxed);
-            pool.close(self.slot);
-        } else if pool.expired(self.slot, now) {
-            pool.counters.retired.fetch_add(1, Ordering::Relaxed);
-            pool.close(self.slot);
-        } else {
-            slot.returned_ms.store(now, Ordering::Relaxed);
-            pool.core.release(self.slot);
-        }
-    }
-}
-
-impl<M: Manager> fmt::Debug for Pooled<M>
-where
-    M::Connection: fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pooled")
-            .field("slot", &self.slot)
-            .field("connection", &**self)
-            .finish()
-    }
-}
-
-/// The opener task: keeps `min_size` connections open, and opens more (up to `max_size`)
-/// while borrowers wait. One attempt at a time, at most one per `connect_interval`; after a
-/// failure it backs off exponentially up to a second. Ends when the pool is dropped.
-async fn opener<M: Manager>(pool: std::sync::Weak<Inner<M>>) {
-    let mut backoff = Duration::ZERO;
-    loop {
-        let pause = {
-            let Some(inner) = pool.upgrade() else { return };
-            let now = inner.tick();
-            if inner.config.max_lifetime.is_some() || inner.config.idle_timeout.is_some() {
-                inner.reap(now);
-            }
-            let needed = {
-                let open = inner.open.load(Ordering::Acquire);
-                open < inner.config.max_size
-                    && (open < inner.config.min_size
-                        || inner.core.waiting.load(Ordering::Acquire) > 0)
-            };
-            if !needed {
-                None
-            } else if let Some(slot) = inner.core.claim_empty() {
-                match inner.manager.connect().await {
-                    Ok(conn) => {
-                        backoff = Duration::ZERO;
-                        // SAFETY: claim_empty made this task the slot's owner.
-                        unsafe { inner.core.slots[slot].with(|c| *c = Some(conn)) };
-                        let now = inner.tick();
-                        let s = &inner.core.slots[slot];
-                        s.opened_ms.store(now, Ordering::Relaxed);
-                        s.returned_ms.store(now, Ordering::Relaxed);
-                        s.retire_after_ms.store(
-                            inner
-                                .config
-                                .max_lifetime
-                                .map_or(u64::MAX, |d| jittered_ms(d, slot)),
-                            Ordering::Relaxed,
-                        );
-                        inner.open.fetch_add(1, Ordering::AcqRel);
-                        inner.counters.opened.fetch_add(1, Ordering::Relaxed);
-                        *inner
-                            .last_connect_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = None;
-                        inner.core.opened(slot);
-                    }
-                    Err(e) => {
-                        inner.core.vacate(slot);
-                        inner
-                            .counters
-                            .connect_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        *inner
-                            .last_connect_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                        backoff = (backoff * 2)
-                            .max(Duration::from_millis(10))
-                            .min(Duration::from_secs(1));
-                    }
-                }
-                Some(backoff.max(inner.config.connect_interval))
-            } else {
-                // Every slot is taken (one is being closed): look again shortly.
-                Some(inner.config.connect_interval.max(Duration::from_millis(1)))
-            }
-        };
-        match pause {
-            Some(pause) => tokio::time::sleep(pause).await,
-            None => {
-                let Some(inner) = pool.upgrade() else { return };
-                // A notify that came since the check above left a permit, so this returns at
-                // once. The periodic wake-up ends the task soon after the pool is dropped
-                // (this strong reference is the last one then).
-                let period = match inner.config.max_lifetime.or(inner.config.idle_timeout) {
-                    // Timers are checked at least every 100 ms (or a tenth of the shortest).
-                    Some(_) => Duration::from_millis(100).min(shortest_timer(&inner.config) / 10),
-                    None => Duration::from_millis(500),
-                };
-                let _ = tokio::time::timeout(
-                    period.max(Duration::from_millis(1)),
-                    inner.opener.notified(),
-                )
-                .await;
-            }
-        }
-    }
-}
-
-/// The shortest of the configured timers.
-fn shortest_timer(config: &Config) -> Duration {
-    [config.max_lifetime, config.idle_timeout]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(Duration::MAX)
-}
-
-/// A lifetime in ms between 90% and 100% of `lifetime`, spread by slot (deterministic, so a
-/// test can bound it; different for neighbouring slots).
-fn jittered_ms(lifetime: Duration, slot: usize) -> u64 {
-    let ms = lifetime.as_millis() as u64;
-    // A multiplicative hash of the slot index, mapped onto the last tenth of the lifetime.
-    let spread = (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1023
-    ms - ms / 10 * spread / 1023
-}
-
 /// One open connection's attributes; see [`Pool::connections`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -864,6 +785,15 @@ pub struct ConnectionInfo {
     pub borrows: u64,
     /// Time since it was opened.
     pub age: Duration,
+    /// Time since it was last lent.
+    pub since_borrowed: Duration,
+    /// Time since its holder last used it (dereferenced the [`Pooled`] guard), or since it
+    /// was lent.
+    pub since_active: Duration,
     /// Time since it was last returned (or opened): how long it has been idle, if it is.
     pub since_returned: Duration,
+    /// Time spent lent out, over all its borrows (up to its last return).
+    pub busy_total: Duration,
+    /// Its labels ([`Pool::get_labeled`]).
+    pub labels: Arc<Labels>,
 }

@@ -18,8 +18,10 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// The most connections the pool opens.
+    /// The most connections the pool opens (now: see [`crate::Pool::resize`]).
     pub max_size: usize,
+    /// Connections kept open even when idle.
+    pub min_size: usize,
     /// Connections open now.
     pub open: usize,
     /// Of those, idle.
@@ -48,6 +50,20 @@ pub struct Stats {
     pub retired: u64,
     /// Connections closed after the idle timeout.
     pub idle_closed: u64,
+    /// Connections closed because the pool was resized below their slot.
+    pub resized_away: u64,
+    /// Lent connections reclaimed after the abandoned timeout.
+    pub reclaimed_abandoned: u64,
+    /// Lent connections reclaimed after the time-to-live.
+    pub reclaimed_ttl: u64,
+    /// Returned connections reset ([`crate::Manager::reset`]) before being lent again.
+    pub resets: u64,
+    /// Resets that failed (the connection was closed).
+    pub failed_resets: u64,
+    /// Labeled borrows that configured the connection they got.
+    pub label_configures: u64,
+    /// Connections closed because they were too costly for a labeled borrow.
+    pub label_closes: u64,
     /// Borrows that waited, by wait: entry k counts waits of 2^k to 2^(k+1) microseconds.
     pub wait_histogram_us: Vec<u64>,
 }

@@ -364,3 +364,159 @@ async fn connection_attributes_count_borrows_and_show_who_is_busy() {
     drop(a);
     assert!(pool.connections().iter().all(|c| !c.borrowed));
 }
+
+/// Waits until the pool's stats satisfy `done`, failing after 10 s.
+async fn until(pool: &Pool<Mgr>, what: &str, done: impl Fn(&slipstream_pool::Stats) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(&pool.stats()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{what}: {:?}",
+            pool.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn resizing_grows_at_once_and_shrinks_as_connections_come_back() {
+    let (pool, _) = pool(2);
+    let held: Vec<_> = vec![pool.get().await.unwrap(), pool.get().await.unwrap()];
+    assert!(pool.try_get().is_none());
+    assert_eq!(pool.resize(4), 4);
+    // A waiting borrow makes the opener use the new room.
+    let (c, d) = (pool.get().await.unwrap(), pool.get().await.unwrap());
+    assert_eq!(pool.stats().open, 4);
+    // Shrink to 1: idle connections above it close at once, lent ones when returned.
+    drop(c);
+    pool.resize(1);
+    until(&pool, "idle connections above the new size close", |s| {
+        s.open == 3
+    })
+    .await;
+    drop(d);
+    drop(held);
+    until(&pool, "one connection left", |s| s.open == 1).await;
+    let s = pool.stats();
+    assert_eq!((s.max_size, s.resized_away), (1, 3), "{s:?}");
+    // The survivor still works, and only one borrow at a time gets it.
+    let only = pool.get().await.unwrap();
+    assert!(pool.try_get().is_none());
+    drop(only);
+    // Past the resize limit (64 by default), the size is capped.
+    assert_eq!(pool.resize(1000), 64);
+}
+
+#[tokio::test]
+async fn a_connection_held_past_its_time_to_live_frees_its_slot_for_others() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m))
+        .max_size(1)
+        .time_to_live(Duration::from_millis(100))
+        .build();
+    let kept = pool.get().await.unwrap();
+    let id = kept.id;
+    // The only connection is held for ever; a second borrower still gets one, soon.
+    let other = tokio::time::timeout(Duration::from_secs(5), pool.get())
+        .await
+        .expect("the reclaim frees the slot")
+        .unwrap();
+    assert_ne!(other.id, id);
+    // Returning the reclaimed guard does not disturb the slot's new holder.
+    drop(kept);
+    assert!(pool.try_get().is_none(), "the slot is `other`'s");
+    drop(other);
+    let s = pool.stats();
+    assert_eq!((s.reclaimed_ttl, s.open, s.idle), (1, 1, 1), "{s:?}");
+}
+
+#[tokio::test]
+async fn attributes_track_borrow_time_and_activity() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m))
+        .max_size(1)
+        .abandoned_timeout(Duration::from_secs(60)) // a timer, so the clock ticks often
+        .build();
+    let conn = pool.get().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = conn.id; // use it
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let info = &pool.connections()[0];
+    assert!(info.borrowed);
+    assert!(
+        info.since_borrowed >= Duration::from_millis(300),
+        "{info:?}"
+    );
+    assert!(info.since_active < info.since_borrowed, "{info:?}");
+    drop(conn);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let info = &pool.connections()[0];
+    assert!(info.busy_total >= Duration::from_millis(350), "{info:?}");
+    assert!(
+        info.since_returned >= Duration::from_millis(100),
+        "{info:?}"
+    );
+}
+
+/// Labels name a number; a connection can switch numbers unless it is labeled "sealed".
+struct Numbered;
+
+impl slipstream_pool::Labeling<Conn> for Numbered {
+    fn cost(&self, wanted: &slipstream_pool::Labels, current: &slipstream_pool::Labels) -> u32 {
+        if current.contains_key("sealed") {
+            slipstream_pool::TOO_COSTLY
+        } else if wanted == current {
+            0
+        } else {
+            1 + current.len() as u32
+        }
+    }
+    async fn configure(&self, _wanted: &slipstream_pool::Labels, _conn: &mut Conn) -> bool {
+        true
+    }
+}
+
+fn label(k: &str, v: &str) -> slipstream_pool::Labels {
+    slipstream_pool::Labels::from([(k.to_string(), v.to_string())])
+}
+
+#[tokio::test]
+async fn labeled_borrows_pick_the_cheapest_and_replace_too_costly_ones() {
+    let (pool, _) = pool(3);
+    let (a, b, c) = (
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+    );
+    a.set_labels(label("n", "1"));
+    b.set_labels(label("n", "2"));
+    c.set_labels(label("sealed", "yes"));
+    let (ida, idb, idc) = (a.id, b.id, c.id);
+    drop((a, b, c));
+    // Exact matches cost 0.
+    assert_eq!(
+        pool.get_labeled(&label("n", "2"), &Numbered)
+            .await
+            .unwrap()
+            .id,
+        idb
+    );
+    assert_eq!(
+        pool.get_labeled(&label("n", "1"), &Numbered)
+            .await
+            .unwrap()
+            .id,
+        ida
+    );
+    // No exact match: the cheapest reusable (cost 2, not the sealed one), reconfigured.
+    let three = pool.get_labeled(&label("n", "3"), &Numbered).await.unwrap();
+    assert!(three.id == ida || three.id == idb);
+    assert_eq!(*three.labels(), label("n", "3"));
+    // With only the sealed one idle, a labeled borrow closes it and gets a fresh connection.
+    let other = pool.get_labeled(&label("n", "5"), &Numbered).await.unwrap();
+    assert_ne!(other.id, idc);
+    let fresh = pool.get_labeled(&label("n", "4"), &Numbered).await.unwrap();
+    assert!(![ida, idb, idc].contains(&fresh.id), "{}", fresh.id);
+    let s = pool.stats();
+    assert_eq!((s.label_closes, s.label_configures), (1, 3), "{s:?}");
+}

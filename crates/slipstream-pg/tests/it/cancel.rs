@@ -44,3 +44,48 @@ async fn a_dropped_query_future_does_not_desynchronise_the_connection() {
     let v: i32 = super::scalar(&mut c, "SELECT 4::int4").await;
     assert_eq!(v, 4);
 }
+
+#[tokio::test]
+async fn an_abort_handle_ends_a_running_statement_and_names_the_reason() {
+    let (cluster, mut c) = super::setup().await;
+    let handle = c.abort_handle().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let pid = c.backend_pid();
+    let aborter = tokio::spawn(async move {
+        super::wait_until_active(&mut watcher, pid).await;
+        handle.abort("borrowed for longer than 5 s").await;
+        assert!(handle.is_aborted());
+        watcher
+    });
+    let err = c.simple_query("SELECT pg_sleep(30)").await.unwrap_err();
+    assert_eq!(err.kind(), slipstream_pg::ErrorKind::Closed, "{err}");
+    assert!(
+        err.to_string().contains("borrowed for longer than 5 s"),
+        "{err}"
+    );
+    // Every later call fails the same way, at once.
+    let again = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert!(again.to_string().contains("closed by its pool"), "{again}");
+    // The backend stopped its statement and went away (the cancel, not the socket, ends it).
+    let mut watcher = aborter.await.unwrap();
+    let start = Instant::now();
+    loop {
+        let n: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "backend {pid} still there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,182 @@
+//! A pool's settings and the builder that sets them.
+
+use std::time::Duration;
+
+use crate::Manager;
+#[cfg(doc)]
+use crate::{Pool, PoolError};
+
+/// How a pool behaves. Build with [`Pool::builder`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The most connections open at once.
+    pub max_size: usize,
+    /// Connections kept open even when idle.
+    pub min_size: usize,
+    /// The most borrowers waiting at once; beyond it a borrow fails at once with
+    /// [`PoolError::Full`] instead of queueing.
+    pub max_waiters: usize,
+    /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`];
+    /// `Duration::MAX` waits for ever (and spares the timer).
+    pub borrow_timeout: Duration,
+    /// The shortest time between two connection attempts (a cap on the connect rate, so a
+    /// burst of borrowers does not storm the server).
+    pub connect_interval: Duration,
+    /// Connections older than this are closed when returned or found idle, each at its own
+    /// age between 90% and 100% of it (jitter, so a pool's connections do not all retire
+    /// together). `None`: no limit.
+    pub max_lifetime: Option<Duration>,
+    /// Connections idle longer than this are closed, down to `min_size`. `None`: kept.
+    pub idle_timeout: Option<Duration>,
+    /// Connections idle longer than this are validated ([`Manager::validate`]) before a
+    /// borrow gets them. `None`: never.
+    pub validate_after: Option<Duration>,
+    /// A lent connection its holder has not used (dereferenced) for this long is reclaimed:
+    /// aborted ([`Manager::abort_handle`]) and replaced. `None`: never.
+    pub abandoned_timeout: Option<Duration>,
+    /// A connection lent for longer than this is reclaimed, used or not. `None`: never.
+    pub time_to_live: Option<Duration>,
+    /// The largest `max_size` that [`Pool::resize`] may set: the pool's slot array is this
+    /// long. 0 (the default) means `max_size.max(64)`.
+    pub resize_limit: usize,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_size: 10,
+            min_size: 0,
+            max_waiters: 100_000,
+            borrow_timeout: Duration::from_secs(30),
+            connect_interval: Duration::from_millis(1),
+            max_lifetime: None,
+            idle_timeout: None,
+            validate_after: None,
+            abandoned_timeout: None,
+            time_to_live: None,
+            resize_limit: 0,
+        }
+    }
+}
+
+/// Sets up a [`Pool`].
+///
+/// ```
+/// # struct Numbers;
+/// # impl slipstream_pool::Manager for Numbers {
+/// #     type Connection = u64;
+/// #     type Error = std::io::Error;
+/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+/// # }
+/// # #[tokio::main] async fn main() {
+/// use std::time::Duration;
+/// let pool = slipstream_pool::Pool::builder(Numbers)
+///     .max_size(6)
+///     .min_size(2)
+///     .borrow_timeout(Duration::from_secs(5))
+///     .build();
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Builder<M> {
+    pub(crate) manager: M,
+    pub(crate) config: Config,
+}
+
+impl<M: Manager> Builder<M> {
+    /// The most connections open at once (default 10).
+    pub fn max_size(mut self, n: usize) -> Self {
+        self.config.max_size = n;
+        self
+    }
+    /// Connections kept open even when idle (default 0).
+    pub fn min_size(mut self, n: usize) -> Self {
+        self.config.min_size = n;
+        self
+    }
+    /// The most borrowers waiting at once (default 100,000).
+    pub fn max_waiters(mut self, n: usize) -> Self {
+        self.config.max_waiters = n;
+        self
+    }
+    /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
+    pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
+        self.config.borrow_timeout = timeout;
+        self
+    }
+    /// Closes connections after about this age (90-100% of it, jittered; default: never).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .max_lifetime(Duration::from_secs(30 * 60))
+    ///     .idle_timeout(Duration::from_secs(10 * 60))
+    ///     .build();
+    /// # }
+    /// ```
+    pub fn max_lifetime(mut self, lifetime: Duration) -> Self {
+        self.config.max_lifetime = Some(lifetime);
+        self
+    }
+    /// Closes connections idle longer than this, never going below `min_size` (default:
+    /// never).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = Some(timeout);
+        self
+    }
+    /// Validates a connection idle longer than `window` before lending it (default: never;
+    /// blocking borrows run the check on the pool's runtime). With [`crate::PgManager`] that is one round trip, so a borrower after a
+    /// server restart gets a working connection instead of a dead one.
+    pub fn validate_after(mut self, window: Duration) -> Self {
+        self.config.validate_after = Some(window);
+        self
+    }
+    /// Reclaims a lent connection its holder has not used for `timeout` (UCP's abandoned
+    /// connection timeout; default: never). "Used" means dereferenced: a single statement
+    /// running longer than `timeout` counts as unused, so set it above your longest statement.
+    /// The holder's next call fails with the reason (for [`crate::PgManager`]: the backend's
+    /// statement is cancelled and the socket closed).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .abandoned_timeout(Duration::from_secs(60)) // forgotten in a drawer
+    ///     .time_to_live(Duration::from_secs(600))     // held too long, busy or not
+    ///     .build();
+    /// # }
+    /// ```
+    pub fn abandoned_timeout(mut self, timeout: Duration) -> Self {
+        self.config.abandoned_timeout = Some(timeout);
+        self
+    }
+    /// Reclaims a connection lent for longer than `ttl`, busy or not (UCP's time-to-live
+    /// connection timeout; default: never). Its holder's next call fails with the reason.
+    pub fn time_to_live(mut self, ttl: Duration) -> Self {
+        self.config.time_to_live = Some(ttl);
+        self
+    }
+    /// The largest size [`Pool::resize`] may set later (default: `max_size.max(64)`).
+    pub fn resize_limit(mut self, n: usize) -> Self {
+        self.config.resize_limit = n;
+        self
+    }
+    /// The shortest time between connection attempts (default 1 ms).
+    pub fn connect_interval(mut self, interval: Duration) -> Self {
+        self.config.connect_interval = interval;
+        self
+    }
+}

@@ -1,0 +1,45 @@
+//! Connection labels (Oracle UCP's labeling): a borrower asks for a connection already set up a
+//! certain way, and the pool lends the one that is cheapest to turn into it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+/// What a connection has been set up for: names and values chosen by the application (e.g.
+/// `search_path = tenant_7`).
+pub type Labels = BTreeMap<String, String>;
+
+/// The cost never to pay: a connection at this cost is not reused for the request; the pool
+/// closes it and lends a new one instead.
+pub const TOO_COSTLY: u32 = u32::MAX;
+
+/// How to compare and configure labeled connections; see [`crate::Pool::get_labeled`].
+///
+/// ```
+/// use slipstream_pool::{Labeling, Labels, TOO_COSTLY};
+///
+/// /// Connections carry a `tenant`; switching tenants costs a `SET` (here, on a number).
+/// struct Tenants;
+/// impl Labeling<u64> for Tenants {
+///     fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+///         match (wanted.get("tenant"), current.get("tenant")) {
+///             (w, c) if w == c => 0,         // exactly what was asked for
+///             (_, None) => 1,                // a fresh connection: set it up
+///             (Some(_), Some(_)) => 10,      // another tenant's: reconfigure
+///             (None, Some(_)) => TOO_COSTLY, // cannot unset a tenant: never reuse
+///         }
+///     }
+///     async fn configure(&self, wanted: &Labels, conn: &mut u64) -> bool {
+///         *conn = wanted["tenant"].parse().unwrap_or(0);
+///         true
+///     }
+/// }
+/// ```
+pub trait Labeling<C>: Send + Sync {
+    /// The cost of turning a connection labeled `current` into one labeled `wanted`: 0 for an
+    /// exact match, [`TOO_COSTLY`] for never. The pool lends the cheapest idle connection.
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32;
+
+    /// Sets `conn` up for `wanted` (called when the lent connection's cost is above 0); the
+    /// pool then labels it `wanted`. `false` closes the connection and the borrow tries again.
+    fn configure(&self, wanted: &Labels, conn: &mut C) -> impl Future<Output = bool> + Send;
+}

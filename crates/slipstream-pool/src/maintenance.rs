@@ -1,0 +1,213 @@
+//! The pool's own task: opens connections, closes idle and old ones, reclaims ones borrowed too
+//! long. Borrowers never open or close a connection themselves (HikariCP's rule).
+
+use std::sync::Weak;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::pool::Inner;
+use crate::{Config, Manager};
+
+/// The opener task: keeps `min_size` connections open, and opens more (up to the maximum)
+/// while borrowers wait. One attempt at a time, at most one per `connect_interval`; after a
+/// failure it backs off exponentially up to a second. On each wake-up it also runs the timers.
+/// Ends when the pool is dropped.
+pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
+    let mut backoff = Duration::ZERO;
+    loop {
+        let pause = {
+            let Some(inner) = pool.upgrade() else { return };
+            let now = inner.tick();
+            inner.reap(now);
+            if inner.reclaims {
+                inner.reclaim_overdue(now);
+            }
+            let needed = {
+                let open = inner.open.load(Ordering::Acquire);
+                open < inner.core.limit()
+                    && (open < inner.min_size() || inner.core.waiting.load(Ordering::Acquire) > 0)
+            };
+            if !needed {
+                None
+            } else if let Some(slot) = inner.core.claim_empty() {
+                match inner.manager.connect().await {
+                    Ok(conn) => {
+                        backoff = Duration::ZERO;
+                        inner.install(slot, conn);
+                    }
+                    Err(e) => {
+                        inner.core.vacate(slot);
+                        inner
+                            .counters
+                            .connect_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        *inner
+                            .last_connect_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                        backoff = (backoff * 2)
+                            .max(Duration::from_millis(10))
+                            .min(Duration::from_secs(1));
+                    }
+                }
+                Some(backoff.max(inner.config.connect_interval))
+            } else {
+                // Every slot is taken (one is being closed): look again shortly.
+                Some(inner.config.connect_interval.max(Duration::from_millis(1)))
+            }
+        };
+        match pause {
+            Some(pause) => tokio::time::sleep(pause).await,
+            None => {
+                let Some(inner) = pool.upgrade() else { return };
+                // A notify that came since the check above left a permit, so this returns at
+                // once. The periodic wake-up ends the task soon after the pool is dropped
+                // (this strong reference is the last one then).
+                let period = match shortest_timer(&inner.config) {
+                    // Timers are checked at least every 100 ms (or a tenth of the shortest).
+                    Some(t) => Duration::from_millis(100).min(t / 10),
+                    None => Duration::from_millis(500),
+                };
+                let _ = tokio::time::timeout(
+                    period.max(Duration::from_millis(1)),
+                    inner.opener.notified(),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+impl<M: Manager> Inner<M> {
+    /// Advances the pool clock.
+    fn tick(&self) -> u64 {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.clock_ms.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// Puts newly opened `conn` into slot `slot` (claimed EMPTY -> OPENING by this task) and
+    /// into service.
+    fn install(&self, slot: usize, conn: M::Connection) {
+        self.attachments[slot].set_abort(self.manager.abort_handle(&conn));
+        // SAFETY: claim_empty made this task the slot's owner.
+        unsafe { self.core.slots[slot].with(|c| *c = Some(Box::new(conn))) };
+        let now = self.tick();
+        let s = &self.core.slots[slot];
+        s.opened_ms.store(now, Ordering::Relaxed);
+        s.returned_ms.store(now, Ordering::Relaxed);
+        s.busy_ms.store(0, Ordering::Relaxed);
+        s.retire_after_ms.store(
+            self.config
+                .max_lifetime
+                .map_or(u64::MAX, |d| jittered_ms(d, slot)),
+            Ordering::Relaxed,
+        );
+        self.open.fetch_add(1, Ordering::AcqRel);
+        self.counters.opened.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_connect_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        self.core.opened(slot);
+    }
+
+    /// Closes idle connections past their lifetime, idle too long above `min_size`, or above
+    /// the pool's current maximum (after a shrink).
+    fn reap(&self, now: u64) {
+        let idle_ms = self.config.idle_timeout.map(|d| d.as_millis() as u64);
+        let limit = self.core.limit();
+        for i in 0..self.core.slots.len() {
+            let slot = &self.core.slots[i];
+            if slot.state.load(Ordering::Relaxed) != crate::core::IDLE {
+                continue;
+            }
+            let idle_for = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
+            let too_idle = idle_ms.is_some_and(|limit| idle_for >= limit);
+            let candidate = too_idle || i >= limit || self.expired(i, now);
+            if !candidate || !self.core.claim_idle(i) {
+                continue;
+            }
+            let above_min = self.open.load(Ordering::Acquire) > self.min_size();
+            if i >= limit {
+                self.counters.resized_away.fetch_add(1, Ordering::Relaxed);
+                self.close(i);
+            } else if self.expired(i, now) {
+                self.counters.retired.fetch_add(1, Ordering::Relaxed);
+                self.close(i);
+            } else if too_idle && above_min {
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+                self.close(i);
+            } else {
+                self.core.release(i);
+            }
+        }
+    }
+
+    /// Reclaims lent connections past the time-to-live or abandoned timeout: takes the slot
+    /// from the holder (the lease CAS), frees it for a new connection, and aborts the old one
+    /// on a task of its own (a cancel request is a round trip).
+    fn reclaim_overdue(&self, now: u64) {
+        let ttl = self.config.time_to_live;
+        let abandoned = self.config.abandoned_timeout;
+        let ms = |d: Duration| d.as_millis() as u64;
+        for i in 0..self.core.slots.len() {
+            let slot = &self.core.slots[i];
+            // Acquire (in current_lease): the times below are this borrow's.
+            let Some(lease) = self.core.current_lease(i) else {
+                continue;
+            };
+            let lent = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
+            let unused = now.saturating_sub(slot.active_ms.load(Ordering::Relaxed));
+            let (counter, reason) = if let Some(t) = ttl.filter(|&t| lent >= ms(t)) {
+                (
+                    &self.counters.reclaimed_ttl,
+                    format!("reclaimed after {lent} ms lent, over the pool's time_to_live ({t:?})"),
+                )
+            } else if let Some(t) = abandoned.filter(|&t| unused >= ms(t)) {
+                (
+                    &self.counters.reclaimed_abandoned,
+                    format!(
+                        "reclaimed after {unused} ms unused while lent, over the pool's \
+                         abandoned_timeout ({t:?})"
+                    ),
+                )
+            } else {
+                continue;
+            };
+            if !self.core.end_lease(i, lease) {
+                continue; // returned meanwhile: nothing to reclaim
+            }
+            counter.fetch_add(1, Ordering::Relaxed);
+            // This task owns the slot now; the holder keeps the connection object but will
+            // find the slot gone when it drops it.
+            let abort = self.attachments[i].take_abort();
+            self.free(i);
+            if let Some(abort) = abort {
+                tokio::spawn(abort(reason));
+            }
+        }
+    }
+}
+
+/// The shortest of the configured timers.
+fn shortest_timer(config: &Config) -> Option<Duration> {
+    [
+        config.max_lifetime,
+        config.idle_timeout,
+        config.abandoned_timeout,
+        config.time_to_live,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}
+
+/// A lifetime in ms between 90% and 100% of `lifetime`, spread by slot (deterministic, so a
+/// test can bound it; different for neighbouring slots).
+fn jittered_ms(lifetime: Duration, slot: usize) -> u64 {
+    let ms = lifetime.as_millis() as u64;
+    // A multiplicative hash of the slot index, mapped onto the last tenth of the lifetime.
+    let spread = (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1023
+    ms - ms / 10 * spread / 1023
+}
