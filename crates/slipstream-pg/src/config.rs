@@ -364,6 +364,37 @@ impl Config {
         self
     }
 
+    /// One configuration per host of a multi-host configuration, each with that host and its
+    /// port only (libpq's pairing: one port for all hosts, or one per host). A pool uses them
+    /// for its per-host sub-pools. With no host given, the one default target.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let config: Config = "host=db1,db2 port=5432,5433 dbname=orders".parse()?;
+    /// let hosts = config.per_host()?;
+    /// assert_eq!(hosts.len(), 2);
+    /// assert_eq!(hosts[1].get_ports(), &[5433]);
+    /// assert_eq!(hosts[1].get_dbname(), Some("orders"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) if the hosts and ports do not pair up.
+    pub fn per_host(&self) -> Result<Vec<Config>, Error> {
+        if self.hosts.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        Ok(self
+            .targets()?
+            .into_iter()
+            .map(|(host, port)| Config {
+                hosts: vec![host],
+                ports: vec![port],
+                ..self.clone()
+            })
+            .collect())
+    }
+
     /// The (host, port) pairs to try, after checking that ports and hosts line up.
     pub(crate) fn targets(&self) -> Result<Vec<(Host, u16)>, Error> {
         let port_for = |i: usize| match self.ports.len() {

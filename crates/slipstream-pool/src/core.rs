@@ -53,6 +53,9 @@ pub(crate) struct Slot<C> {
     pub(crate) retire_after_ms: AtomicU64,
     /// Total ms the connection spent lent out, added at each return by the returner.
     pub(crate) busy_ms: AtomicU64,
+    /// The pool's eviction generation when the connection opened; older than the pool's
+    /// current one means evicted (closed when next seen idle or returned).
+    pub(crate) generation: AtomicU64,
     /// Odd while lent to a holder that the pool may reclaim: the holder returns with a CAS
     /// from the odd value it was lent with, the reclaimer takes the slot with a CAS from the
     /// same value; whichever wins owns the slot (see `Pooled`'s drop).
@@ -76,6 +79,7 @@ impl<C> Slot<C> {
             returned_ms: AtomicU64::new(0),
             retire_after_ms: AtomicU64::new(u64::MAX),
             busy_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             lease: AtomicU64::new(0),
             conn: Cell::new(None),
         }

@@ -31,6 +31,15 @@ pub enum PoolError {
         /// The limit.
         max_waiters: usize,
     },
+    /// The pool's configuration is invalid (e.g. a connection string that does not parse).
+    Config(String),
+    /// No server of a multi-host pool can serve the requested role now.
+    NoServer {
+        /// The role asked for (`primary`, `standby`, ...).
+        role: String,
+        /// Each server and its state (`db1:5432 down: connection refused`).
+        servers: Vec<String>,
+    },
 }
 
 impl fmt::Display for PoolError {
@@ -64,6 +73,13 @@ impl fmt::Display for PoolError {
                 f,
                 "pool overloaded: {waiting} borrowers already waiting (max_waiters = {max_waiters}); \
                  rejected at once rather than queued. Shed load or raise max_waiters"
+            ),
+            PoolError::Config(e) => write!(f, "invalid pool configuration: {e}"),
+            PoolError::NoServer { role, servers } => write!(
+                f,
+                "no server can serve role {role} now ({}); down servers are retried in the \
+                 background, so retry shortly or ask for another role",
+                servers.join("; ")
             ),
         }
     }

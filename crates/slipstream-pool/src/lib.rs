@@ -39,9 +39,13 @@ mod manager;
 #[cfg(not(loom))]
 mod pg;
 #[cfg(not(loom))]
+mod pg_pool;
+#[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
 mod pooled;
+#[cfg(not(loom))]
+mod registry;
 mod stats;
 mod sync;
 
@@ -53,7 +57,11 @@ pub use manager::{AbortFn, Manager};
 #[cfg(not(loom))]
 pub use pg::{PgManager, Reset};
 #[cfg(not(loom))]
+pub use pg_pool::{PgPool, PgPoolBuilder, PgPooled, Role, ServerInfo, ServerManager, ServerRole};
+#[cfg(not(loom))]
 pub use pool::{ConnectionInfo, Pool};
 #[cfg(not(loom))]
 pub use pooled::Pooled;
+#[cfg(not(loom))]
+pub use registry::Registry;
 pub use stats::Stats;

@@ -97,6 +97,8 @@ impl<M: Manager> Inner<M> {
         s.opened_ms.store(now, Ordering::Relaxed);
         s.returned_ms.store(now, Ordering::Relaxed);
         s.busy_ms.store(0, Ordering::Relaxed);
+        s.generation
+            .store(self.generation.load(Ordering::Relaxed), Ordering::Relaxed);
         s.retire_after_ms.store(
             self.config
                 .max_lifetime

@@ -60,11 +60,12 @@ impl PgManager {
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
     /// use slipstream_pool::{PgManager, Pool, Reset};
-    /// let manager = PgManager::new("postgres://app@db/orders".parse()?).reset(Reset::Session);
+    /// let manager = PgManager::new("postgres://app@db/orders".parse()?)
+    ///     .reset_on_return(Reset::Session);
     /// let pool = Pool::builder(manager).build();
     /// # Ok(()) }
     /// ```
-    pub fn reset(mut self, reset: Reset) -> PgManager {
+    pub fn reset_on_return(mut self, reset: Reset) -> PgManager {
         self.reset = reset;
         self
     }

@@ -72,6 +72,7 @@ impl<M: Manager> Builder<M> {
             counters: Counters::default(),
             epoch: Instant::now(),
             clock_ms: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             attachments: (0..capacity).map(|_| Attachment::default()).collect(),
             runtime: tokio::runtime::Handle::current(),
         });
@@ -165,6 +166,8 @@ pub(crate) struct Inner<M: Manager> {
     /// least every 100 ms while timers are set). Returns read it instead of the system clock.
     pub(crate) epoch: Instant,
     pub(crate) clock_ms: AtomicU64,
+    /// Bumped by [`Pool::evict`]: connections opened under an older generation are closed.
+    pub(crate) generation: AtomicU64,
     pub(crate) attachments: Box<[Attachment]>,
     /// Where resets and blocking validations run.
     pub(crate) runtime: tokio::runtime::Handle,
@@ -179,11 +182,13 @@ impl<M: Manager> Inner<M> {
         self.min_size.load(Ordering::Relaxed).min(self.core.limit())
     }
 
-    /// True if the connection in owned slot `i` has outlived its lifetime at `now`.
+    /// True if the connection in owned slot `i` has outlived its lifetime at `now`, or was
+    /// evicted.
     pub(crate) fn expired(&self, i: usize, now: u64) -> bool {
         let slot = &self.core.slots[i];
         now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed))
             >= slot.retire_after_ms.load(Ordering::Relaxed)
+            || slot.generation.load(Ordering::Relaxed) < self.generation.load(Ordering::Relaxed)
     }
 
     /// Closes the connection in owned slot `i` (one the reaper claimed idle) and frees the slot.
@@ -562,6 +567,30 @@ impl<M: Manager> Pool<M> {
         self.inner.core.limit.store(size, Ordering::Relaxed);
         self.inner.opener.notify_one();
         size
+    }
+
+    /// Closes every connection: idle ones at once (by the pool's task), lent ones when they
+    /// are returned. New ones open as needed (HikariCP's soft eviction), e.g. after a failover
+    /// or a credentials change.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let conn = pool.get().await?;
+    /// pool.evict();
+    /// drop(conn); // closed, not kept
+    /// assert_eq!(pool.stats().retired, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn evict(&self) {
+        self.inner.generation.fetch_add(1, Ordering::Relaxed);
+        self.inner.opener.notify_one();
     }
 
     /// Changes the number of connections kept open even when idle (clamped to the maximum).

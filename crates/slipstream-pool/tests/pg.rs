@@ -80,7 +80,7 @@ async fn a_connection_returned_inside_a_transaction_is_rolled_back_then_lent() {
 #[tokio::test]
 async fn without_reset_a_connection_left_in_a_transaction_is_closed_not_lent() {
     let cluster = Cluster::start().unwrap();
-    let manager = PgManager::new(cluster.url().parse().unwrap()).reset(Reset::None);
+    let manager = PgManager::new(cluster.url().parse().unwrap()).reset_on_return(Reset::None);
     let pool = Pool::builder(manager).max_size(1).build();
     let mut conn = pool.get().await.unwrap();
     let first = conn.backend_pid();
@@ -105,7 +105,7 @@ async fn without_reset_a_connection_left_in_a_transaction_is_closed_not_lent() {
 #[tokio::test]
 async fn a_session_reset_clears_settings_but_keeps_the_statement_cache() {
     let cluster = Cluster::start().unwrap();
-    let manager = PgManager::new(cluster.url().parse().unwrap()).reset(Reset::Session);
+    let manager = PgManager::new(cluster.url().parse().unwrap()).reset_on_return(Reset::Session);
     let pool = Pool::builder(manager).max_size(1).build();
     let mut conn = pool.get().await.unwrap();
     conn.batch_execute("SET work_mem = '7MB'; CREATE TEMP TABLE scratch (x int)")

@@ -19,8 +19,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts to start on a fresh port when another process took ours first.
 const PORT_ATTEMPTS: usize = 5;
-/// The line PostgreSQL logs when it accepts connections (`lc_messages` is forced to C).
-const READY_LINE: &str = "database system is ready to accept connections";
+/// The start of the line PostgreSQL logs when it accepts connections (`lc_messages` is forced
+/// to C); a hot standby ends it with "read-only connections".
+const READY_LINE: &str = "database system is ready to accept";
 
 /// Settings for a throwaway cluster: speed over durability, and logging we can read.
 const BASE_SETTINGS: &[(&str, &str)] = &[
@@ -34,8 +35,10 @@ const BASE_SETTINGS: &[(&str, &str)] = &[
     ("log_destination", "stderr"),
 ];
 
-const DEFAULT_HBA: &str =
-    "local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n";
+/// Trust for everything local, including replication (for [`Cluster::start_standby`]).
+const DEFAULT_HBA: &str = "local all all trust\nhost all all 127.0.0.1/32 trust\n\
+                           host all all ::1/128 trust\nlocal replication all trust\n\
+                           host replication all 127.0.0.1/32 trust\n";
 
 /// Options for a cluster; see [`Cluster::builder`].
 #[derive(Debug, Default, Clone)]
@@ -138,6 +141,53 @@ impl Cluster {
     /// Starts a cluster with the default settings.
     pub fn start() -> Result<Cluster, Error> {
         ClusterBuilder::default().start()
+    }
+
+    /// Starts a hot standby of this cluster: a `pg_basebackup -R` copy streaming from it, in a
+    /// directory and on a port of its own. It accepts read-only connections
+    /// (`pg_is_in_recovery()` is true) and follows the primary's changes.
+    ///
+    /// ```no_run
+    /// let primary = slipstream_testkit::Cluster::start()?;
+    /// let standby = primary.start_standby()?;
+    /// assert_eq!(standby.psql("SELECT pg_is_in_recovery()")?.trim(), "t");
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
+    pub fn start_standby(&self) -> Result<Cluster, Error> {
+        let install = Install::find()?;
+        let root = tempfile::Builder::new()
+            .prefix("s-")
+            .tempdir_in(base_dir()?)
+            .map_err(|e| Error::io("could not create a standby directory", e))?;
+        install.owner().chown(root.path())?;
+        let data = root.path().join("data");
+        run(
+            install
+                .command("pg_basebackup")
+                .arg("-D")
+                .arg(&data)
+                .args(["-R", "-X", "stream", "-c", "fast", "-U", "postgres"])
+                .arg("-h")
+                .arg(&self.socket_dir)
+                .args(["-p", &self.port.to_string()]),
+            "pg_basebackup",
+        )?;
+        // The copy carries the primary's settings; only the socket directory must differ.
+        let socket_dir = root.path().to_path_buf();
+        append_settings(
+            &data,
+            [("unix_socket_directories", socket_dir.display().to_string())],
+        )?;
+        let mut standby = Cluster {
+            install,
+            root,
+            data,
+            socket_dir,
+            port: 0,
+            server: None,
+        };
+        standby.start_server()?;
+        Ok(standby)
     }
 
     /// Options for a cluster.

@@ -54,6 +54,32 @@ fn restart_keeps_port_and_data() {
 }
 
 #[test]
+fn a_standby_streams_the_primarys_changes_and_is_read_only() {
+    let primary = Cluster::start().unwrap();
+    primary
+        .psql("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        .unwrap();
+    let standby = primary.start_standby().unwrap();
+    assert_ne!(standby.port(), primary.port());
+    assert_ne!(standby.data_dir(), primary.data_dir());
+    assert_eq!(standby.psql("SELECT pg_is_in_recovery()").unwrap(), "t");
+    assert_eq!(primary.psql("SELECT pg_is_in_recovery()").unwrap(), "f");
+    assert_eq!(standby.psql("SELECT x FROM t").unwrap(), "1");
+    // A later change arrives by streaming replication.
+    primary.psql("INSERT INTO t VALUES (2)").unwrap();
+    let start = std::time::Instant::now();
+    while standby.psql("SELECT count(*) FROM t").unwrap() != "2" {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "no replication"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let err = standby.psql("INSERT INTO t VALUES (3)").unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+}
+
+#[test]
 fn a_bad_setting_fails_with_the_server_log() {
     let err = Cluster::builder()
         .setting("shared_buffers", "not-a-size")

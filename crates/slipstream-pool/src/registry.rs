@@ -1,0 +1,72 @@
+//! One pool per connection string for the whole process (ODP.NET's pool-per-connection-string
+//! rule), so code that only has a connection string still shares connections.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use crate::{PgPool, PgPoolBuilder, PoolError};
+
+/// Pools keyed by connection string: the same string (byte for byte, surrounding whitespace
+/// aside) gets the same [`PgPool`]; any other string, even one that differs only in the order
+/// of its parameters, gets a pool of its own, as in ODP.NET.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), slipstream_pool::PoolError> {
+/// use slipstream_pool::{Registry, Role};
+/// let url = "postgres://app@db1,db2/orders";
+/// let a = Registry::global().pool(url, |b| b.max_size(20))?;
+/// let b = Registry::global().pool(url, |b| b)?; // the same pool: settings apply once
+/// let mut conn = b.get(Role::Primary).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct Registry {
+    pools: Mutex<HashMap<String, PgPool>>,
+}
+
+impl Registry {
+    /// An empty registry (most programs use [`Registry::global`]).
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> &'static Registry {
+        static GLOBAL: OnceLock<Registry> = OnceLock::new();
+        GLOBAL.get_or_init(Registry::new)
+    }
+
+    /// The pool for `conn_str`, built with `configure` on first use (in a tokio runtime, which
+    /// must outlive it). Later calls with the same string return the same pool and ignore
+    /// `configure`.
+    ///
+    /// # Errors
+    /// [`PoolError::Config`] if the string does not parse, naming the problem.
+    pub fn pool(
+        &self,
+        conn_str: &str,
+        configure: impl FnOnce(PgPoolBuilder) -> PgPoolBuilder,
+    ) -> Result<PgPool, PoolError> {
+        let key = conn_str.trim();
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(pool) = pools.get(key) {
+            return Ok(pool.clone());
+        }
+        let config = key
+            .parse()
+            .map_err(|e: slipstream_pg::Error| PoolError::Config(e.to_string()))?;
+        let pool = configure(PgPool::builder(config)).build()?;
+        pools.insert(key.to_string(), pool.clone());
+        Ok(pool)
+    }
+
+    /// The number of pools held.
+    pub fn len(&self) -> usize {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// True if no pool is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,197 @@
+//! A pool over a primary and its streaming standby (testkit clusters): role routing, balance,
+//! failover and rebalance.
+
+use std::time::{Duration, Instant};
+
+use slipstream_pool::{PgPool, PoolError, Registry, Role, ServerRole};
+use slipstream_testkit::Cluster;
+
+fn url(primary: &Cluster, standby: &Cluster) -> String {
+    format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
+        primary.port(),
+        standby.port()
+    )
+}
+
+async fn in_recovery(pool: &PgPool, role: Role) -> Result<bool, String> {
+    let mut conn = pool.get(role).await.map_err(|e| e.to_string())?;
+    let row = conn
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    row.get(0).map_err(|e| e.to_string())
+}
+
+/// Waits until `done` holds for the pool's servers, failing after `limit`; returns the time it
+/// took.
+async fn until(
+    pool: &PgPool,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&PgPool) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !done(pool) {
+        assert!(start.elapsed() < limit, "{what}: {:?}", pool.servers());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_route_balance_fail_over_and_rebalance() {
+    let primary = Cluster::start().unwrap();
+    let mut standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    let servers = pool.servers();
+    assert_eq!(servers[0].role, ServerRole::Primary, "{servers:?}");
+    assert_eq!(servers[1].role, ServerRole::Standby, "{servers:?}");
+    assert!(
+        servers.iter().all(|s| s.up && s.stats.max_size == 2),
+        "{servers:?}"
+    );
+
+    // Routing by role.
+    assert_eq!(in_recovery(&pool, Role::Primary).await, Ok(false));
+    assert_eq!(in_recovery(&pool, Role::Standby).await, Ok(true));
+    assert_eq!(in_recovery(&pool, Role::PreferStandby).await, Ok(true));
+
+    // Balance: with one borrow out on a server, the next `Any` goes to the other.
+    let a = pool.get(Role::Any).await.unwrap();
+    let b = pool.get(Role::Any).await.unwrap();
+    assert_ne!(a.server(), b.server());
+    drop((a, b));
+
+    // Failover: the standby stops. Reads that prefer it move to the primary; a borrower sees
+    // at most one failed statement per connection it had to the standby.
+    {
+        let _warm = (
+            pool.get(Role::Standby).await.unwrap(),
+            pool.get(Role::Standby).await.unwrap(),
+        );
+    }
+    standby.stop().unwrap();
+    let start = Instant::now();
+    let mut failures = 0;
+    loop {
+        match in_recovery(&pool, Role::PreferStandby).await {
+            Ok(false) => break,
+            Ok(true) => panic!("the standby is stopped"),
+            Err(e) => {
+                failures += 1;
+                assert!(failures <= 2, "too many failures: {e}");
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            pool.servers()
+        );
+    }
+    let moved = start.elapsed();
+    eprintln!("prefer-standby moved to the primary after {moved:?} and {failures} failures");
+    let servers = pool.servers();
+    assert!(
+        !servers[1].up && servers[0].stats.max_size == 4,
+        "{servers:?}"
+    );
+    until(
+        &pool,
+        Duration::from_secs(5),
+        "the standby's connections close",
+        |p| p.servers()[1].stats.open == 0,
+    )
+    .await;
+    // Asking for the stopped role fails at once, saying why.
+    let start = Instant::now();
+    let err = pool.get(Role::Standby).await.unwrap_err();
+    assert!(start.elapsed() < Duration::from_millis(100));
+    assert!(matches!(err, PoolError::NoServer { .. }), "{err}");
+    assert!(err.to_string().contains("down"), "{err}");
+    assert_eq!(in_recovery(&pool, Role::Any).await, Ok(false));
+
+    // Rebalance: the standby comes back on the same port; the monitor finds it, shares are
+    // even again and standby reads return to it.
+    standby.restart().unwrap();
+    let back = until(&pool, Duration::from_secs(10), "the standby is back", |p| {
+        p.servers()[1].up
+    })
+    .await;
+    eprintln!("standby seen up {back:?} after its restart");
+    let servers = pool.servers();
+    assert!(servers.iter().all(|s| s.stats.max_size == 2), "{servers:?}");
+    assert_eq!(in_recovery(&pool, Role::PreferStandby).await, Ok(true));
+    let a = pool.get(Role::Any).await.unwrap();
+    let b = pool.get(Role::Any).await.unwrap();
+    assert_ne!(a.server(), b.server(), "borrows spread over both again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_primary_down_writes_fail_fast_and_reads_go_to_the_standby() {
+    let mut primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    assert_eq!(in_recovery(&pool, Role::Primary).await, Ok(false));
+    primary.stop().unwrap();
+    // The idle connection to the primary fails once; then the primary is marked down.
+    let _ = in_recovery(&pool, Role::Primary).await;
+    until(
+        &pool,
+        Duration::from_secs(5),
+        "the primary marked down",
+        |p| !p.servers()[0].up,
+    )
+    .await;
+    let err = pool.get(Role::Primary).await.unwrap_err();
+    assert!(
+        err.to_string().contains("no server can serve role primary"),
+        "{err}"
+    );
+    assert_eq!(in_recovery(&pool, Role::Any).await, Ok(true));
+    assert_eq!(in_recovery(&pool, Role::PreferStandby).await, Ok(true));
+}
+
+#[tokio::test]
+async fn the_registry_gives_the_same_string_the_same_pool() {
+    let cluster = Cluster::start().unwrap();
+    let registry = Registry::new();
+    let url = cluster.url();
+    let a = registry.pool(&url, |b| b.max_size(3)).unwrap();
+    let b = registry
+        .pool(&format!("  {url} "), |b| b.max_size(99))
+        .unwrap();
+    assert_eq!(registry.len(), 1);
+    let held = a.get(Role::Any).await;
+    // Built once, with the first call's settings; `b` is the same pool and sees `a`'s borrow.
+    until(&b, Duration::from_secs(5), "the server is probed", |p| {
+        p.servers()[0].up
+    })
+    .await;
+    let held = match held {
+        Ok(c) => c,
+        Err(_) => a.get(Role::Any).await.unwrap(),
+    };
+    let servers = b.servers();
+    assert_eq!(
+        (servers[0].stats.max_size, servers[0].outstanding),
+        (3, 1),
+        "{servers:?}"
+    );
+    drop(held);
+    // Another string, another pool.
+    let _c = registry
+        .pool(&format!("{url}?application_name=other"), |b| b)
+        .unwrap();
+    assert_eq!(registry.len(), 2);
+    let err = registry.pool("postgres://[bad", |b| b).unwrap_err();
+    assert!(matches!(err, PoolError::Config(_)), "{err}");
+}
