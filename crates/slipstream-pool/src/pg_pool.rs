@@ -574,8 +574,7 @@ async fn monitor_task(shared: Weak<Shared>) {
                     }
                 }
                 Err(e) => {
-                    *state.last_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(e.to_string());
+                    *state.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     if up {
                         state.up.store(false, Ordering::Relaxed);
                         state.went_down.notify_waiters();
@@ -603,12 +602,23 @@ async fn monitor_task(shared: Weak<Shared>) {
     }
 }
 
+/// How long a probe may take when the connection string sets no `connect_timeout` (an
+/// unreachable host would otherwise hold the monitor for the OS's TCP timeout, minutes).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Opens and closes one connection to learn whether the server is up, and its role.
-async fn probe(config: &slipstream_pg::Config) -> Result<u8, slipstream_pg::Error> {
-    let mut conn = slipstream_pg::connect_config(config).await?;
-    let role = learn_role(&mut conn).await;
-    let _ = conn.close().await;
-    role
+async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
+    let limit = config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
+    let attempt = async {
+        let mut conn = slipstream_pg::connect_config(config).await?;
+        let role = learn_role(&mut conn).await;
+        let _ = conn.close().await;
+        role
+    };
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
 }
 
 /// Gives each up server an even share of `max_size`, and down servers none: a down server's
