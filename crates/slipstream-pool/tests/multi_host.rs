@@ -23,20 +23,16 @@ async fn in_recovery(pool: &PgPool, role: Role) -> Result<bool, String> {
     row.get(0).map_err(|e| e.to_string())
 }
 
-/// Waits until `done` holds for the pool's servers, failing after `limit`; returns the time it
-/// took.
+mod common;
+
+/// Waits until `done` holds for the pool, failing after `limit`; returns the time it took.
 async fn until(
     pool: &PgPool,
     limit: Duration,
     what: &str,
     done: impl Fn(&PgPool) -> bool,
 ) -> Duration {
-    let start = Instant::now();
-    while !done(pool) {
-        assert!(start.elapsed() < limit, "{what}: {:?}", pool.servers());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    start.elapsed()
+    common::until(limit, what, || pool.servers(), |_| done(pool)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,17 +148,11 @@ async fn a_session_reset_clears_settings_but_keeps_the_statement_cache() {
     assert_eq!(pool.stats().resets, 1);
 }
 
+mod common;
+
 /// Waits until `pool`'s stats satisfy `done`, failing after 10 s.
 async fn until(pool: &Pool<PgManager>, what: &str, done: impl Fn(&slipstream_pool::Stats) -> bool) {
-    let start = std::time::Instant::now();
-    while !done(&pool.stats()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what}: {:?}",
-            pool.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::until(Duration::from_secs(10), what, || pool.stats(), done).await;
 }
 
 #[tokio::test]

@@ -365,17 +365,11 @@ async fn connection_attributes_count_borrows_and_show_who_is_busy() {
     assert!(pool.connections().iter().all(|c| !c.borrowed));
 }
 
+mod common;
+
 /// Waits until the pool's stats satisfy `done`, failing after 10 s.
 async fn until(pool: &Pool<Mgr>, what: &str, done: impl Fn(&slipstream_pool::Stats) -> bool) {
-    let start = std::time::Instant::now();
-    while !done(&pool.stats()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what}: {:?}",
-            pool.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::until(Duration::from_secs(10), what, || pool.stats(), done).await;
 }
 
 #[tokio::test]
