@@ -38,6 +38,17 @@ pub enum Command {
     /// List or run the lab's experiments.
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Run a workload (order-entry, or a workload file) and write its result as JSON.
+    Bench(BenchArgs),
+    /// Summarise bench results, several side by side; --html adds charts.
+    Report {
+        /// Result files written by `slipstream bench`.
+        #[arg(required = true, value_name = "RUN.json")]
+        files: Vec<PathBuf>,
+        /// Also write an HTML report with TPS-over-time and latency-percentile charts.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
+    },
     /// Run every experiment in quick mode and write an HTML report.
     Demo {
         /// Directory for the report, JSON results and charts.
@@ -47,6 +58,67 @@ pub enum Command {
         #[arg(long)]
         full: bool,
     },
+}
+
+/// `slipstream bench`'s options (Swingbench charbench's, in pgbench's spelling where they
+/// overlap).
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// `order-entry`, or a workload file (.toml).
+    pub workload: String,
+    /// Create and load the workload's schema instead of running it.
+    #[arg(long)]
+    pub setup: bool,
+    /// Order Entry scale for --setup: 1 is about a million customers.
+    #[arg(long, default_value_t = 0.1, value_name = "S")]
+    pub scale: f64,
+    /// Concurrent users, each with its own connection.
+    #[arg(long, short = 'u', default_value_t = 8, value_name = "N")]
+    pub users: usize,
+    /// The measured window (e.g. 30s, 5m).
+    #[arg(long, short = 'd', default_value = "30s", value_parser = duration, value_name = "D")]
+    pub duration: std::time::Duration,
+    /// Run this long first without recording.
+    #[arg(long, short = 'w', default_value = "5s", value_parser = duration, value_name = "W")]
+    pub warmup: std::time::Duration,
+    /// Open loop: Poisson arrivals at R transactions per second (latency from the intended
+    /// start). Without it, users run closed loop.
+    #[arg(long, short = 'r', value_name = "R")]
+    pub rate: Option<f64>,
+    /// Closed loop: think time before each transaction, e.g. 10ms..50ms.
+    #[arg(long, value_name = "MIN..MAX")]
+    pub think: Option<slipstream_lab::bench::ThinkTime>,
+    /// Think time inside transactions (between their steps), not counted in latency.
+    #[arg(long, value_name = "MIN..MAX")]
+    pub intra_think: Option<slipstream_lab::bench::ThinkTime>,
+    /// Change weights: name=weight,name=weight (others keep theirs).
+    #[arg(long, value_name = "MIX")]
+    pub mix: Option<String>,
+    /// Order Entry: also run the three reporting queries (weight 2 each).
+    #[arg(long)]
+    pub reporting: bool,
+    /// Where to write the result [default: WORKLOAD-YYYYMMDD-HHMMSS.json].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Also write one CSV line per transaction here.
+    #[arg(long, value_name = "FILE")]
+    pub raw: Option<PathBuf>,
+    /// Seed for every random choice (the same seed repeats the same choices).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Open loop: a transaction starting later than this after its intended start is late.
+    #[arg(long, default_value = "1ms", value_parser = duration, value_name = "D")]
+    pub late_after: std::time::Duration,
+    /// How long to wait for transactions in flight when the window ends.
+    #[arg(long, default_value = "10s", value_parser = duration, value_name = "D")]
+    pub grace: std::time::Duration,
+    /// No progress line.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    slipstream_lab::bench::parse_duration(s)
 }
 
 #[derive(Debug, Subcommand)]
@@ -166,6 +238,36 @@ mod tests {
                 format!("Db({want})")
             );
         }
+    }
+
+    #[test]
+    fn bench_flags() {
+        let cli = parse(&[
+            "bench",
+            "order-entry",
+            "-u",
+            "4",
+            "-d",
+            "2m",
+            "--rate",
+            "100",
+            "--mix",
+            "a=1",
+        ]);
+        match cli.command {
+            Command::Bench(b) => {
+                assert_eq!(b.workload, "order-entry");
+                assert_eq!(b.users, 4);
+                assert_eq!(b.duration, std::time::Duration::from_secs(120));
+                assert_eq!(b.rate, Some(100.0));
+                assert_eq!(b.mix.as_deref(), Some("a=1"));
+                assert_eq!(b.warmup, std::time::Duration::from_secs(5));
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = Cli::try_parse_from(["slipstream", "bench", "x", "-d", "10"]).unwrap_err();
+        assert!(err.to_string().contains("needs a unit"), "{err}");
+        assert!(Cli::try_parse_from(["slipstream", "report"]).is_err());
     }
 
     #[test]

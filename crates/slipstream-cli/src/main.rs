@@ -1,5 +1,6 @@
 //! The `slipstream` command.
 
+mod bench;
 mod cli;
 mod database;
 mod sql;
@@ -80,6 +81,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(args) => {
+            let url = database::resolve(cli.url, cli.home)?;
+            bench::bench(args, url)
+        }
+        Command::Report { files, html } => bench::report(files, html),
         Command::Demo { out, full } => {
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };
@@ -140,7 +146,7 @@ fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()>
 }
 
 /// Prints a line to stdout, surfacing a closed pipe as an error `main` treats as success.
-fn say(text: &str) -> anyhow::Result<()> {
+pub(crate) fn say(text: &str) -> anyhow::Result<()> {
     writeln!(std::io::stdout(), "{text}").context("writing to stdout")
 }
 

@@ -401,6 +401,8 @@ fn help_is_available_on_every_command() {
         &["lab", "run", "--help"],
         &["sql", "--help"],
         &["demo", "--help"],
+        &["bench", "--help"],
+        &["report", "--help"],
     ] {
         let o = slipstream(args, home.path());
         assert!(
@@ -408,4 +410,174 @@ fn help_is_available_on_every_command() {
             "{args:?}"
         );
     }
+}
+
+const SELECT_WORKLOAD: &str = r#"
+name = "select"
+[params]
+n = { dist = "uniform", min = 1, max = 1000 }
+[[transaction]]
+name = "select"
+sql = "SELECT :n::int + 1"
+"#;
+
+#[test]
+fn ctrl_c_during_a_bench_leaves_a_valid_result() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let out = dir.path().join("run.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args([
+            "bench",
+            file.to_str().unwrap(),
+            "-u",
+            "2",
+            "-d",
+            "60s",
+            "-w",
+            "0s",
+        ])
+        .args(["--url", &cluster.url(), "-o", out.to_str().unwrap()])
+        .env("SLIPSTREAM_HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let started = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "slow to stop"
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(run["schema"], "slipstream-lab/bench-run");
+    assert_eq!(run["interrupted"], true);
+    let measured = run["measured_s"].as_f64().unwrap();
+    assert!(measured > 1.0 && measured < 10.0, "{measured}");
+    assert!(run["transactions"][0]["ok"].as_u64().unwrap() > 100);
+    // The report reads it back and says it was cut short.
+    let html = dir.path().join("r.html");
+    let o = slipstream(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("interrupted after"), "{}", text(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("latency by percentile"));
+}
+
+#[test]
+fn a_bad_workload_file_is_named_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        SELECT_WORKLOAD.replace("min = 1,", "min = 1, mxa = 3,"),
+    )
+    .unwrap();
+    let o = slipstream(
+        &[
+            "bench",
+            file.to_str().unwrap(),
+            "--url",
+            "postgres://nobody@127.0.0.1:1/x",
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("bad.toml:4:") && t.contains("mxa"), "{t}");
+}
+
+#[test]
+fn report_refuses_what_is_not_a_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let truncated = dir.path().join("t.json");
+    std::fs::write(
+        &truncated,
+        "{\"schema\": \"slipstream-lab/bench-run\", \"schema_ver",
+    )
+    .unwrap();
+    let other = dir.path().join("o.json");
+    std::fs::write(&other, "{\"schema\": \"something-else\"}").unwrap();
+    for (file, want) in [
+        (&truncated, "truncated or corrupt"),
+        (&other, "not a slipstream bench result"),
+    ] {
+        let o = slipstream(&["report", file.to_str().unwrap()], dir.path());
+        assert!(!o.status.success());
+        assert!(text(&o).contains(want), "{}", text(&o));
+    }
+}
+
+#[test]
+fn order_entry_sets_up_and_runs_from_the_command_line() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    let o = slipstream(
+        &[
+            "bench",
+            "order-entry",
+            "--setup",
+            "--scale",
+            "0.01",
+            "--url",
+            &url,
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("customers 10000"), "{}", text(&o));
+    let out = dir.path().join("oe.json");
+    let o = slipstream(
+        &[
+            "bench",
+            "order-entry",
+            "-u",
+            "2",
+            "-d",
+            "2s",
+            "-w",
+            "0s",
+            "--url",
+            &url,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("browse-products")
+            && t.contains("order-products")
+            && !t.contains("sales-rep-query"),
+        "{t}"
+    );
+    let o = slipstream(
+        &["bench", "order-entry", "--mix", "browse=5", "--url", &url],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("has no transaction `browse`"),
+        "{}",
+        text(&o)
+    );
 }

@@ -20,11 +20,45 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-/// Draws every series as a line with markers on shared axes; the y axis starts at 0 so ratios
-/// read true.
+/// Draws every series as a line with markers on shared axes into an SVG file; the y axis
+/// starts at 0 so ratios read true.
 pub fn line_chart(title: &str, series: &[Series], path: &Path) -> anyhow::Result<()> {
+    let svg = render(title, series, XScale::Linear)?;
+    std::fs::write(path, svg)
+        .map_err(|e| anyhow::anyhow!("could not write the chart {}: {e}", path.display()))
+}
+
+/// [`line_chart`] as an SVG string, for embedding in HTML.
+pub fn line_chart_svg(title: &str, series: &[Series]) -> anyhow::Result<String> {
+    render(title, series, XScale::Linear)
+}
+
+/// A latency-percentile chart (x: percentile 0-100 on a "nines" scale, so 99%, 99.9% and
+/// 99.99% are evenly spaced; y: latency) as an SVG string.
+pub fn percentile_chart_svg(title: &str, series: &[Series]) -> anyhow::Result<String> {
+    render(title, series, XScale::Nines)
+}
+
+/// The furthest "nine" drawn: 99.9999%.
+const MAX_NINES: f64 = 6.0;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum XScale {
+    Linear,
+    /// x is a percentile p, drawn at -log10(1 - p/100).
+    Nines,
+}
+
+fn nines(p: f64) -> f64 {
+    (-(1.0 - p / 100.0).log10()).clamp(0.0, MAX_NINES)
+}
+
+fn render(title: &str, series: &[Series], scale: XScale) -> anyhow::Result<String> {
     anyhow::ensure!(!series.is_empty(), "nothing to chart");
-    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let x_of = |x: f64| if scale == XScale::Nines { nines(x) } else { x };
+    let xs = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| x_of(p.0)));
     let (x_min, x_max) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
     let y_max = series
         .iter()
@@ -37,47 +71,63 @@ pub fn line_chart(title: &str, series: &[Series], path: &Path) -> anyhow::Result
     };
     let y_top = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
 
-    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE).map_err(draw_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x_span.0..x_span.1, 0.0..y_top)
-        .map_err(draw_err)?;
-    chart
-        .configure_mesh()
-        .x_desc(series[0].x_label.as_str())
-        .y_desc(series[0].y_label.as_str())
-        .draw()
-        .map_err(draw_err)?;
-    for (i, s) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(draw_err)?
-            .label(s.name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-        if s.points.len() <= MAX_MARKED_POINTS {
-            chart
-                .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
-                .map_err(draw_err)?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x_span.0..x_span.1, 0.0..y_top)
+            .map_err(draw_err)?;
+        let percent = |x: &f64| {
+            let p = 100.0 * (1.0 - 10f64.powf(-x));
+            let digits = (x.floor() as usize).saturating_sub(1);
+            format!("{p:.digits$}%")
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(series[0].x_label.as_str())
+            .y_desc(series[0].y_label.as_str());
+        if scale == XScale::Nines {
+            mesh.x_label_formatter(&percent)
+                .x_labels(MAX_NINES as usize + 1);
         }
+        mesh.draw().map_err(draw_err)?;
+        for (i, s) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let points: Vec<(f64, f64)> = s.points.iter().map(|p| (x_of(p.0), p.1)).collect();
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(draw_err)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            if points.len() <= MAX_MARKED_POINTS {
+                chart
+                    .draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                    .map_err(draw_err)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(match scale {
+                // Latency rises to the right: the upper left is where the lines are not.
+                XScale::Nines => SeriesLabelPosition::UpperLeft,
+                XScale::Linear => SeriesLabelPosition::MiddleRight,
+            })
+            .draw()
+            .map_err(draw_err)?;
+        root.present().map_err(draw_err)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(draw_err)?;
-    root.present().map_err(draw_err)?;
-    Ok(())
+    Ok(svg)
 }
 
 fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {

@@ -9,6 +9,7 @@
 //! ```
 #![warn(missing_docs, rust_2018_idioms)]
 
+pub mod bench;
 mod chart;
 mod environment;
 mod experiment_result;
@@ -19,7 +20,7 @@ pub mod pool_peers;
 mod report;
 mod stats;
 
-pub use chart::line_chart;
+pub use chart::{line_chart, line_chart_svg, percentile_chart_svg};
 pub use environment::redact;
 pub use experiment_result::{
     Environment, ExperimentResult, SCHEMA, SCHEMA_VERSION, Series, Table, write_atomically,

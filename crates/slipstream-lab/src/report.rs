@@ -38,24 +38,7 @@ pub fn write_report(dir: &Path, results: &[ExperimentResult]) -> anyhow::Result<
             esc(&r.experiment),
             esc(&r.title)
         );
-        html.push_str("<table><tr>");
-        for c in &r.table.columns {
-            let _ = write!(html, "<th>{}</th>", esc(c));
-        }
-        html.push_str("</tr>\n");
-        for row in &r.table.rows {
-            html.push_str("<tr>");
-            for cell in row {
-                let class = if cell.starts_with(|c: char| c.is_ascii_digit()) {
-                    " class=\"n\""
-                } else {
-                    ""
-                };
-                let _ = write!(html, "<td{class}>{}</td>", esc(cell));
-            }
-            html.push_str("</tr>\n");
-        }
-        html.push_str("</table>\n");
+        push_table(&mut html, &r.table);
         for note in &r.notes {
             let _ = writeln!(html, "<p class=\"note\">{}</p>", esc(note));
         }
@@ -73,7 +56,30 @@ pub fn write_report(dir: &Path, results: &[ExperimentResult]) -> anyhow::Result<
     write_atomically(&dir.join("index.html"), html.as_bytes())
 }
 
-fn esc(s: &str) -> String {
+/// Appends `t` as an HTML table; cells that start with a digit are right-aligned.
+pub(crate) fn push_table(html: &mut String, t: &crate::Table) {
+    html.push_str("<table><tr>");
+    for c in &t.columns {
+        let _ = write!(html, "<th>{}</th>", esc(c));
+    }
+    html.push_str("</tr>\n");
+    for row in &t.rows {
+        html.push_str("<tr>");
+        for cell in row {
+            let class = if cell.starts_with(|c: char| c.is_ascii_digit()) {
+                " class=\"n\""
+            } else {
+                ""
+            };
+            let _ = write!(html, "<td{class}>{}</td>", esc(cell));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+}
+
+/// Escapes text for HTML.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -1,0 +1,200 @@
+//! `slipstream bench` and `slipstream report`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use slipstream_lab::bench::report::{self, Labeled};
+use slipstream_lab::bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
+
+use crate::cli::BenchArgs;
+use crate::say;
+
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT), after its result was written.
+const INTERRUPTED: u8 = 130;
+
+/// What `bench` was asked to run.
+enum Source {
+    OrderEntry,
+    File(workload_file::WorkloadFile),
+}
+
+fn source(name: &str) -> anyhow::Result<Source> {
+    if name == order_entry::NAME {
+        return Ok(Source::OrderEntry);
+    }
+    let path = Path::new(name);
+    if path.extension().is_some_and(|e| e == "toml") || path.exists() {
+        return Ok(Source::File(workload_file::load(path)?));
+    }
+    anyhow::bail!(
+        "unknown workload `{name}`: use `order-entry` or a workload file (.toml); see docs/custom-transactions.md"
+    )
+}
+
+pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
+    let source = source(&args.workload)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if args.setup {
+        runtime.block_on(setup(&source, &url, args.scale))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (mut workload, file_think, file_intra) = match source {
+        Source::OrderEntry => (order_entry::workload(), None, None),
+        Source::File(f) => (f.workload, f.think, f.intra_think),
+    };
+    if args.reporting {
+        anyhow::ensure!(
+            workload.name() == order_entry::NAME,
+            "--reporting turns on Order Entry's reporting queries; use --mix for other workloads"
+        );
+        for q in order_entry::REPORTING {
+            workload
+                .set_weight(q, order_entry::REPORTING_WEIGHT)
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
+    if let Some(mix) = &args.mix {
+        workload.apply_mix(mix).map_err(anyhow::Error::msg)?;
+    }
+    let mut config = RunConfig::new(Some(url));
+    config.users = args.users;
+    config.duration = args.duration;
+    config.warmup = args.warmup;
+    config.rate = args.rate;
+    config.think = args.think.or(file_think).unwrap_or_default();
+    config.intra_think = args.intra_think.or(file_intra).unwrap_or_default();
+    if let Some(seed) = args.seed {
+        config.seed = seed;
+    }
+    config.late_after = args.late_after;
+    config.grace = args.grace;
+    config.raw_csv = args.raw.clone();
+    config.progress = if args.quiet {
+        Style::Quiet
+    } else {
+        Style::Auto
+    };
+    let out = args.out.unwrap_or_else(|| default_out(workload.name()));
+
+    let run = runtime.block_on(run(&workload, &config))?;
+    run.write_json(&out)?;
+    let label = out.display().to_string();
+    let runs = [Labeled { label, run }];
+    print_runs(&runs)?;
+    eprintln!("wrote {}", out.display());
+    Ok(if runs[0].run.interrupted {
+        ExitCode::from(INTERRUPTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun> {
+    // The first Ctrl-C ends the window (the result is still written); a second one quits.
+    let stop = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return std::future::pending().await;
+        }
+        eprintln!(
+            "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to quit now)"
+        );
+        tokio::spawn(async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(i32::from(INTERRUPTED));
+            }
+        });
+    };
+    slipstream_lab::bench::run(workload, config, stop).await
+}
+
+async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {
+    match source {
+        Source::OrderEntry => {
+            let r = order_entry::setup(url, scale, |line| eprintln!("{line}")).await?;
+            let rows: Vec<String> = r.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+            say(&format!(
+                "Order Entry loaded at scale {} in {:.1} s (load {:.1} s, indexes {:.1} s): {}",
+                r.sizes.scale,
+                r.total.as_secs_f64(),
+                r.load.as_secs_f64(),
+                r.index.as_secs_f64(),
+                rows.join(", ")
+            ))
+        }
+        Source::File(f) => {
+            let sql = f.setup.as_deref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "workload {} has no `setup` SQL to run; add setup = \"\"\"...\"\"\" to the file",
+                    f.workload.name()
+                )
+            })?;
+            let mut client = slipstream_pg::connect(url).await?;
+            client
+                .batch_execute(sql)
+                .await
+                .map_err(|e| anyhow::anyhow!("the workload's setup SQL failed: {e}"))?;
+            say(&format!("workload {} set up", f.workload.name()))
+        }
+    }
+}
+
+fn default_out(workload: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "{workload}-{}.json",
+        chrono::Utc::now().format("%Y%m%d-%H%M%S")
+    ))
+}
+
+fn print_runs(runs: &[Labeled]) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for l in runs {
+        if runs.len() > 1 {
+            text.push_str(&format!("{}:\n", l.label));
+        }
+        for line in report::describe(&l.run) {
+            text.push_str(&format!("  {line}\n"));
+        }
+    }
+    text.push('\n');
+    text.push_str(&report::table(runs).render());
+    say(&text)
+}
+
+pub fn report(files: Vec<PathBuf>, html: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let mut runs = Vec::new();
+    for f in &files {
+        let run = BenchRun::read_json(f)?;
+        let stem = f
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| f.display().to_string());
+        // Two files with one name in different directories: label them by path.
+        let label = if files
+            .iter()
+            .filter(|g| g.file_stem() == f.file_stem())
+            .count()
+            > 1
+        {
+            f.display().to_string()
+        } else {
+            stem
+        };
+        runs.push(Labeled { label, run });
+    }
+    let workloads: std::collections::BTreeSet<&str> =
+        runs.iter().map(|l| l.run.workload.as_str()).collect();
+    if workloads.len() > 1 {
+        eprintln!(
+            "note: these runs are of different workloads ({}); only same-named transactions line up",
+            workloads.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    print_runs(&runs)?;
+    if let Some(path) = html {
+        report::write_html(&runs, &path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,49 @@
+//! The workload runner (`slipstream bench`): Swingbench-style closed-loop users or open-loop
+//! Poisson arrivals running a weighted mix of transactions, recorded per transaction type into
+//! a versioned JSON result.
+//!
+//! A workload is built from [`Transaction`]s in Rust ([`Workload::transaction`]), read from a
+//! TOML file ([`workload_file`]), or is the built-in [`order_entry`].
+//!
+//! ```no_run
+//! use slipstream_lab::bench::{self, RunConfig, Session, Transaction, TxError, Workload};
+//!
+//! struct Ping;
+//! impl Transaction for Ping {
+//!     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+//!         s.client()?.simple_query("SELECT 1").await?;
+//!         s.count().selects += 1;
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn f() -> anyhow::Result<()> {
+//! let workload = Workload::new("ping").transaction("ping", 1, || Ping);
+//! let mut config = RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
+//! config.users = 8;
+//! let run = bench::run(&workload, &config, std::future::pending::<()>()).await?;
+//! run.write_json("ping.json".as_ref())?;
+//! # Ok(()) }
+//! ```
+
+mod generators;
+pub mod order_entry;
+mod progress;
+mod recorder;
+pub mod report;
+mod run_result;
+mod runner;
+mod think;
+mod transaction;
+mod workload;
+pub mod workload_file;
+
+pub use progress::Style;
+pub use run_result::{
+    BenchRun, Interval, Intervals, Load, Percentiles, RUN_SCHEMA, RUN_SCHEMA_VERSION, Schedule,
+    Sums, TxResult,
+};
+pub use runner::{DEFAULT_GRACE, RunConfig, run};
+pub use think::{ThinkTime, parse_duration};
+pub use transaction::{Session, StatementCounts, Transaction, TxError};
+pub use workload::Workload;

@@ -1,0 +1,435 @@
+//! Creating and loading the Order Entry schema: rows generated here and streamed with COPY,
+//! several tables at once on their own connections, then keys and indexes built in parallel.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use slipstream_pg::{Client, CopyIn};
+
+use super::schema::{INDEXES, TABLES, sequences};
+
+/// Rows per scale unit, as Swingbench sizes SOE: scale 1 is about a million customers.
+const CUSTOMERS_PER_SCALE: f64 = 1_000_000.0;
+/// Orders per customer at load time (Swingbench: about 1.4).
+const ORDERS_PER_CUSTOMER: f64 = 1.5;
+/// The product catalogue does not grow with scale (Swingbench's is fixed too).
+const PRODUCTS: i32 = 1000;
+/// Product categories.
+pub(crate) const CATEGORIES: i32 = 50;
+/// Most order lines an order has.
+pub(crate) const MAX_LINES: i32 = 5;
+/// Bytes of COPY text gathered before one write: amortises the await per row.
+const COPY_BATCH: usize = 64 * 1024;
+/// Index builds run this many at a time: more than the cores only queues them.
+const INDEX_WORKERS: usize = 2;
+
+/// The row counts a scale factor gives.
+///
+/// ```
+/// let s = slipstream_lab::bench::order_entry::Sizes::for_scale(0.01).unwrap();
+/// assert_eq!(s.customers, 10_000);
+/// assert!(slipstream_lab::bench::order_entry::Sizes::for_scale(0.0).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sizes {
+    /// The scale factor.
+    pub scale: f64,
+    /// Customers (and their first address, card and logon).
+    pub customers: i64,
+    /// Orders loaded.
+    pub orders: i64,
+    /// Warehouses (each stocks every product).
+    pub warehouses: i32,
+    /// Products.
+    pub products: i32,
+    /// Sales representatives.
+    pub sales_reps: i32,
+}
+
+impl Sizes {
+    /// Sizes for `scale` (at least 0.0001, at most 1000).
+    pub fn for_scale(scale: f64) -> anyhow::Result<Sizes> {
+        anyhow::ensure!(
+            scale.is_finite() && (0.0001..=1000.0).contains(&scale),
+            "--scale {scale}: use a value from 0.0001 to 1000 (1 is about a million customers)"
+        );
+        let customers = (CUSTOMERS_PER_SCALE * scale).round() as i64;
+        Ok(Sizes {
+            scale,
+            customers,
+            orders: (customers as f64 * ORDERS_PER_CUSTOMER).round() as i64,
+            warehouses: ((1000.0 * scale).round() as i32).max(10),
+            products: PRODUCTS,
+            sales_reps: ((1000.0 * scale).round() as i32).max(10),
+        })
+    }
+}
+
+/// What a setup did and how long it took.
+#[derive(Debug, Clone)]
+pub struct SetupReport {
+    /// The sizes loaded.
+    pub sizes: Sizes,
+    /// Rows loaded per table.
+    pub rows: BTreeMap<String, u64>,
+    /// Generating and copying the rows.
+    pub load: Duration,
+    /// Building keys and indexes.
+    pub index: Duration,
+    /// Everything, ANALYZE included.
+    pub total: Duration,
+}
+
+/// A product's list price in cents: fixed by its id, so order lines can be priced without
+/// reading the catalogue back.
+pub(crate) fn list_price_cents(product: i32) -> i64 {
+    500 + (i64::from(product) * 7919) % 49_500
+}
+
+/// Drops and recreates the `soe` schema and loads it at `scale`. `say` gets one line per step.
+///
+/// ```no_run
+/// # async fn f() -> anyhow::Result<()> {
+/// let report = slipstream_lab::bench::order_entry::setup(
+///     "postgres://postgres@127.0.0.1/postgres", 0.01, |line| eprintln!("{line}")).await?;
+/// println!("loaded in {:?}", report.total);
+/// # Ok(()) }
+/// ```
+pub async fn setup(url: &str, scale: f64, say: impl Fn(&str)) -> anyhow::Result<SetupReport> {
+    let sizes = Sizes::for_scale(scale)?;
+    let started = Instant::now();
+    let connect = || async {
+        slipstream_pg::connect(url)
+            .await
+            .map_err(|e| anyhow::anyhow!("Order Entry setup could not connect: {e}"))
+    };
+    let mut main = connect().await?;
+    main.batch_execute(TABLES)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the soe schema failed: {e}"))?;
+    say(&format!(
+        "loading Order Entry at scale {scale}: {} customers, {} orders, {} warehouses",
+        sizes.customers, sizes.orders, sizes.warehouses
+    ));
+
+    let (mut a, mut b, mut c) = (connect().await?, connect().await?, connect().await?);
+    let (customers, catalogue, orders) = tokio::try_join!(
+        load_customers(&mut a, sizes),
+        load_catalogue(&mut b, sizes),
+        load_orders(&mut c, &mut main, sizes),
+    )?;
+    let mut rows = BTreeMap::new();
+    rows.extend(customers);
+    rows.extend(catalogue);
+    rows.extend(orders);
+    let load = started.elapsed();
+    say(&format!(
+        "loaded {} rows in {:.1} s; building indexes",
+        rows.values().sum::<u64>(),
+        load.as_secs_f64()
+    ));
+
+    let index_started = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut workers = vec![a, b];
+    workers.truncate(INDEX_WORKERS);
+    let results = futures_util::future::join_all(workers.iter_mut().map(|client| {
+        let next = &next;
+        async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(sql) = INDEXES.get(i) else {
+                    return Ok::<(), anyhow::Error>(());
+                };
+                client
+                    .batch_execute(sql)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("`{sql}` failed: {e}"))?;
+            }
+        }
+    }))
+    .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let logons = rows.get("logon").copied().unwrap_or(0) as i64;
+    main.batch_execute(&sequences(sizes.customers, sizes.orders, logons))
+        .await?;
+    main.execute(
+        "INSERT INTO soe.meta (scale, customers, warehouses, products, sales_reps) VALUES ($1, $2, $3, $4, $5)",
+        &[&sizes.scale, &sizes.customers, &sizes.warehouses, &sizes.products, &sizes.sales_reps],
+    )
+    .await?;
+    let index = index_started.elapsed();
+    say(&format!(
+        "built indexes in {:.1} s; analyzing",
+        index.as_secs_f64()
+    ));
+    main.batch_execute(
+        "ANALYZE soe.customers, soe.addresses, soe.card_details, soe.warehouses, \
+         soe.product_information, soe.product_descriptions, soe.inventories, soe.orders, \
+         soe.order_items, soe.logon",
+    )
+    .await?;
+    Ok(SetupReport {
+        sizes,
+        rows,
+        load,
+        index,
+        total: started.elapsed(),
+    })
+}
+
+/// Accumulates COPY text and sends it in batches.
+struct Batch<'c> {
+    copy: CopyIn<'c>,
+    text: String,
+    rows: u64,
+}
+
+impl<'c> Batch<'c> {
+    async fn open(client: &'c mut Client, table: &str) -> anyhow::Result<Batch<'c>> {
+        let copy = client
+            .copy_in(&format!("COPY soe.{table} FROM STDIN"))
+            .await
+            .map_err(|e| anyhow::anyhow!("COPY into soe.{table} failed to start: {e}"))?;
+        Ok(Batch {
+            copy,
+            text: String::with_capacity(COPY_BATCH + 1024),
+            rows: 0,
+        })
+    }
+
+    /// Ends the row just written into `text`.
+    async fn row(&mut self) -> anyhow::Result<()> {
+        self.text.push('\n');
+        self.rows += 1;
+        if self.text.len() >= COPY_BATCH {
+            self.copy.write(self.text.as_bytes()).await?;
+            self.text.clear();
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> anyhow::Result<u64> {
+        if !self.text.is_empty() {
+            self.copy.write(self.text.as_bytes()).await?;
+        }
+        self.copy.finish().await?;
+        Ok(self.rows)
+    }
+}
+
+const FIRST: &[&str] = &[
+    "ada", "alan", "barbara", "charles", "dennis", "edsger", "frances", "grace", "ivan", "john",
+    "ken", "leslie", "margaret", "niklaus", "radia", "shafi", "tony", "barbara", "donald", "jim",
+];
+const LAST: &[&str] = &[
+    "lovelace",
+    "turing",
+    "liskov",
+    "babbage",
+    "ritchie",
+    "dijkstra",
+    "allen",
+    "hopper",
+    "sutherland",
+    "backus",
+    "thompson",
+    "lamport",
+    "hamilton",
+    "wirth",
+    "perlman",
+    "goldwasser",
+    "hoare",
+    "knuth",
+    "gray",
+    "stonebraker",
+];
+const TOWNS: &[&str] = &[
+    "Leeds",
+    "Bristol",
+    "York",
+    "Bath",
+    "Oxford",
+    "Cambridge",
+    "Durham",
+    "Exeter",
+    "Norwich",
+    "Lincoln",
+];
+const CLASSES: &[&str] = &["Occasional", "Regular", "Business", "Prime"];
+const CARD_TYPES: &[&str] = &["Visa", "MasterCard", "Amex"];
+
+fn one<'a>(rng: &mut SmallRng, from: &[&'a str]) -> &'a str {
+    from[rng.random_range(0..from.len())]
+}
+
+async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut rng = SmallRng::seed_from_u64(1);
+    let mut out = Vec::new();
+    // One table at a time on this connection: customers, then their addresses, cards, logons.
+    let mut t = Batch::open(client, "customers").await?;
+    for id in 1..=sizes.customers {
+        let (f, l) = (one(&mut rng, FIRST), one(&mut rng, LAST));
+        let _ = write!(
+            t.text,
+            "{id}\t{f}\t{l}\tus\tAMERICA\t{}.00\t{f}.{l}{id}@example.com\t{}\t{}\t{}\t\\N\t{}\tY\tN\t{id}\t{id}",
+            rng.random_range(100..5000),
+            rng.random_range(1..=sizes.sales_reps),
+            date(rng.random_range(30..3650)),
+            one(&mut rng, CLASSES),
+            date(rng.random_range(6570..29200)),
+        );
+        t.row().await?;
+    }
+    out.push(("customers".into(), t.finish().await?));
+    let mut t = Batch::open(client, "addresses").await?;
+    for id in 1..=sizes.customers {
+        let _ = write!(
+            t.text,
+            "{id}\t{id}\t{}\t{}\tHigh Street\t{}\tShire\tUK\tPC{} 1AA\t\\N",
+            date(rng.random_range(30..3650)),
+            rng.random_range(1..200),
+            one(&mut rng, TOWNS),
+            id % 99
+        );
+        t.row().await?;
+    }
+    out.push(("addresses".into(), t.finish().await?));
+    let mut t = Batch::open(client, "card_details").await?;
+    for id in 1..=sizes.customers {
+        let _ = write!(
+            t.text,
+            "{id}\t{id}\t{}\t{}\t{}\tY\t{}",
+            one(&mut rng, CARD_TYPES),
+            rng.random_range(4_000_000_000_000_000i64..4_999_999_999_999_999),
+            date(-rng.random_range(30..1500)),
+            rng.random_range(100..1000)
+        );
+        t.row().await?;
+    }
+    out.push(("card_details".into(), t.finish().await?));
+    let mut t = Batch::open(client, "logon").await?;
+    for id in 1..=sizes.customers {
+        let _ = write!(
+            t.text,
+            "{id}\t{id}\t{}",
+            timestamp(rng.random_range(0..86_400 * 365))
+        );
+        t.row().await?;
+    }
+    out.push(("logon".into(), t.finish().await?));
+    Ok(out)
+}
+
+async fn load_catalogue(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut rng = SmallRng::seed_from_u64(2);
+    let mut out = Vec::new();
+    let mut t = Batch::open(client, "warehouses").await?;
+    for w in 1..=sizes.warehouses {
+        let _ = write!(t.text, "{w}\tWarehouse {w}\t{}", 1000 + w % 100);
+        t.row().await?;
+    }
+    out.push(("warehouses".into(), t.finish().await?));
+    let mut t = Batch::open(client, "product_information").await?;
+    for p in 1..=sizes.products {
+        let cents = list_price_cents(p);
+        let _ = write!(
+            t.text,
+            "{p}\tproduct {p}\tthe {p}th product\t{}\t{}\t{} months\t{}\torderable\t{}\t{}\thttp://example.com/p/{p}",
+            p % CATEGORIES + 1,
+            rng.random_range(1..5),
+            rng.random_range(0..36),
+            rng.random_range(1..100),
+            money(cents),
+            money(cents * 8 / 10),
+        );
+        t.row().await?;
+    }
+    out.push(("product_information".into(), t.finish().await?));
+    let mut t = Batch::open(client, "product_descriptions").await?;
+    for p in 1..=sizes.products {
+        let _ = write!(t.text, "{p}\tUS\tproduct {p}\tthe {p}th product, described");
+        t.row().await?;
+    }
+    out.push(("product_descriptions".into(), t.finish().await?));
+    let mut t = Batch::open(client, "inventories").await?;
+    for p in 1..=sizes.products {
+        for w in 1..=sizes.warehouses {
+            let _ = write!(t.text, "{p}\t{w}\t{}", rng.random_range(100..=1000));
+            t.row().await?;
+        }
+    }
+    out.push(("inventories".into(), t.finish().await?));
+    Ok(out)
+}
+
+/// Orders and their lines together, so each order's total is the sum of its lines.
+async fn load_orders(
+    orders_client: &mut Client,
+    items_client: &mut Client,
+    sizes: Sizes,
+) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut orders = Batch::open(orders_client, "orders").await?;
+    let mut items = Batch::open(items_client, "order_items").await?;
+    for id in 1..=sizes.orders {
+        let lines = rng.random_range(1..=MAX_LINES);
+        let mut total = 0i64;
+        for line in 1..=lines {
+            let product = rng.random_range(1..=sizes.products);
+            let quantity = rng.random_range(1..=10);
+            let cents = list_price_cents(product);
+            total += cents * i64::from(quantity);
+            let _ = write!(
+                items.text,
+                "{id}\t{line}\t{product}\t{}\t{quantity}\t\\N\t\\N\tNone\tNew\t{}\t\\N",
+                money(cents),
+                rng.random_range(1..100)
+            );
+            items.row().await?;
+        }
+        let customer = rng.random_range(1..=sizes.customers);
+        // Most loaded orders are complete (10); a fifth wait to be processed (0-4).
+        let status = if rng.random_bool(0.8) {
+            10
+        } else {
+            rng.random_range(0..5)
+        };
+        let _ = write!(
+            orders.text,
+            "{id}\t{}\tdirect\t{customer}\t{status}\t{}\t{}\t\\N\t{}\tStandard\t5\tship_asap\t{customer}\tRegular\t{customer}\t{customer}",
+            timestamp(rng.random_range(0..86_400 * 365)),
+            money(total),
+            rng.random_range(1..=sizes.sales_reps),
+            rng.random_range(1..=sizes.warehouses),
+        );
+        orders.row().await?;
+    }
+    let n_items = items.finish().await?;
+    let n_orders = orders.finish().await?;
+    Ok(vec![
+        ("orders".into(), n_orders),
+        ("order_items".into(), n_items),
+    ])
+}
+
+fn money(cents: i64) -> String {
+    format!("{}.{:02}", cents / 100, cents % 100)
+}
+
+/// A date `days_ago` days before today (negative: in the future).
+fn date(days_ago: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::days(days_ago))
+        .format("%Y-%m-%d")
+        .to_string()
+}
+
+/// A timestamp `seconds_ago` seconds before now.
+fn timestamp(seconds_ago: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::seconds(seconds_ago))
+        .format("%Y-%m-%d %H:%M:%S+00")
+        .to_string()
+}

@@ -1,0 +1,301 @@
+//! The versioned JSON result of one `slipstream bench` run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::transaction::StatementCounts;
+use crate::{Environment, write_atomically};
+
+/// Names this file format; readers check it before trusting the fields.
+pub const RUN_SCHEMA: &str = "slipstream-lab/bench-run";
+/// Bumped on any incompatible change to [`BenchRun`].
+pub const RUN_SCHEMA_VERSION: u32 = 1;
+
+/// Everything one run measured, per transaction type and per second.
+///
+/// Latencies are in milliseconds. They run from a transaction's start (its intended start in an
+/// open-loop run) to its end, less any intra-transaction think time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRun {
+    /// Always [`RUN_SCHEMA`].
+    pub schema: String,
+    /// [`RUN_SCHEMA_VERSION`] of the writer.
+    pub schema_version: u32,
+    /// The workload's name (`order-entry`, a workload file's `name`, ...).
+    pub workload: String,
+    /// How load was generated.
+    pub load: Load,
+    /// Concurrent users (connections).
+    pub users: usize,
+    /// Think time between transactions, as given.
+    pub think: String,
+    /// Think time inside transactions, as given.
+    pub intra_think: String,
+    /// Transaction types and weights, in the workload's order.
+    pub weights: Vec<(String, u32)>,
+    /// The measured window asked for, in seconds (after warm-up).
+    pub duration_s: f64,
+    /// The warm-up, in seconds (not recorded).
+    pub warmup_s: f64,
+    /// The measured window actually run, in seconds: shorter than `duration_s` when
+    /// interrupted. Rates are per this.
+    pub measured_s: f64,
+    /// When measuring started (RFC 3339, UTC).
+    pub started_at: String,
+    /// True when the run was stopped early (Ctrl-C); the figures cover `measured_s`.
+    pub interrupted: bool,
+    /// Transactions started in the window that had not finished when the run gave up waiting
+    /// for them: not in any figure.
+    pub unfinished: u64,
+    /// The random seed the users' choices derive from.
+    pub seed: u64,
+    /// Machine, versions, server.
+    pub environment: Environment,
+    /// Per transaction type, in the workload's order (weight-0 types included).
+    pub transactions: Vec<TxResult>,
+    /// Per-second aggregates per transaction type, by completion time.
+    pub intervals: Intervals,
+    /// Open-loop schedule keeping (absent for closed-loop runs).
+    pub schedule: Option<Schedule>,
+}
+
+/// Closed loop (users with think time) or open loop (Poisson arrivals at a rate).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Load {
+    /// Each user starts its next transaction when the last one (and its think time) is done.
+    Closed,
+    /// Transactions arrive at `rate` per second whatever the server does.
+    Open {
+        /// Mean arrivals per second.
+        rate: f64,
+    },
+}
+
+/// One transaction type's figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TxResult {
+    /// The type's name.
+    pub name: String,
+    /// Its weight in the mix.
+    pub weight: u32,
+    /// Transactions that succeeded.
+    pub ok: u64,
+    /// Transactions that failed.
+    pub failed: u64,
+    /// Failures by SQLSTATE (`client:<kind>` for errors not from the server).
+    pub failures: BTreeMap<String, u64>,
+    /// Statements run (by successful and failed transactions).
+    pub statements: StatementCounts,
+    /// Sufficient statistics of successful latencies (ms).
+    pub stats: Sums,
+    /// Latency summary of successful transactions (ms).
+    pub latency_ms: Percentiles,
+    /// (percentile, ms) points for a percentile chart, from the HDR histogram.
+    pub percentile_curve: Vec<(f64, f64)>,
+}
+
+/// Sufficient statistics of a set of latencies y (ms): enough for means, variances and the
+/// gamma and lognormal likelihoods without the samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sums {
+    /// Count.
+    pub n: u64,
+    /// Sum of y.
+    pub sum: f64,
+    /// Sum of y squared.
+    pub sum_sq: f64,
+    /// Sum of ln y.
+    pub sum_ln: f64,
+    /// Smallest y (0 when n = 0).
+    pub min: f64,
+    /// Largest y.
+    pub max: f64,
+}
+
+impl Default for Sums {
+    fn default() -> Sums {
+        Sums {
+            n: 0,
+            sum: 0.0,
+            sum_sq: 0.0,
+            sum_ln: 0.0,
+            min: 0.0,
+            max: 0.0,
+        }
+    }
+}
+
+impl Sums {
+    /// Adds one latency. Zero is clamped to a nanosecond so `ln y` stays finite.
+    pub fn add(&mut self, y: f64) {
+        let y = y.max(1e-6);
+        self.min = if self.n == 0 { y } else { self.min.min(y) };
+        self.max = self.max.max(y);
+        self.n += 1;
+        self.sum += y;
+        self.sum_sq += y * y;
+        self.sum_ln += y.ln();
+    }
+
+    /// Adds another set.
+    pub fn merge(&mut self, o: &Sums) {
+        if o.n == 0 {
+            return;
+        }
+        self.min = if self.n == 0 {
+            o.min
+        } else {
+            self.min.min(o.min)
+        };
+        self.max = self.max.max(o.max);
+        self.n += o.n;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+        self.sum_ln += o.sum_ln;
+    }
+
+    /// The mean (0 when empty).
+    ///
+    /// ```
+    /// let mut s = slipstream_lab::bench::Sums::default();
+    /// s.add(1.0);
+    /// s.add(3.0);
+    /// assert_eq!(s.mean(), 2.0);
+    /// assert_eq!(s.sd(), 2f64.sqrt());
+    /// ```
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+
+    /// The sample standard deviation (0 for fewer than two).
+    pub fn sd(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0))
+            .max(0.0)
+            .sqrt()
+    }
+}
+
+/// Latency percentiles (ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Per-second aggregates.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Intervals {
+    /// Interval length in seconds.
+    pub seconds: f64,
+    /// For each transaction type, one entry per interval from the start of measuring.
+    pub per_transaction: BTreeMap<String, Vec<Interval>>,
+}
+
+/// One interval of one transaction type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Successful transactions that ended in the interval.
+    pub n: u64,
+    /// Failed transactions that ended in the interval.
+    pub failed: u64,
+    /// Sum of their latencies (ms).
+    pub sum: f64,
+    /// Sum of squared latencies.
+    pub sum_sq: f64,
+    /// Sum of log latencies.
+    pub sum_ln: f64,
+}
+
+/// How well an open-loop run kept its schedule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Arrivals intended in the measured window.
+    pub arrivals: u64,
+    /// Transactions that started more than `late_after_ms` after their intended start.
+    pub late: u64,
+    /// The lateness threshold (ms).
+    pub late_after_ms: f64,
+    /// Start minus intended start (ms): queueing for a free user plus dispatch delay.
+    pub lag_ms: Percentiles,
+}
+
+impl BenchRun {
+    /// Successful transactions per second over the measured window, all types.
+    pub fn tps(&self) -> f64 {
+        let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
+        if self.measured_s > 0.0 {
+            ok as f64 / self.measured_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Writes the result as pretty JSON, atomically (a reader never sees half a file).
+    pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        let json = serde_json::to_vec_pretty(self)?;
+        write_atomically(path, &json)
+    }
+
+    /// Reads a result file, checking that it is one and that this version can read it.
+    ///
+    /// ```no_run
+    /// let run = slipstream_lab::bench::BenchRun::read_json("run.json".as_ref())?;
+    /// println!("{} at {:.0} TPS", run.workload, run.tps());
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn read_json(path: &Path) -> anyhow::Result<BenchRun> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not valid JSON ({e}); is it truncated or corrupt? Re-run the benchmark to get a new one",
+                path.display()
+            )
+        })?;
+        let schema = value.get("schema").and_then(|s| s.as_str());
+        if schema != Some(RUN_SCHEMA) {
+            anyhow::bail!(
+                "{} is not a slipstream bench result (schema {:?}, expected {RUN_SCHEMA:?})",
+                path.display(),
+                schema.unwrap_or("missing")
+            );
+        }
+        let version = value.get("schema_version").and_then(|v| v.as_u64());
+        if version != Some(u64::from(RUN_SCHEMA_VERSION)) {
+            anyhow::bail!(
+                "{} has schema version {:?}; this slipstream reads version {RUN_SCHEMA_VERSION}",
+                path.display(),
+                version
+            );
+        }
+        serde_json::from_value(value).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is a bench result with a missing or malformed field: {e}",
+                path.display()
+            )
+        })
+    }
+}

@@ -1,0 +1,252 @@
+//! What a workload is made of: transactions (Swingbench's `DatabaseTransaction`), the session
+//! each user runs them in, and the error a transaction reports.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::{Deserialize, Serialize};
+use slipstream_pg::Client;
+
+use super::think::ThinkTime;
+
+/// One transaction type of a workload. Each user gets its own instance of every type, so
+/// `&mut self` can hold prepared statements and per-user state.
+///
+/// `init` runs once per user before the run (prepare statements, look up ranges), `execute`
+/// once per transaction, and `close` once at the end. Count the statements you run with the
+/// [`Session`]'s counters; they are reported per type, like Swingbench's.
+///
+/// ```
+/// use slipstream_lab::bench::{Session, Transaction, TxError};
+///
+/// struct Lookup;
+///
+/// impl Transaction for Lookup {
+///     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+///         let id: i32 = s.rng().random_range(1..=1000);
+///         let client = s.client()?;
+///         client.query_opt("SELECT $1::int4", &[&id]).await?;
+///         s.count().selects += 1;
+///         Ok(())
+///     }
+/// }
+/// # use rand::Rng;
+/// ```
+pub trait Transaction: Send + 'static {
+    /// Runs once per user before the first `execute`. A failure stops the run before it
+    /// starts, naming the transaction.
+    fn init(&mut self, session: &mut Session) -> impl Future<Output = Result<(), TxError>> + Send {
+        let _ = session;
+        async { Ok(()) }
+    }
+
+    /// Runs one transaction. An error is recorded as a failure of this type (by SQLSTATE) and
+    /// the user goes on; the runner rolls back an open transaction and reconnects a broken
+    /// connection first.
+    fn execute(
+        &mut self,
+        session: &mut Session,
+    ) -> impl Future<Output = Result<(), TxError>> + Send;
+
+    /// Runs once per user after the last `execute`.
+    fn close(&mut self, session: &mut Session) -> impl Future<Output = Result<(), TxError>> + Send {
+        let _ = session;
+        async { Ok(()) }
+    }
+}
+
+pub(crate) type TxFuture<'a> = Pin<Box<dyn Future<Output = Result<(), TxError>> + Send + 'a>>;
+
+/// [`Transaction`] made object-safe, so a user can hold a mix of types in one `Vec`.
+pub(crate) trait DynTransaction: Send {
+    fn init<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a>;
+    fn execute<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a>;
+    fn close<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a>;
+}
+
+impl<T: Transaction> DynTransaction for T {
+    fn init<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a> {
+        Box::pin(Transaction::init(self, session))
+    }
+    fn execute<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a> {
+        Box::pin(Transaction::execute(self, session))
+    }
+    fn close<'a>(&'a mut self, session: &'a mut Session) -> TxFuture<'a> {
+        Box::pin(Transaction::close(self, session))
+    }
+}
+
+/// Statements run, by kind, as Swingbench counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementCounts {
+    /// SELECTs (and other statements returning rows).
+    pub selects: u64,
+    /// INSERTs.
+    pub inserts: u64,
+    /// UPDATEs.
+    pub updates: u64,
+    /// DELETEs.
+    pub deletes: u64,
+    /// COMMITs.
+    pub commits: u64,
+    /// ROLLBACKs.
+    pub rollbacks: u64,
+}
+
+impl StatementCounts {
+    pub(crate) fn add(&mut self, o: &StatementCounts) {
+        self.selects += o.selects;
+        self.inserts += o.inserts;
+        self.updates += o.updates;
+        self.deletes += o.deletes;
+        self.commits += o.commits;
+        self.rollbacks += o.rollbacks;
+    }
+
+    /// All statements.
+    pub fn total(&self) -> u64 {
+        self.selects + self.inserts + self.updates + self.deletes + self.commits + self.rollbacks
+    }
+}
+
+/// A user's context: its connection, random numbers, statement counters and intra-transaction
+/// think time.
+pub struct Session {
+    client: Option<Client>,
+    rng: SmallRng,
+    counts: StatementCounts,
+    think: ThinkTime,
+    thought: Duration,
+    user: usize,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("user", &self.user)
+            .field("connected", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A session for user `user` (seeding its random numbers from `seed` and `user`, so a run
+    /// with a fixed seed repeats its choices).
+    pub fn new(user: usize, client: Option<Client>, think: ThinkTime, seed: u64) -> Session {
+        Session {
+            client,
+            rng: SmallRng::seed_from_u64(seed ^ (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            counts: StatementCounts::default(),
+            think,
+            thought: Duration::ZERO,
+            user,
+        }
+    }
+
+    /// The user's connection.
+    ///
+    /// ```no_run
+    /// # async fn f(s: &mut slipstream_lab::bench::Session) -> Result<(), slipstream_lab::bench::TxError> {
+    /// s.client()?.execute("UPDATE t SET n = n + 1", &[]).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn client(&mut self) -> Result<&mut Client, TxError> {
+        self.client.as_mut().ok_or_else(|| {
+            TxError::new(
+                "client:no-connection",
+                "this workload runs without a database connection",
+            )
+        })
+    }
+
+    /// The user's random number generator.
+    pub fn rng(&mut self) -> &mut SmallRng {
+        &mut self.rng
+    }
+
+    /// The statement counters of the current transaction.
+    pub fn count(&mut self) -> &mut StatementCounts {
+        &mut self.counts
+    }
+
+    /// This user's number, from 0.
+    pub fn user(&self) -> usize {
+        self.user
+    }
+
+    /// Sleeps for the intra-transaction think time (a user reading a page between two steps).
+    /// The sleep is not part of the transaction's recorded latency.
+    pub async fn think(&mut self) {
+        let d = self.think.draw(&mut self.rng);
+        if !d.is_zero() {
+            tokio::time::sleep(d).await;
+            self.thought += d;
+        }
+    }
+
+    pub(crate) fn take_counts(&mut self) -> StatementCounts {
+        std::mem::take(&mut self.counts)
+    }
+
+    pub(crate) fn take_thought(&mut self) -> Duration {
+        std::mem::take(&mut self.thought)
+    }
+
+    pub(crate) fn client_slot(&mut self) -> &mut Option<Client> {
+        &mut self.client
+    }
+
+    pub(crate) fn draw<R>(&mut self, f: impl FnOnce(&mut SmallRng) -> R) -> R {
+        f(&mut self.rng)
+    }
+}
+
+/// Why a transaction failed: a SQLSTATE for server errors, `client:<kind>` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxError {
+    code: String,
+    message: String,
+}
+
+impl TxError {
+    /// An error with the given code (a SQLSTATE, or `client:<what>` for errors the server did
+    /// not report) and message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> TxError {
+        TxError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The code failures are counted under.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// What went wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for TxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for TxError {}
+
+impl From<slipstream_pg::Error> for TxError {
+    fn from(e: slipstream_pg::Error) -> TxError {
+        let code = match e.code() {
+            Some(state) => state.code().to_string(),
+            None => format!("client:{:?}", e.kind()).to_lowercase(),
+        };
+        TxError::new(code, e.to_string())
+    }
+}

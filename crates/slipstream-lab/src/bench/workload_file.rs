@@ -1,0 +1,503 @@
+//! Declarative workloads: a TOML file of transactions (SQL with `:name` parameters), parameter
+//! generators, weights and think time, run by `slipstream bench FILE.toml`.
+//!
+//! ```toml
+//! name = "key-value"
+//! think = "0ms..2ms"
+//! setup = """
+//! CREATE TABLE IF NOT EXISTS kv (k int PRIMARY KEY, v text);
+//! INSERT INTO kv SELECT g, md5(g::text) FROM generate_series(1, 10000) g ON CONFLICT DO NOTHING;
+//! """
+//!
+//! [params]
+//! key = { dist = "zipfian", min = 1, max = 10000, exponent = 1.1 }
+//! text = { dist = "string", min_len = 5, max_len = 30 }
+//!
+//! [[transaction]]
+//! name = "read"
+//! weight = 80
+//! sql = "SELECT v FROM kv WHERE k = :key"
+//!
+//! [[transaction]]
+//! name = "write"
+//! weight = 20
+//! statements = ["UPDATE kv SET v = :text WHERE k = :key", "SELECT v FROM kv WHERE k = :key"]
+//! ```
+//!
+//! A parameter is drawn once per transaction, so `:key` is the same value in every statement of
+//! one execution (pgbench's `\set`). A transaction of several statements runs inside
+//! BEGIN/COMMIT unless `atomic = false`.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use postgres_types::{Format, IsNull, ToSql, Type, to_sql_checked};
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::generators::{Generator, ParamSpec};
+use super::think::ThinkTime;
+use super::transaction::{Session, StatementCounts, Transaction, TxError};
+use super::workload::Workload;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    setup: Option<String>,
+    #[serde(default)]
+    think: Option<Spanned<String>>,
+    #[serde(default)]
+    intra_think: Option<Spanned<String>>,
+    #[serde(default)]
+    params: BTreeMap<String, Spanned<ParamSpec>>,
+    #[serde(default)]
+    transaction: Vec<Spanned<TxSpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TxSpec {
+    name: String,
+    #[serde(default = "default_weight")]
+    weight: u32,
+    #[serde(default)]
+    sql: Option<Spanned<String>>,
+    #[serde(default)]
+    statements: Vec<Spanned<String>>,
+    #[serde(default)]
+    atomic: Option<bool>,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A workload read from a file, with the file's optional setup SQL and think times.
+#[derive(Debug)]
+pub struct WorkloadFile {
+    /// The transactions and weights.
+    pub workload: Workload,
+    /// One line on what it is, if the file says.
+    pub description: Option<String>,
+    /// SQL run by `slipstream bench FILE --setup` (several statements allowed).
+    pub setup: Option<String>,
+    /// Think time between transactions, if the file sets one.
+    pub think: Option<ThinkTime>,
+    /// Think time inside transactions, if the file sets one.
+    pub intra_think: Option<ThinkTime>,
+}
+
+/// Reads and checks a workload file. Every error names the file and line.
+///
+/// ```no_run
+/// let file = slipstream_lab::bench::workload_file::load("kv.toml".as_ref())?;
+/// println!("{:?}", file.workload.weights());
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn load(path: &Path) -> anyhow::Result<WorkloadFile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("could not read workload file {}: {e}", path.display()))?;
+    parse(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
+}
+
+/// Parses workload-file text; `origin` names it in errors (`origin:line: what`).
+pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
+    let at = |span: Range<usize>, what: String| {
+        format!("{origin}:{}: {what}", line_of(text, span.start))
+    };
+    let spec: FileSpec = toml::from_str(text).map_err(|e| match e.span() {
+        Some(span) => at(span, e.message().to_string()),
+        None => format!("{origin}: {}", e.message()),
+    })?;
+
+    let mut names = Vec::new();
+    let mut gens = Vec::new();
+    for (name, p) in &spec.params {
+        let g = Generator::new(p.get_ref())
+            .map_err(|e| at(p.span(), format!("parameter `{name}`: {e}")))?;
+        names.push(name.clone());
+        gens.push(g);
+    }
+    let gens = Arc::new(gens);
+    let think = |t: &Option<Spanned<String>>, what: &str| -> Result<Option<ThinkTime>, String> {
+        t.as_ref()
+            .map(|t| {
+                t.get_ref()
+                    .parse()
+                    .map_err(|e| at(t.span(), format!("{what}: {e}")))
+            })
+            .transpose()
+    };
+    let think_time = think(&spec.think, "think")?;
+    let intra_think = think(&spec.intra_think, "intra_think")?;
+
+    if spec.transaction.is_empty() {
+        return Err(format!(
+            "{origin}: no transactions; add at least one [[transaction]] with a name and sql"
+        ));
+    }
+    let mut workload = Workload::new(spec.name.clone());
+    let mut seen = BTreeMap::new();
+    for t in &spec.transaction {
+        let tx = t.get_ref();
+        if seen.insert(tx.name.clone(), ()).is_some() {
+            return Err(at(
+                t.span(),
+                format!("transaction `{}` is defined twice", tx.name),
+            ));
+        }
+        let mut sources: Vec<&Spanned<String>> = tx.sql.iter().collect();
+        sources.extend(tx.statements.iter());
+        if sources.is_empty() {
+            return Err(at(
+                t.span(),
+                format!(
+                    "transaction `{}` has no SQL: give `sql` or `statements`",
+                    tx.name
+                ),
+            ));
+        }
+        let mut uses: Vec<usize> = Vec::new();
+        let mut statements = Vec::new();
+        for s in sources {
+            let (sql, refs) = bind_names(s.get_ref());
+            let mut args = Vec::new();
+            for r in refs {
+                let g = names.iter().position(|n| *n == r).ok_or_else(|| {
+                    at(
+                        s.span(),
+                        format!(
+                            "transaction `{}` uses `:{r}`, which is not in [params] (known: {})",
+                            tx.name,
+                            if names.is_empty() {
+                                "none".to_string()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    )
+                })?;
+                let slot = match uses.iter().position(|&u| u == g) {
+                    Some(i) => i,
+                    None => {
+                        uses.push(g);
+                        uses.len() - 1
+                    }
+                };
+                args.push(slot);
+            }
+            statements.push(Planned {
+                kind: StatementKind::of(&sql),
+                sql,
+                args,
+            });
+        }
+        let atomic = tx.atomic.unwrap_or(statements.len() > 1);
+        let plan = Arc::new(Plan {
+            statements,
+            uses,
+            atomic,
+        });
+        let gens = gens.clone();
+        workload = workload.transaction(tx.name.clone(), tx.weight, move || FileTransaction {
+            plan: plan.clone(),
+            gens: gens.clone(),
+            values: vec![String::new(); plan.uses.len()],
+        });
+    }
+    workload
+        .check()
+        .map_err(|e| format!("{origin}: {e}; give one a positive weight"))?;
+    Ok(WorkloadFile {
+        workload,
+        description: spec.description,
+        setup: spec.setup,
+        think: think_time,
+        intra_think,
+    })
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Replaces `:name` with `$1`, `$2`, ... (one number per distinct name) and returns the names
+/// in number order. Skips `::` casts, quoted literals and identifiers, and `--` comments.
+fn bind_names(sql: &str) -> (String, Vec<String>) {
+    let mut out = String::with_capacity(sql.len());
+    let mut names: Vec<String> = Vec::new();
+    let chars: Vec<char> = sql.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\'' | '"' => {
+                // Copy through the closing quote (a doubled quote stays inside).
+                out.push(c);
+                i += 1;
+                while i < chars.len() {
+                    out.push(chars[i]);
+                    if chars[i] == c {
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            '-' if chars.get(i + 1) == Some(&'-') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    out.push(chars[i]);
+                    i += 1;
+                }
+            }
+            ':' if chars.get(i + 1) == Some(&':') => {
+                out.push_str("::");
+                i += 2;
+            }
+            ':' if chars
+                .get(i + 1)
+                .is_some_and(|n| n.is_ascii_alphabetic() || *n == '_') =>
+            {
+                let start = i + 1;
+                let mut end = start;
+                while end < chars.len() && (chars[end].is_ascii_alphanumeric() || chars[end] == '_')
+                {
+                    end += 1;
+                }
+                let name: String = chars[start..end].iter().collect();
+                let n = match names.iter().position(|x| *x == name) {
+                    Some(p) => p + 1,
+                    None => {
+                        names.push(name);
+                        names.len()
+                    }
+                };
+                out.push_str(&format!("${n}"));
+                i = end;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    (out, names)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum StatementKind {
+    Select,
+    Insert,
+    Update,
+    Delete,
+    Commit,
+    Rollback,
+    Other,
+}
+
+impl StatementKind {
+    fn of(sql: &str) -> StatementKind {
+        let word: String = sql
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        match word.as_str() {
+            "select" | "with" | "values" | "table" | "show" => StatementKind::Select,
+            "insert" => StatementKind::Insert,
+            "update" => StatementKind::Update,
+            "delete" => StatementKind::Delete,
+            "commit" | "end" => StatementKind::Commit,
+            "rollback" | "abort" => StatementKind::Rollback,
+            _ => StatementKind::Other,
+        }
+    }
+
+    fn count(self, c: &mut StatementCounts) {
+        match self {
+            StatementKind::Select => c.selects += 1,
+            StatementKind::Insert => c.inserts += 1,
+            StatementKind::Update => c.updates += 1,
+            StatementKind::Delete => c.deletes += 1,
+            StatementKind::Commit => c.commits += 1,
+            StatementKind::Rollback => c.rollbacks += 1,
+            StatementKind::Other => {}
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Planned {
+    sql: String,
+    /// For each `$n`, its index into the transaction's drawn values.
+    args: Vec<usize>,
+    kind: StatementKind,
+}
+
+#[derive(Debug)]
+struct Plan {
+    statements: Vec<Planned>,
+    /// The generators the transaction draws from, once each per execution.
+    uses: Vec<usize>,
+    atomic: bool,
+}
+
+struct FileTransaction {
+    plan: Arc<Plan>,
+    gens: Arc<Vec<Generator>>,
+    values: Vec<String>,
+}
+
+/// A parameter sent in text format: the server parses it as whatever type it inferred.
+#[derive(Debug)]
+struct Text<'a>(&'a str);
+
+impl ToSql for Text<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _: &Type) -> Format {
+        Format::Text
+    }
+
+    to_sql_checked!();
+}
+
+impl Transaction for FileTransaction {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        for (value, &g) in self.values.iter_mut().zip(&self.plan.uses) {
+            value.clear();
+            self.gens[g].draw(s.rng(), value);
+        }
+        let mut counts = StatementCounts::default();
+        let result = run_plan(&self.plan, &self.values, s, &mut counts).await;
+        s.count().add(&counts);
+        result
+    }
+}
+
+async fn run_plan(
+    plan: &Plan,
+    values: &[String],
+    s: &mut Session,
+    counts: &mut StatementCounts,
+) -> Result<(), TxError> {
+    let client = s.client()?;
+    if plan.atomic {
+        client.simple_query("BEGIN").await?;
+    }
+    for st in &plan.statements {
+        let texts: Vec<Text<'_>> = st.args.iter().map(|&i| Text(&values[i])).collect();
+        let params: Vec<&(dyn ToSql + Sync)> = texts.iter().map(|t| t as _).collect();
+        client.query(st.sql.as_str(), &params).await?;
+        st.kind.count(counts);
+    }
+    if plan.atomic {
+        client.simple_query("COMMIT").await?;
+        counts.commits += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "kv"
+think = "1ms..2ms"
+
+[params]
+key = { dist = "uniform", min = 1, max = 100 }
+word = { dist = "string", min_len = 1, max_len = 3 }
+
+[[transaction]]
+name = "read"
+weight = 3
+sql = "SELECT :key::int, ':not' -- :nor\n"
+
+[[transaction]]
+name = "write"
+statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
+"#;
+
+    #[test]
+    fn a_good_file_parses() {
+        let f = parse(GOOD, "kv.toml").unwrap();
+        assert_eq!(
+            f.workload.weights(),
+            vec![("read".to_string(), 3), ("write".to_string(), 1)]
+        );
+        assert_eq!(f.think, Some("1ms..2ms".parse().unwrap()));
+    }
+
+    #[test]
+    fn names_become_numbered_parameters() {
+        let (sql, names) = bind_names(
+            "SELECT :key::int, ':not', \"x:y\" -- :nor\nFROM t WHERE a = :b AND c = :key",
+        );
+        assert_eq!(
+            sql,
+            "SELECT $1::int, ':not', \"x:y\" -- :nor\nFROM t WHERE a = $2 AND c = $1"
+        );
+        assert_eq!(names, ["key", "b"]);
+    }
+
+    fn error(text: &str) -> String {
+        match parse(text, "w.toml") {
+            Ok(_) => panic!("parsed: {text}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e =
+            error("name = \"x\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\nwieght = 2\n");
+        assert!(e.starts_with("w.toml:5:") && e.contains("wieght"), "{e}");
+        let e = error(
+            "name = \"x\"\n[params]\nk = { dist = \"uniform\", min = 9, max = 1 }\n[[transaction]]\nname = \"a\"\nsql = \"SELECT :k\"\n",
+        );
+        assert!(
+            e.starts_with("w.toml:3:") && e.contains("larger than max"),
+            "{e}"
+        );
+        let e = error("name = \"x\"\n[params]\nk = { dist = \"poisson\", min = 1 }\n");
+        assert!(e.starts_with("w.toml:3:") && e.contains("poisson"), "{e}");
+        let e = error("name = \"x\"\n\n[[transaction]]\nname = \"a\"\nsql = \"SELECT :nope\"\n");
+        assert!(e.starts_with("w.toml:5:") && e.contains(":nope"), "{e}");
+        let e = error(
+            "name = \"x\"\nthink = \"5 parsecs\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n",
+        );
+        assert!(e.starts_with("w.toml:2:") && e.contains("unit"), "{e}");
+        let e = error(
+            "name = \"x\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 2\"\n",
+        );
+        assert!(e.starts_with("w.toml:5:") && e.contains("twice"), "{e}");
+        let e =
+            error("name = \"x\"\n[[transaction]]\nname = \"a\"\nweight = 0\nsql = \"SELECT 1\"\n");
+        assert!(e.contains("weight above 0"), "{e}");
+        let e = error("name = \"x\"\n[[transaction]\n");
+        assert!(e.starts_with("w.toml:2:"), "{e}");
+        let e = error("name = \"x\"\n");
+        assert!(e.contains("no transactions"), "{e}");
+    }
+}

@@ -1,0 +1,212 @@
+//! The workload runner against real clusters: Order Entry's transactions and invariants, the
+//! mix, failures by SQLSTATE, reconnecting, and open-loop latency under a server stall.
+
+use std::future::pending;
+use std::time::Duration;
+
+use slipstream_lab::bench::{
+    self, BenchRun, RunConfig, Session, Transaction, TxError, Workload, order_entry,
+};
+use slipstream_testkit::{Cluster, DelayProxy};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn config(url: &str, users: usize, secs: f64) -> RunConfig {
+    let mut c = RunConfig::new(Some(url.into()));
+    c.users = users;
+    c.duration = Duration::from_secs_f64(secs);
+    c.seed = 42;
+    c
+}
+
+fn run(workload: &Workload, config: &RunConfig) -> BenchRun {
+    rt().block_on(bench::run(workload, config, pending::<()>()))
+        .unwrap()
+}
+
+#[test]
+fn order_entry_transactions_run_and_keep_the_invariants() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    let report = rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    assert_eq!(report.rows["customers"], 10_000);
+    assert_eq!(report.rows["orders"], 15_000);
+    let mut client = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+    let broken = rt.block_on(order_entry::check(&mut client)).unwrap();
+    assert!(broken.is_empty(), "after the load: {broken:?}");
+    let mut count = |sql: &str| -> i64 {
+        rt.block_on(client.query_one(sql, &[]))
+            .unwrap()
+            .get(0)
+            .unwrap()
+    };
+    let customers0 = count("SELECT count(*) FROM soe.customers");
+    let orders0 = count("SELECT count(*) FROM soe.orders");
+
+    // Every type on, the reporting queries too, so each runs many times.
+    let mut w = order_entry::workload();
+    for q in order_entry::REPORTING {
+        w.set_weight(q, 10).unwrap();
+    }
+    w.set_weight("process-orders", 20).unwrap();
+    let r = run(&w, &config(&url, 4, 3.0));
+    for t in &r.transactions {
+        assert!(t.ok >= 5, "{} ran {} times", t.name, t.ok);
+        assert_eq!(t.failed, 0, "{}: {:?}", t.name, t.failures);
+        assert!(
+            t.statements.total() >= t.ok,
+            "{}: {:?}",
+            t.name,
+            t.statements
+        );
+    }
+    let by = |name: &str| r.transactions.iter().find(|t| t.name == name).unwrap();
+    // Each registration inserts a customer, address, card and logon, and commits once.
+    let reg = by("customer-registration");
+    assert_eq!(reg.statements.inserts, 4 * reg.ok);
+    assert_eq!(reg.statements.commits, reg.ok);
+    assert_eq!(
+        count("SELECT count(*) FROM soe.customers"),
+        customers0 + reg.ok as i64
+    );
+    // Orders that found stock were committed; the rest rolled back.
+    let orders = by("order-products");
+    assert!(orders.statements.commits > 0);
+    assert_eq!(
+        count("SELECT count(*) FROM soe.orders"),
+        orders0 + orders.statements.commits as i64
+    );
+    // Processing moved pending orders on (new orders arrive as pending, status 0).
+    assert!(count("SELECT count(*) FROM soe.orders WHERE order_status = 5") > 0);
+    let broken = rt.block_on(order_entry::check(&mut client)).unwrap();
+    assert!(broken.is_empty(), "after the run: {broken:?}");
+}
+
+#[test]
+fn the_mix_follows_the_weights() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    rt().block_on(order_entry::setup(&url, 0.01, |_| {}))
+        .unwrap();
+    let w = order_entry::workload();
+    let r = run(&w, &config(&url, 4, 3.0));
+    let n: u64 = r.transactions.iter().map(|t| t.ok + t.failed).sum();
+    let total: u32 = w.weights().iter().map(|(_, w)| w).sum();
+    assert!(n > 500, "only {n} transactions");
+    for (t, (_, weight)) in r.transactions.iter().zip(w.weights()) {
+        let p = f64::from(weight) / f64::from(total);
+        let expected = n as f64 * p;
+        let sd = (n as f64 * p * (1.0 - p)).sqrt();
+        let got = (t.ok + t.failed) as f64;
+        // Five standard deviations: a false alarm about once in 3 million runs.
+        assert!(
+            (got - expected).abs() <= 5.0 * sd + 1e-9,
+            "{}: {got} against {expected:.0} +- {sd:.1}",
+            t.name
+        );
+    }
+}
+
+struct Sql(&'static str);
+
+impl Transaction for Sql {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        s.client()?.simple_query(self.0).await?;
+        s.count().selects += 1;
+        Ok(())
+    }
+}
+
+#[test]
+fn failures_are_counted_by_sqlstate_and_a_dropped_connection_is_replaced() {
+    let cluster = Cluster::start().unwrap();
+    let w = Workload::new("faults")
+        .transaction("ok", 4, || Sql("SELECT 1"))
+        .transaction("divide", 1, || Sql("SELECT 1/0"))
+        .transaction("suicide", 1, || {
+            Sql("SELECT pg_terminate_backend(pg_backend_pid())")
+        });
+    let r = run(&w, &config(&cluster.url(), 2, 1.0));
+    let [ok, divide, suicide] = &r.transactions[..] else {
+        panic!("{:?}", r.transactions)
+    };
+    assert!(ok.ok > 50 && ok.failed == 0, "{ok:?}");
+    assert_eq!(divide.ok, 0);
+    assert!(
+        divide
+            .failures
+            .get("22012")
+            .is_some_and(|&n| n == divide.failed && n > 0),
+        "{divide:?}"
+    );
+    // Terminated backends fail with 57P01 (or as a closed connection); users reconnect and
+    // go on, so later transactions of every type still run.
+    assert!(suicide.failed > 5, "{suicide:?}");
+    assert!(
+        suicide
+            .failures
+            .keys()
+            .all(|k| k == "57P01" || k.starts_with("client:")),
+        "{:?}",
+        suicide.failures
+    );
+}
+
+#[test]
+fn open_loop_latency_includes_a_server_stall_and_closed_loop_hides_it() {
+    let cluster = Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = DelayProxy::start(target, Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let w = Workload::new("select-1").transaction("select-1", 1, || Sql("SELECT 1"));
+    let stalled = |config: RunConfig| -> BenchRun {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1500));
+                proxy.set_stalled(true);
+                std::thread::sleep(Duration::from_secs(1));
+                proxy.set_stalled(false);
+            });
+            run(&w, &config)
+        })
+    };
+    let mut open = config(&url, 4, 4.0);
+    open.rate = Some(200.0);
+    let open = stalled(open);
+    let closed = stalled(config(&url, 4, 4.0));
+
+    let o = &open.transactions[0];
+    let c = &closed.transactions[0];
+    // A quarter of the arrivals came during the stall and waited up to a second.
+    assert!(
+        o.latency_ms.p99 >= 500.0,
+        "open loop p99 {:?}",
+        o.latency_ms
+    );
+    let schedule = open.schedule.as_ref().unwrap();
+    assert!(
+        schedule.late as f64 >= 0.1 * schedule.arrivals as f64,
+        "{schedule:?}"
+    );
+    // The closed-loop users sat out the stall: four slow samples among thousands.
+    assert!(
+        c.latency_ms.max >= 900.0,
+        "the stall did not reach the closed loop: {:?}",
+        c.latency_ms
+    );
+    assert!(
+        c.latency_ms.p99 < 100.0,
+        "closed loop p99 {:?}",
+        c.latency_ms
+    );
+}
