@@ -33,7 +33,8 @@ fn source(name: &str) -> anyhow::Result<Source> {
 
 pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     let source = source(&args.workload)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // Users get threads of their own (RunConfig::threads); this runtime only keeps the clock.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     if args.setup {

@@ -94,6 +94,18 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::pool_scaling::run,
     },
     Experiment {
+        name: "order-entry",
+        title: experiments::order_entry::TITLE,
+        source: "article 004's Swingbench Order Entry, run by slipstream bench",
+        run: experiments::order_entry::run,
+    },
+    Experiment {
+        name: "runner",
+        title: experiments::runner::TITLE,
+        source: "issue 6's targets: runner overhead, SELECT 1 vs pgbench at 8 users",
+        run: experiments::runner::run,
+    },
+    Experiment {
         name: "proxy",
         title: experiments::proxy::TITLE,
         source: "testkit calibration for the latency-injecting experiments (article 000)",

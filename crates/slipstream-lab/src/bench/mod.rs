@@ -34,6 +34,7 @@ pub mod report;
 mod run_result;
 mod runner;
 mod think;
+mod threads;
 mod transaction;
 mod workload;
 pub mod workload_file;

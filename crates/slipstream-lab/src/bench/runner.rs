@@ -4,7 +4,7 @@
 //! # Implementation details
 //!
 //! Every user is a tokio task with its own connection and its own instance of every transaction
-//! type. Users connect and run `init` first; the clock starts only when all are ready, so the
+//! type, on one of a few single-threaded runtimes (see `threads.rs`). Users connect and run `init` first; the clock starts only when all are ready, so the
 //! warm-up is not eaten by connecting. Then:
 //!
 //! ```text
@@ -41,6 +41,7 @@ use super::progress::{ProgressLine, Style};
 use super::recorder::{Recorder, Sample, UserLog};
 use super::run_result::{BenchRun, Intervals, Load};
 use super::think::ThinkTime;
+use super::threads::UserThreads;
 use super::transaction::{DynTransaction, Session};
 use super::workload::{Picker, Workload};
 
@@ -67,6 +68,8 @@ pub struct RunConfig {
     pub url: Option<String>,
     /// Concurrent users, each with its own connection.
     pub users: usize,
+    /// OS threads the users run on (default: one per CPU).
+    pub threads: usize,
     /// The measured window.
     pub duration: Duration,
     /// Run before measuring, not recorded.
@@ -95,6 +98,9 @@ impl RunConfig {
         RunConfig {
             url,
             users: 1,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             duration: Duration::from_secs(10),
             warmup: Duration::ZERO,
             rate: None,
@@ -213,6 +219,7 @@ pub async fn run<S: Future + Send>(
     let (go_tx, go_rx) = watch::channel(Go::Wait);
     let (ready_tx, mut ready_rx) = mpsc::channel::<anyhow::Result<Option<String>>>(config.users);
     let connect_slots = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
+    let threads = UserThreads::start(config.threads.min(config.users))?;
     let mut users = tokio::task::JoinSet::new();
     for user in 0..config.users {
         let shared = shared.clone();
@@ -221,22 +228,25 @@ pub async fn run<S: Future + Send>(
         let slots = connect_slots.clone();
         let session_seed = config.seed;
         let intra = config.intra_think;
-        users.spawn(async move {
-            let prepared = {
-                let _slot = slots.acquire().await;
-                prepare_user(&shared, user, intra, session_seed).await
-            };
-            let (session, txs, version) = match prepared {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = ready.send(Err(e)).await;
-                    return;
-                }
-            };
-            let _ = ready.send(Ok(version)).await;
-            drop(ready);
-            user_main(shared, user, session, txs, go).await;
-        });
+        users.spawn_on(
+            async move {
+                let prepared = {
+                    let _slot = slots.acquire().await;
+                    prepare_user(&shared, user, intra, session_seed).await
+                };
+                let (session, txs, version) = match prepared {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = ready.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok(version)).await;
+                drop(ready);
+                user_main(shared, user, session, txs, go).await;
+            },
+            threads.handle(user),
+        );
     }
     drop(ready_tx);
     let mut server_version = None;
@@ -315,6 +325,7 @@ pub async fn run<S: Future + Send>(
     if let Some(a) = arrivals {
         let _ = a.join();
     }
+    drop(threads);
     drop(progress);
 
     let weights = workload.weights();

@@ -3,7 +3,6 @@
 //! (concurrently polled futures) and pgbench (`\startpipeline`) side by side.
 
 use std::collections::VecDeque;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -11,7 +10,7 @@ use futures_util::future::{join_all, try_join_all};
 use slipstream_pg::{PipelineMode, PipelineOptions};
 use slipstream_testkit::DelayProxy;
 
-use super::{Stopwatch, children_cpu, runtime, tcp_target, via_proxy, without_tls};
+use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
 use crate::{Context, ExperimentResult, Series, Table, environment};
 
 pub(crate) const TITLE: &str =
@@ -213,9 +212,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                     cpu: t.cpu,
                 });
             }
-            if let Some(pgbench) = &pgbench {
+            if pgbench.is_some() {
                 for mode in [Mode::Plain, Mode::Batch] {
-                    match run_pgbench(pgbench, &url, workload, mode, pgbench_secs, rtt_us) {
+                    match run_pgbench(&url, workload, mode, pgbench_secs, rtt_us) {
                         Ok((ops, wall, cpu)) => cells.push(Cell {
                             workload,
                             rtt_us,
@@ -731,7 +730,6 @@ fn one_param_each(ids: &[i32]) -> Vec<[TpParam<'_>; 1]> {
 /// its per-transaction log without each client's first transaction, and the run is long
 /// enough to have later ones.
 fn run_pgbench(
-    pgbench: &std::path::Path,
     url: &str,
     workload: Workload,
     mode: Mode,
@@ -796,10 +794,6 @@ fn run_pgbench(
             MIX_READS + MIX_WRITES + 2
         }
     };
-    let dir = std::env::temp_dir().join(format!("slipstream-lab-pipeline-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("script.sql");
-    std::fs::write(&file, &script)?;
     let clients = if workload == Workload::ReadOnly8 {
         SESSIONS
     } else {
@@ -809,26 +803,13 @@ fn run_pgbench(
     let commands = script.lines().filter(|l| !l.starts_with('\\')).count() as u64;
     let prepare_us = commands * clients as u64 * (rtt_us + 100);
     let secs = secs + prepare_us.div_ceil(1_000_000);
-    let before = children_cpu();
-    let out = Command::new(pgbench)
-        .args(["-n", "-M", "prepared", "-j", "1", "-l", "-c"])
-        .arg(clients.to_string())
-        .arg("-T")
-        .arg(secs.to_string())
-        .arg("-f")
-        .arg(&file)
-        .arg(url)
-        .current_dir(&dir)
-        .output()
-        .context("could not run pgbench")?;
-    let cpu = children_cpu().saturating_sub(before);
-    let logs = read_pgbench_logs(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    anyhow::ensure!(
-        out.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    let args: Vec<String> = ["-M", "prepared", "-j", "1", "-l", "-c"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([clients.to_string(), "-T".into(), secs.to_string()])
+        .collect();
+    let run = super::pgbench::run(url, &script, &args)?;
+    let (cpu, logs) = (run.cpu, run.logs);
     // Per client: transactions after its first, and the time they took.
     let mut per_client: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     let mut all_transactions = 0u64;
@@ -862,19 +843,6 @@ fn run_pgbench(
     // CPU per statement over everything pgbench ran, first transactions included.
     let cpu_share = statements as f64 / (all_transactions * per_tx as u64).max(1) as f64;
     Ok((statements, wall, cpu.mul_f64(cpu_share)))
-}
-
-/// The per-transaction log lines pgbench `-l` wrote into `dir` (one file per thread).
-fn read_pgbench_logs(dir: &std::path::Path) -> String {
-    let mut text = String::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("pgbench_log") {
-                text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
-            }
-        }
-    }
-    text
 }
 
 #[cfg(test)]

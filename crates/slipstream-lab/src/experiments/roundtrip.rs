@@ -1,11 +1,9 @@
 //! `roundtrip`: a prepared single-row SELECT by primary key, one at a time on one connection:
 //! slipstream-pg, tokio-postgres and (if installed) pgbench, side by side.
 
-use std::process::Command;
-
 use anyhow::Context as _;
 
-use super::{Stopwatch, Timing, children_cpu, runtime};
+use super::{Stopwatch, Timing, runtime};
 use crate::placement;
 use crate::{
     Context, ExperimentResult, Series, Summary, Table, environment, noise_warning, paired_ratios,
@@ -258,38 +256,15 @@ async fn tp_round(
 
 /// Runs pgbench with the same query; returns (statements/s, client CPU us per statement).
 fn pgbench(ctx: &Context, transactions: usize) -> anyhow::Result<(f64, f64)> {
-    let install = slipstream_testkit::Install::find()?;
-    let dir = std::env::temp_dir().join(format!("slipstream-lab-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let script = dir.join("roundtrip.sql");
-    std::fs::write(
-        &script,
-        format!(
-            "\\set id random(1, {TABLE_ROWS})\nSELECT data FROM slipstream_lab_roundtrip WHERE id = :id;\n"
-        ),
-    )?;
-    let before = children_cpu();
-    let out = Command::new(install.bindir().join("pgbench"))
-        .args(["-n", "-M", "prepared", "-c", "1", "-j", "1", "-t"])
-        .arg(transactions.to_string())
-        .arg("-f")
-        .arg(&script)
-        .arg(&ctx.url)
-        .output()
-        .context("could not run pgbench")?;
-    let cpu = children_cpu().saturating_sub(before);
-    let _ = std::fs::remove_dir_all(&dir);
-    anyhow::ensure!(
-        out.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
+    let script = format!(
+        "\\set id random(1, {TABLE_ROWS})\nSELECT data FROM slipstream_lab_roundtrip WHERE id = :id;\n"
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let tps = text
-        .lines()
-        .find(|l| l.starts_with("tps = "))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|v| v.parse::<f64>().ok())
-        .context("pgbench printed no tps line")?;
-    Ok((tps, cpu.as_secs_f64() * 1e6 / transactions as f64))
+    let args: Vec<String> = ["-M", "prepared", "-c", "1", "-j", "1", "-t"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([transactions.to_string()])
+        .collect();
+    let run = super::pgbench::run(&ctx.url, &script, &args)?;
+    let tps = super::pgbench::tps(&run.stdout)?;
+    Ok((tps, run.cpu.as_secs_f64() * 1e6 / transactions as f64))
 }

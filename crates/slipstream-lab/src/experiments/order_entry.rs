@@ -1,0 +1,59 @@
+//! A short Order Entry run for the demo: sets the schema up (unless it is already loaded at
+//! this scale) and reports each transaction type.
+
+use std::time::Duration;
+
+use crate::bench::report::{self, Labeled};
+use crate::bench::{self, RunConfig, order_entry};
+use crate::{Context, ExperimentResult};
+
+pub(crate) const TITLE: &str =
+    "Order Entry (Swingbench SOE): per-transaction throughput and latency";
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let mut result = ExperimentResult::new("order-entry", TITLE, ctx.quick);
+    let (scale, users, secs, warmup) = if ctx.quick {
+        (0.01, 4, 5, 1)
+    } else {
+        (0.1, 8, 60, 10)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let loaded = rt.block_on(async {
+        let mut c = slipstream_pg::connect(&ctx.url).await?;
+        let scale: Option<f64> = match c.query_opt("SELECT scale FROM soe.meta", &[]).await {
+            Ok(row) => row.map(|r| r.get(0)).transpose()?,
+            Err(_) => None,
+        };
+        anyhow::Ok(scale)
+    })?;
+    if loaded != Some(scale) {
+        let r = rt.block_on(order_entry::setup(&ctx.url, scale, |_| {}))?;
+        result.notes.push(format!(
+            "set up at scale {scale} in {:.1} s ({} rows)",
+            r.total.as_secs_f64(),
+            r.rows.values().sum::<u64>()
+        ));
+    }
+    let mut config = RunConfig::new(Some(ctx.url.clone()));
+    config.users = users;
+    config.duration = Duration::from_secs(secs);
+    config.warmup = Duration::from_secs(warmup);
+    let run = rt.block_on(bench::run(
+        &order_entry::workload(),
+        &config,
+        std::future::pending::<()>(),
+    ))?;
+    result.param("scale", scale);
+    result.param("users", users);
+    result.param("seconds", secs);
+    result.notes.extend(report::describe(&run));
+    let runs = [Labeled {
+        label: "order-entry".into(),
+        run,
+    }];
+    result.table = report::table(&runs);
+    result.series = report::tps_series(&runs);
+    Ok(result)
+}

@@ -1,0 +1,121 @@
+//! The bench runner measured: its own cost per transaction (a no-op transaction on one core),
+//! and `SELECT 1` at 8 users against pgbench on the same server, interleaved.
+
+use std::time::Duration;
+
+use cpu_time::ProcessTime;
+
+use crate::bench::{self, RunConfig, Session, Transaction, TxError, Workload, workload_file};
+use crate::{Context, ExperimentResult, Summary, Table, noise_warning, paired_ratios};
+
+pub(crate) const TITLE: &str =
+    "slipstream bench: the runner's own cost, and SELECT 1 at 8 users against pgbench";
+
+/// The bookkeeping rate the runner must sustain on one core (issue 6's target).
+const TARGET_PER_CORE: f64 = 1_000_000.0;
+const USERS: usize = 8;
+
+struct Noop;
+
+impl Transaction for Noop {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        Ok(())
+    }
+}
+
+const SELECT_1: &str =
+    "name = \"select-1\"\n[[transaction]]\nname = \"select-1\"\nsql = \"SELECT 1\"\n";
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let mut result = ExperimentResult::new("runner", TITLE, ctx.quick);
+    let (secs, rounds) = if ctx.quick { (2, 1) } else { (10, 3) };
+    let duration = Duration::from_secs(secs);
+    result.param("seconds_per_run", secs);
+    result.param("rounds", rounds);
+    result.param("users", USERS);
+
+    // The runner alone: every transaction is ready at once, so this is pure bookkeeping
+    // (pick, two clock reads, a boxed future, a buffered sample) on a one-worker runtime.
+    let one_core = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let noop = Workload::new("noop")
+        .transaction("noop", 1, || Noop)
+        .without_database();
+    let mut config = RunConfig::new(None);
+    config.users = 4;
+    config.threads = 1;
+    config.duration = duration;
+    let cpu = ProcessTime::now();
+    let r = one_core.block_on(bench::run(&noop, &config, std::future::pending::<()>()))?;
+    let cpu = cpu.elapsed().as_secs_f64();
+    drop(one_core);
+    let done = r.transactions[0].ok as f64;
+    let per_cpu_second = done / cpu.max(1e-9);
+
+    // SELECT 1 through a workload file (what users run), against pgbench -M prepared.
+    let select = workload_file::parse(SELECT_1, "select-1").map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut config = RunConfig::new(Some(ctx.url.clone()));
+    config.users = USERS;
+    config.duration = duration;
+    let pgbench_args: Vec<String> = ["-M", "prepared", "-c", "8", "-j", "2", "-T"]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([secs.to_string()])
+        .collect();
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let r = rt.block_on(bench::run(
+            &select.workload,
+            &config,
+            std::future::pending::<()>(),
+        ))?;
+        ours.push(r.tps());
+        let p = super::pgbench::run(&ctx.url, "SELECT 1;\n", &pgbench_args)?;
+        theirs.push(super::pgbench::tps(&p.stdout)?);
+    }
+    let (o, t) = (Summary::of(&ours), Summary::of(&theirs));
+    // paired_ratios(a, b) is b/a per pair: pgbench first gives ours/pgbench.
+    let ratio = paired_ratios(&theirs, &ours);
+
+    let mut table = Table::new(&["measurement", "transactions/s", "note"]);
+    table.row(vec![
+        "runner, no-op transaction, 1 core".into(),
+        format!("{:.0}", done / r.measured_s.max(1e-9)),
+        format!(
+            "{:.0} per CPU-second = {:.2}x the 1,000,000/s target",
+            per_cpu_second,
+            per_cpu_second / TARGET_PER_CORE
+        ),
+    ]);
+    table.row(vec![
+        format!("slipstream bench, SELECT 1, {USERS} users"),
+        o.mean_sd(0),
+        format!("{:.2}x pgbench", ratio.mean),
+    ]);
+    table.row(vec![
+        format!("pgbench -M prepared -c {USERS} -j 2, SELECT 1"),
+        t.mean_sd(0),
+        String::new(),
+    ]);
+    result.table = table;
+    result.ratios.insert(
+        "noop_per_core_vs_target".into(),
+        per_cpu_second / TARGET_PER_CORE,
+    );
+    result
+        .ratios
+        .insert("select1_vs_pgbench".into(), ratio.mean);
+    result
+        .notes
+        .extend(noise_warning("SELECT 1 vs pgbench", &ratio));
+    result.notes.push(
+        "Both clients run on this machine's 2 cores together with the server, so each takes CPU from the other's server; they run one after the other, never at once."
+            .into(),
+    );
+    Ok(result)
+}
