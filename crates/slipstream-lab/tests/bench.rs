@@ -210,3 +210,52 @@ fn open_loop_latency_includes_a_server_stall_and_closed_loop_hides_it() {
         c.latency_ms
     );
 }
+
+#[test]
+fn the_example_workload_file_sets_up_and_runs_without_failures() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/key-value.toml");
+    let mut file = bench::workload_file::load(&path).unwrap();
+    let rt = rt();
+    rt.block_on(async {
+        let mut c = slipstream_pg::connect(&url).await.unwrap();
+        c.batch_execute(file.setup.as_deref().unwrap())
+            .await
+            .unwrap();
+    });
+    file.workload.apply_mix("insert=5").unwrap();
+    let r = run(&file.workload, &config(&url, 2, 1.0));
+    for t in &r.transactions {
+        assert!(t.ok > 0 && t.failed == 0, "{}: {:?}", t.name, t.failures);
+    }
+    // The write transaction is atomic: two statements and one commit each.
+    let write = &r.transactions[1];
+    assert_eq!(write.statements.updates, write.ok);
+    assert_eq!(write.statements.commits, write.ok);
+    // Every insert used a fresh id from the shared sequence.
+    let insert = &r.transactions[2];
+    let rows: i64 = rt.block_on(async {
+        let mut c = slipstream_pg::connect(&url).await.unwrap();
+        c.query_one("SELECT count(*) FROM kv WHERE k > 1000000", &[])
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap()
+    });
+    assert_eq!(rows as u64, insert.ok);
+}
+
+#[test]
+fn order_entry_without_its_schema_says_how_to_load_it() {
+    let cluster = Cluster::start().unwrap();
+    let err = rt()
+        .block_on(bench::run(
+            &order_entry::workload(),
+            &config(&cluster.url(), 1, 1.0),
+            pending::<()>(),
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("--setup"), "{err}");
+}

@@ -743,6 +743,28 @@ mod tests {
     }
 
     #[test]
+    fn the_raw_csv_has_a_line_per_recorded_transaction() {
+        let dir = std::env::temp_dir().join(format!("slipstream-raw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("raw.csv");
+        let mut config = RunConfig::new(None);
+        config.duration = Duration::from_millis(200);
+        config.raw_csv = Some(path.clone());
+        let run = rt()
+            .block_on(run(&noop_workload(), &config, std::future::pending::<()>()))
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let recorded: u64 = run.transactions.iter().map(|t| t.ok + t.failed).sum();
+        assert_eq!(text.lines().count() as u64, recorded + 1);
+        assert!(text.starts_with("transaction,user,end_us,latency_us,lag_us,failure\n"));
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("light,") && l.ends_with(",40001"))
+        );
+    }
+
+    #[test]
     fn stopping_early_marks_the_run_interrupted() {
         let mut config = RunConfig::new(None);
         config.duration = Duration::from_secs(60);
