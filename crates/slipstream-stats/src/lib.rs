@@ -1,0 +1,33 @@
+//! Bayesian comparison of benchmark runs: is run B really different from run A?
+//!
+//! This crate knows numbers, not databases. Its unit of data is [`Suff`], the sufficient
+//! statistics of a set of positive values (latencies, or per-interval means). What is here:
+//!
+//! - the article's gamma model per group, as a log density with its gradient on an
+//!   unconstrained scale ([`GammaModel`]), for a gradient-based sampler;
+//! - the same posterior computed on a grid ([`grid_posterior`]), the correctness oracle for the
+//!   sampler;
+//! - NUTS sampling of it with nuts-rs ([`sample`]), checked against the grid;
+//! - highest-density intervals ([`hdi`]).
+//!
+//! ```
+//! use slipstream_stats::{GammaModel, Prior, Suff, grid_posterior};
+//! let a = Suff::of(&[10.2, 9.8, 10.5, 10.1, 9.9, 10.3]);
+//! let model = GammaModel::new(a, Prior::pooled(&[a]));
+//! let post = grid_posterior(&model, &a, 200);
+//! assert!((post.mean - a.mean()).abs() < 0.1);
+//! assert!(post.hdi.0 < a.mean() && a.mean() < post.hdi.1);
+//! ```
+#![warn(missing_docs, rust_2018_idioms)]
+
+mod gamma;
+mod grid;
+mod hdi;
+mod nuts;
+mod suff;
+
+pub use gamma::{GammaModel, MeanSd, PRIOR_MEAN_SPREAD, PRIOR_SD_SPREAD, Prior};
+pub use grid::{GridPosterior, grid_posterior};
+pub use hdi::hdi;
+pub use nuts::{Draws, SamplerSettings, sample};
+pub use suff::Suff;

@@ -1,0 +1,67 @@
+//! Sufficient statistics of a set of positive values.
+
+/// n, Σy, Σy² and Σln y of positive values: enough for the mean, the variance and the gamma
+/// and lognormal likelihoods.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Suff {
+    /// Count.
+    pub n: u64,
+    /// Σy.
+    pub sum: f64,
+    /// Σy².
+    pub sum_sq: f64,
+    /// Σln y.
+    pub sum_ln: f64,
+}
+
+impl Suff {
+    /// The statistics of `values` (each must be positive).
+    ///
+    /// ```
+    /// let s = slipstream_stats::Suff::of(&[1.0, 3.0]);
+    /// assert_eq!((s.n, s.mean()), (2, 2.0));
+    /// ```
+    pub fn of(values: &[f64]) -> Suff {
+        let mut s = Suff::default();
+        for &y in values {
+            s.add(y);
+        }
+        s
+    }
+
+    /// Adds one value.
+    pub fn add(&mut self, y: f64) {
+        self.n += 1;
+        self.sum += y;
+        self.sum_sq += y * y;
+        self.sum_ln += y.ln();
+    }
+
+    /// Adds another set.
+    pub fn merge(&mut self, o: &Suff) {
+        self.n += o.n;
+        self.sum += o.sum;
+        self.sum_sq += o.sum_sq;
+        self.sum_ln += o.sum_ln;
+    }
+
+    /// The mean (0 when empty).
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum / self.n as f64
+        }
+    }
+
+    /// The sample standard deviation (0 for fewer than two values).
+    pub fn sd(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0))
+            .max(0.0)
+            .sqrt()
+    }
+}
