@@ -20,12 +20,18 @@
 //! ```
 #![warn(missing_docs, rust_2018_idioms)]
 
+mod compare;
+mod diagnostics;
 mod gamma;
 mod grid;
 mod hdi;
 mod nuts;
 mod suff;
 
+pub use compare::{
+    CompareError, CompareSettings, Comparison, Estimate, HDI_MASS, MIN_VALUES, Verdict, compare,
+};
+pub use diagnostics::{Diagnostics, ESS_MIN_PER_CHAIN, RHAT_MAX};
 pub use gamma::{GammaModel, MeanSd, PRIOR_MEAN_SPREAD, PRIOR_SD_SPREAD, Prior};
 pub use grid::{GridPosterior, grid_posterior};
 pub use hdi::hdi;
