@@ -68,12 +68,16 @@ impl Diagnostics {
     /// What is wrong, if anything, for `chains` chains.
     pub fn problem(&self, chains: usize) -> Option<String> {
         let need = ESS_MIN_PER_CHAIN * chains as f64;
-        if !(self.rhat <= RHAT_MAX) {
+        // NaN (a chain of constant draws) counts as failing.
+        if self.rhat.is_nan() || self.rhat > RHAT_MAX {
             Some(format!(
                 "the chains disagree (R-hat {:.3} > {RHAT_MAX})",
                 self.rhat
             ))
-        } else if !(self.ess_bulk >= need && self.ess_tail >= need) {
+        } else if self.ess_bulk.is_nan()
+            || self.ess_tail.is_nan()
+            || self.ess_bulk.min(self.ess_tail) < need
+        {
             Some(format!(
                 "too few effective draws (bulk {:.0}, tail {:.0}; need {need:.0})",
                 self.ess_bulk, self.ess_tail
