@@ -49,6 +49,30 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
     },
+    /// Is run B really different from run A? A Bayesian comparison per transaction type.
+    Compare {
+        /// The baseline result file.
+        #[arg(value_name = "A.json")]
+        a: PathBuf,
+        /// The result file compared with it.
+        #[arg(value_name = "B.json")]
+        b: PathBuf,
+        /// Only this transaction type.
+        #[arg(long, value_name = "NAME")]
+        transaction: Option<String>,
+        /// Region of practical equivalence: ± this share of the pooled mean (e.g. 2%).
+        #[arg(long, default_value = "1%", value_parser = percent, value_name = "PCT")]
+        rope: f64,
+        /// The unit of analysis: interval (per-second means) or transaction (every latency).
+        #[arg(long, default_value = "interval", value_name = "UNIT")]
+        unit: slipstream_lab::bench::compare::Unit,
+        /// Write the posterior figures (SVG) into this directory.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
+        /// The sampler's seed.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        seed: u64,
+    },
     /// Run every experiment in quick mode and write an HTML report.
     Demo {
         /// Directory for the report, JSON results and charts.
@@ -115,6 +139,17 @@ pub struct BenchArgs {
     /// No progress line.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    let v: f64 = t
+        .parse()
+        .map_err(|_| format!("`{s}` is not a percentage (e.g. 1% or 2.5%)"))?;
+    if !(0.0..100.0).contains(&v) {
+        return Err(format!("`{s}`: use a percentage from 0 to 100"));
+    }
+    Ok(v / 100.0)
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {

@@ -133,3 +133,134 @@ fn render(title: &str, series: &[Series], scale: XScale) -> anyhow::Result<Strin
 fn draw_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("could not draw the chart: {e:?}")
 }
+
+/// Bins of a posterior density curve.
+const DENSITY_BINS: usize = 60;
+
+/// A vertical line on a posterior chart (an HDI bound, a ROPE edge); an empty label shares the
+/// previous mark's legend entry and colour.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    label: String,
+    x: f64,
+}
+
+impl Mark {
+    /// A line at `x`.
+    pub fn new(label: &str, x: f64) -> Mark {
+        Mark {
+            label: label.into(),
+            x,
+        }
+    }
+}
+
+/// Densities of posterior draws (a histogram drawn as a line per series) with vertical marks,
+/// as an SVG string: the article's figures of the two means and of their difference.
+pub fn posterior_chart_svg(
+    title: &str,
+    x_label: &str,
+    series: &[(&str, &[f64])],
+    marks: &[Mark],
+) -> anyhow::Result<String> {
+    let finite = |v: &[f64]| {
+        v.iter()
+            .copied()
+            .filter(|x| x.is_finite())
+            .collect::<Vec<_>>()
+    };
+    let all: Vec<f64> = series.iter().flat_map(|(_, d)| finite(d)).collect();
+    anyhow::ensure!(!all.is_empty(), "no draws to chart");
+    let lo = all.iter().copied().fold(f64::MAX, f64::min);
+    let hi = all.iter().copied().fold(f64::MIN, f64::max);
+    let lo = marks.iter().map(|m| m.x).fold(lo, f64::min);
+    let hi = marks.iter().map(|m| m.x).fold(hi, f64::max);
+    let pad = ((hi - lo) * 0.05).max(f64::EPSILON);
+    let (lo, hi) = (lo - pad, hi + pad);
+    let width = (hi - lo) / DENSITY_BINS as f64;
+    let curves: Vec<(String, Vec<(f64, f64)>)> = series
+        .iter()
+        .map(|(name, draws)| {
+            let d = finite(draws);
+            let mut bins = vec![0usize; DENSITY_BINS];
+            for x in &d {
+                let b = (((x - lo) / width) as usize).min(DENSITY_BINS - 1);
+                bins[b] += 1;
+            }
+            let points = bins
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| {
+                    (
+                        lo + (i as f64 + 0.5) * width,
+                        c as f64 / (d.len() as f64 * width),
+                    )
+                })
+                .collect();
+            (name.to_string(), points)
+        })
+        .collect();
+    let y_top = curves
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .fold(0.0f64, f64::max)
+        * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(lo..hi, 0.0..y_top.max(f64::EPSILON))
+            .map_err(draw_err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("posterior density")
+            .draw()
+            .map_err(draw_err)?;
+        for (i, (name, points)) in curves.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            chart
+                .draw_series(LineSeries::new(
+                    points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(draw_err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        let mut color_index = curves.len();
+        for m in marks {
+            if !m.label.is_empty() {
+                color_index += 1;
+            }
+            let color = COLORS[color_index % COLORS.len()];
+            let line = chart
+                .draw_series(LineSeries::new(
+                    [(m.x, 0.0), (m.x, y_top)],
+                    color.stroke_width(1),
+                ))
+                .map_err(draw_err)?;
+            if !m.label.is_empty() {
+                line.label(m.label.as_str()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(1))
+                });
+            }
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(draw_err)?;
+        root.present().map_err(draw_err)?;
+    }
+    Ok(svg)
+}

@@ -20,7 +20,7 @@ pub mod pool_peers;
 mod report;
 mod stats;
 
-pub use chart::{line_chart, line_chart_svg, percentile_chart_svg};
+pub use chart::{Mark, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg};
 pub use environment::redact;
 pub use experiment_result::{
     Environment, ExperimentResult, SCHEMA, SCHEMA_VERSION, Series, Table, write_atomically,
@@ -104,6 +104,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         title: experiments::runner::TITLE,
         source: "issue 6's targets: runner overhead, SELECT 1 vs pgbench at 8 users",
         run: experiments::runner::run,
+    },
+    Experiment {
+        name: "ab",
+        title: experiments::ab::TITLE,
+        source: "article 004's TDE on/off comparison, with synchronous_commit and an A/A control",
+        run: experiments::ab::run,
     },
     Experiment {
         name: "proxy",

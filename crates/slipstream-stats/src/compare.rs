@@ -10,6 +10,8 @@ use crate::{Diagnostics, GammaModel, MeanSd, Prior, SamplerSettings, Suff, hdi, 
 pub const MIN_VALUES: u64 = 3;
 /// The HDI's mass.
 pub const HDI_MASS: f64 = 0.95;
+/// Longer samplings tried when the diagnostics fail.
+const RETRIES: usize = 1;
 /// More divergent transitions than this share of the draws makes the result unreliable.
 const MAX_DIVERGENT_SHARE: f64 = 0.01;
 
@@ -165,17 +167,33 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
         };
         let mut s = settings.sampler;
         s.seed = s.seed.wrapping_add(1000 * k as u64);
-        let d = sample(&model, start, s).map_err(CompareError)?;
+        // A few values leave the sd loosely pinned and its tail slow to explore: when the
+        // diagnostics fail, sample once more, four times as long, before giving up.
+        let mut attempt = 0;
+        let (d, diag) = loop {
+            let d = sample(&model, start, s).map_err(CompareError)?;
+            let chains: Vec<Vec<f64>> = d
+                .chains
+                .iter()
+                .map(|c| c.iter().map(|x| x.mean).collect())
+                .collect();
+            let diag = Diagnostics::of(&chains);
+            attempt += 1;
+            if attempt == RETRIES + 1 || diag.problem(s.chains).is_none() {
+                break (d, diag);
+            }
+            s.tune *= 4;
+            s.draws *= 4;
+            s.seed = s.seed.wrapping_add(1);
+        };
         divergences += d.divergences;
-        let chains: Vec<Vec<f64>> = d
-            .chains
-            .iter()
-            .map(|c| c.iter().map(|x| x.mean).collect())
-            .collect();
-        diagnostics.push(Diagnostics::of(&chains));
+        diagnostics.push(diag);
         draws.push(d.means());
     }
-    let (da, db) = (&draws[0], &draws[1]);
+    // After a retry one side has more draws: thin it evenly so every chain still counts.
+    let paired = draws[0].len().min(draws[1].len());
+    let thin = |v: &[f64]| -> Vec<f64> { (0..paired).map(|i| v[i * v.len() / paired]).collect() };
+    let (da, db) = (&thin(&draws[0]), &thin(&draws[1]));
     let diff: Vec<f64> = db.iter().zip(da).map(|(b, a)| b - a).collect();
     let ratio: Vec<f64> = db.iter().zip(da).map(|(b, a)| b / a).collect();
     let half = settings.rope * pooled.mean();
@@ -216,6 +234,6 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
         verdict,
         diagnostics: [diagnostics[0], diagnostics[1]],
         divergences,
-        draws: [draws[0].clone(), draws[1].clone()],
+        draws: [da.clone(), db.clone()],
     })
 }

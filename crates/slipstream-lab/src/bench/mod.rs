@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod compare;
 mod generators;
 pub mod order_entry;
 mod progress;

@@ -1,5 +1,6 @@
 //! The experiments, one module each.
 
+pub(crate) mod ab;
 pub(crate) mod connect;
 pub(crate) mod fetch_memory;
 pub(crate) mod fetch_size;
