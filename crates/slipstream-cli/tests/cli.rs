@@ -581,3 +581,115 @@ fn order_entry_sets_up_and_runs_from_the_command_line() {
         text(&o)
     );
 }
+
+#[test]
+fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let other = dir.path().join("other.toml");
+    std::fs::write(
+        &other,
+        "name = \"other\"\n[[transaction]]\nname = \"ping\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let mut outs = Vec::new();
+    for (workload, name) in [(&file, "a"), (&file, "b"), (&other, "c")] {
+        let out = dir.path().join(format!("{name}.json"));
+        let o = slipstream(
+            &[
+                "bench",
+                workload.to_str().unwrap(),
+                "-u",
+                "2",
+                "-d",
+                "4s",
+                "-w",
+                "0s",
+                "-q",
+                "--url",
+                &cluster.url(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{}", text(&o));
+        outs.push(out);
+    }
+    let plots = dir.path().join("plots");
+    let o = slipstream(
+        &[
+            "compare",
+            outs[0].to_str().unwrap(),
+            outs[1].to_str().unwrap(),
+            "--rope",
+            "5%",
+            "--plot",
+            plots.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("ROPE ±5%") && t.contains("select "), "{t}");
+    assert!(
+        [
+            "credibly",
+            "practically equivalent",
+            "undecided",
+            "no verdict"
+        ]
+        .iter()
+        .any(|v| t.contains(v)),
+        "{t}"
+    );
+    assert!(
+        plots.join("select-difference.svg").exists() && plots.join("select-means.svg").exists()
+    );
+
+    // Different workloads: a warning, each side's type named, and nothing compared.
+    let o = slipstream(
+        &[
+            "compare",
+            outs[0].to_str().unwrap(),
+            outs[2].to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("A ran select and B ran other"), "{t}");
+    assert!(
+        t.contains("select: not compared: only in A")
+            && t.contains("ping: not compared: only in B"),
+        "{t}"
+    );
+    assert!(t.contains("nothing could be compared"), "{t}");
+
+    let o = slipstream(
+        &["compare", outs[0].to_str().unwrap(), "missing.json"],
+        dir.path(),
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("could not read missing.json"),
+        "{}",
+        text(&o)
+    );
+    let o = slipstream(
+        &[
+            "compare",
+            outs[0].to_str().unwrap(),
+            outs[1].to_str().unwrap(),
+            "--rope",
+            "lots",
+        ],
+        dir.path(),
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("not a percentage"),
+        "{}",
+        text(&o)
+    );
+}
