@@ -50,29 +50,7 @@ pub enum Command {
         html: Option<PathBuf>,
     },
     /// Is run B really different from run A? A Bayesian comparison per transaction type.
-    Compare {
-        /// The baseline result file.
-        #[arg(value_name = "A.json")]
-        a: PathBuf,
-        /// The result file compared with it.
-        #[arg(value_name = "B.json")]
-        b: PathBuf,
-        /// Only this transaction type.
-        #[arg(long, value_name = "NAME")]
-        transaction: Option<String>,
-        /// Region of practical equivalence: ± this share of the pooled mean (e.g. 2%).
-        #[arg(long, default_value = "1%", value_parser = percent, value_name = "PCT")]
-        rope: f64,
-        /// The unit of analysis: interval (per-second means) or transaction (every latency).
-        #[arg(long, default_value = "interval", value_name = "UNIT")]
-        unit: slipstream_lab::bench::compare::Unit,
-        /// Write the posterior figures (SVG) into this directory.
-        #[arg(long, value_name = "DIR")]
-        plot: Option<PathBuf>,
-        /// The sampler's seed.
-        #[arg(long, default_value_t = 1, value_name = "N")]
-        seed: u64,
-    },
+    Compare(CompareArgs),
     /// Run every experiment in quick mode and write an HTML report.
     Demo {
         /// Directory for the report, JSON results and charts.
@@ -141,6 +119,14 @@ pub struct BenchArgs {
     pub quiet: bool,
 }
 
+fn model(s: &str) -> Result<slipstream_stats::Model, String> {
+    match s {
+        "gamma" => Ok(slipstream_stats::Model::Gamma),
+        "lognormal" => Ok(slipstream_stats::Model::Lognormal),
+        _ => Err(format!("model `{s}`: use gamma or lognormal")),
+    }
+}
+
 fn percent(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('%');
     let v: f64 = t
@@ -154,6 +140,35 @@ fn percent(s: &str) -> Result<f64, String> {
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
     slipstream_lab::bench::parse_duration(s)
+}
+
+/// `slipstream compare`'s options.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The baseline result file.
+    #[arg(value_name = "A.json")]
+    pub a: PathBuf,
+    /// The result file compared with it.
+    #[arg(value_name = "B.json")]
+    pub b: PathBuf,
+    /// Only this transaction type.
+    #[arg(long, value_name = "NAME")]
+    pub transaction: Option<String>,
+    /// Region of practical equivalence: ± this share of the pooled mean (e.g. 2%).
+    #[arg(long, default_value = "1%", value_parser = percent, value_name = "PCT")]
+    pub rope: f64,
+    /// The unit of analysis: interval (per-second means) or transaction (every latency).
+    #[arg(long, default_value = "interval", value_name = "UNIT")]
+    pub unit: slipstream_lab::bench::compare::Unit,
+    /// Write the posterior figures (SVG) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// The sampler's seed.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub seed: u64,
+    /// The likelihood: gamma (the article's, sampled with NUTS) or lognormal (closed form).
+    #[arg(long, default_value = "gamma", value_parser = model, value_name = "MODEL")]
+    pub model: slipstream_stats::Model,
 }
 
 #[derive(Debug, Subcommand)]

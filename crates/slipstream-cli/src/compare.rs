@@ -1,32 +1,29 @@
 //! `slipstream compare`.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use slipstream_lab::Table;
 use slipstream_lab::bench::BenchRun;
-use slipstream_lab::bench::compare::{Outcome, Unit, compare_runs, plot};
-use slipstream_stats::{CompareSettings, SamplerSettings};
+use slipstream_lab::bench::compare::{Outcome, compare_runs, plot};
+use slipstream_stats::{CompareSettings, Model, SamplerSettings};
 
+use crate::cli::CompareArgs;
 use crate::say;
 
-pub fn compare(
-    a: &Path,
-    b: &Path,
-    only: Option<&str>,
-    rope: f64,
-    unit: Unit,
-    plot_dir: Option<&Path>,
-    seed: u64,
-) -> anyhow::Result<ExitCode> {
+pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
+    let (a, b, unit, rope, model) = (&args.a, &args.b, args.unit, args.rope, args.model);
     let ra = BenchRun::read_json(a)?;
     let rb = BenchRun::read_json(b)?;
     let mut text = format!(
-        "A = {} ({} TPS), B = {} ({} TPS); unit: {unit}; ROPE ±{}% of the pooled mean\n",
+        "A = {} ({} TPS), B = {} ({} TPS); unit: {unit}; model: {}; ROPE ±{}% of the pooled mean\n",
         a.display(),
         format_args!("{:.0}", ra.tps()),
         b.display(),
         format_args!("{:.0}", rb.tps()),
+        match model {
+            Model::Gamma => "gamma",
+            Model::Lognormal => "lognormal",
+        },
         rope * 100.0
     );
     if ra.workload != rb.workload {
@@ -46,11 +43,12 @@ pub fn compare(
     let settings = CompareSettings {
         rope,
         sampler: SamplerSettings {
-            seed,
+            seed: args.seed,
             ..Default::default()
         },
+        model,
     };
-    let outcomes = compare_runs(&ra, &rb, only, unit, &settings)?;
+    let outcomes = compare_runs(&ra, &rb, args.transaction.as_deref(), unit, &settings)?;
     let mut table = Table::new(&[
         "transaction",
         "A mean ms",
@@ -81,7 +79,7 @@ pub fn compare(
                     format!("{:.0}%", c.in_rope * 100.0),
                     c.verdict.to_string(),
                 ]);
-                if let Some(dir) = plot_dir {
+                if let Some(dir) = &args.plot {
                     plot(dir, name, c)?;
                 }
             }
@@ -96,7 +94,7 @@ pub fn compare(
         text.push_str(&format!("{s}\n"));
     }
     say(&text)?;
-    if let Some(dir) = plot_dir
+    if let Some(dir) = &args.plot
         && !table.rows.is_empty()
     {
         eprintln!("wrote figures into {}", dir.display());

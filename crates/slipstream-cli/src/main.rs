@@ -87,23 +87,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench::bench(args, url)
         }
         Command::Report { files, html } => bench::report(files, html),
-        Command::Compare {
-            a,
-            b,
-            transaction,
-            rope,
-            unit,
-            plot,
-            seed,
-        } => compare::compare(
-            &a,
-            &b,
-            transaction.as_deref(),
-            rope,
-            unit,
-            plot.as_deref(),
-            seed,
-        ),
+        Command::Compare(args) => compare::compare(&args),
         Command::Demo { out, full } => {
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };

@@ -15,13 +15,26 @@ const RETRIES: usize = 1;
 /// More divergent transitions than this share of the draws makes the result unreliable.
 const MAX_DIVERGENT_SHARE: f64 = 0.01;
 
+/// The likelihood of each group's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Model {
+    /// The article's gamma model, sampled with NUTS.
+    #[default]
+    Gamma,
+    /// Lognormal with the Jeffreys prior, drawn in closed form.
+    Lognormal,
+}
+
 /// How to compare.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompareSettings {
     /// Half-width of the ROPE as a share of the pooled mean (0.01 = ±1%).
     pub rope: f64,
-    /// The sampler's chains and draws.
+    /// The sampler's chains and draws (for the lognormal model: how many draws, in as many
+    /// groups as chains for the diagnostics).
     pub sampler: SamplerSettings,
+    /// The likelihood.
+    pub model: Model,
 }
 
 impl Default for CompareSettings {
@@ -29,6 +42,7 @@ impl Default for CompareSettings {
         CompareSettings {
             rope: 0.01,
             sampler: SamplerSettings::default(),
+            model: Model::Gamma,
         }
     }
 }
@@ -160,6 +174,16 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
     let mut diagnostics = Vec::with_capacity(2);
     let mut divergences = 0;
     for (k, g) in [a, b].into_iter().enumerate() {
+        if settings.model == Model::Lognormal {
+            let s = settings.sampler;
+            let per = s.draws as usize;
+            let d = crate::lognormal_means(g, s.chains * per, s.seed.wrapping_add(1000 * k as u64))
+                .map_err(|e| CompareError(format!("group {}: {e}", ["A", "B"][k])))?;
+            let chains: Vec<Vec<f64>> = d.chunks(per.max(1)).map(<[f64]>::to_vec).collect();
+            diagnostics.push(Diagnostics::of(&chains));
+            draws.push(d);
+            continue;
+        }
         let model = GammaModel::new(*g, prior);
         let start = MeanSd {
             mean: g.mean(),

@@ -25,15 +25,18 @@ mod diagnostics;
 mod gamma;
 mod grid;
 mod hdi;
+mod lognormal;
 mod nuts;
 mod suff;
 
 pub use compare::{
-    CompareError, CompareSettings, Comparison, Estimate, HDI_MASS, MIN_VALUES, Verdict, compare,
+    CompareError, CompareSettings, Comparison, Estimate, HDI_MASS, MIN_VALUES, Model, Verdict,
+    compare,
 };
 pub use diagnostics::{Diagnostics, ESS_MIN_PER_CHAIN, RHAT_MAX};
 pub use gamma::{GammaModel, MeanSd, PRIOR_MEAN_SPREAD, PRIOR_SD_SPREAD, Prior};
 pub use grid::{GridPosterior, grid_posterior};
 pub use hdi::hdi;
+pub use lognormal::lognormal_means;
 pub use nuts::{Draws, SamplerSettings, sample};
 pub use suff::Suff;

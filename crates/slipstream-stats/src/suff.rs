@@ -1,7 +1,7 @@
 //! Sufficient statistics of a set of positive values.
 
-/// n, Σy, Σy² and Σln y of positive values: enough for the mean, the variance and the gamma
-/// and lognormal likelihoods.
+/// n, Σy, Σy², Σln y and Σ(ln y)² of positive values: enough for the mean, the variance and
+/// the gamma and lognormal likelihoods.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Suff {
     /// Count.
@@ -12,6 +12,8 @@ pub struct Suff {
     pub sum_sq: f64,
     /// Σln y.
     pub sum_ln: f64,
+    /// Σ(ln y)²: the lognormal model needs it (0 when the source did not record it).
+    pub sum_ln_sq: f64,
 }
 
 impl Suff {
@@ -35,6 +37,7 @@ impl Suff {
         self.sum += y;
         self.sum_sq += y * y;
         self.sum_ln += y.ln();
+        self.sum_ln_sq += y.ln() * y.ln();
     }
 
     /// Adds another set.
@@ -43,6 +46,7 @@ impl Suff {
         self.sum += o.sum;
         self.sum_sq += o.sum_sq;
         self.sum_ln += o.sum_ln;
+        self.sum_ln_sq += o.sum_ln_sq;
     }
 
     /// The mean (0 when empty).

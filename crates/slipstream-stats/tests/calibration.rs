@@ -10,6 +10,7 @@ fn settings() -> CompareSettings {
     CompareSettings {
         rope: 0.01,
         sampler: SamplerSettings::default(),
+        model: slipstream_stats::Model::Gamma,
     }
 }
 
@@ -128,6 +129,7 @@ fn too_few_values_or_broken_statistics_are_refused() {
         sum: f64::NAN,
         sum_sq: 1.0,
         sum_ln: 0.0,
+        sum_ln_sq: 0.0,
     };
     let e = compare(&ok, &broken, &settings()).unwrap_err();
     assert!(e.to_string().contains("group B"), "{e}");

@@ -52,6 +52,7 @@ pub fn values(run: &BenchRun, name: &str, unit: Unit) -> Option<Suff> {
             sum: tx.stats.sum,
             sum_sq: tx.stats.sum_sq,
             sum_ln: tx.stats.sum_ln,
+            sum_ln_sq: tx.stats.sum_ln_sq,
         },
         Unit::Interval => {
             let mut s = Suff::default();

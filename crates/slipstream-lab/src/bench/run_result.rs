@@ -109,6 +109,9 @@ pub struct Sums {
     pub sum_sq: f64,
     /// Sum of ln y.
     pub sum_ln: f64,
+    /// Sum of (ln y)² (for the lognormal model; absent in files written before it was added).
+    #[serde(default)]
+    pub sum_ln_sq: f64,
     /// Smallest y (0 when n = 0).
     pub min: f64,
     /// Largest y.
@@ -122,6 +125,7 @@ impl Default for Sums {
             sum: 0.0,
             sum_sq: 0.0,
             sum_ln: 0.0,
+            sum_ln_sq: 0.0,
             min: 0.0,
             max: 0.0,
         }
@@ -138,6 +142,7 @@ impl Sums {
         self.sum += y;
         self.sum_sq += y * y;
         self.sum_ln += y.ln();
+        self.sum_ln_sq += y.ln() * y.ln();
     }
 
     /// Adds another set.
@@ -155,6 +160,7 @@ impl Sums {
         self.sum += o.sum;
         self.sum_sq += o.sum_sq;
         self.sum_ln += o.sum_ln;
+        self.sum_ln_sq += o.sum_ln_sq;
     }
 
     /// The mean (0 when empty).
