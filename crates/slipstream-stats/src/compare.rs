@@ -167,6 +167,12 @@ fn check(name: &str, g: &Suff) -> Result<(), CompareError> {
 pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Comparison, CompareError> {
     check("A", a)?;
     check("B", b)?;
+    if settings.sampler.chains < 2 || settings.sampler.draws < 10 {
+        return Err(CompareError(format!(
+            "the sampler needs at least 2 chains of 10 draws (got {} of {}) for its diagnostics",
+            settings.sampler.chains, settings.sampler.draws
+        )));
+    }
     let prior = Prior::pooled(&[*a, *b]);
     let mut pooled = *a;
     pooled.merge(b);

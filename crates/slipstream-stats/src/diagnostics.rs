@@ -32,6 +32,14 @@ impl Diagnostics {
     /// assert!(d.rhat < 1.01, "{d:?}");
     /// ```
     pub fn of(chains: &[Vec<f64>]) -> Diagnostics {
+        if chains.is_empty() || chains.iter().any(|c| c.len() < 4) {
+            // Nothing to judge: NaN fails every check in `problem`.
+            return Diagnostics {
+                rhat: f64::NAN,
+                ess_bulk: f64::NAN,
+                ess_tail: f64::NAN,
+            };
+        }
         let halves = split(chains);
         let z = rank_normalise(&halves);
         let median = {
@@ -233,5 +241,9 @@ mod tests {
         let d = Diagnostics::of(&sticky);
         assert!(d.ess_bulk < 400.0, "{d:?}");
         assert!(d.problem(4).is_some());
+
+        // No draws, or too few to split: a failing result, not a panic.
+        assert!(Diagnostics::of(&[]).problem(0).is_some());
+        assert!(Diagnostics::of(&[vec![1.0, 2.0]]).problem(1).is_some());
     }
 }
