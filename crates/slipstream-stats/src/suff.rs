@@ -3,6 +3,7 @@
 /// n, Σy, Σy², Σln y and Σ(ln y)² of positive values: enough for the mean, the variance and
 /// the gamma and lognormal likelihoods.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Suff {
     /// Count.
     pub n: u64,
@@ -13,6 +14,7 @@ pub struct Suff {
     /// Σln y.
     pub sum_ln: f64,
     /// Σ(ln y)²: the lognormal model needs it (0 when the source did not record it).
+    #[cfg_attr(feature = "serde", serde(default))]
     pub sum_ln_sq: f64,
 }
 

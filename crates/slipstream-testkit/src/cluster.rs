@@ -70,13 +70,7 @@ impl ClusterBuilder {
 
     /// Creates and starts the cluster.
     pub fn start(self) -> Result<Cluster, Error> {
-        let install = Install::find()?;
-        let root = tempfile::Builder::new()
-            .prefix("c-")
-            .tempdir_in(base_dir()?)
-            .map_err(|e| Error::io("could not create a cluster directory", e))?;
-        install.owner().chown(root.path())?;
-        let data = root.path().join("data");
+        let (install, root, data) = new_root("c-", "a cluster")?;
         install.copy_template(&data)?;
         let socket_dir = root.path().to_path_buf();
         let mut settings: Vec<(String, String)> = BASE_SETTINGS
@@ -154,13 +148,7 @@ impl Cluster {
     /// # Ok::<(), slipstream_testkit::Error>(())
     /// ```
     pub fn start_standby(&self) -> Result<Cluster, Error> {
-        let install = Install::find()?;
-        let root = tempfile::Builder::new()
-            .prefix("s-")
-            .tempdir_in(base_dir()?)
-            .map_err(|e| Error::io("could not create a standby directory", e))?;
-        install.owner().chown(root.path())?;
-        let data = root.path().join("data");
+        let (install, root, data) = new_root("s-", "a standby")?;
         run(
             install
                 .command("pg_basebackup")
@@ -261,6 +249,29 @@ impl Cluster {
             "psql",
         )?;
         Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+    }
+
+    /// Waits until the server has no backend with process id `pid` (`pg_stat_activity`),
+    /// polling with `psql`; `Ok(false)` when it is still there after `timeout`.
+    ///
+    /// ```no_run
+    /// # let cluster = slipstream_testkit::Cluster::start()?;
+    /// # let pid = 4242;
+    /// assert!(cluster.backend_gone_within(pid, std::time::Duration::from_secs(10))?);
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
+    pub fn backend_gone_within(&self, pid: i32, timeout: Duration) -> Result<bool, Error> {
+        let deadline = std::time::Instant::now() + timeout;
+        let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}");
+        loop {
+            if self.psql(&sql)?.trim() == "0" {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The server log so far.
@@ -404,4 +415,17 @@ impl Drop for Cluster {
         // Immediate shutdown: nothing in a throwaway cluster is worth a checkpoint.
         let _ = self.stop_with(Signal::SIGQUIT);
     }
+}
+
+/// A fresh directory owned by the server's OS user for a cluster (`what` names it in errors),
+/// and the path its data directory will have.
+fn new_root(prefix: &str, what: &str) -> Result<(Install, tempfile::TempDir, PathBuf), Error> {
+    let install = Install::find()?;
+    let root = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(base_dir()?)
+        .map_err(|e| Error::io(format!("could not create {what} directory"), e))?;
+    install.owner().chown(root.path())?;
+    let data = root.path().join("data");
+    Ok((install, root, data))
 }

@@ -47,13 +47,7 @@ impl fmt::Display for Unit {
 pub fn values(run: &BenchRun, name: &str, unit: Unit) -> Option<Suff> {
     let tx = run.transactions.iter().find(|t| t.name == name)?;
     Some(match unit {
-        Unit::Transaction => Suff {
-            n: tx.stats.n,
-            sum: tx.stats.sum,
-            sum_sq: tx.stats.sum_sq,
-            sum_ln: tx.stats.sum_ln,
-            sum_ln_sq: tx.stats.sum_ln_sq,
-        },
+        Unit::Transaction => tx.stats.values,
         Unit::Interval => {
             let mut s = Suff::default();
             for iv in run
@@ -61,9 +55,9 @@ pub fn values(run: &BenchRun, name: &str, unit: Unit) -> Option<Suff> {
                 .per_transaction
                 .get(name)?
                 .iter()
-                .filter(|i| i.n > 0)
+                .filter(|i| i.values.n > 0)
             {
-                s.add(iv.sum / iv.n as f64);
+                s.add(iv.values.mean());
             }
             s
         }

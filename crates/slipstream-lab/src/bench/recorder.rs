@@ -168,11 +168,8 @@ impl Recorder {
                     // Saturates at the histogram's range rather than failing: auto-resize
                     // makes that range any u64.
                     let _ = kt.hist.record((s.latency.as_micros() as u64).max(1));
-                    let y = ms.max(1e-6);
-                    iv.n += 1;
-                    iv.sum += y;
-                    iv.sum_sq += y * y;
-                    iv.sum_ln += y.ln();
+                    // Clamped like `Sums::add`, so the intervals add up to the totals.
+                    iv.values.add(ms.max(1e-6));
                 }
                 Some(code) => {
                     *kt.failures.entry(code.to_string()).or_default() += 1;
@@ -380,20 +377,20 @@ mod tests {
         let w = vec![("a".to_string(), 1), ("b".to_string(), 1)];
         let f = r.finish(&w, Duration::from_secs(3)).unwrap();
         let a = &f.transactions[0];
-        assert_eq!((a.ok, a.failed, a.stats.n), (2, 0, 2));
+        assert_eq!((a.ok, a.failed, a.stats.values.n), (2, 0, 2));
         assert!((a.stats.mean() - 3.0).abs() < 1e-9);
         assert_eq!(a.statements.selects, 2);
         let b = &f.transactions[1];
         assert_eq!((b.ok, b.failed), (1, 1));
         assert_eq!(b.failures.get("40001"), Some(&1));
         assert_eq!(f.intervals.len(), 3);
-        assert_eq!(f.intervals[0][0].n, 1);
-        assert_eq!(f.intervals[1][0].n, 1);
+        assert_eq!(f.intervals[0][0].values.n, 1);
+        assert_eq!(f.intervals[1][0].values.n, 1);
         assert_eq!(f.intervals[1][1].failed, 1);
-        assert_eq!(f.intervals[2][1].n, 1);
+        assert_eq!(f.intervals[2][1].values.n, 1);
         // The intervals' sums are the totals' sums.
-        let total: f64 = f.intervals.iter().map(|i| i[0].sum).sum();
-        assert!((total - a.stats.sum).abs() < 1e-9);
+        let total: f64 = f.intervals.iter().map(|i| i[0].values.sum).sum();
+        assert!((total - a.stats.values.sum).abs() < 1e-9);
         assert!((a.latency_ms.p50 - 2.0).abs() < 0.01, "{:?}", a.latency_ms);
         assert!(f.schedule.is_none());
     }

@@ -164,7 +164,7 @@ pub fn tps_series(runs: &[Labeled]) -> Vec<Series> {
                         .per_transaction
                         .values()
                         .filter_map(|v| v.get(i))
-                        .map(|x| x.n)
+                        .map(|x| x.values.n)
                         .sum();
                     (
                         (i as f64 + 1.0) * iv.seconds,

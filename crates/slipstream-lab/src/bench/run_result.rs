@@ -5,6 +5,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use slipstream_stats::Suff;
+
 use super::transaction::StatementCounts;
 use crate::{Environment, write_atomically};
 
@@ -97,70 +99,45 @@ pub struct TxResult {
     pub percentile_curve: Vec<(f64, f64)>,
 }
 
-/// Sufficient statistics of a set of latencies y (ms): enough for means, variances and the
-/// gamma and lognormal likelihoods without the samples.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// Sufficient statistics of a set of latencies y (ms), and their extremes: enough for means,
+/// variances and the gamma and lognormal likelihoods without the samples. In JSON the
+/// statistics' fields (`n`, `sum`, `sum_sq`, `sum_ln`, `sum_ln_sq`) sit beside `min` and `max`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sums {
-    /// Count.
-    pub n: u64,
-    /// Sum of y.
-    pub sum: f64,
-    /// Sum of y squared.
-    pub sum_sq: f64,
-    /// Sum of ln y.
-    pub sum_ln: f64,
-    /// Sum of (ln y)² (for the lognormal model; absent in files written before it was added).
-    #[serde(default)]
-    pub sum_ln_sq: f64,
+    /// n, Σy, Σy², Σln y, Σ(ln y)².
+    #[serde(flatten)]
+    pub values: Suff,
     /// Smallest y (0 when n = 0).
     pub min: f64,
     /// Largest y.
     pub max: f64,
 }
 
-impl Default for Sums {
-    fn default() -> Sums {
-        Sums {
-            n: 0,
-            sum: 0.0,
-            sum_sq: 0.0,
-            sum_ln: 0.0,
-            sum_ln_sq: 0.0,
-            min: 0.0,
-            max: 0.0,
-        }
-    }
-}
-
 impl Sums {
     /// Adds one latency. Zero is clamped to a nanosecond so `ln y` stays finite.
     pub fn add(&mut self, y: f64) {
         let y = y.max(1e-6);
-        self.min = if self.n == 0 { y } else { self.min.min(y) };
+        self.min = if self.values.n == 0 {
+            y
+        } else {
+            self.min.min(y)
+        };
         self.max = self.max.max(y);
-        self.n += 1;
-        self.sum += y;
-        self.sum_sq += y * y;
-        self.sum_ln += y.ln();
-        self.sum_ln_sq += y.ln() * y.ln();
+        self.values.add(y);
     }
 
     /// Adds another set.
     pub fn merge(&mut self, o: &Sums) {
-        if o.n == 0 {
+        if o.values.n == 0 {
             return;
         }
-        self.min = if self.n == 0 {
+        self.min = if self.values.n == 0 {
             o.min
         } else {
             self.min.min(o.min)
         };
         self.max = self.max.max(o.max);
-        self.n += o.n;
-        self.sum += o.sum;
-        self.sum_sq += o.sum_sq;
-        self.sum_ln += o.sum_ln;
-        self.sum_ln_sq += o.sum_ln_sq;
+        self.values.merge(&o.values);
     }
 
     /// The mean (0 when empty).
@@ -170,25 +147,10 @@ impl Sums {
     /// s.add(1.0);
     /// s.add(3.0);
     /// assert_eq!(s.mean(), 2.0);
-    /// assert_eq!(s.sd(), 2f64.sqrt());
+    /// assert_eq!(s.values.sd(), 2f64.sqrt());
     /// ```
     pub fn mean(&self) -> f64 {
-        if self.n == 0 {
-            0.0
-        } else {
-            self.sum / self.n as f64
-        }
-    }
-
-    /// The sample standard deviation (0 for fewer than two).
-    pub fn sd(&self) -> f64 {
-        if self.n < 2 {
-            return 0.0;
-        }
-        let n = self.n as f64;
-        ((self.sum_sq - self.sum * self.sum / n) / (n - 1.0))
-            .max(0.0)
-            .sqrt()
+        self.values.mean()
     }
 }
 
@@ -223,16 +185,12 @@ pub struct Intervals {
 /// One interval of one transaction type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
-    /// Successful transactions that ended in the interval.
-    pub n: u64,
+    /// The statistics of the latencies (ms) of the successful transactions that ended in the
+    /// interval.
+    #[serde(flatten)]
+    pub values: Suff,
     /// Failed transactions that ended in the interval.
     pub failed: u64,
-    /// Sum of their latencies (ms).
-    pub sum: f64,
-    /// Sum of squared latencies.
-    pub sum_sq: f64,
-    /// Sum of log latencies.
-    pub sum_ln: f64,
 }
 
 /// How well an open-loop run kept its schedule.

@@ -706,11 +706,11 @@ mod tests {
         assert_eq!((off.ok, off.failed), (0, 0));
         assert_eq!(light.failures.get("40001"), Some(&light.failed));
         assert_eq!(light.statements.rollbacks, light.failed);
-        assert_eq!(heavy.stats.n, heavy.ok);
+        assert_eq!(heavy.stats.values.n, heavy.ok);
         // The intervals hold every recorded transaction once.
         let in_intervals: u64 = run.intervals.per_transaction["heavy"]
             .iter()
-            .map(|i| i.n)
+            .map(|i| i.values.n)
             .sum();
         assert_eq!(in_intervals, heavy.ok);
         assert!(!run.interrupted);

@@ -37,23 +37,21 @@ pub const NAME: &str = "order-entry";
 /// ```
 pub fn workload() -> Workload {
     Workload::new(NAME)
-        .transaction("customer-registration", 15, CustomerRegistration::default)
-        .transaction(
-            "update-customer-details",
-            10,
-            UpdateCustomerDetails::default,
-        )
-        .transaction("browse-products", 50, BrowseProducts::default)
-        .transaction("order-products", 40, OrderProducts::default)
-        .transaction("process-orders", 5, ProcessOrders::default)
-        .transaction("browse-orders", 5, BrowseOrders::default)
-        .transaction("sales-rep-query", 0, SalesRepQuery::default)
-        .transaction("warehouse-query", 0, WarehouseQuery::default)
-        .transaction(
-            "warehouse-activity-query",
-            0,
-            WarehouseActivityQuery::default,
-        )
+        .transaction("customer-registration", 15, || {
+            Soe::new(CustomerRegistration)
+        })
+        .transaction("update-customer-details", 10, || {
+            Soe::new(UpdateCustomerDetails)
+        })
+        .transaction("browse-products", 50, || Soe::new(BrowseProducts))
+        .transaction("order-products", 40, || Soe::new(OrderProducts))
+        .transaction("process-orders", 5, || Soe::new(ProcessOrders))
+        .transaction("browse-orders", 5, || Soe::new(BrowseOrders))
+        .transaction("sales-rep-query", 0, || Soe::new(SalesRepQuery))
+        .transaction("warehouse-query", 0, || Soe::new(WarehouseQuery))
+        .transaction("warehouse-activity-query", 0, || {
+            Soe::new(WarehouseActivityQuery)
+        })
 }
 
 /// The reporting queries' weight when turned on (Swingbench's 2 each).

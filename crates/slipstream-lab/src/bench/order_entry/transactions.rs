@@ -97,36 +97,65 @@ async fn browse(s: &mut Session, warehouse: i32) -> Result<Vec<Row>, TxError> {
     Ok(rows)
 }
 
-macro_rules! with_ranges {
-    ($($name:ident),*) => {$(
-        #[derive(Debug, Default)]
-        pub(crate) struct $name {
-            r: Ranges,
-        }
-    )*};
+/// One Order Entry transaction's body: it gets the id ranges read once per user.
+pub(crate) trait Step: Send + 'static {
+    fn run(
+        &mut self,
+        r: Ranges,
+        s: &mut Session,
+    ) -> impl std::future::Future<Output = Result<(), TxError>> + Send;
 }
 
-with_ranges!(
-    CustomerRegistration,
-    UpdateCustomerDetails,
-    BrowseProducts,
-    OrderProducts,
-    ProcessOrders,
-    BrowseOrders,
-    SalesRepQuery,
-    WarehouseQuery,
-    WarehouseActivityQuery
-);
+/// A [`Step`] as a [`Transaction`]: `init` reads `soe.meta` for every type alike.
+#[derive(Debug)]
+pub(crate) struct Soe<T> {
+    r: Ranges,
+    step: T,
+}
 
-const TOWNS: &[&str] = &["Leeds", "Bristol", "York", "Bath", "Oxford"];
+impl<T: Step> Soe<T> {
+    pub(crate) fn new(step: T) -> Soe<T> {
+        Soe {
+            r: Ranges::default(),
+            step,
+        }
+    }
+}
 
-impl Transaction for CustomerRegistration {
+impl<T: Step> Transaction for Soe<T> {
     async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
         self.r = Ranges::read(s).await?;
         Ok(())
     }
 
     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        self.step.run(self.r, s).await
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct CustomerRegistration;
+#[derive(Debug)]
+pub(crate) struct UpdateCustomerDetails;
+#[derive(Debug)]
+pub(crate) struct BrowseProducts;
+#[derive(Debug)]
+pub(crate) struct OrderProducts;
+#[derive(Debug)]
+pub(crate) struct ProcessOrders;
+#[derive(Debug)]
+pub(crate) struct BrowseOrders;
+#[derive(Debug)]
+pub(crate) struct SalesRepQuery;
+#[derive(Debug)]
+pub(crate) struct WarehouseQuery;
+#[derive(Debug)]
+pub(crate) struct WarehouseActivityQuery;
+
+const TOWNS: &[&str] = &["Leeds", "Bristol", "York", "Bath", "Oxford"];
+
+impl Step for CustomerRegistration {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
         let (house, town_i) = (
             s.rng().random_range(1..200).to_string(),
             s.rng().random_range(0..TOWNS.len()),
@@ -135,7 +164,7 @@ impl Transaction for CustomerRegistration {
             .rng()
             .random_range(4_000_000_000_000_000..4_999_999_999_999_999);
         let security: i32 = s.rng().random_range(100..1000);
-        let manager: i32 = s.rng().random_range(1..=self.r.sales_reps);
+        let manager: i32 = s.rng().random_range(1..=r.sales_reps);
         begin(s).await?;
         let ids = s
             .client()?
@@ -176,14 +205,9 @@ impl Transaction for CustomerRegistration {
     }
 }
 
-impl Transaction for UpdateCustomerDetails {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let customer = self.r.customer(s);
+impl Step for UpdateCustomerDetails {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let customer = r.customer(s);
         let house = s.rng().random_range(1..200).to_string();
         begin(s).await?;
         if logon(s, customer).await?.is_none() {
@@ -213,15 +237,10 @@ impl Transaction for UpdateCustomerDetails {
     }
 }
 
-impl Transaction for BrowseProducts {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let customer = self.r.customer(s);
-        let warehouse = self.r.warehouse(s);
+impl Step for BrowseProducts {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let customer = r.customer(s);
+        let warehouse = r.warehouse(s);
         let pages = s.rng().random_range(1..=4);
         begin(s).await?;
         logon(s, customer).await?;
@@ -233,16 +252,11 @@ impl Transaction for BrowseProducts {
     }
 }
 
-impl Transaction for OrderProducts {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let customer = self.r.customer(s);
-        let warehouse = self.r.warehouse(s);
-        let rep: i32 = s.rng().random_range(1..=self.r.sales_reps);
+impl Step for OrderProducts {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let customer = r.customer(s);
+        let warehouse = r.warehouse(s);
+        let rep: i32 = s.rng().random_range(1..=r.sales_reps);
         let lines = s.rng().random_range(1..=MAX_LINES) as usize;
         begin(s).await?;
         let Some(who) = logon(s, customer).await? else {
@@ -321,14 +335,9 @@ impl Transaction for OrderProducts {
     }
 }
 
-impl Transaction for ProcessOrders {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let warehouse = self.r.warehouse(s);
+impl Step for ProcessOrders {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let warehouse = r.warehouse(s);
         begin(s).await?;
         // SKIP LOCKED: two processors in one warehouse take different orders instead of
         // queueing behind each other. No ORDER BY (Swingbench takes any ten, by ROWNUM):
@@ -363,14 +372,9 @@ impl Transaction for ProcessOrders {
     }
 }
 
-impl Transaction for BrowseOrders {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let customer = self.r.customer(s);
+impl Step for BrowseOrders {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let customer = r.customer(s);
         begin(s).await?;
         logon(s, customer).await?;
         s.client()?
@@ -386,14 +390,9 @@ impl Transaction for BrowseOrders {
     }
 }
 
-impl Transaction for SalesRepQuery {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let rep: i32 = s.rng().random_range(1..=self.r.sales_reps);
+impl Step for SalesRepQuery {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let rep: i32 = s.rng().random_range(1..=r.sales_reps);
         s.client()?
             .query(
                 "SELECT o.order_id, o.order_date, o.order_total::float8, c.cust_last_name, count(*) \
@@ -409,14 +408,9 @@ impl Transaction for SalesRepQuery {
     }
 }
 
-impl Transaction for WarehouseQuery {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let warehouse = self.r.warehouse(s);
+impl Step for WarehouseQuery {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let warehouse = r.warehouse(s);
         s.client()?
             .query(
                 "SELECT order_status, count(*), sum(order_total)::float8 FROM soe.orders \
@@ -429,14 +423,9 @@ impl Transaction for WarehouseQuery {
     }
 }
 
-impl Transaction for WarehouseActivityQuery {
-    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
-        self.r = Ranges::read(s).await?;
-        Ok(())
-    }
-
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        let warehouse = self.r.warehouse(s);
+impl Step for WarehouseActivityQuery {
+    async fn run(&mut self, r: Ranges, s: &mut Session) -> Result<(), TxError> {
+        let warehouse = r.warehouse(s);
         let c = s.client()?;
         c.query(
             "SELECT date_trunc('day', order_date), count(*), sum(order_total)::float8 FROM soe.orders \
