@@ -10,6 +10,7 @@ demo:
 	$(CARGO) run --release -p slipstream-cli -- demo --out report
 
 test:
+	extension/memopt/test/run
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
 	$(MAKE) loom

@@ -1,0 +1,173 @@
+-- memopt 1.0: memoptimized primary-key lookups
+\echo Use "CREATE EXTENSION memopt" to load this file. \quit
+
+CREATE FUNCTION memopt.sync_row() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'memopt_sync_row' LANGUAGE C;
+CREATE FUNCTION memopt.sync_truncate() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'memopt_sync_truncate' LANGUAGE C;
+CREATE FUNCTION memopt._register(regclass) RETURNS void
+    AS 'MODULE_PATHNAME', 'memopt_register' LANGUAGE C STRICT;
+CREATE FUNCTION memopt._unregister(regclass) RETURNS void
+    AS 'MODULE_PATHNAME', 'memopt_unregister' LANGUAGE C STRICT;
+
+-- True when the table's sync triggers are installed and fire ALWAYS.
+CREATE FUNCTION memopt.is_enabled(tbl regclass) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT count(*) = 2 FROM pg_trigger
+     WHERE tgrelid = tbl AND tgenabled = 'A'
+       AND tgname IN ('memopt_sync', 'memopt_truncate')
+$$;
+
+-- Checks every condition (one error each, in the spirit of Oracle's ORA-621xx), then installs
+-- the triggers that keep the store consistent with every write.
+CREATE FUNCTION memopt.enable_read(tbl regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r pg_class;
+    pk oid;
+    col record;
+BEGIN
+    SELECT * INTO r FROM pg_class WHERE oid = tbl;
+    IF r.relkind = 'p' OR r.relispartition THEN
+        RAISE EXCEPTION 'memopt: table % is partitioned or a partition', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Memoptimized reads need a plain table outside any partitioning.';
+    END IF;
+    IF r.relkind <> 'r' THEN
+        RAISE EXCEPTION 'memopt: % is not a table', tbl
+            USING ERRCODE = 'wrong_object_type',
+                  HINT = 'Only ordinary tables can be memoptimized for reads.';
+    END IF;
+    IF r.relpersistence = 't' THEN
+        RAISE EXCEPTION 'memopt: table % is temporary', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Only permanent and unlogged tables can be memoptimized for reads.';
+    END IF;
+    IF (SELECT amname FROM pg_am WHERE oid = r.relam) IS DISTINCT FROM 'heap' THEN
+        RAISE EXCEPTION 'memopt: table % does not use the heap access method', tbl
+            USING ERRCODE = 'feature_not_supported';
+    END IF;
+    IF EXISTS (SELECT FROM pg_inherits WHERE inhrelid = tbl OR inhparent = tbl) THEN
+        RAISE EXCEPTION 'memopt: table % takes part in inheritance', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Tables with parents or children cannot be memoptimized for reads.';
+    END IF;
+    IF r.relrowsecurity THEN
+        RAISE EXCEPTION 'memopt: table % has row-level security enabled', tbl
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Lookups from the store would bypass the policies.';
+    END IF;
+    SELECT conindid INTO pk FROM pg_constraint WHERE conrelid = tbl AND contype = 'p';
+    IF pk IS NULL THEN
+        RAISE EXCEPTION 'memopt: table % has no primary key', tbl
+            USING ERRCODE = 'invalid_table_definition',
+                  HINT = 'Add a primary key of integer, bigint, smallint, uuid, text or varchar columns.';
+    END IF;
+    FOR col IN
+        SELECT a.attname, a.atttypid, a.attcollation
+          FROM pg_index i JOIN pg_attribute a
+            ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
+         WHERE i.indexrelid = pk
+    LOOP
+        IF col.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype,
+                                'uuid'::regtype, 'text'::regtype, 'varchar'::regtype) THEN
+            RAISE EXCEPTION 'memopt: primary key column "%" of table % has type %, which is not supported',
+                    col.attname, tbl, col.atttypid::regtype
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Supported key types: smallint, integer, bigint, uuid, text, varchar, and composites of them.';
+        END IF;
+        IF col.attcollation <> 0 AND NOT (SELECT collisdeterministic FROM pg_collation
+                                           WHERE oid = col.attcollation) THEN
+            RAISE EXCEPTION 'memopt: primary key column "%" of table % has a nondeterministic collation',
+                    col.attname, tbl
+                USING ERRCODE = 'feature_not_supported',
+                      HINT = 'Equal keys must have equal bytes; use a deterministic collation.';
+        END IF;
+    END LOOP;
+    IF memopt.is_enabled(tbl) THEN
+        RAISE NOTICE 'memopt: table % is already enabled for memoptimized reads', tbl;
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
+        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
+    END IF;
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
+        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
+    END IF;
+    EXECUTE format('CREATE TRIGGER memopt_sync AFTER INSERT OR UPDATE OR DELETE ON %s'
+                   ' FOR EACH ROW EXECUTE FUNCTION memopt.sync_row()', tbl);
+    EXECUTE format('CREATE TRIGGER memopt_truncate AFTER TRUNCATE ON %s'
+                   ' FOR EACH STATEMENT EXECUTE FUNCTION memopt.sync_truncate()', tbl);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER memopt_sync', tbl);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER memopt_truncate', tbl);
+    PERFORM memopt._register(tbl);
+END
+$$;
+
+CREATE FUNCTION memopt.disable_read(tbl regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl
+                    AND tgname IN ('memopt_sync', 'memopt_truncate')) THEN
+        RAISE NOTICE 'memopt: table % is not enabled for memoptimized reads', tbl;
+    END IF;
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
+        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
+    END IF;
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
+        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
+    END IF;
+    PERFORM memopt._unregister(tbl);
+END
+$$;
+
+-- Queues a background fill of the whole table; returns at once (false, with a warning, when
+-- the request was rejected).  Progress: populate_state and populate_rows in memopt.stats.
+CREATE FUNCTION memopt.populate(regclass) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'memopt_populate' LANGUAGE C STRICT;
+
+-- Removes the table's rows from the store; the table stays enabled and refills.
+CREATE FUNCTION memopt.drop_object(regclass) RETURNS void
+    AS 'MODULE_PATHNAME', 'memopt_invalidate_table' LANGUAGE C STRICT;
+
+CREATE FUNCTION memopt.table_stats(
+    OUT relid oid, OUT lookups bigint, OUT hits bigint, OUT misses bigint,
+    OUT misses_not_cached bigint, OUT misses_fenced bigint, OUT misses_invisible bigint,
+    OUT misses_isolation bigint, OUT misses_own_write bigint, OUT misses_disabled bigint,
+    OUT misses_recovery bigint, OUT misses_uncacheable bigint,
+    OUT rows_populated bigint, OUT populate_accepted bigint, OUT populate_rejected bigint,
+    OUT invalidations bigint, OUT evictions bigint, OUT entries bigint, OUT bytes_used bigint,
+    OUT populate_state text, OUT populate_rows bigint, OUT populate_rows_estimate bigint,
+    OUT populate_started timestamptz, OUT populate_finished timestamptz)
+RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'memopt_table_stats' LANGUAGE C STRICT VOLATILE;
+
+CREATE FUNCTION memopt.pool(OUT capacity_rows bigint, OUT entry_bytes bigint,
+                            OUT capacity_bytes bigint)
+    AS 'MODULE_PATHNAME', 'memopt_pool' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW memopt.stats AS
+    SELECT relid::regclass AS "table", lookups, hits, misses,
+           misses_not_cached, misses_fenced, misses_invisible, misses_isolation,
+           misses_own_write, misses_disabled, misses_recovery, misses_uncacheable,
+           rows_populated, populate_accepted, populate_rejected, invalidations, evictions,
+           entries, bytes_used, populate_state, populate_rows, populate_rows_estimate,
+           populate_finished - populate_started AS populate_duration
+      FROM memopt.table_stats();
+
+CREATE VIEW memopt.stats_total AS
+    SELECT coalesce(sum(lookups), 0)::bigint AS lookups,
+           coalesce(sum(hits), 0)::bigint AS hits,
+           coalesce(sum(misses), 0)::bigint AS misses,
+           coalesce(sum(rows_populated), 0)::bigint AS rows_populated,
+           coalesce(sum(populate_accepted), 0)::bigint AS populate_accepted,
+           coalesce(sum(populate_rejected), 0)::bigint AS populate_rejected,
+           coalesce(sum(invalidations), 0)::bigint AS invalidations,
+           coalesce(sum(evictions), 0)::bigint AS evictions,
+           coalesce(sum(entries), 0)::bigint AS entries,
+           coalesce(sum(bytes_used), 0)::bigint AS bytes_used,
+           (SELECT capacity_rows FROM memopt.pool()) AS capacity_rows,
+           (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes
+      FROM memopt.table_stats();
+
+REVOKE ALL ON FUNCTION memopt._register(regclass), memopt._unregister(regclass) FROM PUBLIC;

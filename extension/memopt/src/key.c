@@ -1,0 +1,183 @@
+/*
+ * key.c: primary-key layouts (cached per backend, dropped on relcache invalidation) and the
+ * byte form of keys.
+ */
+#include "postgres.h"
+
+#include "key.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/uuid.h"
+
+typedef struct LayoutCacheEntry
+{
+	Oid			relid;			/* hash key */
+	bool		usable;
+	PkLayout	layout;
+} LayoutCacheEntry;
+
+static HTAB *layouts;
+
+static void
+forget_layout(Datum arg, Oid relid)
+{
+	if (layouts == NULL)
+		return;
+	if (relid == InvalidOid)
+	{
+		HASH_SEQ_STATUS seq;
+		LayoutCacheEntry *e;
+
+		hash_seq_init(&seq, layouts);
+		while ((e = hash_seq_search(&seq)) != NULL)
+			hash_search(layouts, &e->relid, HASH_REMOVE, NULL);
+	}
+	else
+		hash_search(layouts, &relid, HASH_REMOVE, NULL);
+}
+
+void
+memopt_key_init(void)
+{
+	CacheRegisterRelcacheCallback(forget_layout, (Datum) 0);
+}
+
+bool
+memopt_key_type_supported(Oid type)
+{
+	switch (type)
+	{
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+		case UUIDOID:
+		case TEXTOID:
+		case VARCHAROID:
+			return true;
+		default:
+			return false;
+	}
+}
+
+static bool
+read_layout(Relation rel, PkLayout *pk)
+{
+	Oid			index = RelationGetPrimaryKeyIndex(rel);
+	HeapTuple	tup;
+	Form_pg_index form;
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (!OidIsValid(index))
+		return false;
+	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	form = (Form_pg_index) GETSTRUCT(tup);
+	pk->relid = RelationGetRelid(rel);
+	pk->index = index;
+	pk->nkeys = form->indnkeyatts;
+	for (int i = 0; i < pk->nkeys; i++)
+	{
+		AttrNumber	att = form->indkey.values[i];
+
+		pk->attnums[i] = att;
+		pk->types[i] = att > 0 ? TupleDescAttr(desc, att - 1)->atttypid : InvalidOid;
+	}
+	ReleaseSysCache(tup);
+	for (int i = 0; i < pk->nkeys; i++)
+		if (pk->attnums[i] <= 0 || !memopt_key_type_supported(pk->types[i]))
+			return false;
+	return true;
+}
+
+const PkLayout *
+memopt_pk_layout(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	LayoutCacheEntry *e;
+	bool		found;
+
+	if (layouts == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(LayoutCacheEntry);
+		ctl.hcxt = CacheMemoryContext;
+		layouts = hash_create("memopt key layouts", 64, &ctl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(layouts, &relid, HASH_ENTER, &found);
+	if (!found)
+		e->usable = read_layout(rel, &e->layout);
+	return e->usable ? &e->layout : NULL;
+}
+
+void
+memopt_key_append(StringInfo buf, Oid type, Datum value)
+{
+	switch (type)
+	{
+		case INT2OID:
+			{
+				int64		v = DatumGetInt16(value);
+
+				appendBinaryStringInfo(buf, (char *) &v, sizeof(v));
+				break;
+			}
+		case INT4OID:
+			{
+				int64		v = DatumGetInt32(value);
+
+				appendBinaryStringInfo(buf, (char *) &v, sizeof(v));
+				break;
+			}
+		case INT8OID:
+			{
+				int64		v = DatumGetInt64(value);
+
+				appendBinaryStringInfo(buf, (char *) &v, sizeof(v));
+				break;
+			}
+		case UUIDOID:
+			appendBinaryStringInfo(buf, (char *) DatumGetUUIDP(value)->data, UUID_LEN);
+			break;
+		case TEXTOID:
+		case VARCHAROID:
+			{
+				text	   *t = DatumGetTextPP(value);
+				uint32		len = VARSIZE_ANY_EXHDR(t);
+
+				appendBinaryStringInfo(buf, (char *) &len, sizeof(len));
+				appendBinaryStringInfo(buf, VARDATA_ANY(t), len);
+				break;
+			}
+		default:
+			elog(ERROR, "memopt: key type %u is not supported", type);
+	}
+}
+
+void
+memopt_key_from_tuple(const PkLayout *pk, HeapTuple tuple, TupleDesc desc, StringInfo buf)
+{
+	resetStringInfo(buf);
+	for (int i = 0; i < pk->nkeys; i++)
+	{
+		bool		isnull;
+		Datum		v = heap_getattr(tuple, pk->attnums[i], desc, &isnull);
+
+		/* Primary-key columns are NOT NULL. */
+		if (isnull)
+			elog(ERROR, "memopt: primary key column %d of relation %u is null",
+				 pk->attnums[i], pk->relid);
+		memopt_key_append(buf, pk->types[i], v);
+	}
+}

@@ -1,0 +1,36 @@
+/*
+ * key.h: primary-key layouts and the byte form of a key.
+ *
+ * The same key gets the same bytes whether it comes from a heap tuple (triggers, populate)
+ * or from the constants and parameters of a query (the scan), so equal bytes mean equal keys
+ * for the supported types: integers widened to int64, uuid as its 16 bytes, text and varchar
+ * as length and bytes (equality under a deterministic collation is byte equality).
+ */
+#ifndef MEMOPT_KEY_H
+#define MEMOPT_KEY_H
+
+#include "postgres.h"
+
+#include "access/htup.h"
+#include "access/tupdesc.h"
+#include "lib/stringinfo.h"
+#include "utils/relcache.h"
+
+typedef struct PkLayout
+{
+	Oid			relid;
+	Oid			index;
+	int			nkeys;
+	AttrNumber	attnums[INDEX_MAX_KEYS];	/* in index column order */
+	Oid			types[INDEX_MAX_KEYS];
+} PkLayout;
+
+extern bool memopt_key_type_supported(Oid type);
+/* The table's primary key, or NULL when it has none or a column of an unsupported type. */
+extern const PkLayout *memopt_pk_layout(Relation rel);
+extern void memopt_key_append(StringInfo buf, Oid type, Datum value);
+extern void memopt_key_from_tuple(const PkLayout *pk, HeapTuple tuple, TupleDesc desc,
+								  StringInfo buf);
+extern void memopt_key_init(void);
+
+#endif

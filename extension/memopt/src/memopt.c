@@ -1,0 +1,111 @@
+/*
+ * memopt.c: module entry point and settings.
+ *
+ * Loaded through shared_preload_libraries the module owns a shared-memory store and offers
+ * the MemoptLookup scan.  Loaded any other way (CREATE EXTENSION in a server that did not
+ * preload it) the sync triggers still record writes, and every function that needs the store
+ * says how to preload it.
+ */
+#include "postgres.h"
+
+#include "memopt.h"
+#include "key.h"
+#include "store.h"
+
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+
+PG_MODULE_MAGIC;
+
+int			memopt_pool_size_kb = 64 * 1024;
+int			memopt_entry_size = 256;
+bool		memopt_enabled = true;
+
+static shmem_request_hook_type prev_shmem_request;
+static shmem_startup_hook_type prev_shmem_startup;
+
+void		_PG_init(void);
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request)
+		prev_shmem_request();
+	memopt_shmem_request();
+}
+
+static void
+shmem_startup(void)
+{
+	if (prev_shmem_startup)
+		prev_shmem_startup();
+	memopt_shmem_startup();
+}
+
+static bool
+is_trigger(Trigger *t, const char *name, const char *function)
+{
+	char	   *fn;
+	bool		ok;
+
+	if (t->tgenabled != TRIGGER_FIRES_ALWAYS || strcmp(t->tgname, name) != 0)
+		return false;
+	fn = get_func_name(t->tgfoid);
+	ok = fn != NULL && strcmp(fn, function) == 0;
+	if (fn)
+		pfree(fn);
+	return ok;
+}
+
+bool
+memopt_relation_synced(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+	bool		row = false;
+	bool		truncate = false;
+
+	if (td == NULL)
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		row |= is_trigger(t, MEMOPT_ROW_TRIGGER, "sync_row");
+		truncate |= is_trigger(t, MEMOPT_TRUNCATE_TRIGGER, "sync_truncate");
+	}
+	return row && truncate;
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomBoolVariable("memopt.enabled",
+							 "Serves primary-key lookups of memoptimized tables from the store.",
+							 "Off: every lookup runs the normal index plan (a miss, reason disabled).",
+							 &memopt_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("memopt.pool_size",
+							"Shared memory for memoptimized rows.",
+							"Read at server start; the store keeps pool_size / entry_size rows.",
+							&memopt_pool_size_kb, 64 * 1024, 64, INT_MAX / 2,
+							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("memopt.entry_size",
+							"Bytes per stored row: key, heap tuple and a 40-byte header.",
+							"Rows that do not fit are never stored (misses, reason uncacheable).",
+							&memopt_entry_size, 256, 64, 32768,
+							PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("memopt");
+
+	memopt_key_init();
+	memopt_sync_init();
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request = shmem_request_hook;
+	shmem_request_hook = shmem_request;
+	prev_shmem_startup = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup;
+	memopt_scan_init();
+}

@@ -1,0 +1,30 @@
+/*
+ * memopt.h: settings and the pieces the files of the extension share.
+ */
+#ifndef MEMOPT_H
+#define MEMOPT_H
+
+#include "postgres.h"
+
+#include "utils/relcache.h"
+
+/* Settings (memopt.c) */
+extern int	memopt_pool_size_kb;
+extern int	memopt_entry_size;
+extern bool memopt_enabled;
+
+/* Names of the triggers enable_read installs (memopt--1.0.sql must agree). */
+#define MEMOPT_ROW_TRIGGER "memopt_sync"
+#define MEMOPT_TRUNCATE_TRIGGER "memopt_truncate"
+
+/* True when both sync triggers exist and fire ALWAYS: only then is every write seen. */
+extern bool memopt_relation_synced(Relation rel);
+
+/* sync.c */
+extern void memopt_sync_init(void);
+extern bool memopt_wrote(Oid relid);
+
+/* scan.c */
+extern void memopt_scan_init(void);
+
+#endif

@@ -1,0 +1,606 @@
+/*
+ * scan.c: the MemoptLookup custom scan.
+ *
+ * Offered for a SELECT (no row locks) on a table whose sync triggers fire ALWAYS, when the
+ * only restrictions are one equality per primary-key column against a constant or an
+ * external parameter and the query needs only user columns.  Its child is a plain index scan
+ * of the primary key with a physical target list: on a miss the node returns exactly what
+ * that scan returns, and on the first row of a miss it tries to fill the store from the
+ * child's pinned heap tuple.
+ *
+ * A hit is served only when all of these hold (otherwise a miss with the first failing
+ * reason): memopt.enabled; not in recovery; a READ COMMITTED MVCC snapshot; this transaction
+ * has not written the table; the key is not NULL and fits an entry; the key and table are not
+ * fenced; the entry's generation is current; its xmin is visible to the snapshot.
+ */
+#include "postgres.h"
+
+#include "memopt.h"
+#include "key.h"
+#include "store.h"
+
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_class.h"
+#include "commands/explain.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/extensible.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/pathnode.h"
+#include "optimizer/paths.h"
+#include "optimizer/plancat.h"
+#include "parser/parsetree.h"
+#include "optimizer/restrictinfo.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/typcache.h"
+
+#define NODE_NAME "MemoptLookup"
+
+typedef struct LookupState
+{
+	CustomScanState css;
+	PlanState  *child;
+	List	   *key_exprs;		/* ExprState per primary-key column, in index order */
+	MemoptTable *table;
+	bool		usable;			/* the relation still has a key layout we serve */
+	PkLayout	pk;
+	StringInfoData key;
+	char	   *tuple_buf;
+
+	/* per lookup */
+	bool		decided;
+	bool		hit;
+	bool		returned;
+	bool		fill_pending;
+	uint32		hash;
+	uint32		tuple_len;
+	FillTicket	ticket;
+
+	/* for EXPLAIN ANALYZE */
+	uint64		hits;
+	uint64		misses;
+	MemoptMiss	last_miss;
+} LookupState;
+
+static set_rel_pathlist_hook_type prev_pathlist_hook;
+
+static Plan *plan_path(PlannerInfo *root, RelOptInfo *rel, CustomPath *best_path,
+					   List *tlist, List *clauses, List *custom_plans);
+static Node *create_state(CustomScan *cscan);
+static void begin_scan(CustomScanState *node, EState *estate, int eflags);
+static TupleTableSlot *exec_scan(CustomScanState *node);
+static void end_scan(CustomScanState *node);
+static void rescan(CustomScanState *node);
+static void explain_scan(CustomScanState *node, List *ancestors, ExplainState *es);
+
+static const CustomPathMethods path_methods = {
+	.CustomName = NODE_NAME,
+	.PlanCustomPath = plan_path,
+};
+
+static const CustomScanMethods scan_methods = {
+	.CustomName = NODE_NAME,
+	.CreateCustomScanState = create_state,
+};
+
+static const CustomExecMethods exec_methods = {
+	.CustomName = NODE_NAME,
+	.BeginCustomScan = begin_scan,
+	.ExecCustomScan = exec_scan,
+	.EndCustomScan = end_scan,
+	.ReScanCustomScan = rescan,
+	.ExplainCustomScan = explain_scan,
+};
+
+/* ---- planning ---- */
+
+static Node *
+strip_relabel(Node *n)
+{
+	while (n && IsA(n, RelabelType))
+		n = (Node *) ((RelabelType *) n)->arg;
+	return n;
+}
+
+static bool
+is_key_value(Node *n)
+{
+	return IsA(n, Const) ||
+		(IsA(n, Param) && ((Param *) n)->paramkind == PARAM_EXTERN);
+}
+
+/* Text and varchar share a byte form; other types must match the column exactly. */
+static bool
+value_type_fits(Oid column, Oid value)
+{
+	if (column == value)
+		return true;
+	return (column == TEXTOID || column == VARCHAROID) &&
+		(value == TEXTOID || value == VARCHAROID);
+}
+
+/*
+ * The key expressions in index column order when the restrictions are exactly one equality
+ * per key column, else NIL.
+ */
+static List *
+match_key(RelOptInfo *rel, const PkLayout *pk)
+{
+	Node	   *by_column[INDEX_MAX_KEYS] = {0};
+	ListCell   *lc;
+	List	   *exprs = NIL;
+
+	if (list_length(rel->baserestrictinfo) != pk->nkeys)
+		return NIL;
+	foreach(lc, rel->baserestrictinfo)
+	{
+		RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+		OpExpr	   *op;
+		Node	   *left;
+		Node	   *right;
+		Var		   *var;
+		Node	   *value;
+		int			col = -1;
+		Oid			coltype;
+		TypeCacheEntry *tc;
+
+		if (ri->pseudoconstant || ri->security_level > 0 || !IsA(ri->clause, OpExpr))
+			return NIL;
+		op = (OpExpr *) ri->clause;
+		if (list_length(op->args) != 2)
+			return NIL;
+		left = strip_relabel(linitial(op->args));
+		right = strip_relabel(lsecond(op->args));
+		if (IsA(left, Var) && is_key_value(right))
+			var = (Var *) left, value = right;
+		else if (IsA(right, Var) && is_key_value(left))
+			var = (Var *) right, value = left;
+		else
+			return NIL;
+		if ((Index) var->varno != rel->relid || var->varlevelsup != 0)
+			return NIL;
+		for (int i = 0; i < pk->nkeys; i++)
+			if (pk->attnums[i] == var->varattno)
+				col = i;
+		if (col < 0 || by_column[col] != NULL)
+			return NIL;
+		coltype = pk->types[col];
+		tc = lookup_type_cache(coltype, TYPECACHE_EQ_OPR);
+		if (op->opno != tc->eq_opr || !value_type_fits(coltype, exprType(value)))
+			return NIL;
+		if (OidIsValid(op->inputcollid) && !get_collation_isdeterministic(op->inputcollid))
+			return NIL;
+		by_column[col] = value;
+	}
+	for (int i = 0; i < pk->nkeys; i++)
+		exprs = lappend(exprs, copyObject(by_column[i]));
+	return exprs;
+}
+
+static bool
+needs_only_user_columns(RelOptInfo *rel)
+{
+	ListCell   *lc;
+
+	foreach(lc, rel->reltarget->exprs)
+	{
+		Node	   *n = lfirst(lc);
+
+		if (!IsA(n, Var) || ((Var *) n)->varattno <= 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Index clauses for the primary key built from the restrictions, for when the planner kept
+ * no index path of its own (a seq scan looked cheaper, e.g. on a freshly rewritten table).
+ * Only the indexkey-op-value orientation is built here; the planner commutes the others.
+ */
+static List *
+key_index_clauses(RelOptInfo *rel, const PkLayout *pk)
+{
+	List	   *clauses = NIL;
+
+	for (int col = 0; col < pk->nkeys; col++)
+	{
+		ListCell   *lc;
+		IndexClause *ic = NULL;
+
+		foreach(lc, rel->baserestrictinfo)
+		{
+			RestrictInfo *ri = lfirst_node(RestrictInfo, lc);
+			Node	   *left = strip_relabel(linitial(((OpExpr *) ri->clause)->args));
+
+			if (IsA(left, Var) && ((Var *) left)->varattno == pk->attnums[col])
+			{
+				ic = makeNode(IndexClause);
+				ic->rinfo = ri;
+				ic->indexquals = list_make1(ri);
+				ic->lossy = false;
+				ic->indexcol = col;
+				ic->indexcols = NIL;
+			}
+		}
+		if (ic == NULL)
+			return NIL;
+		clauses = lappend(clauses, ic);
+	}
+	return clauses;
+}
+
+/* A fresh plain (not index-only) scan of the primary key with the key's index clauses. */
+static IndexPath *
+primary_key_scan(PlannerInfo *root, RelOptInfo *rel, const PkLayout *pk)
+{
+	ListCell   *lc;
+	IndexOptInfo *index = NULL;
+	List	   *clauses;
+
+	foreach(lc, rel->pathlist)
+	{
+		IndexPath  *ip = (IndexPath *) lfirst(lc);
+
+		if (!IsA(ip, IndexPath) || ip->path.param_info != NULL ||
+			ip->indexinfo->indexoid != pk->index || ip->indexclauses == NIL)
+			continue;
+		return create_index_path(root, ip->indexinfo, ip->indexclauses, NIL, NIL, NIL,
+								 ForwardScanDirection, false, NULL, 1.0, false);
+	}
+	foreach(lc, rel->indexlist)
+		if (((IndexOptInfo *) lfirst(lc))->indexoid == pk->index)
+			index = lfirst(lc);
+	if (index == NULL || (clauses = key_index_clauses(rel, pk)) == NIL)
+		return NULL;
+	return create_index_path(root, index, clauses, NIL, NIL, NIL,
+							 ForwardScanDirection, false, NULL, 1.0, false);
+}
+
+static void
+pathlist_hook(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry *rte)
+{
+	Relation	relation;
+	const PkLayout *pk;
+	List	   *exprs = NIL;
+	IndexPath  *child = NULL;
+
+	if (prev_pathlist_hook)
+		prev_pathlist_hook(root, rel, rti, rte);
+	if (!memopt_enabled || !memopt_store_attached())
+		return;
+	if (rel->reloptkind != RELOPT_BASEREL || rte->rtekind != RTE_RELATION ||
+		rte->relkind != RELKIND_RELATION || rte->inh || rte->tablesample != NULL)
+		return;
+	if (root->parse->commandType != CMD_SELECT || root->parse->rowMarks != NIL ||
+		root->rowMarks != NIL || rel->baserestrictinfo == NIL)
+		return;
+
+	relation = table_open(rte->relid, NoLock);
+	if (memopt_relation_synced(relation) && !relation->rd_rel->relrowsecurity &&
+		(pk = memopt_pk_layout(relation)) != NULL &&
+		needs_only_user_columns(rel) &&
+		(exprs = match_key(rel, pk)) != NIL)
+		child = primary_key_scan(root, rel, pk);
+	table_close(relation, NoLock);
+
+	if (child != NULL)
+	{
+		CustomPath *cp = makeNode(CustomPath);
+		Cost		cheapest = child->path.total_cost;
+		ListCell   *lc;
+
+		foreach(lc, rel->pathlist)
+			cheapest = Min(cheapest, ((Path *) lfirst(lc))->total_cost);
+
+		cp->path.pathtype = T_CustomScan;
+		cp->path.parent = rel;
+		cp->path.pathtarget = rel->reltarget;
+		cp->path.param_info = NULL;
+		cp->path.parallel_aware = false;
+		cp->path.parallel_safe = false;
+		cp->path.parallel_workers = 0;
+		cp->path.rows = child->path.rows;
+		/*
+		 * A hit reads no page.  Priced under every other path, since on a miss it costs no
+		 * more than the primary-key scan the other paths are variants of.
+		 */
+		cp->path.startup_cost = 0;
+		cp->path.total_cost = cheapest / 2;
+		cp->path.pathkeys = NIL;
+		cp->flags = 0;
+		cp->custom_paths = list_make1(child);
+		cp->custom_private = exprs;
+		cp->methods = &path_methods;
+		add_path(rel, &cp->path);
+	}
+}
+
+/*
+ * Every attribute of the relation in order, dropped ones as NULLs: the relation's own row
+ * layout.  (The planner's build_physical_tlist gives up on dropped and missing columns.)
+ */
+static List *
+whole_row_tlist(PlannerInfo *root, RelOptInfo *rel)
+{
+	RangeTblEntry *rte = planner_rt_fetch(rel->relid, root);
+	Relation	relation = table_open(rte->relid, NoLock);
+	TupleDesc	desc = RelationGetDescr(relation);
+	List	   *tlist = NIL;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Expr	   *e;
+
+		if (att->attisdropped)
+			e = (Expr *) makeNullConst(INT4OID, -1, InvalidOid);
+		else
+			e = (Expr *) makeVar(rel->relid, att->attnum, att->atttypid, att->atttypmod,
+								 att->attcollation, 0);
+		tlist = lappend(tlist, makeTargetEntry(e, i + 1, NULL, false));
+	}
+	table_close(relation, NoLock);
+	return tlist;
+}
+
+static Plan *
+plan_path(PlannerInfo *root, RelOptInfo *rel, CustomPath *best_path,
+		  List *tlist, List *clauses, List *custom_plans)
+{
+	CustomScan *cs = makeNode(CustomScan);
+	Plan	   *child = linitial(custom_plans);
+
+	/*
+	 * The child returns whole rows in the relation's layout, as a hit does, so the node's
+	 * scan tuple is the relation's row either way.  The restriction clauses are all key
+	 * equalities: the lookup itself and the child's index quals apply them.
+	 */
+	child->targetlist = whole_row_tlist(root, rel);
+	cs->scan.plan.targetlist = tlist;
+	cs->scan.plan.qual = NIL;
+	cs->scan.scanrelid = rel->relid;
+	cs->flags = best_path->flags;
+	cs->custom_plans = custom_plans;
+	cs->custom_exprs = copyObject(best_path->custom_private);
+	cs->custom_private = NIL;
+	cs->custom_scan_tlist = NIL;
+	cs->methods = &scan_methods;
+	return &cs->scan.plan;
+}
+
+/* ---- execution ---- */
+
+static Node *
+create_state(CustomScan *cscan)
+{
+	LookupState *s = palloc0(sizeof(LookupState));
+
+	NodeSetTag(s, T_CustomScanState);
+	s->css.methods = &exec_methods;
+	return (Node *) s;
+}
+
+static void
+begin_scan(CustomScanState *node, EState *estate, int eflags)
+{
+	LookupState *s = (LookupState *) node;
+	CustomScan *cs = (CustomScan *) node->ss.ps.plan;
+	Relation	rel = node->ss.ss_currentRelation;
+	const PkLayout *pk;
+
+	s->child = ExecInitNode(linitial(cs->custom_plans), estate, eflags);
+	node->custom_ps = list_make1(s->child);
+	s->key_exprs = ExecInitExprList(cs->custom_exprs, &node->ss.ps);
+	initStringInfo(&s->key);
+	pk = memopt_pk_layout(rel);
+	s->usable = pk != NULL && pk->nkeys == list_length(s->key_exprs);
+	if (s->usable)
+		s->pk = *pk;
+	if (memopt_store_attached() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+	{
+		s->table = memopt_table(MyDatabaseId, RelationGetRelid(rel), true);
+		memopt_check_layout(s->table, rel);
+		s->tuple_buf = palloc(memopt_entry_bytes());
+	}
+}
+
+static MemoptMiss
+try_hit(LookupState *s, EState *estate)
+{
+	Relation	rel = s->css.ss.ss_currentRelation;
+	ExprContext *econtext = s->css.ss.ps.ps_ExprContext;
+	Snapshot	snapshot = estate->es_snapshot;
+	ListCell   *lc;
+	int			i = 0;
+	TransactionId xmin;
+
+	if (!memopt_enabled)
+		return MISS_DISABLED;
+	if (RecoveryInProgress())
+		return MISS_RECOVERY;
+	if (IsolationUsesXactSnapshot() || !IsMVCCSnapshot(snapshot))
+		return MISS_ISOLATION;
+	if (memopt_wrote(RelationGetRelid(rel)))
+		return MISS_OWN_WRITE;
+	if (!s->usable || !memopt_relation_synced(rel))
+		return MISS_DISABLED;
+
+	ResetExprContext(econtext);
+	resetStringInfo(&s->key);
+	foreach(lc, s->key_exprs)
+	{
+		bool		isnull;
+		Datum		v = ExecEvalExpr((ExprState *) lfirst(lc), econtext, &isnull);
+
+		if (isnull)
+			return MISS_UNCACHEABLE;
+		memopt_key_append(&s->key, s->pk.types[i++], v);
+	}
+	if (MAXALIGN(s->key.len) >= (Size) memopt_entry_payload())
+		return MISS_UNCACHEABLE;
+
+	s->hash = memopt_hash(MyDatabaseId, RelationGetRelid(rel), s->key.data, s->key.len);
+	switch (memopt_lookup(s->table, s->hash, s->key.data, s->key.len,
+						  s->tuple_buf, &s->tuple_len, &xmin, &s->ticket))
+	{
+		case LOOKUP_FENCED:
+			return MISS_FENCED;
+		case LOOKUP_ABSENT:
+			s->fill_pending = true;
+			return MISS_NOT_CACHED;
+		case LOOKUP_FOUND:
+			if (XidInMVCCSnapshot(xmin, snapshot))
+				return MISS_INVISIBLE;
+			s->hit = true;
+			return MISS_COUNT;
+	}
+	return MISS_NOT_CACHED;
+}
+
+static void
+decide(LookupState *s, EState *estate)
+{
+	MemoptMiss	why;
+
+	s->decided = true;
+	s->hit = false;
+	s->returned = false;
+	s->fill_pending = false;
+	if (s->table == NULL)
+		return;
+	why = try_hit(s, estate);
+	if (s->hit)
+	{
+		s->hits++;
+		memopt_count_hit(s->table);
+	}
+	else
+	{
+		s->misses++;
+		s->last_miss = why;
+		memopt_count_miss(s->table, why);
+	}
+}
+
+/* After a miss on a key nobody has cached: install the row the child scan has pinned. */
+static void
+fill_from_child(LookupState *s)
+{
+	ScanState  *child = (ScanState *) s->child;
+	TupleTableSlot *slot;
+	BufferHeapTupleTableSlot *bslot;
+
+	s->fill_pending = false;
+	if (!IsA(child, IndexScanState))
+		return;
+	slot = child->ss_ScanTupleSlot;
+	if (slot == NULL || TupIsNull(slot) || !TTS_IS_BUFFERTUPLE(slot))
+		return;
+	bslot = (BufferHeapTupleTableSlot *) slot;
+	if (!BufferIsValid(bslot->buffer) || bslot->base.tuple == NULL)
+		return;
+	memopt_fill(s->table, s->hash, s->key.data, s->key.len, bslot->buffer,
+				bslot->base.tuple, &s->ticket);
+}
+
+static TupleTableSlot *
+project(LookupState *s, TupleTableSlot *scan)
+{
+	ProjectionInfo *proj = s->css.ss.ps.ps_ProjInfo;
+	ExprContext *econtext = s->css.ss.ps.ps_ExprContext;
+
+	if (proj == NULL)
+		return scan;
+	ResetExprContext(econtext);
+	econtext->ecxt_scantuple = scan;
+	return ExecProject(proj);
+}
+
+static TupleTableSlot *
+exec_scan(CustomScanState *node)
+{
+	LookupState *s = (LookupState *) node;
+	TupleTableSlot *scan = node->ss.ss_ScanTupleSlot;
+	TupleTableSlot *row;
+
+	CHECK_FOR_INTERRUPTS();
+	if (!s->decided)
+		decide(s, node->ss.ps.state);
+	if (s->hit)
+	{
+		HeapTupleData tuple;
+
+		if (s->returned)
+			return ExecClearTuple(scan);
+		s->returned = true;
+		tuple.t_len = s->tuple_len;
+		tuple.t_data = (HeapTupleHeader) s->tuple_buf;
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
+		ExecForceStoreHeapTuple(&tuple, scan, false);
+		return project(s, scan);
+	}
+	row = ExecProcNode(s->child);
+	if (TupIsNull(row))
+		return ExecClearTuple(scan);
+	if (row->tts_tupleDescriptor->natts != scan->tts_tupleDescriptor->natts)
+		elog(ERROR, "memopt: index scan returned %d columns where the table has %d",
+			 row->tts_tupleDescriptor->natts, scan->tts_tupleDescriptor->natts);
+	if (s->fill_pending)
+		fill_from_child(s);
+	ExecCopySlot(scan, row);
+	return project(s, scan);
+}
+
+static void
+end_scan(CustomScanState *node)
+{
+	ExecEndNode(((LookupState *) node)->child);
+}
+
+static void
+rescan(CustomScanState *node)
+{
+	LookupState *s = (LookupState *) node;
+
+	s->decided = false;
+	ExecReScan(s->child);
+}
+
+static void
+explain_scan(CustomScanState *node, List *ancestors, ExplainState *es)
+{
+	LookupState *s = (LookupState *) node;
+
+	if (s->usable)
+	{
+		StringInfoData cols;
+
+		initStringInfo(&cols);
+		for (int i = 0; i < s->pk.nkeys; i++)
+			appendStringInfo(&cols, "%s%s", i ? ", " : "",
+							 get_attname(s->pk.relid, s->pk.attnums[i], false));
+		ExplainPropertyText("Memopt Key", cols.data, es);
+	}
+	if (es->analyze)
+	{
+		ExplainPropertyUInteger("Memopt Hits", NULL, s->hits, es);
+		ExplainPropertyUInteger("Memopt Misses", NULL, s->misses, es);
+		if (s->misses > 0)
+			ExplainPropertyText("Memopt Last Miss", memopt_miss_names[s->last_miss], es);
+	}
+}
+
+void
+memopt_scan_init(void)
+{
+	RegisterCustomScanMethods(&scan_methods);
+	prev_pathlist_hook = set_rel_pathlist_hook;
+	set_rel_pathlist_hook = pathlist_hook;
+}
