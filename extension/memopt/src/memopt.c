@@ -24,6 +24,7 @@ PG_MODULE_MAGIC;
 int			memopt_pool_size_kb = 64 * 1024;
 int			memopt_entry_size = 256;
 bool		memopt_enabled = true;
+int			memopt_test_cleanup_delay_ms = 0;
 
 static shmem_request_hook_type prev_shmem_request;
 static shmem_startup_hook_type prev_shmem_startup;
@@ -97,6 +98,11 @@ _PG_init(void)
 							"Rows that do not fit are never stored (misses, reason uncacheable).",
 							&memopt_entry_size, 256, 64, 32768,
 							PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	DefineCustomIntVariable("memopt.test_cleanup_delay",
+							"Testing only: sleep between a commit and the end of its fences.",
+							"Widens the window in which readers must be held off by the fences.",
+							&memopt_test_cleanup_delay_ms, 0, 0, 10000,
+							PGC_SUSET, GUC_UNIT_MS | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("memopt");
 
 	memopt_key_init();

@@ -214,6 +214,10 @@ xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (nfenced > 0 && memopt_test_cleanup_delay_ms > 0)
+				pg_usleep(memopt_test_cleanup_delay_ms * 1000L);
+			release_fences();
+			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
