@@ -3,10 +3,19 @@
 #   make test   build everything and run every test (lab experiments in their quick smoke form)
 
 CARGO ?= cargo
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 
 .PHONY: demo test loom bench fmt lint clean
 
+# The demo's pk-lookup experiment needs the memopt extension installed into the server; where
+# that is not possible (no server headers, no write access) it reports how and runs the rest.
 demo:
+	@if [ -x "$(PG_CONFIG)" ] && [ -w "$$($(PG_CONFIG) --pkglibdir)" ] && \
+	    [ -d "$$($(PG_CONFIG) --includedir-server)" ]; then \
+		$(MAKE) -s -C extension/memopt PG_CONFIG=$(PG_CONFIG) install >/dev/null; \
+	else \
+		echo "make demo: memopt not installed (needs postgresql-server-dev-15 and write access to $$($(PG_CONFIG) --pkglibdir 2>/dev/null))"; \
+	fi
 	$(CARGO) run --release -p slipstream-cli -- demo --out report
 
 test:

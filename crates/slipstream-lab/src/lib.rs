@@ -112,6 +112,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::ab::run,
     },
     Experiment {
+        name: "pk-lookup",
+        title: experiments::pk_lookup::TITLE,
+        source: "article 003, MemOptimized RowStore; heap vs covering index vs hash index vs memopt",
+        run: experiments::pk_lookup::run,
+    },
+    Experiment {
         name: "proxy",
         title: experiments::proxy::TITLE,
         source: "testkit calibration for the latency-injecting experiments (article 000)",

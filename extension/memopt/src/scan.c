@@ -30,6 +30,7 @@
 #include "nodes/extensible.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "optimizer/pathnode.h"
 #include "optimizer/paths.h"
 #include "optimizer/plancat.h"
@@ -108,11 +109,38 @@ strip_relabel(Node *n)
 	return n;
 }
 
+/*
+ * A value the key can be computed from once per scan, as the index scan computes its runtime
+ * keys: constants and external parameters combined by non-volatile functions, operators and
+ * casts (PL/pgSQL's `WHERE k = i + 1` is `k = $1 + 1`).  No Vars, no PARAM_EXEC (set by outer
+ * plans or initplans, whose order the node would have to respect) and no subplans.
+ */
+static bool
+key_value_walker(Node *n, void *context)
+{
+	if (n == NULL)
+		return false;
+	switch (nodeTag(n))
+	{
+		case T_Const:
+			return false;
+		case T_Param:
+			return ((Param *) n)->paramkind != PARAM_EXTERN;
+		case T_FuncExpr:
+		case T_OpExpr:
+		case T_RelabelType:
+		case T_CoerceViaIO:
+		case T_List:
+			return expression_tree_walker(n, key_value_walker, context);
+		default:
+			return true;
+	}
+}
+
 static bool
 is_key_value(Node *n)
 {
-	return IsA(n, Const) ||
-		(IsA(n, Param) && ((Param *) n)->paramkind == PARAM_EXTERN);
+	return !key_value_walker(n, NULL) && !contain_volatile_functions(n);
 }
 
 /* Text and varchar share a byte form; other types must match the column exactly. */

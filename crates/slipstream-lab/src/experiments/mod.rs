@@ -8,6 +8,7 @@ mod fetch_table;
 pub(crate) mod order_entry;
 mod pgbench;
 pub(crate) mod pipeline;
+pub(crate) mod pk_lookup;
 pub(crate) mod pool_scaling;
 pub(crate) mod proxy;
 pub(crate) mod roundtrip;

@@ -40,7 +40,23 @@ EXPLAIN (COSTS OFF) SELECT ctid FROM t WHERE k = 5;
 EXPLAIN (COSTS OFF) SELECT v FROM t WHERE k = 5::bigint;
 EXPLAIN (COSTS OFF) SELECT v FROM t WHERE k IN (1, 2);
 EXPLAIN (COSTS OFF) UPDATE t SET v = v WHERE k = 5;
-
+-- Key values computed from parameters are served (generic plans keep `$1 * 2 + 1`, as
+-- PL/pgSQL's cached plans do); volatile ones, other columns and subqueries are not.
+SET plan_cache_mode = force_generic_plan;
+PREPARE computed(int) AS SELECT v FROM t WHERE k = $1 * 2 + 1;
+EXPLAIN (COSTS OFF) EXECUTE computed(20);
+EXPLAIN (COSTS OFF) SELECT v FROM t WHERE k = (random() * 10)::int;
+EXPLAIN (COSTS OFF) SELECT v FROM t WHERE k = n::int;
+EXPLAIN (COSTS OFF) SELECT v FROM t WHERE k = (SELECT 5);
+CREATE FUNCTION plpgsql_lookup(i int) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE r text;
+BEGIN
+    SELECT v INTO r FROM t WHERE k = i * 2 + 1;
+    RETURN r;
+END $$;
+SELECT plpgsql_lookup(20), plpgsql_lookup(20);
+SELECT hits, misses_not_cached FROM memopt.stats WHERE "table" = 't'::regclass;
+RESET plan_cache_mode;
 SET plan_cache_mode = force_generic_plan;
 PREPARE q(int) AS SELECT k, v FROM t WHERE k = $1;
 EXPLAIN (COSTS OFF) EXECUTE q(7);
