@@ -88,21 +88,30 @@ _PG_init(void)
 							 "Serves primary-key lookups of memoptimized tables from the store.",
 							 "Off: every lookup runs the normal index plan (a miss, reason disabled).",
 							 &memopt_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("memopt.pool_size",
-							"Shared memory for memoptimized rows.",
-							"Read at server start; the store keeps pool_size / entry_size rows.",
-							&memopt_pool_size_kb, 64 * 1024, 64, INT_MAX / 2,
-							PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
-	DefineCustomIntVariable("memopt.entry_size",
-							"Bytes per stored row: key, heap tuple and a 40-byte header.",
-							"Rows that do not fit are never stored (misses, reason uncacheable).",
-							&memopt_entry_size, 256, 64, 32768,
-							PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("memopt.test_cleanup_delay",
 							"Testing only: sleep between a commit and the end of its fences.",
 							"Widens the window in which readers must be held off by the fences.",
 							&memopt_test_cleanup_delay_ms, 0, 0, 10000,
 							PGC_SUSET, GUC_UNIT_MS | GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+
+	/*
+	 * Startup-only settings can be defined only while the postmaster loads us: a backend
+	 * loading the library later (CREATE EXTENSION without preloading) would die with FATAL.
+	 * They must be defined before the prefix is reserved, which drops unknown placeholders.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("memopt.pool_size",
+								"Shared memory for memoptimized rows.",
+								"Read at server start; the store keeps pool_size / entry_size rows.",
+								&memopt_pool_size_kb, 64 * 1024, 64, INT_MAX / 2,
+								PGC_POSTMASTER, GUC_UNIT_KB, NULL, NULL, NULL);
+		DefineCustomIntVariable("memopt.entry_size",
+								"Bytes per stored row: key, heap tuple and a 40-byte header.",
+								"Rows that do not fit are never stored (misses, reason uncacheable).",
+								&memopt_entry_size, 256, 64, 32768,
+								PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
+	}
 	MarkGUCPrefixReserved("memopt");
 
 	memopt_key_init();
