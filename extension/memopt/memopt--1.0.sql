@@ -18,6 +18,19 @@ LANGUAGE sql STABLE AS $$
        AND tgname IN ('memopt_sync', 'memopt_truncate')
 $$;
 
+-- Drops whichever of the two sync triggers exist.
+CREATE FUNCTION memopt._drop_triggers(tbl regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
+        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
+    END IF;
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
+        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
+    END IF;
+END
+$$;
+
 -- Checks every condition (one error each, in the spirit of Oracle's ORA-621xx), then installs
 -- the triggers that keep the store consistent with every write.
 CREATE FUNCTION memopt.enable_read(tbl regclass) RETURNS void
@@ -88,12 +101,7 @@ BEGIN
         RAISE NOTICE 'memopt: table % is already enabled for memoptimized reads', tbl;
         RETURN;
     END IF;
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
-        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
-    END IF;
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
-        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
-    END IF;
+    PERFORM memopt._drop_triggers(tbl);
     EXECUTE format('CREATE TRIGGER memopt_sync AFTER INSERT OR UPDATE OR DELETE ON %s'
                    ' FOR EACH ROW EXECUTE FUNCTION memopt.sync_row()', tbl);
     EXECUTE format('CREATE TRIGGER memopt_truncate AFTER TRUNCATE ON %s'
@@ -111,12 +119,7 @@ BEGIN
                     AND tgname IN ('memopt_sync', 'memopt_truncate')) THEN
         RAISE NOTICE 'memopt: table % is not enabled for memoptimized reads', tbl;
     END IF;
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
-        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
-    END IF;
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
-        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
-    END IF;
+    PERFORM memopt._drop_triggers(tbl);
     PERFORM memopt._unregister(tbl);
 END
 $$;
@@ -170,4 +173,5 @@ CREATE VIEW memopt.stats_total AS
            (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes
       FROM memopt.table_stats();
 
-REVOKE ALL ON FUNCTION memopt._register(regclass), memopt._unregister(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION memopt._register(regclass), memopt._unregister(regclass),
+    memopt._drop_triggers(regclass) FROM PUBLIC;

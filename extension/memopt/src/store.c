@@ -130,27 +130,36 @@ memopt_shmem_request(void)
 	RequestNamedLWLockTranche("memopt", MEMOPT_PARTITIONS + 1);
 }
 
+/*
+ * Puts a registry slot in its initial state: `first` at server start, when the atomics must be
+ * initialised rather than written (they may be emulated with spinlocks), else on registration,
+ * when the slot takes a fresh generation range so that no entry of a previous owner matches.
+ */
 static void
-init_table(MemoptTable *t, Oid dbid, Oid relid)
+init_table(MemoptTable *t, Oid dbid, Oid relid, bool first)
 {
-	pg_atomic_write_u64(&t->gen, pg_atomic_fetch_add_u64(&shared->next_gen, UINT64CONST(1) << 32));
-	pg_atomic_write_u32(&t->fence, 0);
-	pg_atomic_write_u64(&t->fingerprint, 0);
-	pg_atomic_write_u64(&t->lookups, 0);
-	pg_atomic_write_u64(&t->hits, 0);
+#define SET32(field, v) (first ? pg_atomic_init_u32(&t->field, (v)) : pg_atomic_write_u32(&t->field, (v)))
+#define SET64(field, v) (first ? pg_atomic_init_u64(&t->field, (v)) : pg_atomic_write_u64(&t->field, (v)))
+	SET64(gen, first ? 0 : pg_atomic_fetch_add_u64(&shared->next_gen, UINT64CONST(1) << 32));
+	SET32(fence, 0);
+	SET64(fingerprint, 0);
+	SET64(lookups, 0);
+	SET64(hits, 0);
 	for (int i = 0; i < MISS_COUNT; i++)
-		pg_atomic_write_u64(&t->misses[i], 0);
-	pg_atomic_write_u64(&t->populated, 0);
-	pg_atomic_write_u64(&t->populate_accepted, 0);
-	pg_atomic_write_u64(&t->populate_rejected, 0);
-	pg_atomic_write_u64(&t->invalidations, 0);
-	pg_atomic_write_u64(&t->evictions, 0);
-	pg_atomic_write_u64(&t->entries, 0);
-	pg_atomic_write_u32(&t->populate_state, POPULATE_IDLE);
-	pg_atomic_write_u64(&t->populate_scanned, 0);
-	pg_atomic_write_u64(&t->populate_total, 0);
-	pg_atomic_write_u64(&t->populate_started, 0);
-	pg_atomic_write_u64(&t->populate_finished, 0);
+		SET64(misses[i], 0);
+	SET64(populated, 0);
+	SET64(populate_accepted, 0);
+	SET64(populate_rejected, 0);
+	SET64(invalidations, 0);
+	SET64(evictions, 0);
+	SET64(entries, 0);
+	SET32(populate_state, POPULATE_IDLE);
+	SET64(populate_scanned, 0);
+	SET64(populate_total, 0);
+	SET64(populate_started, 0);
+	SET64(populate_finished, 0);
+#undef SET32
+#undef SET64
 	t->dbid = dbid;
 	t->relid = relid;
 }
@@ -176,30 +185,7 @@ memopt_shmem_startup(void)
 		shared->nbuckets = g.nbuckets;
 		shared->entry_size = g.entry_size;
 		for (int i = 0; i < MEMOPT_MAX_TABLES; i++)
-		{
-			MemoptTable *t = &shared->tables[i];
-
-			pg_atomic_init_u64(&t->gen, 0);
-			pg_atomic_init_u32(&t->fence, 0);
-			pg_atomic_init_u64(&t->fingerprint, 0);
-			pg_atomic_init_u64(&t->lookups, 0);
-			pg_atomic_init_u64(&t->hits, 0);
-			for (int m = 0; m < MISS_COUNT; m++)
-				pg_atomic_init_u64(&t->misses[m], 0);
-			pg_atomic_init_u64(&t->populated, 0);
-			pg_atomic_init_u64(&t->populate_accepted, 0);
-			pg_atomic_init_u64(&t->populate_rejected, 0);
-			pg_atomic_init_u64(&t->invalidations, 0);
-			pg_atomic_init_u64(&t->evictions, 0);
-			pg_atomic_init_u64(&t->entries, 0);
-			pg_atomic_init_u32(&t->populate_state, POPULATE_IDLE);
-			pg_atomic_init_u64(&t->populate_scanned, 0);
-			pg_atomic_init_u64(&t->populate_total, 0);
-			pg_atomic_init_u64(&t->populate_started, 0);
-			pg_atomic_init_u64(&t->populate_finished, 0);
-			t->dbid = InvalidOid;
-			t->relid = InvalidOid;
-		}
+			init_table(&shared->tables[i], InvalidOid, InvalidOid, true);
 		for (uint32 b = 0; b < g.nbuckets; b++)
 		{
 			buckets[b].head = -1;
@@ -387,7 +373,7 @@ memopt_table(Oid dbid, Oid relid, bool create)
 					 errmsg("memopt can track at most %d tables", MEMOPT_MAX_TABLES),
 					 errhint("Call memopt.disable_read() on a table that no longer needs it.")));
 		}
-		init_table(free_slot, dbid, relid);
+		init_table(free_slot, dbid, relid, false);
 		found = free_slot;
 	}
 	LWLockRelease(REGISTRY_LOCK);
