@@ -67,6 +67,9 @@ impl Path {
 /// Statements per pipeline when reading through one.
 const BATCH: usize = 1000;
 
+/// Lookups explained per table to count buffers.
+const PROBES: usize = 20;
+
 fn sql(table: &str) -> String {
     format!("SELECT value FROM {table} WHERE key = $1")
 }
@@ -113,7 +116,7 @@ fn setup_sql(rows: usize) -> String {
     s
 }
 
-/// What EXPLAIN (ANALYZE, BUFFERS) says about one lookup.
+/// What EXPLAIN (ANALYZE, BUFFERS) says about one lookup, or the mean of several.
 struct Probe {
     /// Shared buffers hit or read.
     buffers: f64,
@@ -234,7 +237,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     };
     let url = cluster.url();
     let rt = runtime()?;
-    let (buffer_rows, populate_s, times, hits, server_version, pin_note) = rt.block_on(async {
+    let (probes, populate_s, times, hits, server_version, pin_note) = rt.block_on(async {
         let mut c = slipstream_pg::connect(&url).await?;
         let server_version = c.parameter("server_version").map(str::to_string);
         // The testkit's clusters commit asynchronously, and VACUUM marks a page all-visible
@@ -267,17 +270,20 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .context("memopt.populate('t4') did not finish")?
             .get(0)?;
 
-        let mut buffer_rows = Vec::new();
+        let mut probes = Vec::new();
         for (t, _) in TABLES {
-            let mut total = (0.0, 0.0);
-            let mut node = String::new();
-            for i in 0..20 {
+            let mut mean = Probe {
+                buffers: 0.0,
+                heap_fetches: 0.0,
+                node: String::new(),
+            };
+            for i in 0..PROBES {
                 let p = probe(&mut c, t, key(i * 101, rows)).await?;
-                total.0 += p.buffers;
-                total.1 += p.heap_fetches;
-                node = p.node;
+                mean.buffers += p.buffers / PROBES as f64;
+                mean.heap_fetches += p.heap_fetches / PROBES as f64;
+                mean.node = p.node;
             }
-            buffer_rows.push((total.0 / 20.0, node, total.1 / 20.0));
+            probes.push(mean);
         }
 
         // One round trip per lookup costs 25 µs on one CPU and ~110 µs across two on this
@@ -329,14 +335,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 .await?;
             (row.get(0)?, row.get(1)?)
         };
-        anyhow::Ok((
-            buffer_rows,
-            populate_s,
-            times,
-            hits,
-            server_version,
-            pin_note,
-        ))
+        anyhow::Ok((probes, populate_s, times, hits, server_version, pin_note))
     })?;
     r.environment = environment::capture(&url, server_version);
 
@@ -355,8 +354,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     for (ti, (t, what)) in TABLES.into_iter().enumerate() {
         let mut cells = vec![
             format!("{t}: {what}"),
-            buffer_rows[ti].1.clone(),
-            format!("{:.1}", buffer_rows[ti].0),
+            probes[ti].node.clone(),
+            format!("{:.1}", probes[ti].buffers),
         ];
         for (p, path) in PATHS.into_iter().enumerate() {
             let ratio = med[ti][p] / med[0][p];
@@ -368,7 +367,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             }
         }
         r.ratios
-            .insert(format!("{t}_buffers_per_lookup"), buffer_rows[ti].0);
+            .insert(format!("{t}_buffers_per_lookup"), probes[ti].buffers);
         table.row(cells);
     }
     r.table = table;
@@ -400,14 +399,14 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     });
     r.notes.push(format!(
         "medians of {reps} runs reading all {rows} rows by key (scattered order), paths and \
-         tables interleaved; buffers: mean over 20 lookups of EXPLAIN (ANALYZE, BUFFERS), \
+         tables interleaved; buffers: mean over {PROBES} lookups of EXPLAIN (ANALYZE, BUFFERS), \
          hit + read; a private cluster on this machine"
     ));
-    if buffer_rows[1].2 > 0.0 {
+    if probes[1].heap_fetches > 0.0 {
         r.notes.push(format!(
             "t2's index-only scans visited the heap {:.1} times per lookup: the visibility map \
              did not mark those pages all-visible",
-            buffer_rows[1].2
+            probes[1].heap_fetches
         ));
     }
     r.notes.push(pin_note);
