@@ -89,7 +89,9 @@ impl Client {
         self.conn.parameters.get(name).map(String::as_str)
     }
 
-    /// Whether the session is in a transaction block, as of the last completed request.
+    /// Whether the session is in a transaction block, as of the last `ReadyForQuery` read. After
+    /// a call dropped part-way this may be stale until the next call (or [`Client::settle`])
+    /// reads what is owed; [`Client::is_reusable`] accounts for that.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -119,9 +121,14 @@ impl Client {
         self.conn.is_broken()
     }
 
-    /// True if the connection can serve another user as it is: not broken, and not left
-    /// inside a transaction (a dropped [`crate::Transaction`] has its `ROLLBACK` queued, which
-    /// counts as out). What a pool checks when a connection comes back.
+    /// True if the connection can serve another user as it is: not broken, settled (no reply
+    /// of a dropped call still owed, no dropped COPY pending), and not inside a transaction (a
+    /// dropped [`crate::Transaction`] has its `ROLLBACK` queued ahead of the next request,
+    /// which counts as out). What a pool checks when a connection comes back.
+    ///
+    /// A call dropped part-way (a timeout, `select!`) leaves replies owed; until they are read
+    /// the transaction status is not known (a dropped `BEGIN` may have run), so the answer is
+    /// "no" rather than a guess from stale state. [`Client::settle`] reads them.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -133,8 +140,30 @@ impl Client {
     /// ```
     pub fn is_reusable(&self) -> bool {
         !self.conn.is_broken()
+            && self.conn.is_settled()
             && (self.conn.tx_status == TransactionStatus::Idle
                 || self.conn.deferred.iter().any(|sql| sql == "ROLLBACK"))
+    }
+
+    /// Reads every reply that calls dropped part-way still owe, and runs what dropped handles
+    /// deferred (the `ROLLBACK` of a dropped [`crate::Transaction`], the `CopyFail` of a
+    /// dropped [`crate::CopyIn`], `Close`s), so that [`Client::transaction_status`] is the
+    /// server's current one. Every call does this first by itself; a pool calls it before
+    /// judging a returned connection. Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use std::time::Duration;
+    /// let _ = tokio::time::timeout(Duration::from_millis(1), client.batch_execute("BEGIN")).await;
+    /// client.settle().await?;
+    /// if client.transaction_status() != slipstream_pg::TransactionStatus::Idle {
+    ///     client.batch_execute("ROLLBACK").await?; // the BEGIN ran after all
+    /// }
+    /// assert!(client.is_reusable());
+    /// # Ok(()) }
+    /// ```
+    pub async fn settle(&mut self) -> Result<(), Error> {
+        self.conn.settle().await
     }
 
     /// True if the connection is encrypted with TLS.

@@ -4,17 +4,37 @@
 //! # Staying in step when callers stop listening
 //!
 //! Every request ends with a `Sync` (extended protocol) or is one `Query` (simple protocol), so
-//! the server answers each with exactly one `ReadyForQuery`. `owed` counts the `ReadyForQuery`
-//! messages the server will still send for requests already queued. A request's own responses
-//! are the ones after the first `owed - 1` of them: [`Connection::recv`] discards everything that
-//! belongs to earlier requests whose futures were dropped (a timeout, a `select!`), so a
-//! cancelled call never leaves the next one reading stale rows.
+//! the server answers each with exactly one `ReadyForQuery`. `owed` is the queue of those
+//! answers still to come, oldest first, each entry saying what it answers ([`Owed`]): a simple
+//! query, an extended request and its `Sync`, a COPY, a row stream, a pipeline sync point, or
+//! the deferred `ROLLBACK`/`Close` of a dropped handle. Every `ReadyForQuery` read pops the
+//! front entry, wherever it is read.
+//!
+//! A call whose future was dropped (a timeout, a `select!`) leaves its entry behind. Before the
+//! next request is written, [`Connection::start_request`] reads every such reply to its end
+//! ("settles" the connection), handling what the entry says: a request that turned out to be
+//! `COPY FROM STDIN` gets `CopyFail`, followed by `Sync` if it came through the extended
+//! protocol (the server ignored the request's own `Sync` while it waited for data, and skips
+//! everything up to the next one after the failure). Settling first, rather than writing the
+//! new request behind the abandoned one, is what keeps these promises by construction:
+//! - the new request cannot land inside a COPY the server is still waiting on (it would be
+//!   taken as COPY data, or lose protocol synchronisation);
+//! - the server is never blocked writing an abandoned result while we write a large request
+//!   and read nothing (a deadlock once both socket buffers are full);
+//! - the transaction status is read from the server, not remembered from before the dropped
+//!   call ([`Connection::is_settled`] says whether it is current).
+//!
+//! Every write reads while it writes ([`Connection::poll_send`]): bytes the server sends while
+//! our request waits for socket room are buffered, so no path can deadlock on full buffers.
 //!
 //! Requests are appended to `wbuf` whole, before any `.await`, and `wbuf` survives a cancelled
 //! flush: a request is either entirely queued or not at all.
 //!
 //! Invariants:
-//! - `owed` is incremented exactly when a request's final `Sync`/`Query` is appended to `wbuf`.
+//! - An entry is pushed to `owed` exactly when a request's final `Sync`/`Query` is appended to
+//!   `wbuf` (a row stream's when its first `Execute` is: its `Sync` is owed from then on), and
+//!   popped when its `ReadyForQuery` is read.
+//! - Only the newest entry can belong to a caller still reading; older ones are abandoned.
 //! - After an I/O or protocol failure, or a FATAL error from the server, `broken` is set and
 //!   every later call fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed).
 
@@ -69,6 +89,36 @@ pub enum TransactionStatus {
     Failed,
 }
 
+/// What one owed `ReadyForQuery` answers (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owed {
+    /// A simple-protocol `Query` (`simple_query`, `batch_execute`).
+    Simple,
+    /// An extended-protocol request ended by its `Sync` (prepare, query, execute).
+    Extended,
+    /// A `COPY` started by `copy_in`/`copy_out` (a simple-protocol `Query`).
+    Copy,
+    /// A row stream: extended protocol, its `Sync` sent when the rows run out (or on drop).
+    Stream,
+    /// A pipeline sync point; the operations before it were pipelined behind each other.
+    PipelineSync,
+    /// The `ROLLBACK` (or `ROLLBACK TO SAVEPOINT`) of a dropped transaction.
+    Rollback,
+    /// `Close` of statements whose last handle was dropped.
+    Close,
+}
+
+impl Owed {
+    /// Whether the request went through the extended protocol, where a `CopyFail` must be
+    /// followed by a `Sync` for the server to answer.
+    fn is_extended(self) -> bool {
+        matches!(
+            self,
+            Owed::Extended | Owed::Stream | Owed::PipelineSync | Owed::Close
+        )
+    }
+}
+
 /// Called with each notice (`NOTICE`, `WARNING`, ...) the server sends.
 pub type NoticeHandler = Box<dyn FnMut(&DbError) + Send>;
 
@@ -77,8 +127,9 @@ pub(crate) struct Connection {
     rbuf: BytesMut,
     pub(crate) wbuf: BytesMut,
     max_message: usize,
-    /// `ReadyForQuery` messages still to come for queued requests (see the module docs).
-    pub(crate) owed: usize,
+    /// `ReadyForQuery` messages still to come, oldest first, each with what it answers (see
+    /// the module docs).
+    pub(crate) owed: VecDeque<Owed>,
     broken: Option<String>,
     /// Bytes went to the socket since its last flush (matters for TLS only).
     unflushed: bool,
@@ -112,7 +163,7 @@ impl Connection {
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             wbuf: BytesMut::with_capacity(READ_CHUNK),
             max_message: MAX_STARTUP_MESSAGE,
-            owed: 0,
+            owed: VecDeque::new(),
             broken: None,
             unflushed: false,
             written: 0,
@@ -175,20 +226,33 @@ impl Connection {
         e
     }
 
-    /// Starts a request: checks the connection and queues whatever earlier dropped handles left
-    /// to do (abort a COPY, roll back a transaction, close statements). The caller then appends
-    /// its messages, ending with `Sync`, and calls [`Connection::finish_request`].
-    pub(crate) fn start_request(&mut self) -> Result<(), Error> {
+    /// Starts a request: checks the connection, settles whatever dropped calls left owed (see
+    /// the module docs), and queues what dropped handles left to do (roll back a transaction,
+    /// close statements) ahead of the request, in the same write. The caller then appends its
+    /// messages, ending with `Sync`/`Query`, and calls [`Connection::finish_request`].
+    ///
+    /// Cancel-safe: a dropped future leaves the settling to the next call.
+    pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
         self.check_usable()?;
-        if self.copy_in_abort {
-            self.copy_in_abort = false;
-            self.queue_copy_fail(
-                "COPY cancelled: the client dropped the copy before finishing it",
-            )?;
+        if !self.owed.is_empty() || self.copy_in_abort {
+            self.settle_owed().await?;
         }
-        for sql in std::mem::take(&mut self.deferred) {
-            frontend::query(&sql, &mut self.wbuf).map_err(|e| Error::protocol(e.to_string()))?;
-            self.owed += 1;
+        self.queue_deferred()
+    }
+
+    /// Appends the deferred `ROLLBACK`s and `Close`s, each with its owed entry. No await.
+    pub(crate) fn queue_deferred(&mut self) -> Result<(), Error> {
+        // Settled, the status is the server's: a transaction whose BEGIN never ran (its
+        // future was dropped first) or that has ended needs no ROLLBACK.
+        let rollbacks = std::mem::take(&mut self.deferred);
+        if self.owed.is_empty() && self.tx_status == TransactionStatus::Idle {
+            drop(rollbacks);
+        } else {
+            for sql in rollbacks {
+                frontend::query(&sql, &mut self.wbuf)
+                    .map_err(|e| Error::protocol(e.to_string()))?;
+                self.owed.push_back(Owed::Rollback);
+            }
         }
         let closes = std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()));
         if !closes.is_empty() {
@@ -197,40 +261,106 @@ impl Connection {
                     .map_err(|e| Error::protocol(e.to_string()))?;
             }
             frontend::sync(&mut self.wbuf);
-            self.owed += 1;
+            self.owed.push_back(Owed::Close);
         }
         Ok(())
     }
 
-    /// Records that a complete request (ending in `Sync` or `Query`) is in `wbuf`, and sends it.
-    pub(crate) async fn finish_request(&mut self) -> Result<(), Error> {
-        self.owed += 1;
+    /// Reads every owed reply to its end (a dropped `CopyIn` first gets its `CopyFail`). The
+    /// transaction status is then the server's current one.
+    async fn settle_owed(&mut self) -> Result<(), Error> {
+        if self.copy_in_abort {
+            self.queue_copy_fail(
+                "COPY cancelled: the client dropped the copy before finishing it",
+            )?;
+            self.copy_in_abort = false;
+        }
+        self.flush().await?;
+        self.read_past_abandoned(false).await.map(drop)
+    }
+
+    /// True when no reply is owed and no dropped COPY waits for its `CopyFail`: the transaction
+    /// status is the server's current one. (Deferred `ROLLBACK`s and `Close`s may be pending;
+    /// they go out ahead of the next request.)
+    pub(crate) fn is_settled(&self) -> bool {
+        self.owed.is_empty() && !self.copy_in_abort
+    }
+
+    /// Records that a complete request (ending in `Sync` or `Query`) answering as `what` is in
+    /// `wbuf`, and sends it.
+    pub(crate) async fn finish_request(&mut self, what: Owed) -> Result<(), Error> {
+        self.owed.push_back(what);
         self.flush().await
     }
 
-    /// Writes all of `wbuf`. Cancel-safe: unsent bytes stay queued for the next flush.
+    /// Writes all of `wbuf`, reading while it writes (see [`Connection::poll_send`]).
+    /// Cancel-safe: unsent bytes stay queued for the next flush.
     pub(crate) async fn flush(&mut self) -> Result<(), Error> {
-        while !self.wbuf.is_empty() {
-            match self.socket.write(&self.wbuf).await {
-                Ok(0) => {
-                    return Err(self.poison(Error::closed(
-                        "server closed the connection while we were writing",
-                    )));
+        std::future::poll_fn(|cx| self.poll_send(cx)).await
+    }
+
+    /// Writes `wbuf` (and flushes TLS). While the socket has no room, reads what the server
+    /// sends into `rbuf` without parsing it: a server blocked on its own full send buffer reads
+    /// nothing, so a writer that did not read could wait for ever (issue 17's deadlock). The
+    /// bytes read are parsed by whoever reads next, in order.
+    pub(crate) fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        if let Err(e) = self.check_usable() {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            if self.wbuf.is_empty() {
+                if !self.unflushed {
+                    return Poll::Ready(Ok(()));
                 }
-                Ok(n) => {
+                // TLS buffers records in the stream; a plain socket's flush is a no-op.
+                return match Pin::new(&mut self.socket).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => {
+                        self.unflushed = false;
+                        Poll::Ready(Ok(()))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(
+                        self.poison(Error::io("could not send data to the server", e))
+                    )),
+                    Poll::Pending => Poll::Pending,
+                };
+            }
+            match Pin::new(&mut self.socket).poll_write(cx, &self.wbuf) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(self.poison(Error::closed(
+                        "server closed the connection while we were writing",
+                    ))));
+                }
+                Poll::Ready(Ok(n)) => {
                     self.wbuf.advance(n);
                     self.written += n as u64;
+                    self.unflushed = true;
                 }
-                Err(e) => {
-                    return Err(self.poison(Error::io("could not send data to the server", e)));
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Err(
+                        self.poison(Error::io("could not send data to the server", e))
+                    ));
+                }
+                Poll::Pending => {
+                    if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+                        self.rbuf.reserve(READ_CHUNK);
+                    }
+                    // A `read_buf` future changes the buffer only when it completes, so
+                    // dropping a pending one loses nothing.
+                    match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(Err(self.poison(closed_by_server())));
+                        }
+                        Poll::Ready(Ok(_)) => {}
+                        Poll::Ready(Err(e)) => {
+                            return Poll::Ready(Err(
+                                self.poison(Error::io("could not receive data from the server", e))
+                            ));
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
                 }
             }
         }
-        self.wbuf.clear();
-        self.socket
-            .flush()
-            .await
-            .map_err(|e| self.poison(Error::io("could not send data to the server", e)))
     }
 
     /// Reads the next message, of any kind. Cancel-safe: partial messages stay in `rbuf`.
@@ -445,7 +575,7 @@ impl Connection {
     /// recent request when it is already in `rbuf` and no abandoned reply comes before it (a
     /// multi-row reply). `None` when the slow path is needed.
     pub(crate) fn recv_buffered(&mut self) -> Result<Option<Message>, Error> {
-        if self.owed > 1 {
+        if self.owed.len() > 1 {
             return Ok(None);
         }
         loop {
@@ -468,7 +598,7 @@ impl Connection {
 
     /// Accounts for a `ReadyForQuery` with transaction status byte `status`.
     pub(crate) fn ready_for_query(&mut self, status: u8) {
-        self.owed = self.owed.saturating_sub(1);
+        self.owed.pop_front();
         self.tx_status = match status {
             b'T' => TransactionStatus::InTransaction,
             b'E' => TransactionStatus::Failed,
@@ -476,22 +606,23 @@ impl Connection {
         };
     }
 
-    /// Reads and discards until every queued request has been answered.
+    /// Settles the connection: answers everything dropped calls left owed, runs what dropped
+    /// handles deferred (a `ROLLBACK`, `Close`s), and reads it all, so that the transaction
+    /// status is the server's current one.
     pub(crate) async fn settle(&mut self) -> Result<(), Error> {
-        self.check_usable()?;
-        self.flush().await?;
-        self.read_past_abandoned(false).await.map(drop)
+        self.start_request().await?;
+        self.settle_owed().await
     }
 
     /// With `keep_last`, returns the first message of the most recent request; without, treats
     /// every queued request as abandoned and returns `None` once all are answered.
     async fn read_past_abandoned(&mut self, keep_last: bool) -> Result<Option<Message>, Error> {
         loop {
-            if !keep_last && self.owed == 0 {
+            if self.owed.is_empty() {
                 return Ok(None);
             }
             let message = self.next_message().await?;
-            let abandoned = !keep_last || self.owed > 1;
+            let abandoned = !keep_last || self.owed.len() > 1;
             if !abandoned {
                 if let Message::ReadyForQuery(body) = &message {
                     self.ready_for_query(body.status());
@@ -506,12 +637,24 @@ impl Connection {
 
     /// Accounts for a message of a reply nobody waits for any more: its `ReadyForQuery`
     /// settles the request, and an abandoned COPY FROM STDIN, which would wait for data that
-    /// will never come, gets a `CopyFail`. Returns true if something was queued to send.
+    /// will never come, gets a `CopyFail` (and a `Sync` after an extended-protocol request:
+    /// see the module docs). Returns true if something was queued to send.
     pub(crate) fn discard(&mut self, message: &Message) -> Result<bool, Error> {
         match message {
             Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
             Message::CopyInResponse(_) => {
+                let what = self.owed.front().copied();
+                if what == Some(Owed::PipelineSync) {
+                    // The operations pipelined after it went to the server as COPY data.
+                    return Err(self.poison(Error::protocol(
+                        "an abandoned pipeline operation started COPY FROM STDIN, which consumed the \
+                         operations after it; the connection is closed",
+                    )));
+                }
                 self.queue_copy_fail("COPY cancelled by the client")?;
+                if what.is_some_and(Owed::is_extended) {
+                    frontend::sync(&mut self.wbuf);
+                }
                 return Ok(true);
             }
             _ => {}
@@ -531,6 +674,12 @@ impl Connection {
     pub(crate) async fn refuse_copy(&mut self, inbound: bool) -> Result<Error, Error> {
         if inbound {
             self.queue_copy_fail("use Client::copy_in for COPY FROM STDIN")?;
+            // The request's own Sync was ignored while the server waited for data; after the
+            // failure it skips everything up to the next one. A row stream sends its Sync when
+            // the error arrives.
+            if self.owed.back() == Some(&Owed::Extended) {
+                frontend::sync(&mut self.wbuf);
+            }
             self.flush().await?;
             Ok(Error::usage(
                 "COPY FROM STDIN takes its data as a stream: use Client::copy_in",

@@ -93,13 +93,13 @@ impl Config {
                     ))
                 })?)
             }
-            // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here,
-            // and the rest are not supported yet (docs/client.md says so).
-            "client_encoding"
-            | "fallback_application_name"
-            | "target_session_attrs"
-            | "gssencmode"
-            | "channel_binding" => {}
+            // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here.
+            "client_encoding" | "fallback_application_name" => {}
+            // Accepted only with the values that ask for nothing the client does not do: a
+            // protection or routing silently not applied would be worse than a refusal.
+            "channel_binding" | "gssencmode" | "target_session_attrs" => {
+                refuse_unsupported(key, value)?
+            }
             other => {
                 return Err(Error::config(format!(
                     "unknown connection parameter `{other}` (supported: host, port, user, password, \
@@ -154,7 +154,20 @@ impl Config {
                     "invalid URL query parameter `{pair}`: expected key=value"
                 ))
             })?;
-            config.set(&decode(k)?, &decode(v)?)?;
+            let key = decode(k)?;
+            if key == "password" {
+                // A password is bytes, as in the userinfo part: any encoding works.
+                config.password = Some(percent_decode_str(v).collect());
+                continue;
+            }
+            let value = percent_decode_str(v).decode_utf8().map_err(|_| {
+                // The value may be a secret (a password): never echo it.
+                Error::config(format!(
+                    "the value of URL query parameter `{key}` is not valid UTF-8 after \
+                     percent-decoding; percent-encode its UTF-8 bytes"
+                ))
+            })?;
+            config.set(&key, &value)?;
         }
         Ok(config)
     }
@@ -237,6 +250,37 @@ pub(crate) fn parse_bytes(value: &str) -> Option<usize> {
         _ => return None,
     };
     number.checked_mul(scale)
+}
+
+/// Refuses a value of `channel_binding`, `gssencmode` or `target_session_attrs` that asks for
+/// something this client does not implement yet (docs/client.md lists them).
+fn refuse_unsupported(key: &str, value: &str) -> Result<(), Error> {
+    let v = value.trim().to_ascii_lowercase();
+    let (ok, instead) = match key {
+        // SCRAM without channel binding is what `prefer` falls back to.
+        "channel_binding" => (
+            matches!(v.as_str(), "disable" | "prefer"),
+            "use TLS with sslmode=verify-full to authenticate the server, or channel_binding=prefer",
+        ),
+        // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq does without it.
+        "gssencmode" => (
+            matches!(v.as_str(), "disable" | "prefer"),
+            "use TLS (sslmode=require or verify-full) instead, or gssencmode=disable",
+        ),
+        _ => (
+            v == "any",
+            "use slipstream-pool's multi-host roles (primary, standby, prefer-standby) to route by \
+             role, or target_session_attrs=any",
+        ),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(format!(
+            "{key}={value} is not supported by slipstream-pg (it would be silently ignored, so the \
+             connection is refused); {instead}"
+        )))
+    }
 }
 
 fn seconds(key: &str, value: &str) -> Result<Duration, Error> {

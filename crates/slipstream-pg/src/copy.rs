@@ -7,6 +7,7 @@ use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::connect::unexpected;
+use crate::connection::Owed;
 use crate::query::rows_affected;
 use crate::{Client, DbError, Error};
 
@@ -60,10 +61,10 @@ impl Client {
     }
 
     async fn start_copy(&mut self, sql: &str, inbound: bool) -> Result<(), Error> {
-        self.conn.start_request()?;
+        self.conn.start_request().await?;
         frontend::query(sql, &mut self.conn.wbuf)
             .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
-        self.conn.finish_request().await?;
+        self.conn.finish_request(Owed::Copy).await?;
         let mut error = None;
         loop {
             match self.conn.recv().await? {

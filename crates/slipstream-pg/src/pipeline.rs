@@ -23,9 +23,17 @@
 //! reply at all: those are completed at once as aborted.
 //!
 //! Invariants:
-//! - `Connection::owed` is incremented when a `Sync` is appended and decremented when its
-//!   `ReadyForQuery` is read, here or, after the pipeline was dropped, by the next request; a
-//!   dropped pipeline therefore never leaves the connection out of step.
+//! - Each `Sync` appended pushes an [`Owed::PipelineSync`] entry on the connection's owed queue,
+//!   popped when its `ReadyForQuery` is read, here or, after the pipeline was dropped, by the
+//!   next request, which settles the connection first; a dropped pipeline therefore never
+//!   leaves the connection out of step.
+//! - The first operation queued settles what earlier dropped calls left owed before it is
+//!   written (see `Connection::start_request`); only the deferred work queued with it
+//!   (`skip` entries) precedes the block's replies.
+//! - In an abort-mode block outside a transaction block, operations between two sync points
+//!   form one implicit transaction: when one fails and the `ReadyForQuery` says the session is
+//!   idle, the operations before it in that implicit transaction (after any `COMMIT`/`ROLLBACK`
+//!   in the block) were rolled back and are reported as aborted, naming the failed one.
 //! - An abort-mode block with operations queued but not synced gets its `Sync` on `end()` or on
 //!   drop: the server must never be left inside an unterminated extended-protocol sequence.
 //! - Every piece of reading state lives in the pipeline, not in a future's locals, so a
@@ -42,6 +50,7 @@ use postgres_protocol::message::frontend;
 use postgres_types::Type;
 
 use crate::connect::unexpected;
+use crate::connection::Owed;
 use crate::param_types;
 use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, split_typed};
 use crate::statement::{parse_columns, parse_params};
@@ -150,6 +159,8 @@ impl PipelineOptions {
 /// ```
 pub struct Op<T> {
     id: u64,
+    /// The client and the block the operation was queued in: pipeline serials are per client.
+    client: u64,
     pipeline: u64,
     _output: PhantomData<fn() -> T>,
 }
@@ -263,9 +274,17 @@ pub struct Pipeline<'c> {
     client: &'c mut Client,
     serial: u64,
     options: PipelineOptions,
-    /// `ReadyForQuery` messages owed for requests made before the block began (and abandoned):
-    /// their replies come first and are discarded.
+    /// Owed entries queued before the block's first operation (deferred `ROLLBACK`/`Close`s of
+    /// dropped handles): their replies come first and are discarded.
     skip: usize,
+    /// The connection was settled and deferred work queued, by the first operation.
+    started: bool,
+    /// Abort mode: the first failed operation of the sync block being read, and the error to
+    /// name as the cause of the rollback of the operations before it.
+    group_failed: Option<(u64, Error)>,
+    /// Abort mode: the first operation of the implicit transaction being read (the block's
+    /// first, or the one after a `COMMIT`/`ROLLBACK` in it).
+    implicit_from: u64,
     /// What the server still owes, oldest first (see the module docs).
     expect: VecDeque<Expect>,
     results: Vec<Slot>,
@@ -371,15 +390,16 @@ impl Client {
     pub fn pipeline_with(&mut self, options: PipelineOptions) -> Pipeline<'_> {
         self.next_pipeline += 1;
         let serial = self.next_pipeline;
-        // Deferred work of dropped handles (a ROLLBACK, Closes) goes first; a broken connection
-        // is reported by the first operation queued.
-        let _ = self.conn.start_request();
-        let skip = self.conn.owed;
+        // The first operation queued settles the connection and queues the deferred work of
+        // dropped handles; a broken connection is reported by it.
         Pipeline {
             client: self,
             serial,
             options,
-            skip,
+            skip: 0,
+            started: false,
+            group_failed: None,
+            implicit_from: 0,
             expect: VecDeque::new(),
             results: Vec::new(),
             synced_through: 0,
@@ -449,7 +469,7 @@ impl Pipeline<'_> {
         sql: &str,
         params: &[(Param<'_>, Type)],
     ) -> Result<Op<Vec<Row>>, Error> {
-        self.start_op(sql)?;
+        self.start_op(sql).await?;
         let (wires, values) = split_typed(params);
         let mark = self.client.conn.wbuf.len();
         let plan = Plan::OneOff { wires };
@@ -472,7 +492,7 @@ impl Pipeline<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn prepare(&mut self, sql: &str) -> Result<Op<Statement>, Error> {
-        self.start_op(sql)?;
+        self.start_op(sql).await?;
         self.client.next_statement += 1;
         let name = format!("s{}", self.client.next_statement);
         let buf = &mut self.client.conn.wbuf;
@@ -565,7 +585,7 @@ impl Pipeline<'_> {
     /// ```
     pub async fn process<T: FromOutput>(&mut self, op: &Op<T>) -> Result<T, Error> {
         self.unsent = 0;
-        if op.pipeline != self.serial {
+        if op.pipeline != self.serial || op.client != self.client.id {
             return Err(Error::usage(
                 "this operation belongs to another pipeline block",
             ));
@@ -656,10 +676,14 @@ impl Pipeline<'_> {
         params: &[Param<'_>],
         kind: Kind,
     ) -> Result<Op<T>, Error> {
+        let sql = match &source {
+            Source::Prepared(stmt) => stmt.sql(),
+            Source::Sql(sql) | Source::Uncached(sql) => sql,
+        };
+        self.start_op(sql).await?;
         let mark = self.client.conn.wbuf.len();
         let columns = match source {
             Source::Prepared(stmt) => {
-                self.start_op(stmt.sql())?;
                 check_owner(stmt, self.client.id)?;
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
@@ -672,7 +696,6 @@ impl Pipeline<'_> {
             // stale cached statement could not be re-prepared without breaking the pipeline's
             // order, and prepare-on-miss would need its description before later operations.
             Source::Sql(sql) | Source::Uncached(sql) => {
-                self.start_op(sql)?;
                 let Some(wires) = param_types::infer(params, &mut self.client.conn.wbuf) else {
                     return Err(Error::usage(
                         "a parameter's PostgreSQL type cannot be chosen from its Rust type (a custom \
@@ -693,14 +716,21 @@ impl Pipeline<'_> {
     fn handle<T>(&self, id: u64) -> Op<T> {
         Op {
             id,
+            client: self.client.id,
             pipeline: self.serial,
             _output: PhantomData,
         }
     }
 
-    /// Checks that an operation may be queued: the connection works and it is not a COPY.
-    fn start_op(&self, sql: &str) -> Result<(), Error> {
+    /// Checks that an operation may be queued: the connection works and it is not a COPY. The
+    /// block's first operation settles the connection first (see the module docs).
+    async fn start_op(&mut self, sql: &str) -> Result<(), Error> {
         self.client.conn.check_usable()?;
+        if !self.started {
+            self.client.conn.start_request().await?;
+            self.skip = self.client.conn.owed.len();
+            self.started = true;
+        }
         if is_stream_copy(sql) {
             return Err(Error::usage(
                 "COPY ... FROM STDIN / TO STDOUT cannot run in a pipeline (its data is a stream \
@@ -740,7 +770,7 @@ impl Pipeline<'_> {
     /// Appends a `Sync` closing the operations from `first` to the last one queued.
     fn push_sync(&mut self, first: u64) {
         frontend::sync(&mut self.client.conn.wbuf);
-        self.client.conn.owed += 1;
+        self.client.conn.owed.push_back(Owed::PipelineSync);
         self.in_flight_bytes += SYNC_BYTES;
         self.expect.push_back(Expect::Sync {
             first,
@@ -880,6 +910,12 @@ impl Pipeline<'_> {
                 match message {
                     Message::ReadyForQuery(body) => {
                         self.client.conn.ready_for_query(body.status());
+                        if let Some((failed, cause)) = self.group_failed.take()
+                            && body.status() == b'I'
+                        {
+                            self.mark_rolled_back(first.max(self.implicit_from), failed, &cause);
+                        }
+                        self.implicit_from = end;
                         self.synced_through = end;
                         self.in_flight_bytes -= SYNC_BYTES;
                         self.expect.pop_front();
@@ -947,6 +983,27 @@ impl Pipeline<'_> {
         Ok(())
     }
 
+    /// Abort mode, outside a transaction block: operation `failed` failed, so the implicit
+    /// transaction of operations `from..failed` was rolled back. Those reported as done are
+    /// aborted instead (a result already taken by `process` cannot be recalled: see
+    /// [`PipelineMode::AbortOnError`]).
+    fn mark_rolled_back(&mut self, from: u64, failed: u64, cause: &Error) {
+        for id in from..failed {
+            let slot = &mut self.results[id as usize];
+            if matches!(slot, Slot::Ready(Ok(_))) {
+                *slot = Slot::Ready(Err(Error::aborted(
+                    format!(
+                        "pipeline operation {id} was rolled back: operation {failed} failed later in \
+                         the same implicit transaction (an abort-on-error block outside BEGIN is one \
+                         transaction up to its sync point)"
+                    ),
+                    failed,
+                    cause,
+                )));
+            }
+        }
+    }
+
     /// Stores the front operation's result; after a failure, the server skips every operation
     /// up to the next `Sync`, so those are completed as aborted here.
     fn complete(&mut self) {
@@ -956,6 +1013,15 @@ impl Pipeline<'_> {
         self.in_flight_ops -= 1;
         self.in_flight_bytes -= pending.bytes;
         let id = pending.id;
+        if self.options.mode == PipelineMode::AbortOnError {
+            match &pending.reply.error {
+                Some(e) if self.group_failed.is_none() => {
+                    self.group_failed = Some((id, Error::aborted(e.to_string(), id, e)));
+                }
+                None if pending.reply.ends_transaction => self.implicit_from = id + 1,
+                _ => {}
+            }
+        }
         let result = match pending.reply.error {
             Some(e) => Err(e),
             None => Ok(match pending.kind {
@@ -1009,6 +1075,7 @@ impl Pipeline<'_> {
         self.in_flight_ops = 0;
         self.in_flight_bytes = 0;
         self.skip = 0;
+        self.group_failed = None;
         self.group_start = None;
         self.needs_flush = false;
     }
@@ -1017,8 +1084,8 @@ impl Pipeline<'_> {
 impl Drop for Pipeline<'_> {
     fn drop(&mut self) {
         // Queued operations still run; an open abort-mode block must be closed so the server
-        // leaves its extended-protocol sequence. Replies are discarded by the next request,
-        // which `owed` makes skip them.
+        // leaves its extended-protocol sequence. Replies are read and discarded by the next
+        // request, which settles the connection's owed queue first.
         if !self.ended && !self.client.conn.is_broken() {
             self.sync();
         }

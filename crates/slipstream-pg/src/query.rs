@@ -9,6 +9,7 @@ use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
 
 use crate::connect::unexpected;
+use crate::connection::Owed;
 use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
@@ -109,7 +110,7 @@ impl Client {
         sql: &str,
         types: &[Type],
     ) -> Result<Statement, Error> {
-        self.conn.start_request()?;
+        self.conn.start_request().await?;
         let mark = self.conn.wbuf.len();
         let encoded = frontend::parse(&name, sql, types.iter().map(Type::oid), &mut self.conn.wbuf)
             .and_then(|()| frontend::describe(b'S', &name, &mut self.conn.wbuf));
@@ -118,7 +119,7 @@ impl Client {
             return Err(Error::usage(format!("cannot send this statement: {e}")));
         }
         frontend::sync(&mut self.conn.wbuf);
-        self.conn.finish_request().await?;
+        self.conn.finish_request(Owed::Extended).await?;
 
         let mut params = None;
         let mut columns = None;
@@ -254,7 +255,7 @@ impl Client {
     ) -> Result<Vec<Row>, Error> {
         let (wires, values) = split_typed(params);
         let plan = Plan::OneOff { wires };
-        self.conn.start_request()?;
+        self.conn.start_request().await?;
         encode_plan(&mut self.conn.wbuf, &plan, sql, &values, 0)?;
         Ok(self.run_plan(&plan, sql).await?.0)
     }
@@ -268,7 +269,7 @@ impl Client {
         let (sql, use_cache) = match source {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.id)?;
-                self.conn.start_request()?;
+                self.conn.start_request().await?;
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
                     cached: false,
@@ -328,7 +329,7 @@ impl Client {
         use_cache: bool,
         max_rows: i32,
     ) -> Result<Plan, Error> {
-        self.conn.start_request()?;
+        self.conn.start_request().await?;
         if std::mem::take(&mut self.conn.statements_discarded) {
             self.cache.clear();
         }
@@ -370,7 +371,7 @@ impl Client {
                 if use_cache {
                     self.cache.insert(stmt.clone(), None);
                 }
-                self.conn.start_request()?;
+                self.conn.start_request().await?;
                 Plan::Named {
                     stmt,
                     cached: use_cache,
@@ -384,7 +385,7 @@ impl Client {
     /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply.
     async fn run_plan(&mut self, plan: &Plan, sql: &str) -> Result<(Vec<Row>, u64), Error> {
         frontend::sync(&mut self.conn.wbuf);
-        self.conn.finish_request().await?;
+        self.conn.finish_request(Owed::Extended).await?;
         let mut reply = Reply::new(plan.columns(), true);
         loop {
             // Most messages of a multi-row reply are already buffered: take them without the
@@ -419,8 +420,14 @@ impl Client {
             (plan, &reply.params, reply.described)
         {
             // The SQL has more parameters than values were given: the Bind failed, and the
-            // statement could never be bound this way.
+            // statement could never be bound this way. It exists on the server all the same:
+            // close it with the next request.
             if params.len() != wires.len() {
+                self.conn
+                    .closes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(name.clone());
                 return;
             }
             let stmt = Statement::new(
@@ -598,6 +605,9 @@ pub(crate) struct Reply {
     pub(crate) affected: u64,
     /// The command tag was `ROLLBACK`: what a `COMMIT` of a failed transaction answers.
     pub(crate) rolled_back: bool,
+    /// The command ended a transaction block (`COMMIT`, `ROLLBACK`, `PREPARE TRANSACTION`):
+    /// the work before it is settled either way.
+    pub(crate) ends_transaction: bool,
     /// The server's error, or our refusal of a COPY; reported once the reply is complete.
     pub(crate) error: Option<Error>,
     /// The parameter types, if the request described a statement.
@@ -614,6 +624,7 @@ impl Reply {
             rows: Vec::new(),
             affected: 0,
             rolled_back: false,
+            ends_transaction: false,
             error: None,
             params: None,
             described: false,
@@ -647,12 +658,17 @@ impl Reply {
             Message::CommandComplete(body) => {
                 let tag = body.tag();
                 self.rolled_back = matches!(tag, Ok("ROLLBACK"));
+                self.ends_transaction =
+                    matches!(tag, Ok("COMMIT" | "ROLLBACK" | "PREPARE TRANSACTION"));
                 self.affected = rows_affected(tag);
                 return Ok(Step::Done);
             }
             Message::EmptyQueryResponse => return Ok(Step::Done),
             Message::ErrorResponse(body) => {
-                self.error = Some(Error::db(DbError::parse(&mut body.fields())?));
+                // Our refusal of a COPY comes first and says what to do; the server's
+                // "COPY from stdin failed" that follows it only echoes it.
+                let db = Error::db(DbError::parse(&mut body.fields())?);
+                self.error.get_or_insert(db);
                 return Ok(Step::Done);
             }
             Message::CopyInResponse(_) => return Ok(Step::Copy { inbound: true }),

@@ -15,7 +15,7 @@
 //! snapshot) stays open for the life of the stream, which is what keeps the portal alive.
 //!
 //! Invariants:
-//! - While a stream is open, the connection's `owed` already counts the stream's `Sync`. The
+//! - While a stream is open, the connection's `owed` queue already holds the stream's entry. The
 //!   `Sync` is sent when the rows run out, or queued by `Drop` if the stream is dropped first,
 //!   so a dropped stream's remaining replies are discarded like any abandoned request's.
 //! - The buffer holds at most `cap` bytes of rows plus one row: reading stops there until the
@@ -29,6 +29,7 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use postgres_types::Type;
 
+use crate::connection::Owed;
 use crate::conninfo::parse_bytes;
 use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, is_stale};
 use crate::{Client, Column, Error, Param, Row, Statement, ToStatement, TransactionStatus};
@@ -286,7 +287,7 @@ impl RowStream<'_> {
         let rows = self.next_fetch_rows();
         let plan = match prepared {
             Some(stmt) => {
-                self.client.conn.start_request()?;
+                self.client.conn.start_request().await?;
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
                     cached: false,
@@ -300,7 +301,7 @@ impl RowStream<'_> {
         let conn = &mut self.client.conn;
         frontend::flush(&mut conn.wbuf);
         // From here the stream owes a Sync (see the module docs); no await in between.
-        conn.owed += 1;
+        conn.owed.push_back(Owed::Stream);
         self.state = State::Fetching;
         self.sync_sent = false;
         self.round_trips += 1;
@@ -390,7 +391,7 @@ impl RowStream<'_> {
 impl Drop for RowStream<'_> {
     fn drop(&mut self) {
         if self.state == State::Fetching && !self.sync_sent {
-            // Goes out with the connection's next request; `owed` already counts it.
+            // Goes out with the connection's next request; `owed` already holds its entry.
             frontend::sync(&mut self.client.conn.wbuf);
         }
     }

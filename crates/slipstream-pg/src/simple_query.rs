@@ -7,6 +7,7 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 
 use crate::connect::unexpected;
+use crate::connection::Owed;
 use crate::query::rows_affected;
 use crate::{Client, DbError, Error, SimpleRow};
 
@@ -62,10 +63,10 @@ impl Client {
         sql: &str,
         mut out: Option<&mut Vec<SimpleQueryMessage>>,
     ) -> Result<String, Error> {
-        self.conn.start_request()?;
+        self.conn.start_request().await?;
         frontend::query(sql, &mut self.conn.wbuf)
             .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
-        self.conn.finish_request().await?;
+        self.conn.finish_request(Owed::Simple).await?;
 
         let mut columns: Arc<[String]> = Arc::from(Vec::new());
         let mut last_tag = String::new();

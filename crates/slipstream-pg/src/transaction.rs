@@ -64,13 +64,22 @@ impl<'a> TransactionBuilder<'a> {
         if let Some(d) = self.deferrable {
             sql.push_str(if d { " DEFERRABLE" } else { " NOT DEFERRABLE" });
         }
-        self.client.batch_execute(&sql).await?;
-        Ok(Transaction {
+        // The ROLLBACK is owed before BEGIN is sent: if this future is dropped at any point
+        // from here (a timeout, a `select!`), `tx`'s Drop defers it, and the next request
+        // settles the connection and sends it if the BEGIN ran. A pool therefore never lends
+        // the connection inside this transaction.
+        let mut tx = Transaction {
             client: self.client,
             savepoint: None,
             depth: 0,
             done: false,
-        })
+        };
+        if let Err(e) = tx.client.batch_execute(&sql).await {
+            // BEGIN failed: no transaction was opened.
+            tx.done = true;
+            return Err(e);
+        }
+        Ok(tx)
     }
 }
 
@@ -140,7 +149,7 @@ impl<'a> Transaction<'a> {
             None => {
                 let tag = self.client.run_simple("COMMIT", None).await?;
                 if tag == "ROLLBACK" {
-                    return Err(Error::usage(
+                    return Err(Error::rolled_back(
                         "COMMIT rolled the transaction back because a statement in it had failed; nothing was saved",
                     ));
                 }

@@ -8,7 +8,8 @@ use crate::{AbortFn, Manager};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Reset {
-    /// Nothing; a connection returned inside a transaction is closed instead of lent again.
+    /// Nothing; a connection returned inside a transaction, or with replies of a dropped call
+    /// still owed (its transaction status unknown), is closed instead of lent again.
     None,
     /// Roll back a transaction left open (one round trip, only for such connections; the
     /// default).
@@ -97,6 +98,11 @@ impl Manager for PgManager {
     }
 
     async fn reset(&self, conn: &mut Client) -> bool {
+        // Judge from the server's state, not the one before a dropped call: read what is owed
+        // and run what dropped handles deferred (a dropped BEGIN may have opened a transaction).
+        if conn.settle().await.is_err() {
+            return false;
+        }
         if conn.transaction_status() != TransactionStatus::Idle
             && conn.batch_execute("ROLLBACK").await.is_err()
         {

@@ -3,6 +3,7 @@
 mod auth;
 mod cancel;
 mod copy;
+mod engine;
 mod faults;
 mod fetch;
 mod pipeline;

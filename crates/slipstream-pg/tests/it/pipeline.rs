@@ -96,7 +96,14 @@ async fn abort_mode_skips_later_operations_up_to_the_sync_and_names_the_failure(
     p.execute(&insert, &[&4i32]).await.unwrap();
     let results = p.end().await;
 
-    assert!(results[0].is_ok(), "{:?}", results[0]);
+    // Row 1 was inserted, then rolled back with the block's implicit transaction: not Ok.
+    let rolled_back = results[0].as_ref().unwrap_err();
+    assert_eq!(rolled_back.kind(), ErrorKind::Aborted, "{rolled_back}");
+    assert_eq!(rolled_back.aborted_by(), Some(bad.id()));
+    assert!(
+        rolled_back.to_string().contains("rolled back"),
+        "{rolled_back}"
+    );
     let failure = results[1].as_ref().unwrap_err();
     assert_eq!(failure.code(), Some(SqlState::DIVISION_BY_ZERO));
     for skipped in &results[2..4] {
