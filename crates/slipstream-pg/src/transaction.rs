@@ -139,7 +139,7 @@ impl<'a> Transaction<'a> {
     /// # Ok(()) }
     /// ```
     pub async fn commit(mut self) -> Result<(), Error> {
-        self.done = true;
+        self.settle_then_end().await?;
         match &self.savepoint {
             Some(name) => {
                 self.client
@@ -168,7 +168,7 @@ impl<'a> Transaction<'a> {
     /// # Ok(()) }
     /// ```
     pub async fn rollback(mut self) -> Result<(), Error> {
-        self.done = true;
+        self.settle_then_end().await?;
         let sql = self.rollback_sql();
         self.client.batch_execute(&sql).await
     }
@@ -200,6 +200,16 @@ impl<'a> Transaction<'a> {
     pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
         let name = format!("sp_{}", self.depth + 1);
         self.savepoint(&name).await
+    }
+
+    /// Settles the connection, then marks the transaction ended. Once settled, the caller's
+    /// next request is queued without an await, so a future dropped at any point either has
+    /// its COMMIT/ROLLBACK queued or (dropped while settling) leaves `done` unset and the
+    /// rollback to `Drop`: never neither.
+    async fn settle_then_end(&mut self) -> Result<(), Error> {
+        self.client.settle().await?;
+        self.done = true;
+        Ok(())
     }
 
     fn rollback_sql(&self) -> String {

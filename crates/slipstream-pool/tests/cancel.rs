@@ -118,3 +118,153 @@ async fn a_dropped_pipeline_holding_a_begin_loses_no_later_write() {
         .await;
     }
 }
+
+/// Drops `fut` after its `polls`-th poll (polled only when woken); `None` if it was dropped.
+struct DropAfter<'a, T> {
+    fut: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+    left: usize,
+}
+impl<T> Future for DropAfter<'_, T> {
+    type Output = Option<T>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        match self.fut.as_mut().poll(cx) {
+            Poll::Ready(v) => Poll::Ready(Some(v)),
+            Poll::Pending => {
+                self.left -= 1;
+                match self.left {
+                    0 => Poll::Ready(None),
+                    _ => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+type Call =
+    for<'a> fn(
+        &'a mut slipstream_pg::Client,
+    ) -> Pin<Box<dyn Future<Output = Result<(), slipstream_pg::Error>> + Send + 'a>>;
+
+/// The cancellation harness through the pool: each call that writes or opens a transaction is
+/// dropped after its k-th poll for every k until it completes, on a one-connection pool; after
+/// each, the next borrower's autocommit write must be kept. A call that completed keeps its own
+/// write too.
+#[tokio::test]
+async fn through_the_pool_no_write_is_lost_whatever_poll_a_call_is_dropped_at() {
+    let calls: Vec<(&str, Call)> = vec![
+        ("transaction + commit", |c| {
+            Box::pin(async move {
+                let mut tx = c.transaction().await?;
+                tx.execute("INSERT INTO done VALUES ('transaction + commit')", &[])
+                    .await?;
+                tx.commit().await
+            })
+        }),
+        ("transaction left open", |c| {
+            Box::pin(async move {
+                let mut tx = c.transaction().await?;
+                tx.execute("SELECT 1", &[]).await?;
+                std::mem::forget(tx.savepoint("s").await?);
+                Ok(())
+            })
+        }),
+        ("batch_execute BEGIN", |c| {
+            Box::pin(async move { c.batch_execute("BEGIN; SELECT 1").await })
+        }),
+        ("execute", |c| {
+            Box::pin(async move {
+                c.execute("INSERT INTO done VALUES ('execute')", &[])
+                    .await
+                    .map(drop)
+            })
+        }),
+        ("copy_in", |c| {
+            Box::pin(async move {
+                let mut copy = c.copy_in("COPY done FROM STDIN").await?;
+                copy.write(b"copy_in\n").await?;
+                copy.finish().await.map(drop)
+            })
+        }),
+        ("pipeline holding a BEGIN", |c| {
+            Box::pin(async move {
+                let mut p =
+                    c.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+                p.execute("BEGIN", &[]).await?;
+                p.execute("SELECT 1", &[]).await?;
+                let q = p.query("SELECT 2", &[]).await?;
+                p.process(&q).await?;
+                p.end().await;
+                Ok(())
+            })
+        }),
+    ];
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE t (x int); CREATE TABLE done (name text)")
+        .await
+        .unwrap();
+    for reset in [Reset::Rollback, Reset::Session, Reset::None] {
+        let pool = pool(&cluster, reset);
+        watcher.batch_execute("TRUNCATE t, done").await.unwrap();
+        let mut markers = 0i64;
+        let mut completed = Vec::new();
+        for (name, call) in &calls {
+            for k in 1..=400 {
+                let outcome = {
+                    let mut conn = pool.get().await.unwrap();
+                    tokio::time::timeout(
+                        LIMIT,
+                        DropAfter {
+                            fut: call(&mut conn),
+                            left: k,
+                        },
+                    )
+                    .await
+                    .expect("no hang")
+                };
+                {
+                    let mut conn = pool.get().await.unwrap();
+                    tokio::time::timeout(
+                        LIMIT,
+                        conn.execute("INSERT INTO t VALUES ($1)", &[&(k as i32)]),
+                    )
+                    .await
+                    .expect("no hang")
+                    .unwrap_or_else(|e| panic!("{reset:?} {name} at poll {k}: next borrower: {e}"));
+                    markers += 1;
+                }
+                let kept: i64 = watcher
+                    .query_one("SELECT count(*) FROM t", &[])
+                    .await
+                    .unwrap()
+                    .get(0)
+                    .unwrap();
+                assert_eq!(
+                    kept, markers,
+                    "{reset:?}: {name} dropped at poll {k} lost a write"
+                );
+                if let Some(result) = outcome {
+                    result.unwrap_or_else(|e| panic!("{name}: {e}"));
+                    completed.push(*name);
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            completed.len(),
+            calls.len(),
+            "every call completed: {completed:?}"
+        );
+        // A completed call's own write was kept as well (the ones that write one).
+        for name in ["transaction + commit", "execute", "copy_in"] {
+            let n: i64 = watcher
+                .query_one("SELECT count(*) FROM done WHERE name = $1", &[&name])
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            assert!(n >= 1, "{reset:?}: the completed {name} was kept");
+        }
+    }
+}

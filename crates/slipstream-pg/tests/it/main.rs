@@ -2,6 +2,7 @@
 
 mod auth;
 mod cancel;
+mod cancellation;
 mod copy;
 mod engine;
 mod faults;
