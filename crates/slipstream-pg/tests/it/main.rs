@@ -4,6 +4,7 @@ mod auth;
 mod cancel;
 mod copy;
 mod faults;
+mod hostile;
 mod fetch;
 mod pipeline;
 mod query;
