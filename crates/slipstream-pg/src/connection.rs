@@ -43,6 +43,10 @@ pub(crate) const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
 /// arrive (see `Connection::make_room`). So the most one length prefix can make a client
 /// allocate is this, whatever it claims.
 pub(crate) const TRUSTED_LENGTH: usize = 16 << 20;
+/// Distinct `ParameterStatus` names we keep. PostgreSQL 15 reports 14 (and a few more for
+/// extensions' GUC_REPORT settings); a server that keeps inventing names is not growing the
+/// map without end.
+const MAX_PARAMETERS: usize = 1024;
 /// Read at least this much at a time: one read usually holds a whole small response.
 const READ_CHUNK: usize = 16 * 1024;
 /// A message bigger than this gets an allocation of its own (see `parse_buffered`).
@@ -452,6 +456,12 @@ impl Connection {
                         );
                     }
                 };
+                if self.parameters.len() >= MAX_PARAMETERS && !self.parameters.contains_key(&name) {
+                    return Err(self.poison(Error::protocol(format!(
+                        "server reported more than {MAX_PARAMETERS} distinct parameters \
+                         (ParameterStatus); the connection is closed. Is this a PostgreSQL server?"
+                    ))));
+                }
                 self.parameters.insert(name, value);
             }
             Message::ErrorResponse(body) => {
@@ -685,6 +695,14 @@ fn check_structure(message: &Message) -> std::io::Result<()> {
         Message::AuthenticationSasl(body) => body.mechanisms().for_each(|_| Ok(())),
         Message::ErrorResponse(body) => body.fields().for_each(|_| Ok(())),
         Message::NoticeResponse(body) => body.fields().for_each(|_| Ok(())),
+        // Anything else would be read as idle, and a pool would lend a connection that is
+        // inside a transaction.
+        Message::ReadyForQuery(body) if !matches!(body.status(), b'I' | b'T' | b'E') => {
+            Err(std::io::Error::other(format!(
+                "transaction status {} is none of 'I', 'T', 'E'",
+                printable(body.status())
+            )))
+        }
         _ => Ok(()),
     }
 }

@@ -755,3 +755,63 @@ async fn a_row_longer_than_the_trusted_length_still_arrives_whole() {
     assert!(rows[0].get::<_, &str>(0).unwrap().as_bytes() == value);
     assert!(!c.is_broken());
 }
+
+#[tokio::test]
+async fn a_ready_for_query_with_an_unknown_transaction_status_is_refused() {
+    // Read as idle, it would let a pool lend a connection inside a transaction.
+    connect_err(
+        vec![
+            Step::Startup,
+            Step::Send([auth_ok(), msg(b'Z', b"X")].concat()),
+        ],
+        ErrorKind::Protocol,
+        &["ReadyForQuery 'Z'", "transaction status 'X'"],
+    )
+    .await;
+    let reply = [msg(b'1', &[]), msg(b'I', &[]), msg(b'Z', b"?")].concat();
+    let mut c = connected(vec![Step::Recv, Step::Send(reply)], true).await;
+    let r = tokio::time::timeout(LIMIT, c.execute("", &[])).await;
+    check(
+        "status",
+        r,
+        ErrorKind::Protocol,
+        &["transaction status '?'"],
+    );
+    closed_after(&mut c).await;
+}
+
+#[tokio::test]
+async fn a_server_that_invents_parameters_without_end_is_cut_off() {
+    let flood: Vec<u8> = (0..5000)
+        .flat_map(|i| msg(b'S', format!("p{i}\0v\0").as_bytes()))
+        .collect();
+    connect_err(
+        vec![Step::Startup, Step::Send([auth_ok(), flood].concat())],
+        ErrorKind::Protocol,
+        &["more than 1024 distinct parameters"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn garbage_instead_of_a_tls_handshake_is_a_tls_error() {
+    let port = fake(
+        vec![
+            Step::Startup,
+            Step::Send(b"SHTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
+        ],
+        true,
+    )
+    .await;
+    let r = tokio::time::timeout(
+        LIMIT,
+        slipstream_pg::connect_config(&config(port).ssl_mode(SslMode::Require)),
+    )
+    .await;
+    check(
+        "tls",
+        r.map(|r| r.map(drop)),
+        ErrorKind::Tls,
+        &["TLS handshake failed"],
+    );
+}
