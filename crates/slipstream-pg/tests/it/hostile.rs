@@ -815,3 +815,33 @@ async fn garbage_instead_of_a_tls_handshake_is_a_tls_error() {
         &["TLS handshake failed"],
     );
 }
+
+#[tokio::test]
+async fn a_bad_row_in_a_row_stream_ends_the_stream_with_a_named_error() {
+    let reply = [
+        described(&["a"]),
+        data_row(&[b"1"]),
+        data_row(&[b"2", b"3"]),
+    ]
+    .concat();
+    let mut c = connected(vec![Step::Recv, Step::Send(reply)], true).await;
+    let r = tokio::time::timeout(LIMIT, async {
+        let mut rows = c.query_stream("SELECT a FROM t", &[]).await?;
+        let mut n = 0;
+        while rows.next().await?.is_some() {
+            n += 1;
+        }
+        Ok::<_, slipstream_pg::Error>(n)
+    })
+    .await;
+    check(
+        "stream",
+        r,
+        ErrorKind::Protocol,
+        &[
+            "DataRow of 2 columns for a RowDescription of 1",
+            "connection is closed",
+        ],
+    );
+    closed_after(&mut c).await;
+}
