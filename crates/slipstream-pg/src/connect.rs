@@ -359,9 +359,12 @@ async fn scram(conn: &mut Connection, password: &[u8]) -> Result<(), Error> {
     }
 }
 
+/// A message that has no place where it arrived. Every caller closes the connection: the
+/// client and the server no longer agree on where they are.
 pub(crate) fn unexpected(message: &Message, when: &str) -> Error {
     Error::protocol(format!(
-        "server sent an unexpected {} message {when}",
+        "server sent an unexpected {} message {when} (protocol violation); the connection is \
+         closed",
         message_name(message)
     ))
 }

@@ -58,6 +58,15 @@ pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 /// Largest message we accept before authentication completes: a real server sends small
 /// messages there, so anything bigger is a peer that does not speak the protocol.
 pub(crate) const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
+/// The largest message length taken on trust: a message claiming up to this many bytes gets
+/// its whole buffer as soon as its header arrives; a bigger one gets memory as its bytes
+/// arrive (see `Connection::make_room`). So the most one length prefix can make a client
+/// allocate is this, whatever it claims.
+pub(crate) const TRUSTED_LENGTH: usize = 16 << 20;
+/// Distinct `ParameterStatus` names we keep. PostgreSQL 15 reports 14 (and a few more for
+/// extensions' GUC_REPORT settings); a server that keeps inventing names is not growing the
+/// map without end.
+const MAX_PARAMETERS: usize = 1024;
 /// Read at least this much at a time: one read usually holds a whole small response.
 const READ_CHUNK: usize = 16 * 1024;
 /// A message bigger than this gets an allocation of its own (see `parse_buffered`).
@@ -371,11 +380,9 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Err(self.poison(e)),
             }
-            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                self.rbuf.reserve(READ_CHUNK);
-            }
+            self.make_room();
             match self.socket.read_buf(&mut self.rbuf).await {
-                Ok(0) => return Err(self.poison(closed_by_server())),
+                Ok(0) => return Err(self.poison(closed_by_server(&self.rbuf))),
                 Ok(_) => {}
                 Err(e) => {
                     return Err(self.poison(Error::io("could not receive data from the server", e)));
@@ -387,26 +394,31 @@ impl Connection {
     fn parse_buffered(&mut self) -> Result<Option<Message>, Error> {
         // Check the length before the parser reserves room for it: garbage must not make us
         // allocate a gigabyte.
-        let mut big = false;
-        if let [tag, a, b, c, d, ..] = self.rbuf[..] {
-            // The length field counts itself but not the tag; the parser rejects one below 4.
-            let len = u32::from_be_bytes([a, b, c, d]) as usize + 1;
-            big = len > BIG_MESSAGE;
-            if len > self.max_message {
+        let big = match self.pending_len() {
+            Some(len) if len > self.max_message => {
+                let tag = self.rbuf[0];
                 return Err(Error::protocol(format!(
-                    "server sent a message of {len} bytes (tag {:?}), more than the {} allowed here; \
-                     is this a PostgreSQL server?",
-                    tag as char, self.max_message
+                    "server sent a message of {len} bytes ({}), more than the {} allowed {}; \
+                     the connection is closed. Is this a PostgreSQL server?",
+                    message_type(tag),
+                    self.max_message,
+                    if self.max_message == MAX_STARTUP_MESSAGE {
+                        "before authentication completes"
+                    } else {
+                        "for one message"
+                    },
                 )));
             }
-            // A row keeps its message's whole allocation alive, so a big message gets room for
-            // exactly itself and a read's worth after it: BytesMut's own growth would double
-            // (a 10 MB row holding 20 MB).
-            if len > self.rbuf.capacity() {
-                self.rbuf = moved_to(BytesMut::with_capacity(len + READ_CHUNK), &self.rbuf);
-            }
+            // Not whole yet. The parser is not asked: it would reserve the claimed length.
+            Some(len) if len > self.rbuf.len() => return Ok(None),
+            Some(len) => len > BIG_MESSAGE,
+            None => return Ok(None),
+        };
+        let tag = self.rbuf[0];
+        let message = Message::parse(&mut self.rbuf).map_err(|e| invalid(tag, &e))?;
+        if let Some(m) = &message {
+            check_structure(m).map_err(|e| invalid(tag, &e))?;
         }
-        let message = Message::parse(&mut self.rbuf).map_err(|e| invalid(&e))?;
         if big && message.is_some() {
             // Leave the big allocation to the message alone: the read buffer moves what
             // follows into a small one, so the memory goes when the row does instead of
@@ -414,6 +426,45 @@ impl Connection {
             self.rbuf = moved_to(BytesMut::with_capacity(READ_CHUNK), &self.rbuf);
         }
         Ok(message)
+    }
+
+    /// The whole length (tag included) of the message at the front of `rbuf`, once its header
+    /// has arrived.
+    fn pending_len(&self) -> Option<usize> {
+        match self.rbuf[..] {
+            // The length field counts itself but not the tag; the parser rejects one below 4.
+            [_, a, b, c, d, ..] => Some(u32::from_be_bytes([a, b, c, d]) as usize + 1),
+            _ => None,
+        }
+    }
+
+    /// Makes room in `rbuf` for the next read, once `parse_buffered` found no whole message.
+    ///
+    /// A big message gets a buffer of exactly its size and a read's worth after it: a row keeps
+    /// its message's whole allocation alive, and BytesMut's own doubling would let a 10 MB row
+    /// hold 20 MB. But a length is the server's claim, not bytes we hold: it is taken on trust
+    /// only up to [`TRUSTED_LENGTH`]. Past that, the buffer grows with what has arrived
+    /// (doubling, capped at the claim), so one length prefix cannot make us allocate a
+    /// gigabyte; such a message costs a transient copy or two on its way in.
+    fn make_room(&mut self) {
+        let spare = self.rbuf.capacity() - self.rbuf.len();
+        if let Some(len) = self.pending_len().filter(|&len| len > BIG_MESSAGE) {
+            let whole = len + READ_CHUNK;
+            if whole > self.rbuf.capacity() {
+                let room = if len <= TRUSTED_LENGTH {
+                    whole
+                } else if spare < READ_CHUNK / 4 {
+                    whole.min((self.rbuf.len() * 2).max(TRUSTED_LENGTH))
+                } else {
+                    return;
+                };
+                self.rbuf = moved_to(BytesMut::with_capacity(room), &self.rbuf);
+                return;
+            }
+        }
+        if spare < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
     }
 
     /// Writes what it can of `wbuf` without waiting, then returns the next message that is not
@@ -470,13 +521,13 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Poll::Ready(Err(self.poison(e))),
             }
-            if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                self.rbuf.reserve(READ_CHUNK);
-            }
+            self.make_room();
             // A `read_buf` future changes the buffer only when it completes, so dropping a
             // pending one loses nothing.
             match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(self.poison(closed_by_server()))),
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf))));
+                }
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => {
                     return Poll::Ready(Err(
@@ -535,6 +586,12 @@ impl Connection {
                         );
                     }
                 };
+                if self.parameters.len() >= MAX_PARAMETERS && !self.parameters.contains_key(&name) {
+                    return Err(self.poison(Error::protocol(format!(
+                        "server reported more than {MAX_PARAMETERS} distinct parameters \
+                         (ParameterStatus); the connection is closed. Is this a PostgreSQL server?"
+                    ))));
+                }
                 self.parameters.insert(name, value);
             }
             Message::ErrorResponse(body) => {
@@ -715,15 +772,104 @@ impl Drop for Connection {
     }
 }
 
-fn closed_by_server() -> Error {
+/// The end of the stream, with what `rbuf` (the bytes read but not yet a whole message) says
+/// about where it came: between messages, or in the middle of one.
+fn closed_by_server(rbuf: &[u8]) -> Error {
+    let cut = match rbuf {
+        [] => String::new(),
+        [tag, a, b, c, d, ..] => format!(
+            " in the middle of a message ({}, {} of {} bytes arrived)",
+            message_type(*tag),
+            rbuf.len(),
+            u32::from_be_bytes([*a, *b, *c, *d]) as u64 + 1
+        ),
+        [tag, ..] => format!(
+            " in the middle of a message ({}, {} bytes of its header arrived)",
+            message_type(*tag),
+            rbuf.len()
+        ),
+    };
     Error::io(
-        "server closed the connection unexpectedly (the backend may have been terminated or the server restarted)",
+        &format!(
+            "server closed the connection unexpectedly{cut} (the backend may have been terminated \
+             or the server restarted); the connection is closed"
+        ),
         std::io::ErrorKind::UnexpectedEof.into(),
     )
 }
 
-fn invalid(e: &std::io::Error) -> Error {
+/// The protocol's name for a backend message tag and the tag (`DataRow 'D'`), for error
+/// messages.
+fn message_type(tag: u8) -> String {
+    let name = match tag {
+        b'R' => "Authentication",
+        b'K' => "BackendKeyData",
+        b'2' => "BindComplete",
+        b'3' => "CloseComplete",
+        b'C' => "CommandComplete",
+        b'd' => "CopyData",
+        b'c' => "CopyDone",
+        b'G' => "CopyInResponse",
+        b'H' => "CopyOutResponse",
+        b'W' => "CopyBothResponse",
+        b'D' => "DataRow",
+        b'I' => "EmptyQueryResponse",
+        b'E' => "ErrorResponse",
+        b'v' => "NegotiateProtocolVersion",
+        b'n' => "NoData",
+        b'N' => "NoticeResponse",
+        b'A' => "NotificationResponse",
+        b't' => "ParameterDescription",
+        b'S' => "ParameterStatus",
+        b'1' => "ParseComplete",
+        b's' => "PortalSuspended",
+        b'Z' => "ReadyForQuery",
+        b'T' => "RowDescription",
+        _ => return format!("unknown type {}", printable(tag)),
+    };
+    format!("{name} {}", printable(tag))
+}
+
+/// Walks the parts of a message that the parser leaves for later, so that a malformed one is
+/// refused here, where the connection is closed on any error, instead of in whichever call
+/// decodes it. `DataRow` is left to [`crate::Row`]: it is the hot path, and every caller that
+/// builds rows closes the connection when one is malformed.
+fn check_structure(message: &Message) -> std::io::Result<()> {
+    use fallible_iterator::FallibleIterator;
+    match message {
+        Message::RowDescription(body) => body.fields().for_each(|_| Ok(())),
+        Message::ParameterDescription(body) => body.parameters().for_each(|_| Ok(())),
+        Message::CopyInResponse(body) => body.column_formats().for_each(|_| Ok(())),
+        Message::CopyOutResponse(body) => body.column_formats().for_each(|_| Ok(())),
+        Message::AuthenticationSasl(body) => body.mechanisms().for_each(|_| Ok(())),
+        Message::ErrorResponse(body) => body.fields().for_each(|_| Ok(())),
+        Message::NoticeResponse(body) => body.fields().for_each(|_| Ok(())),
+        // Anything else would be read as idle, and a pool would lend a connection that is
+        // inside a transaction.
+        Message::ReadyForQuery(body) if !matches!(body.status(), b'I' | b'T' | b'E') => {
+            Err(std::io::Error::other(format!(
+                "transaction status {} is none of 'I', 'T', 'E'",
+                printable(body.status())
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A message tag as the protocol documents it (`'D'`), or its value if it is not a letter.
+fn printable(tag: u8) -> String {
+    if tag.is_ascii_graphic() {
+        format!("'{}'", tag as char)
+    } else {
+        format!("{tag:#04x}")
+    }
+}
+
+/// A message whose body does not parse: `tag` says which kind it claimed to be.
+fn invalid(tag: u8, e: &dyn std::fmt::Display) -> Error {
     Error::protocol(format!(
-        "server sent an invalid message ({e}); the connection is closed. Is this a PostgreSQL server?"
+        "server sent an invalid message ({}: {e}); the connection is closed. Is this a \
+         PostgreSQL server?",
+        message_type(tag),
     ))
 }

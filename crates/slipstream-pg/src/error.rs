@@ -387,10 +387,10 @@ impl DbError {
         }
         db.severity = severity
             .or(localized)
-            .ok_or_else(|| Error::protocol("server error message lacks a severity field"))?;
-        db.code = code.ok_or_else(|| Error::protocol("server error message lacks a SQLSTATE"))?;
+            .ok_or_else(|| Error::protocol("server sent an error or notice without a severity (protocol violation); the connection is closed"))?;
+        db.code = code.ok_or_else(|| Error::protocol("server sent an error or notice without a SQLSTATE (protocol violation); the connection is closed"))?;
         db.message =
-            message.ok_or_else(|| Error::protocol("server error message lacks a message"))?;
+            message.ok_or_else(|| Error::protocol("server sent an error or notice without a message (protocol violation); the connection is closed"))?;
         db.position = match (normal_pos, internal_pos) {
             (Some(p), _) => Some(ErrorPosition::Original(p)),
             (None, Some(position)) => Some(ErrorPosition::Internal {

@@ -46,10 +46,23 @@ impl<T: RowIndex + ?Sized> RowIndex for &T {
     }
 }
 
+/// Where each value of a row lies in its message. The callers close the connection on an error:
+/// a server that sent one malformed row cannot be trusted with the next.
 pub(crate) fn ranges(body: &DataRowBody) -> Result<Vec<Option<Range<usize>>>, Error> {
-    body.ranges()
-        .collect()
-        .map_err(|e| Error::protocol(format!("malformed DataRow: {e}")))
+    body.ranges().collect().map_err(|e| {
+        Error::protocol(format!(
+            "server sent a malformed DataRow (a value's length runs past the end of the message: \
+             {e}; protocol violation); the connection is closed"
+        ))
+    })
+}
+
+/// A row whose value count is not its description's column count.
+fn mismatch(values: usize, columns: usize) -> Error {
+    Error::protocol(format!(
+        "server sent a DataRow of {values} columns for a RowDescription of {columns} (protocol \
+         violation); the connection is closed"
+    ))
 }
 
 /// One row of a query result, decoded on access with [`postgres_types::FromSql`].
@@ -73,11 +86,7 @@ impl Row {
     pub(crate) fn new(columns: Arc<[Column]>, body: DataRowBody) -> Result<Row, Error> {
         let ranges = ranges(&body)?;
         if ranges.len() != columns.len() {
-            return Err(Error::protocol(format!(
-                "server sent a row of {} values for {} columns",
-                ranges.len(),
-                columns.len()
-            )));
+            return Err(mismatch(ranges.len(), columns.len()));
         }
         Ok(Row {
             columns,
@@ -175,9 +184,7 @@ impl SimpleRow {
     pub(crate) fn new(columns: Arc<[String]>, body: DataRowBody) -> Result<SimpleRow, Error> {
         let ranges = ranges(&body)?;
         if ranges.len() != columns.len() {
-            return Err(Error::protocol(
-                "server sent a row whose length does not match its description",
-            ));
+            return Err(mismatch(ranges.len(), columns.len()));
         }
         Ok(SimpleRow {
             columns,

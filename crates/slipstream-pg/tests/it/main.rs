@@ -6,6 +6,7 @@ mod cancellation;
 mod copy;
 mod engine;
 mod faults;
+mod hostile;
 mod fetch;
 mod pipeline;
 mod query;
