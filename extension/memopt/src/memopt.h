@@ -23,7 +23,7 @@ extern bool memopt_relation_synced(Relation rel);
 
 /* sync.c */
 extern void memopt_sync_init(void);
-extern bool memopt_wrote(Oid relid);
+extern bool memopt_wrote(Relation rel);
 
 /* scan.c */
 extern void memopt_scan_init(void);

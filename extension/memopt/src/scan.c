@@ -454,7 +454,7 @@ try_hit(LookupState *s, EState *estate)
 		return MISS_RECOVERY;
 	if (IsolationUsesXactSnapshot() || !IsMVCCSnapshot(snapshot))
 		return MISS_ISOLATION;
-	if (memopt_wrote(RelationGetRelid(rel)))
+	if (memopt_wrote(rel))
 		return MISS_OWN_WRITE;
 	if (!s->usable || !memopt_relation_synced(rel))
 		return MISS_DISABLED;

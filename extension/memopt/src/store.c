@@ -9,6 +9,12 @@
 
 #include "store.h"
 #include "memopt.h"
+#include "key.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "storage/procarray.h"
+#include "utils/relcache.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -463,13 +469,14 @@ memopt_table_release(MemoptTable *t)
  * Entries hold heap tuples in the layout of the relation when they were filled.  A new
  * relfilenode (TRUNCATE, VACUUM FULL, CLUSTER, rewriting ALTER TABLE) or any change of the
  * attributes (ALTER TABLE ADD/DROP/ALTER COLUMN) makes them all dead before anyone reads or
- * fills with the new layout.
+ * fills with the new layout.  So does a new primary key (its index and columns).
  */
 static uint64
 layout_fingerprint(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	uint64		fp = hash_bytes_uint32_extended(rel->rd_node.relNode, desc->natts);
+	const PkLayout *pk;
 
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -480,6 +487,15 @@ layout_fingerprint(Relation rel)
 		fp = hash_combine64(fp, hash_bytes_extended((const unsigned char *) parts,
 													sizeof(parts), i));
 	}
+
+	/*
+	 * Entries are keyed by the bytes of the primary-key columns: a primary key moved to other
+	 * columns (or rebuilt through another index) gives the same bytes to another row.
+	 */
+	fp = hash_combine64(fp, hash_bytes_uint32_extended(RelationGetPrimaryKeyIndex(rel), 0));
+	if ((pk = memopt_pk_layout(rel)) != NULL)
+		fp = hash_combine64(fp, hash_bytes_extended((const unsigned char *) pk->attnums,
+													pk->nkeys * sizeof(AttrNumber), pk->nkeys));
 	return fp | 1;
 }
 
@@ -591,6 +607,23 @@ memopt_ticket(MemoptTable *t, uint32 hash, FillTicket *ticket)
 }
 
 /*
+ * Whether the inserting transaction of a row version has committed.  Only such versions may
+ * be stored: an entry's xmin is later judged by XidInMVCCSnapshot alone, which takes any xid
+ * that is no longer running for committed, so an entry made from an aborted (or still
+ * running, later aborting) insert would be served to everyone as if it existed (issue 18).
+ * Our own xid is refused first: it is "in progress" to nobody but the clog.
+ */
+static bool
+xmin_committed_now(TransactionId xmin)
+{
+	if (TransactionIdIsCurrentTransactionId(xmin))
+		return false;
+	if (TransactionIdIsInProgress(xmin))
+		return false;
+	return TransactionIdDidCommit(xmin);
+}
+
+/*
  * Installs the row version `tuple`, read through a pin on `buffer`, if it is still the live
  * version and no writer of its key finished or started committing since `ticket` was taken.
  *
@@ -600,6 +633,8 @@ memopt_ticket(MemoptTable *t, uint32 hash, FillTicket *ticket)
  * after, W's cleanup comes after our ticket was taken: either it already ran (the generation
  * moved: skip), or W's fence is up (skip), or W has yet to fence, and then its cleanup will
  * remove what we install.  Lock-only xmax (SELECT FOR SHARE/UPDATE) changes no data.
+ * The version's inserter must have committed (see xmin_committed_now), so what is installed
+ * is never a row that may yet roll back, nor one only its writer can see.
  */
 bool
 memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
@@ -610,6 +645,7 @@ memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
 	HeapTupleHeader h;
 	uint32		len = tuple->t_len;
 	TransactionId xmin = InvalidTransactionId;
+	bool		xmin_committed = false;
 	bool		live;
 	int32		idx;
 	Entry	   *e;
@@ -630,9 +666,10 @@ memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
 	{
 		memcpy(fill_buffer, h, len);
 		xmin = HeapTupleHeaderGetXmin(h);
+		xmin_committed = HeapTupleHeaderXminCommitted(h) || HeapTupleHeaderXminFrozen(h);
 	}
 	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
-	if (!live)
+	if (!live || !(xmin_committed || xmin_committed_now(xmin)))
 		return false;
 
 	idx = take_entry();
@@ -749,6 +786,18 @@ memopt_unfence_key(Oid dbid, Oid relid, uint32 hash)
 		put_free(freed);
 		freed = next;
 	}
+}
+
+/*
+ * Removes the key's entries and bumps its bucket's generation without a fence: the abort of a
+ * transaction that wrote the key.  Nothing it wrote can have been stored (fills take only
+ * committed versions), so this is a second line of defence, and it never raises.
+ */
+void
+memopt_purge_key(Oid dbid, Oid relid, uint32 hash)
+{
+	memopt_fence_key(hash);
+	memopt_unfence_key(dbid, relid, hash);
 }
 
 void

@@ -127,6 +127,7 @@ extern bool memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen
 /* Writers */
 extern void memopt_fence_key(uint32 hash);
 extern void memopt_unfence_key(Oid dbid, Oid relid, uint32 hash);
+extern void memopt_purge_key(Oid dbid, Oid relid, uint32 hash);
 extern void memopt_fence_table(MemoptTable *t);
 extern void memopt_unfence_table(MemoptTable *t);
 

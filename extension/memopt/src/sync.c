@@ -8,8 +8,9 @@
  * removed.  A reader whose snapshot sees the commit was taken after the fence went up, so it
  * finds the fence or no entry.  Writers never install rows: readers refill lazily.
  *
- * Reads of a table this transaction wrote are not served at all (MISS_OWN_WRITE), so the
- * writer always sees its own changes through the normal plan.
+ * Reads of a table this transaction wrote, or is writing, are not served at all
+ * (MISS_OWN_WRITE, see memopt_wrote), so the writer always sees its own changes through the
+ * normal plan.  On abort the keys that were never fenced are purged as well.
  */
 #include "postgres.h"
 
@@ -17,7 +18,9 @@
 #include "key.h"
 #include "store.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
+#include "storage/lmgr.h"
 #include "catalog/objectaccess.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -80,9 +83,25 @@ note_written(Oid relid)
 	return nwritten++;
 }
 
+/*
+ * Whether this transaction may have written rel, so that its reads must go through the normal
+ * plan (issue 18).  The sync triggers fire AFTER ROW, at the end of the statement: a read
+ * inside the writing statement (RETURNING, a volatile function, a BEFORE trigger) comes
+ * before them.  Every writer holds RowExclusiveLock (or stronger) on the table from the
+ * moment its statement is parsed or its cached plan is locked, until the end of the
+ * transaction, so holding one is the earliest sign of a write; it errs only towards misses
+ * (LOCK TABLE, DDL).  A parallel worker holds only the locks it took itself, so a worker of
+ * a transaction that has an xid (that may have written anything) never serves.
+ */
 bool
-memopt_wrote(Oid relid)
+memopt_wrote(Relation rel)
 {
+	Oid			relid = RelationGetRelid(rel);
+
+	if (IsParallelWorker() && TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return true;
+	if (CheckRelationLockedByMe(rel, RowExclusiveLock, true))
+		return true;
 	for (int i = 0; i < nwritten; i++)
 		if (written[i] == relid)
 			return true;
@@ -172,12 +191,16 @@ publish_fences(void)
 }
 
 static void
-release_fences(void)
+release_fences(bool aborted)
 {
 	if (memopt_store_attached())
 	{
 		for (int i = 0; i < nfenced; i++)
 			memopt_unfence_key(MyDatabaseId, dirty[i].relid, dirty[i].hash);
+		/* Keys written but never fenced: the transaction aborted before PRE_COMMIT. */
+		if (aborted)
+			for (int i = nfenced; i < ndirty; i++)
+				memopt_purge_key(MyDatabaseId, dirty[i].relid, dirty[i].hash);
 		for (int i = 0; i < nwritten; i++)
 			if (table_fenced[i])
 				memopt_unfence_table(memopt_table(MyDatabaseId, written[i], true));
@@ -216,12 +239,12 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (nfenced > 0 && memopt_test_cleanup_delay_ms > 0)
 				pg_usleep(memopt_test_cleanup_delay_ms * 1000L);
-			release_fences();
+			release_fences(false);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			release_fences();
+			release_fences(event != XACT_EVENT_PREPARE);
 			break;
 	}
 }
