@@ -24,6 +24,7 @@ memopt_register(PG_FUNCTION_ARGS)
 	Relation	rel;
 	MemoptTable *t;
 
+	memopt_require_owner(relid, "enable_read");
 	memopt_require_store();
 	rel = table_open(relid, AccessShareLock);
 	/* Writes before the triggers existed were not seen: start from an empty store. */
@@ -41,6 +42,7 @@ memopt_invalidate_table(PG_FUNCTION_ARGS)
 {
 	MemoptTable *t;
 
+	memopt_require_owner(PG_GETARG_OID(0), "drop_object");
 	memopt_require_store();
 	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), false);
 	if (t != NULL)
@@ -54,6 +56,7 @@ memopt_unregister(PG_FUNCTION_ARGS)
 {
 	MemoptTable *t;
 
+	memopt_require_owner(PG_GETARG_OID(0), "disable_read");
 	memopt_require_store();
 	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), false);
 	if (t != NULL)

@@ -12,12 +12,10 @@
 #include "key.h"
 #include "store.h"
 
-#include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
-#include "utils/lsyscache.h"
 
 PG_MODULE_MAGIC;
 
@@ -45,40 +43,6 @@ shmem_startup(void)
 	if (prev_shmem_startup)
 		prev_shmem_startup();
 	memopt_shmem_startup();
-}
-
-static bool
-is_trigger(Trigger *t, const char *name, const char *function)
-{
-	char	   *fn;
-	bool		ok;
-
-	if (t->tgenabled != TRIGGER_FIRES_ALWAYS || strcmp(t->tgname, name) != 0)
-		return false;
-	fn = get_func_name(t->tgfoid);
-	ok = fn != NULL && strcmp(fn, function) == 0;
-	if (fn)
-		pfree(fn);
-	return ok;
-}
-
-bool
-memopt_relation_synced(Relation rel)
-{
-	TriggerDesc *td = rel->trigdesc;
-	bool		row = false;
-	bool		truncate = false;
-
-	if (td == NULL)
-		return false;
-	for (int i = 0; i < td->numtriggers; i++)
-	{
-		Trigger    *t = &td->triggers[i];
-
-		row |= is_trigger(t, MEMOPT_ROW_TRIGGER, "sync_row");
-		truncate |= is_trigger(t, MEMOPT_TRUNCATE_TRIGGER, "sync_truncate");
-	}
-	return row && truncate;
 }
 
 void
@@ -115,6 +79,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("memopt");
 
 	memopt_key_init();
+	memopt_triggers_init();
 	memopt_sync_init();
 	if (!process_shared_preload_libraries_in_progress)
 		return;

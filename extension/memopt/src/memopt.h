@@ -18,8 +18,12 @@ extern int	memopt_test_cleanup_delay_ms;
 #define MEMOPT_ROW_TRIGGER "memopt_sync"
 #define MEMOPT_TRUNCATE_TRIGGER "memopt_truncate"
 
-/* True when both sync triggers exist and fire ALWAYS: only then is every write seen. */
+/* triggers.c */
+/* True when both sync triggers exist as enable_read made them: only then is every write seen. */
 extern bool memopt_relation_synced(Relation rel);
+/* Raises unless the current user owns the table (or is a superuser). */
+extern void memopt_require_owner(Oid relid, const char *function);
+extern void memopt_triggers_init(void);
 
 /* sync.c */
 extern void memopt_sync_init(void);

@@ -57,6 +57,7 @@ memopt_populate(PG_FUNCTION_ARGS)
 	BackgroundWorkerHandle *handle;
 	PopulateArgs args = {MyDatabaseId, relid, GetUserId()};
 
+	memopt_require_owner(relid, "populate");
 	memopt_require_store();
 	rel = table_open(relid, AccessShareLock);
 	if (!memopt_relation_synced(rel))
