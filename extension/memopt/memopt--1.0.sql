@@ -147,8 +147,11 @@ CREATE FUNCTION memopt.table_stats(
 RETURNS SETOF record
     AS 'MODULE_PATHNAME', 'memopt_table_stats' LANGUAGE C STRICT VOLATILE;
 
+-- The pool and the table registry: misses_unregistered counts lookups of enabled tables that
+-- found no registry slot (all memopt can track were taken), each a miss.
 CREATE FUNCTION memopt.pool(OUT capacity_rows bigint, OUT entry_bytes bigint,
-                            OUT capacity_bytes bigint)
+                            OUT capacity_bytes bigint, OUT tables_registered int,
+                            OUT tables_max int, OUT misses_unregistered bigint)
     AS 'MODULE_PATHNAME', 'memopt_pool' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW memopt.stats AS
@@ -161,9 +164,11 @@ CREATE VIEW memopt.stats AS
       FROM memopt.table_stats();
 
 CREATE VIEW memopt.stats_total AS
-    SELECT coalesce(sum(lookups), 0)::bigint AS lookups,
+    SELECT coalesce(sum(lookups), 0)::bigint + (SELECT misses_unregistered FROM memopt.pool())
+             AS lookups,
            coalesce(sum(hits), 0)::bigint AS hits,
-           coalesce(sum(misses), 0)::bigint AS misses,
+           coalesce(sum(misses), 0)::bigint + (SELECT misses_unregistered FROM memopt.pool())
+             AS misses,
            coalesce(sum(rows_populated), 0)::bigint AS rows_populated,
            coalesce(sum(populate_accepted), 0)::bigint AS populate_accepted,
            coalesce(sum(populate_rejected), 0)::bigint AS populate_rejected,
@@ -172,5 +177,6 @@ CREATE VIEW memopt.stats_total AS
            coalesce(sum(entries), 0)::bigint AS entries,
            coalesce(sum(bytes_used), 0)::bigint AS bytes_used,
            (SELECT capacity_rows FROM memopt.pool()) AS capacity_rows,
-           (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes
+           (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes,
+           (SELECT misses_unregistered FROM memopt.pool()) AS misses_unregistered
       FROM memopt.table_stats();

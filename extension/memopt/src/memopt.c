@@ -23,6 +23,7 @@ int			memopt_pool_size_kb = 64 * 1024;
 int			memopt_entry_size = 256;
 bool		memopt_enabled = true;
 int			memopt_test_cleanup_delay_ms = 0;
+int			memopt_table_fence_threshold = 10000;
 
 static shmem_request_hook_type prev_shmem_request;
 static shmem_startup_hook_type prev_shmem_startup;
@@ -52,6 +53,12 @@ _PG_init(void)
 							 "Serves primary-key lookups of memoptimized tables from the store.",
 							 "Off: every lookup runs the normal index plan (a miss, reason disabled).",
 							 &memopt_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("memopt.table_fence_threshold",
+							"Keys a transaction may write to one table before it fences the whole table.",
+							"Past it the commit fences and empties the table's part of the store at once, "
+							"as a TRUNCATE does, instead of fencing key by key. -1: never.",
+							&memopt_table_fence_threshold, 10000, -1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("memopt.test_cleanup_delay",
 							"Testing only: sleep between a commit and the end of its fences.",
 							"Widens the window in which readers must be held off by the fences.",
@@ -73,7 +80,7 @@ _PG_init(void)
 		DefineCustomIntVariable("memopt.entry_size",
 								"Bytes per stored row: key, heap tuple and a 40-byte header.",
 								"Rows that do not fit are never stored (misses, reason uncacheable).",
-								&memopt_entry_size, 256, 64, 32768,
+								&memopt_entry_size, 256, MEMOPT_MIN_ENTRY_SIZE, 32768,
 								PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	}
 	MarkGUCPrefixReserved("memopt");

@@ -13,6 +13,7 @@ extern int	memopt_pool_size_kb;
 extern int	memopt_entry_size;
 extern bool memopt_enabled;
 extern int	memopt_test_cleanup_delay_ms;
+extern int	memopt_table_fence_threshold;
 
 /* Names of the triggers enable_read installs (memopt--1.0.sql must agree). */
 #define MEMOPT_ROW_TRIGGER "memopt_sync"

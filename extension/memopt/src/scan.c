@@ -63,10 +63,13 @@ typedef struct LookupState
 	uint32		tuple_len;
 	FillTicket	ticket;
 
+	bool		claimable;		/* the store is there: count lookups even without a slot */
+
 	/* for EXPLAIN ANALYZE */
 	uint64		hits;
 	uint64		misses;
 	MemoptMiss	last_miss;
+	bool		last_unregistered;	/* the last miss found no registry slot */
 } LookupState;
 
 static set_rel_pathlist_hook_type prev_pathlist_hook;
@@ -432,8 +435,11 @@ begin_scan(CustomScanState *node, EState *estate, int eflags)
 		s->pk = *pk;
 	if (memopt_store_attached() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 	{
-		s->table = memopt_table(MyDatabaseId, RelationGetRelid(rel), true);
-		memopt_check_layout(s->table, rel);
+		/* NULL when every slot is taken: each lookup is then a counted miss, not an error. */
+		s->table = memopt_table(MyDatabaseId, RelationGetRelid(rel), MEMOPT_CLAIM);
+		if (s->table != NULL)
+			memopt_check_layout(s->table, rel);
+		s->claimable = true;
 		s->tuple_buf = palloc(memopt_entry_bytes());
 	}
 }
@@ -500,8 +506,20 @@ decide(LookupState *s, EState *estate)
 	s->hit = false;
 	s->returned = false;
 	s->fill_pending = false;
-	if (s->table == NULL)
+	if (s->table == NULL ||
+		s->table->relid != RelationGetRelid(s->css.ss.ss_currentRelation) ||
+		s->table->dbid != MyDatabaseId)
+	{
+		/* No slot, or it was released (the table disabled) since the scan began. */
+		if (s->claimable)
+		{
+			s->misses++;
+			s->last_unregistered = true;
+			memopt_count_unregistered();
+		}
 		return;
+	}
+	s->last_unregistered = false;
 	why = try_hit(s, estate);
 	if (s->hit)
 	{
@@ -621,7 +639,8 @@ explain_scan(CustomScanState *node, List *ancestors, ExplainState *es)
 		ExplainPropertyUInteger("Memopt Hits", NULL, s->hits, es);
 		ExplainPropertyUInteger("Memopt Misses", NULL, s->misses, es);
 		if (s->misses > 0)
-			ExplainPropertyText("Memopt Last Miss", memopt_miss_names[s->last_miss], es);
+			ExplainPropertyText("Memopt Last Miss", s->last_unregistered ? "unregistered" :
+								memopt_miss_names[s->last_miss], es);
 	}
 }
 

@@ -56,6 +56,8 @@ typedef struct Entry
 } Entry;
 
 #define ENTRY_HEADER MAXALIGN(sizeof(Entry))
+StaticAssertDecl(MAXALIGN(sizeof(Entry)) + MEMOPT_MIN_PAYLOAD <= MEMOPT_MIN_ENTRY_SIZE,
+				 "memopt.entry_size's minimum leaves no room for a row");
 
 typedef struct StoreShared
 {
@@ -63,6 +65,7 @@ typedef struct StoreShared
 	int32		free_head;
 	pg_atomic_uint32 clock;
 	pg_atomic_uint64 next_gen;
+	pg_atomic_uint64 unregistered_misses;	/* lookups of tables without a slot */
 	uint32		nentries;
 	uint32		nbuckets;
 	uint32		entry_size;
@@ -119,12 +122,12 @@ memopt_shmem_request(void)
 {
 	Geometry	g = geometry();
 
-	if (g.entry_size < ENTRY_HEADER + 32)
+	if (g.entry_size < ENTRY_HEADER + MEMOPT_MIN_PAYLOAD)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("memopt.entry_size = %d bytes leaves no room for a row",
 						memopt_entry_size),
-				 errhint("Set memopt.entry_size to at least %d.", (int) ENTRY_HEADER + 32)));
+				 errhint("Set memopt.entry_size to at least %d.", (int) ENTRY_HEADER + MEMOPT_MIN_PAYLOAD)));
 	if (g.nentries < MEMOPT_MIN_ENTRIES)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -187,6 +190,7 @@ memopt_shmem_startup(void)
 		SpinLockInit(&shared->free_lock);
 		pg_atomic_init_u32(&shared->clock, 0);
 		pg_atomic_init_u64(&shared->next_gen, 1);
+		pg_atomic_init_u64(&shared->unregistered_misses, 0);
 		shared->nentries = g.nentries;
 		shared->nbuckets = g.nbuckets;
 		shared->entry_size = g.entry_size;
@@ -334,8 +338,14 @@ take_entry(void)
 
 /* ---- registry ---- */
 
+/*
+ * The registry slot of a table.  MEMOPT_FIND never creates one.  MEMOPT_CLAIM (the scan: the
+ * first lookup of an enabled table after a restart) takes a free slot if there is one and
+ * otherwise returns NULL, never raising: the caller counts a miss.  MEMOPT_CREATE (enable_read,
+ * populate) raises a clear error when all slots are taken.  The commit path only finds.
+ */
 MemoptTable *
-memopt_table(Oid dbid, Oid relid, bool create)
+memopt_table(Oid dbid, Oid relid, MemoptSlotMode mode)
 {
 	MemoptTable *found = NULL;
 	MemoptTable *free_slot = NULL;
@@ -353,7 +363,7 @@ memopt_table(Oid dbid, Oid relid, bool create)
 		}
 	}
 	LWLockRelease(REGISTRY_LOCK);
-	if (found != NULL || !create)
+	if (found != NULL || mode == MEMOPT_FIND)
 		return found;
 
 	LWLockAcquire(REGISTRY_LOCK, LW_EXCLUSIVE);
@@ -374,10 +384,12 @@ memopt_table(Oid dbid, Oid relid, bool create)
 		if (free_slot == NULL)
 		{
 			LWLockRelease(REGISTRY_LOCK);
+			if (mode == MEMOPT_CLAIM)
+				return NULL;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("memopt can track at most %d tables", MEMOPT_MAX_TABLES),
-					 errhint("Call memopt.disable_read() on a table that no longer needs it.")));
+					 errmsg("memopt can track at most %d tables, and all are in use", MEMOPT_MAX_TABLES),
+					 errhint("Call memopt.disable_read() on a table that no longer needs it; see tables_registered in memopt.pool().")));
 		}
 		init_table(free_slot, dbid, relid, false);
 		found = free_slot;
@@ -454,8 +466,15 @@ memopt_invalidate(MemoptTable *t)
 void
 memopt_table_release(MemoptTable *t)
 {
+	memopt_table_release_if(t, t->dbid, t->relid);
+}
+
+/* Releases t only if it still belongs to (dbid, relid): it may have been reused meanwhile. */
+void
+memopt_table_release_if(MemoptTable *t, Oid dbid, Oid relid)
+{
 	LWLockAcquire(REGISTRY_LOCK, LW_EXCLUSIVE);
-	if (t->relid != InvalidOid)
+	if (t->relid != InvalidOid && t->relid == relid && t->dbid == dbid)
 	{
 		pg_atomic_fetch_add_u64(&t->gen, 1);
 		sweep(t);
@@ -516,6 +535,46 @@ memopt_check_layout(MemoptTable *t, Relation rel)
 		pg_atomic_write_u64(&t->fingerprint, fp);
 	}
 	LWLockRelease(REGISTRY_LOCK);
+}
+
+/* A lookup of an enabled table that has no registry slot (all taken): a miss all the same. */
+void
+memopt_count_unregistered(void)
+{
+	pg_atomic_fetch_add_u64(&shared->unregistered_misses, 1);
+}
+
+uint64
+memopt_unregistered_misses(void)
+{
+	return shared ? pg_atomic_read_u64(&shared->unregistered_misses) : 0;
+}
+
+int
+memopt_tables_registered(void)
+{
+	int			n = 0;
+
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(REGISTRY_LOCK, LW_SHARED);
+	for (int i = 0; i < MEMOPT_MAX_TABLES; i++)
+		n += shared->tables[i].relid != InvalidOid;
+	LWLockRelease(REGISTRY_LOCK);
+	return n;
+}
+
+/* Releases every slot of a database (DROP DATABASE): its OIDs may come back in a new one. */
+void
+memopt_release_database(Oid dbid)
+{
+	for (int i = 0; i < MEMOPT_MAX_TABLES; i++)
+	{
+		MemoptTable *t = &shared->tables[i];
+
+		if (((volatile MemoptTable *) t)->dbid == dbid)
+			memopt_table_release_if(t, dbid, t->relid);
+	}
 }
 
 void

@@ -26,6 +26,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_database.h"
 #include "catalog/pg_trigger.h"
 #include "utils/fmgroids.h"
 #include "commands/trigger.h"
@@ -48,9 +49,26 @@ static int	nfenced;			/* dirty[0..nfenced) are fenced in shared memory */
 
 static Oid *written;			/* tables with a row write or a TRUNCATE */
 static bool *truncated;
-static bool *table_fenced;
+static MemoptTable **table_fenced;	/* the slot fenced at PRE_COMMIT, or NULL */
+static int *nkeys;				/* keys recorded per written table */
 static int	nwritten;
 static int	maxwritten;
+
+/*
+ * Tables and databases dropped by this transaction: their slots are released when it commits
+ * (a rolled-back DROP keeps the table, its triggers and its slot).  relid = InvalidOid stands
+ * for a whole database.  level is the subtransaction that dropped it.
+ */
+typedef struct PendingDrop
+{
+	Oid			dbid;
+	Oid			relid;
+	int			level;
+} PendingDrop;
+
+static PendingDrop *drops;
+static int	ndrops;
+static int	maxdrops;
 
 static StringInfoData keybuf;
 static object_access_hook_type prev_object_access;
@@ -63,23 +81,32 @@ note_written(Oid relid)
 			return i;
 	if (nwritten == maxwritten)
 	{
-		maxwritten = maxwritten ? maxwritten * 2 : 8;
+		/*
+		 * The capacity is raised only once all three arrays have their new size: an
+		 * out-of-memory error part way leaves the old capacity, which the arrays still have.
+		 */
+		int			n = maxwritten ? maxwritten * 2 : 8;
+
 		if (written == NULL)
 		{
-			written = MemoryContextAlloc(TopMemoryContext, maxwritten * sizeof(Oid));
-			truncated = MemoryContextAlloc(TopMemoryContext, maxwritten * sizeof(bool));
-			table_fenced = MemoryContextAlloc(TopMemoryContext, maxwritten * sizeof(bool));
+			written = MemoryContextAlloc(TopMemoryContext, n * sizeof(Oid));
+			truncated = MemoryContextAlloc(TopMemoryContext, n * sizeof(bool));
+			table_fenced = MemoryContextAlloc(TopMemoryContext, n * sizeof(MemoptTable *));
+			nkeys = MemoryContextAlloc(TopMemoryContext, n * sizeof(int));
 		}
 		else
 		{
-			written = repalloc(written, maxwritten * sizeof(Oid));
-			truncated = repalloc(truncated, maxwritten * sizeof(bool));
-			table_fenced = repalloc(table_fenced, maxwritten * sizeof(bool));
+			written = repalloc(written, n * sizeof(Oid));
+			truncated = repalloc(truncated, n * sizeof(bool));
+			table_fenced = repalloc(table_fenced, n * sizeof(MemoptTable *));
+			nkeys = repalloc(nkeys, n * sizeof(int));
 		}
+		maxwritten = n;
 	}
 	written[nwritten] = relid;
 	truncated[nwritten] = false;
-	table_fenced[nwritten] = false;
+	table_fenced[nwritten] = NULL;
+	nkeys[nwritten] = 0;
 	return nwritten++;
 }
 
@@ -121,13 +148,36 @@ note_key(Relation rel, const PkLayout *pk, HeapTuple tuple)
 	memopt_key_from_tuple(pk, tuple, RelationGetDescr(rel), &keybuf);
 	if (ndirty == maxdirty)
 	{
-		maxdirty = maxdirty ? maxdirty * 2 : 64;
-		dirty = dirty ? repalloc_huge(dirty, maxdirty * sizeof(DirtyKey))
-			: MemoryContextAllocHuge(TopMemoryContext, maxdirty * sizeof(DirtyKey));
+		/* As in note_written: the capacity follows a successful allocation, never leads. */
+		int			n = maxdirty ? maxdirty * 2 : 64;
+
+		dirty = dirty ? repalloc_huge(dirty, n * sizeof(DirtyKey))
+			: MemoryContextAllocHuge(TopMemoryContext, n * sizeof(DirtyKey));
+		maxdirty = n;
 	}
 	dirty[ndirty].relid = RelationGetRelid(rel);
 	dirty[ndirty].hash = memopt_hash(MyDatabaseId, RelationGetRelid(rel), keybuf.data, keybuf.len);
 	ndirty++;
+}
+
+/*
+ * From now on the table written[at] is fenced as a whole at commit (and all its entries go
+ * when the commit ends), as for a TRUNCATE: a transaction writing more than
+ * memopt.table_fence_threshold keys would otherwise hold that many key fences, take as many
+ * partition locks at commit and keep a list that grows with every row (duplicates included).
+ * The keys recorded so far are dropped from the list; the table fence covers them.
+ */
+static void
+switch_to_table_fence(int at)
+{
+	Oid			relid = written[at];
+	int			kept = nfenced;
+
+	truncated[at] = true;
+	for (int i = nfenced; i < ndirty; i++)
+		if (dirty[i].relid != relid)
+			dirty[kept++] = dirty[i];
+	ndirty = kept;
 }
 
 PG_FUNCTION_INFO_V1(memopt_sync_row);
@@ -146,15 +196,27 @@ memopt_sync_row(PG_FUNCTION_ARGS)
 				 errhint("Use memopt.enable_read() to install it.")));
 	pk = memopt_pk_layout(td->tg_relation);
 	written_at = note_written(RelationGetRelid(td->tg_relation));
+	if (truncated[written_at])
+		return PointerGetDatum(NULL);	/* the whole table is fenced already */
 	if (pk == NULL)
 	{
 		/* The key changed to something we cannot serve: fence the whole table instead. */
-		truncated[written_at] = true;
+		switch_to_table_fence(written_at);
+		return PointerGetDatum(NULL);
+	}
+	if (memopt_table_fence_threshold >= 0 &&
+		nkeys[written_at] + 2 > memopt_table_fence_threshold)
+	{
+		switch_to_table_fence(written_at);
 		return PointerGetDatum(NULL);
 	}
 	note_key(td->tg_relation, pk, td->tg_trigtuple);
+	nkeys[written_at]++;
 	if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+	{
 		note_key(td->tg_relation, pk, td->tg_newtuple);
+		nkeys[written_at]++;
+	}
 	return PointerGetDatum(NULL);
 }
 
@@ -171,10 +233,16 @@ memopt_sync_truncate(PG_FUNCTION_ARGS)
 				 errmsg("memopt.sync_truncate() must be an AFTER TRUNCATE trigger"),
 				 errhint("Use memopt.enable_read() to install it.")));
 	written_at = note_written(RelationGetRelid(td->tg_relation));
-	truncated[written_at] = true;
+	switch_to_table_fence(written_at);
 	return PointerGetDatum(NULL);
 }
 
+/*
+ * PRE_COMMIT.  A table with no registry slot has nothing stored to fence; none is created
+ * here (the commit path must not fail for want of a slot), and none can appear before our
+ * commit ends: creating one needs a lock that conflicts with our writes' locks... except a
+ * lookup's claim, which starts from an empty store with a fresh generation.
+ */
 static void
 publish_fences(void)
 {
@@ -183,8 +251,11 @@ publish_fences(void)
 	for (int i = 0; i < nwritten; i++)
 		if (truncated[i])
 		{
-			memopt_fence_table(memopt_table(MyDatabaseId, written[i], true));
-			table_fenced[i] = true;
+			MemoptTable *t = memopt_table(MyDatabaseId, written[i], MEMOPT_FIND);
+
+			if (t != NULL)
+				memopt_fence_table(t);
+			table_fenced[i] = t;
 		}
 	for (; nfenced < ndirty; nfenced++)
 		memopt_fence_key(dirty[nfenced].hash);
@@ -202,8 +273,17 @@ release_fences(bool aborted)
 			for (int i = nfenced; i < ndirty; i++)
 				memopt_purge_key(MyDatabaseId, dirty[i].relid, dirty[i].hash);
 		for (int i = 0; i < nwritten; i++)
-			if (table_fenced[i])
-				memopt_unfence_table(memopt_table(MyDatabaseId, written[i], true));
+		{
+			if (table_fenced[i] != NULL)
+				memopt_unfence_table(table_fenced[i]);
+			else if (aborted && truncated[i])
+			{
+				MemoptTable *t = memopt_table(MyDatabaseId, written[i], MEMOPT_FIND);
+
+				if (t != NULL)
+					memopt_invalidate(t);
+			}
+		}
 	}
 	ndirty = 0;
 	nfenced = 0;
@@ -214,6 +294,63 @@ release_fences(bool aborted)
 		dirty = NULL;
 		maxdirty = 0;
 	}
+}
+
+/* At commit: the slots of what this transaction dropped.  Takes locks, never raises. */
+static void
+release_dropped(void)
+{
+	if (memopt_store_attached())
+		for (int i = 0; i < ndrops; i++)
+		{
+			MemoptTable *t;
+
+			if (!OidIsValid(drops[i].relid))
+				memopt_release_database(drops[i].dbid);
+			else if ((t = memopt_table(drops[i].dbid, drops[i].relid, MEMOPT_FIND)) != NULL)
+				memopt_table_release_if(t, drops[i].dbid, drops[i].relid);
+		}
+	ndrops = 0;
+}
+
+static void
+note_drop(Oid dbid, Oid relid)
+{
+	if (ndrops == maxdrops)
+	{
+		int			n = maxdrops ? maxdrops * 2 : 16;
+
+		drops = drops ? repalloc(drops, n * sizeof(PendingDrop))
+			: MemoryContextAlloc(TopMemoryContext, n * sizeof(PendingDrop));
+		maxdrops = n;
+	}
+	drops[ndrops].dbid = dbid;
+	drops[ndrops].relid = relid;
+	drops[ndrops].level = GetCurrentTransactionNestLevel();
+	ndrops++;
+}
+
+/* A rolled-back savepoint un-drops what it dropped; a released one hands it to its parent. */
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid,
+				 void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			kept = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (int i = 0; i < ndrops; i++)
+	{
+		if (drops[i].level >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;
+			drops[i].level = level - 1;
+		}
+		drops[kept++] = drops[i];
+	}
+	ndrops = kept;
 }
 
 static void
@@ -240,11 +377,13 @@ xact_callback(XactEvent event, void *arg)
 			if (nfenced > 0 && memopt_test_cleanup_delay_ms > 0)
 				pg_usleep(memopt_test_cleanup_delay_ms * 1000L);
 			release_fences(false);
+			release_dropped();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			release_fences(event != XACT_EVENT_PREPARE);
+			ndrops = 0;
 			break;
 	}
 }
@@ -269,9 +408,9 @@ trigger_relation(Oid trigger)
 }
 
 /*
- * A dropped table's entries and registry slot go at once: its OID may be reused by a table
- * that has not asked for memoptimized reads.  If the DROP rolls back the slot is made anew on
- * first use and the store refills.
+ * A dropped table's (or database's) entries and registry slot go when the DROP commits: its
+ * OID may be reused by a table that has not asked for memoptimized reads.  Until then the
+ * table is locked against every reader.  A DROP that rolls back keeps its slot.
  */
 static void
 object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, void *arg)
@@ -282,11 +421,11 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 		return;
 	if (access == OAT_DROP && classId == RelationRelationId && subId == 0)
 	{
-		MemoptTable *t = memopt_table(MyDatabaseId, objectId, false);
-
-		if (t != NULL)
-			memopt_table_release(t);
+		if (memopt_table(MyDatabaseId, objectId, MEMOPT_FIND) != NULL)
+			note_drop(MyDatabaseId, objectId);
 	}
+	else if (access == OAT_DROP && classId == DatabaseRelationId)
+		note_drop(objectId, InvalidOid);
 	else if ((access == OAT_DROP || access == OAT_POST_ALTER) && classId == TriggerRelationId)
 	{
 		/*
@@ -294,7 +433,7 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 		 * nothing stored before can be trusted.
 		 */
 		Oid			relid = trigger_relation(objectId);
-		MemoptTable *t = OidIsValid(relid) ? memopt_table(MyDatabaseId, relid, false) : NULL;
+		MemoptTable *t = OidIsValid(relid) ? memopt_table(MyDatabaseId, relid, MEMOPT_FIND) : NULL;
 
 		if (t != NULL)
 			memopt_invalidate(t);
@@ -305,6 +444,7 @@ void
 memopt_sync_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
 	prev_object_access = object_access_hook;
 	object_access_hook = object_access;
 }
