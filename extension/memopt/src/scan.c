@@ -23,6 +23,8 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_opfamily.h"
+#include "access/stratnum.h"
 #include "commands/explain.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
@@ -48,6 +50,7 @@ typedef struct LookupState
 	CustomScanState css;
 	PlanState  *child;
 	List	   *key_exprs;		/* ExprState per primary-key column, in index order */
+	Oid			value_types[INDEX_MAX_KEYS];	/* the type of each key value */
 	MemoptTable *table;
 	bool		usable;			/* the relation still has a key layout we serve */
 	PkLayout	pk;
@@ -146,14 +149,31 @@ is_key_value(Node *n)
 	return !key_value_walker(n, NULL) && !contain_volatile_functions(n);
 }
 
-/* Text and varchar share a byte form; other types must match the column exactly. */
 static bool
-value_type_fits(Oid column, Oid value)
+is_integer(Oid type)
 {
-	if (column == value)
-		return true;
-	return (column == TEXTOID || column == VARCHAROID) &&
-		(value == TEXTOID || value == VARCHAROID);
+	return type == INT2OID || type == INT4OID || type == INT8OID;
+}
+
+/*
+ * Whether `column op value` (or `value op column`) is the key equality we can serve.  Text and
+ * varchar share a byte form and texteq; the integer types all widen to the same int64 bytes,
+ * so the cross-type equalities of the integer btree family (int84eq for `bigint_pk = 42`, ...)
+ * are served too: equal values have equal bytes whichever type the value comes in.  Other
+ * types must match the column exactly.
+ */
+static bool
+key_operator_fits(Oid opno, bool column_left, Oid column, Oid value)
+{
+	if (column == value ||
+		((column == TEXTOID || column == VARCHAROID) && (value == TEXTOID || value == VARCHAROID)))
+		return opno == lookup_type_cache(column, TYPECACHE_EQ_OPR)->eq_opr;
+	if (is_integer(column) && is_integer(value))
+		return opno == get_opfamily_member(INTEGER_BTREE_FAM_OID,
+										   column_left ? column : value,
+										   column_left ? value : column,
+										   BTEqualStrategyNumber);
+	return false;
 }
 
 /*
@@ -178,8 +198,7 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 		Var		   *var;
 		Node	   *value;
 		int			col = -1;
-		Oid			coltype;
-		TypeCacheEntry *tc;
+		bool		column_left;
 
 		if (ri->pseudoconstant || ri->security_level > 0 || !IsA(ri->clause, OpExpr))
 			return NIL;
@@ -189,9 +208,9 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 		left = strip_relabel(linitial(op->args));
 		right = strip_relabel(lsecond(op->args));
 		if (IsA(left, Var) && is_key_value(right))
-			var = (Var *) left, value = right;
+			var = (Var *) left, value = right, column_left = true;
 		else if (IsA(right, Var) && is_key_value(left))
-			var = (Var *) right, value = left;
+			var = (Var *) right, value = left, column_left = false;
 		else
 			return NIL;
 		if ((Index) var->varno != rel->relid || var->varlevelsup != 0)
@@ -201,9 +220,7 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 				col = i;
 		if (col < 0 || by_column[col] != NULL)
 			return NIL;
-		coltype = pk->types[col];
-		tc = lookup_type_cache(coltype, TYPECACHE_EQ_OPR);
-		if (op->opno != tc->eq_opr || !value_type_fits(coltype, exprType(value)))
+		if (!key_operator_fits(op->opno, column_left, pk->types[col], exprType(value)))
 			return NIL;
 		if (OidIsValid(op->inputcollid) && !get_collation_isdeterministic(op->inputcollid))
 			return NIL;
@@ -428,6 +445,14 @@ begin_scan(CustomScanState *node, EState *estate, int eflags)
 	s->child = ExecInitNode(linitial(cs->custom_plans), estate, eflags);
 	node->custom_ps = list_make1(s->child);
 	s->key_exprs = ExecInitExprList(cs->custom_exprs, &node->ss.ps);
+	{
+		int			i = 0;
+		ListCell   *lc;
+
+		foreach(lc, cs->custom_exprs)
+			if (i < INDEX_MAX_KEYS)
+				s->value_types[i++] = exprType(lfirst(lc));
+	}
 	initStringInfo(&s->key);
 	pk = memopt_pk_layout(rel);
 	s->usable = pk != NULL && pk->nkeys == list_length(s->key_exprs);
@@ -474,7 +499,8 @@ try_hit(LookupState *s, EState *estate)
 
 		if (isnull)
 			return MISS_UNCACHEABLE;
-		memopt_key_append(&s->key, s->pk.types[i++], v);
+		/* By the value's type: an int4 42 gives the bytes of the int8 column's 42. */
+		memopt_key_append(&s->key, s->value_types[i++], v);
 	}
 	if (MAXALIGN(s->key.len) >= (Size) memopt_entry_payload())
 		return MISS_UNCACHEABLE;
