@@ -10,8 +10,10 @@
  *
  * A hit is served only when all of these hold (otherwise a miss with the first failing
  * reason): memopt.enabled; not in recovery; a READ COMMITTED MVCC snapshot; this transaction
- * has not written the table; the key is not NULL and fits an entry; the key and table are not
- * fenced; the entry's generation is current; its xmin is visible to the snapshot.
+ * has not written the table and holds no RowExclusiveLock on it, and is not a parallel
+ * worker of a transaction with an xid (memopt_wrote); the key is not NULL and fits an entry;
+ * the key and table are not fenced; the entry's generation is current; its xmin is visible
+ * to the snapshot.  A table without a registry slot (all taken) is a counted miss.
  */
 #include "postgres.h"
 

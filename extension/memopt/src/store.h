@@ -14,7 +14,10 @@
  *
  * Tables have a registry slot with the same pair at table level (TRUNCATE), a generation
  * that every entry must match to be served (invalidation is one atomic bump), a fingerprint
- * of the physical layout (relfilenode and attributes) and the statistics counters.
+ * of the physical layout (relfilenode, attributes, primary-key index and columns) and the
+ * statistics counters.  Slots are created only by enable_read and populate (MEMOPT_CREATE)
+ * or claimed by a lookup when one is free (MEMOPT_CLAIM, never raising); commit and abort
+ * only find them.  Entries hold only row versions whose inserter committed (memopt_fill).
  */
 #ifndef MEMOPT_STORE_H
 #define MEMOPT_STORE_H

@@ -118,14 +118,22 @@ note_written(Oid relid)
  * moment its statement is parsed or its cached plan is locked, until the end of the
  * transaction, so holding one is the earliest sign of a write; it errs only towards misses
  * (LOCK TABLE, DDL).  A parallel worker holds only the locks it took itself, so a worker of
- * a transaction that has an xid (that may have written anything) never serves.
+ * a transaction that has an xid (that may have written anything) never serves.  A read in a
+ * BEFORE trigger of the statement's first row, before any xid, sees what the normal plan
+ * sees: nothing has been written yet.
  */
 bool
 memopt_wrote(Relation rel)
 {
 	Oid			relid = RelationGetRelid(rel);
 
-	if (IsParallelWorker() && TransactionIdIsValid(GetTopTransactionIdIfAny()))
+	/*
+	 * No xid, no write: a transaction (and its workers) gets one before it changes any tuple.
+	 * This keeps the lock-table probe below off the path of read-only transactions.
+	 */
+	if (!TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		return false;
+	if (IsParallelWorker())
 		return true;
 	if (CheckRelationLockedByMe(rel, RowExclusiveLock, true))
 		return true;
