@@ -51,6 +51,7 @@ static Oid *written;			/* tables with a row write or a TRUNCATE */
 static bool *truncated;
 static MemoptTable **table_fenced;	/* the slot fenced at PRE_COMMIT, or NULL */
 static int *nkeys;				/* keys recorded per written table */
+static bool *keys_only;			/* no slot for a table fence: stay key by key */
 static int	nwritten;
 static int	maxwritten;
 
@@ -93,6 +94,7 @@ note_written(Oid relid)
 			truncated = MemoryContextAlloc(TopMemoryContext, n * sizeof(bool));
 			table_fenced = MemoryContextAlloc(TopMemoryContext, n * sizeof(MemoptTable *));
 			nkeys = MemoryContextAlloc(TopMemoryContext, n * sizeof(int));
+			keys_only = MemoryContextAlloc(TopMemoryContext, n * sizeof(bool));
 		}
 		else
 		{
@@ -100,6 +102,7 @@ note_written(Oid relid)
 			truncated = repalloc(truncated, n * sizeof(bool));
 			table_fenced = repalloc(table_fenced, n * sizeof(MemoptTable *));
 			nkeys = repalloc(nkeys, n * sizeof(int));
+			keys_only = repalloc(keys_only, n * sizeof(bool));
 		}
 		maxwritten = n;
 	}
@@ -107,6 +110,7 @@ note_written(Oid relid)
 	truncated[nwritten] = false;
 	table_fenced[nwritten] = NULL;
 	nkeys[nwritten] = 0;
+	keys_only[nwritten] = false;
 	return nwritten++;
 }
 
@@ -174,18 +178,32 @@ note_key(Relation rel, const PkLayout *pk, HeapTuple tuple)
  * memopt.table_fence_threshold keys would otherwise hold that many key fences, take as many
  * partition locks at commit and keep a list that grows with every row (duplicates included).
  * The keys recorded so far are dropped from the list; the table fence covers them.
+ *
+ * A table fence needs the table's registry slot, and PRE_COMMIT will not create one.  Under
+ * a TRUNCATE (AccessExclusiveLock until the end) no reader can claim one meanwhile, so a
+ * table without a slot has nothing stored and needs no fence.  A row writer holds only
+ * RowExclusiveLock: a reader could claim a slot and store a row we then never fence, so the
+ * slot is claimed here, before the switch; if none is free the table stays fenced key by key
+ * (returns false; not retried for this table in this transaction).
  */
-static void
-switch_to_table_fence(int at)
+static bool
+switch_to_table_fence(int at, bool row_writer)
 {
 	Oid			relid = written[at];
 	int			kept = nfenced;
 
+	if (row_writer && memopt_store_attached() &&
+		memopt_table(MyDatabaseId, relid, MEMOPT_CLAIM) == NULL)
+	{
+		keys_only[at] = true;
+		return false;
+	}
 	truncated[at] = true;
 	for (int i = nfenced; i < ndirty; i++)
 		if (dirty[i].relid != relid)
 			dirty[kept++] = dirty[i];
 	ndirty = kept;
+	return true;
 }
 
 PG_FUNCTION_INFO_V1(memopt_sync_row);
@@ -208,16 +226,17 @@ memopt_sync_row(PG_FUNCTION_ARGS)
 		return PointerGetDatum(NULL);	/* the whole table is fenced already */
 	if (pk == NULL)
 	{
-		/* The key changed to something we cannot serve: fence the whole table instead. */
-		switch_to_table_fence(written_at);
+		/*
+		 * The key changed to something we cannot serve: fence the whole table instead.  (No
+		 * slot to claim means no lookup can be served either: the layout has no usable key.)
+		 */
+		switch_to_table_fence(written_at, false);
 		return PointerGetDatum(NULL);
 	}
-	if (memopt_table_fence_threshold >= 0 &&
-		nkeys[written_at] + 2 > memopt_table_fence_threshold)
-	{
-		switch_to_table_fence(written_at);
+	if (memopt_table_fence_threshold >= 0 && !keys_only[written_at] &&
+		nkeys[written_at] + 2 > memopt_table_fence_threshold &&
+		switch_to_table_fence(written_at, true))
 		return PointerGetDatum(NULL);
-	}
 	note_key(td->tg_relation, pk, td->tg_trigtuple);
 	nkeys[written_at]++;
 	if (TRIGGER_FIRED_BY_UPDATE(td->tg_event))
@@ -241,7 +260,7 @@ memopt_sync_truncate(PG_FUNCTION_ARGS)
 				 errmsg("memopt.sync_truncate() must be an AFTER TRUNCATE trigger"),
 				 errhint("Use memopt.enable_read() to install it.")));
 	written_at = note_written(RelationGetRelid(td->tg_relation));
-	switch_to_table_fence(written_at);
+	switch_to_table_fence(written_at, false);
 	return PointerGetDatum(NULL);
 }
 

@@ -83,7 +83,12 @@ SELECT v FROM reg_1 WHERE k = 1;
 SELECT * FROM explain_node('SELECT v FROM reg_1 WHERE k = 1');
 SELECT misses_unregistered > 0 AS counted FROM memopt.pool();
 SELECT lookups = hits + misses AS balanced FROM memopt.stats_total;
--- Writes to it commit without a slot to fence.
+-- Writes to it commit without a slot to fence; past the threshold, with no slot free for a
+-- table fence, they stay fenced key by key.
+SET memopt.table_fence_threshold = 0;
+INSERT INTO reg_1 VALUES (2, 'two'), (3, 'three');
+RESET memopt.table_fence_threshold;
+SELECT v FROM reg_1 WHERE k = 3;
 UPDATE reg_1 SET v = 'updated' WHERE k = 1;
 TRUNCATE reg_1;
 SELECT v FROM reg_1 WHERE k = 1;
