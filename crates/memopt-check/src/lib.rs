@@ -54,3 +54,5 @@ pub async fn populate(client: &mut Client, name: &str) -> Result<(), Error> {
         ))
         .await
 }
+
+pub mod fuzz;
