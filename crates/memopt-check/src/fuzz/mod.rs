@@ -50,12 +50,16 @@ pub struct Config {
     pub keys: i32,
     /// Time allowed for shrinking a failure.
     pub shrink_budget: Duration,
+    /// Features left out, to look past a known bug: `returning` (reads in RETURNING),
+    /// `triggers` (reads in row triggers), `ddl` (primary-key and column changes).
+    pub skip: Vec<String>,
 }
 
 impl Config {
     /// `reads` reads, unless `MEMOPT_FUZZ_READS` says otherwise; the seed from
     /// `MEMOPT_FUZZ_SEED` or the clock; `MEMOPT_FUZZ_SESSIONS` (default 3) and
-    /// `MEMOPT_FUZZ_KEYS` (default 300).
+    /// `MEMOPT_FUZZ_KEYS` (default 300); `MEMOPT_FUZZ_SKIP` (comma-separated features to
+    /// leave out, see [`Config::skip`]); `MEMOPT_FUZZ_SHRINK_SECS` (default 120).
     pub fn from_env(reads: u64) -> Config {
         fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
             let v = std::env::var(name).ok()?;
@@ -75,6 +79,18 @@ impl Config {
             sessions: var("MEMOPT_FUZZ_SESSIONS").unwrap_or(3),
             keys: var("MEMOPT_FUZZ_KEYS").unwrap_or(300),
             shrink_budget: Duration::from_secs(var("MEMOPT_FUZZ_SHRINK_SECS").unwrap_or(120)),
+            skip: std::env::var("MEMOPT_FUZZ_SKIP")
+                .unwrap_or_default()
+                .split(',')
+                .map(|f| f.trim().to_string())
+                .filter(|f| !f.is_empty())
+                .inspect(|f| {
+                    assert!(
+                        ["returning", "triggers", "ddl"].contains(&f.as_str()),
+                        "MEMOPT_FUZZ_SKIP: unknown feature {f:?}; use returning, triggers or ddl"
+                    )
+                })
+                .collect(),
         }
     }
 }
@@ -132,8 +148,9 @@ pub struct Failure {
     pub message: String,
     /// SQL reproducing it from the schema below (shrunk if `reproduced`).
     pub reproducer: String,
-    /// Whether replaying the reproducer on a fresh server showed the mismatch again.
-    pub reproduced: bool,
+    /// What replaying the reproducer on a fresh server showed (None: the replay agreed
+    /// everywhere; the steps are then the run's own, unshrunk).
+    pub reproduced: Option<String>,
     /// The schema the reproducer starts from.
     pub schema: String,
 }
@@ -144,7 +161,7 @@ impl fmt::Display for Failure {
         writeln!(
             f,
             "{} (rerun with MEMOPT_FUZZ_SEED={}; the interleaving may differ)",
-            if self.reproduced {
+            if self.reproduced.is_some() {
                 "reproducer, shrunk and replayed on a fresh server:"
             } else {
                 "the steps before the mismatch (a sequential replay did not reproduce it: \
@@ -152,6 +169,9 @@ impl fmt::Display for Failure {
             },
             self.seed
         )?;
+        if let Some(m) = &self.reproduced {
+            writeln!(f, "the replay of the reproducer shows, at {m}")?;
+        }
         writeln!(f, "---- schema ----\n{}", self.schema.trim())?;
         write!(f, "---- steps ----\n{}", self.reproducer)
     }
@@ -162,7 +182,7 @@ fn setup_failure(config: &Config, what: &str, e: impl fmt::Display) -> Failure {
         seed: config.seed,
         message: format!("{what}: {e} (is memopt installed? run extension/memopt/test/run)"),
         reproducer: String::new(),
-        reproduced: false,
+        reproduced: None,
         schema: String::new(),
     }
 }
@@ -170,8 +190,8 @@ fn setup_failure(config: &Config, what: &str, e: impl fmt::Display) -> Failure {
 /// Runs the fuzzer on a throwaway cluster with memopt preloaded.
 pub async fn run(config: &Config) -> Result<Report, Failure> {
     eprintln!(
-        "memopt fuzz: seed {} (MEMOPT_FUZZ_SEED), {} reads, {} sessions, {} keys",
-        config.seed, config.reads, config.sessions, config.keys
+        "memopt fuzz: seed {} (MEMOPT_FUZZ_SEED), {} reads, {} sessions, {} keys, skipping {:?}",
+        config.seed, config.reads, config.sessions, config.keys, config.skip
     );
     let cluster = crate::cluster(&[("deadlock_timeout", "50ms")])
         .map_err(|e| setup_failure(config, "cannot start a cluster", e))?;
@@ -193,6 +213,7 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
         log: Mutex::new(Vec::new()),
         failure: Mutex::new(None),
         pk_is_b: AtomicBool::new(false),
+        skip: config.skip.clone(),
     });
     let started = Instant::now();
     let mut tasks = Vec::new();

@@ -26,6 +26,14 @@ pub(crate) struct Shared {
     /// Which column is the primary key as far as the sessions know (a hint that steers reads
     /// to the served column; reads of the other column are compared all the same).
     pub pk_is_b: AtomicBool,
+    /// Features left out (see `Config::skip`).
+    pub skip: Vec<String>,
+}
+
+impl Shared {
+    fn skips(&self, feature: &str) -> bool {
+        self.skip.iter().any(|f| f == feature)
+    }
 }
 
 // Relaxed everywhere in this file: the counters and flags steer the workload; the log and the
@@ -104,7 +112,7 @@ impl<'a> Session<'a> {
         s += &format!("; SET plan_cache_mode = {plan}");
         // Reads inside writes see the writer's own changes and so always miss (by design):
         // a few sessions suffice, or they drown the hits.
-        let trig = if r.random_bool(0.3) { "on" } else { "off" };
+        let trig = if r.random_bool(0.3) && !self.shared.skips("triggers") { "on" } else { "off" };
         s += &format!("; SET fuzz.trigger_reads = {trig}");
         if r.random_bool(0.3) {
             s += "; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; \
@@ -191,7 +199,11 @@ impl<'a> Session<'a> {
     }
 
     fn returning(&mut self) -> &'static str {
-        if self.rng.random_bool(0.3) { " RETURNING chk(a)" } else { "" }
+        if self.rng.random_bool(0.3) && !self.shared.skips("returning") {
+            " RETURNING chk(a)"
+        } else {
+            ""
+        }
     }
 
     /// A write; the keys whose rows it locks when it affects a row.
@@ -251,7 +263,12 @@ impl<'a> Session<'a> {
     /// layout, the physical file.
     fn ddl(&mut self, in_transaction: bool) -> (Kind, Option<bool>) {
         let n: u32 = self.rng.random_range(0..1000);
-        match self.rng.random_range(0..if in_transaction { 4 } else { 7 }) {
+        let first = if self.shared.skips("ddl") { 4 } else { 0 };
+        let end = if in_transaction { 4 } else { 7 };
+        if first >= end {
+            return (Kind::Exec("SELECT memopt.populate('t')".into()), None);
+        }
+        match self.rng.random_range(first..end) {
             0 | 1 => {
                 let to_b = self.rng.random_bool(0.5);
                 let col = if to_b { "b" } else { "a" };

@@ -46,13 +46,17 @@ fn units(steps: &[Step], failing: usize) -> Vec<Unit> {
     units
 }
 
-/// Runs `steps` on a freshly created schema; true if any step disagrees.
-pub(crate) async fn replay(url: &str, keys: i32, steps: &[Step]) -> Result<bool, slipstream_pg::Error> {
+/// Runs `steps` on a freshly created schema; the first disagreement, if any.
+pub(crate) async fn replay(
+    url: &str,
+    keys: i32,
+    steps: &[Step],
+) -> Result<Option<String>, slipstream_pg::Error> {
     let mut admin = slipstream_pg::connect(url).await?;
     admin.batch_execute(&schema::setup(keys)).await?;
     let mut conns: HashMap<usize, Conn> = HashMap::new();
-    let mut found = false;
-    for s in steps {
+    let mut found = None;
+    for (i, s) in steps.iter().enumerate() {
         if !conns.contains_key(&s.session) {
             let mut c = Conn::connect(url).await?;
             c.client
@@ -61,8 +65,8 @@ pub(crate) async fn replay(url: &str, keys: i32, steps: &[Step]) -> Result<bool,
             conns.insert(s.session, c);
         }
         let out = conns.get_mut(&s.session).unwrap().run(&s.kind).await;
-        if out.mismatch.is_some() {
-            found = true;
+        if let Some(m) = out.mismatch {
+            found = Some(format!("step {} (session {}): {m}", i + 1, s.session + 1));
             break;
         }
     }
@@ -72,14 +76,15 @@ pub(crate) async fn replay(url: &str, keys: i32, steps: &[Step]) -> Result<bool,
     Ok(found)
 }
 
-/// The shrunk steps, whether they were shown to reproduce, and the number of replays.
+/// The shrunk steps, the mismatch their last replay showed (None: no replay reproduced one),
+/// and the number of replays.
 pub(crate) async fn shrink(
     url: &str,
     keys: i32,
     steps: &[Step],
     failing: usize,
     budget: Duration,
-) -> (Vec<Step>, bool, usize) {
+) -> (Vec<Step>, Option<String>, usize) {
     let started = Instant::now();
     let all = units(&steps[..=failing], failing);
     let pick = |us: &[&Unit]| -> Vec<Step> {
@@ -89,7 +94,7 @@ pub(crate) async fn shrink(
     };
     let mut replays = 0;
     // Start from the shortest suffix of the log that still fails.
-    let mut current: Option<Vec<&Unit>> = None;
+    let mut current: Option<(Vec<&Unit>, String)> = None;
     for window in [10usize, 50, 250, 1000, usize::MAX] {
         let start = all.len().saturating_sub(window);
         let cand: Vec<&Unit> = all
@@ -100,18 +105,18 @@ pub(crate) async fn shrink(
             .collect();
         replays += 1;
         match replay(url, keys, &pick(&cand)).await {
-            Ok(true) => {
-                current = Some(cand);
+            Ok(Some(m)) => {
+                current = Some((cand, m));
                 break;
             }
-            Ok(false) => {}
+            Ok(None) => {}
             Err(e) => eprintln!("memopt fuzz: replay failed: {e}"),
         }
         if start == 0 || started.elapsed() > budget {
             break;
         }
     }
-    let Some(mut current) = current else {
+    let Some(current) = current else {
         let start = all.len().saturating_sub(50);
         let tail: Vec<&Unit> = all
             .iter()
@@ -119,8 +124,9 @@ pub(crate) async fn shrink(
             .filter(|(i, u)| u.pinned || *i >= start)
             .map(|(_, u)| u)
             .collect();
-        return (pick(&tail), false, replays);
+        return (pick(&tail), None, replays);
     };
+    let (mut current, mut message) = current;
     let mut chunk = current.len() / 2;
     while chunk >= 1 && started.elapsed() < budget {
         let mut i = 0;
@@ -141,8 +147,9 @@ pub(crate) async fn shrink(
                 continue;
             }
             replays += 1;
-            if matches!(replay(url, keys, &pick(&cand)).await, Ok(true)) {
+            if let Ok(Some(m)) = replay(url, keys, &pick(&cand)).await {
                 current = cand;
+                message = m;
             } else {
                 i = end;
             }
@@ -156,5 +163,5 @@ pub(crate) async fn shrink(
         .map(|u| steps[u.steps[0]].session)
         .collect();
     current.retain(|u| busy.contains(&steps[u.steps[0]].session));
-    (pick(&current), true, replays)
+    (pick(&current), Some(message), replays)
 }
