@@ -5,41 +5,46 @@ CREATE FUNCTION memopt.sync_row() RETURNS trigger
     AS 'MODULE_PATHNAME', 'memopt_sync_row' LANGUAGE C;
 CREATE FUNCTION memopt.sync_truncate() RETURNS trigger
     AS 'MODULE_PATHNAME', 'memopt_sync_truncate' LANGUAGE C;
+-- Not for PUBLIC: attached by hand to other tables they could only mislead (see triggers.c).
+REVOKE ALL ON FUNCTION memopt.sync_row(), memopt.sync_truncate() FROM PUBLIC;
+
+-- Every C function below that touches a table checks in C that the caller owns it.
+CREATE FUNCTION memopt._require_owner(regclass, text) RETURNS void
+    AS 'MODULE_PATHNAME', 'memopt_require_owner_sql' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION memopt._register(regclass) RETURNS void
-    AS 'MODULE_PATHNAME', 'memopt_register' LANGUAGE C STRICT;
+    AS 'MODULE_PATHNAME', 'memopt_register' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION memopt._unregister(regclass) RETURNS void
-    AS 'MODULE_PATHNAME', 'memopt_unregister' LANGUAGE C STRICT;
+    AS 'MODULE_PATHNAME', 'memopt_unregister' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 
--- True when the table's sync triggers are installed and fire ALWAYS.
+-- The schema holds nothing a role could misuse: every function that changes a table checks
+-- in C that the caller owns it (or is a superuser).
+GRANT USAGE ON SCHEMA memopt TO PUBLIC;
+
+-- True when both sync triggers exist exactly as enable_read made them (function, events,
+-- ALWAYS, no WHEN clause, no column list): only then is every write seen.
 CREATE FUNCTION memopt.is_enabled(tbl regclass) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT count(*) = 2 FROM pg_trigger
-     WHERE tgrelid = tbl AND tgenabled = 'A'
-       AND tgname IN ('memopt_sync', 'memopt_truncate')
-$$;
+    AS 'MODULE_PATHNAME', 'memopt_is_enabled' LANGUAGE C STRICT STABLE
+    SET search_path = pg_catalog, pg_temp;
 
--- Drops whichever of the two sync triggers exist.
-CREATE FUNCTION memopt._drop_triggers(tbl regclass) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_sync') THEN
-        EXECUTE format('DROP TRIGGER memopt_sync ON %s', tbl);
-    END IF;
-    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl AND tgname = 'memopt_truncate') THEN
-        EXECUTE format('DROP TRIGGER memopt_truncate ON %s', tbl);
-    END IF;
-END
-$$;
+-- Drops the sync triggers (anything by their names), then, when install, creates them and
+-- makes them fire ALWAYS.  The caller must own the table; runs as the extension's owner.
+CREATE FUNCTION memopt._set_triggers(tbl regclass, install boolean) RETURNS void
+    AS 'MODULE_PATHNAME', 'memopt_set_triggers' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 
 -- Checks every condition (one error each, in the spirit of Oracle's ORA-621xx), then installs
 -- the triggers that keep the store consistent with every write.
 CREATE FUNCTION memopt.enable_read(tbl regclass) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r pg_class;
     pk oid;
     col record;
 BEGIN
+    PERFORM memopt._require_owner(tbl, 'enable_read');
     SELECT * INTO r FROM pg_class WHERE oid = tbl;
     IF r.relkind = 'p' OR r.relispartition THEN
         RAISE EXCEPTION 'memopt: table % is partitioned or a partition', tbl
@@ -101,25 +106,20 @@ BEGIN
         RAISE NOTICE 'memopt: table % is already enabled for memoptimized reads', tbl;
         RETURN;
     END IF;
-    PERFORM memopt._drop_triggers(tbl);
-    EXECUTE format('CREATE TRIGGER memopt_sync AFTER INSERT OR UPDATE OR DELETE ON %s'
-                   ' FOR EACH ROW EXECUTE FUNCTION memopt.sync_row()', tbl);
-    EXECUTE format('CREATE TRIGGER memopt_truncate AFTER TRUNCATE ON %s'
-                   ' FOR EACH STATEMENT EXECUTE FUNCTION memopt.sync_truncate()', tbl);
-    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER memopt_sync', tbl);
-    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER memopt_truncate', tbl);
+    PERFORM memopt._set_triggers(tbl, true);
     PERFORM memopt._register(tbl);
 END
 $$;
 
 CREATE FUNCTION memopt.disable_read(tbl regclass) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM memopt._require_owner(tbl, 'disable_read');
     IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = tbl
                     AND tgname IN ('memopt_sync', 'memopt_truncate')) THEN
         RAISE NOTICE 'memopt: table % is not enabled for memoptimized reads', tbl;
     END IF;
-    PERFORM memopt._drop_triggers(tbl);
+    PERFORM memopt._set_triggers(tbl, false);
     PERFORM memopt._unregister(tbl);
 END
 $$;
@@ -127,11 +127,13 @@ $$;
 -- Queues a background fill of the whole table; returns at once (false, with a warning, when
 -- the request was rejected).  Progress: populate_state and populate_rows in memopt.stats.
 CREATE FUNCTION memopt.populate(regclass) RETURNS boolean
-    AS 'MODULE_PATHNAME', 'memopt_populate' LANGUAGE C STRICT;
+    AS 'MODULE_PATHNAME', 'memopt_populate' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 
 -- Removes the table's rows from the store; the table stays enabled and refills.
 CREATE FUNCTION memopt.drop_object(regclass) RETURNS void
-    AS 'MODULE_PATHNAME', 'memopt_invalidate_table' LANGUAGE C STRICT;
+    AS 'MODULE_PATHNAME', 'memopt_invalidate_table' LANGUAGE C STRICT
+    SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION memopt.table_stats(
     OUT relid oid, OUT lookups bigint, OUT hits bigint, OUT misses bigint,
@@ -145,8 +147,11 @@ CREATE FUNCTION memopt.table_stats(
 RETURNS SETOF record
     AS 'MODULE_PATHNAME', 'memopt_table_stats' LANGUAGE C STRICT VOLATILE;
 
+-- The pool and the table registry: misses_unregistered counts lookups of enabled tables that
+-- found no registry slot (all memopt can track were taken), each a miss.
 CREATE FUNCTION memopt.pool(OUT capacity_rows bigint, OUT entry_bytes bigint,
-                            OUT capacity_bytes bigint)
+                            OUT capacity_bytes bigint, OUT tables_registered int,
+                            OUT tables_max int, OUT misses_unregistered bigint)
     AS 'MODULE_PATHNAME', 'memopt_pool' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW memopt.stats AS
@@ -159,9 +164,11 @@ CREATE VIEW memopt.stats AS
       FROM memopt.table_stats();
 
 CREATE VIEW memopt.stats_total AS
-    SELECT coalesce(sum(lookups), 0)::bigint AS lookups,
+    SELECT coalesce(sum(lookups), 0)::bigint + (SELECT misses_unregistered FROM memopt.pool())
+             AS lookups,
            coalesce(sum(hits), 0)::bigint AS hits,
-           coalesce(sum(misses), 0)::bigint AS misses,
+           coalesce(sum(misses), 0)::bigint + (SELECT misses_unregistered FROM memopt.pool())
+             AS misses,
            coalesce(sum(rows_populated), 0)::bigint AS rows_populated,
            coalesce(sum(populate_accepted), 0)::bigint AS populate_accepted,
            coalesce(sum(populate_rejected), 0)::bigint AS populate_rejected,
@@ -170,8 +177,6 @@ CREATE VIEW memopt.stats_total AS
            coalesce(sum(entries), 0)::bigint AS entries,
            coalesce(sum(bytes_used), 0)::bigint AS bytes_used,
            (SELECT capacity_rows FROM memopt.pool()) AS capacity_rows,
-           (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes
+           (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes,
+           (SELECT misses_unregistered FROM memopt.pool()) AS misses_unregistered
       FROM memopt.table_stats();
-
-REVOKE ALL ON FUNCTION memopt._register(regclass), memopt._unregister(regclass),
-    memopt._drop_triggers(regclass) FROM PUBLIC;

@@ -24,10 +24,11 @@ memopt_register(PG_FUNCTION_ARGS)
 	Relation	rel;
 	MemoptTable *t;
 
+	memopt_require_owner(relid, "enable_read");
 	memopt_require_store();
 	rel = table_open(relid, AccessShareLock);
 	/* Writes before the triggers existed were not seen: start from an empty store. */
-	t = memopt_table(MyDatabaseId, relid, true);
+	t = memopt_table(MyDatabaseId, relid, MEMOPT_CREATE);
 	memopt_invalidate(t);
 	memopt_check_layout(t, rel);
 	table_close(rel, AccessShareLock);
@@ -41,8 +42,9 @@ memopt_invalidate_table(PG_FUNCTION_ARGS)
 {
 	MemoptTable *t;
 
+	memopt_require_owner(PG_GETARG_OID(0), "drop_object");
 	memopt_require_store();
-	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), false);
+	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), MEMOPT_FIND);
 	if (t != NULL)
 		memopt_invalidate(t);
 	PG_RETURN_VOID();
@@ -54,8 +56,9 @@ memopt_unregister(PG_FUNCTION_ARGS)
 {
 	MemoptTable *t;
 
+	memopt_require_owner(PG_GETARG_OID(0), "disable_read");
 	memopt_require_store();
-	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), false);
+	t = memopt_table(MyDatabaseId, PG_GETARG_OID(0), MEMOPT_FIND);
 	if (t != NULL)
 		memopt_table_release(t);
 	PG_RETURN_VOID();
@@ -122,8 +125,8 @@ Datum
 memopt_pool(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[3];
-	bool		nulls[3] = {0};
+	Datum		values[6];
+	bool		nulls[6] = {0};
 
 	memopt_require_store();
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
@@ -131,5 +134,8 @@ memopt_pool(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum(memopt_capacity_entries());
 	values[1] = Int64GetDatum(memopt_entry_bytes());
 	values[2] = Int64GetDatum(memopt_capacity_entries() * memopt_entry_bytes());
+	values[3] = Int32GetDatum(memopt_tables_registered());
+	values[4] = Int32GetDatum(MEMOPT_MAX_TABLES);
+	values[5] = Int64GetDatum(memopt_unregistered_misses());
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

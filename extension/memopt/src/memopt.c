@@ -12,12 +12,10 @@
 #include "key.h"
 #include "store.h"
 
-#include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
-#include "utils/lsyscache.h"
 
 PG_MODULE_MAGIC;
 
@@ -25,6 +23,7 @@ int			memopt_pool_size_kb = 64 * 1024;
 int			memopt_entry_size = 256;
 bool		memopt_enabled = true;
 int			memopt_test_cleanup_delay_ms = 0;
+int			memopt_table_fence_threshold = 10000;
 
 static shmem_request_hook_type prev_shmem_request;
 static shmem_startup_hook_type prev_shmem_startup;
@@ -47,40 +46,6 @@ shmem_startup(void)
 	memopt_shmem_startup();
 }
 
-static bool
-is_trigger(Trigger *t, const char *name, const char *function)
-{
-	char	   *fn;
-	bool		ok;
-
-	if (t->tgenabled != TRIGGER_FIRES_ALWAYS || strcmp(t->tgname, name) != 0)
-		return false;
-	fn = get_func_name(t->tgfoid);
-	ok = fn != NULL && strcmp(fn, function) == 0;
-	if (fn)
-		pfree(fn);
-	return ok;
-}
-
-bool
-memopt_relation_synced(Relation rel)
-{
-	TriggerDesc *td = rel->trigdesc;
-	bool		row = false;
-	bool		truncate = false;
-
-	if (td == NULL)
-		return false;
-	for (int i = 0; i < td->numtriggers; i++)
-	{
-		Trigger    *t = &td->triggers[i];
-
-		row |= is_trigger(t, MEMOPT_ROW_TRIGGER, "sync_row");
-		truncate |= is_trigger(t, MEMOPT_TRUNCATE_TRIGGER, "sync_truncate");
-	}
-	return row && truncate;
-}
-
 void
 _PG_init(void)
 {
@@ -88,6 +53,12 @@ _PG_init(void)
 							 "Serves primary-key lookups of memoptimized tables from the store.",
 							 "Off: every lookup runs the normal index plan (a miss, reason disabled).",
 							 &memopt_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("memopt.table_fence_threshold",
+							"Keys a transaction may write to one table before it fences the whole table.",
+							"Past it the commit fences and empties the table's part of the store at once, "
+							"as a TRUNCATE does, instead of fencing key by key. -1: never.",
+							&memopt_table_fence_threshold, 10000, -1, INT_MAX,
+							PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("memopt.test_cleanup_delay",
 							"Testing only: sleep between a commit and the end of its fences.",
 							"Widens the window in which readers must be held off by the fences.",
@@ -109,12 +80,13 @@ _PG_init(void)
 		DefineCustomIntVariable("memopt.entry_size",
 								"Bytes per stored row: key, heap tuple and a 40-byte header.",
 								"Rows that do not fit are never stored (misses, reason uncacheable).",
-								&memopt_entry_size, 256, 64, 32768,
+								&memopt_entry_size, 256, MEMOPT_MIN_ENTRY_SIZE, 32768,
 								PGC_POSTMASTER, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	}
 	MarkGUCPrefixReserved("memopt");
 
 	memopt_key_init();
+	memopt_triggers_init();
 	memopt_sync_init();
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -2,7 +2,9 @@
  * populate.c: memopt.populate(regclass) and the background worker that fills the store.
  *
  * One populate per table at a time: a second request while one is queued or running is
- * rejected (counted, with a warning), as is one for which no worker slot is free.  Progress
+ * rejected (counted, with a warning), as is one for which no worker slot is free.  However
+ * the worker ends (done, an error, SIGTERM, FATAL) its exit callback leaves the state done
+ * or failed, never queued or running.  Only the table's owner (or a superuser) may populate.  Progress
  * (rows scanned of the estimate, start and finish time) is in memopt.stats.
  */
 #include "postgres.h"
@@ -21,6 +23,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
+#include "tcop/tcopprot.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -57,6 +60,7 @@ memopt_populate(PG_FUNCTION_ARGS)
 	BackgroundWorkerHandle *handle;
 	PopulateArgs args = {MyDatabaseId, relid, GetUserId()};
 
+	memopt_require_owner(relid, "populate");
 	memopt_require_store();
 	rel = table_open(relid, AccessShareLock);
 	if (!memopt_relation_synced(rel))
@@ -66,7 +70,7 @@ memopt_populate(PG_FUNCTION_ARGS)
 						RelationGetRelationName(rel)),
 				 errhint("Call memopt.enable_read('%s') first.", RelationGetRelationName(rel))));
 	table_close(rel, AccessShareLock);
-	t = memopt_table(MyDatabaseId, relid, true);
+	t = memopt_table(MyDatabaseId, relid, MEMOPT_CREATE);
 
 	state = pg_atomic_read_u32(&t->populate_state);
 	if (state == POPULATE_QUEUED || state == POPULATE_RUNNING ||
@@ -146,16 +150,48 @@ populate(MemoptTable *t, Oid relid)
 	table_close(rel, AccessShareLock);
 }
 
+/* The slot this worker fills, so that its exit can close the populate whatever ended it. */
+static MemoptTable *populating;
+static PopulateArgs populating_args;
+
+/*
+ * before_shmem_exit: a populate still queued or running when the worker exits (an ERROR,
+ * which a background worker turns into FATAL; a FATAL; SIGTERM) is marked failed, so that
+ * the next memopt.populate() is accepted.  Only if the slot still belongs to the table.
+ */
+static void
+populate_exit(int code, Datum arg)
+{
+	MemoptTable *t = populating;
+	uint32		state;
+
+	if (t == NULL || t->relid != populating_args.relid || t->dbid != populating_args.dbid)
+		return;
+	state = pg_atomic_read_u32(&t->populate_state);
+	if (state == POPULATE_QUEUED || state == POPULATE_RUNNING)
+	{
+		pg_atomic_write_u64(&t->populate_finished, (uint64) GetCurrentTimestamp());
+		pg_atomic_write_u32(&t->populate_state, POPULATE_FAILED);
+	}
+}
+
 void
 memopt_populate_main(Datum arg)
 {
-	PopulateArgs args;
 	MemoptTable *t = memopt_table_at(DatumGetInt32(arg));
 
-	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	/*
+	 * PostgreSQL's standard handler: SIGTERM sets a flag that CHECK_FOR_INTERRUPTS acts on.
+	 * The bgworker default raises FATAL inside the signal handler, wherever the worker was,
+	 * e.g. holding the free-list spinlock.
+	 */
+	pqsignal(SIGTERM, die);
+	memcpy(&populating_args, MyBgworkerEntry->bgw_extra, sizeof(populating_args));
+	populating = t;
+	before_shmem_exit(populate_exit, (Datum) 0);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(args.dbid, args.userid, 0);
-	if (t == NULL || t->relid != args.relid || t->dbid != args.dbid)
+	BackgroundWorkerInitializeConnectionByOid(populating_args.dbid, populating_args.userid, 0);
+	if (t == NULL || t->relid != populating_args.relid || t->dbid != populating_args.dbid)
 		proc_exit(0);				/* the table was dropped meanwhile */
 
 	pg_atomic_write_u64(&t->populate_scanned, 0);
@@ -163,22 +199,12 @@ memopt_populate_main(Datum arg)
 	pg_atomic_write_u64(&t->populate_finished, 0);
 	pg_atomic_write_u32(&t->populate_state, POPULATE_RUNNING);
 	pgstat_report_activity(STATE_RUNNING, "memopt populate");
-	PG_TRY();
-	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		populate(t, args.relid);
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-	}
-	PG_CATCH();
-	{
-		pg_atomic_write_u64(&t->populate_finished, (uint64) GetCurrentTimestamp());
-		pg_atomic_write_u32(&t->populate_state, POPULATE_FAILED);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	populate(t, populating_args.relid);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
 	pg_atomic_write_u64(&t->populate_finished, (uint64) GetCurrentTimestamp());
 	pg_atomic_write_u32(&t->populate_state, POPULATE_DONE);
 	pgstat_report_activity(STATE_IDLE, NULL);

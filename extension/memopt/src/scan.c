@@ -10,8 +10,10 @@
  *
  * A hit is served only when all of these hold (otherwise a miss with the first failing
  * reason): memopt.enabled; not in recovery; a READ COMMITTED MVCC snapshot; this transaction
- * has not written the table; the key is not NULL and fits an entry; the key and table are not
- * fenced; the entry's generation is current; its xmin is visible to the snapshot.
+ * has not written the table and holds no RowExclusiveLock on it, and is not a parallel
+ * worker of a transaction with an xid (memopt_wrote); the key is not NULL and fits an entry;
+ * the key and table are not fenced; the entry's generation is current; its xmin is visible
+ * to the snapshot.  A table without a registry slot (all taken) is a counted miss.
  */
 #include "postgres.h"
 
@@ -23,6 +25,8 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_opfamily.h"
+#include "access/stratnum.h"
 #include "commands/explain.h"
 #include "executor/executor.h"
 #include "executor/tuptable.h"
@@ -48,6 +52,7 @@ typedef struct LookupState
 	CustomScanState css;
 	PlanState  *child;
 	List	   *key_exprs;		/* ExprState per primary-key column, in index order */
+	Oid			value_types[INDEX_MAX_KEYS];	/* the type of each key value */
 	MemoptTable *table;
 	bool		usable;			/* the relation still has a key layout we serve */
 	PkLayout	pk;
@@ -63,10 +68,13 @@ typedef struct LookupState
 	uint32		tuple_len;
 	FillTicket	ticket;
 
+	bool		claimable;		/* the store is there: count lookups even without a slot */
+
 	/* for EXPLAIN ANALYZE */
 	uint64		hits;
 	uint64		misses;
 	MemoptMiss	last_miss;
+	bool		last_unregistered;	/* the last miss found no registry slot */
 } LookupState;
 
 static set_rel_pathlist_hook_type prev_pathlist_hook;
@@ -143,14 +151,31 @@ is_key_value(Node *n)
 	return !key_value_walker(n, NULL) && !contain_volatile_functions(n);
 }
 
-/* Text and varchar share a byte form; other types must match the column exactly. */
 static bool
-value_type_fits(Oid column, Oid value)
+is_integer(Oid type)
 {
-	if (column == value)
-		return true;
-	return (column == TEXTOID || column == VARCHAROID) &&
-		(value == TEXTOID || value == VARCHAROID);
+	return type == INT2OID || type == INT4OID || type == INT8OID;
+}
+
+/*
+ * Whether `column op value` (or `value op column`) is the key equality we can serve.  Text and
+ * varchar share a byte form and texteq; the integer types all widen to the same int64 bytes,
+ * so the cross-type equalities of the integer btree family (int84eq for `bigint_pk = 42`, ...)
+ * are served too: equal values have equal bytes whichever type the value comes in.  Other
+ * types must match the column exactly.
+ */
+static bool
+key_operator_fits(Oid opno, bool column_left, Oid column, Oid value)
+{
+	if (column == value ||
+		((column == TEXTOID || column == VARCHAROID) && (value == TEXTOID || value == VARCHAROID)))
+		return opno == lookup_type_cache(column, TYPECACHE_EQ_OPR)->eq_opr;
+	if (is_integer(column) && is_integer(value))
+		return opno == get_opfamily_member(INTEGER_BTREE_FAM_OID,
+										   column_left ? column : value,
+										   column_left ? value : column,
+										   BTEqualStrategyNumber);
+	return false;
 }
 
 /*
@@ -175,8 +200,7 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 		Var		   *var;
 		Node	   *value;
 		int			col = -1;
-		Oid			coltype;
-		TypeCacheEntry *tc;
+		bool		column_left;
 
 		if (ri->pseudoconstant || ri->security_level > 0 || !IsA(ri->clause, OpExpr))
 			return NIL;
@@ -186,9 +210,9 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 		left = strip_relabel(linitial(op->args));
 		right = strip_relabel(lsecond(op->args));
 		if (IsA(left, Var) && is_key_value(right))
-			var = (Var *) left, value = right;
+			var = (Var *) left, value = right, column_left = true;
 		else if (IsA(right, Var) && is_key_value(left))
-			var = (Var *) right, value = left;
+			var = (Var *) right, value = left, column_left = false;
 		else
 			return NIL;
 		if ((Index) var->varno != rel->relid || var->varlevelsup != 0)
@@ -198,9 +222,7 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 				col = i;
 		if (col < 0 || by_column[col] != NULL)
 			return NIL;
-		coltype = pk->types[col];
-		tc = lookup_type_cache(coltype, TYPECACHE_EQ_OPR);
-		if (op->opno != tc->eq_opr || !value_type_fits(coltype, exprType(value)))
+		if (!key_operator_fits(op->opno, column_left, pk->types[col], exprType(value)))
 			return NIL;
 		if (OidIsValid(op->inputcollid) && !get_collation_isdeterministic(op->inputcollid))
 			return NIL;
@@ -425,6 +447,14 @@ begin_scan(CustomScanState *node, EState *estate, int eflags)
 	s->child = ExecInitNode(linitial(cs->custom_plans), estate, eflags);
 	node->custom_ps = list_make1(s->child);
 	s->key_exprs = ExecInitExprList(cs->custom_exprs, &node->ss.ps);
+	{
+		int			i = 0;
+		ListCell   *lc;
+
+		foreach(lc, cs->custom_exprs)
+			if (i < INDEX_MAX_KEYS)
+				s->value_types[i++] = exprType(lfirst(lc));
+	}
 	initStringInfo(&s->key);
 	pk = memopt_pk_layout(rel);
 	s->usable = pk != NULL && pk->nkeys == list_length(s->key_exprs);
@@ -432,8 +462,11 @@ begin_scan(CustomScanState *node, EState *estate, int eflags)
 		s->pk = *pk;
 	if (memopt_store_attached() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 	{
-		s->table = memopt_table(MyDatabaseId, RelationGetRelid(rel), true);
-		memopt_check_layout(s->table, rel);
+		/* NULL when every slot is taken: each lookup is then a counted miss, not an error. */
+		s->table = memopt_table(MyDatabaseId, RelationGetRelid(rel), MEMOPT_CLAIM);
+		if (s->table != NULL)
+			memopt_check_layout(s->table, rel);
+		s->claimable = true;
 		s->tuple_buf = palloc(memopt_entry_bytes());
 	}
 }
@@ -454,7 +487,7 @@ try_hit(LookupState *s, EState *estate)
 		return MISS_RECOVERY;
 	if (IsolationUsesXactSnapshot() || !IsMVCCSnapshot(snapshot))
 		return MISS_ISOLATION;
-	if (memopt_wrote(RelationGetRelid(rel)))
+	if (memopt_wrote(rel))
 		return MISS_OWN_WRITE;
 	if (!s->usable || !memopt_relation_synced(rel))
 		return MISS_DISABLED;
@@ -468,7 +501,8 @@ try_hit(LookupState *s, EState *estate)
 
 		if (isnull)
 			return MISS_UNCACHEABLE;
-		memopt_key_append(&s->key, s->pk.types[i++], v);
+		/* By the value's type: an int4 42 gives the bytes of the int8 column's 42. */
+		memopt_key_append(&s->key, s->value_types[i++], v);
 	}
 	if (MAXALIGN(s->key.len) >= (Size) memopt_entry_payload())
 		return MISS_UNCACHEABLE;
@@ -500,8 +534,20 @@ decide(LookupState *s, EState *estate)
 	s->hit = false;
 	s->returned = false;
 	s->fill_pending = false;
-	if (s->table == NULL)
+	if (s->table == NULL ||
+		s->table->relid != RelationGetRelid(s->css.ss.ss_currentRelation) ||
+		s->table->dbid != MyDatabaseId)
+	{
+		/* No slot, or it was released (the table disabled) since the scan began. */
+		if (s->claimable)
+		{
+			s->misses++;
+			s->last_unregistered = true;
+			memopt_count_unregistered();
+		}
 		return;
+	}
+	s->last_unregistered = false;
 	why = try_hit(s, estate);
 	if (s->hit)
 	{
@@ -621,7 +667,8 @@ explain_scan(CustomScanState *node, List *ancestors, ExplainState *es)
 		ExplainPropertyUInteger("Memopt Hits", NULL, s->hits, es);
 		ExplainPropertyUInteger("Memopt Misses", NULL, s->misses, es);
 		if (s->misses > 0)
-			ExplainPropertyText("Memopt Last Miss", memopt_miss_names[s->last_miss], es);
+			ExplainPropertyText("Memopt Last Miss", s->last_unregistered ? "unregistered" :
+								memopt_miss_names[s->last_miss], es);
 	}
 }
 

@@ -9,6 +9,12 @@
 
 #include "store.h"
 #include "memopt.h"
+#include "key.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "storage/procarray.h"
+#include "utils/relcache.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -50,6 +56,8 @@ typedef struct Entry
 } Entry;
 
 #define ENTRY_HEADER MAXALIGN(sizeof(Entry))
+StaticAssertDecl(MAXALIGN(sizeof(Entry)) + MEMOPT_MIN_PAYLOAD <= MEMOPT_MIN_ENTRY_SIZE,
+				 "memopt.entry_size's minimum leaves no room for a row");
 
 typedef struct StoreShared
 {
@@ -57,6 +65,7 @@ typedef struct StoreShared
 	int32		free_head;
 	pg_atomic_uint32 clock;
 	pg_atomic_uint64 next_gen;
+	pg_atomic_uint64 unregistered_misses;	/* lookups of tables without a slot */
 	uint32		nentries;
 	uint32		nbuckets;
 	uint32		entry_size;
@@ -113,12 +122,12 @@ memopt_shmem_request(void)
 {
 	Geometry	g = geometry();
 
-	if (g.entry_size < ENTRY_HEADER + 32)
+	if (g.entry_size < ENTRY_HEADER + MEMOPT_MIN_PAYLOAD)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("memopt.entry_size = %d bytes leaves no room for a row",
 						memopt_entry_size),
-				 errhint("Set memopt.entry_size to at least %d.", (int) ENTRY_HEADER + 32)));
+				 errhint("Set memopt.entry_size to at least %d.", (int) ENTRY_HEADER + MEMOPT_MIN_PAYLOAD)));
 	if (g.nentries < MEMOPT_MIN_ENTRIES)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -181,6 +190,7 @@ memopt_shmem_startup(void)
 		SpinLockInit(&shared->free_lock);
 		pg_atomic_init_u32(&shared->clock, 0);
 		pg_atomic_init_u64(&shared->next_gen, 1);
+		pg_atomic_init_u64(&shared->unregistered_misses, 0);
 		shared->nentries = g.nentries;
 		shared->nbuckets = g.nbuckets;
 		shared->entry_size = g.entry_size;
@@ -328,8 +338,14 @@ take_entry(void)
 
 /* ---- registry ---- */
 
+/*
+ * The registry slot of a table.  MEMOPT_FIND never creates one.  MEMOPT_CLAIM (the scan: the
+ * first lookup of an enabled table after a restart) takes a free slot if there is one and
+ * otherwise returns NULL, never raising: the caller counts a miss.  MEMOPT_CREATE (enable_read,
+ * populate) raises a clear error when all slots are taken.  The commit path only finds.
+ */
 MemoptTable *
-memopt_table(Oid dbid, Oid relid, bool create)
+memopt_table(Oid dbid, Oid relid, MemoptSlotMode mode)
 {
 	MemoptTable *found = NULL;
 	MemoptTable *free_slot = NULL;
@@ -347,7 +363,7 @@ memopt_table(Oid dbid, Oid relid, bool create)
 		}
 	}
 	LWLockRelease(REGISTRY_LOCK);
-	if (found != NULL || !create)
+	if (found != NULL || mode == MEMOPT_FIND)
 		return found;
 
 	LWLockAcquire(REGISTRY_LOCK, LW_EXCLUSIVE);
@@ -368,10 +384,12 @@ memopt_table(Oid dbid, Oid relid, bool create)
 		if (free_slot == NULL)
 		{
 			LWLockRelease(REGISTRY_LOCK);
+			if (mode == MEMOPT_CLAIM)
+				return NULL;
 			ereport(ERROR,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("memopt can track at most %d tables", MEMOPT_MAX_TABLES),
-					 errhint("Call memopt.disable_read() on a table that no longer needs it.")));
+					 errmsg("memopt can track at most %d tables, and all are in use", MEMOPT_MAX_TABLES),
+					 errhint("Call memopt.disable_read() on a table that no longer needs it; see tables_registered in memopt.pool().")));
 		}
 		init_table(free_slot, dbid, relid, false);
 		found = free_slot;
@@ -448,8 +466,15 @@ memopt_invalidate(MemoptTable *t)
 void
 memopt_table_release(MemoptTable *t)
 {
+	memopt_table_release_if(t, t->dbid, t->relid);
+}
+
+/* Releases t only if it still belongs to (dbid, relid): it may have been reused meanwhile. */
+void
+memopt_table_release_if(MemoptTable *t, Oid dbid, Oid relid)
+{
 	LWLockAcquire(REGISTRY_LOCK, LW_EXCLUSIVE);
-	if (t->relid != InvalidOid)
+	if (t->relid != InvalidOid && t->relid == relid && t->dbid == dbid)
 	{
 		pg_atomic_fetch_add_u64(&t->gen, 1);
 		sweep(t);
@@ -463,13 +488,14 @@ memopt_table_release(MemoptTable *t)
  * Entries hold heap tuples in the layout of the relation when they were filled.  A new
  * relfilenode (TRUNCATE, VACUUM FULL, CLUSTER, rewriting ALTER TABLE) or any change of the
  * attributes (ALTER TABLE ADD/DROP/ALTER COLUMN) makes them all dead before anyone reads or
- * fills with the new layout.
+ * fills with the new layout.  So does a new primary key (its index and columns).
  */
 static uint64
 layout_fingerprint(Relation rel)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	uint64		fp = hash_bytes_uint32_extended(rel->rd_node.relNode, desc->natts);
+	const PkLayout *pk;
 
 	for (int i = 0; i < desc->natts; i++)
 	{
@@ -480,6 +506,15 @@ layout_fingerprint(Relation rel)
 		fp = hash_combine64(fp, hash_bytes_extended((const unsigned char *) parts,
 													sizeof(parts), i));
 	}
+
+	/*
+	 * Entries are keyed by the bytes of the primary-key columns: a primary key moved to other
+	 * columns (or rebuilt through another index) gives the same bytes to another row.
+	 */
+	fp = hash_combine64(fp, hash_bytes_uint32_extended(RelationGetPrimaryKeyIndex(rel), 0));
+	if ((pk = memopt_pk_layout(rel)) != NULL)
+		fp = hash_combine64(fp, hash_bytes_extended((const unsigned char *) pk->attnums,
+													pk->nkeys * sizeof(AttrNumber), pk->nkeys));
 	return fp | 1;
 }
 
@@ -500,6 +535,46 @@ memopt_check_layout(MemoptTable *t, Relation rel)
 		pg_atomic_write_u64(&t->fingerprint, fp);
 	}
 	LWLockRelease(REGISTRY_LOCK);
+}
+
+/* A lookup of an enabled table that has no registry slot (all taken): a miss all the same. */
+void
+memopt_count_unregistered(void)
+{
+	pg_atomic_fetch_add_u64(&shared->unregistered_misses, 1);
+}
+
+uint64
+memopt_unregistered_misses(void)
+{
+	return shared ? pg_atomic_read_u64(&shared->unregistered_misses) : 0;
+}
+
+int
+memopt_tables_registered(void)
+{
+	int			n = 0;
+
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(REGISTRY_LOCK, LW_SHARED);
+	for (int i = 0; i < MEMOPT_MAX_TABLES; i++)
+		n += shared->tables[i].relid != InvalidOid;
+	LWLockRelease(REGISTRY_LOCK);
+	return n;
+}
+
+/* Releases every slot of a database (DROP DATABASE): its OIDs may come back in a new one. */
+void
+memopt_release_database(Oid dbid)
+{
+	for (int i = 0; i < MEMOPT_MAX_TABLES; i++)
+	{
+		MemoptTable *t = &shared->tables[i];
+
+		if (((volatile MemoptTable *) t)->dbid == dbid)
+			memopt_table_release_if(t, dbid, t->relid);
+	}
 }
 
 void
@@ -591,6 +666,23 @@ memopt_ticket(MemoptTable *t, uint32 hash, FillTicket *ticket)
 }
 
 /*
+ * Whether the inserting transaction of a row version has committed.  Only such versions may
+ * be stored: an entry's xmin is later judged by XidInMVCCSnapshot alone, which takes any xid
+ * that is no longer running for committed, so an entry made from an aborted (or still
+ * running, later aborting) insert would be served to everyone as if it existed (issue 18).
+ * Our own xid is refused first: it is "in progress" to nobody but the clog.
+ */
+static bool
+xmin_committed_now(TransactionId xmin)
+{
+	if (TransactionIdIsCurrentTransactionId(xmin))
+		return false;
+	if (TransactionIdIsInProgress(xmin))
+		return false;
+	return TransactionIdDidCommit(xmin);
+}
+
+/*
  * Installs the row version `tuple`, read through a pin on `buffer`, if it is still the live
  * version and no writer of its key finished or started committing since `ticket` was taken.
  *
@@ -600,6 +692,8 @@ memopt_ticket(MemoptTable *t, uint32 hash, FillTicket *ticket)
  * after, W's cleanup comes after our ticket was taken: either it already ran (the generation
  * moved: skip), or W's fence is up (skip), or W has yet to fence, and then its cleanup will
  * remove what we install.  Lock-only xmax (SELECT FOR SHARE/UPDATE) changes no data.
+ * The version's inserter must have committed (see xmin_committed_now), so what is installed
+ * is never a row that may yet roll back, nor one only its writer can see.
  */
 bool
 memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
@@ -610,6 +704,7 @@ memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
 	HeapTupleHeader h;
 	uint32		len = tuple->t_len;
 	TransactionId xmin = InvalidTransactionId;
+	bool		xmin_committed = false;
 	bool		live;
 	int32		idx;
 	Entry	   *e;
@@ -630,9 +725,10 @@ memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
 	{
 		memcpy(fill_buffer, h, len);
 		xmin = HeapTupleHeaderGetXmin(h);
+		xmin_committed = HeapTupleHeaderXminCommitted(h) || HeapTupleHeaderXminFrozen(h);
 	}
 	LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
-	if (!live)
+	if (!live || !(xmin_committed || xmin_committed_now(xmin)))
 		return false;
 
 	idx = take_entry();
@@ -749,6 +845,18 @@ memopt_unfence_key(Oid dbid, Oid relid, uint32 hash)
 		put_free(freed);
 		freed = next;
 	}
+}
+
+/*
+ * Removes the key's entries and bumps its bucket's generation without a fence: the abort of a
+ * transaction that wrote the key.  Nothing it wrote can have been stored (fills take only
+ * committed versions), so this is a second line of defence, and it never raises.
+ */
+void
+memopt_purge_key(Oid dbid, Oid relid, uint32 hash)
+{
+	memopt_fence_key(hash);
+	memopt_unfence_key(dbid, relid, hash);
 }
 
 void

@@ -14,7 +14,10 @@
  *
  * Tables have a registry slot with the same pair at table level (TRUNCATE), a generation
  * that every entry must match to be served (invalidation is one atomic bump), a fingerprint
- * of the physical layout (relfilenode and attributes) and the statistics counters.
+ * of the physical layout (relfilenode, attributes, primary-key index and columns) and the
+ * statistics counters.  Slots are created only by enable_read and populate (MEMOPT_CREATE)
+ * or claimed by a lookup when one is free (MEMOPT_CLAIM, never raising); commit and abort
+ * only find them.  Entries hold only row versions whose inserter committed (memopt_fill).
  */
 #ifndef MEMOPT_STORE_H
 #define MEMOPT_STORE_H
@@ -30,6 +33,13 @@
 #define MEMOPT_MAX_TABLES 256
 /* The smallest pool that is worth starting: fewer entries would be evicted constantly. */
 #define MEMOPT_MIN_ENTRIES 1024
+/*
+ * The smallest memopt.entry_size: a 40-byte entry header and 32 bytes of key and tuple.  The
+ * setting's own minimum, so that a smaller value is refused as out of range (store.c checks
+ * that the header still fits).
+ */
+#define MEMOPT_MIN_PAYLOAD 32
+#define MEMOPT_MIN_ENTRY_SIZE 72
 
 /* Why a lookup was not served from the store; one counter each in the statistics. */
 typedef enum MemoptMiss
@@ -107,7 +117,19 @@ extern uint64 memopt_capacity_entries(void);
 extern uint64 memopt_entry_bytes(void);
 
 /* Registry */
-extern MemoptTable *memopt_table(Oid dbid, Oid relid, bool create);
+typedef enum MemoptSlotMode
+{
+	MEMOPT_FIND,				/* never creates (commit and abort paths, drop hooks) */
+	MEMOPT_CLAIM,				/* creates if a slot is free, else NULL (the scan) */
+	MEMOPT_CREATE				/* creates or raises (enable_read, populate) */
+} MemoptSlotMode;
+
+extern MemoptTable *memopt_table(Oid dbid, Oid relid, MemoptSlotMode mode);
+extern void memopt_table_release_if(MemoptTable *t, Oid dbid, Oid relid);
+extern void memopt_release_database(Oid dbid);
+extern void memopt_count_unregistered(void);
+extern uint64 memopt_unregistered_misses(void);
+extern int	memopt_tables_registered(void);
 extern MemoptTable *memopt_table_at(int index);
 extern void memopt_table_release(MemoptTable *t);
 extern void memopt_check_layout(MemoptTable *t, Relation rel);
@@ -127,6 +149,7 @@ extern bool memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen
 /* Writers */
 extern void memopt_fence_key(uint32 hash);
 extern void memopt_unfence_key(Oid dbid, Oid relid, uint32 hash);
+extern void memopt_purge_key(Oid dbid, Oid relid, uint32 hash);
 extern void memopt_fence_table(MemoptTable *t);
 extern void memopt_unfence_table(MemoptTable *t);
 
