@@ -237,11 +237,21 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
     if let Some((failing, message)) = failure {
         drop(admin);
         drop(cluster);
-        eprintln!("memopt fuzz: seed {}: {message}; shrinking ({} steps)", config.seed, failing + 1);
+        eprintln!(
+            "memopt fuzz: seed {}: {message}; shrinking ({} steps)",
+            config.seed,
+            failing + 1
+        );
         let fresh = crate::cluster(&[("deadlock_timeout", "50ms")])
             .map_err(|e| setup_failure(config, "cannot start a cluster to shrink on", e))?;
-        let (steps, reproduced, replays) =
-            shrink::shrink(&fresh.url(), config.keys, &log, failing, config.shrink_budget).await;
+        let (steps, reproduced, replays) = shrink::shrink(
+            &fresh.url(),
+            config.keys,
+            &log,
+            failing,
+            config.shrink_budget,
+        )
+        .await;
         eprintln!("memopt fuzz: {replays} replays, {} steps left", steps.len());
         return Err(Failure {
             seed: config.seed,
@@ -258,7 +268,10 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
     {
         for m in msgs {
             if let slipstream_pg::SimpleQueryMessage::Row(r) = m {
-                eprintln!("memopt fuzz: memopt.stats {}", r.get(0).ok().flatten().unwrap_or(""));
+                eprintln!(
+                    "memopt fuzz: memopt.stats {}",
+                    r.get(0).ok().flatten().unwrap_or("")
+                );
             }
         }
     }

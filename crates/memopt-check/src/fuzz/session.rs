@@ -2,8 +2,8 @@
 //! recording every step in the shared log and stopping everyone at the first mismatch.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -53,7 +53,8 @@ pub(crate) struct Session<'a> {
 impl<'a> Session<'a> {
     pub fn new(id: usize, seed: u64, conn: Conn, shared: &'a Shared) -> Session<'a> {
         // Distinct, reproducible streams per session from the one printed seed.
-        let rng = SmallRng::seed_from_u64(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let rng =
+            SmallRng::seed_from_u64(seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         Session {
             id,
             conn,
@@ -112,7 +113,11 @@ impl<'a> Session<'a> {
         s += &format!("; SET plan_cache_mode = {plan}");
         // Reads inside writes see the writer's own changes and so always miss (by design):
         // a few sessions suffice, or they drown the hits.
-        let trig = if r.random_bool(0.3) && !self.shared.skips("triggers") { "on" } else { "off" };
+        let trig = if r.random_bool(0.3) && !self.shared.skips("triggers") {
+            "on"
+        } else {
+            "off"
+        };
         s += &format!("; SET fuzz.trigger_reads = {trig}");
         if r.random_bool(0.3) {
             s += "; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; \
@@ -135,7 +140,11 @@ impl<'a> Session<'a> {
     /// The column to read by: mostly the primary key as last known.
     fn column(&mut self) -> bool {
         let pk_b = self.shared.pk_is_b.load(Ordering::Relaxed);
-        if self.rng.random_bool(0.85) { pk_b } else { !pk_b }
+        if self.rng.random_bool(0.85) {
+            pk_b
+        } else {
+            !pk_b
+        }
     }
 
     /// A read comparing memopt with the normal plan. `a_key` is a key of column `a`.
@@ -216,7 +225,10 @@ impl<'a> Session<'a> {
         // Inserts outnumber deletes so that the table stays mostly full and reads find rows.
         let (sql, keys) = match self.rng.random_range(0..11) {
             0 => (
-                format!("INSERT INTO t (a, b, v, p) VALUES ({k}, {}, 'i{n}', 1) ON CONFLICT DO NOTHING{ret}", n1 - k),
+                format!(
+                    "INSERT INTO t (a, b, v, p) VALUES ({k}, {}, 'i{n}', 1) ON CONFLICT DO NOTHING{ret}",
+                    n1 - k
+                ),
                 vec![k],
             ),
             1 | 2 => (
@@ -240,7 +252,10 @@ impl<'a> Session<'a> {
                 vec![k],
             ),
             6 => (
-                format!("UPDATE t SET v = 'U{n}' WHERE a BETWEEN {k} AND {}{ret}", k + span),
+                format!(
+                    "UPDATE t SET v = 'U{n}' WHERE a BETWEEN {k} AND {}{ret}",
+                    k + span
+                ),
                 vec![],
             ),
             7 => {
@@ -252,7 +267,10 @@ impl<'a> Session<'a> {
             }
             8 | 9 => (format!("DELETE FROM t WHERE a = {k}{ret}"), vec![k]),
             _ => (
-                format!("DELETE FROM t WHERE a BETWEEN {k} AND {}{ret}", k + span / 3),
+                format!(
+                    "DELETE FROM t WHERE a BETWEEN {k} AND {}{ret}",
+                    k + span / 3
+                ),
                 vec![],
             ),
         };
@@ -342,7 +360,11 @@ impl<'a> Session<'a> {
         self.held.clear();
         self.savepoints = 0;
         self.repeatable = self.rng.random_bool(0.1);
-        let begin = if self.repeatable { "BEGIN ISOLATION LEVEL REPEATABLE READ" } else { "BEGIN" };
+        let begin = if self.repeatable {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ"
+        } else {
+            "BEGIN"
+        };
         self.step(Kind::Exec(begin.into()), false).await;
         let mut pk_change = None;
         let ops = self.rng.random_range(1..=8);
@@ -408,8 +430,11 @@ impl<'a> Session<'a> {
         } else {
             // Fails at COMMIT if the row exists: the deferred foreign key has no parent 99.
             let k = self.key();
-            self.step(Kind::Exec(format!("UPDATE t SET p = 99 WHERE a = {k}")), false)
-                .await;
+            self.step(
+                Kind::Exec(format!("UPDATE t SET p = 99 WHERE a = {k}")),
+                false,
+            )
+            .await;
             "COMMIT".to_string()
         };
         let out = self.step(Kind::Exec(end.clone()), false).await;

@@ -182,7 +182,10 @@ pub(crate) fn render(steps: &[Step]) -> String {
                 let _ = writeln!(out, "{sql};");
             }
             Kind::Prepared { sql, key } => {
-                let name = match prepared.iter().position(|p| p.0 == s.session && &p.1 == sql) {
+                let name = match prepared
+                    .iter()
+                    .position(|p| p.0 == s.session && &p.1 == sql)
+                {
                     Some(i) => format!("p{i}"),
                     None => {
                         prepared.push((s.session, sql.clone()));
