@@ -1,4 +1,5 @@
-//! Shared setup for the memopt end-to-end checks in `tests/`.
+//! Shared setup for the memopt end-to-end checks in `tests/`, and the differential fuzzer
+//! ([`fuzz`]).
 //!
 //! The extension must be installed into the server's directories first
 //! (`extension/memopt/test/run` does it, and `make test` runs that before the Rust tests).
@@ -54,3 +55,5 @@ pub async fn populate(client: &mut Client, name: &str) -> Result<(), Error> {
         ))
         .await
 }
+
+pub mod fuzz;

@@ -1,0 +1,25 @@
+//! The differential fuzzer (issue 18), bounded: a few tens of thousands of reads compared with
+//! the normal plan. The long form: `MEMOPT_FUZZ_READS=1000000 cargo test --release -p
+//! memopt-check --test fuzz -- --nocapture` (and `MEMOPT_FUZZ_SEED=<seed>` to rerun a seed).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memopt_agrees_with_the_normal_plan_under_random_sessions() {
+    let config = memopt_check::fuzz::Config::from_env(30_000);
+    let report = match memopt_check::fuzz::run(&config).await {
+        Ok(report) => report,
+        Err(failure) => panic!("{failure}"),
+    };
+    eprintln!("{report}");
+    assert!(
+        report.reads >= config.reads,
+        "only {} reads compared",
+        report.reads
+    );
+    // A fuzzer that only ever saw misses would prove nothing about hits.
+    assert!(
+        report.hits * 20 >= report.memopt_lookups,
+        "only {} of {} memopt lookups were hits",
+        report.hits,
+        report.memopt_lookups
+    );
+}
