@@ -112,9 +112,14 @@ pub fn compare_run_values(
     let mut extreme = 0usize;
     for i in 0..total {
         let rep = |mu: f64, n: usize, rng: &mut SmallRng| -> Vec<f64> {
-            (0..n).map(|_| mu + sigma[i] * std_normal.sample(rng)).collect()
+            (0..n)
+                .map(|_| mu + sigma[i] * std_normal.sample(rng))
+                .collect()
         };
-        let (ra, rb) = (rep(mu_a[i], la.len(), &mut rng), rep(mu_b[i], lb.len(), &mut rng));
+        let (ra, rb) = (
+            rep(mu_a[i], la.len(), &mut rng),
+            rep(mu_b[i], lb.len(), &mut rng),
+        );
         // Identical observed runs give 0/0: no run stands out.
         if !(observed.is_finite()) || furthest(&ra, &rb) >= observed {
             extreme += 1;
@@ -181,8 +186,15 @@ mod tests {
         // The width of a sampled HDI is precise; where it sits is not (the narrowest window
         // slides along a flat top), so the centre gets a looser bound.
         let width = hi - lo;
-        assert!((width - 2.0 * half).abs() < 0.03 * 2.0 * half, "width {width}, t gives {}", 2.0 * half);
-        assert!(((lo + hi) / 2.0 - centre).abs() < 0.1 * half, "({lo}, {hi}) around {centre}");
+        assert!(
+            (width - 2.0 * half).abs() < 0.03 * 2.0 * half,
+            "width {width}, t gives {}",
+            2.0 * half
+        );
+        assert!(
+            ((lo + hi) / 2.0 - centre).abs() < 0.1 * half,
+            "({lo}, {hi}) around {centre}"
+        );
         assert!(c.ppc.unwrap() > PPC_ALPHA);
     }
 
@@ -192,6 +204,10 @@ mod tests {
         let b = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.01];
         let c = compare_run_values(&a, &b, &CompareSettings::default()).unwrap();
         assert!(c.ppc.unwrap() < PPC_ALPHA, "{:?}", c.ppc);
-        assert!(c.warnings.iter().any(|w| w.contains("stalled")), "{:?}", c.warnings);
+        assert!(
+            c.warnings.iter().any(|w| w.contains("stalled")),
+            "{:?}",
+            c.warnings
+        );
     }
 }

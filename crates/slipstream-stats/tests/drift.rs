@@ -6,9 +6,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Gamma, Normal};
-use slipstream_stats::{
-    CompareSettings, Suff, Verdict, batch_means, compare, compare_run_values,
-};
+use slipstream_stats::{CompareSettings, Suff, Verdict, batch_means, compare, compare_run_values};
 
 /// Per-second correlation of the drift.
 const PHI: f64 = 0.95;
@@ -39,8 +37,16 @@ fn run(rng: &mut SmallRng, scale: f64) -> Vec<f64> {
     (0..SECONDS)
         .map(|s| {
             x = PHI * x + innovation.sample(rng);
-            let slow = if (s + phase) % PERIOD < SLOW_FOR { SLOW } else { 1.0 };
-            let stall = if rng.random::<f64>() < STALL_P { STALL } else { 1.0 };
+            let slow = if (s + phase) % PERIOD < SLOW_FOR {
+                SLOW
+            } else {
+                1.0
+            };
+            let stall = if rng.random::<f64>() < STALL_P {
+                STALL
+            } else {
+                1.0
+            };
             scale * (1.0 + x).max(0.2) * slow * stall * sampling.sample(rng)
         })
         .collect()
@@ -57,12 +63,21 @@ fn the_old_per_second_default_cries_wolf_under_drift() {
         let mut s = CompareSettings::default();
         s.rope = 0.01;
         s.sampler.seed = p;
-        if compare(&Suff::of(&a), &Suff::of(&b), &s).unwrap().verdict.is_different() {
+        if compare(&Suff::of(&a), &Suff::of(&b), &s)
+            .unwrap()
+            .verdict
+            .is_different()
+        {
             alarms += 1;
         }
     }
-    eprintln!("old default (per-second unit, one run per side, ROPE 1%): {alarms}/{pairs} A/A pairs called different");
-    assert!(alarms * 20 > pairs, "{alarms} of {pairs}: the drift is too weak to test anything");
+    eprintln!(
+        "old default (per-second unit, one run per side, ROPE 1%): {alarms}/{pairs} A/A pairs called different"
+    );
+    assert!(
+        alarms * 20 > pairs,
+        "{alarms} of {pairs}: the drift is too weak to test anything"
+    );
 }
 
 /// A run's mean latency, as a result file gives it (every second carries the same count here).
@@ -96,8 +111,14 @@ fn three_runs_a_side_rarely_cry_wolf_and_find_a_10_percent_shift() {
     eprintln!(
         "runs as the unit, 3 a side, ROPE ±5%: A/A {alarms}/{pairs} called different ({flagged} with a predictive-check warning, {unreliable} without a verdict); a 10% shift found in {found}/{pairs}"
     );
-    assert!(alarms * 20 <= pairs, "{alarms} of {pairs} A/A pairs called different");
-    assert!(found * 10 >= pairs * 8, "a 10% shift found in {found} of {pairs}");
+    assert!(
+        alarms * 20 <= pairs,
+        "{alarms} of {pairs} A/A pairs called different"
+    );
+    assert!(
+        found * 10 >= pairs * 8,
+        "a 10% shift found in {found} of {pairs}"
+    );
     assert_eq!(unreliable, 0);
 }
 
@@ -111,10 +132,19 @@ fn one_run_a_side_by_batch_means_is_measured() {
     for p in 0..pairs {
         let mut s = CompareSettings::default();
         s.sampler.seed = u64::from(p);
-        let (a, a2, b) = (run(&mut rng, 10.0), run(&mut rng, 10.0), run(&mut rng, 11.0));
+        let (a, a2, b) = (
+            run(&mut rng, 10.0),
+            run(&mut rng, 10.0),
+            run(&mut rng, 11.0),
+        );
         let [ba, ba2, bb] = [&a, &a2, &b].map(|r| batch_means(r).unwrap());
         batch += ba.batch;
-        alarms += u32::from(compare(&ba.values, &ba2.values, &s).unwrap().verdict.is_different());
+        alarms += u32::from(
+            compare(&ba.values, &ba2.values, &s)
+                .unwrap()
+                .verdict
+                .is_different(),
+        );
         found += u32::from(
             compare(&ba.values, &bb.values, &s).unwrap().verdict == Verdict::CrediblySlower,
         );
@@ -123,5 +153,8 @@ fn one_run_a_side_by_batch_means_is_measured() {
         "one run a side, batch means (mean batch {} s), ROPE ±5%: A/A {alarms}/{pairs} called different; a 10% shift found in {found}/{pairs}",
         batch / pairs as usize
     );
-    assert!(alarms * 20 <= pairs, "{alarms} of {pairs} A/A pairs called different");
+    assert!(
+        alarms * 20 <= pairs,
+        "{alarms} of {pairs} A/A pairs called different"
+    );
 }
