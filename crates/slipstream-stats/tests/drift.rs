@@ -6,7 +6,9 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Gamma, Normal};
-use slipstream_stats::{CompareSettings, Suff, Verdict, batch_means, compare, compare_run_values};
+use slipstream_stats::{
+    CompareSettings, RunValue, Suff, Verdict, batch_means, compare, compare_runs,
+};
 
 /// Per-second correlation of the drift.
 const PHI: f64 = 0.95;
@@ -80,10 +82,14 @@ fn the_old_per_second_default_cries_wolf_under_drift() {
     );
 }
 
-/// A run's mean latency, as a result file gives it (every second carries the same count here).
-fn run_mean(rng: &mut SmallRng, scale: f64) -> f64 {
+/// A run's mean latency, as a result file gives it (every second carries the same count
+/// here), with the floor the lab puts under its error: the transactions' cv / √n.
+fn run_mean(rng: &mut SmallRng, scale: f64) -> RunValue {
     let r = run(rng, scale);
-    r.iter().sum::<f64>() / r.len() as f64
+    RunValue {
+        value: r.iter().sum::<f64>() / r.len() as f64,
+        se_log: TX_CV / (RATE * SECONDS as f64).sqrt(),
+    }
 }
 
 /// The acceptance criterion: runs as the unit, three a side, the default ROPE (±5%). Each pair
@@ -96,16 +102,16 @@ fn three_runs_a_side_rarely_cry_wolf_and_find_a_10_percent_shift() {
     for p in 0..pairs {
         let mut s = CompareSettings::default();
         s.sampler.seed = u64::from(p);
-        let side = |rng: &mut SmallRng, scale: f64| -> Vec<f64> {
+        let side = |rng: &mut SmallRng, scale: f64| -> Vec<RunValue> {
             (0..3).map(|_| run_mean(rng, scale)).collect()
         };
         let (a, a2) = (side(&mut rng, 10.0), side(&mut rng, 10.0));
-        let c = compare_run_values(&a, &a2, &s).unwrap();
+        let c = compare_runs(&a, &a2, &s).unwrap();
         alarms += u32::from(c.verdict.is_different());
         unreliable += u32::from(matches!(c.verdict, Verdict::Unreliable(_)));
         flagged += u32::from(!c.warnings.is_empty());
         let b = side(&mut rng, 11.0);
-        let c = compare_run_values(&a, &b, &s).unwrap();
+        let c = compare_runs(&a, &b, &s).unwrap();
         found += u32::from(c.verdict == Verdict::CrediblySlower);
     }
     eprintln!(

@@ -14,7 +14,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use slipstream_stats::{CompareSettings, Comparison, Verdict, compare, compare_run_values};
+use slipstream_stats::{CompareSettings, Comparison, RunValue, Verdict, compare, compare_runs};
 
 use super::BenchRun;
 use crate::chart::{Mark, posterior_chart_svg};
@@ -23,6 +23,7 @@ mod rates;
 mod values;
 
 pub use rates::{FAILURE_ROPE, RateComparison};
+pub use values::P99_MIN_COUNT;
 use values::Scope;
 
 /// The false-alarm rate per transaction type the comparison is calibrated to stay under (the
@@ -390,11 +391,14 @@ pub fn compare_sides(
             continue;
         }
         if unit == Unit::Run {
-            let (pa, pb) = (values::run_p99s(a, name), values::run_p99s(b, name));
+            let outcome = match (values::run_p99s(a, name), values::run_p99s(b, name)) {
+                (Ok(pa), Ok(pb)) => by_runs(&pa, &pb, &next_settings()),
+                (Err(why), _) | (_, Err(why)) => Outcome::Skipped(why),
+            };
             report.rows.push(Row {
                 name: Some(name.clone()),
                 metric: Metric::P99,
-                outcome: by_runs(&pa, &pb, &next_settings()),
+                outcome,
             });
         }
         if let Some(r) = failures(a, b, Scope::Type(name), settings) {
@@ -514,8 +518,8 @@ fn latency(
     }
 }
 
-fn by_runs(a: &[f64], b: &[f64], settings: &CompareSettings) -> Outcome {
-    match compare_run_values(a, b, settings) {
+fn by_runs(a: &[RunValue], b: &[RunValue], settings: &CompareSettings) -> Outcome {
+    match compare_runs(a, b, settings) {
         Ok(c) => Outcome::Compared(Box::new(c)),
         Err(e) => Outcome::Skipped(e.to_string()),
     }

@@ -1,7 +1,7 @@
 //! What one side contributes to a comparison in each unit: one value per run, batch means of
 //! each run's per-second series, or every transaction.
 
-use slipstream_stats::{BatchMeans, Suff, batch_means};
+use slipstream_stats::{BatchMeans, RunValue, Suff, batch_means};
 
 use super::super::BenchRun;
 
@@ -28,30 +28,62 @@ fn totals(run: &BenchRun, scope: Scope<'_>) -> (Suff, u64) {
     (s, failed)
 }
 
-/// Each run's mean latency in `scope` (runs where nothing succeeded are left out).
-pub(crate) fn run_means(runs: &[BenchRun], scope: Scope<'_>) -> Vec<f64> {
+/// Each run's mean latency in `scope` (runs where nothing succeeded are left out), with its
+/// standard error as if the run's transactions were independent (cv / √n): a lower bound,
+/// which is all the run model needs of it.
+pub(crate) fn run_means(runs: &[BenchRun], scope: Scope<'_>) -> Vec<RunValue> {
     runs.iter()
         .map(|r| totals(r, scope).0)
         .filter(|s| s.n > 0)
-        .map(|s| s.mean())
+        .map(|s| RunValue {
+            value: s.mean(),
+            se_log: s.sd() / s.mean() / (s.n as f64).sqrt(),
+        })
         .collect()
 }
 
-/// Each run's p99 latency of one type (runs where it never succeeded are left out).
-pub(crate) fn run_p99s(runs: &[BenchRun], name: &str) -> Vec<f64> {
-    runs.iter()
+/// Fewer successes than this in a run and its p99 is one of its two largest latencies: an
+/// extreme value, too wild to compare.
+pub const P99_MIN_COUNT: u64 = 200;
+
+/// Each run's p99 latency of one type, or why it is not compared.
+pub(crate) fn run_p99s(runs: &[BenchRun], name: &str) -> Result<Vec<RunValue>, String> {
+    let txs: Vec<_> = runs
+        .iter()
         .filter_map(|r| r.transactions.iter().find(|t| t.name == name))
         .filter(|t| t.ok > 0 && t.latency_ms.p99 > 0.0)
-        .map(|t| t.latency_ms.p99)
-        .collect()
+        .collect();
+    if let Some(few) = txs
+        .iter()
+        .map(|t| t.ok)
+        .min()
+        .filter(|n| *n < P99_MIN_COUNT)
+    {
+        return Err(format!(
+            "a run has {few} successes; a p99 needs at least {P99_MIN_COUNT} per run to be more than its largest values (run longer)"
+        ));
+    }
+    Ok(txs
+        .iter()
+        .map(|t| RunValue {
+            value: t.latency_ms.p99,
+            se_log: 0.0,
+        })
+        .collect())
 }
 
 /// Each run's milliseconds per successful transaction (1000 / TPS): throughput on a scale
-/// where larger is slower, like latency.
-pub(crate) fn run_ms_per_tx(runs: &[BenchRun]) -> Vec<f64> {
+/// where larger is slower, like latency. Its own error is the count's, 1 / √count.
+pub(crate) fn run_ms_per_tx(runs: &[BenchRun]) -> Vec<RunValue> {
     runs.iter()
         .filter(|r| r.tps() > 0.0)
-        .map(|r| 1000.0 / r.tps())
+        .map(|r| {
+            let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
+            RunValue {
+                value: 1000.0 / r.tps(),
+                se_log: 1.0 / (ok as f64).sqrt(),
+            }
+        })
         .collect()
 }
 
