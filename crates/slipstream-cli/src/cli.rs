@@ -143,22 +143,27 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// `slipstream compare`'s options.
+///
+/// Side A's files, `--`, side B's files: `compare a1.json a2.json a3.json -- b1.json b2.json
+/// b3.json` (quoted globs such as `'a-*.json'` are expanded too). Two files without `--` are
+/// one run a side, as before. Options go before the `--`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
-    /// The baseline result file.
-    #[arg(value_name = "A.json")]
-    pub a: PathBuf,
-    /// The result file compared with it.
-    #[arg(value_name = "B.json")]
-    pub b: PathBuf,
+    /// Side A's result files (the baseline); with two files and no `--`, A then B.
+    #[arg(required = true, value_name = "A.json")]
+    pub a: Vec<String>,
+    /// Side B's result files, after `--`.
+    #[arg(last = true, value_name = "B.json")]
+    pub b: Vec<String>,
     /// Only this transaction type.
     #[arg(long, value_name = "NAME")]
     pub transaction: Option<String>,
-    /// Region of practical equivalence: ± this share of the pooled mean (e.g. 2%).
-    #[arg(long, default_value = "1%", value_parser = percent, value_name = "PCT")]
+    /// Region of practical equivalence on the ratio B/A: ± this much (e.g. 5%).
+    #[arg(long, default_value = "5%", value_parser = percent, value_name = "PCT")]
     pub rope: f64,
-    /// The unit of analysis: interval (per-second means) or transaction (every latency).
-    #[arg(long, default_value = "interval", value_name = "UNIT")]
+    /// The unit of analysis: auto (run with 2+ runs a side, else interval), run, interval
+    /// (per-second batch means) or transaction (every latency).
+    #[arg(long, default_value = "auto", value_name = "UNIT")]
     pub unit: slipstream_lab::bench::compare::Unit,
     /// Write the posterior figures (SVG) into this directory.
     #[arg(long, value_name = "DIR")]
@@ -166,9 +171,45 @@ pub struct CompareArgs {
     /// The sampler's seed.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub seed: u64,
-    /// The likelihood: gamma (the article's, sampled with NUTS) or lognormal (closed form).
+    /// The likelihood of the per-second and transaction units: gamma (the article's, sampled
+    /// with NUTS) or lognormal (closed form).
     #[arg(long, default_value = "gamma", value_parser = model, value_name = "MODEL")]
     pub model: slipstream_stats::Model,
+    /// Print the report as JSON (for CI) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit with status 1 when a row's verdict is one of these (comma-separated): slower
+    /// (slower, lower TPS or more failures), faster, different, undecided, unreliable.
+    #[arg(long, value_delimiter = ',', value_parser = gate, value_name = "WHAT")]
+    pub fail_if: Vec<Gate>,
+}
+
+/// A verdict `--fail-if` can gate on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// B credibly worse: slower, lower throughput, more failures.
+    Slower,
+    /// B credibly better.
+    Faster,
+    /// Either.
+    Different,
+    /// The HDI straddles a ROPE edge.
+    Undecided,
+    /// No verdict (diagnostics failed) or a row that could not be compared.
+    Unreliable,
+}
+
+fn gate(s: &str) -> Result<Gate, String> {
+    match s {
+        "slower" | "worse" => Ok(Gate::Slower),
+        "faster" | "better" => Ok(Gate::Faster),
+        "different" => Ok(Gate::Different),
+        "undecided" => Ok(Gate::Undecided),
+        "unreliable" => Ok(Gate::Unreliable),
+        _ => Err(format!(
+            "`{s}`: use slower, faster, different, undecided or unreliable"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -318,6 +359,44 @@ mod tests {
         let err = Cli::try_parse_from(["slipstream", "bench", "x", "-d", "10"]).unwrap_err();
         assert!(err.to_string().contains("needs a unit"), "{err}");
         assert!(Cli::try_parse_from(["slipstream", "report"]).is_err());
+    }
+
+    #[test]
+    fn compare_takes_sides_around_a_double_dash_and_gates() {
+        match parse(&[
+            "compare",
+            "a1",
+            "a2",
+            "--json",
+            "--fail-if",
+            "slower,unreliable",
+            "--",
+            "b1",
+            "b2",
+        ])
+        .command
+        {
+            Command::Compare(c) => {
+                assert_eq!(
+                    (c.a, c.b),
+                    (
+                        vec!["a1".into(), "a2".into()],
+                        vec!["b1".into(), "b2".into()]
+                    )
+                );
+                assert!(c.json);
+                assert_eq!(c.fail_if, vec![Gate::Slower, Gate::Unreliable]);
+                assert_eq!(c.rope, 0.05);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["compare", "a.json", "b.json"]).command {
+            Command::Compare(c) => assert_eq!((c.a.len(), c.b.len()), (2, 0)),
+            other => panic!("{other:?}"),
+        }
+        let err = Cli::try_parse_from(["slipstream", "compare", "a", "b", "--fail-if", "bad"])
+            .unwrap_err();
+        assert!(err.to_string().contains("use slower"), "{err}");
     }
 
     #[test]

@@ -1,91 +1,44 @@
-//! `slipstream compare`.
+//! `slipstream compare`: files -> sides -> the lab's comparison -> a table (or JSON) -> the
+//! exit code a pipeline gates on.
+//!
+//! Exit codes: 0 compared and no `--fail-if` condition met; 1 a `--fail-if` condition met;
+//! 2 nothing could be compared (bad arguments, unreadable files, no common type).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use slipstream_lab::Table;
 use slipstream_lab::bench::BenchRun;
-use slipstream_lab::bench::compare::{Outcome, compare_runs, plot};
-use slipstream_stats::{CompareSettings, Model, SamplerSettings};
+use slipstream_lab::bench::compare::{
+    Direction, Metric, Outcome, Report, Row, compare_sides, plot,
+};
+use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
 
-use crate::cli::CompareArgs;
+use crate::cli::{CompareArgs, Gate};
 use crate::say;
 
+/// Status when a `--fail-if` condition holds.
+pub const EXIT_GATE: u8 = 1;
+/// Status when nothing could be compared.
+pub const EXIT_ERROR: u8 = 2;
+
 pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
-    let (a, b, unit, rope, model) = (&args.a, &args.b, args.unit, args.rope, args.model);
-    let ra = BenchRun::read_json(a)?;
-    let rb = BenchRun::read_json(b)?;
-    let mut text = format!(
-        "A = {} ({} TPS), B = {} ({} TPS); unit: {unit}; model: {}; ROPE ±{}% of the pooled mean\n",
-        a.display(),
-        format_args!("{:.0}", ra.tps()),
-        b.display(),
-        format_args!("{:.0}", rb.tps()),
-        match model {
-            Model::Gamma => "gamma",
-            Model::Lognormal => "lognormal",
-        },
-        rope * 100.0
-    );
-    if ra.workload != rb.workload {
-        text.push_str(&format!(
-            "warning: A ran {} and B ran {}: only transaction types with the same name are compared\n",
-            ra.workload, rb.workload
-        ));
-    }
-    for (r, which) in [(&ra, "A"), (&rb, "B")] {
-        if r.interrupted {
-            text.push_str(&format!(
-                "note: {which} was interrupted after {:.1} s\n",
-                r.measured_s
-            ));
-        }
-    }
+    let (a_files, b_files) = sides(&args.a, &args.b)?;
+    let read = |files: &[PathBuf]| -> anyhow::Result<Vec<BenchRun>> {
+        files.iter().map(|f| BenchRun::read_json(f)).collect()
+    };
+    let (ra, rb) = (read(&a_files)?, read(&b_files)?);
     let settings = CompareSettings {
-        rope,
+        rope: args.rope,
         sampler: SamplerSettings {
             seed: args.seed,
             ..Default::default()
         },
-        model,
+        model: args.model,
     };
-    let outcomes = compare_runs(&ra, &rb, args.transaction.as_deref(), unit, &settings)?;
-    let mut table = Table::new(&[
-        "transaction",
-        "A mean ms",
-        "B mean ms",
-        "B - A (95% HDI)",
-        "B / A (95% HDI)",
-        "P(B slower)",
-        "in ROPE",
-        "verdict",
-    ]);
-    let mut skipped = Vec::new();
-    for (name, outcome) in &outcomes {
-        match outcome {
-            Outcome::Compared(c) => {
-                table.row(vec![
-                    name.clone(),
-                    format!("{:.3}", c.a.mean),
-                    format!("{:.3}", c.b.mean),
-                    format!(
-                        "{:+.3} ({:+.3} .. {:+.3})",
-                        c.diff.mean, c.diff.hdi.0, c.diff.hdi.1
-                    ),
-                    format!(
-                        "{:.3} ({:.3} .. {:.3})",
-                        c.ratio.mean, c.ratio.hdi.0, c.ratio.hdi.1
-                    ),
-                    format!("{:.3}", c.p_b_slower),
-                    format!("{:.0}%", c.in_rope * 100.0),
-                    c.verdict.to_string(),
-                ]);
-                if let Some(dir) = &args.plot {
-                    plot(dir, name, c)?;
-                }
-            }
-            Outcome::Skipped(why) => skipped.push(format!("{name}: not compared: {why}")),
-        }
-    }
+    let report = compare_sides(&ra, &rb, args.transaction.as_deref(), args.unit, &settings)?;
+    let mut text = header(&a_files, &b_files, &ra, &rb, &report, args.model);
+    let (table, skipped) = render(&report);
     if !table.rows.is_empty() {
         text.push('\n');
         text.push_str(&table.render());
@@ -93,15 +46,299 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     for s in &skipped {
         text.push_str(&format!("{s}\n"));
     }
-    say(&text)?;
-    if let Some(dir) = &args.plot
-        && !table.rows.is_empty()
-    {
+    for n in &report.notes {
+        text.push_str(&format!("note: {n}\n"));
+    }
+    if args.json {
+        say(&serde_json::to_string_pretty(&report.to_json())?)?;
+    } else {
+        say(&text)?;
+    }
+    if let Some(dir) = &args.plot {
+        for r in &report.rows {
+            if let Outcome::Compared(c) = &r.outcome {
+                let name = match r.metric {
+                    Metric::Mean => r.scope().to_string(),
+                    m => format!("{}-{}", r.scope(), m.to_string().replace(' ', "-")),
+                };
+                plot(dir, &name.replace(' ', "-"), c)?;
+            }
+        }
         eprintln!("wrote figures into {}", dir.display());
     }
-    anyhow::ensure!(
-        !table.rows.is_empty(),
-        "nothing could be compared (see the lines above)"
-    );
+    let compared = report
+        .rows
+        .iter()
+        .any(|r| !matches!(r.outcome, Outcome::Skipped(_)));
+    anyhow::ensure!(compared, "nothing could be compared (see the lines above)");
+    let tripped: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| args.fail_if.iter().any(|g| trips(*g, r)))
+        .map(|r| format!("{} {}: {}", r.scope(), r.metric, r.verdict_text()))
+        .collect();
+    if !tripped.is_empty() {
+        eprintln!("slipstream: --fail-if met by: {}", tripped.join("; "));
+        return Ok(ExitCode::from(EXIT_GATE));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `row` meets `gate`.
+fn trips(gate: Gate, row: &Row) -> bool {
+    match gate {
+        Gate::Slower => row.direction() == Some(Direction::Worse),
+        Gate::Faster => row.direction() == Some(Direction::Better),
+        Gate::Different => row.direction().is_some(),
+        Gate::Undecided => row.verdict() == Some(&Verdict::Undecided),
+        Gate::Unreliable => matches!(row.verdict(), None | Some(Verdict::Unreliable(_))),
+    }
+}
+
+/// Splits the positional arguments into side A's and side B's files, expanding globs.
+fn sides(a: &[String], b: &[String]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    if let Some(opt) = b.iter().find(|f| f.starts_with("--")) {
+        anyhow::bail!(
+            "`{opt}` comes after `--`, where only B's files go: put options before the `--`"
+        );
+    }
+    let (a, b) = if b.is_empty() {
+        match a {
+            [x, y] => (vec![x.clone()], vec![y.clone()]),
+            _ => anyhow::bail!(
+                "{} file(s) and no `--`: with more than one file on a side, separate A's files \
+                 from B's with `--` (slipstream compare a1.json a2.json -- b1.json b2.json)",
+                a.len()
+            ),
+        }
+    } else {
+        (a.to_vec(), b.to_vec())
+    };
+    Ok((expand(&a)?, expand(&b)?))
+}
+
+/// Each argument as a path, or, if it is a glob (`*`, `?`) that names no file itself, the
+/// files it matches in its directory, sorted.
+fn expand(args: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for arg in args {
+        let path = Path::new(arg);
+        if path.exists() || !arg.contains(['*', '?']) {
+            out.push(path.to_path_buf());
+            continue;
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let pattern = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        anyhow::ensure!(
+            !dir.to_string_lossy().contains(['*', '?']),
+            "`{arg}`: only the file name may hold a wildcard"
+        );
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("`{arg}`: could not list {}: {e}", dir.display()))?
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_str().is_some_and(|n| matches(pattern, n)))
+            .map(|e| {
+                if path.parent().is_some_and(|p| !p.as_os_str().is_empty()) {
+                    e.path()
+                } else {
+                    PathBuf::from(e.file_name())
+                }
+            })
+            .collect();
+        anyhow::ensure!(!found.is_empty(), "no file matches `{arg}`");
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// Shell-style matching of `*` (any run) and `?` (one character).
+fn matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Classic two-pointer match with backtracking to the last `*`.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
+}
+
+fn header(
+    a_files: &[PathBuf],
+    b_files: &[PathBuf],
+    ra: &[BenchRun],
+    rb: &[BenchRun],
+    report: &Report,
+    model: Model,
+) -> String {
+    let side = |files: &[PathBuf], runs: &[BenchRun]| -> String {
+        let tps: f64 = runs.iter().map(BenchRun::tps).sum::<f64>() / runs.len() as f64;
+        let names = if files.len() <= 3 {
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            format!(
+                "{} .. {}",
+                files[0].display(),
+                files[files.len() - 1].display()
+            )
+        };
+        format!("{} run(s) ({names}; mean {tps:.0} TPS)", runs.len())
+    };
+    let mut text = format!(
+        "A = {}\nB = {}\nunit: {}; ROPE: B/A within ±{}%\n",
+        side(a_files, ra),
+        side(b_files, rb),
+        match report.unit {
+            slipstream_lab::bench::compare::Unit::Run => "run (one value per run)".to_string(),
+            u => format!(
+                "{u}; model: {}",
+                match model {
+                    Model::Gamma => "gamma",
+                    Model::Lognormal => "lognormal",
+                }
+            ),
+        },
+        report.rope * 100.0,
+    );
+    let workload = &ra[0].workload;
+    if let Some(other) = ra.iter().chain(rb).find(|r| &r.workload != workload) {
+        text.push_str(&format!(
+            "warning: A ran {workload} and B ran {}: only transaction types with the same name are compared\n",
+            other.workload
+        ));
+    }
+    for (runs, which) in [(ra, "A"), (rb, "B")] {
+        for r in runs.iter().filter(|r| r.interrupted) {
+            text.push_str(&format!(
+                "note: a run of {which} was interrupted after {:.1} s\n",
+                r.measured_s
+            ));
+        }
+    }
+    for w in &report.warnings {
+        text.push_str(&format!("warning: {w}\n"));
+    }
+    text
+}
+
+/// The table of compared rows, and one line per skipped row.
+fn render(report: &Report) -> (Table, Vec<String>) {
+    let mut table = Table::new(&[
+        "transaction",
+        "metric",
+        "A",
+        "B",
+        "B / A (95% HDI)",
+        "P(B worse)",
+        "in ROPE",
+        "verdict",
+    ]);
+    let mut skipped = Vec::new();
+    for r in &report.rows {
+        match &r.outcome {
+            Outcome::Compared(c) => {
+                // Throughput is compared as ms per transaction (larger is slower); show TPS.
+                let (a, b, ratio) = if r.metric == Metric::Tps {
+                    (
+                        1000.0 / c.a.mean,
+                        1000.0 / c.b.mean,
+                        (1.0 / c.ratio.mean, 1.0 / c.ratio.hdi.1, 1.0 / c.ratio.hdi.0),
+                    )
+                } else {
+                    (
+                        c.a.mean,
+                        c.b.mean,
+                        (c.ratio.mean, c.ratio.hdi.0, c.ratio.hdi.1),
+                    )
+                };
+                table.row(vec![
+                    r.scope().into(),
+                    r.metric.to_string(),
+                    format!("{a:.3}"),
+                    format!("{b:.3}"),
+                    format!("{:.3} ({:.3} .. {:.3})", ratio.0, ratio.1, ratio.2),
+                    format!("{:.3}", c.p_b_slower),
+                    format!("{:.0}%", c.in_rope * 100.0),
+                    r.verdict_text(),
+                ]);
+            }
+            Outcome::Rates(x) => {
+                let pct = |(f, n): (u64, u64)| 100.0 * f as f64 / n.max(1) as f64;
+                table.row(vec![
+                    r.scope().into(),
+                    r.metric.to_string(),
+                    format!("{:.2}%", pct(x.a)),
+                    format!("{:.2}%", pct(x.b)),
+                    format!(
+                        "{:+.2} pp ({:+.2} .. {:+.2})",
+                        x.diff.mean * 100.0,
+                        x.diff.hdi.0 * 100.0,
+                        x.diff.hdi.1 * 100.0
+                    ),
+                    format!("{:.3}", x.p_b_more),
+                    String::new(),
+                    r.verdict_text(),
+                ]);
+            }
+            Outcome::Skipped(why) => {
+                skipped.push(format!("{} {}: not compared: {why}", r.scope(), r.metric))
+            }
+        }
+    }
+    (table, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards_match_like_a_shell() {
+        assert!(matches("a-*.json", "a-1.json"));
+        assert!(matches("a-?.json", "a-1.json"));
+        assert!(!matches("a-?.json", "a-10.json"));
+        assert!(matches("*", "x"));
+        assert!(!matches("b-*.json", "a-1.json"));
+        assert!(matches("*-*-x", "a-b-c-x"));
+    }
+
+    #[test]
+    fn sides_need_a_double_dash_beyond_two_files() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (a, b) = sides(&s(&["a.json", "b.json"]), &[]).unwrap();
+        assert_eq!((a.len(), b.len()), (1, 1));
+        let e = sides(&s(&["a1", "a2", "b1"]), &[]).unwrap_err().to_string();
+        assert!(e.contains("separate A's files from B's with `--`"), "{e}");
+        let e = sides(&s(&["a1"]), &s(&["b1", "--json"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("put options before the `--`"), "{e}");
+        let e = expand(&s(&["/nonexistent-dir-p20/*.json"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("could not list"), "{e}");
+    }
 }

@@ -87,7 +87,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench::bench(args, url)
         }
         Command::Report { files, html } => bench::report(files, html),
-        Command::Compare(args) => compare::compare(&args),
+        // A pipeline must tell "B is slower" (1, with --fail-if) from "could not compare" (2).
+        Command::Compare(args) => compare::compare(&args).or_else(|e| {
+            eprintln!("slipstream: error: {e:#}");
+            Ok(ExitCode::from(compare::EXIT_ERROR))
+        }),
         Command::Demo { out, full } => {
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };

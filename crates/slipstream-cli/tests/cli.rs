@@ -595,7 +595,13 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     )
     .unwrap();
     let mut outs = Vec::new();
-    for (workload, name) in [(&file, "a"), (&file, "b"), (&other, "c")] {
+    for (workload, name) in [
+        (&file, "a"),
+        (&file, "b"),
+        (&other, "c"),
+        (&file, "a2"),
+        (&file, "b2"),
+    ] {
         let out = dir.path().join(format!("{name}.json"));
         let o = slipstream(
             &[
@@ -633,7 +639,11 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     );
     assert!(o.status.success(), "{}", text(&o));
     let t = text(&o);
-    assert!(t.contains("ROPE ±5%") && t.contains("select "), "{t}");
+    assert!(
+        t.contains("ROPE: B/A within ±5%") && t.contains("select "),
+        "{t}"
+    );
+    assert!(t.contains("cannot see the variance between runs"), "{t}");
     assert!(
         [
             "credibly",
@@ -645,9 +655,7 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
         .any(|v| t.contains(v)),
         "{t}"
     );
-    assert!(
-        plots.join("select-difference.svg").exists() && plots.join("select-means.svg").exists()
-    );
+    assert!(plots.join("select-ratio.svg").exists() && plots.join("select-means.svg").exists());
 
     // Different workloads: a warning, each side's type named, and nothing compared.
     let o = slipstream(
@@ -662,11 +670,12 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     let t = text(&o);
     assert!(t.contains("A ran select and B ran other"), "{t}");
     assert!(
-        t.contains("select: not compared: only in A")
-            && t.contains("ping: not compared: only in B"),
+        t.contains("select mean ms: not compared: only in A")
+            && t.contains("ping mean ms: not compared: only in B"),
         "{t}"
     );
     assert!(t.contains("nothing could be compared"), "{t}");
+    assert_eq!(o.status.code(), Some(2), "{t}");
 
     let o = slipstream(
         &["compare", outs[0].to_str().unwrap(), "missing.json"],
@@ -692,4 +701,107 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
         "{}",
         text(&o)
     );
+    // Two runs a side: runs as the unit, JSON for CI, and a gate. A/A runs of one workload
+    // must not trip `--fail-if different` (exit 0); `--fail-if undecided,unreliable,...` shows
+    // the gate's exit status 1 when a row meets it.
+    let p = |i: usize| outs[i].to_str().unwrap().to_string();
+    let o = slipstream(
+        &[
+            "compare",
+            "--json",
+            "--fail-if",
+            "different",
+            &p(0),
+            &p(3),
+            "--",
+            &p(1),
+            &p(4),
+        ],
+        dir.path(),
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["unit"], "run", "{json}");
+    assert_eq!(json["runs"]["a"], 2);
+    assert!(
+        json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["metric"] == "p99_ms" && r["transaction"] == "select"),
+        "{json}"
+    );
+    let o = slipstream(
+        &[
+            "compare",
+            "--fail-if",
+            "different,undecided,unreliable,faster",
+            &p(0),
+            &p(3),
+            "--",
+            &p(1),
+            &p(4),
+        ],
+        dir.path(),
+    );
+    let t = text(&o);
+    let met = ["credibly", "undecided", "no verdict", "not compared"]
+        .iter()
+        .any(|v| t.contains(v));
+    let equivalent_only = !met;
+    assert_eq!(
+        o.status.code(),
+        Some(if equivalent_only { 0 } else { 1 }),
+        "{t}"
+    );
+    if !equivalent_only {
+        assert!(t.contains("--fail-if met by"), "{t}");
+    }
+
+    // The errors a user meets: no `--` with three files, an option after `--`, one run against
+    // two with the run unit, a file of another schema, a glob that matches nothing.
+    let o = slipstream(&["compare", &p(0), &p(3), &p(1)], dir.path());
+    assert!(
+        text(&o).contains("separate A's files from B's with `--`"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let o = slipstream(&["compare", &p(0), "--", &p(1), "--json"], dir.path());
+    assert!(
+        text(&o).contains("put options before the `--`"),
+        "{}",
+        text(&o)
+    );
+    let o = slipstream(
+        &["compare", "--unit", "run", &p(0), "--", &p(1), &p(4)],
+        dir.path(),
+    );
+    assert!(
+        text(&o).contains("A has 1 run(s) and B has 2"),
+        "{}",
+        text(&o)
+    );
+    let foreign = dir.path().join("foreign.json");
+    std::fs::write(&foreign, r#"{"schema": "k6/summary"}"#).unwrap();
+    let o = slipstream(&["compare", &p(0), foreign.to_str().unwrap()], dir.path());
+    assert!(
+        text(&o).contains("is not a slipstream bench result"),
+        "{}",
+        text(&o)
+    );
+    let o = slipstream(&["compare", "nomatch-*.json", "--", &p(1)], dir.path());
+    assert!(
+        text(&o).contains("no file matches `nomatch-*.json`"),
+        "{}",
+        text(&o)
+    );
+    // A quoted glob is expanded: `a*.json` is a.json and a2.json.
+    let glob = |g: &str| dir.path().join(g).to_str().unwrap().to_string();
+    let o = slipstream(
+        &["compare", &glob("a*.json"), "--", &glob("b*.json")],
+        dir.path(),
+    );
+    assert!(text(&o).contains("A = 2 run(s)"), "{}", text(&o));
 }

@@ -1,9 +1,8 @@
-//! `compare` on result files: what is compared, what is refused and why, and the A/B
-//! experiment's verdicts against a real server.
+//! `compare` on result files: what is compared, what is refused and why.
 
 use std::time::Duration;
 
-use slipstream_lab::bench::compare::{Outcome, Unit, compare_runs};
+use slipstream_lab::bench::compare::{Metric, Outcome, Report, Unit, compare_sides};
 use slipstream_lab::bench::{self, BenchRun, RunConfig, Session, Transaction, TxError, Workload};
 use slipstream_stats::CompareSettings;
 
@@ -37,28 +36,86 @@ fn run(name: &str, types: &[&'static str], secs: f64) -> BenchRun {
         .unwrap()
 }
 
+fn mean_row<'a>(r: &'a Report, name: &str) -> &'a Outcome {
+    &r.rows
+        .iter()
+        .find(|row| row.name.as_deref() == Some(name) && row.metric == Metric::Mean)
+        .unwrap()
+        .outcome
+}
+
 #[test]
 fn types_in_one_run_only_and_too_few_intervals_are_named() {
     let a = run("w", &["both", "only-a"], 4.0);
     let b = run("w", &["both", "only-b"], 4.0);
     let short = run("w", &["both"], 1.5);
     let s = CompareSettings::default();
-    let out = compare_runs(&a, &b, None, Unit::Interval, &s).unwrap();
-    let by = |name: &str| out.iter().find(|(n, _)| n == name).map(|(_, o)| o).unwrap();
-    assert!(matches!(by("both"), Outcome::Compared(_)));
-    assert!(matches!(by("only-a"), Outcome::Skipped(why) if why == "only in A"));
-    assert!(matches!(by("only-b"), Outcome::Skipped(why) if why == "only in B"));
+    let one = |x: &BenchRun| std::slice::from_ref(x).to_vec();
+    let out = compare_sides(&one(&a), &one(&b), None, Unit::Auto, &s).unwrap();
+    assert_eq!(out.unit, Unit::Interval);
+    assert!(matches!(mean_row(&out, "both"), Outcome::Compared(_)));
+    assert!(matches!(mean_row(&out, "only-a"), Outcome::Skipped(why) if why == "only in A"));
+    assert!(matches!(mean_row(&out, "only-b"), Outcome::Skipped(why) if why == "only in B"));
+    // One run a side: the reader is told that between-run variance is invisible.
+    assert!(
+        out.warnings
+            .iter()
+            .any(|w| w.contains("cannot see the variance between runs")),
+        "{:?}",
+        out.warnings
+    );
+    // The whole mix is compared too.
+    assert!(
+        out.rows
+            .iter()
+            .any(|r| r.name.is_none() && r.metric == Metric::Tps)
+    );
 
     // 1.5 s gives two intervals: too few per interval, enough per transaction.
-    let out = compare_runs(&a, &short, Some("both"), Unit::Interval, &s).unwrap();
+    let out = compare_sides(&one(&a), &one(&short), Some("both"), Unit::Interval, &s).unwrap();
     assert!(
-        matches!(&out[0].1, Outcome::Skipped(why) if why.contains("at least 3") && why.contains("intervals")),
+        matches!(mean_row(&out, "both"), Outcome::Skipped(why) if why.contains("fewer than 3 seconds")),
         "{:?}",
-        out[0].1
+        mean_row(&out, "both")
     );
-    let out = compare_runs(&a, &short, Some("both"), Unit::Transaction, &s).unwrap();
-    assert!(matches!(&out[0].1, Outcome::Compared(_)));
+    let out = compare_sides(&one(&a), &one(&short), Some("both"), Unit::Transaction, &s).unwrap();
+    assert!(matches!(mean_row(&out, "both"), Outcome::Compared(_)));
 
-    let e = compare_runs(&a, &b, Some("nope"), Unit::Interval, &s).unwrap_err();
+    let e = compare_sides(&one(&a), &one(&b), Some("nope"), Unit::Auto, &s).unwrap_err();
     assert!(e.to_string().contains("no transaction `nope`"), "{e}");
+}
+
+#[test]
+fn runs_as_the_unit_need_two_runs_a_side_and_compare_p99_and_throughput() {
+    let runs: Vec<BenchRun> = (0..3).map(|_| run("w", &["t"], 2.0)).collect();
+    let s = CompareSettings::default();
+    let e = compare_sides(&runs[..1], &runs[1..], None, Unit::Auto, &s).unwrap_err();
+    assert!(
+        e.to_string().contains("A has 1 run(s) and B has 2")
+            && e.to_string().contains("--unit interval"),
+        "{e}"
+    );
+    let e = compare_sides(&runs[..1], &runs[1..], None, Unit::Run, &s).unwrap_err();
+    assert!(e.to_string().contains("at least 2 on each side"), "{e}");
+    let four: Vec<BenchRun> = runs.iter().chain(&runs[..1]).cloned().collect();
+    let out = compare_sides(&four[..2], &four[2..], None, Unit::Auto, &s).unwrap();
+    assert_eq!(out.unit, Unit::Run);
+    for metric in [Metric::Mean, Metric::P99] {
+        assert!(
+            out.rows.iter().any(|r| r.name.as_deref() == Some("t")
+                && r.metric == metric
+                && matches!(r.outcome, Outcome::Compared(_))),
+            "{metric}: {:?}",
+            out.rows
+        );
+    }
+    assert!(
+        out.rows
+            .iter()
+            .any(|r| r.name.is_none() && r.metric == Metric::Tps)
+    );
+    let json = out.to_json();
+    assert_eq!(json["schema"], "slipstream-lab/compare");
+    assert_eq!(json["unit"], "run");
+    assert!(json["rows"].as_array().unwrap().len() >= 4, "{json}");
 }

@@ -8,7 +8,10 @@
 //! - the same posterior computed on a grid ([`grid_posterior`]), the correctness oracle for the
 //!   sampler;
 //! - NUTS sampling of it with nuts-rs ([`sample`]), checked against the grid;
-//! - highest-density intervals ([`hdi`]).
+//! - highest-density intervals ([`hdi`]);
+//! - the unit of analysis: runs as the unit with between-run variance ([`compare_run_values`]),
+//!   or one run's per-second series cut into batch means by its autocorrelation
+//!   ([`batch_means`]).
 //!
 //! ```
 //! use slipstream_stats::{GammaModel, Prior, Suff, grid_posterior};
@@ -27,11 +30,13 @@ mod grid;
 mod hdi;
 mod lognormal;
 mod nuts;
+mod runs;
+mod series;
 mod suff;
 
 pub use compare::{
-    CompareError, CompareSettings, Comparison, Estimate, HDI_MASS, MIN_VALUES, Model, Verdict,
-    compare,
+    CompareError, CompareSettings, Comparison, DEFAULT_ROPE, Estimate, HDI_MASS, MIN_VALUES, Model,
+    Verdict, compare,
 };
 pub use diagnostics::{Diagnostics, ESS_MIN_PER_CHAIN, RHAT_MAX};
 pub use gamma::{GammaModel, MeanSd, PRIOR_MEAN_SPREAD, PRIOR_SD_SPREAD, Prior};
@@ -39,4 +44,6 @@ pub use grid::{GridPosterior, grid_posterior};
 pub use hdi::hdi;
 pub use lognormal::lognormal_means;
 pub use nuts::{Draws, SamplerSettings, sample};
+pub use runs::{MIN_RUNS, PPC_ALPHA, RunValue, compare_run_values, compare_runs};
+pub use series::{BatchMeans, MIN_BATCHES, batch_means, effective_size};
 pub use suff::Suff;

@@ -1,0 +1,82 @@
+//! Failure rates: B's against A's, from the counts of failed and successful transactions.
+//!
+//! Each side's rate gets the Jeffreys posterior Beta(f + ½, ok + ½). The counts are pooled over
+//! a side's runs, so failures are taken as independent: a burst of failures from one cause
+//! makes the interval too narrow, which is why the ROPE below is not zero.
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand_distr::{Beta, Distribution};
+use slipstream_stats::{Estimate, HDI_MASS, Verdict, hdi};
+
+/// Differences in failure rate smaller than this (0.1 percentage point, one transaction in a
+/// thousand) do not matter for a benchmark's verdict.
+pub const FAILURE_ROPE: f64 = 0.001;
+
+/// B's failure rate against A's.
+#[derive(Debug, Clone)]
+pub struct RateComparison {
+    /// A's failed and total transactions.
+    pub a: (u64, u64),
+    /// B's failed and total transactions.
+    pub b: (u64, u64),
+    /// B's rate − A's rate (a share, not percent), with its 95% HDI.
+    pub diff: Estimate,
+    /// P(B's rate > A's rate).
+    pub p_b_more: f64,
+    /// `CrediblySlower` reads "credibly more failures".
+    pub verdict: Verdict,
+}
+
+/// Compares failure counts `(failed, total)`.
+pub(crate) fn compare_rates(
+    a: (u64, u64),
+    b: (u64, u64),
+    draws: usize,
+    seed: u64,
+) -> RateComparison {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let beta = |(f, n): (u64, u64)| {
+        Beta::new(f as f64 + 0.5, (n - f) as f64 + 0.5).expect("positive Jeffreys parameters")
+    };
+    let (ba, bb) = (beta(a), beta(b));
+    let diff: Vec<f64> = (0..draws)
+        .map(|_| bb.sample(&mut rng) - ba.sample(&mut rng))
+        .collect();
+    let mean = diff.iter().sum::<f64>() / diff.len() as f64;
+    let (lo, hi) = hdi(&diff, HDI_MASS).unwrap_or((f64::NAN, f64::NAN));
+    let verdict = if lo > FAILURE_ROPE {
+        Verdict::CrediblySlower
+    } else if hi < -FAILURE_ROPE {
+        Verdict::CrediblyFaster
+    } else if lo >= -FAILURE_ROPE && hi <= FAILURE_ROPE {
+        Verdict::PracticallyEquivalent
+    } else {
+        Verdict::Undecided
+    };
+    RateComparison {
+        a,
+        b,
+        diff: Estimate {
+            mean,
+            hdi: (lo, hi),
+        },
+        p_b_more: diff.iter().filter(|d| **d > 0.0).count() as f64 / diff.len() as f64,
+        verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clear_rise_in_failures_is_found_and_none_against_none_is_equivalent() {
+        let c = compare_rates((5, 10_000), (300, 10_000), 4000, 1);
+        assert_eq!(c.verdict, Verdict::CrediblySlower);
+        let c = compare_rates((0, 50_000), (0, 50_000), 4000, 1);
+        assert_eq!(c.verdict, Verdict::PracticallyEquivalent);
+        let c = compare_rates((0, 20), (1, 20), 4000, 1);
+        assert_eq!(c.verdict, Verdict::Undecided);
+    }
+}

@@ -1,0 +1,188 @@
+//! What one side contributes to a comparison in each unit: one value per run, batch means of
+//! each run's per-second series, or every transaction.
+
+use slipstream_stats::{BatchMeans, RunValue, Suff, batch_means};
+
+use super::super::BenchRun;
+
+/// Whose figures a row compares: one transaction type, or the whole mix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope<'a> {
+    /// One transaction type.
+    Type(&'a str),
+    /// Every type together.
+    Mix,
+}
+
+/// A run's successful transactions, latency sum and failures in `scope`.
+fn totals(run: &BenchRun, scope: Scope<'_>) -> (Suff, u64) {
+    let mut s = Suff::default();
+    let mut failed = 0;
+    for t in &run.transactions {
+        if matches!(scope, Scope::Type(n) if n != t.name) {
+            continue;
+        }
+        s.merge(&t.stats.values);
+        failed += t.failed;
+    }
+    (s, failed)
+}
+
+/// Each run's mean latency in `scope` (runs where nothing succeeded are left out), with its
+/// standard error as if the run's transactions were independent (cv / √n): a lower bound,
+/// which is all the run model needs of it.
+pub(crate) fn run_means(runs: &[BenchRun], scope: Scope<'_>) -> Vec<RunValue> {
+    runs.iter()
+        .map(|r| totals(r, scope).0)
+        .filter(|s| s.n > 0)
+        .map(|s| RunValue {
+            value: s.mean(),
+            se_log: s.sd() / s.mean() / (s.n as f64).sqrt(),
+        })
+        .collect()
+}
+
+/// Fewer successes than this in a run and its p99 is one of its two largest latencies: an
+/// extreme value, too wild to compare.
+pub const P99_MIN_COUNT: u64 = 200;
+
+/// Each run's p99 latency of one type, or why it is not compared.
+pub(crate) fn run_p99s(runs: &[BenchRun], name: &str) -> Result<Vec<RunValue>, String> {
+    let txs: Vec<_> = runs
+        .iter()
+        .filter_map(|r| r.transactions.iter().find(|t| t.name == name))
+        .filter(|t| t.ok > 0 && t.latency_ms.p99 > 0.0)
+        .collect();
+    if let Some(few) = txs
+        .iter()
+        .map(|t| t.ok)
+        .min()
+        .filter(|n| *n < P99_MIN_COUNT)
+    {
+        return Err(format!(
+            "a run has {few} successes; a p99 needs at least {P99_MIN_COUNT} per run to be more than its largest values (run longer)"
+        ));
+    }
+    Ok(txs
+        .iter()
+        .map(|t| RunValue {
+            value: t.latency_ms.p99,
+            se_log: 0.0,
+        })
+        .collect())
+}
+
+/// Each run's milliseconds per successful transaction (1000 / TPS): throughput on a scale
+/// where larger is slower, like latency. Its own error is the count's, 1 / √count.
+pub(crate) fn run_ms_per_tx(runs: &[BenchRun]) -> Vec<RunValue> {
+    runs.iter()
+        .filter(|r| r.tps() > 0.0)
+        .map(|r| {
+            let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
+            RunValue {
+                value: 1000.0 / r.tps(),
+                se_log: 1.0 / (ok as f64).sqrt(),
+            }
+        })
+        .collect()
+}
+
+/// Successful and failed transactions over every run, in `scope`.
+pub(crate) fn counts(runs: &[BenchRun], scope: Scope<'_>) -> (u64, u64) {
+    runs.iter().fold((0, 0), |(ok, failed), r| {
+        let (s, f) = totals(r, scope);
+        (ok + s.n, failed + f)
+    })
+}
+
+/// One run's per-second series in `scope`: the mean latency of each second with a success.
+fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
+    let per = &run.intervals.per_transaction;
+    let len = per.values().map(Vec::len).max().unwrap_or(0);
+    (0..len)
+        .filter_map(|i| {
+            let mut s = Suff::default();
+            for (name, ivs) in per {
+                if matches!(scope, Scope::Type(n) if n != name) {
+                    continue;
+                }
+                if let Some(iv) = ivs.get(i) {
+                    s.merge(&iv.values);
+                }
+            }
+            (s.n > 0).then(|| s.mean())
+        })
+        .collect()
+}
+
+/// One run's per-second milliseconds per transaction (seconds with no success are left out:
+/// their inverse is infinite, and a stop of the whole mix shows in latency).
+fn throughput_series(run: &BenchRun) -> Vec<f64> {
+    let per = &run.intervals.per_transaction;
+    let len = per.values().map(Vec::len).max().unwrap_or(0);
+    let secs = if run.intervals.seconds > 0.0 {
+        run.intervals.seconds
+    } else {
+        1.0
+    };
+    (0..len)
+        .filter_map(|i| {
+            let ok: u64 = per
+                .values()
+                .filter_map(|v| v.get(i))
+                .map(|iv| iv.values.n)
+                .sum();
+            (ok > 0).then(|| 1000.0 * secs / ok as f64)
+        })
+        .collect()
+}
+
+/// Batch means of every run's series, put together; the shortest batch length and whether any
+/// run was too short for its autocorrelation.
+pub(crate) struct Batched {
+    pub values: Suff,
+    pub batch: usize,
+    pub short: bool,
+}
+
+fn batched(runs: &[BenchRun], series: impl Fn(&BenchRun) -> Vec<f64>) -> Option<Batched> {
+    let mut out = Batched {
+        values: Suff::default(),
+        batch: usize::MAX,
+        short: false,
+    };
+    for r in runs {
+        let Some(BatchMeans {
+            values,
+            batch,
+            short,
+            ..
+        }) = batch_means(&series(r))
+        else {
+            continue;
+        };
+        out.values.merge(&values);
+        out.batch = out.batch.min(batch);
+        out.short |= short;
+    }
+    (out.values.n > 0).then_some(out)
+}
+
+/// Batch means of the latency series in `scope`.
+pub(crate) fn latency_batches(runs: &[BenchRun], scope: Scope<'_>) -> Option<Batched> {
+    batched(runs, |r| latency_series(r, scope))
+}
+
+/// Batch means of the throughput series (ms per transaction).
+pub(crate) fn throughput_batches(runs: &[BenchRun]) -> Option<Batched> {
+    batched(runs, throughput_series)
+}
+
+/// Every successful transaction's latency statistics in `scope`, over every run.
+pub(crate) fn transactions(runs: &[BenchRun], scope: Scope<'_>) -> Suff {
+    let mut s = Suff::default();
+    for r in runs {
+        s.merge(&totals(r, scope).0);
+    }
+    s
+}
