@@ -350,14 +350,12 @@ impl Connection {
                     ));
                 }
                 Poll::Pending => {
-                    if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
-                        self.rbuf.reserve(READ_CHUNK);
-                    }
+                    self.make_room();
                     // A `read_buf` future changes the buffer only when it completes, so
                     // dropping a pending one loses nothing.
                     match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
                         Poll::Ready(Ok(0)) => {
-                            return Poll::Ready(Err(self.poison(closed_by_server())));
+                            return Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf))));
                         }
                         Poll::Ready(Ok(_)) => {}
                         Poll::Ready(Err(e)) => {
