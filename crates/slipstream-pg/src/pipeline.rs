@@ -74,7 +74,10 @@ pub enum PipelineMode {
     /// skips every later operation up to the next sync point, and each of them fails with
     /// [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) naming the failed one. Outside a
     /// transaction block the operations between two sync points form one implicit
-    /// transaction, so the work of the ones before the failure is rolled back too.
+    /// transaction, so the work of the ones before the failure is rolled back too: those are
+    /// reported as aborted as well (by [`Pipeline::end`], or a later [`Pipeline::process`]),
+    /// never as done. A result taken by `process` before the sync point says the statement
+    /// ran, not that it was committed.
     AbortOnError,
 }
 
