@@ -1,5 +1,7 @@
 //! libFuzzer over everything the client decodes: the input's first byte picks the client call
-//! and whether a clean startup comes first, the rest is what the fake server sends. Shares the
+//! (its low 7 bits, an index into `harness::CALLS`) and whether a clean startup comes first
+//! (its high bit), the rest is what the fake server sends. `seeds/server_bytes` holds a
+//! well-formed reply for each call. Shares the
 //! fake server and the properties with the proptest target (`tests/hostile_fuzz.rs`); run it
 //! with `-malloc_limit_mb=64` so that a single allocation past the trusted length is a crash.
 
@@ -14,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };
-    let call = harness::CALLS[selector as usize % harness::CALLS.len()];
+    let call = harness::CALLS[(selector & 0x7f) as usize % harness::CALLS.len()];
     let mut script = Vec::new();
     if selector & 0x80 != 0 {
         // AuthenticationOk, BackendKeyData, ReadyForQuery: the bytes reach the query phase.
