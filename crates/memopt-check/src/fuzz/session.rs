@@ -36,6 +36,9 @@ impl Shared {
     }
 }
 
+/// Long runs print their progress every this many client-compared reads.
+const PROGRESS_EVERY: u64 = 100_000;
+
 // Relaxed everywhere in this file: the counters and flags steer the workload; the log and the
 // failure are behind mutexes, and the run joins every session before reading them.
 
@@ -73,7 +76,13 @@ impl<'a> Session<'a> {
 
     async fn step(&mut self, kind: Kind, pinned: bool) -> Outcome {
         let out = self.conn.run(&kind).await;
-        self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
+        let before = self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
+        if (before + out.reads) / PROGRESS_EVERY > before / PROGRESS_EVERY {
+            eprintln!(
+                "memopt fuzz: {} reads compared on the client",
+                before + out.reads
+            );
+        }
         if out.error.is_some() {
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
         }

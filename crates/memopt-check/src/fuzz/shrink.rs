@@ -57,14 +57,17 @@ pub(crate) async fn replay(
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut found = None;
     for (i, s) in steps.iter().enumerate() {
-        if !conns.contains_key(&s.session) {
-            let mut c = Conn::connect(url).await?;
-            c.client
-                .batch_execute("SET lock_timeout = '1s'; SET statement_timeout = '20s'")
-                .await?;
-            conns.insert(s.session, c);
-        }
-        let out = conns.get_mut(&s.session).unwrap().run(&s.kind).await;
+        let conn = match conns.entry(s.session) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut c = Conn::connect(url).await?;
+                c.client
+                    .batch_execute("SET lock_timeout = '1s'; SET statement_timeout = '20s'")
+                    .await?;
+                e.insert(c)
+            }
+        };
+        let out = conn.run(&s.kind).await;
         if let Some(m) = out.mismatch {
             found = Some(format!("step {} (session {}): {m}", i + 1, s.session + 1));
             break;
