@@ -13,7 +13,6 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
-#include "storage/procarray.h"
 #include "utils/relcache.h"
 
 #include "common/hashfn.h"
@@ -670,14 +669,14 @@ memopt_ticket(MemoptTable *t, uint32 hash, FillTicket *ticket)
  * be stored: an entry's xmin is later judged by XidInMVCCSnapshot alone, which takes any xid
  * that is no longer running for committed, so an entry made from an aborted (or still
  * running, later aborting) insert would be served to everyone as if it existed (issue 18).
- * Our own xid is refused first: it is "in progress" to nobody but the clog.
+ * Our own transaction is refused first.  A commit recorded in the clog is final even while
+ * the committer is still in the proc array (snapshots taken meanwhile then find the entry's
+ * xmin invisible and miss), so no TransactionIdIsInProgress probe is needed.
  */
 static bool
 xmin_committed_now(TransactionId xmin)
 {
 	if (TransactionIdIsCurrentTransactionId(xmin))
-		return false;
-	if (TransactionIdIsInProgress(xmin))
 		return false;
 	return TransactionIdDidCommit(xmin);
 }
