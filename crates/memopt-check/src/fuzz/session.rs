@@ -169,9 +169,28 @@ impl<'a> Session<'a> {
         match choice {
             0 => {
                 let k = as_col(self.key());
-                Kind::Compare(format!(
-                    "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}), slow_{c}({k})"
-                ))
+                // Now and then a key of another integer type, or a bigint that only wraps
+                // around to a stored int key (the normal plan finds no row).
+                match self.rng.random_range(0..10) {
+                    0 => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}::smallint), \
+                         slow_{c}({k})"
+                    )),
+                    1 => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}::bigint), \
+                         slow_{c}8({k})"
+                    )),
+                    2 => {
+                        let wide = i64::from(k) + (1i64 << 32);
+                        Kind::Compare(format!(
+                            "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {wide}::bigint), \
+                             slow_{c}8({wide})"
+                        ))
+                    }
+                    _ => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}), slow_{c}({k})"
+                    )),
+                }
             }
             1 | 2 => {
                 let n = self.rng.random_range(2..=30);
