@@ -251,7 +251,8 @@ impl<'a> Session<'a> {
         let span = self.rng.random_range(1..=8).min(self.shared.keys - k);
         let ret = self.returning();
         // Inserts outnumber deletes so that the table stays mostly full and reads find rows.
-        let (sql, keys) = match self.rng.random_range(0..11) {
+        let inside = !self.shared.skips("returning");
+        let (sql, keys) = match self.rng.random_range(0..if inside { 13 } else { 11 }) {
             0 => (
                 format!(
                     "INSERT INTO t (a, b, v, p) VALUES ({k}, {}, 'i{n}', 1) ON CONFLICT DO NOTHING{ret}",
@@ -294,10 +295,28 @@ impl<'a> Session<'a> {
                 )
             }
             8 | 9 => (format!("DELETE FROM t WHERE a = {k}{ret}"), vec![k]),
-            _ => (
+            10 => (
                 format!(
                     "DELETE FROM t WHERE a BETWEEN {k} AND {}{ret}",
                     k + span / 3
+                ),
+                vec![],
+            ),
+            // A volatile function in the scan and in the inserted values reads the key the
+            // statement wrote one row earlier (visible to it, not yet seen by memopt's
+            // AFTER ROW trigger).
+            11 => (
+                format!(
+                    "UPDATE t SET v = 'W{n}' WHERE a BETWEEN {k} AND {} AND chk(a - 1) IS NOT NULL",
+                    k + span
+                ),
+                vec![],
+            ),
+            _ => (
+                format!(
+                    "INSERT INTO t (a, b, v, p) SELECT g, {n1} - g, chk(g - 1), 1 \
+                     FROM generate_series({k}, {}) g ON CONFLICT DO NOTHING",
+                    k + span
                 ),
                 vec![],
             ),
