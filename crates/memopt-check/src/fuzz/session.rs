@@ -156,7 +156,8 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// A read comparing memopt with the normal plan. `a_key` is a key of column `a`.
+    /// A read comparing memopt with the normal plan; `split_ok` allows the two-statement form
+    /// (inside a transaction, where the rule below makes it sound).
     fn read(&mut self, split_ok: bool) -> Kind {
         let by_b = self.column();
         let n1 = self.shared.keys + 1;
