@@ -53,13 +53,17 @@ pub struct Config {
     /// Features left out, to look past a known bug: `returning` (reads in RETURNING),
     /// `triggers` (reads in row triggers), `ddl` (primary-key and column changes).
     pub skip: Vec<String>,
+    /// `memopt.pool_size` of the cluster (None: memopt's default); a small pool with many keys
+    /// makes the clock sweep evict while sessions write.
+    pub pool_size: Option<String>,
 }
 
 impl Config {
     /// `reads` reads, unless `MEMOPT_FUZZ_READS` says otherwise; the seed from
     /// `MEMOPT_FUZZ_SEED` or the clock; `MEMOPT_FUZZ_SESSIONS` (default 3) and
     /// `MEMOPT_FUZZ_KEYS` (default 300); `MEMOPT_FUZZ_SKIP` (comma-separated features to
-    /// leave out, see [`Config::skip`]); `MEMOPT_FUZZ_SHRINK_SECS` (default 120).
+    /// leave out, see [`Config::skip`]); `MEMOPT_FUZZ_SHRINK_SECS` (default 120);
+    /// `MEMOPT_FUZZ_POOL_SIZE` (`memopt.pool_size`, e.g. `300kB`).
     pub fn from_env(reads: u64) -> Config {
         fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
             let v = std::env::var(name).ok()?;
@@ -91,6 +95,7 @@ impl Config {
                     )
                 })
                 .collect(),
+            pool_size: std::env::var("MEMOPT_FUZZ_POOL_SIZE").ok(),
         }
     }
 }
@@ -177,6 +182,18 @@ impl fmt::Display for Failure {
     }
 }
 
+/// A cluster with memopt preloaded and the run's settings. Deadlocks between sessions are
+/// part of the workload: detect them quickly.
+fn start_cluster(
+    config: &Config,
+) -> Result<slipstream_testkit::Cluster, slipstream_testkit::Error> {
+    let mut settings = vec![("deadlock_timeout", "50ms")];
+    if let Some(size) = &config.pool_size {
+        settings.push(("memopt.pool_size", size.as_str()));
+    }
+    crate::cluster(&settings)
+}
+
 fn setup_failure(config: &Config, what: &str, e: impl fmt::Display) -> Failure {
     Failure {
         seed: config.seed,
@@ -193,8 +210,8 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
         "memopt fuzz: seed {} (MEMOPT_FUZZ_SEED), {} reads, {} sessions, {} keys, skipping {:?}",
         config.seed, config.reads, config.sessions, config.keys, config.skip
     );
-    let cluster = crate::cluster(&[("deadlock_timeout", "50ms")])
-        .map_err(|e| setup_failure(config, "cannot start a cluster", e))?;
+    let cluster =
+        start_cluster(config).map_err(|e| setup_failure(config, "cannot start a cluster", e))?;
     let url = cluster.url();
     let mut admin = slipstream_pg::connect(&url)
         .await
@@ -242,7 +259,7 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
             config.seed,
             failing + 1
         );
-        let fresh = crate::cluster(&[("deadlock_timeout", "50ms")])
+        let fresh = start_cluster(config)
             .map_err(|e| setup_failure(config, "cannot start a cluster to shrink on", e))?;
         let (steps, reproduced, replays) = shrink::shrink(
             &fresh.url(),

@@ -48,6 +48,13 @@ CREATE OR REPLACE FUNCTION slow_a(k int) RETURNS text STABLE PARALLEL SAFE LANGU
 CREATE OR REPLACE FUNCTION slow_b(k int) RETURNS text STABLE PARALLEL SAFE LANGUAGE sql
     SET memopt.enabled = off
     AS $$ SELECT v || '/' || a || '/' || x FROM t WHERE b = k $$;
+-- The same with a bigint key (cross-type comparisons, keys beyond the int range).
+CREATE OR REPLACE FUNCTION slow_a8(k bigint) RETURNS text STABLE PARALLEL SAFE LANGUAGE sql
+    SET memopt.enabled = off
+    AS $$ SELECT v || '/' || b || '/' || x FROM t WHERE a = k $$;
+CREATE OR REPLACE FUNCTION slow_b8(k bigint) RETURNS text STABLE PARALLEL SAFE LANGUAGE sql
+    SET memopt.enabled = off
+    AS $$ SELECT v || '/' || a || '/' || x FROM t WHERE b = k $$;
 -- Through memopt from a PL/pgSQL cached plan (generic under force_generic_plan).
 CREATE OR REPLACE FUNCTION fastp_a(k int) RETURNS text STABLE PARALLEL SAFE LANGUAGE plpgsql AS $$
 DECLARE r text;

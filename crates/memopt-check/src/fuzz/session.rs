@@ -36,6 +36,9 @@ impl Shared {
     }
 }
 
+/// Long runs print their progress every this many client-compared reads.
+const PROGRESS_EVERY: u64 = 100_000;
+
 // Relaxed everywhere in this file: the counters and flags steer the workload; the log and the
 // failure are behind mutexes, and the run joins every session before reading them.
 
@@ -73,7 +76,13 @@ impl<'a> Session<'a> {
 
     async fn step(&mut self, kind: Kind, pinned: bool) -> Outcome {
         let out = self.conn.run(&kind).await;
-        self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
+        let before = self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
+        if (before + out.reads) / PROGRESS_EVERY > before / PROGRESS_EVERY {
+            eprintln!(
+                "memopt fuzz: {} reads compared on the client",
+                before + out.reads
+            );
+        }
         if out.error.is_some() {
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,7 +156,8 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// A read comparing memopt with the normal plan. `a_key` is a key of column `a`.
+    /// A read comparing memopt with the normal plan; `split_ok` allows the two-statement form
+    /// (inside a transaction, where the rule below makes it sound).
     fn read(&mut self, split_ok: bool) -> Kind {
         let by_b = self.column();
         let n1 = self.shared.keys + 1;
@@ -160,9 +170,28 @@ impl<'a> Session<'a> {
         match choice {
             0 => {
                 let k = as_col(self.key());
-                Kind::Compare(format!(
-                    "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}), slow_{c}({k})"
-                ))
+                // Now and then a key of another integer type, or a bigint that only wraps
+                // around to a stored int key (the normal plan finds no row).
+                match self.rng.random_range(0..10) {
+                    0 => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}::smallint), \
+                         slow_{c}({k})"
+                    )),
+                    1 => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}::bigint), \
+                         slow_{c}8({k})"
+                    )),
+                    2 => {
+                        let wide = i64::from(k) + (1i64 << 32);
+                        Kind::Compare(format!(
+                            "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {wide}::bigint), \
+                             slow_{c}8({wide})"
+                        ))
+                    }
+                    _ => Kind::Compare(format!(
+                        "SELECT (SELECT v || '/' || {o} || '/' || x FROM t WHERE {c} = {k}), slow_{c}({k})"
+                    )),
+                }
             }
             1 | 2 => {
                 let n = self.rng.random_range(2..=30);
@@ -223,7 +252,8 @@ impl<'a> Session<'a> {
         let span = self.rng.random_range(1..=8).min(self.shared.keys - k);
         let ret = self.returning();
         // Inserts outnumber deletes so that the table stays mostly full and reads find rows.
-        let (sql, keys) = match self.rng.random_range(0..11) {
+        let inside = !self.shared.skips("returning");
+        let (sql, keys) = match self.rng.random_range(0..if inside { 13 } else { 11 }) {
             0 => (
                 format!(
                     "INSERT INTO t (a, b, v, p) VALUES ({k}, {}, 'i{n}', 1) ON CONFLICT DO NOTHING{ret}",
@@ -266,10 +296,28 @@ impl<'a> Session<'a> {
                 )
             }
             8 | 9 => (format!("DELETE FROM t WHERE a = {k}{ret}"), vec![k]),
-            _ => (
+            10 => (
                 format!(
                     "DELETE FROM t WHERE a BETWEEN {k} AND {}{ret}",
                     k + span / 3
+                ),
+                vec![],
+            ),
+            // A volatile function in the scan and in the inserted values reads the key the
+            // statement wrote one row earlier (visible to it, not yet seen by memopt's
+            // AFTER ROW trigger).
+            11 => (
+                format!(
+                    "UPDATE t SET v = 'W{n}' WHERE a BETWEEN {k} AND {} AND chk(a - 1) IS NOT NULL",
+                    k + span
+                ),
+                vec![],
+            ),
+            _ => (
+                format!(
+                    "INSERT INTO t (a, b, v, p) SELECT g, {n1} - g, chk(g - 1), 1 \
+                     FROM generate_series({k}, {}) g ON CONFLICT DO NOTHING",
+                    k + span
                 ),
                 vec![],
             ),

@@ -57,14 +57,17 @@ pub(crate) async fn replay(
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut found = None;
     for (i, s) in steps.iter().enumerate() {
-        if !conns.contains_key(&s.session) {
-            let mut c = Conn::connect(url).await?;
-            c.client
-                .batch_execute("SET lock_timeout = '1s'; SET statement_timeout = '20s'")
-                .await?;
-            conns.insert(s.session, c);
-        }
-        let out = conns.get_mut(&s.session).unwrap().run(&s.kind).await;
+        let conn = match conns.entry(s.session) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut c = Conn::connect(url).await?;
+                c.client
+                    .batch_execute("SET lock_timeout = '1s'; SET statement_timeout = '20s'")
+                    .await?;
+                e.insert(c)
+            }
+        };
+        let out = conn.run(&s.kind).await;
         if let Some(m) = out.mismatch {
             found = Some(format!("step {} (session {}): {m}", i + 1, s.session + 1));
             break;
@@ -163,5 +166,41 @@ pub(crate) async fn shrink(
         .map(|u| steps[u.steps[0]].session)
         .collect();
     current.retain(|u| busy.contains(&steps[u.steps[0]].session));
-    (pick(&current), Some(message), replays)
+    // Then single statements inside the remaining transactions (their BEGIN and end stay, so
+    // the transaction structure does), last first: later steps depend on earlier ones.
+    let mut kept = pick(&current);
+    let mut i = kept.len();
+    while i > 0 && started.elapsed() < budget {
+        i -= 1;
+        let removable = !kept[i].pinned
+            && i + 1 != kept.len()
+            && !matches!(&kept[i].kind, Kind::Exec(sql)
+                if sql.starts_with("BEGIN") || sql == "COMMIT" || sql == "ROLLBACK");
+        if !removable {
+            continue;
+        }
+        let mut cand = kept.clone();
+        cand.remove(i);
+        replays += 1;
+        if let Ok(Some(m)) = replay(url, keys, &cand).await {
+            kept = cand;
+            message = m;
+        }
+    }
+    // A transaction left empty does nothing: drop its BEGIN and end.
+    let mut i = 0;
+    while i < kept.len() {
+        let is_begin = matches!(&kept[i].kind, Kind::Exec(sql) if sql.starts_with("BEGIN"));
+        let next = (i + 1..kept.len()).find(|&j| kept[j].session == kept[i].session);
+        let ends = next.is_some_and(
+            |j| matches!(&kept[j].kind, Kind::Exec(sql) if sql == "COMMIT" || sql == "ROLLBACK"),
+        );
+        if let (true, true, Some(j)) = (is_begin, ends, next) {
+            kept.remove(j);
+            kept.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    (kept, Some(message), replays)
 }

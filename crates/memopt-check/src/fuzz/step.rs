@@ -176,7 +176,7 @@ pub(crate) fn render(steps: &[Step]) -> String {
     let mut out = String::new();
     let mut prepared: Vec<(usize, String)> = Vec::new();
     for s in steps {
-        let _ = write!(out, "-- session {}\n", s.session + 1);
+        let _ = writeln!(out, "-- session {}", s.session + 1);
         match &s.kind {
             Kind::Exec(sql) | Kind::Compare(sql) => {
                 let _ = writeln!(out, "{sql};");
