@@ -199,7 +199,7 @@ pub fn compare_runs(
             rep(mu_b[i], lb.len(), &mut rng),
         );
         // Identical observed runs give 0/0: no run stands out.
-        if !(observed.is_finite()) || furthest(&ra, &rb) >= observed {
+        if !observed.is_finite() || furthest(&ra, &rb) >= observed {
             extreme += 1;
         }
     }
