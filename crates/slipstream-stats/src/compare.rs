@@ -113,9 +113,10 @@ impl Verdict {
 /// Everything a comparison found.
 #[derive(Debug, Clone)]
 pub struct Comparison {
-    /// Group A's mean.
+    /// Group A's mean (for the run unit: `mean` is exp of the posterior mean of ln, the runs'
+    /// geometric mean; the posterior mean itself has no finite value under Student tails).
     pub a: Estimate,
-    /// Group B's mean.
+    /// Group B's mean (as for A).
     pub b: Estimate,
     /// B − A.
     pub diff: Estimate,
