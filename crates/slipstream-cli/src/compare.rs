@@ -42,6 +42,9 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     if !table.rows.is_empty() {
         text.push('\n');
         text.push_str(&table.render());
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
     }
     for s in &skipped {
         text.push_str(&format!("{s}\n"));

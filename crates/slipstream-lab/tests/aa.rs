@@ -180,6 +180,39 @@ fn identical_order_entry_runs_are_never_called_credibly_different() {
         single_all = (single_all.0 + a, single_all.1 + an);
         pairs_alarmed += usize::from(a > 0);
     }
+    // The old default, for the record: per-second means of one run as independent values,
+    // ROPE ±1% (what issue 20 measured).
+    let (mut old, mut old_n) = (0, 0);
+    let seconds = |r: &BenchRun, name: &str| -> slipstream_stats::Suff {
+        let mut s = slipstream_stats::Suff::default();
+        for iv in r.intervals.per_transaction[name]
+            .iter()
+            .filter(|i| i.values.n > 0)
+        {
+            s.add(iv.values.mean());
+        }
+        s
+    };
+    let old_settings = CompareSettings {
+        rope: 0.01,
+        ..Default::default()
+    };
+    for p in all.windows(2) {
+        for t in p[0].transactions.iter().filter(|t| t.ok > 0) {
+            let c = slipstream_stats::compare(
+                &seconds(&p[0], &t.name),
+                &seconds(&p[1], &t.name),
+                &old_settings,
+            );
+            if let Ok(c) = c {
+                old_n += 1;
+                old += usize::from(c.verdict.is_different());
+            }
+        }
+    }
+    eprintln!(
+        "old default (one run a side, seconds as independent values, ROPE ±1%): per-type means {old}/{old_n} credibly different"
+    );
     let tps: Vec<String> = all.iter().map(|r| format!("{:.0}", r.tps())).collect();
     eprintln!(
         "A/A, {} Order Entry runs of {} s (TPS {}):\n\

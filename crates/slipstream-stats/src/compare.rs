@@ -113,9 +113,10 @@ impl Verdict {
 /// Everything a comparison found.
 #[derive(Debug, Clone)]
 pub struct Comparison {
-    /// Group A's mean.
+    /// Group A's mean (for the run unit: `mean` is exp of the posterior mean of ln, the runs'
+    /// geometric mean; the posterior mean itself has no finite value under Student tails).
     pub a: Estimate,
-    /// Group B's mean.
+    /// Group B's mean (as for A).
     pub b: Estimate,
     /// B − A.
     pub diff: Estimate,
@@ -319,5 +320,40 @@ pub(crate) fn judge(
         ppc: None,
         warnings: Vec::new(),
         draws: [da, db],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_check_on_either_parameter_withholds_the_verdict() {
+        let good = Diagnostics {
+            rhat: 1.0,
+            ess_bulk: 4000.0,
+            ess_tail: 4000.0,
+        };
+        let stuck = Diagnostics { rhat: 1.2, ..good };
+        // B is 20% slower: a clear verdict when the chains mixed.
+        let a: Vec<f64> = (0..4000).map(|i| 10.0 + (i % 7) as f64 * 0.01).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+        let s = CompareSettings::default();
+        let c = judge(a.clone(), b.clone(), [good; 2], [good; 2], 0, &s);
+        assert_eq!(c.verdict, Verdict::CrediblySlower);
+        assert!((c.ratio.mean - 1.2).abs() < 1e-9 && (c.rope.1 - 1.05f64.ln()).abs() < 1e-12);
+        // The means mixed but B's sd did not: no verdict, and the reason names it.
+        let c = judge(a.clone(), b.clone(), [good; 2], [good, stuck], 0, &s);
+        assert!(
+            matches!(&c.verdict, Verdict::Unreliable(why) if why.contains("B's sd")),
+            "{:?}",
+            c.verdict
+        );
+        let c = judge(a, b, [stuck, good], [good; 2], 0, &s);
+        assert!(
+            matches!(&c.verdict, Verdict::Unreliable(why) if why.contains("A's mean")),
+            "{:?}",
+            c.verdict
+        );
     }
 }

@@ -199,7 +199,7 @@ pub fn compare_runs(
             rep(mu_b[i], lb.len(), &mut rng),
         );
         // Identical observed runs give 0/0: no run stands out.
-        if !(observed.is_finite()) || furthest(&ra, &rb) >= observed {
+        if !observed.is_finite() || furthest(&ra, &rb) >= observed {
             extreme += 1;
         }
     }
@@ -227,6 +227,12 @@ pub fn compare_runs(
         0,
         settings,
     );
+    // With two or three runs a side μ's posterior has Student tails, and the mean of exp(μ)
+    // is then dominated by a few extreme draws (or infinite): report each side by exp of μ's
+    // posterior mean, the runs' geometric mean, on the scale the verdict is taken on.
+    let centre = |mu: &[f64]| (mu.iter().sum::<f64>() / mu.len() as f64).exp();
+    c.a.mean = centre(&mu_a);
+    c.b.mean = centre(&mu_b);
     c.ppc = Some(ppc);
     c.warnings.extend(warnings);
     Ok(c)

@@ -29,7 +29,8 @@ pub fn effective_size(series: &[f64]) -> f64 {
             / n as f64
     };
     let var = cov(0);
-    if !(var > 0.0) {
+    // NaN (a non-finite value) counts as no spread too.
+    if var.is_nan() || var <= 0.0 {
         return n as f64;
     }
     let rho = |t: usize| cov(t) / var;

@@ -62,8 +62,10 @@ fn the_old_per_second_default_cries_wolf_under_drift() {
     let mut alarms = 0;
     for p in 0..pairs {
         let (a, b) = (run(&mut rng, 10.0), run(&mut rng, 10.0));
-        let mut s = CompareSettings::default();
-        s.rope = 0.01;
+        let mut s = CompareSettings {
+            rope: 0.01,
+            ..Default::default()
+        };
         s.sampler.seed = p;
         if compare(&Suff::of(&a), &Suff::of(&b), &s)
             .unwrap()

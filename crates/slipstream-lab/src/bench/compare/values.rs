@@ -67,9 +67,39 @@ pub(crate) fn run_p99s(runs: &[BenchRun], name: &str) -> Result<Vec<RunValue>, S
         .iter()
         .map(|t| RunValue {
             value: t.latency_ms.p99,
-            se_log: 0.0,
+            se_log: p99_se_log(&t.percentile_curve, t.ok),
         })
         .collect())
+}
+
+/// The standard error of ln p99 from one run: the 99th percentile of n values has a rank
+/// whose sd is √(n · 0.99 · 0.01), i.e. ± δ = 100·√(0.0099 / n) percentile points, so half
+/// the log-distance between the latencies at 99 − δ and 99 + δ (read off the run's
+/// percentile curve; past its end, its largest value). 0 when the curve cannot tell.
+pub(crate) fn p99_se_log(curve: &[(f64, f64)], n: u64) -> f64 {
+    if curve.len() < 2 || n == 0 {
+        return 0.0;
+    }
+    let at = |q: f64| -> f64 {
+        let last = curve[curve.len() - 1];
+        if q >= last.0 {
+            return last.1;
+        }
+        let j = curve.partition_point(|p| p.0 < q).max(1);
+        let ((q0, v0), (q1, v1)) = (curve[j - 1], curve[j]);
+        if q1 > q0 {
+            v0 + (v1 - v0) * (q - q0) / (q1 - q0)
+        } else {
+            v1
+        }
+    };
+    let delta = 100.0 * (0.0099 / n as f64).sqrt();
+    let (lo, hi) = (at(99.0 - delta), at(99.0 + delta));
+    if lo > 0.0 && hi >= lo {
+        (hi.ln() - lo.ln()) / 2.0
+    } else {
+        0.0
+    }
 }
 
 /// Each run's milliseconds per successful transaction (1000 / TPS): throughput on a scale
@@ -185,4 +215,26 @@ pub(crate) fn transactions(runs: &[BenchRun], scope: Scope<'_>) -> Suff {
         s.merge(&totals(r, scope).0);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_p99_error_comes_from_the_curve_around_the_99th_percentile() {
+        // Latency = percentile / 10 ms up to the 100th.
+        let curve: Vec<(f64, f64)> = (1..=100)
+            .map(|p| (f64::from(p), f64::from(p) / 10.0))
+            .collect();
+        // n = 9900: δ = 0.1 points, so ln(9.91 / 9.89) / 2.
+        let se = p99_se_log(&curve, 9900);
+        assert!((se - (9.91f64 / 9.89).ln() / 2.0).abs() < 1e-9, "{se}");
+        // Fewer values, a wider rank: a larger error; past the curve's end, its last value.
+        assert!(p99_se_log(&curve, 200) > se);
+        // n = 1: δ ≈ 9.95 points, from about 89.05 (8.905 ms) to past the end (10 ms).
+        let one = p99_se_log(&curve, 1);
+        assert!((one - (10.0f64 / 8.905).ln() / 2.0).abs() < 1e-4, "{one}");
+        assert_eq!(p99_se_log(&[], 100), 0.0);
+    }
 }
