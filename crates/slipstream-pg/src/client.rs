@@ -166,6 +166,21 @@ impl Client {
         self.conn.settle().await
     }
 
+    /// Whether no reply is owed: no dropped call left a request whose answer is still to be
+    /// read (see [`Client::settle`]).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// if !client.is_settled() {
+    ///     client.cancel_token().cancel().await?; // stop a long statement nobody waits for
+    ///     client.settle().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_settled(&self) -> bool {
+        self.conn.is_settled()
+    }
+
     /// True if the connection is encrypted with TLS.
     pub fn is_tls(&self) -> bool {
         self.conn.is_tls()
@@ -181,6 +196,22 @@ impl Client {
     /// ```
     pub fn set_notice_handler(&mut self, handler: impl FnMut(&DbError) + Send + 'static) {
         self.conn.notice_handler = Box::new(handler) as NoticeHandler;
+    }
+
+    /// Forgets what one user of this connection left in the client itself: the notifications
+    /// not yet taken, and the notice handler (back to the default). The server's session is
+    /// untouched (see `DISCARD ALL` for that). A pool calls this before lending the connection
+    /// to someone else, so that one borrower's handler never sees another's notices.
+    ///
+    /// ```no_run
+    /// # fn f(client: &mut slipstream_pg::Client) {
+    /// client.clear_client_state();
+    /// assert!(client.take_notifications().is_empty());
+    /// # }
+    /// ```
+    pub fn clear_client_state(&mut self) {
+        self.conn.notifications.clear();
+        self.conn.notice_handler = crate::connection::default_notice_handler();
     }
 
     /// Notifications received so far (during any call), oldest first.

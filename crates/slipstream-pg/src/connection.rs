@@ -179,9 +179,7 @@ impl Connection {
             tx_status: TransactionStatus::Idle,
             parameters: HashMap::new(),
             notifications: VecDeque::new(),
-            notice_handler: Box::new(
-                |notice| tracing::info!(target: "slipstream_pg::notice", "{notice}"),
-            ),
+            notice_handler: default_notice_handler(),
             copy_in_abort: false,
             deferred: Vec::new(),
             closes: Arc::new(Mutex::new(Vec::new())),
@@ -245,8 +243,40 @@ impl Connection {
         self.check_usable()?;
         if !self.owed.is_empty() || self.copy_in_abort {
             self.settle_owed().await?;
+        } else if !self.rbuf.is_empty() {
+            self.check_unsolicited()?;
         }
         self.queue_deferred()
+    }
+
+    /// With no reply owed, the server may have sent only asynchronous messages (notices,
+    /// notifications, parameter changes). Anything else, such as a second `ReadyForQuery`,
+    /// would be read as the next request's reply and shift every later answer by one call.
+    fn check_unsolicited(&mut self) -> Result<(), Error> {
+        loop {
+            let message = match self.parse_buffered() {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.poison(e)),
+            };
+            if self.absorb_async(message)?.is_some() {
+                return Err(self.poison(Error::protocol(
+                    "server sent a reply when none was owed (protocol violation); \
+                     the connection is closed",
+                )));
+            }
+        }
+    }
+
+    /// Runs one message encoder on `wbuf`, leaving it as it was if the encoder fails: an
+    /// encoder that stops part-way (a NUL in a string) would leave a header that the server
+    /// then reads as the start of our next message, desynchronising the connection.
+    pub(crate) fn encode<E>(
+        &mut self,
+        f: impl FnOnce(&mut BytesMut) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mark = self.wbuf.len();
+        f(&mut self.wbuf).inspect_err(|_| self.wbuf.truncate(mark))
     }
 
     /// Appends the deferred `ROLLBACK`s and `Close`s, each with its owed entry. No await.
@@ -258,9 +288,11 @@ impl Connection {
             drop(rollbacks);
         } else {
             for sql in rollbacks {
-                frontend::query(&sql, &mut self.wbuf)
-                    .map_err(|e| Error::protocol(e.to_string()))?;
-                self.owed.push_back(Owed::Rollback);
+                // A savepoint name with a NUL never reached the server, so there is nothing
+                // to roll back to; the message is not sent rather than sent in part.
+                if self.encode(|buf| frontend::query(&sql, buf)).is_ok() {
+                    self.owed.push_back(Owed::Rollback);
+                }
             }
         }
         let closes = std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()));
@@ -719,7 +751,9 @@ impl Connection {
 
     /// Appends a `CopyFail` with `reason` (which the server reports back in its error).
     pub(crate) fn queue_copy_fail(&mut self, reason: &str) -> Result<(), Error> {
-        frontend::copy_fail(reason, &mut self.wbuf)
+        // A NUL cannot travel in the protocol's strings; the reason is only for the log.
+        let reason = reason.replace('\0', "\\0");
+        self.encode(|buf| frontend::copy_fail(&reason, buf))
             .map_err(|e| Error::usage(format!("cannot send this COPY failure reason: {e}")))
     }
 
@@ -772,6 +806,11 @@ impl Drop for Connection {
 
 /// The end of the stream, with what `rbuf` (the bytes read but not yet a whole message) says
 /// about where it came: between messages, or in the middle of one.
+/// The notice handler of a new connection: a `tracing` event at INFO level.
+pub(crate) fn default_notice_handler() -> NoticeHandler {
+    Box::new(|notice| tracing::info!(target: "slipstream_pg::notice", "{notice}"))
+}
+
 fn closed_by_server(rbuf: &[u8]) -> Error {
     let cut = match rbuf {
         [] => String::new(),

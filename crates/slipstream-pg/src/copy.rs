@@ -62,7 +62,8 @@ impl Client {
 
     async fn start_copy(&mut self, sql: &str, inbound: bool) -> Result<(), Error> {
         self.conn.start_request().await?;
-        frontend::query(sql, &mut self.conn.wbuf)
+        self.conn
+            .encode(|buf| frontend::query(sql, buf))
             .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
         self.conn.finish_request(Owed::Copy).await?;
         let mut error = None;
@@ -178,8 +179,8 @@ impl CopyIn<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
-        self.finished = true;
         self.client.conn.queue_copy_fail(reason)?;
+        self.finished = true;
         self.client.conn.flush().await?;
         match read_copy_end(self.client).await {
             Err(e) if e.code().is_some() => Ok(()), // the expected "COPY from stdin failed"

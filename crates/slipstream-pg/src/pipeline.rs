@@ -256,8 +256,9 @@ from_output!((), Output::Done => ());
 /// and reads until a sixteenth of the window is free, so the pipe stays full without growing
 /// without bound. Writing and reading happen together, so no pipeline size can deadlock.
 ///
-/// Dropping a pipeline is safe: operations already queued still run (an open abort-mode block
-/// gets its `Sync`), and their replies are discarded before the connection's next request.
+/// Dropping a pipeline is safe: continue-on-error operations already queued still run, an open
+/// abort-mode block is failed on purpose so that none of it commits, and the replies are
+/// discarded before the connection's next request.
 ///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -998,7 +999,8 @@ impl Pipeline<'_> {
                     format!(
                         "pipeline operation {id} was rolled back: operation {failed} failed later in \
                          the same implicit transaction (an abort-on-error block outside BEGIN is one \
-                         transaction up to its sync point)"
+                         transaction up to its sync point; what no transaction undoes remains, \
+                         such as session-level advisory locks and sequence increments)"
                     ),
                     failed,
                     cause,
@@ -1084,12 +1086,22 @@ impl Pipeline<'_> {
     }
 }
 
+/// A portal that never exists: executing it fails an abandoned abort-mode block on purpose.
+const ABANDONED_BLOCK: &str = "slipstream: abort-on-error block dropped before end()";
+
 impl Drop for Pipeline<'_> {
     fn drop(&mut self) {
-        // Queued operations still run; an open abort-mode block must be closed so the server
-        // leaves its extended-protocol sequence. Replies are read and discarded by the next
-        // request, which settles the connection's owed queue first.
+        // An open abort-mode block must be closed so the server leaves its extended-protocol
+        // sequence. It was abandoned (a `?` on a client-side error, a timeout), so none of it
+        // may commit: an Execute of a portal that does not exist fails it before its Sync, and
+        // the server rolls the block back (inside the caller's BEGIN, that transaction fails
+        // and its COMMIT reports the rollback). Continue-on-error operations still run, each
+        // on its own. Replies are read and discarded by the next request, which settles the
+        // connection's owed queue first.
         if !self.ended && !self.client.conn.is_broken() {
+            if self.options.mode == PipelineMode::AbortOnError && self.group_start.is_some() {
+                let _ = frontend::execute(ABANDONED_BLOCK, 0, &mut self.client.conn.wbuf);
+            }
             self.sync();
         }
     }

@@ -265,7 +265,6 @@ impl Client {
         source: Source<'_>,
         params: &[Param<'_>],
     ) -> Result<(Vec<Row>, u64), Error> {
-        let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
         let (sql, use_cache) = match source {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.id)?;
@@ -283,6 +282,10 @@ impl Client {
         let plan = self.send_sql(sql, params, use_cache, 0).await?;
         match self.run_plan(&plan, sql).await {
             Err(e) if plan.is_cached() && is_stale(&e) => {
+                // Judged from the status that came with the error, after every reply a dropped
+                // call left owed was read: a transaction the error aborted reads as failed,
+                // autocommit as idle. The status before the request may be stale.
+                let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
                 self.stale(&plan, e, in_transaction)?;
                 let plan = self.send_sql(sql, params, use_cache, 0).await?;
                 self.run_plan(&plan, sql).await
@@ -515,23 +518,41 @@ pub(crate) fn encode_plan(
     params: &[Param<'_>],
     max_rows: i32,
 ) -> Result<(), Error> {
+    all_or_nothing(buf, |buf| {
+        match plan {
+            Plan::Named { stmt, .. } => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
+            Plan::Prepare { name, wires } => encode_parse(buf, name, sql, wires)
+                .and_then(|()| describe(buf, b'S', name))
+                .and_then(|()| encode_bind(buf, name, Wires(wires), params)),
+            Plan::OneOff { wires } => encode_parse(buf, "", sql, wires)
+                .and_then(|()| encode_bind(buf, "", Wires(wires), params))
+                .and_then(|()| describe(buf, b'P', "")),
+        }
+        .and_then(|()| {
+            frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
+        })
+    })
+}
+
+/// Runs the encoder `f` on `buf`, leaving nothing of what it wrote if it fails or panics. A
+/// user's `ToSql` may panic part-way through a Bind; the half message left behind would be
+/// sent with the next request and desynchronise the connection (and a pool would lend it).
+fn all_or_nothing(
+    buf: &mut BytesMut,
+    f: impl FnOnce(&mut BytesMut) -> Result<(), Error>,
+) -> Result<(), Error> {
     let mark = buf.len();
-    let encoded = match plan {
-        Plan::Named { stmt, .. } => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
-        Plan::Prepare { name, wires } => encode_parse(buf, name, sql, wires)
-            .and_then(|()| describe(buf, b'S', name))
-            .and_then(|()| encode_bind(buf, name, Wires(wires), params)),
-        Plan::OneOff { wires } => encode_parse(buf, "", sql, wires)
-            .and_then(|()| encode_bind(buf, "", Wires(wires), params))
-            .and_then(|()| describe(buf, b'P', "")),
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut *buf))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            buf.truncate(mark);
+            Err(e)
+        }
+        Err(panic) => {
+            buf.truncate(mark);
+            std::panic::resume_unwind(panic)
+        }
     }
-    .and_then(|()| {
-        frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
-    });
-    if encoded.is_err() {
-        buf.truncate(mark);
-    }
-    encoded
 }
 
 /// Appends Bind + Execute for a prepared statement whose values go as `wires` (`None`: binary,
@@ -543,18 +564,15 @@ fn encode_named(
     params: &[Param<'_>],
     max_rows: i32,
 ) -> Result<(), Error> {
-    let mark = buf.len();
-    let encoded = match wires {
-        Some(wires) => encode_bind(buf, stmt.name(), Wires(wires), params),
-        None => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
-    }
-    .and_then(|()| {
-        frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
-    });
-    if encoded.is_err() {
-        buf.truncate(mark);
-    }
-    encoded
+    all_or_nothing(buf, |buf| {
+        match wires {
+            Some(wires) => encode_bind(buf, stmt.name(), Wires(wires), params),
+            None => encode_bind(buf, stmt.name(), Types(stmt.params()), params),
+        }
+        .and_then(|()| {
+            frontend::execute("", max_rows, buf).map_err(|e| Error::protocol(e.to_string()))
+        })
+    })
 }
 
 fn encode_parse(buf: &mut BytesMut, name: &str, sql: &str, wires: &[Wire]) -> Result<(), Error> {

@@ -132,6 +132,11 @@ impl Client {
         params: &[Param<'_>],
         fetch: FetchSize,
     ) -> Result<RowStream<'_>, Error> {
+        // Whether a stale cached statement may be retried depends on the transaction status,
+        // which is the server's only once the replies a dropped call left owed are read.
+        if !self.conn.is_settled() {
+            self.conn.settle().await?;
+        }
         let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
         let (sql, use_cache, prepared) = match statement.source() {
             Source::Prepared(stmt) => {

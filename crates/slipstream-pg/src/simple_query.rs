@@ -64,7 +64,8 @@ impl Client {
         mut out: Option<&mut Vec<SimpleQueryMessage>>,
     ) -> Result<String, Error> {
         self.conn.start_request().await?;
-        frontend::query(sql, &mut self.conn.wbuf)
+        self.conn
+            .encode(|buf| frontend::query(sql, buf))
             .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
         self.conn.finish_request(Owed::Simple).await?;
 

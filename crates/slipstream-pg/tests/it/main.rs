@@ -1,5 +1,6 @@
 //! slipstream-pg against real PostgreSQL clusters from the testkit.
 
+mod attack;
 mod auth;
 mod cancel;
 mod cancellation;
