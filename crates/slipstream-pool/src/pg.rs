@@ -15,15 +15,23 @@ pub enum Reset {
     /// default).
     #[default]
     Rollback,
-    /// On every return: roll back, then `CLOSE ALL; RESET ALL; UNLISTEN *; SELECT
+    /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
+    /// RESET ALL; UNLISTEN *; SELECT
     /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
     /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`.
     Session,
 }
 
 /// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL`.
-const SESSION_RESET: &str = "CLOSE ALL; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); \
-                             DISCARD TEMP; DISCARD SEQUENCES";
+/// How long a reset waits for the replies a dropped call left owed, after cancelling its
+/// statement: a cancelled statement answers within a round trip, so a connection still silent
+/// after this is closed rather than lent.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `RESET ALL` leaves a `SET ROLE` or `SET SESSION AUTHORIZATION` in place; `DISCARD ALL` does
+/// not, so neither may we: the next borrower would run as the previous one's role.
+const SESSION_RESET: &str = "SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; RESET ALL; UNLISTEN *; \
+                             SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES";
 
 /// Opens slipstream-pg connections for a [`crate::Pool`]. A connection that comes back broken
 /// is closed; one left inside a transaction is rolled back on the pool's task ([`Reset`]). The
@@ -100,8 +108,16 @@ impl Manager for PgManager {
     async fn reset(&self, conn: &mut Client) -> bool {
         // Judge from the server's state, not the one before a dropped call: read what is owed
         // and run what dropped handles deferred (a dropped BEGIN may have opened a transaction).
-        if conn.settle().await.is_err() {
-            return false;
+        // A dropped call's statement may still be running (a timeout around a long query):
+        // cancel it rather than hold the slot for its whole run, or forever if it waits on a
+        // lock, and bound the wait for its replies; a connection that does not settle in time
+        // is closed.
+        if !conn.is_settled() {
+            let _ = conn.cancel_token().cancel().await;
+        }
+        match tokio::time::timeout(SETTLE_LIMIT, conn.settle()).await {
+            Ok(Ok(())) => {}
+            _ => return false,
         }
         if conn.transaction_status() != TransactionStatus::Idle
             && conn.batch_execute("ROLLBACK").await.is_err()
@@ -109,7 +125,12 @@ impl Manager for PgManager {
             return false;
         }
         match self.reset {
-            Reset::Session => conn.batch_execute(SESSION_RESET).await.is_ok(),
+            Reset::Session => {
+                // After UNLISTEN: nothing queued before it may reach the next borrower.
+                let ok = conn.batch_execute(SESSION_RESET).await.is_ok();
+                conn.clear_client_state();
+                ok
+            }
             _ => conn.is_reusable(),
         }
     }
