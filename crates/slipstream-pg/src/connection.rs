@@ -42,7 +42,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BytesMut};
 use postgres_protocol::message::backend::Message;
@@ -382,20 +382,8 @@ impl Connection {
                     ));
                 }
                 Poll::Pending => {
-                    self.make_room();
-                    // A `read_buf` future changes the buffer only when it completes, so
-                    // dropping a pending one loses nothing.
-                    match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
-                        Poll::Ready(Ok(0)) => {
-                            return Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf))));
-                        }
-                        Poll::Ready(Ok(_)) => {}
-                        Poll::Ready(Err(e)) => {
-                            return Poll::Ready(Err(
-                                self.poison(Error::io("could not receive data from the server", e))
-                            ));
-                        }
-                        Poll::Pending => return Poll::Pending,
+                    if let Err(e) = ready!(self.poll_read_more(cx)) {
+                        return Poll::Ready(Err(e));
                     }
                 }
             }
@@ -551,21 +539,23 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Poll::Ready(Err(self.poison(e))),
             }
-            self.make_room();
-            // A `read_buf` future changes the buffer only when it completes, so dropping a
-            // pending one loses nothing.
-            match pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx) {
-                Poll::Ready(Ok(0)) => {
-                    return Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf))));
-                }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => {
-                    return Poll::Ready(Err(
-                        self.poison(Error::io("could not receive data from the server", e))
-                    ));
-                }
-                Poll::Pending => return Poll::Pending,
+            if let Err(e) = ready!(self.poll_read_more(cx)) {
+                return Poll::Ready(Err(e));
             }
+        }
+    }
+
+    /// Reads what the socket has into `rbuf`. The end of the stream or an I/O error poisons
+    /// the connection. A `read_buf` future changes the buffer only when it completes, so
+    /// dropping a pending one loses nothing.
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.make_room();
+        match ready!(pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx)) {
+            Ok(0) => Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf)))),
+            Ok(_) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(
+                self.poison(Error::io("could not receive data from the server", e))
+            )),
         }
     }
 

@@ -184,6 +184,15 @@ fn ess(chains: &[Vec<f64>]) -> f64 {
         let mean_cov = mean(&chains.iter().map(|c| autocov(c, t)).collect::<Vec<_>>());
         1.0 - (w - mean_cov) / var_plus
     };
+    let tau = geyer_tau(n, rho);
+    total / tau.max(1.0 / total.log10().max(1.0))
+}
+
+/// The integrated autocorrelation time of a series of length `n` whose lag-t autocorrelation
+/// is `rho(t)`, by Geyer's initial monotone positive sequence: sums of adjacent pairs while
+/// they are positive, each no larger than the one before. The effective sample size is
+/// n / tau.
+pub(crate) fn geyer_tau(n: usize, rho: impl Fn(usize) -> f64) -> f64 {
     let mut tau = -1.0;
     let mut previous = f64::INFINITY;
     let mut t = 0;
@@ -192,13 +201,12 @@ fn ess(chains: &[Vec<f64>]) -> f64 {
         if pair <= 0.0 {
             break;
         }
-        // Monotone: each pair no larger than the one before.
         let pair = pair.min(previous);
         tau += 2.0 * pair;
         previous = pair;
         t += 2;
     }
-    total / tau.max(1.0 / total.log10().max(1.0))
+    tau
 }
 
 #[cfg(test)]

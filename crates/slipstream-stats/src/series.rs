@@ -34,19 +34,7 @@ pub fn effective_size(series: &[f64]) -> f64 {
         return n as f64;
     }
     let rho = |t: usize| cov(t) / var;
-    let mut tau = -1.0;
-    let mut previous = f64::INFINITY;
-    let mut t = 0;
-    while t + 1 < n {
-        let pair = rho(t) + rho(t + 1);
-        if pair <= 0.0 {
-            break;
-        }
-        let pair = pair.min(previous);
-        tau += 2.0 * pair;
-        previous = pair;
-        t += 2;
-    }
+    let tau = crate::diagnostics::geyer_tau(n, rho);
     (n as f64 / tau.max(1.0)).min(n as f64)
 }
 
