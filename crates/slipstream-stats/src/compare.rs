@@ -245,6 +245,7 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
         diagnostics_sd.push(diag_sd);
         draws.push(d.means());
     }
+    // Cannot fail: the loop above pushed one set of draws for each of the two groups.
     let db = draws.pop().expect("two groups");
     let da = draws.pop().expect("two groups");
     Ok(judge(

@@ -86,6 +86,7 @@ impl<'a> Session<'a> {
         if out.error.is_some() {
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
         }
+        // Poisoned only if another session panicked; the fuzzer then fails anyway.
         let mut log = self.shared.log.lock().unwrap();
         log.push(Step {
             session: self.id,
@@ -213,6 +214,7 @@ impl<'a> Session<'a> {
                     self.key()
                 } else {
                     let i = self.rng.random_range(0..self.held.len());
+                    // Cannot fail: i < held.len(), and held was checked non-empty.
                     *self.held.iter().nth(i).unwrap()
                 };
                 let k = as_col(a);

@@ -227,6 +227,7 @@ impl Report {
                     },
                     "verdict_text": r.verdict_text(),
                 });
+                // Cannot fail: `v` is the `json!({...})` object literal just above.
                 let o = v.as_object_mut().expect("an object");
                 match &r.outcome {
                     Outcome::Compared(c) => {
@@ -548,8 +549,9 @@ fn failures(
     (fa + fb > 0).then(|| {
         let draws = settings.sampler.chains * settings.sampler.draws as usize;
         Outcome::Rates(rates::compare_rates(
-            (fa, oa + fa),
-            (fb, ob + fb),
+            // Saturating: counts come from result files, which may be hand-edited.
+            (fa, oa.saturating_add(fa)),
+            (fb, ob.saturating_add(fb)),
             draws.max(100),
             settings.sampler.seed,
         ))

@@ -36,8 +36,11 @@ pub(crate) fn compare_rates(
     seed: u64,
 ) -> RateComparison {
     let mut rng = SmallRng::seed_from_u64(seed);
+    // Cannot fail: both shape parameters are at least 0.5 (Jeffreys' prior); `saturating_sub`
+    // keeps a total smaller than its failures (a hand-edited file) from wrapping.
     let beta = |(f, n): (u64, u64)| {
-        Beta::new(f as f64 + 0.5, (n - f) as f64 + 0.5).expect("positive Jeffreys parameters")
+        Beta::new(f as f64 + 0.5, n.saturating_sub(f) as f64 + 0.5)
+            .expect("positive Jeffreys parameters")
     };
     let (ba, bb) = (beta(a), beta(b));
     let diff: Vec<f64> = (0..draws)
