@@ -157,6 +157,13 @@ pub(crate) struct Connection {
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
     pub(crate) closes: Arc<Mutex<Vec<String>>>,
+    /// Named statements whose `Parse` is written but for which no handle exists yet. The call
+    /// that wrote it claims the name once it has read the reply (a handle is made, or the
+    /// statement never came to exist). Whatever is unclaimed when the next request starts was
+    /// written by a dropped call and is closed with that request, so a dropped call never
+    /// leaves a statement on the server that nothing will close. (A `Close` of a statement
+    /// that does not exist is not an error, so closing a name whose `Parse` failed is safe.)
+    pub(crate) unclaimed: Vec<String>,
     /// The session ran `DISCARD ALL` or `DEALLOCATE ALL`: every prepared statement is gone, so
     /// the statement cache must forget its entries before its next use.
     pub(crate) statements_discarded: bool,
@@ -183,6 +190,7 @@ impl Connection {
             copy_in_abort: false,
             deferred: Vec::new(),
             closes: Arc::new(Mutex::new(Vec::new())),
+            unclaimed: Vec::new(),
             statements_discarded: false,
             aborted: Arc::new(Mutex::new(None)),
         }
@@ -295,7 +303,11 @@ impl Connection {
                 }
             }
         }
-        let closes = std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut closes =
+            std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()));
+        // Every call that wrote these has been dropped: only one call runs at a time, and each
+        // claims its names before it returns (see `unclaimed`).
+        closes.append(&mut self.unclaimed);
         if !closes.is_empty() {
             for name in &closes {
                 frontend::close(b'S', name, &mut self.wbuf)
@@ -305,6 +317,21 @@ impl Connection {
             self.owed.push_back(Owed::Close);
         }
         Ok(())
+    }
+
+    /// Records that a `Parse` creating `name` is in the write buffer (see `unclaimed`).
+    pub(crate) fn parsing(&mut self, name: &str) {
+        if !name.is_empty() {
+            self.unclaimed.push(name.to_string());
+        }
+    }
+
+    /// The call that wrote `name`'s `Parse` has read its reply: the statement has a handle now,
+    /// or was never created.
+    pub(crate) fn claim(&mut self, name: &str) {
+        if let Some(i) = self.unclaimed.iter().position(|n| n == name) {
+            self.unclaimed.swap_remove(i);
+        }
     }
 
     /// Reads every owed reply to its end (a dropped `CopyIn` first gets its `CopyFail`). The

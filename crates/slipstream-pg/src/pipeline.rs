@@ -507,6 +507,7 @@ impl Pipeline<'_> {
             buf.truncate(mark);
             return Err(Error::usage(format!("cannot send this statement: {e}")));
         }
+        self.client.conn.parsing(&name);
         let kind = Kind::Prepare {
             name,
             sql: sql.to_string(),
@@ -1026,6 +1027,10 @@ impl Pipeline<'_> {
                 None if pending.reply.ends_transaction => self.implicit_from = id + 1,
                 _ => {}
             }
+        }
+        if let Kind::Prepare { name, .. } = &pending.kind {
+            // Read: the statement gets its handle below, or it was never created.
+            self.client.conn.claim(name);
         }
         let result = match pending.reply.error {
             Some(e) => Err(e),

@@ -118,6 +118,7 @@ impl Client {
             self.conn.wbuf.truncate(mark);
             return Err(Error::usage(format!("cannot send this statement: {e}")));
         }
+        self.conn.parsing(&name);
         frontend::sync(&mut self.conn.wbuf);
         self.conn.finish_request(Owed::Extended).await?;
 
@@ -139,6 +140,7 @@ impl Client {
                 }
             }
         }
+        self.conn.claim(&name);
         if let Some(db) = error {
             return Err(Error::db(db));
         }
@@ -382,6 +384,9 @@ impl Client {
             }
         };
         encode_plan(&mut self.conn.wbuf, &plan, sql, params, max_rows)?;
+        if let Plan::Prepare { name, .. } = &plan {
+            self.conn.parsing(name);
+        }
         Ok(plan)
     }
 
@@ -419,6 +424,9 @@ impl Client {
     /// After a `Plan::Prepare` request: caches the statement if the server described it (even
     /// if running it then failed).
     pub(crate) fn cache_prepared(&mut self, plan: &Plan, sql: &str, reply: &Reply) {
+        if let Plan::Prepare { name, .. } = plan {
+            self.conn.claim(name);
+        }
         if let (Plan::Prepare { name, wires }, Some(params), true) =
             (plan, &reply.params, reply.described)
         {

@@ -99,8 +99,6 @@ async fn attack_copy_abort_with_nul_reason_neither_hangs_nor_breaks() {
 // request) leaves a named statement on the server that nothing will ever close: the statement
 // cache's bound on server-side statements is bypassed, one leak per timeout.
 #[tokio::test]
-#[ignore = "open bug: a dropped first run, prepare() or pipeline prepare leaves its named \
-            statement on the server (26 leaked here); run with --ignored once fixed"]
 async fn attack_dropped_first_runs_do_not_leak_server_side_statements() {
     let (_cluster, mut c) = super::setup().await;
     for i in 0..20i32 {
@@ -146,6 +144,39 @@ async fn attack_dropped_first_runs_do_not_leak_server_side_statements() {
         "{} server-side statements leaked (cache holds {cached}, server has {on_server})",
         on_server - cached
     );
+}
+
+// A3's counterpart: closing what dropped calls left must never close a statement that a
+// completed call still uses. Every path that parses a named statement (a first run, a failed
+// first run, prepare(), a row stream's first run, a pipeline prepare) completes, and then each
+// statement still runs without the cache having to prepare it again.
+#[tokio::test]
+async fn completed_first_runs_keep_their_server_side_statements() {
+    let (_cluster, mut c) = super::setup().await;
+    c.query("SELECT $1::int4 + 1", &[&1i32]).await.unwrap();
+    let failed = c.query("SELECT 1 / $1::int4", &[&0i32]).await;
+    assert_eq!(failed.unwrap_err().code(), Some(slipstream_pg::SqlState::DIVISION_BY_ZERO));
+    let prepared = c.prepare("SELECT $1::int4 + 2").await.unwrap();
+    {
+        let mut rows = c.query_stream("SELECT $1::int4 + 3", &[&1i32]).await.unwrap();
+        while rows.next().await.unwrap().is_some() {}
+    }
+    let piped = {
+        let mut p = c.pipeline();
+        let op = p.prepare("SELECT $1::int4 + 4").await.unwrap();
+        p.process(&op).await.unwrap()
+    };
+    for _ in 0..2 {
+        c.query("SELECT $1::int4 + 1", &[&1i32]).await.unwrap();
+        c.query("SELECT 1 / $1::int4", &[&1i32]).await.unwrap();
+        c.query(&prepared, &[&1i32]).await.unwrap();
+        c.query("SELECT $1::int4 + 3", &[&1i32]).await.unwrap();
+        c.query(&piped, &[&1i32]).await.unwrap();
+    }
+    assert_eq!(c.statement_cache_stats().reprepares, 0, "a live statement was closed");
+    let on_server = count(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
+    let cached = c.statement_cache_stats().size as i64;
+    assert_eq!(on_server, cached + 2, "the cache's statements and the two prepared by hand");
 }
 
 // A4. Abort mode outside BEGIN reports earlier operations "rolled back"; a session-level
