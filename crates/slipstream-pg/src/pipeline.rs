@@ -1119,21 +1119,48 @@ fn is_stream_copy(sql: &str) -> bool {
     loop {
         if let Some(r) = rest.strip_prefix("--") {
             rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(r) = rest.strip_prefix("/*") {
-            rest = r.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else if rest.starts_with("/*") {
+            rest = after_block_comment(rest).trim_start();
         } else {
             break;
         }
     }
+    // The keyword ends where an identifier could not go on: `COPY(SELECT ...)` and
+    // `COPY"t"` are COPY statements too.
     let starts_with_copy = rest
         .get(..4)
         .is_some_and(|w| w.eq_ignore_ascii_case("copy"))
-        && rest[4..].starts_with(|c: char| c.is_whitespace());
+        && !rest[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$');
     if !starts_with_copy {
         return false;
     }
     let lower = rest.to_ascii_lowercase();
     lower.contains("stdin") || lower.contains("stdout")
+}
+
+/// What follows the block comment `sql` starts with. PostgreSQL's block comments nest, so
+/// `/* a /* b */ c */` is one comment; an unterminated one runs to the end.
+fn after_block_comment(sql: &str) -> &str {
+    let bytes = sql.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        match (bytes[i], bytes[i + 1]) {
+            (b'/', b'*') => {
+                depth += 1;
+                i += 2;
+            }
+            (b'*', b'/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return &sql[i..];
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    ""
 }
 
 #[cfg(test)]
@@ -1150,5 +1177,11 @@ mod tests {
         assert!(!is_stream_copy("SELECT 'copy from stdin'"));
         assert!(!is_stream_copy("COPYRIGHT"));
         assert!(!is_stream_copy(""));
+        assert!(is_stream_copy("/* a /* nested */ comment */ COPY t FROM STDIN"));
+        assert!(!is_stream_copy("/* a /* nested */ COPY t FROM STDIN */ SELECT 1"));
+        assert!(is_stream_copy("COPY(SELECT 1) TO STDOUT"));
+        assert!(is_stream_copy("copy\"t\" from stdin"));
+        assert!(!is_stream_copy("COPY_t"));
+        assert!(!is_stream_copy("/* never closed COPY t FROM STDIN"));
     }
 }
