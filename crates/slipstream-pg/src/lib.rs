@@ -58,6 +58,7 @@
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod abort;
+mod auth;
 mod cancel;
 mod client;
 mod config;
@@ -65,11 +66,14 @@ mod connect;
 mod connection;
 mod conninfo;
 mod copy;
+mod end_point;
 mod error;
 mod notification;
 mod param_types;
+mod pgpass;
 mod pipeline;
 mod query;
+mod routing;
 mod row;
 mod row_stream;
 mod simple_query;
@@ -81,6 +85,7 @@ mod tls;
 mod transaction;
 
 pub use abort::AbortHandle;
+pub use auth::ChannelBinding;
 pub use cancel::CancelToken;
 pub use client::Client;
 pub use config::{Config, DEFAULT_PORT, DEFAULT_STATEMENT_CACHE_SIZE, Host, SslMode};
@@ -91,6 +96,7 @@ pub use error::{DbError, Error, ErrorKind, ErrorPosition};
 pub use notification::Notification;
 pub use pipeline::{FromOutput, Op, Output, Pipeline, PipelineMode, PipelineOptions};
 pub use query::{Param, ToStatement, Uncached};
+pub use routing::{LoadBalanceHosts, TargetSessionAttrs};
 pub use row::{Row, RowIndex, SimpleRow};
 pub use row_stream::{FetchSize, RowStream};
 pub use simple_query::SimpleQueryMessage;
