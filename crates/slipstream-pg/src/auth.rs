@@ -18,9 +18,12 @@ use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 
+use std::path::Path;
+
+use crate::config::Host;
 use crate::connect::unexpected;
 use crate::connection::Connection;
-use crate::{DbError, Error};
+use crate::{DbError, Error, SqlState, pgpass};
 
 /// libpq's `channel_binding`: whether SCRAM authentication binds itself to the TLS channel
 /// (SCRAM-SHA-256-PLUS with `tls-server-end-point`), which proves the server that checked the
@@ -190,15 +193,65 @@ impl Request {
 /// What authentication needs from the connection.
 pub(crate) struct AuthParams<'a> {
     pub(crate) user: &'a str,
-    /// The password given, or found in the password file.
+    /// The password given in the configuration.
     pub(crate) password: Option<&'a [u8]>,
-    /// Why no password was found in the password file, to add to "no password" errors.
-    pub(crate) password_note: Option<&'a str>,
+    /// Where to look for a password if none was given and the server asks for one.
+    pub(crate) passfile: Option<PasswordFile<'a>>,
     pub(crate) require_auth: Option<&'a RequireAuth>,
     pub(crate) channel_binding: ChannelBinding,
     /// Over TLS: the `tls-server-end-point` data of the server's certificate, or why it cannot
     /// be computed. `None` without TLS.
     pub(crate) end_point: Option<Result<Vec<u8>, String>>,
+}
+
+/// The password file and the key to look up in it.
+pub(crate) struct PasswordFile<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) host: &'a Host,
+    pub(crate) port: u16,
+    pub(crate) dbname: &'a str,
+}
+
+/// The password, read from the file only once a server asks for one: a trust login never
+/// touches the file (and never warns about it).
+struct Password<'a> {
+    given: Option<&'a [u8]>,
+    file: Option<&'a PasswordFile<'a>>,
+    looked_up: Option<pgpass::Lookup>,
+}
+
+impl Password<'_> {
+    fn get(&mut self, user: &str) -> Result<&[u8], Error> {
+        if let Some(p) = self.given {
+            return Ok(p);
+        }
+        let file = self.file;
+        let found = self.looked_up.get_or_insert_with(|| match file {
+            Some(f) => pgpass::lookup(f.path, f.host, f.port, f.dbname, user),
+            None => pgpass::Lookup::NoMatch,
+        });
+        match found {
+            pgpass::Lookup::Found(p) => Ok(p),
+            other => {
+                let mut m =
+                    "the server asked for a password but none was given: set password=..., \
+                             PGPASSWORD or a line in the password file (~/.pgpass or PGPASSFILE)"
+                        .to_string();
+                if let pgpass::Lookup::Ignored(warning) = other {
+                    m.push_str(&format!(" ({warning})"));
+                }
+                Err(Error::auth(m))
+            }
+        }
+    }
+
+    /// The file the password came from, if it did.
+    fn from_file(&self) -> Option<&Path> {
+        match self.looked_up {
+            Some(pgpass::Lookup::Found(_)) => self.file.map(|f| f.path),
+            _ => None,
+        }
+    }
 }
 
 /// Where the exchange stands, for the checks on `AuthenticationOk`.
@@ -211,17 +264,27 @@ struct Progress {
 }
 
 pub(crate) async fn authenticate(conn: &mut Connection, p: &AuthParams<'_>) -> Result<(), Error> {
-    let password = || {
-        p.password.ok_or_else(|| {
-            let mut m = "the server asked for a password but none was given: set password=..., \
-                         PGPASSWORD or a line in the password file (~/.pgpass or PGPASSFILE)"
-                .to_string();
-            if let Some(note) = p.password_note {
-                m.push_str(&format!(" ({note})"));
-            }
-            Error::auth(m)
-        })
+    let mut password = Password {
+        given: p.password,
+        file: p.passfile.as_ref(),
+        looked_up: None,
     };
+    let result = exchange(conn, p, &mut password).await;
+    result.map_err(|e| match (password.from_file(), e.code()) {
+        // libpq's pgpassfileWarning: say where a rejected password came from.
+        (Some(path), Some(SqlState::INVALID_PASSWORD)) => e.context(format!(
+            "password retrieved from file \"{}\"",
+            path.display()
+        )),
+        _ => e,
+    })
+}
+
+async fn exchange(
+    conn: &mut Connection,
+    p: &AuthParams<'_>,
+    password: &mut Password<'_>,
+) -> Result<(), Error> {
     let mut progress = Progress::default();
     loop {
         let message = conn.next_message().await.map_err(auth_failure)?;
@@ -239,13 +302,13 @@ pub(crate) async fn authenticate(conn: &mut Connection, p: &AuthParams<'_>) -> R
         match message {
             Message::AuthenticationOk => return check_ok(p, &progress),
             Message::AuthenticationCleartextPassword => {
-                frontend::password_message(password()?, &mut conn.wbuf)
+                frontend::password_message(password.get(p.user)?, &mut conn.wbuf)
                     .map_err(|e| Error::auth(e.to_string()))?;
                 conn.flush().await?;
                 progress.finished = true;
             }
             Message::AuthenticationMd5Password(body) => {
-                let hash = md5_hash(p.user.as_bytes(), password()?, body.salt());
+                let hash = md5_hash(p.user.as_bytes(), password.get(p.user)?, body.salt());
                 frontend::password_message(hash.as_bytes(), &mut conn.wbuf)
                     .map_err(|e| Error::auth(e.to_string()))?;
                 conn.flush().await?;
@@ -263,7 +326,7 @@ pub(crate) async fn authenticate(conn: &mut Connection, p: &AuthParams<'_>) -> R
                 }
                 let binding = choose_binding(p, has_scram, has_plus)?;
                 let plus = matches!(binding, Binding::Plus(_));
-                scram(conn, password()?, binding).await?;
+                scram(conn, password.get(p.user)?, binding).await?;
                 progress.finished = true;
                 progress.bound = plus;
             }
@@ -462,7 +525,7 @@ mod tests {
         AuthParams {
             user: "u",
             password: Some(b"pw"),
-            password_note: None,
+            passfile: None,
             require_auth,
             channel_binding,
             end_point: tls.then(|| Ok(vec![1, 2, 3])),

@@ -12,14 +12,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 
-use crate::auth::{self, AuthParams};
+use crate::auth::{self, AuthParams, PasswordFile};
 use crate::cancel::{CancelTarget, CancelToken, TlsTarget};
 use crate::config::Host;
 use crate::connection::Connection;
 use crate::socket::Socket;
-use crate::{
-    Client, Config, DbError, Error, LoadBalanceHosts, SqlState, end_point, pgpass, routing, tls,
-};
+use crate::{Client, Config, DbError, Error, LoadBalanceHosts, end_point, pgpass, routing, tls};
 
 /// Connects with a connection string (URL or `key=value`), filling what it leaves out from the
 /// `PG*` environment variables, as libpq does.
@@ -312,36 +310,22 @@ async fn startup(
         .map_err(|e| Error::config(format!("invalid startup parameter: {e}")))?;
     conn.flush().await?;
 
-    // libpq reads the password file per host, and only when no password was given.
-    let (mut from_file, mut note) = (None, None);
-    if let Some(file) = passfile.filter(|_| config.password.is_none()) {
-        let dbname = config.dbname.as_deref().unwrap_or(user);
-        match pgpass::lookup(file, host, port, dbname, user) {
-            pgpass::Lookup::Found(p) => from_file = Some(p),
-            pgpass::Lookup::NoMatch => {}
-            pgpass::Lookup::Ignored(warning) => note = Some(warning),
-        }
-    }
+    // libpq reads the password file per host, and only when no password was given; here only
+    // once the server asks for one.
     let params = AuthParams {
         user,
-        password: config.password.as_deref().or(from_file.as_deref()),
-        password_note: note.as_deref(),
+        password: config.password.as_deref(),
+        passfile: passfile.map(|path| PasswordFile {
+            path,
+            host,
+            port,
+            dbname: config.dbname.as_deref().unwrap_or(user),
+        }),
         require_auth: config.require_auth.as_ref(),
         channel_binding: config.get_channel_binding(),
         end_point,
     };
-    auth::authenticate(conn, &params).await.map_err(|e| {
-        // libpq's pgpassfileWarning: say where a rejected password came from.
-        match (&from_file, e.as_db_error().map(|db| db.code())) {
-            (Some(_), Some(SqlState::INVALID_PASSWORD)) => e.context(format!(
-                "password retrieved from file \"{}\"",
-                passfile
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            )),
-            _ => e,
-        }
-    })?;
+    auth::authenticate(conn, &params).await?;
 
     let mut key = None;
     loop {

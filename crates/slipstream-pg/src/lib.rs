@@ -46,7 +46,24 @@
 //! # TLS
 //!
 //! rustls with libpq's `sslmode` semantics (`disable`, `prefer` (default), `require`,
-//! `verify-ca`, `verify-full`) and `sslrootcert`/`sslcert`/`sslkey`. See [`SslMode`].
+//! `verify-ca`, `verify-full`) and `sslrootcert`/`sslcert`/`sslkey`; `sslrootcert=system` for
+//! the operating system's CAs. See [`SslMode`]. SCRAM binds to the TLS channel
+//! (SCRAM-SHA-256-PLUS) when the server offers it; see [`ChannelBinding`].
+//!
+//! # Secrets and routing
+//!
+//! As libpq 16: the password file (`~/.pgpass`, [`Config::passfile`]), `require_auth`
+//! ([`Config::require_auth`]) against servers that ask for more than they should, and over
+//! several hosts [`TargetSessionAttrs`] and [`LoadBalanceHosts`]:
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), slipstream_pg::Error> {
+//! let mut client = slipstream_pg::connect(
+//!     "host=db1,db2 user=app sslmode=require channel_binding=require \
+//!      require_auth=scram-sha-256 target_session_attrs=read-write",
+//! ).await?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Features
 //!
