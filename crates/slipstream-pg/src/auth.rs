@@ -246,7 +246,7 @@ impl Password<'_> {
     }
 
     /// The file the password came from, if it did.
-    fn from_file(&self) -> Option<&Path> {
+    fn file_used(&self) -> Option<&Path> {
         match self.looked_up {
             Some(pgpass::Lookup::Found(_)) => self.file.map(|f| f.path),
             _ => None,
@@ -270,7 +270,7 @@ pub(crate) async fn authenticate(conn: &mut Connection, p: &AuthParams<'_>) -> R
         looked_up: None,
     };
     let result = exchange(conn, p, &mut password).await;
-    result.map_err(|e| match (password.from_file(), e.code()) {
+    result.map_err(|e| match (password.file_used(), e.code()) {
         // libpq's pgpassfileWarning: say where a rejected password came from.
         (Some(path), Some(SqlState::INVALID_PASSWORD)) => e.context(format!(
             "password retrieved from file \"{}\"",

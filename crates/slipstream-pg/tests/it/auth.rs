@@ -160,9 +160,9 @@ async fn require_auth_refuses_the_methods_it_does_not_list() {
     );
 }
 
-/// A fake server that asks for a cleartext password, then records everything the client sends.
-#[tokio::test]
-async fn require_auth_never_sends_the_password_to_a_server_asking_for_cleartext() {
+/// A fake server: reads the startup message, sends `reply`, then returns everything the client
+/// sends until it closes the connection.
+async fn fake_server(reply: Vec<u8>) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -171,12 +171,27 @@ async fn require_auth_never_sends_the_password_to_a_server_asking_for_cleartext(
         let len = s.read_u32().await.unwrap() as usize;
         let mut startup = vec![0u8; len - 4];
         s.read_exact(&mut startup).await.unwrap();
-        // AuthenticationCleartextPassword: 'R', length 8, code 3.
-        s.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3]).await.unwrap();
+        s.write_all(&reply).await.unwrap();
         let mut after = Vec::new();
         let _ = s.read_to_end(&mut after).await;
         after
     });
+    (port, server)
+}
+
+/// An `Authentication` message with request code `code` and `body`.
+fn auth_request(code: u32, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![b'R'];
+    m.extend_from_slice(&(8 + body.len() as u32).to_be_bytes());
+    m.extend_from_slice(&code.to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+#[tokio::test]
+async fn require_auth_never_sends_the_password_to_a_server_asking_for_cleartext() {
+    // AuthenticationCleartextPassword.
+    let (port, server) = fake_server(auth_request(3, b"")).await;
     let e = slipstream_pg::connect(&format!(
         "host=127.0.0.1 port={port} user=u password=hunter2-secret sslmode=disable \
          require_auth=scram-sha-256"
@@ -197,6 +212,37 @@ async fn require_auth_never_sends_the_password_to_a_server_asking_for_cleartext(
     assert!(
         !sent.contains(&b'p'),
         "a PasswordMessage was sent: {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_skipping_authentication_or_offering_plus_without_tls_is_refused() {
+    let connect = |port: u16, extra: &str| {
+        let s = format!("host=127.0.0.1 port={port} user=u password=pw sslmode=disable {extra}");
+        async move { slipstream_pg::connect(&s).await.unwrap_err() }
+    };
+    // AuthenticationOk at once: an impostor that skips the exchange it was required to run.
+    for (extra, says) in [
+        (
+            "require_auth=scram-sha-256",
+            "server did not complete authentication",
+        ),
+        ("channel_binding=require", "without channel binding"),
+    ] {
+        let (port, _server) = fake_server(auth_request(0, b"")).await;
+        let e = connect(port, extra).await;
+        assert_eq!(e.kind(), ErrorKind::Authentication, "{extra}: {e}");
+        assert!(e.to_string().contains(says), "{extra}: {e}");
+    }
+    // SASL offering SCRAM-SHA-256-PLUS over plaintext: no real server does that.
+    let (port, server) =
+        fake_server(auth_request(10, b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0")).await;
+    let e = connect(port, "").await;
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("over a non-SSL connection"), "{e}");
+    assert!(
+        !server.await.unwrap().contains(&b'p'),
+        "no SASL response was sent"
     );
 }
 
