@@ -21,8 +21,9 @@ use crate::config::{DEFAULT_SOCKET_DIR, Host};
 pub(crate) fn path(passfile: Option<&Path>) -> Option<PathBuf> {
     match passfile {
         Some(p) => Some(p.to_path_buf()),
-        // libpq 16 (`pqGetHomeDirectory`) prefers $HOME and falls back to the passwd entry;
-        // $HOME is what a service or container sets, so it is enough here.
+        // libpq 16's `pqGetHomeDirectory` reads the passwd entry's home directory; libpq 18
+        // reads $HOME first. $HOME is what tls.rs uses for root.crt too, and the two differ
+        // only when someone set HOME on purpose, which is then what they meant.
         None => std::env::var_os("HOME")
             .filter(|h| !h.is_empty())
             .map(|home| Path::new(&home).join(".pgpass")),
