@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::{Error, FetchSize};
+use crate::auth::RequireAuth;
+use crate::{ChannelBinding, Error, FetchSize, LoadBalanceHosts, TargetSessionAttrs};
 
 /// libpq's `sslmode`: whether to use TLS and how much of the server's certificate to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +128,11 @@ pub struct Config {
     pub(crate) statement_cache_size: Option<usize>,
     pub(crate) fetch_size: Option<FetchSize>,
     pub(crate) max_result_buffer: Option<usize>,
+    pub(crate) target_session_attrs: Option<TargetSessionAttrs>,
+    pub(crate) load_balance_hosts: Option<LoadBalanceHosts>,
+    pub(crate) passfile: Option<PathBuf>,
+    pub(crate) require_auth: Option<RequireAuth>,
+    pub(crate) channel_binding: Option<ChannelBinding>,
 }
 
 /// How many statements a connection caches unless told otherwise (as pgjdbc's
@@ -268,6 +274,99 @@ impl Config {
         self
     }
 
+    /// Which server of the host list to settle on (`target_session_attrs`, libpq 16): hosts
+    /// that do not fit are closed and the next one is tried. See docs/client.md, "Routing".
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::{Config, TargetSessionAttrs};
+    /// // Whichever of the two is the primary right now.
+    /// let config = Config::new()
+    ///     .host("db1").host("db2")
+    ///     .user("app")
+    ///     .target_session_attrs(TargetSessionAttrs::ReadWrite);
+    /// let mut client = slipstream_pg::connect_config(&config).await?;
+    /// client.batch_execute("INSERT INTO audit VALUES (now())").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn target_session_attrs(mut self, attrs: TargetSessionAttrs) -> Config {
+        self.target_session_attrs = Some(attrs);
+        self
+    }
+    /// The order in which hosts are tried (`load_balance_hosts`, libpq 16).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, LoadBalanceHosts};
+    /// let config = Config::new().host("db1").host("db2").load_balance_hosts(LoadBalanceHosts::Random);
+    /// assert_eq!(config.get_load_balance_hosts(), LoadBalanceHosts::Random);
+    /// ```
+    pub fn load_balance_hosts(mut self, order: LoadBalanceHosts) -> Config {
+        self.load_balance_hosts = Some(order);
+        self
+    }
+    /// The password file to read when no password is given (`passfile`; default `~/.pgpass`).
+    /// libpq's format and rules; see docs/client.md, "The password file".
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().passfile("/run/secrets/pgpass");
+    /// assert_eq!(config.get_passfile(), Some(std::path::Path::new("/run/secrets/pgpass")));
+    /// ```
+    pub fn passfile(mut self, path: impl Into<PathBuf>) -> Config {
+        self.passfile = Some(path.into());
+        self
+    }
+    /// The authentication methods the server may ask for (`require_auth`, libpq 16): a
+    /// comma-separated list of `password`, `md5`, `scram-sha-256`, `gss`, `sspi`, `none`, or a
+    /// list of the same each negated with `!`.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let config = Config::new().require_auth("scram-sha-256")?;
+    /// assert_eq!(config.get_require_auth(), Some("scram-sha-256"));
+    /// let bad = Config::new().require_auth("scram-sha-256,!md5").unwrap_err();
+    /// assert!(bad.to_string().contains("cannot be mixed"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) if the list is not valid.
+    pub fn require_auth(mut self, methods: &str) -> Result<Config, Error> {
+        self.require_auth = Some(methods.parse()?);
+        Ok(self)
+    }
+    /// Whether SCRAM binds itself to the TLS channel (`channel_binding`).
+    ///
+    /// ```
+    /// use slipstream_pg::{ChannelBinding, Config, SslMode};
+    /// let config = Config::new().ssl_mode(SslMode::Require).channel_binding(ChannelBinding::Require);
+    /// assert_eq!(config.get_channel_binding(), ChannelBinding::Require);
+    /// ```
+    pub fn channel_binding(mut self, binding: ChannelBinding) -> Config {
+        self.channel_binding = Some(binding);
+        self
+    }
+
+    /// The routing requirement (default [`TargetSessionAttrs::Any`]).
+    pub fn get_target_session_attrs(&self) -> TargetSessionAttrs {
+        self.target_session_attrs.unwrap_or_default()
+    }
+    /// The host order (default [`LoadBalanceHosts::Disable`]).
+    pub fn get_load_balance_hosts(&self) -> LoadBalanceHosts {
+        self.load_balance_hosts.unwrap_or_default()
+    }
+    /// The password file, if set (otherwise `~/.pgpass` is read).
+    pub fn get_passfile(&self) -> Option<&std::path::Path> {
+        self.passfile.as_deref()
+    }
+    /// The `require_auth` list as given, if set.
+    pub fn get_require_auth(&self) -> Option<&str> {
+        self.require_auth.as_ref().map(|r| r.text.as_str())
+    }
+    /// The channel-binding mode (default [`ChannelBinding::Prefer`]).
+    pub fn get_channel_binding(&self) -> ChannelBinding {
+        self.channel_binding.unwrap_or_default()
+    }
+
     /// The statement cache size (default [`DEFAULT_STATEMENT_CACHE_SIZE`]).
     pub fn get_statement_cache_size(&self) -> usize {
         self.statement_cache_size
@@ -306,9 +405,20 @@ impl Config {
     pub fn get_connect_timeout(&self) -> Option<Duration> {
         self.connect_timeout
     }
-    /// The TLS mode (default [`SslMode::Prefer`]).
+    /// The TLS mode (default [`SslMode::Prefer`], or [`SslMode::VerifyFull`] with
+    /// `sslrootcert=system`, as in libpq 16).
     pub fn get_ssl_mode(&self) -> SslMode {
-        self.ssl_mode.unwrap_or_default()
+        match self.ssl_mode {
+            Some(mode) => mode,
+            None if self.uses_system_roots() => SslMode::VerifyFull,
+            None => SslMode::default(),
+        }
+    }
+    /// True with `sslrootcert=system`: the operating system's trusted CAs.
+    pub(crate) fn uses_system_roots(&self) -> bool {
+        self.ssl_root_cert
+            .as_deref()
+            .is_some_and(|p| p == std::path::Path::new("system"))
     }
     /// True if a password is set (the password itself is never shown).
     pub fn has_password(&self) -> bool {
@@ -317,7 +427,9 @@ impl Config {
 
     /// Fills every parameter still unset from the `PG*` environment variables (`PGHOST`,
     /// `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGOPTIONS`,
-    /// `PGCONNECT_TIMEOUT`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`).
+    /// `PGCONNECT_TIMEOUT`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
+    /// `PGTARGETSESSIONATTRS`, `PGLOADBALANCEHOSTS`, `PGPASSFILE`, `PGREQUIREAUTH`,
+    /// `PGCHANNELBINDING`).
     ///
     /// ```
     /// // With PGHOST=db.internal in the environment, the string's host still wins:
@@ -427,16 +539,21 @@ impl Config {
             "sslrootcert" => self.ssl_root_cert.is_some(),
             "sslcert" => self.ssl_cert.is_some(),
             "sslkey" => self.ssl_key.is_some(),
+            "target_session_attrs" => self.target_session_attrs.is_some(),
+            "load_balance_hosts" => self.load_balance_hosts.is_some(),
+            "passfile" => self.passfile.is_some(),
+            "require_auth" => self.require_auth.is_some(),
+            "channel_binding" => self.channel_binding.is_some(),
             _ => false,
         }
     }
 }
 
 /// Where Debian's (and most distributions') PostgreSQL puts its Unix socket.
-const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
+pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// libpq keyword -> environment variable.
-const ENV_VARS: [(&str, &str); 12] = [
+const ENV_VARS: [(&str, &str); 17] = [
     ("host", "PGHOST"),
     ("port", "PGPORT"),
     ("user", "PGUSER"),
@@ -449,6 +566,11 @@ const ENV_VARS: [(&str, &str); 12] = [
     ("sslrootcert", "PGSSLROOTCERT"),
     ("sslcert", "PGSSLCERT"),
     ("sslkey", "PGSSLKEY"),
+    ("target_session_attrs", "PGTARGETSESSIONATTRS"),
+    ("load_balance_hosts", "PGLOADBALANCEHOSTS"),
+    ("passfile", "PGPASSFILE"),
+    ("require_auth", "PGREQUIREAUTH"),
+    ("channel_binding", "PGCHANNELBINDING"),
 ];
 
 impl fmt::Debug for Config {
@@ -465,6 +587,11 @@ impl fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("target_session_attrs", &self.target_session_attrs)
+            .field("load_balance_hosts", &self.load_balance_hosts)
+            .field("passfile", &self.passfile)
+            .field("require_auth", &self.require_auth.as_ref().map(|r| &r.text))
+            .field("channel_binding", &self.channel_binding)
             .finish()
     }
 }
@@ -494,6 +621,32 @@ mod tests {
             Some(Duration::from_secs(2)),
             "libpq raises 1 s to 2 s"
         );
+        let env = |name: &str| {
+            Some(
+                match name {
+                    "PGTARGETSESSIONATTRS" => "read-write",
+                    "PGLOADBALANCEHOSTS" => "random",
+                    "PGPASSFILE" => "/secrets/pgpass",
+                    "PGREQUIREAUTH" => "scram-sha-256",
+                    "PGCHANNELBINDING" => "require",
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        };
+        let c = "target_session_attrs=standby"
+            .parse::<Config>()
+            .unwrap()
+            .apply_vars(env)
+            .unwrap();
+        assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::Standby);
+        assert_eq!(c.get_load_balance_hosts(), LoadBalanceHosts::Random);
+        assert_eq!(
+            c.get_passfile(),
+            Some(std::path::Path::new("/secrets/pgpass"))
+        );
+        assert_eq!(c.get_require_auth(), Some("scram-sha-256"));
+        assert_eq!(c.get_channel_binding(), ChannelBinding::Require);
         let bad = |name: &str| (name == "PGPORT").then(|| "x".to_string());
         let e = Config::new().apply_vars(bad).unwrap_err().to_string();
         assert!(e.contains("PGPORT"), "{e}");

@@ -6,19 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
-use fallible_iterator::FallibleIterator;
-use postgres_protocol::authentication::{md5_hash, sasl};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 
+use crate::auth::{self, AuthParams, PasswordFile};
 use crate::cancel::{CancelTarget, CancelToken, TlsTarget};
 use crate::config::Host;
 use crate::connection::Connection;
 use crate::socket::Socket;
-use crate::{Client, Config, DbError, Error, tls};
+use crate::{Client, Config, DbError, Error, LoadBalanceHosts, end_point, pgpass, routing, tls};
 
 /// Connects with a connection string (URL or `key=value`), filling what it leaves out from the
 /// `PG*` environment variables, as libpq does.
@@ -51,26 +50,56 @@ pub async fn connect(conninfo: &str) -> Result<Client, Error> {
 pub async fn connect_config(config: &Config) -> Result<Client, Error> {
     let config = config.clone().with_defaults();
     let tls = tls::client_config(&config)?;
+    let mut targets = config.targets()?;
+    let random = config.get_load_balance_hosts() == LoadBalanceHosts::Random;
+    if random {
+        routing::shuffle(&mut targets);
+    }
+    let passfile = pgpass::path(config.passfile.as_deref());
     let mut last_error = None;
-    for (host, port) in config.targets()? {
-        let attempt = connect_host(&config, tls.clone(), &host, port);
-        let result = match config.connect_timeout {
-            Some(limit) => match tokio::time::timeout(limit, attempt).await {
-                Ok(r) => r,
-                Err(_) => Err(Error::timeout(format!(
-                    "connect_timeout of {} s passed before the server completed the connection",
-                    limit.as_secs()
-                ))),
-            },
-            None => attempt.await,
-        };
-        match result {
-            Ok(client) => return Ok(client),
-            // A wrong password is final: trying the next host with it helps no one.
-            Err(e) if e.kind() == crate::ErrorKind::Authentication => {
-                return Err(e.context(describe(&host, port)));
+    let attrs = config.get_target_session_attrs();
+    for &want in attrs.passes() {
+        for (host, port) in &targets {
+            let attempt = async {
+                let mut client = connect_host(
+                    &config,
+                    tls.clone(),
+                    host,
+                    *port,
+                    random,
+                    passfile.as_deref(),
+                )
+                .await?;
+                match routing::mismatch(&mut client, want).await? {
+                    None => Ok(client),
+                    Some(why) => {
+                        // libpq closes a server that does not fit and moves on.
+                        let _ = client.close().await;
+                        Err(Error::session_attrs(format!(
+                            "{why} (target_session_attrs={})",
+                            attrs.name()
+                        )))
+                    }
+                }
+            };
+            let result = match config.connect_timeout {
+                Some(limit) => match tokio::time::timeout(limit, attempt).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::timeout(format!(
+                        "connect_timeout of {} s passed before the server completed the connection",
+                        limit.as_secs()
+                    ))),
+                },
+                None => attempt.await,
+            };
+            match result {
+                Ok(client) => return Ok(client),
+                // A wrong password is final: trying the next host with it helps no one.
+                Err(e) if e.kind() == crate::ErrorKind::Authentication => {
+                    return Err(e.context(describe(host, *port)));
+                }
+                Err(e) => last_error = Some(e.context(describe(host, *port))),
             }
-            Err(e) => last_error = Some(e.context(describe(&host, port))),
         }
     }
     Err(last_error.unwrap_or_else(|| Error::config("no host to connect to")))
@@ -93,6 +122,8 @@ async fn connect_host(
     tls: Option<Arc<rustls::ClientConfig>>,
     host: &Host,
     port: u16,
+    shuffle_addresses: bool,
+    passfile: Option<&std::path::Path>,
 ) -> Result<Client, Error> {
     let (socket, target, tls_target) = match host {
         Host::Unix(dir) => {
@@ -104,7 +135,7 @@ async fn connect_host(
             (Socket::Unix(s), CancelTarget::Unix(path), None)
         }
         Host::Tcp(name) => {
-            let (stream, addr) = tcp_connect(name, port).await?;
+            let (stream, addr) = tcp_connect(name, port, shuffle_addresses).await?;
             set_keepalives(&stream, config)?;
             match tls {
                 Some(tls) => {
@@ -121,8 +152,21 @@ async fn connect_host(
             }
         }
     };
+    // Computed before the socket moves into the connection; used only if SCRAM-SHA-256-PLUS is.
+    let end_point = match &socket {
+        Socket::Tls(tls) => Some(
+            tls.get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .ok_or_else(|| "the server presented no certificate".to_string())
+                .and_then(|cert| end_point::tls_server_end_point(cert)),
+        ),
+        _ => None,
+    };
     let mut conn = Connection::new(socket);
-    let (process_id, secret_key) = startup(&mut conn, config).await?;
+    let (process_id, secret_key) =
+        startup(&mut conn, config, host, port, passfile, end_point).await?;
     conn.startup_done();
     let cancel = CancelToken {
         target,
@@ -139,10 +183,20 @@ async fn connect_host(
     ))
 }
 
-pub(crate) async fn tcp_connect(host: &str, port: u16) -> Result<(TcpStream, SocketAddr), Error> {
-    let addrs = tokio::net::lookup_host((host, port))
+/// Connects to the first of `host`'s addresses that answers; with `shuffle`
+/// (`load_balance_hosts=random`) in a random order, as libpq 16 does.
+pub(crate) async fn tcp_connect(
+    host: &str,
+    port: u16,
+    shuffle: bool,
+) -> Result<(TcpStream, SocketAddr), Error> {
+    let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await
-        .map_err(|e| Error::io(&format!("could not resolve host name `{host}`"), e))?;
+        .map_err(|e| Error::io(&format!("could not resolve host name `{host}`"), e))?
+        .collect();
+    if shuffle {
+        routing::shuffle(&mut addrs);
+    }
     let mut last = None;
     for addr in addrs {
         match TcpStream::connect(addr).await {
@@ -230,7 +284,14 @@ pub(crate) async fn negotiate_tls(
 
 /// Sends the startup packet, authenticates, and reads up to the first `ReadyForQuery`.
 /// Returns the backend's process id and cancel key.
-async fn startup(conn: &mut Connection, config: &Config) -> Result<(i32, i32), Error> {
+async fn startup(
+    conn: &mut Connection,
+    config: &Config,
+    host: &Host,
+    port: u16,
+    passfile: Option<&std::path::Path>,
+    end_point: Option<Result<Vec<u8>, String>>,
+) -> Result<(i32, i32), Error> {
     let user = config
         .user
         .as_deref()
@@ -248,7 +309,23 @@ async fn startup(conn: &mut Connection, config: &Config) -> Result<(i32, i32), E
     frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
         .map_err(|e| Error::config(format!("invalid startup parameter: {e}")))?;
     conn.flush().await?;
-    authenticate(conn, config, user).await?;
+
+    // libpq reads the password file per host, and only when no password was given; here only
+    // once the server asks for one.
+    let params = AuthParams {
+        user,
+        password: config.password.as_deref(),
+        passfile: passfile.map(|path| PasswordFile {
+            path,
+            host,
+            port,
+            dbname: config.dbname.as_deref().unwrap_or(user),
+        }),
+        require_auth: config.require_auth.as_ref(),
+        channel_binding: config.get_channel_binding(),
+        end_point,
+    };
+    auth::authenticate(conn, &params).await?;
 
     let mut key = None;
     loop {
@@ -263,100 +340,6 @@ async fn startup(conn: &mut Connection, config: &Config) -> Result<(i32, i32), E
     }
     // A server without BackendKeyData (some poolers) just cannot be cancelled.
     Ok(key.unwrap_or((0, 0)))
-}
-
-async fn authenticate(conn: &mut Connection, config: &Config, user: &str) -> Result<(), Error> {
-    let password = || {
-        config.password.as_deref().ok_or_else(|| {
-            Error::auth("the server asked for a password but none was given: set password=... or PGPASSWORD")
-        })
-    };
-    loop {
-        match conn.next_message().await.map_err(auth_failure)? {
-            Message::AuthenticationOk => return Ok(()),
-            Message::AuthenticationCleartextPassword => {
-                frontend::password_message(password()?, &mut conn.wbuf)
-                    .map_err(|e| Error::auth(e.to_string()))?;
-                conn.flush().await?;
-            }
-            Message::AuthenticationMd5Password(body) => {
-                let hash = md5_hash(user.as_bytes(), password()?, body.salt());
-                frontend::password_message(hash.as_bytes(), &mut conn.wbuf)
-                    .map_err(|e| Error::auth(e.to_string()))?;
-                conn.flush().await?;
-            }
-            Message::AuthenticationSasl(body) => {
-                let mut mechanisms = body.mechanisms();
-                let mut has_scram = false;
-                while let Some(m) = mechanisms
-                    .next()
-                    .map_err(|e| Error::protocol(e.to_string()))?
-                {
-                    has_scram |= m == sasl::SCRAM_SHA_256;
-                }
-                if !has_scram {
-                    return Err(Error::auth(
-                        "server offered no SASL mechanism we support (we support SCRAM-SHA-256)",
-                    ));
-                }
-                scram(conn, password()?).await?;
-            }
-            Message::ErrorResponse(body) => {
-                return Err(Error::auth_db(DbError::parse(&mut body.fields())?));
-            }
-            Message::AuthenticationKerberosV5
-            | Message::AuthenticationScmCredential
-            | Message::AuthenticationGss
-            | Message::AuthenticationSspi => {
-                return Err(Error::auth(
-                    "server asked for GSSAPI/SSPI/Kerberos authentication, which slipstream does not support; \
-                     use password, md5 or scram-sha-256 in pg_hba.conf",
-                ));
-            }
-            m => return Err(unexpected(&m, "during authentication")),
-        }
-    }
-}
-
-/// A FATAL `ErrorResponse` during authentication (wrong password, no pg_hba entry) is an
-/// authentication failure, not a generic server error.
-fn auth_failure(e: Error) -> Error {
-    match e.as_db_error() {
-        Some(db) => Error::auth_db(db.clone()),
-        None => e,
-    }
-}
-
-async fn scram(conn: &mut Connection, password: &[u8]) -> Result<(), Error> {
-    // Channel binding (SCRAM-SHA-256-PLUS) is not offered; the exchange still proves both sides
-    // know the password and, over TLS, runs inside the encrypted channel.
-    let mut scram = sasl::ScramSha256::new(password, sasl::ChannelBinding::unsupported());
-    frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut conn.wbuf)
-        .map_err(|e| Error::auth(e.to_string()))?;
-    conn.flush().await?;
-    match conn.next_message().await.map_err(auth_failure)? {
-        Message::AuthenticationSaslContinue(body) => {
-            scram
-                .update(body.data())
-                .map_err(|e| Error::auth(format!("invalid SCRAM server message: {e}")))?;
-        }
-        Message::ErrorResponse(body) => {
-            return Err(Error::auth_db(DbError::parse(&mut body.fields())?));
-        }
-        m => return Err(unexpected(&m, "during SCRAM authentication")),
-    }
-    frontend::sasl_response(scram.message(), &mut conn.wbuf)
-        .map_err(|e| Error::auth(e.to_string()))?;
-    conn.flush().await?;
-    match conn.next_message().await.map_err(auth_failure)? {
-        Message::AuthenticationSaslFinal(body) => scram.finish(body.data()).map_err(|e| {
-            Error::auth(format!(
-                "the server failed to prove it knows the password: {e}"
-            ))
-        }),
-        Message::ErrorResponse(body) => Err(Error::auth_db(DbError::parse(&mut body.fields())?)),
-        m => Err(unexpected(&m, "during SCRAM authentication")),
-    }
 }
 
 /// A message that has no place where it arrived. Every caller closes the connection: the

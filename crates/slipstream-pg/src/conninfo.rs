@@ -95,17 +95,21 @@ impl Config {
             }
             // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here.
             "client_encoding" | "fallback_application_name" => {}
-            // Accepted only with the values that ask for nothing the client does not do: a
-            // protection or routing silently not applied would be worse than a refusal.
-            "channel_binding" | "gssencmode" | "target_session_attrs" => {
-                refuse_unsupported(key, value)?
-            }
+            "target_session_attrs" => self.target_session_attrs = Some(value.parse()?),
+            "load_balance_hosts" => self.load_balance_hosts = Some(value.parse()?),
+            "passfile" => self.passfile = Some(value.into()),
+            "require_auth" => self.require_auth = Some(value.parse()?),
+            "channel_binding" => self.channel_binding = Some(value.parse()?),
+            // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq built without
+            // GSSAPI does; `require` is refused rather than silently not applied.
+            "gssencmode" => refuse_gssencmode(value)?,
             other => {
                 return Err(Error::config(format!(
                     "unknown connection parameter `{other}` (supported: host, port, user, password, \
                      dbname, application_name, options, connect_timeout, sslmode, sslrootcert, sslcert, sslkey, \
                      keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
-                     statement_cache_size, fetch_size, max_result_buffer)"
+                     statement_cache_size, fetch_size, max_result_buffer, target_session_attrs, \
+                     load_balance_hosts, passfile, require_auth, channel_binding, gssencmode)"
                 )));
             }
         }
@@ -252,34 +256,19 @@ pub(crate) fn parse_bytes(value: &str) -> Option<usize> {
     number.checked_mul(scale)
 }
 
-/// Refuses a value of `channel_binding`, `gssencmode` or `target_session_attrs` that asks for
-/// something this client does not implement yet (docs/client.md lists them).
-fn refuse_unsupported(key: &str, value: &str) -> Result<(), Error> {
-    let v = value.trim().to_ascii_lowercase();
-    let (ok, instead) = match key {
-        // SCRAM without channel binding is what `prefer` falls back to.
-        "channel_binding" => (
-            matches!(v.as_str(), "disable" | "prefer"),
-            "use TLS with sslmode=verify-full to authenticate the server, or channel_binding=prefer",
-        ),
-        // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq does without it.
-        "gssencmode" => (
-            matches!(v.as_str(), "disable" | "prefer"),
-            "use TLS (sslmode=require or verify-full) instead, or gssencmode=disable",
-        ),
-        _ => (
-            v == "any",
-            "use slipstream-pool's multi-host roles (primary, standby, prefer-standby) to route by \
-             role, or target_session_attrs=any",
-        ),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::config(format!(
-            "{key}={value} is not supported by slipstream-pg (it would be silently ignored, so the \
-             connection is refused); {instead}"
-        )))
+/// Accepts `gssencmode=disable|prefer` (there is no GSSAPI encryption to prefer) and refuses
+/// `require`: a protection silently not applied would be worse than a refusal.
+fn refuse_gssencmode(value: &str) -> Result<(), Error> {
+    match value.trim() {
+        "disable" | "prefer" => Ok(()),
+        "require" => Err(Error::config(
+            "gssencmode=require is not supported by slipstream-pg (it has no GSSAPI encryption), \
+             so the connection is refused; use TLS (sslmode=verify-full) instead, or \
+             gssencmode=disable",
+        )),
+        other => Err(Error::config(format!(
+            "invalid gssencmode `{other}`: use disable, prefer or require"
+        ))),
     }
 }
 

@@ -42,6 +42,9 @@ pub enum ErrorKind {
     Timeout,
     /// The connection string or configuration is invalid.
     Config,
+    /// Every host was reached, but none had the session attributes `target_session_attrs`
+    /// asks for (e.g. `read-write` and every server is a standby).
+    TargetSessionAttrs,
     /// The connection was closed or broken by an earlier failure.
     Closed,
     /// A Rust value could not be converted to or from the PostgreSQL type.
@@ -192,6 +195,10 @@ impl Error {
 
     pub(crate) fn timeout(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Timeout, Some(message.into()), None)
+    }
+
+    pub(crate) fn session_attrs(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::TargetSessionAttrs, Some(message.into()), None)
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Error {

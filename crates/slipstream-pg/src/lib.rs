@@ -46,7 +46,24 @@
 //! # TLS
 //!
 //! rustls with libpq's `sslmode` semantics (`disable`, `prefer` (default), `require`,
-//! `verify-ca`, `verify-full`) and `sslrootcert`/`sslcert`/`sslkey`. See [`SslMode`].
+//! `verify-ca`, `verify-full`) and `sslrootcert`/`sslcert`/`sslkey`; `sslrootcert=system` for
+//! the operating system's CAs. See [`SslMode`]. SCRAM binds to the TLS channel
+//! (SCRAM-SHA-256-PLUS) when the server offers it; see [`ChannelBinding`].
+//!
+//! # Secrets and routing
+//!
+//! As libpq 16: the password file (`~/.pgpass`, [`Config::passfile`]), `require_auth`
+//! ([`Config::require_auth`]) against servers that ask for more than they should, and over
+//! several hosts [`TargetSessionAttrs`] and [`LoadBalanceHosts`]:
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), slipstream_pg::Error> {
+//! let mut client = slipstream_pg::connect(
+//!     "host=db1,db2 user=app sslmode=require channel_binding=require \
+//!      require_auth=scram-sha-256 target_session_attrs=read-write",
+//! ).await?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Features
 //!
@@ -58,6 +75,7 @@
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod abort;
+mod auth;
 mod cancel;
 mod client;
 mod config;
@@ -65,11 +83,14 @@ mod connect;
 mod connection;
 mod conninfo;
 mod copy;
+mod end_point;
 mod error;
 mod notification;
 mod param_types;
+mod pgpass;
 mod pipeline;
 mod query;
+mod routing;
 mod row;
 mod row_stream;
 mod simple_query;
@@ -81,6 +102,7 @@ mod tls;
 mod transaction;
 
 pub use abort::AbortHandle;
+pub use auth::ChannelBinding;
 pub use cancel::CancelToken;
 pub use client::Client;
 pub use config::{Config, DEFAULT_PORT, DEFAULT_STATEMENT_CACHE_SIZE, Host, SslMode};
@@ -91,6 +113,7 @@ pub use error::{DbError, Error, ErrorKind, ErrorPosition};
 pub use notification::Notification;
 pub use pipeline::{FromOutput, Op, Output, Pipeline, PipelineMode, PipelineOptions};
 pub use query::{Param, ToStatement, Uncached};
+pub use routing::{LoadBalanceHosts, TargetSessionAttrs};
 pub use row::{Row, RowIndex, SimpleRow};
 pub use row_stream::{FetchSize, RowStream};
 pub use simple_query::SimpleQueryMessage;

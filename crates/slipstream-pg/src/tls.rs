@@ -8,7 +8,11 @@
 //! | verify-ca   | always                  | chain to `sslrootcert`                         |
 //! | verify-full | always                  | chain, and the certificate names the host      |
 //!
-//! The root certificate defaults to `~/.postgresql/root.crt`, as in libpq.
+//! The root certificate defaults to `~/.postgresql/root.crt`, as in libpq. `sslrootcert=system`
+//! trusts the operating system's CAs instead (as libpq 16 does: found the way OpenSSL finds them,
+//! `SSL_CERT_FILE` / `SSL_CERT_DIR` first, via `rustls-native-certs`) and then demands
+//! `verify-full`: a public CA signs certificates for anyone, so only the name check makes the
+//! chain mean something.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -36,6 +40,13 @@ enum Check {
 /// Builds the rustls client configuration for `config`, or `None` when TLS is disabled.
 pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>, Error> {
     let mode = config.get_ssl_mode();
+    let system = config.uses_system_roots();
+    if system && mode != SslMode::VerifyFull {
+        return Err(Error::config(format!(
+            "weak sslmode \"{}\" may not be used with sslrootcert=system (use \"verify-full\")",
+            mode_name(mode)
+        )));
+    }
     let root_path = config.ssl_root_cert.clone().or_else(default_root_cert);
     let check = match mode {
         SslMode::Disable => return Ok(None),
@@ -62,7 +73,11 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
                 mode_name(mode)
             ))
         })?;
-        let roots = load_roots(&path)?;
+        let roots = if system {
+            system_roots()?
+        } else {
+            load_roots(&path)?
+        };
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| {
@@ -144,6 +159,26 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
         )));
     }
     Ok(certs)
+}
+
+/// The operating system's trusted CAs (`sslrootcert=system`).
+fn system_roots() -> Result<RootCertStore, Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    // Like OpenSSL, a certificate the parser rejects is skipped, not fatal.
+    let (added, _skipped) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(Error::config(format!(
+            "sslrootcert=system found no trusted CA certificates in the operating system's \
+             store{why}; install ca-certificates, set SSL_CERT_FILE, or give sslrootcert=/path/to/ca.pem"
+        )));
+    }
+    Ok(roots)
 }
 
 fn load_roots(path: &Path) -> Result<RootCertStore, Error> {

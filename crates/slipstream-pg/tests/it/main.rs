@@ -11,6 +11,7 @@ mod fetch;
 mod hostile;
 mod pipeline;
 mod query;
+mod routing;
 mod statement_cache;
 mod tls;
 mod transaction;
