@@ -79,6 +79,7 @@ mod statement;
 mod statement_cache;
 mod tls;
 mod transaction;
+mod type_info;
 
 pub use abort::AbortHandle;
 pub use cancel::CancelToken;
@@ -88,7 +89,7 @@ pub use connect::{connect, connect_config};
 pub use connection::{NoticeHandler, TransactionStatus};
 pub use copy::{CopyIn, CopyOut};
 pub use error::{DbError, Error, ErrorKind, ErrorPosition};
-pub use notification::Notification;
+pub use notification::{Notification, Notifications};
 pub use pipeline::{FromOutput, Op, Output, Pipeline, PipelineMode, PipelineOptions};
 pub use query::{Param, ToStatement, Uncached};
 pub use row::{Row, RowIndex, SimpleRow};

@@ -95,6 +95,17 @@ impl Row {
         })
     }
 
+    /// Replaces the columns with the same ones whose types were looked up after the row
+    /// arrived (see `type_info.rs`).
+    pub(crate) fn set_columns(&mut self, columns: Arc<[Column]>) {
+        debug_assert_eq!(columns.len(), self.columns.len());
+        self.columns = columns;
+    }
+
+    pub(crate) fn columns_arc(&self) -> &Arc<[Column]> {
+        &self.columns
+    }
+
     /// The columns.
     pub fn columns(&self) -> &[Column] {
         &self.columns
