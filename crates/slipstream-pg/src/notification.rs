@@ -81,6 +81,21 @@ impl Client {
 /// A stream of notifications; see [`Client::notifications`].
 ///
 /// Dropping it is always safe: nothing is owed to it.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::StreamExt;
+/// use std::time::Duration;
+/// client.batch_execute("LISTEN jobs").await?;
+/// let mut jobs = client.notifications().await?;
+/// // Wait at most a second for the next one.
+/// match tokio::time::timeout(Duration::from_secs(1), jobs.next()).await {
+///     Ok(Some(n)) => println!("job {}", n?.payload()),
+///     Ok(None) => unreachable!("the stream ends only after an error"),
+///     Err(_) => println!("no job within a second"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Notifications<'a> {
     client: &'a mut Client,

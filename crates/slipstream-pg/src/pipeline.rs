@@ -1002,6 +1002,7 @@ impl Pipeline<'_> {
                         }
                         Message::RowDescription(body) => {
                             pending.reply = Reply::new(parse_columns(Some(&body))?, false);
+                            pending.reply.described = true;
                             true
                         }
                         Message::NoData => true,

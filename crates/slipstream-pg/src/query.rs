@@ -229,6 +229,11 @@ impl Client {
     /// values still read with `Row::get_raw`) and is logged: the statement itself ran, and its
     /// outcome is what the caller must hear about.
     pub(crate) async fn resolve_reply(&mut self, reply: &mut Reply) -> Result<(), Error> {
+        // A prepared or cached statement's reply is not described again: its types were
+        // resolved when it was prepared, and this costs it one branch.
+        if !reply.described && reply.params.is_none() {
+            return Ok(());
+        }
         let columns = reply.columns();
         let placeholders = columns.iter().any(|c| is_placeholder(c.type_()))
             || reply.params.iter().flatten().any(is_placeholder);

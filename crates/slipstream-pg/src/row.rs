@@ -151,7 +151,7 @@ impl Row {
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
-    /// // An enum type the client does not know: read its binary (here: text) form.
+    /// // An enum's binary form is its label's text.
     /// let row = client.query_one("SELECT 'happy'::mood", &[]).await?;
     /// assert_eq!(row.get_raw(0)?, Some(&b"happy"[..]));
     /// # Ok(()) }

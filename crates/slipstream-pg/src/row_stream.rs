@@ -9,6 +9,9 @@
 //! fetch:  Execute(n) + Flush, sent the moment PortalSuspended arrives (the next batch travels
 //!         while the caller works through this one)
 //! end:    CommandComplete (or ErrorResponse) -> Sync -> ReadyForQuery
+//! lookup: Parse("") + Bind(portal "slipstream_type_lookup") + Describe + Execute + Close + Flush,
+//!         queued the moment a RowDescription names a type the connection does not know; its
+//!         replies follow the first batch's end, and the rows wait until they are in
 //! ```
 //!
 //! No `Sync` is sent until the rows run out, so in autocommit the implicit transaction (and its
@@ -174,6 +177,7 @@ impl Client {
             lookup: Lookup::None,
             described: false,
             terminated: false,
+            filling: false,
         };
         let plan = stream.start(sql, prepared, params, use_cache).await?;
         let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
@@ -205,6 +209,20 @@ enum State {
 /// Holds the connection until dropped. Dropping it part-way is safe: the rest of the reply is
 /// discarded with the connection's next request.
 ///
+/// Also a [`Stream`] of `Result<Row, Error>` (ending after the first error), for
+/// `futures::StreamExt`/`TryStreamExt` combinators:
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::TryStreamExt;
+/// let rows = client.query_stream("SELECT g FROM generate_series(1, 100) g", &[]).await?;
+/// let total = rows.try_fold(0i64, |sum, row| async move { Ok(sum + row.get::<_, i32>(0)? as i64) }).await?;
+/// assert_eq!(total, 5050);
+/// # Ok(()) }
+/// ```
+///
+/// With the inherent [`RowStream::next`]:
+///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
 /// let mut rows = client.query_stream("SELECT g FROM generate_series(1, 10) g", &[]).await?;
@@ -235,6 +253,9 @@ pub struct RowStream<'a> {
     described: bool,
     /// An error was returned through `Stream::poll_next`: it ends the stream.
     terminated: bool,
+    /// A fill has started and not finished (its poll was pending): it finishes before rows
+    /// are handed out, so a batch is read whole, as the fetch size and the cap promise.
+    filling: bool,
 }
 
 /// A row stream's type lookup (see `type_info.rs`): queued behind the stream's first
@@ -266,7 +287,9 @@ impl RowStream<'_> {
     fn poll_next_row(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Row>, Error>> {
         // A fill can end with nothing buffered: the cap stopped the previous one just before
         // a batch's PortalSuspended. Rows wait while their types are looked up.
-        while (self.buffer.is_empty() || self.lookup_pending()) && self.state == State::Fetching {
+        while (self.buffer.is_empty() || self.filling || self.lookup_pending())
+            && self.state == State::Fetching
+        {
             ready!(self.poll_fill(cx))?;
         }
         if let Some((row, cost)) = self.buffer.pop_front() {
@@ -365,6 +388,15 @@ impl RowStream<'_> {
     /// reads (the next batch's `Execute` at once), so all its state is in the stream: a
     /// dropped poll loses nothing.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.filling = true;
+        let filled = self.poll_fill_batch(cx);
+        if filled.is_ready() {
+            self.filling = false;
+        }
+        filled
+    }
+
+    fn poll_fill_batch(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         while self.state == State::Fetching {
             // While a lookup is queued, the rows ahead of its reply are read past the cap:
             // at most the first batch.

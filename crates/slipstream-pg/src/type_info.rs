@@ -153,6 +153,11 @@ impl TypeCache {
 
     /// Replaces the placeholders of a complete reply that the cache holds.
     pub(crate) fn resolve_reply(&self, reply: &mut crate::query::Reply) {
+        // Only a described reply can name a type the connection did not know: a prepared or
+        // cached statement's reply costs this one branch.
+        if !reply.described && reply.params.is_none() {
+            return;
+        }
         if let Some(columns) = self.resolve_columns(&reply.columns()) {
             reply.set_columns(columns);
         }
