@@ -215,6 +215,16 @@ impl CopyIn<'_> {
     /// Ends the COPY and returns the number of rows the server loaded. A server-side error
     /// (bad data, constraint violation) is reported here; nothing is loaded then.
     pub async fn finish(mut self) -> Result<u64, Error> {
+        if self.finished {
+            // Closed as a Sink already: its outcome, or the rest of its reply.
+            return match (self.end.done, self.end.rows) {
+                (true, Some(rows)) => Ok(rows),
+                (true, None) => Err(Error::usage(
+                    "this COPY already ended with an error, returned when the sink was closed",
+                )),
+                (false, _) => read_copy_end(self.client).await,
+            };
+        }
         self.send_buffered().await?;
         // From here a dropped future must not abort: CopyDone is queued and will be sent.
         self.finished = true;
@@ -233,6 +243,11 @@ impl CopyIn<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
+        if self.finished {
+            return Err(Error::usage(
+                "this COPY has already ended (the sink was closed): there is nothing to abort",
+            ));
+        }
         self.client.conn.queue_copy_fail(reason)?;
         self.finished = true;
         self.client.conn.flush().await?;

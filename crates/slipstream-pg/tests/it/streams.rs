@@ -114,7 +114,8 @@ async fn copy_out_is_a_stream_and_copy_in_a_sink() {
     let mut copy = c.copy_in("COPY items FROM STDIN").await.unwrap();
     lines.forward(&mut copy).await.unwrap();
     assert_eq!(copy.rows(), Some(1000));
-    drop(copy);
+    // Closed as a sink, `finish` reports the same and sends nothing more.
+    assert_eq!(copy.finish().await.unwrap(), 1000);
     assert_eq!(
         super::scalar::<i64>(&mut c, "SELECT count(*) FROM items").await,
         1000
