@@ -267,3 +267,47 @@ async fn discard_all_forgets_looked_up_types() {
     let sql = "INSERT INTO t (id, m) VALUES ($1, $2)";
     assert_eq!(c.execute(sql, &[&9i32, &Mood4::Ecstatic]).await.unwrap(), 1);
 }
+
+#[tokio::test]
+async fn a_type_costs_one_lookup_per_connection_and_built_in_types_none() {
+    let (_cluster, proxy, mut c) = super::behind_proxy("").await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    async fn trips(proxy: &slipstream_testkit::DelayProxy, c: &mut Client, sql: &str) -> u64 {
+        let before = proxy.round_trips();
+        let row = c.query_one(sql, &[]).await.unwrap();
+        assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy);
+        proxy.round_trips() - before
+    }
+    assert_eq!(
+        trips(&proxy, &mut c, "SELECT 'happy'::mood").await,
+        2,
+        "run, then the lookup"
+    );
+    assert_eq!(
+        trips(&proxy, &mut c, "SELECT 'happy'::mood").await,
+        1,
+        "cached statement"
+    );
+    assert_eq!(
+        trips(&proxy, &mut c, "SELECT 'happy'::mood, 1").await,
+        1,
+        "cached type"
+    );
+    // An array of it is another type, looked up (with its element, already known) once.
+    let sql = "SELECT 'happy'::mood, ARRAY['ok']::mood[]";
+    assert_eq!(trips(&proxy, &mut c, sql).await, 2);
+    c.clear_statement_cache();
+    assert_eq!(
+        trips(&proxy, &mut c, "SELECT 'happy'::mood").await,
+        2,
+        "forgotten"
+    );
+    // Built-in types never cost a lookup, cache miss or not.
+    let before = proxy.round_trips();
+    c.query_one("SELECT 1::int4, 'x'::text, now(), '{1}'::int8[]", &[])
+        .await
+        .unwrap();
+    assert_eq!(proxy.round_trips() - before, 1);
+}
