@@ -20,8 +20,8 @@
 //! - a row stream: inside the stream's open extended-protocol sequence, on a named portal, queued
 //!   as soon as the `RowDescription` arrives (see `row_stream.rs`), so no `Sync` is sent early.
 //! - a pipeline: [`Pipeline::process`](crate::Pipeline::process) cannot send a request while
-//!   later operations are owed, so it only patches from the cache; [`Pipeline::end`]
-//!   (crate::Pipeline::end) looks up what is left once every reply is in.
+//!   later operations are owed, so it only patches from the cache;
+//!   [`Pipeline::end`](crate::Pipeline::end) looks up what is left once every reply is in.
 //!
 //! The lookup runs inside the caller's transaction when there is one: it reads only catalogs, so
 //! it changes nothing, but an error in it (a `statement_timeout` of a few microseconds) aborts
