@@ -133,6 +133,19 @@ impl Row {
             .find(&self.columns, |c| c.name())
             .ok_or_else(|| Error::column(format!("no column {idx} in this row")))?;
         let ty = self.columns[i].type_();
+        if crate::type_info::is_placeholder(ty) && !T::accepts(ty) {
+            return Err(Error::conversion(
+                format!(
+                    "cannot read column {idx} as {}: its type (OID {}) is not built in and has \
+                     not been looked up (a pipeline's rows taken with process before end, or \
+                     the lookup failed: see the log); prepare the statement first, or read the \
+                     value with Row::get_raw",
+                    std::any::type_name::<T>(),
+                    ty.oid()
+                ),
+                Some(Box::new(WrongType::new::<T>(ty.clone()))),
+            ));
+        }
         if !T::accepts(ty) {
             return Err(Error::conversion(
                 format!(

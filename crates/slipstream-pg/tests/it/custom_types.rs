@@ -201,11 +201,17 @@ async fn derived_types_round_trip_through_a_pipeline() {
     // replies arrive, and looked up by `end` once every reply is in.
     let mut fresh = slipstream_pg::connect(&_cluster.url()).await.unwrap();
     let mut p = fresh.pipeline();
+    let early = p.query("SELECT m FROM t WHERE id = 3", &[]).await.unwrap();
     let a = p
         .query("SELECT m, i, p, ms, id FROM t WHERE id = 3", &[])
         .await
         .unwrap();
     let b = p.prepare("SELECT $1::mood, $2::item").await.unwrap();
+    // Taken before `end`, the rows' type is not known yet: a clear error, the raw value.
+    let rows = p.process(&early).await.unwrap();
+    let e = rows[0].get::<_, Mood>(0).unwrap_err();
+    assert!(e.to_string().contains("not been looked up"), "{e}");
+    assert_eq!(rows[0].get_raw(0).unwrap(), Some(&b"sad"[..]));
     let results = p.end().await;
     let rows = results[a.id() as usize].as_ref().unwrap();
     let slipstream_pg::Output::Rows(rows) = rows else {
