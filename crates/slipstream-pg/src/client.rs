@@ -2,6 +2,7 @@
 
 use crate::connection::{Connection, NoticeHandler, TransactionStatus};
 use crate::statement_cache::StatementCache;
+use crate::type_info::TypeCache;
 use crate::{CancelToken, Config, DbError, Error, FetchSize, Notification};
 
 /// A connection to a PostgreSQL server.
@@ -33,6 +34,8 @@ pub struct Client {
     /// Numbers pipeline blocks, so an operation handle cannot be used with another block.
     pub(crate) next_pipeline: u64,
     pub(crate) cache: StatementCache,
+    /// Types looked up in the catalogs (see `type_info.rs`); forgotten with the statement cache.
+    pub(crate) types: TypeCache,
     pub(crate) fetch_size: FetchSize,
     pub(crate) max_result_buffer: Option<usize>,
     cancel: CancelToken,
@@ -46,6 +49,7 @@ impl Client {
             next_statement: 0,
             next_pipeline: 0,
             cache: StatementCache::new(config.get_statement_cache_size()),
+            types: TypeCache::default(),
             fetch_size: config.get_fetch_size(),
             max_result_buffer: config.get_max_result_buffer(),
             cancel,

@@ -675,6 +675,33 @@ impl Connection {
         }
     }
 
+    /// [`Connection::recv`] as a poll: what `wbuf` holds is written while waiting, and the
+    /// replies of abandoned requests ahead of the caller's are discarded. Cancel-safe (all
+    /// state is in the connection). For the `Stream`/`Sink` implementations, which cannot hold
+    /// a future borrowing the client.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, Error>> {
+        loop {
+            if let Some(m) = self.recv_buffered()? {
+                return Poll::Ready(Ok(m));
+            }
+            if self.owed.is_empty() {
+                return Poll::Ready(Err(Error::protocol(
+                    "no reply is owed: this is a bug in slipstream-pg",
+                )));
+            }
+            let message = ready!(self.poll_exchange(cx))?;
+            if self.owed.len() > 1 {
+                // A CopyFail `discard` queues is written by the next `poll_exchange`.
+                self.discard(&message)?;
+                continue;
+            }
+            if let Message::ReadyForQuery(body) = &message {
+                self.ready_for_query(body.status());
+            }
+            return Poll::Ready(Ok(message));
+        }
+    }
+
     /// [`Connection::recv`]'s common case without an await: the next message of the most
     /// recent request when it is already in `rbuf` and no abandoned reply comes before it (a
     /// multi-row reply). `None` when the slow path is needed.
@@ -778,6 +805,13 @@ impl Connection {
     /// a server waiting for COPY data gets `CopyFail` at once (it would otherwise wait forever),
     /// and COPY TO STDOUT's data will be skipped. Returns the error to report.
     pub(crate) async fn refuse_copy(&mut self, inbound: bool) -> Result<Error, Error> {
+        let refused = self.queue_refuse_copy(inbound)?;
+        self.flush().await?;
+        Ok(refused)
+    }
+
+    /// [`Connection::refuse_copy`] without the flush: what it sends is queued in `wbuf`.
+    pub(crate) fn queue_refuse_copy(&mut self, inbound: bool) -> Result<Error, Error> {
         if inbound {
             self.queue_copy_fail("use Client::copy_in for COPY FROM STDIN")?;
             // The request's own Sync was ignored while the server waited for data; after the
@@ -786,7 +820,6 @@ impl Connection {
             if self.owed.back() == Some(&Owed::Extended) {
                 frontend::sync(&mut self.wbuf);
             }
-            self.flush().await?;
             Ok(Error::usage(
                 "COPY FROM STDIN takes its data as a stream: use Client::copy_in",
             ))

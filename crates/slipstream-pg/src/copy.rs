@@ -1,7 +1,10 @@
 //! COPY FROM STDIN and COPY TO STDOUT as streams.
 
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
 use bytes::{Bytes, BytesMut};
-use futures_util::Stream;
+use futures_util::{Sink, Stream};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -35,6 +38,7 @@ impl Client {
             client: self,
             buf: BytesMut::with_capacity(COPY_CHUNK),
             finished: false,
+            end: End::default(),
         })
     }
 
@@ -57,6 +61,8 @@ impl Client {
             client: self,
             done: false,
             rows: None,
+            error: None,
+            terminated: false,
         })
     }
 
@@ -102,11 +108,37 @@ impl Client {
 }
 
 /// An open `COPY ... FROM STDIN`. See [`Client::copy_in`].
+///
+/// Also a [`Sink`] of byte chunks ([`Bytes`]), so a stream of data can be
+/// [`forward`](futures_util::StreamExt::forward)ed into it; closing the sink ends the COPY
+/// (as [`CopyIn::finish`]), after which [`CopyIn::rows`] says how many rows were loaded.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::{SinkExt, StreamExt, stream};
+/// let lines = stream::iter(0..1000).map(|i| Ok(bytes::Bytes::from(format!("{i}\titem {i}\n"))));
+/// let mut copy = client.copy_in("COPY items (id, name) FROM STDIN").await?;
+/// lines.forward(&mut copy).await?; // sends everything, then closes: the COPY ends
+/// assert_eq!(copy.rows(), Some(1000));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CopyIn<'a> {
     client: &'a mut Client,
     buf: BytesMut,
+    /// `CopyDone` or `CopyFail` is queued: dropping no longer aborts.
     finished: bool,
+    /// How the COPY ended, read by [`Sink::poll_close`].
+    end: End,
+}
+
+/// What the server said at the end of a COPY closed as a [`Sink`].
+#[derive(Debug, Default)]
+struct End {
+    rows: Option<u64>,
+    error: Option<Error>,
+    /// `ReadyForQuery` arrived.
+    done: bool,
 }
 
 impl CopyIn<'_> {
@@ -148,6 +180,12 @@ impl CopyIn<'_> {
     }
 
     async fn send_buffered(&mut self) -> Result<(), Error> {
+        self.queue_buffered()?;
+        self.client.conn.flush().await
+    }
+
+    /// Moves the buffered data into the write buffer as one `CopyData`.
+    fn queue_buffered(&mut self) -> Result<(), Error> {
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -155,12 +193,38 @@ impl CopyIn<'_> {
         frontend::CopyData::new(chunk)
             .map_err(|e| Error::usage(format!("copy chunk too large: {e}")))?
             .write(&mut self.client.conn.wbuf);
-        self.client.conn.flush().await
+        Ok(())
+    }
+
+    /// The number of rows the server loaded, once the COPY has been closed as a [`Sink`]
+    /// (`None` before, or if it failed).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use futures_util::SinkExt;
+    /// let mut copy = client.copy_in("COPY items (id, name) FROM STDIN").await?;
+    /// copy.send(bytes::Bytes::from_static(b"1\tfirst\n")).await?;
+    /// copy.close().await?;
+    /// assert_eq!(copy.rows(), Some(1));
+    /// # Ok(()) }
+    /// ```
+    pub fn rows(&self) -> Option<u64> {
+        self.end.rows
     }
 
     /// Ends the COPY and returns the number of rows the server loaded. A server-side error
     /// (bad data, constraint violation) is reported here; nothing is loaded then.
     pub async fn finish(mut self) -> Result<u64, Error> {
+        if self.finished {
+            // Closed as a Sink already: its outcome, or the rest of its reply.
+            return match (self.end.done, self.end.rows) {
+                (true, Some(rows)) => Ok(rows),
+                (true, None) => Err(Error::usage(
+                    "this COPY already ended with an error, returned when the sink was closed",
+                )),
+                (false, _) => read_copy_end(self.client).await,
+            };
+        }
         self.send_buffered().await?;
         // From here a dropped future must not abort: CopyDone is queued and will be sent.
         self.finished = true;
@@ -179,6 +243,11 @@ impl CopyIn<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
+        if self.finished {
+            return Err(Error::usage(
+                "this COPY has already ended (the sink was closed): there is nothing to abort",
+            ));
+        }
         self.client.conn.queue_copy_fail(reason)?;
         self.finished = true;
         self.client.conn.flush().await?;
@@ -186,6 +255,76 @@ impl CopyIn<'_> {
             Err(e) if e.code().is_some() => Ok(()), // the expected "COPY from stdin failed"
             Err(e) => Err(e),
             Ok(_) => Err(Error::protocol("server accepted a COPY the client aborted")),
+        }
+    }
+}
+
+impl Sink<Bytes> for CopyIn<'_> {
+    type Error = Error;
+
+    /// Ready once less than a chunk (64 KiB) waits to be sent.
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(Err(Error::usage("this COPY has already ended")));
+        }
+        if this.buf.len() >= COPY_CHUNK {
+            this.queue_buffered()?;
+        }
+        if !this.client.conn.wbuf.is_empty() {
+            ready!(this.client.conn.poll_send(cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), Error> {
+        let this = self.get_mut();
+        if this.finished {
+            return Err(Error::usage("this COPY has already ended"));
+        }
+        this.buf.extend_from_slice(&item);
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let this = self.get_mut();
+        if !this.finished {
+            this.queue_buffered()?;
+        }
+        this.client.conn.poll_send(cx)
+    }
+
+    /// Ends the COPY (`CopyDone`) and waits for the server's verdict, as [`CopyIn::finish`].
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        let this = self.get_mut();
+        if !this.finished {
+            this.queue_buffered()?;
+            // From here a dropped future must not abort: CopyDone is queued and will be sent.
+            frontend::copy_done(&mut this.client.conn.wbuf);
+            this.finished = true;
+        }
+        while !this.end.done {
+            match ready!(this.client.conn.poll_recv(cx))? {
+                Message::CommandComplete(body) => this.end.rows = Some(rows_affected(body.tag())),
+                Message::ErrorResponse(body) => {
+                    this.end.error = Some(Error::db(DbError::parse(&mut body.fields())?));
+                }
+                Message::ReadyForQuery(_) => this.end.done = true,
+                Message::CopyData(_) | Message::CopyDone => {}
+                m => {
+                    return Poll::Ready(Err(this
+                        .client
+                        .conn
+                        .poison(unexpected(&m, "at the end of a COPY"))));
+                }
+            }
+        }
+        match this.end.error.take() {
+            Some(e) => {
+                this.end.rows = None;
+                Poll::Ready(Err(e))
+            }
+            None => Poll::Ready(Ok(())),
         }
     }
 }
@@ -218,37 +357,55 @@ async fn read_copy_end(client: &mut Client) -> Result<u64, Error> {
 
 /// An open `COPY ... TO STDOUT`. See [`Client::copy_out`]. Dropping it part-way is safe: the
 /// rest of the data is discarded before the connection's next request.
+///
+/// Also a [`Stream`] of chunks, ending after the first error:
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::StreamExt;
+/// let copy = client.copy_out("COPY (SELECT g FROM generate_series(1, 10) g) TO STDOUT").await?;
+/// let first_three: Vec<_> = copy.take(3).collect().await; // the rest is skipped
+/// assert_eq!(first_three.len(), 3);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct CopyOut<'a> {
     client: &'a mut Client,
     done: bool,
     rows: Option<u64>,
+    /// The server's error, returned once its `ReadyForQuery` is in.
+    error: Option<Error>,
+    /// An error was returned through `Stream::poll_next`: it ends the stream.
+    terminated: bool,
 }
 
 impl<'a> CopyOut<'a> {
     /// The next chunk of data, or `None` at the end.
     pub async fn next(&mut self) -> Result<Option<Bytes>, Error> {
+        std::future::poll_fn(|cx| self.poll_chunk(cx)).await
+    }
+
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, Error>> {
         if self.done {
-            return Ok(None);
+            return Poll::Ready(Ok(None));
         }
-        let mut error = None;
         loop {
-            match self.client.conn.recv().await? {
-                Message::CopyData(body) => return Ok(Some(body.into_bytes())),
+            match ready!(self.client.conn.poll_recv(cx))? {
+                Message::CopyData(body) => return Poll::Ready(Ok(Some(body.into_bytes()))),
                 Message::CopyDone => {}
                 Message::CommandComplete(body) => self.rows = Some(rows_affected(body.tag())),
                 Message::ErrorResponse(body) => {
-                    error = Some(Error::db(DbError::parse(&mut body.fields())?))
+                    self.error = Some(Error::db(DbError::parse(&mut body.fields())?))
                 }
                 Message::ReadyForQuery(_) => {
                     self.done = true;
-                    return error.map_or(Ok(None), Err);
+                    return Poll::Ready(self.error.take().map_or(Ok(None), Err));
                 }
                 m => {
-                    return Err(self
+                    return Poll::Ready(Err(self
                         .client
                         .conn
-                        .poison(unexpected(&m, "during COPY TO STDOUT")));
+                        .poison(unexpected(&m, "during COPY TO STDOUT"))));
                 }
             }
         }
@@ -292,13 +449,24 @@ impl<'a> CopyOut<'a> {
     /// # Ok(()) }
     /// ```
     pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, Error>> + 'a {
-        futures_util::stream::unfold(Some(self), |state| async move {
-            let mut copy = state?;
-            match copy.next().await {
-                Ok(Some(chunk)) => Some((Ok(chunk), Some(copy))),
-                Ok(None) => None,
-                Err(e) => Some((Err(e), None)),
+        self
+    }
+}
+
+impl Stream for CopyOut<'_> {
+    type Item = Result<Bytes, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.terminated {
+            return Poll::Ready(None);
+        }
+        match ready!(this.poll_chunk(cx)) {
+            Ok(chunk) => Poll::Ready(chunk.map(Ok)),
+            Err(e) => {
+                this.terminated = true;
+                Poll::Ready(Some(Err(e)))
             }
-        })
+        }
     }
 }

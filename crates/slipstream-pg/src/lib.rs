@@ -43,6 +43,34 @@
 //! Messages are encoded and decoded by [`postgres_protocol`]; values by [`postgres_types`]
 //! (re-exported as [`types`]), so every type with a `ToSql`/`FromSql` implementation works.
 //!
+//! # Types
+//!
+//! Enums, composites, domains, ranges and arrays of them are looked up in the server's
+//! catalogs the first time a connection meets them (one query, cached per connection and
+//! forgotten on `DISCARD ALL`), so types derived with postgres-types' `derive` feature work as
+//! parameters and results:
+//!
+//! ```no_run
+//! #[derive(Debug, postgres_types::ToSql, postgres_types::FromSql)]
+//! #[postgres(name = "mood")] // CREATE TYPE mood AS ENUM ('sad', 'happy')
+//! enum Mood {
+//!     #[postgres(name = "sad")]
+//!     Sad,
+//!     #[postgres(name = "happy")]
+//!     Happy,
+//! }
+//!
+//! # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+//! client.execute("INSERT INTO people (name, mood) VALUES ($1, $2)", &[&"ann", &Mood::Happy]).await?;
+//! let mood: Mood = client.query_one("SELECT mood FROM people", &[]).await?.get(0)?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Streams
+//!
+//! [`RowStream`], [`CopyOut`] and [`Notifications`] are `futures::Stream`s, [`CopyIn`] a
+//! `futures::Sink`: see `docs/client.md` for combinator examples.
+//!
 //! # TLS
 //!
 //! rustls with libpq's `sslmode` semantics (`disable`, `prefer` (default), `require`,
@@ -100,6 +128,7 @@ mod statement;
 mod statement_cache;
 mod tls;
 mod transaction;
+mod type_info;
 
 pub use abort::AbortHandle;
 pub use auth::ChannelBinding;
@@ -110,7 +139,7 @@ pub use connect::{connect, connect_config};
 pub use connection::{NoticeHandler, TransactionStatus};
 pub use copy::{CopyIn, CopyOut};
 pub use error::{DbError, Error, ErrorKind, ErrorPosition};
-pub use notification::Notification;
+pub use notification::{Notification, Notifications};
 pub use pipeline::{FromOutput, Op, Output, Pipeline, PipelineMode, PipelineOptions};
 pub use query::{Param, ToStatement, Uncached};
 pub use routing::{LoadBalanceHosts, TargetSessionAttrs};

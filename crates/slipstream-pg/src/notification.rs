@@ -1,8 +1,12 @@
 //! LISTEN/NOTIFY notifications.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
 use postgres_protocol::message::backend::NotificationResponseBody;
 
-use crate::Error;
+use crate::{Client, Error};
 
 /// A notification sent with `NOTIFY channel, 'payload'` to a channel this connection `LISTEN`s on.
 ///
@@ -43,5 +47,91 @@ impl Notification {
     /// The payload (empty if none was given).
     pub fn payload(&self) -> &str {
         &self.payload
+    }
+}
+
+impl Client {
+    /// The notifications of the channels this connection `LISTEN`s on, as a [`Stream`]: first
+    /// those already received, then each as it arrives. Settles the connection first (see
+    /// [`Client::settle`]); while the stream lives, the connection serves nothing else (it
+    /// holds `&mut Client`). Drop it to run statements again; notifications that arrive
+    /// meanwhile are kept for the next stream or [`Client::take_notifications`].
+    ///
+    /// The stream ends only after an error (the connection was closed).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use futures_util::StreamExt;
+    /// client.batch_execute("LISTEN jobs").await?;
+    /// let jobs: Vec<_> = client.notifications().await?.take(3).collect().await;
+    /// for job in jobs {
+    ///     println!("job {}", job?.payload());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn notifications(&mut self) -> Result<Notifications<'_>, Error> {
+        self.conn.settle().await?;
+        Ok(Notifications {
+            client: self,
+            terminated: false,
+        })
+    }
+}
+
+/// A stream of notifications; see [`Client::notifications`].
+///
+/// Dropping it is always safe: nothing is owed to it.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::StreamExt;
+/// use std::time::Duration;
+/// client.batch_execute("LISTEN jobs").await?;
+/// let mut jobs = client.notifications().await?;
+/// // Wait at most a second for the next one.
+/// match tokio::time::timeout(Duration::from_secs(1), jobs.next()).await {
+///     Ok(Some(n)) => println!("job {}", n?.payload()),
+///     Ok(None) => unreachable!("the stream ends only after an error"),
+///     Err(_) => println!("no job within a second"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Notifications<'a> {
+    client: &'a mut Client,
+    terminated: bool,
+}
+
+impl Stream for Notifications<'_> {
+    type Item = Result<Notification, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let conn = &mut this.client.conn;
+        if let Some(n) = conn.notifications.pop_front() {
+            return Poll::Ready(Some(Ok(n)));
+        }
+        if this.terminated {
+            return Poll::Ready(None);
+        }
+        // Settled, nothing else is owed: whatever arrives is asynchronous (absorbed into the
+        // queue by `poll_exchange`) or a protocol violation.
+        let result = match conn.poll_exchange(cx) {
+            Poll::Pending => {
+                return match conn.notifications.pop_front() {
+                    Some(n) => Poll::Ready(Some(Ok(n))),
+                    None => Poll::Pending,
+                };
+            }
+            Poll::Ready(Ok(m)) => {
+                let name = crate::connect::message_name(&m);
+                Err(conn.poison(Error::protocol(format!(
+                    "server sent an unexpected {name} message while the connection was idle"
+                ))))
+            }
+            Poll::Ready(Err(e)) => Err(e),
+        };
+        this.terminated = true;
+        Poll::Ready(Some(result))
     }
 }

@@ -636,6 +636,7 @@ impl Pipeline<'_> {
         self.sync();
         self.pump(Until::All).await;
         self.ended = true;
+        self.look_up_types().await;
         std::mem::take(&mut self.results)
             .into_iter()
             .enumerate()
@@ -647,6 +648,57 @@ impl Pipeline<'_> {
                 ))),
             })
             .collect()
+    }
+
+    /// Once every reply is in: looks up the types of results that the connection's type cache
+    /// did not hold when they arrived (no request can be sent while later operations are owed;
+    /// see `type_info.rs`), and patches those results. A failed lookup leaves the placeholders
+    /// (the values still read with `Row::get_raw`); a broken connection fails every result
+    /// still to be returned.
+    async fn look_up_types(&mut self) {
+        let mut types = Vec::new();
+        for slot in &self.results {
+            match slot {
+                Slot::Ready(Ok(Output::Rows(rows))) => types.extend(
+                    rows.iter()
+                        .take(1)
+                        .flat_map(|r| r.columns())
+                        .map(Column::type_),
+                ),
+                Slot::Ready(Ok(Output::Prepared(stmt))) => {
+                    types.extend(stmt.params());
+                    types.extend(stmt.columns().iter().map(Column::type_));
+                }
+                _ => {}
+            }
+        }
+        let types: Vec<Type> = types.into_iter().cloned().collect();
+        if self.client.types.missing(&types).is_empty() {
+            return;
+        }
+        if let Err(e) = self.client.look_up_types(&types).await {
+            tracing::warn!(
+                target: "slipstream_pg::types",
+                "looking up the pipeline results' types failed ({e}); the values read only with \
+                 Row::get_raw"
+            );
+            return;
+        }
+        let cache = &self.client.types;
+        for slot in &mut self.results {
+            match slot {
+                Slot::Ready(Ok(Output::Rows(rows))) => {
+                    if let Some(columns) = rows
+                        .first()
+                        .and_then(|r| cache.resolve_columns(r.columns_arc()))
+                    {
+                        crate::type_info::patch_rows(rows, &columns);
+                    }
+                }
+                Slot::Ready(Ok(Output::Prepared(stmt))) => stmt.resolve_types(cache),
+                _ => {}
+            }
+        }
     }
 
     /// Operations queued in this block so far.
@@ -951,6 +1003,7 @@ impl Pipeline<'_> {
                         }
                         Message::RowDescription(body) => {
                             pending.reply = Reply::new(parse_columns(Some(&body))?, false);
+                            pending.reply.described = true;
                             true
                         }
                         Message::NoData => true,
@@ -1031,6 +1084,17 @@ impl Pipeline<'_> {
         if let Kind::Prepare { name, .. } = &pending.kind {
             // Read: the statement gets its handle below, or it was never created.
             self.client.conn.claim(name);
+        }
+        // Types looked up earlier on this connection replace their placeholders now; the
+        // others wait for `end` (see `look_up_types`).
+        let mut pending = pending;
+        self.client.types.resolve_reply(&mut pending.reply);
+        if let Kind::Prepare {
+            params: Some(params),
+            ..
+        } = &mut pending.kind
+        {
+            self.client.types.resolve_params(params);
         }
         let result = match pending.reply.error {
             Some(e) => Err(e),

@@ -13,6 +13,7 @@ use crate::connection::Owed;
 use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
+use crate::type_info::is_placeholder;
 use crate::{Client, Column, DbError, Error, Row, SqlState, Statement, TransactionStatus};
 
 /// A SQL string or a prepared [`Statement`]: what [`Client::query`] and friends accept.
@@ -144,19 +145,118 @@ impl Client {
         if let Some(db) = error {
             return Err(Error::db(db));
         }
-        match (params, columns) {
-            (Some(params), Some(columns)) => Ok(Statement::new(
-                name,
-                sql.to_string(),
-                params,
-                columns,
-                self.id,
-                Arc::downgrade(&self.conn.closes),
-            )),
-            _ => Err(self.conn.poison(Error::protocol(
-                "server did not describe the prepared statement",
-            ))),
+        let (mut params, mut columns) = match (params, columns) {
+            (Some(params), Some(columns)) => (params, columns),
+            _ => {
+                return Err(self.conn.poison(Error::protocol(
+                    "server did not describe the prepared statement",
+                )));
+            }
+        };
+        let looked_up = self
+            .look_up_types(columns.iter().map(Column::type_).chain(&params))
+            .await;
+        if let Err(e) = looked_up {
+            // The statement exists on the server but nobody gets a handle to it: close it with
+            // the next request (a dropped future loses it to the session's end, like any
+            // statement whose ParseComplete was never read).
+            if !name.is_empty() {
+                self.conn
+                    .closes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(name);
+            }
+            return Err(
+                e.context("preparing the statement succeeded, but looking up its types failed")
+            );
         }
+        self.types.resolve_params(&mut params);
+        if let Some(resolved) = self.types.resolve_columns(&columns) {
+            columns = resolved;
+        }
+        Ok(Statement::new(
+            name,
+            sql.to_string(),
+            params,
+            columns,
+            self.id,
+            Arc::downgrade(&self.conn.closes),
+        ))
+    }
+
+    /// Looks up the placeholders among `types` that the connection's type cache does not hold
+    /// (one catalog query for all of them and what they refer to), as a request of its own:
+    /// call it only with no reply of the caller's still to read. Costs nothing when every type
+    /// is built in or already cached.
+    pub(crate) async fn look_up_types<'t>(
+        &mut self,
+        types: impl IntoIterator<Item = &'t Type>,
+    ) -> Result<(), Error> {
+        self.forget_discarded();
+        let missing = self.types.missing(types);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let plan = Plan::OneOff {
+            wires: vec![Wire::Binary(Type::OID_ARRAY)],
+        };
+        self.conn.start_request().await?;
+        encode_plan(
+            &mut self.conn.wbuf,
+            &plan,
+            crate::type_info::LOOKUP_SQL,
+            &[&missing],
+            0,
+        )?;
+        let reply = self.read_reply(&plan).await?;
+        match reply.error {
+            Some(e) => Err(e),
+            None => self.types.insert_rows(&reply.rows),
+        }
+    }
+
+    /// After the session ran `DISCARD ALL` / `DEALLOCATE ALL`: forgets the cached statements
+    /// (the server has none left) and the looked-up types (a type may have changed since).
+    pub(crate) fn forget_discarded(&mut self) {
+        if std::mem::take(&mut self.conn.statements_discarded) {
+            self.cache.clear();
+            self.types.clear();
+        }
+    }
+
+    /// Replaces the placeholder types in a complete reply (its columns, rows and described
+    /// parameters), looking up those the cache does not hold. A failed statement returns no
+    /// rows, so nothing is looked up for it. A lookup that fails leaves the placeholders (the
+    /// values still read with `Row::get_raw`) and is logged: the statement itself ran, and its
+    /// outcome is what the caller must hear about.
+    pub(crate) async fn resolve_reply(&mut self, reply: &mut Reply) -> Result<(), Error> {
+        // A prepared or cached statement's reply is not described again: its types were
+        // resolved when it was prepared, and this costs it one branch.
+        if !reply.described && reply.params.is_none() {
+            return Ok(());
+        }
+        let columns = reply.columns();
+        let placeholders = columns.iter().any(|c| is_placeholder(c.type_()))
+            || reply.params.iter().flatten().any(is_placeholder);
+        if !placeholders || reply.error.is_some() {
+            return Ok(());
+        }
+        let types = columns.iter().map(Column::type_);
+        if let Err(e) = self
+            .look_up_types(types.chain(reply.params.iter().flatten()))
+            .await
+        {
+            if self.conn.is_broken() {
+                return Err(e);
+            }
+            tracing::warn!(
+                target: "slipstream_pg::types",
+                "looking up the result's types failed ({e}); the values read only with Row::get_raw"
+            );
+        }
+        self.types.resolve_reply(reply);
+        Ok(())
     }
 
     /// Runs a statement and returns all its rows.
@@ -335,9 +435,7 @@ impl Client {
         max_rows: i32,
     ) -> Result<Plan, Error> {
         self.conn.start_request().await?;
-        if std::mem::take(&mut self.conn.statements_discarded) {
-            self.cache.clear();
-        }
+        self.forget_discarded();
         if use_cache {
             let wbuf = &mut self.conn.wbuf;
             let hit = self.cache.find(sql, |stmt, wires| {
@@ -390,8 +488,20 @@ impl Client {
         Ok(plan)
     }
 
-    /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply.
+    /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply,
+    /// looking up any type it names that the client does not know.
     async fn run_plan(&mut self, plan: &Plan, sql: &str) -> Result<(Vec<Row>, u64), Error> {
+        let mut reply = self.read_reply(plan).await?;
+        self.resolve_reply(&mut reply).await?;
+        self.cache_prepared(plan, sql, &reply);
+        match reply.error {
+            Some(e) => Err(e),
+            None => Ok((reply.rows, reply.affected)),
+        }
+    }
+
+    /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply.
+    async fn read_reply(&mut self, plan: &Plan) -> Result<Reply, Error> {
         frontend::sync(&mut self.conn.wbuf);
         self.conn.finish_request(Owed::Extended).await?;
         let mut reply = Reply::new(plan.columns(), true);
@@ -414,11 +524,7 @@ impl Client {
                 },
             }
         }
-        self.cache_prepared(plan, sql, &reply);
-        match reply.error {
-            Some(e) => Err(e),
-            None => Ok((reply.rows, reply.affected)),
-        }
+        Ok(reply)
     }
 
     /// After a `Plan::Prepare` request: caches the statement if the server described it (even
@@ -432,8 +538,13 @@ impl Client {
         {
             // The SQL has more parameters than values were given: the Bind failed, and the
             // statement could never be bound this way. It exists on the server all the same:
-            // close it with the next request.
-            if params.len() != wires.len() {
+            // close it with the next request. Likewise a statement whose types could not be
+            // looked up: a cache hit gets no RowDescription to try again with.
+            let columns = reply.columns();
+            if params.len() != wires.len()
+                || params.iter().any(is_placeholder)
+                || columns.iter().any(|c| is_placeholder(c.type_()))
+            {
                 self.conn
                     .closes
                     .lock()
@@ -465,7 +576,9 @@ impl Client {
         self.cache.stats()
     }
 
-    /// Closes every cached statement (with the next request; no round trip of its own).
+    /// Closes every cached statement (with the next request; no round trip of its own), and
+    /// forgets the types looked up in the catalogs: call it after `ALTER TYPE` changed an enum
+    /// or composite this connection has used (`DISCARD ALL` does the same by itself).
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -475,6 +588,7 @@ impl Client {
     /// ```
     pub fn clear_statement_cache(&mut self) {
         self.cache.clear();
+        self.types.clear();
     }
 }
 
@@ -660,6 +774,13 @@ impl Reply {
     /// The result columns, as described so far.
     pub(crate) fn columns(&self) -> Arc<[Column]> {
         self.columns.clone()
+    }
+
+    /// Replaces the columns (and those of the rows read so far) with the same ones whose
+    /// types were looked up.
+    pub(crate) fn set_columns(&mut self, columns: Arc<[Column]>) {
+        crate::type_info::patch_rows(&mut self.rows, &columns);
+        self.columns = columns;
     }
 
     pub(crate) fn columns_ref(&self) -> &[Column] {

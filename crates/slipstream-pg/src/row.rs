@@ -95,6 +95,17 @@ impl Row {
         })
     }
 
+    /// Replaces the columns with the same ones whose types were looked up after the row
+    /// arrived (see `type_info.rs`).
+    pub(crate) fn set_columns(&mut self, columns: Arc<[Column]>) {
+        debug_assert_eq!(columns.len(), self.columns.len());
+        self.columns = columns;
+    }
+
+    pub(crate) fn columns_arc(&self) -> &Arc<[Column]> {
+        &self.columns
+    }
+
     /// The columns.
     pub fn columns(&self) -> &[Column] {
         &self.columns
@@ -122,6 +133,19 @@ impl Row {
             .find(&self.columns, |c| c.name())
             .ok_or_else(|| Error::column(format!("no column {idx} in this row")))?;
         let ty = self.columns[i].type_();
+        if crate::type_info::is_placeholder(ty) && !T::accepts(ty) {
+            return Err(Error::conversion(
+                format!(
+                    "cannot read column {idx} as {}: its type (OID {}) is not built in and has \
+                     not been looked up (a pipeline's rows taken with process before end, or \
+                     the lookup failed: see the log); prepare the statement first, or read the \
+                     value with Row::get_raw",
+                    std::any::type_name::<T>(),
+                    ty.oid()
+                ),
+                Some(Box::new(WrongType::new::<T>(ty.clone()))),
+            ));
+        }
         if !T::accepts(ty) {
             return Err(Error::conversion(
                 format!(
@@ -140,7 +164,7 @@ impl Row {
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
-    /// // An enum type the client does not know: read its binary (here: text) form.
+    /// // An enum's binary form is its label's text.
     /// let row = client.query_one("SELECT 'happy'::mood", &[]).await?;
     /// assert_eq!(row.get_raw(0)?, Some(&b"happy"[..]));
     /// # Ok(()) }

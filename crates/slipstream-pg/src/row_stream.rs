@@ -9,6 +9,9 @@
 //! fetch:  Execute(n) + Flush, sent the moment PortalSuspended arrives (the next batch travels
 //!         while the caller works through this one)
 //! end:    CommandComplete (or ErrorResponse) -> Sync -> ReadyForQuery
+//! lookup: Parse("") + Bind(portal "slipstream_type_lookup") + Describe + Execute + Close + Flush,
+//!         queued the moment a RowDescription names a type the connection does not know; its
+//!         replies follow the first batch's end, and the rows wait until they are in
 //! ```
 //!
 //! No `Sync` is sent until the rows run out, so in autocommit the implicit transaction (and its
@@ -23,7 +26,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use futures_util::Stream;
 
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
@@ -166,6 +174,10 @@ impl Client {
             sync_sent: true,
             round_trips: 0,
             rows_per_fetch: 0,
+            lookup: Lookup::None,
+            described: false,
+            terminated: false,
+            filling: false,
         };
         let plan = stream.start(sql, prepared, params, use_cache).await?;
         let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
@@ -197,6 +209,20 @@ enum State {
 /// Holds the connection until dropped. Dropping it part-way is safe: the rest of the reply is
 /// discarded with the connection's next request.
 ///
+/// Also a [`Stream`] of `Result<Row, Error>` (ending after the first error), for
+/// `futures::StreamExt`/`TryStreamExt` combinators:
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use futures_util::TryStreamExt;
+/// let rows = client.query_stream("SELECT g FROM generate_series(1, 100) g", &[]).await?;
+/// let total = rows.try_fold(0i64, |sum, row| async move { Ok(sum + row.get::<_, i32>(0)? as i64) }).await?;
+/// assert_eq!(total, 5050);
+/// # Ok(()) }
+/// ```
+///
+/// With the inherent [`RowStream::next`]:
+///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
 /// let mut rows = client.query_stream("SELECT g FROM generate_series(1, 10) g", &[]).await?;
@@ -221,6 +247,26 @@ pub struct RowStream<'a> {
     sync_sent: bool,
     round_trips: u64,
     rows_per_fetch: i32,
+    /// The catalog lookup of the result's types, when the client did not know one.
+    lookup: Lookup,
+    /// The `RowDescription` has been checked for types to look up.
+    described: bool,
+    /// An error was returned through `Stream::poll_next`: it ends the stream.
+    terminated: bool,
+    /// A fill has started and not finished (its poll was pending): it finishes before rows
+    /// are handed out, so a batch is read whole, as the fetch size and the cap promise.
+    filling: bool,
+}
+
+/// A row stream's type lookup (see `type_info.rs`): queued behind the stream's first
+/// `Execute`, so its replies follow the end of the stream's first batch.
+enum Lookup {
+    None,
+    Queued {
+        /// The stream's batch ahead of it has ended: what arrives now is the lookup's.
+        after_batch: bool,
+        reply: Reply,
+    },
 }
 
 impl RowStream<'_> {
@@ -235,19 +281,29 @@ impl RowStream<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn next(&mut self) -> Result<Option<Row>, Error> {
+        std::future::poll_fn(|cx| self.poll_next_row(cx)).await
+    }
+
+    fn poll_next_row(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Row>, Error>> {
         // A fill can end with nothing buffered: the cap stopped the previous one just before
-        // a batch's PortalSuspended.
-        while self.buffer.is_empty() && self.state == State::Fetching {
-            self.fill().await?;
+        // a batch's PortalSuspended. Rows wait while their types are looked up.
+        while (self.buffer.is_empty() || self.filling || self.lookup_pending())
+            && self.state == State::Fetching
+        {
+            ready!(self.poll_fill(cx))?;
         }
         if let Some((row, cost)) = self.buffer.pop_front() {
             self.buffered -= cost;
-            return Ok(Some(row));
+            return Poll::Ready(Ok(Some(row)));
         }
-        match self.reply.error.take() {
+        Poll::Ready(match self.reply.error.take() {
             Some(e) => Err(e),
             None => Ok(None),
-        }
+        })
+    }
+
+    fn lookup_pending(&self) -> bool {
+        matches!(self.lookup, Lookup::Queued { .. })
     }
 
     /// The result columns.
@@ -290,6 +346,8 @@ impl RowStream<'_> {
         use_cache: bool,
     ) -> Result<Plan, Error> {
         let rows = self.next_fetch_rows();
+        self.lookup = Lookup::None;
+        self.described = false;
         let plan = match prepared {
             Some(stmt) => {
                 self.client.conn.start_request().await?;
@@ -313,20 +371,51 @@ impl RowStream<'_> {
         self.rows_per_fetch = rows;
         conn.flush().await?;
         self.fill().await?;
+        // Cached, a statement gets no RowDescription again: its types must be known first.
+        while self.lookup_pending() && self.state == State::Fetching {
+            self.fill().await?;
+        }
         self.client.cache_prepared(&plan, sql, &self.reply);
         Ok(plan)
     }
 
-    /// Reads until the current batch is in, the buffer reaches its cap, or the reply ends.
     async fn fill(&mut self) -> Result<(), Error> {
+        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    /// Reads until the current batch is in, the buffer reaches its cap, the reply ends, or a
+    /// type lookup completes. Everything it sends is queued in `wbuf` and written while it
+    /// reads (the next batch's `Execute` at once), so all its state is in the stream: a
+    /// dropped poll loses nothing.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.filling = true;
+        let filled = self.poll_fill_batch(cx);
+        if filled.is_ready() {
+            self.filling = false;
+        }
+        filled
+    }
+
+    fn poll_fill_batch(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         while self.state == State::Fetching {
-            if self.buffered >= self.cap && !self.buffer.is_empty() {
-                return Ok(());
+            // While a lookup is queued, the rows ahead of its reply are read past the cap:
+            // at most the first batch.
+            if self.buffered >= self.cap && !self.buffer.is_empty() && !self.lookup_pending() {
+                return Poll::Ready(Ok(()));
             }
             let message = match self.client.conn.recv_buffered()? {
                 Some(m) => m,
-                None => self.client.conn.recv().await?,
+                None => ready!(self.client.conn.poll_recv(cx))?,
             };
+            if let Lookup::Queued {
+                after_batch: true, ..
+            } = self.lookup
+            {
+                if self.on_lookup_message(message)? {
+                    return Poll::Ready(Ok(()));
+                }
+                continue;
+            }
             match message {
                 Message::DataRow(body) => {
                     let columns = self.reply.columns();
@@ -338,25 +427,129 @@ impl RowStream<'_> {
                     self.buffer.push_back((row, cost));
                 }
                 Message::PortalSuspended => {
-                    self.request_next_batch().await?;
-                    return Ok(());
+                    self.batch_ended();
+                    self.request_next_batch(cx)?;
+                    return Poll::Ready(Ok(()));
                 }
-                Message::ReadyForQuery(_) => self.state = State::Done,
+                Message::ReadyForQuery(_) => {
+                    self.state = State::Done;
+                    self.lookup = Lookup::None;
+                }
                 m => match self.reply.apply(m) {
-                    Ok(Step::More) => {}
-                    Ok(Step::Done) => self.send_sync().await?,
+                    Ok(Step::More) => {
+                        if self.reply.described && !self.described {
+                            self.described = true;
+                            self.queue_lookup()?;
+                        }
+                    }
+                    Ok(Step::Done) => {
+                        self.batch_ended();
+                        self.send_sync(cx)?;
+                    }
                     Ok(Step::Copy { inbound }) => {
-                        let refused = self.client.conn.refuse_copy(inbound).await?;
+                        let refused = self.client.conn.queue_refuse_copy(inbound)?;
                         self.reply.error.get_or_insert(refused);
                     }
-                    Err(e) => return Err(self.client.conn.poison(e)),
+                    Err(e) => return Poll::Ready(Err(self.client.conn.poison(e))),
                 },
             }
         }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The result was just described: replaces the placeholder types the connection already
+    /// knows, and queues a lookup of the others behind the stream's `Execute`.
+    fn queue_lookup(&mut self) -> Result<(), Error> {
+        let types = &self.client.types;
+        self.reply
+            .params
+            .iter_mut()
+            .for_each(|p| types.resolve_params(p));
+        let columns = self.reply.columns();
+        let missing = types.missing(
+            columns
+                .iter()
+                .map(Column::type_)
+                .chain(self.reply.params.iter().flatten()),
+        );
+        if let Some(resolved) = types.resolve_columns(&columns) {
+            self.reply.set_columns(resolved);
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        crate::type_info::encode_stream_lookup(&mut self.client.conn.wbuf, &missing)?;
+        self.lookup = Lookup::Queued {
+            after_batch: false,
+            reply: Reply::new(Arc::from(Vec::new()), true),
+        };
         Ok(())
     }
 
-    async fn request_next_batch(&mut self) -> Result<(), Error> {
+    /// The stream's current batch ended: a queued lookup's replies come next.
+    fn batch_ended(&mut self) {
+        if let Lookup::Queued { after_batch, .. } = &mut self.lookup {
+            *after_batch = true;
+        }
+    }
+
+    /// Takes one message of the lookup's reply; true once the lookup is over.
+    fn on_lookup_message(&mut self, message: Message) -> Result<bool, Error> {
+        let Lookup::Queued { reply, .. } = &mut self.lookup else {
+            return Ok(true);
+        };
+        match message {
+            Message::CloseComplete => {
+                let rows = std::mem::take(&mut reply.rows);
+                self.lookup = Lookup::None;
+                self.client
+                    .types
+                    .insert_rows(&rows)
+                    .map_err(|e| self.client.conn.poison(e))?;
+                let types = &self.client.types;
+                if let Some(columns) = types.resolve_columns(&self.reply.columns()) {
+                    for (row, _) in &mut self.buffer {
+                        row.set_columns(columns.clone());
+                    }
+                    self.reply.set_columns(columns);
+                }
+                self.reply
+                    .params
+                    .iter_mut()
+                    .for_each(|p| types.resolve_params(p));
+                Ok(true)
+            }
+            // The stream failed before the lookup ran, so the server skipped it.
+            Message::ReadyForQuery(_) => {
+                self.state = State::Done;
+                self.lookup = Lookup::None;
+                Ok(true)
+            }
+            m => match reply.apply(m) {
+                Ok(Step::More) => Ok(false),
+                Ok(Step::Done) => match reply.error.take() {
+                    // The lookup failed: the server now skips everything up to a Sync, so the
+                    // stream ends with this error (its transaction is aborted).
+                    Some(e) => {
+                        self.lookup = Lookup::None;
+                        self.reply.error.get_or_insert(e.context(
+                            "looking up the types of the stream's columns failed; the stream's \
+                             transaction is aborted",
+                        ));
+                        frontend_sync(self);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                },
+                Ok(Step::Copy { .. }) | Err(_) => Err(self.client.conn.poison(Error::protocol(
+                    "server sent an unexpected reply to the type lookup (protocol violation); \
+                     the connection is closed",
+                ))),
+            },
+        }
+    }
+
+    fn request_next_batch(&mut self, cx: &mut Context<'_>) -> Result<(), Error> {
         let rows = self.next_fetch_rows();
         // Size each fetch from the batch before it, not the widest row ever: one 10 MB row must
         // not make the rest of a narrow result travel a row per round trip. The cap, not the
@@ -367,15 +560,14 @@ impl RowStream<'_> {
         frontend::flush(&mut conn.wbuf);
         self.round_trips += 1;
         self.rows_per_fetch = rows;
-        conn.flush().await
+        // The next batch travels while the caller works through this one: write now if the
+        // socket has room (what is left goes with the next read).
+        send_now(conn, cx)
     }
 
-    async fn send_sync(&mut self) -> Result<(), Error> {
-        if !self.sync_sent {
-            frontend::sync(&mut self.client.conn.wbuf);
-            self.sync_sent = true;
-        }
-        self.client.conn.flush().await
+    fn send_sync(&mut self, cx: &mut Context<'_>) -> Result<(), Error> {
+        frontend_sync(self);
+        send_now(&mut self.client.conn, cx)
     }
 
     fn next_fetch_rows(&self) -> i32 {
@@ -411,6 +603,41 @@ impl fmt::Debug for RowStream<'_> {
             .field("round_trips", &self.round_trips)
             .field("done", &(self.state == State::Done))
             .finish()
+    }
+}
+
+/// Queues the stream's `Sync` (once).
+fn frontend_sync(stream: &mut RowStream<'_>) {
+    if !stream.sync_sent {
+        frontend::sync(&mut stream.client.conn.wbuf);
+        stream.sync_sent = true;
+    }
+}
+
+/// Writes what `wbuf` holds as far as the socket takes it without waiting.
+fn send_now(conn: &mut crate::connection::Connection, cx: &mut Context<'_>) -> Result<(), Error> {
+    match conn.poll_send(cx) {
+        Poll::Ready(Err(e)) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+impl Stream for RowStream<'_> {
+    type Item = Result<Row, Error>;
+
+    /// The rows as a [`Stream`]: the same as [`RowStream::next`], ending after the first error.
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.terminated {
+            return Poll::Ready(None);
+        }
+        match ready!(this.poll_next_row(cx)) {
+            Ok(row) => Poll::Ready(row.map(Ok)),
+            Err(e) => {
+                this.terminated = true;
+                Poll::Ready(Some(Err(e)))
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::message::backend::{ParameterDescriptionBody, RowDescriptionBody};
-use postgres_types::{Kind, Type};
+use postgres_types::Type;
 
 use crate::Error;
 
@@ -54,6 +54,17 @@ impl Statement {
             client_id,
             closes,
         }))
+    }
+
+    /// Replaces the placeholder types the cache holds, if this is the only handle (a statement
+    /// not yet given to the caller).
+    pub(crate) fn resolve_types(&mut self, cache: &crate::type_info::TypeCache) {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            cache.resolve_params(&mut inner.params);
+            if let Some(columns) = cache.resolve_columns(&inner.columns) {
+                inner.columns = columns;
+            }
+        }
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -149,13 +160,20 @@ impl Column {
     pub fn type_modifier(&self) -> i32 {
         self.type_modifier
     }
+
+    /// The same column with its type looked up.
+    pub(crate) fn with_type(&self, type_: Type) -> Column {
+        Column {
+            type_,
+            ..self.clone()
+        }
+    }
 }
 
-/// Maps an OID to a type. Types the client does not know (extensions, enums, domains) get a
-/// placeholder; their values can still be read raw with [`crate::Row::get_raw`].
+/// Maps an OID to a type. Types that are not built in (enums, composites, domains, extensions'
+/// types) get a placeholder, replaced once the reply is in (see `type_info.rs`).
 pub(crate) fn type_for(oid: u32) -> Type {
-    Type::from_oid(oid)
-        .unwrap_or_else(|| Type::new(format!("oid_{oid}"), oid, Kind::Simple, "unknown".into()))
+    Type::from_oid(oid).unwrap_or_else(|| crate::type_info::placeholder(oid))
 }
 
 pub(crate) fn parse_columns(body: Option<&RowDescriptionBody>) -> Result<Arc<[Column]>, Error> {

@@ -14,6 +14,20 @@ use slipstream_pg::{Client, Error, PipelineMode, PipelineOptions, TransactionSta
 
 use super::engine::{DropAfter, bounded};
 
+/// A type the client must look up in the catalogs (issue 24): the lookup is an internal
+/// request, and dropping a call in the middle of it must not leave the connection out of step.
+#[derive(Debug, PartialEq, slipstream_pg::types::ToSql, slipstream_pg::types::FromSql)]
+#[postgres(name = "mood")]
+enum Mood {
+    #[postgres(name = "sad")]
+    Sad,
+    #[postgres(name = "happy")]
+    Happy,
+}
+
+/// What the tests' connection needs: a table and a type to look up.
+const SCHEMA: &str = "CREATE TABLE h (id int); CREATE TYPE mood AS ENUM ('sad', 'happy')";
+
 /// More steps than any call here takes; reaching it fails the test.
 const MAX_POLLS: usize = 400;
 
@@ -144,6 +158,60 @@ fn calls() -> Vec<(&'static str, Call)> {
                 Ok(())
             })
         }),
+        // Each forgets the looked-up types first, so every run looks `mood` up again.
+        ("type lookup: query", |c| {
+            Box::pin(async move {
+                c.clear_statement_cache();
+                let row = c
+                    .query_one("SELECT 'happy'::mood, ARRAY['sad']::mood[]", &[])
+                    .await?;
+                assert_eq!(row.get::<_, Mood>(0)?, Mood::Happy);
+                assert_eq!(row.get::<_, Vec<Mood>>(1)?, vec![Mood::Sad]);
+                Ok(())
+            })
+        }),
+        ("type lookup: prepare", |c| {
+            Box::pin(async move {
+                c.clear_statement_cache();
+                let s = c.prepare("SELECT $1::mood").await?;
+                let row = c.query_one(&s, &[&Mood::Sad]).await?;
+                assert_eq!(row.get::<_, Mood>(0)?, Mood::Sad);
+                Ok(())
+            })
+        }),
+        ("type lookup: query_stream", |c| {
+            Box::pin(async move {
+                use futures_util::StreamExt;
+                c.clear_statement_cache();
+                let rows = c
+                    .query_stream_with(
+                        "SELECT 'happy'::mood FROM generate_series(1, 50)",
+                        &[],
+                        slipstream_pg::FetchSize::Rows(7),
+                    )
+                    .await?;
+                let moods: Vec<Result<Mood, Error>> =
+                    rows.map(|r| r.and_then(|r| r.get(0))).collect().await;
+                assert_eq!(moods.len(), 50);
+                for m in moods {
+                    assert_eq!(m?, Mood::Happy);
+                }
+                Ok(())
+            })
+        }),
+        ("type lookup: pipeline", |c| {
+            Box::pin(async move {
+                c.clear_statement_cache();
+                let mut p = c.pipeline();
+                p.query("SELECT 'sad'::mood", &[]).await?;
+                let results = p.end().await;
+                let Ok(slipstream_pg::Output::Rows(rows)) = &results[0] else {
+                    panic!("{results:?}")
+                };
+                assert_eq!(rows[0].get::<_, Mood>(0)?, Mood::Sad);
+                Ok(())
+            })
+        }),
         ("pipeline, continue on error", |c| {
             Box::pin(async move {
                 let mut p = c.pipeline_with(PipelineOptions::new().max_in_flight(8));
@@ -200,7 +268,7 @@ async fn check_clean(c: &mut Client, name: &str, k: usize) {
 #[tokio::test]
 async fn every_call_dropped_at_every_poll_leaves_the_connection_in_step_and_idle() {
     let (_cluster, mut c) = super::setup().await;
-    c.batch_execute("CREATE TABLE h (id int)").await.unwrap();
+    c.batch_execute(SCHEMA).await.unwrap();
     for (name, call) in calls() {
         let mut completed = false;
         for k in 1..=MAX_POLLS {
@@ -231,7 +299,7 @@ async fn every_call_dropped_at_every_poll_leaves_the_connection_in_step_and_idle
 #[tokio::test]
 async fn calls_dropped_inside_the_callers_transaction_leave_it_the_callers() {
     let (_cluster, mut c) = super::setup().await;
-    c.batch_execute("CREATE TABLE h (id int)").await.unwrap();
+    c.batch_execute(SCHEMA).await.unwrap();
     let names = [
         "query",
         "execute",
@@ -239,6 +307,9 @@ async fn calls_dropped_inside_the_callers_transaction_leave_it_the_callers() {
         "simple_query",
         "query_stream",
         "copy_in",
+        "type lookup: query",
+        "type lookup: prepare",
+        "type lookup: query_stream",
     ];
     for (name, call) in calls().into_iter().filter(|(n, _)| names.contains(n)) {
         for k in 1..=MAX_POLLS {
