@@ -128,6 +128,28 @@ impl Owed {
     }
 }
 
+/// A statement that exists on the server and that its call has not kept yet (see
+/// [`Connection::claim_for_now`]).
+pub(crate) struct Unkept {
+    name: Option<String>,
+    closes: std::sync::Weak<Mutex<Vec<String>>>,
+}
+
+impl Unkept {
+    /// The call now keeps the statement (caches it, or closes it itself).
+    pub(crate) fn keep(mut self) {
+        self.name = None;
+    }
+}
+
+impl Drop for Unkept {
+    fn drop(&mut self) {
+        if let (Some(name), Some(closes)) = (self.name.take(), self.closes.upgrade()) {
+            closes.lock().unwrap_or_else(|p| p.into_inner()).push(name);
+        }
+    }
+}
+
 /// Called with each notice (`NOTICE`, `WARNING`, ...) the server sends.
 pub type NoticeHandler = Box<dyn FnMut(&DbError) + Send>;
 
@@ -331,6 +353,17 @@ impl Connection {
     pub(crate) fn claim(&mut self, name: &str) {
         if let Some(i) = self.unclaimed.iter().position(|n| n == name) {
             self.unclaimed.swap_remove(i);
+        }
+    }
+
+    /// Like [`Connection::claim`] for a call that still has requests of its own to make before
+    /// it keeps the statement (looking up its types): the returned guard closes the statement
+    /// with the next request if the call is dropped before [`Unkept::keep`].
+    pub(crate) fn claim_for_now(&mut self, name: &str) -> Unkept {
+        self.claim(name);
+        Unkept {
+            name: Some(name.to_string()),
+            closes: Arc::downgrade(&self.closes),
         }
     }
 

@@ -9,7 +9,7 @@ use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
 
 use crate::connect::unexpected;
-use crate::connection::Owed;
+use crate::connection::{Owed, Unkept};
 use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
@@ -141,7 +141,9 @@ impl Client {
                 }
             }
         }
-        self.conn.claim(&name);
+        // The statement exists now (unless Parse failed): the type lookup's request must not
+        // close it as a dropped call's, and a drop or a failure before the handle exists must.
+        let unkept = (!name.is_empty()).then(|| self.conn.claim_for_now(&name));
         if let Some(db) = error {
             return Err(Error::db(db));
         }
@@ -157,20 +159,11 @@ impl Client {
             .look_up_types(columns.iter().map(Column::type_).chain(&params))
             .await;
         if let Err(e) = looked_up {
-            // The statement exists on the server but nobody gets a handle to it: close it with
-            // the next request (a dropped future loses it to the session's end, like any
-            // statement whose ParseComplete was never read).
-            if !name.is_empty() {
-                self.conn
-                    .closes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(name);
-            }
             return Err(
                 e.context("preparing the statement succeeded, but looking up its types failed")
             );
         }
+        unkept.map(Unkept::keep);
         self.types.resolve_params(&mut params);
         if let Some(resolved) = self.types.resolve_columns(&columns) {
             columns = resolved;
@@ -492,7 +485,14 @@ impl Client {
     /// looking up any type it names that the client does not know.
     async fn run_plan(&mut self, plan: &Plan, sql: &str) -> Result<(Vec<Row>, u64), Error> {
         let mut reply = self.read_reply(plan).await?;
+        // A first run's statement exists now: the type lookup's request must not close it as
+        // a dropped call's, and a drop during the lookup must.
+        let unkept = match plan {
+            Plan::Prepare { name, .. } => Some(self.conn.claim_for_now(name)),
+            _ => None,
+        };
         self.resolve_reply(&mut reply).await?;
+        unkept.map(Unkept::keep);
         self.cache_prepared(plan, sql, &reply);
         match reply.error {
             Some(e) => Err(e),

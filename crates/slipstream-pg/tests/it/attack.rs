@@ -146,6 +146,30 @@ async fn attack_dropped_first_runs_do_not_leak_server_side_statements() {
     );
 }
 
+// A3 with a type that is not built in: after the first run's reply the call looks its types up
+// in a request of its own; a call dropped at any poll, the lookup included, leaves no statement.
+#[tokio::test]
+async fn dropped_first_runs_during_a_type_lookup_do_not_leak_statements() {
+    let (_cluster, mut c) = super::setup().await;
+    for k in 1..=12usize {
+        c.batch_execute(&format!("CREATE TYPE e{k} AS ENUM ('a')")).await.unwrap();
+        let sql = format!("SELECT $1::int4, 'a'::e{k}");
+        let _ = DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await;
+        c.settle().await.unwrap();
+        let prepared = format!("SELECT $1::int4 + 1, 'a'::e{k}");
+        let _ = DropAfter::new(c.prepare(&prepared), k).await;
+        c.settle().await.unwrap();
+    }
+    c.query_one("SELECT 1", &[]).await.unwrap(); // settles, closing what is left
+    let on_server = count(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
+    let cached = c.statement_cache_stats().size as i64;
+    assert!(
+        on_server <= cached,
+        "{} server-side statements leaked (cache holds {cached}, server has {on_server})",
+        on_server - cached
+    );
+}
+
 // A3's counterpart: closing what dropped calls left must never close a statement that a
 // completed call still uses. Every path that parses a named statement (a first run, a failed
 // first run, prepare(), a row stream's first run, a pipeline prepare) completes, and then each
