@@ -1,16 +1,13 @@
 //! The pool users hold: building it, borrowing (async, blocking, labeled), resizing, counters.
 
 use std::fmt;
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
-use crate::core::{BORROWED, Core, IDLE, Waiter, Wake, claim_blocking, keep_one};
+use crate::core::{BORROWED, Core, IDLE, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
@@ -85,8 +82,10 @@ impl<M: Manager> Builder<M> {
 /// A pool of connections. Cheap to clone (all clones share the pool).
 ///
 /// Borrowing takes an idle connection with one compare-and-swap, skipping busy ones, and
-/// returning puts it back (or hands it straight to the longest waiting borrower): no lock on
-/// either path. A borrower waits only when no connection is idle. Connections are opened by the
+/// returning puts it back: no lock on either path while no one waits. A borrower waits only
+/// when no connection is idle; a return then wakes one waiter, and hands the connection
+/// straight to the longest-waiting one once it has waited past a fairness bound (1 ms for
+/// blocking borrowers, at once for async ones). Connections are opened by the
 /// pool's own task, never by a borrower.
 ///
 /// ```
@@ -428,46 +427,22 @@ impl<M: Manager> Pool<M> {
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
         self.check_room()?;
-        let waiter = Arc::new(Waiter::new(Wake::Task(AtomicWaker::new())));
-        inner.core.enqueue(waiter.clone());
         self.wake_opener_if_useful();
-        let mut place = Place {
-            core: &inner.core,
-            waiter: &waiter,
-            done: false,
-        };
-        let wait = poll_fn(|cx| {
-            if let Wake::Task(w) = &waiter.wake {
-                w.register(cx.waker());
-            }
-            if let Some(i) = waiter.given() {
-                return Poll::Ready(i);
-            }
-            match inner.core.try_claim_after_queueing() {
-                Some(i) => Poll::Ready(keep_one(&inner.core, &waiter, i)),
-                None => Poll::Pending,
-            }
-        });
+        // Dropped on a timeout: it gives up its place and passes on a connection handed to
+        // it meanwhile.
+        let wait = Wait::new(&inner.core);
         // No timer at all without a timeout: registering one costs a trip through tokio's
         // timer wheel for every borrow that waits.
         let waited = match deadline {
             None => Ok(wait.await),
             Some(d) => tokio::time::timeout_at(d.into(), wait).await,
         };
-        place.done = true;
         match waited {
             Ok(i) => {
                 self.waited(start);
                 Ok(self.lend(i))
             }
-            Err(_) => match waiter.give_up() {
-                Ok(()) => {
-                    inner.core.done_waiting();
-                    Err(self.timeout_error())
-                }
-                // Handed a connection at the last moment: take it.
-                Err(i) => Ok(self.lend(i)),
-            },
+            Err(_) => Err(self.timeout_error()),
         }
     }
 
@@ -778,26 +753,6 @@ impl Deadline {
         match *self {
             Deadline::At(d) => d,
             Deadline::Unset => None,
-        }
-    }
-}
-
-/// A waiting async borrower's place in the queue: if the borrow future is dropped while
-/// waiting, gives the place up, and returns a connection handed over meanwhile.
-struct Place<'a, C> {
-    core: &'a Core<C>,
-    waiter: &'a Waiter,
-    done: bool,
-}
-
-impl<C> Drop for Place<'_, C> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        match self.waiter.give_up() {
-            Ok(()) => self.core.done_waiting(),
-            Err(i) => self.core.release(i),
         }
     }
 }

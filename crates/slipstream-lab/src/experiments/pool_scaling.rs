@@ -691,7 +691,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             vec![10, 100, 1000],
             vec![10, 100],
             Timing {
-                warmup: Duration::from_millis(50),
+                warmup: Duration::from_millis(100),
                 window: Duration::from_millis(200),
             },
         )
