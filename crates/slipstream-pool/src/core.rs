@@ -730,6 +730,29 @@ mod loom_tests {
 
     use super::*;
 
+    /// Wakes a loom thread parked in [`block_on`].
+    struct Unpark(loom::thread::Thread);
+
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// Runs `f` to completion on this loom thread, parking between polls (loom sees the
+    /// park and the unpark, so it explores the wake-up's interleavings).
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            loom::thread::park();
+        }
+    }
+
     /// A core with `n` slots, each holding connection value 0.
     fn filled(n: usize, fair_after: Duration) -> Arc<Core<u32>> {
         let core = Arc::new(Core::with_fairness(n, n, fair_after, fair_after));
@@ -850,7 +873,7 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let i = loom::future::block_on(Wait::new(&core));
+                    let i = block_on(Wait::new(&core));
                     touch(&core, i);
                     core.release(i);
                 })
