@@ -105,11 +105,11 @@ impl<C> Slot<C> {
         }
     }
 
-    /// Runs `f` on the slot's connection.
+    /// Runs `f` on the slot's connection. Owners go through [`Core::conn`], which takes the
+    /// proof of ownership; this is for the loom models' final check, after every thread ended.
     ///
     /// # Safety
-    /// The caller must own the slot: it moved it to BORROWED, OPENING or CLOSING itself, or was
-    /// handed it, and has not released it.
+    /// No one else may access the slot's connection meanwhile.
     pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Option<C>) -> R) -> R {
         // SAFETY: the caller owns the slot, so no one else accesses the cell (module docs).
         self.conn.with_mut(|p| f(unsafe { &mut *p }))
@@ -240,6 +240,34 @@ fn clone_wake(w: &Option<Wake>) -> Option<Wake> {
     }
 }
 
+/// Proof that its holder owns slot `index()`: it moved the slot out of IDLE or EMPTY with a
+/// compare-and-swap, was handed the slot by a returner, or won the slot's lease. Made only in
+/// this module, never cloned, and consumed by [`Core::release`], [`Core::opened`] and
+/// [`Core::vacate`] (or turned into a [`Lease`] while lent reclaimably), so "the caller owns
+/// slot i" is checked by the compiler rather than by a comment.
+#[must_use = "an owned slot must be released, vacated or lent"]
+pub(crate) struct Owned(usize);
+
+impl Owned {
+    pub(crate) fn index(&self) -> usize {
+        self.0
+    }
+}
+
+/// A reclaimable loan of a slot: the holder (returning) and the reclaimer each try to end it;
+/// exactly one gets the slot's [`Owned`] back ([`Core::end_lease`]).
+pub(crate) struct Lease {
+    slot: usize,
+    value: u64,
+}
+
+impl Lease {
+    /// The lease counter's value while this loan lasts (odd).
+    pub(crate) fn value(&self) -> u64 {
+        self.value
+    }
+}
+
 /// A queued waiter's place: consumed when it gets a slot or gives up, so the compiler sees
 /// that a place is used by one waiter and left exactly once.
 #[must_use = "a queued waiter must poll until served or cancel"]
@@ -305,12 +333,12 @@ impl<C> Core<C> {
     /// Claims an IDLE slot without waiting: one pass over the slots, busy ones skipped (a
     /// plain load first, so a busy slot costs no cache-line write).
     #[inline]
-    pub(crate) fn try_claim(&self) -> Option<usize> {
+    pub(crate) fn try_claim(&self) -> Option<Owned> {
         self.scan(true)
     }
 
     #[inline]
-    fn scan(&self, skip_busy_by_load: bool) -> Option<usize> {
+    fn scan(&self, skip_busy_by_load: bool) -> Option<Owned> {
         let n = self.limit();
         if n == 0 {
             return None;
@@ -329,7 +357,7 @@ impl<C> Core<C> {
                 .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
                 .is_ok()
             {
-                return Some(i);
+                return Some(Owned(i));
             }
         }
         None
@@ -341,21 +369,32 @@ impl<C> Core<C> {
 
     /// Claims slot `i` if it is IDLE, as a borrow would (the reaper looks at idle connections
     /// this way, so it needs no transition of its own).
-    pub(crate) fn claim_idle(&self, i: usize) -> bool {
+    pub(crate) fn claim_idle(&self, i: usize) -> Option<Owned> {
         self.slots[i]
             .state
             .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
             .is_ok()
+            .then_some(Owned(i))
+    }
+
+    /// Runs `f` on the connection in owned slot `o`.
+    pub(crate) fn conn<R>(&self, o: &Owned, f: impl FnOnce(&mut Option<C>) -> R) -> R {
+        // SAFETY: `o` proves the caller owns the slot (see `Owned`), so no one else accesses
+        // its cell until `o` is consumed.
+        unsafe { self.slots[o.0].with(f) }
     }
 
     /// Claims an EMPTY slot to open a connection in.
-    pub(crate) fn claim_empty(&self) -> Option<usize> {
-        (0..self.limit()).find(|&i| {
-            self.slots[i]
-                .state
-                .compare_exchange(EMPTY, OPENING, AcqRel, Relaxed)
-                .is_ok()
-        })
+    pub(crate) fn claim_empty(&self) -> Option<Owned> {
+        (0..self.limit())
+            .find(|&i| {
+                // Acquire: pairs with `vacate`'s release, so the cell's last use happened before.
+                self.slots[i]
+                    .state
+                    .compare_exchange(EMPTY, OPENING, AcqRel, Relaxed)
+                    .is_ok()
+            })
+            .map(Owned)
     }
 
     /// Queues a waiter woken by `wake`; it then calls [`Core::poll`] until served, or
@@ -376,13 +415,13 @@ impl<C> Core<C> {
 
     /// Looks for a slot for queued waiter `t`: one handed to it, else an IDLE one it claims.
     /// `Err`: none; the waiter keeps its place (and `waker`, if given, is the one woken next).
-    pub(crate) fn poll(&self, t: Ticket, waker: Option<&Waker>) -> Result<usize, Ticket> {
+    pub(crate) fn poll(&self, t: Ticket, waker: Option<&Waker>) -> Result<Owned, Ticket> {
         {
             let mut q = lock(&self.queue);
             let e = &mut q.entries[t.0];
             if let Some(i) = e.given.take() {
                 q.release_entry(t.0);
-                return Ok(i);
+                return Ok(Owned(i));
             }
             if let Some(w) = waker {
                 match &mut e.wake {
@@ -405,7 +444,7 @@ impl<C> Core<C> {
             q.release_entry(t.0);
             drop(q);
             self.release(i);
-            return Ok(j);
+            return Ok(Owned(j));
         }
         let wake = self.leave(&mut q, t.0);
         drop(q);
@@ -417,11 +456,11 @@ impl<C> Core<C> {
 
     /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
     /// handed over and now belongs to the caller.
-    pub(crate) fn cancel(&self, t: Ticket) -> Option<usize> {
+    pub(crate) fn cancel(&self, t: Ticket) -> Option<Owned> {
         let mut q = lock(&self.queue);
         if let Some(i) = q.entries[t.0].given.take() {
             q.release_entry(t.0);
-            return Some(i);
+            return Some(Owned(i));
         }
         let wake = self.leave(&mut q, t.0);
         drop(q);
@@ -471,7 +510,8 @@ impl<C> Core<C> {
     /// Returns owned slot `i`, which holds a usable connection: IDLE, waking at most one
     /// waiter, or straight to the head waiter once it has waited past the fairness bound.
     /// Never waits on another thread's progress.
-    pub(crate) fn release(&self, i: usize) {
+    pub(crate) fn release(&self, o: Owned) {
+        let Owned(i) = o;
         set_last_returned(i);
         // Relaxed: a hint; the decision is made under the lock.
         if self.starving.load(Relaxed) {
@@ -524,39 +564,45 @@ impl<C> Core<C> {
     /// Puts a newly opened connection into service: slot `i` (claimed EMPTY -> OPENING by
     /// the caller, now holding a connection) counts as lent until [`Core::release`] hands it to
     /// a waiter (it stays BORROWED, lent to them) or marks it IDLE.
-    pub(crate) fn opened(&self, i: usize) {
-        self.slots[i].state.store(BORROWED, SeqCst);
-        self.release(i);
+    pub(crate) fn opened(&self, o: Owned) {
+        self.slots[o.0].state.store(BORROWED, SeqCst);
+        self.release(o);
     }
 
     /// Starts a reclaimable lease on owned slot `i` as it is lent: even -> odd. Release, so a
     /// reclaimer that reads this lease also reads the borrow's times written before it.
-    pub(crate) fn begin_lease(&self, i: usize) -> u64 {
-        let lease = &self.slots[i].lease;
+    pub(crate) fn begin_lease(&self, o: Owned) -> Lease {
+        let lease = &self.slots[o.0].lease;
         let odd = lease.load(Relaxed) + 1;
         lease.store(odd, Release);
-        odd
+        Lease {
+            slot: o.0,
+            value: odd,
+        }
     }
 
     /// Ends lease `lease` on slot `i`, for the holder returning it or for a reclaimer taking
     /// it: odd -> even by compare-and-swap, so exactly one of the two wins and owns the slot
     /// afterwards. False: the other side won (the holder was reclaimed, or it returned first).
-    pub(crate) fn end_lease(&self, i: usize, lease: u64) -> bool {
-        self.slots[i]
+    pub(crate) fn end_lease(&self, l: Lease) -> Option<Owned> {
+        // AcqRel: the winner acquires the other side's writes to the slot's times.
+        self.slots[l.slot]
             .lease
-            .compare_exchange(lease, lease + 1, AcqRel, Relaxed)
+            .compare_exchange(l.value, l.value + 1, AcqRel, Relaxed)
             .is_ok()
+            .then_some(Owned(l.slot))
     }
 
     /// The lease a reclaimer may end on slot `i`: `Some` while the slot is lent reclaimably.
-    pub(crate) fn current_lease(&self, i: usize) -> Option<u64> {
-        let lease = self.slots[i].lease.load(Acquire);
-        (lease % 2 == 1).then_some(lease)
+    pub(crate) fn current_lease(&self, i: usize) -> Option<Lease> {
+        let value = self.slots[i].lease.load(Acquire);
+        (value % 2 == 1).then_some(Lease { slot: i, value })
     }
 
     /// Gives up owned slot `i` (its connection was closed): EMPTY, for an opener to refill.
-    pub(crate) fn vacate(&self, i: usize) {
-        self.slots[i].state.store(EMPTY, Release);
+    pub(crate) fn vacate(&self, o: Owned) {
+        // Release: the cell's last use happens before the next opener's claim.
+        self.slots[o.0].state.store(EMPTY, Release);
     }
 }
 
@@ -617,7 +663,7 @@ fn set_last_returned(_: usize) {}
 const SPINS: u32 = 3;
 const YIELDS: u32 = 2;
 
-fn claim_spinning<C>(core: &Core<C>) -> Option<usize> {
+fn claim_spinning<C>(core: &Core<C>) -> Option<Owned> {
     if cfg!(loom) {
         return None;
     }
@@ -639,7 +685,7 @@ fn claim_spinning<C>(core: &Core<C>) -> Option<usize> {
 /// Borrows a slot on the calling thread, parking until one is free or handed over: the
 /// blocking borrower's protocol, shared by the pool and the loom models. `None`: the
 /// deadline passed.
-pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Option<usize> {
+pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Option<Owned> {
     if let Some(i) = core.try_claim() {
         return Some(i);
     }
@@ -678,9 +724,9 @@ impl<'a, C> Wait<'a, C> {
 }
 
 impl<C> Future for Wait<'_, C> {
-    type Output = usize;
+    type Output = Owned;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Owned> {
         let t = match self.ticket.take() {
             Some(t) => t,
             None => {
@@ -756,18 +802,17 @@ mod loom_tests {
     /// A core with `n` slots, each holding connection value 0.
     fn filled(n: usize, fair_after: Duration) -> Arc<Core<u32>> {
         let core = Arc::new(Core::with_fairness(n, n, fair_after, fair_after));
-        while let Some(i) = core.claim_empty() {
-            // SAFETY: claim_empty made this thread the slot's owner.
-            unsafe { core.slots[i].with(|c| *c = Some(0)) };
-            core.opened(i);
+        while let Some(o) = core.claim_empty() {
+            core.conn(&o, |c| *c = Some(0));
+            core.opened(o);
         }
         core
     }
 
-    /// Touches the connection in slot `i` (loom flags any concurrent access to the cell).
-    fn touch(core: &Core<u32>, i: usize) {
-        // SAFETY: every caller owns slot `i` (claimed, handed over or won by lease).
-        unsafe { core.slots[i].with(|c| *c.as_mut().unwrap() += 1) };
+    /// Touches the connection in owned slot `o` (loom flags any concurrent access to the
+    /// cell).
+    fn touch(core: &Core<u32>, o: &Owned) {
+        core.conn(o, |c| *c.as_mut().unwrap() += 1);
     }
 
     fn check_all_idle(core: &Core<u32>, borrows: usize) {
@@ -793,9 +838,9 @@ mod loom_tests {
                 .map(|_| {
                     let core = core.clone();
                     thread::spawn(move || {
-                        let i = claim_blocking(&core, None).expect("no deadline");
-                        touch(&core, i);
-                        core.release(i);
+                        let o = claim_blocking(&core, None).expect("no deadline");
+                        touch(&core, &o);
+                        core.release(o);
                     })
                 })
                 .collect();
@@ -840,14 +885,15 @@ mod loom_tests {
                         Ok(i) => Some(i),
                         Err(t) => core.cancel(t),
                     };
-                    if let Some(i) = got {
-                        touch(&core, i);
-                        core.release(i);
+                    let served = got.is_some();
+                    if let Some(o) = got {
+                        touch(&core, &o);
+                        core.release(o);
                     }
-                    got.is_some()
+                    served
                 })
             };
-            touch(&core, held);
+            touch(&core, &held);
             core.release(held);
             let served = waiter.join().unwrap();
             check_all_idle(&core, 1 + served as usize);
@@ -873,12 +919,12 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let i = block_on(Wait::new(&core));
-                    touch(&core, i);
-                    core.release(i);
+                    let o = block_on(Wait::new(&core));
+                    touch(&core, &o);
+                    core.release(o);
                 })
             };
-            touch(&core, held);
+            touch(&core, &held);
             core.release(held);
             task.join().unwrap();
             check_all_idle(&core, 2);
@@ -908,16 +954,16 @@ mod loom_tests {
                     let mut wait = Box::pin(Wait::new(&core));
                     let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
                     match wait.as_mut().poll(&mut cx) {
-                        Poll::Ready(i) => {
-                            touch(&core, i);
-                            core.release(i);
+                        Poll::Ready(o) => {
+                            touch(&core, &o);
+                            core.release(o);
                             true
                         }
                         Poll::Pending => false,
                     }
                 })
             };
-            touch(&core, held);
+            touch(&core, &held);
             core.release(held);
             let served = task.join().unwrap();
             check_all_idle(&core, 1 + served as usize);
@@ -931,18 +977,17 @@ mod loom_tests {
     fn loom_a_reclaim_racing_a_return_and_a_waiter() {
         loom::model(|| {
             let core = filled(1, Duration::ZERO);
-            let i = core.try_claim().expect("one idle slot");
-            let lease = core.begin_lease(i);
+            let o = core.try_claim().expect("one idle slot");
+            let lease = core.begin_lease(o);
             let reclaimer = {
                 let core = core.clone();
-                thread::spawn(move || match core.current_lease(0) {
-                    Some(l) if core.end_lease(0, l) => {
-                        // SAFETY: winning the lease made this thread the slot's owner.
-                        unsafe { core.slots[0].with(|c| *c = None) };
-                        core.vacate(0);
+                thread::spawn(move || match core.current_lease(0).and_then(|l| core.end_lease(l)) {
+                    Some(o) => {
+                        core.conn(&o, |c| *c = None);
+                        core.vacate(o);
                         true
                     }
-                    _ => false,
+                    None => false,
                 })
             };
             let waiter = {
@@ -953,18 +998,22 @@ mod loom_tests {
                         Ok(i) => Some(i),
                         Err(t) => core.cancel(t),
                     };
-                    if let Some(i) = got {
-                        touch(&core, i);
-                        core.release(i);
+                    let served = got.is_some();
+                    if let Some(o) = got {
+                        touch(&core, &o);
+                        core.release(o);
                     }
-                    got.is_some()
+                    served
                 })
             };
-            let returned = core.end_lease(i, lease);
-            if returned {
-                touch(&core, i);
-                core.release(i);
-            }
+            let returned = match core.end_lease(lease) {
+                Some(o) => {
+                    touch(&core, &o);
+                    core.release(o);
+                    true
+                }
+                None => false,
+            };
             let reclaimed = reclaimer.join().unwrap();
             let served = waiter.join().unwrap();
             assert!(returned != reclaimed, "exactly one side owns the slot");
