@@ -315,7 +315,9 @@ impl<C> Core<C> {
         fair_after_task: Duration,
     ) -> Core<C> {
         Core {
-            slots: (0..capacity).map(|_| CachePadded::new(Slot::new())).collect(),
+            slots: (0..capacity)
+                .map(|_| CachePadded::new(Slot::new()))
+                .collect(),
             waiting: CachePadded::new(AtomicUsize::new(0)),
             starving: AtomicBool::new(false),
             queue: Mutex::new(WaitQueue::new()),
@@ -345,7 +347,11 @@ impl<C> Core<C> {
         }
         let start = scan_start() % n;
         for k in 0..n {
-            let i = if start + k >= n { start + k - n } else { start + k };
+            let i = if start + k >= n {
+                start + k - n
+            } else {
+                start + k
+            };
             let state = &self.slots[i].state;
             // Relaxed load: only a hint; the CAS decides.
             if skip_busy_by_load && state.load(Relaxed) != IDLE {
@@ -605,7 +611,6 @@ impl<C> Core<C> {
         self.slots[o.0].state.store(EMPTY, Release);
     }
 }
-
 
 /// The head waiter has waited past its fairness bound.
 fn head_starving(q: &WaitQueue) -> bool {
@@ -981,14 +986,16 @@ mod loom_tests {
             let lease = core.begin_lease(o);
             let reclaimer = {
                 let core = core.clone();
-                thread::spawn(move || match core.current_lease(0).and_then(|l| core.end_lease(l)) {
-                    Some(o) => {
-                        core.conn(&o, |c| *c = None);
-                        core.vacate(o);
-                        true
-                    }
-                    None => false,
-                })
+                thread::spawn(
+                    move || match core.current_lease(0).and_then(|l| core.end_lease(l)) {
+                        Some(o) => {
+                            core.conn(&o, |c| *c = None);
+                            core.vacate(o);
+                            true
+                        }
+                        None => false,
+                    },
+                )
             };
             let waiter = {
                 let core = core.clone();

@@ -92,7 +92,11 @@ fn a_blocking_wait_allocates_nothing() {
     drop(go);
     let per_wait = waiter.join().expect("the waiter");
     // The first wait may grow the pool's queue; later ones reuse it.
-    assert_eq!(&per_wait[1..], &[0, 0], "allocations per wait: {per_wait:?}");
+    assert_eq!(
+        &per_wait[1..],
+        &[0, 0],
+        "allocations per wait: {per_wait:?}"
+    );
     assert_eq!(pool.stats().waits, 3, "{:?}", pool.stats());
 }
 
@@ -118,5 +122,9 @@ fn an_async_wait_allocates_nothing() {
             drop(conn);
         });
     }
-    assert_eq!(&per_wait[1..], &[0, 0], "allocations per wait: {per_wait:?}");
+    assert_eq!(
+        &per_wait[1..],
+        &[0, 0],
+        "allocations per wait: {per_wait:?}"
+    );
 }

@@ -151,7 +151,10 @@ impl Record {
     }
 
     fn snapshot(&self) -> Vec<u64> {
-        self.counts.iter().map(|c| c.borrows.load(Relaxed)).collect()
+        self.counts
+            .iter()
+            .map(|c| c.borrows.load(Relaxed))
+            .collect()
     }
 
     fn waits(&self) -> Waits {
@@ -778,7 +781,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                         let rates = rs.iter().map(|x| x.per_sec).collect();
                         let mut m = rs.swap_remove(rs.len() / 2);
                         m.rates = rates;
-                        m.failures = rs.iter().map(|x| x.failures).sum::<u64>() + m.failures;
+                        m.failures += rs.iter().map(|x| x.failures).sum::<u64>();
                         m
                     })
                     .collect();
