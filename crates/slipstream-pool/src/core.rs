@@ -876,6 +876,50 @@ mod loom_tests {
         run(2, 3, Duration::ZERO);
     }
 
+    /// Two slots returned while the first woken waiter has not looked yet: the second return
+    /// wakes no one (one wake in flight), so the woken waiter, once served, must pass the wake
+    /// on, or the second waiter sleeps beside an IDLE slot. Here each waiter keeps its slot
+    /// until both are served, so a wake not passed on is a deadlock loom reports.
+    #[test]
+    fn loom_a_served_waiter_passes_the_wake_on() {
+        loom::model(|| {
+            let core = filled(2, Duration::MAX);
+            let a = core.try_claim().expect("two idle slots");
+            let b = core.try_claim().expect("two idle slots");
+            let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let (core, served) = (core.clone(), served.clone());
+                    thread::spawn(move || {
+                        let o = claim_blocking(&core, None).expect("no deadline");
+                        touch(&core, &o);
+                        let (n, cv) = &*served;
+                        let mut n = n.lock().unwrap();
+                        *n += 1;
+                        cv.notify_all();
+                        while *n < 2 {
+                            n = cv.wait(n).unwrap();
+                        }
+                        drop(n);
+                        core.release(o);
+                    })
+                })
+                .collect();
+            // Both wait (or will) before the returns: queue them first.
+            while core.waiting.load(SeqCst) < 2 {
+                thread::yield_now();
+            }
+            touch(&core, &a);
+            core.release(a);
+            touch(&core, &b);
+            core.release(b);
+            for w in waiters {
+                w.join().unwrap();
+            }
+            check_all_idle(&core, 4);
+        });
+    }
+
     /// A waiter gives up (a timeout) while the holder returns the slot: the slot ends IDLE
     /// whichever wins, never lost and never lent twice; the queue ends empty.
     fn giving_up(fair_after: Duration) {
