@@ -1,7 +1,8 @@
 //! A wait-free connection pool, after Oracle UCP's: borrowing claims an idle connection with a
-//! compare-and-swap and skips busy ones instead of waiting on them, returning hands the
-//! connection straight to the longest-waiting borrower, and neither takes a lock. Borrowers
-//! wait only when no connection is free; connections are opened by the pool's own task.
+//! compare-and-swap and skips busy ones instead of waiting on them, and returning marks it idle;
+//! neither takes a lock while no one waits. Borrowers wait only when no connection is free;
+//! a return then wakes one of them, and hands the connection straight to the longest-waiting
+//! one once it has waited past a fairness bound. Connections are opened by the pool's own task.
 //!
 //! ```
 //! use slipstream_pool::{Manager, Pool};

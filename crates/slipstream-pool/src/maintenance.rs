@@ -5,6 +5,7 @@ use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::core::Owned;
 use crate::pool::Inner;
 use crate::{Config, Manager};
 
@@ -88,10 +89,10 @@ impl<M: Manager> Inner<M> {
 
     /// Puts newly opened `conn` into slot `slot` (claimed EMPTY -> OPENING by this task) and
     /// into service.
-    fn install(&self, slot: usize, conn: M::Connection) {
+    fn install(&self, owned: Owned, conn: M::Connection) {
+        let slot = owned.index();
         self.attachments[slot].set_abort(self.manager.abort_handle(&conn));
-        // SAFETY: claim_empty made this task the slot's owner.
-        unsafe { self.core.slots[slot].with(|c| *c = Some(Box::new(conn))) };
+        self.core.conn(&owned, |c| *c = Some(Box::new(conn)));
         let now = self.tick();
         let s = &self.core.slots[slot];
         s.opened_ms.store(now, Ordering::Relaxed);
@@ -111,7 +112,7 @@ impl<M: Manager> Inner<M> {
             .last_connect_error
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
-        self.core.opened(slot);
+        self.core.opened(owned);
     }
 
     /// Closes idle connections past their lifetime, idle too long above `min_size`, or above
@@ -127,21 +128,21 @@ impl<M: Manager> Inner<M> {
             let idle_for = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
             let too_idle = idle_ms.is_some_and(|limit| idle_for >= limit);
             let candidate = too_idle || i >= limit || self.expired(i, now);
-            if !candidate || !self.core.claim_idle(i) {
+            let Some(o) = candidate.then(|| self.core.claim_idle(i)).flatten() else {
                 continue;
-            }
+            };
             let above_min = self.open.load(Ordering::Acquire) > self.min_size();
             if i >= limit {
                 self.counters.resized_away.fetch_add(1, Ordering::Relaxed);
-                self.close(i);
+                self.close(o);
             } else if self.expired(i, now) {
                 self.counters.retired.fetch_add(1, Ordering::Relaxed);
-                self.close(i);
+                self.close(o);
             } else if too_idle && above_min {
                 self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
-                self.close(i);
+                self.close(o);
             } else {
-                self.core.release(i);
+                self.core.release(o);
             }
         }
     }
@@ -177,14 +178,14 @@ impl<M: Manager> Inner<M> {
             } else {
                 continue;
             };
-            if !self.core.end_lease(i, lease) {
+            let Some(owned) = self.core.end_lease(lease) else {
                 continue; // returned meanwhile: nothing to reclaim
-            }
+            };
             counter.fetch_add(1, Ordering::Relaxed);
             // This task owns the slot now; the holder keeps the connection object but will
             // find the slot gone when it drops it.
             let abort = self.attachments[i].take_abort();
-            self.free(i);
+            self.free(owned);
             if let Some(abort) = abort {
                 tokio::spawn(abort(reason));
             }

@@ -1,19 +1,17 @@
 //! The pool users hold: building it, borrowing (async, blocking, labeled), resizing, counters.
 
 use std::fmt;
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures_util::task::AtomicWaker;
 use tokio::sync::Notify;
 
-use crate::core::{BORROWED, Core, IDLE, Waiter, Wake, claim_blocking, keep_one};
+use crate::core::{BORROWED, Core, IDLE, Owned, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
+use crate::pooled::Lent;
 use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
 
 impl<M: Manager> Builder<M> {
@@ -85,8 +83,10 @@ impl<M: Manager> Builder<M> {
 /// A pool of connections. Cheap to clone (all clones share the pool).
 ///
 /// Borrowing takes an idle connection with one compare-and-swap, skipping busy ones, and
-/// returning puts it back (or hands it straight to the longest waiting borrower): no lock on
-/// either path. A borrower waits only when no connection is idle. Connections are opened by the
+/// returning puts it back: no lock on either path while no one waits. A borrower waits only
+/// when no connection is idle; a return then wakes one waiter, and hands the connection
+/// straight to the longest-waiting one once it has waited past a fairness bound (1 ms for
+/// blocking borrowers, at once for async ones). Connections are opened by the
 /// pool's own task, never by a borrower.
 ///
 /// ```
@@ -191,32 +191,33 @@ impl<M: Manager> Inner<M> {
             || slot.generation.load(Ordering::Relaxed) < self.generation.load(Ordering::Relaxed)
     }
 
-    /// Closes the connection in owned slot `i` (one the reaper claimed idle) and frees the slot.
-    pub(crate) fn close(&self, i: usize) {
-        // SAFETY: the caller owns slot `i`.
-        let conn = unsafe { self.core.slots[i].with(Option::take) };
+    /// Closes the connection in owned slot `o` (one the reaper claimed idle) and frees the slot.
+    pub(crate) fn close(&self, o: Owned) {
+        let conn = self.core.conn(&o, Option::take);
         drop(conn);
-        self.free(i);
+        self.free(o);
     }
 
-    /// Frees owned slot `i`, whose connection is closed or gone elsewhere, for the opener.
-    pub(crate) fn free(&self, i: usize) {
+    /// Frees owned slot `o`, whose connection is closed or gone elsewhere, for the opener.
+    pub(crate) fn free(&self, o: Owned) {
+        let i = o.index();
         // Dropping the abort handle releases what it holds (a duplicated socket descriptor).
         self.attachments[i].set_abort(None);
         self.attachments[i].set_labels(Arc::default());
         self.open.fetch_sub(1, Ordering::AcqRel);
-        self.core.vacate(i);
+        self.core.vacate(o);
         self.opener.notify_one();
     }
 
-    /// Puts connection `conn` back into owned slot `i` and releases the slot: to a waiter, or
+    /// Puts connection `conn` back into owned slot `o` and releases the slot: to a waiter, or
     /// IDLE.
-    pub(crate) fn put_back(&self, i: usize, conn: Box<M::Connection>) {
-        let slot = &self.core.slots[i];
-        // SAFETY: the caller owns slot `i`; its cell is empty while the connection is lent.
-        unsafe { slot.with(|c| *c = Some(conn)) };
-        slot.returned_ms.store(self.now(), Ordering::Relaxed);
-        self.core.release(i);
+    pub(crate) fn put_back(&self, o: Owned, conn: Box<M::Connection>) {
+        // The cell is empty while the connection is lent.
+        self.core.conn(&o, |c| *c = Some(conn));
+        self.core.slots[o.index()]
+            .returned_ms
+            .store(self.now(), Ordering::Relaxed);
+        self.core.release(o);
     }
 }
 
@@ -384,8 +385,8 @@ impl<M: Manager> Pool<M> {
         // Another borrower may take a candidate first: then the next cheapest.
         candidates
             .into_iter()
-            .find(|&(_, i)| core.claim_idle(i))
-            .map(|(_, i)| self.lend(i))
+            .find_map(|(_, i)| core.claim_idle(i))
+            .map(|o| self.lend(o))
     }
 
     /// Validates a connection idle longer than the trust window; `None` if it failed (it is
@@ -422,52 +423,28 @@ impl<M: Manager> Pool<M> {
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
     async fn claim(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if let Some(i) = inner.core.try_claim() {
-            return Ok(self.lend(i));
+        if let Some(o) = inner.core.try_claim() {
+            return Ok(self.lend(o));
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
         self.check_room()?;
-        let waiter = Arc::new(Waiter::new(Wake::Task(AtomicWaker::new())));
-        inner.core.enqueue(waiter.clone());
         self.wake_opener_if_useful();
-        let mut place = Place {
-            core: &inner.core,
-            waiter: &waiter,
-            done: false,
-        };
-        let wait = poll_fn(|cx| {
-            if let Wake::Task(w) = &waiter.wake {
-                w.register(cx.waker());
-            }
-            if let Some(i) = waiter.given() {
-                return Poll::Ready(i);
-            }
-            match inner.core.try_claim_after_queueing() {
-                Some(i) => Poll::Ready(keep_one(&inner.core, &waiter, i)),
-                None => Poll::Pending,
-            }
-        });
+        // Dropped on a timeout: it gives up its place and passes on a connection handed to
+        // it meanwhile.
+        let wait = Wait::new(&inner.core);
         // No timer at all without a timeout: registering one costs a trip through tokio's
         // timer wheel for every borrow that waits.
         let waited = match deadline {
             None => Ok(wait.await),
             Some(d) => tokio::time::timeout_at(d.into(), wait).await,
         };
-        place.done = true;
         match waited {
-            Ok(i) => {
+            Ok(o) => {
                 self.waited(start);
-                Ok(self.lend(i))
+                Ok(self.lend(o))
             }
-            Err(_) => match waiter.give_up() {
-                Ok(()) => {
-                    inner.core.done_waiting();
-                    Err(self.timeout_error())
-                }
-                // Handed a connection at the last moment: take it.
-                Err(i) => Ok(self.lend(i)),
-            },
+            Err(_) => Err(self.timeout_error()),
         }
     }
 
@@ -522,17 +499,17 @@ impl<M: Manager> Pool<M> {
 
     fn claim_blocking(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if let Some(i) = inner.core.try_claim() {
-            return Ok(self.lend(i));
+        if let Some(o) = inner.core.try_claim() {
+            return Ok(self.lend(o));
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
         self.check_room()?;
         self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline) {
-            Some(i) => {
+            Some(o) => {
                 self.waited(start);
-                Ok(self.lend(i))
+                Ok(self.lend(o))
             }
             None => Err(self.timeout_error()),
         }
@@ -541,7 +518,7 @@ impl<M: Manager> Pool<M> {
     /// Borrows an idle connection if there is one, without waiting (and without validation).
     #[inline]
     pub fn try_get(&self) -> Option<Pooled<M>> {
-        self.inner.core.try_claim().map(|i| self.lend(i))
+        self.inner.core.try_claim().map(|o| self.lend(o))
     }
 
     /// Changes the pool's maximum size at run time, up to its resize limit
@@ -689,22 +666,22 @@ impl<M: Manager> Pool<M> {
 
     /// Lends owned slot `i`: takes its connection out and stamps the borrow.
     #[inline]
-    fn lend(&self, i: usize) -> Pooled<M> {
+    fn lend(&self, o: Owned) -> Pooled<M> {
+        let i = o.index();
         let slot = &self.inner.core.slots[i];
-        // SAFETY: the caller owns slot `i` (claimed or handed over).
-        let conn = unsafe { slot.with(Option::take) };
+        let conn = self.inner.core.conn(&o, Option::take);
         let now = self.inner.now();
         // Only the owner writes these: plain loads and stores, no read-modify-write.
         slot.borrows
             .store(slot.borrows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         slot.borrowed_ms.store(now, Ordering::Relaxed);
         slot.active_ms.store(now, Ordering::Relaxed);
-        let lease = if self.inner.reclaims {
-            self.inner.core.begin_lease(i)
+        let lent = if self.inner.reclaims {
+            Lent::Leased(self.inner.core.begin_lease(o))
         } else {
-            0
+            Lent::Owned(o)
         };
-        Pooled::new(self.inner.clone(), i, lease, conn)
+        Pooled::new(self.inner.clone(), i, lent, conn)
     }
 
     /// Wakes the opener when a waiting borrower could use another connection; with every
@@ -778,26 +755,6 @@ impl Deadline {
         match *self {
             Deadline::At(d) => d,
             Deadline::Unset => None,
-        }
-    }
-}
-
-/// A waiting async borrower's place in the queue: if the borrow future is dropped while
-/// waiting, gives the place up, and returns a connection handed over meanwhile.
-struct Place<'a, C> {
-    core: &'a Core<C>,
-    waiter: &'a Waiter,
-    done: bool,
-}
-
-impl<C> Drop for Place<'_, C> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        match self.waiter.give_up() {
-            Ok(()) => self.core.done_waiting(),
-            Err(i) => self.core.release(i),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::core::{Lease, Owned};
 use crate::pool::Inner;
 use crate::{Labels, Manager};
 
@@ -26,8 +27,8 @@ use crate::{Labels, Manager};
 pub struct Pooled<M: Manager> {
     pool: Arc<Inner<M>>,
     pub(crate) slot: usize,
-    /// The slot's lease this borrow was lent with (odd), when the pool can reclaim it.
-    lease: u64,
+    /// The guard's hold on the slot; `None` once dropped.
+    lent: Option<Lent>,
     /// `Some` until dropped.
     conn: Option<Box<M::Connection>>,
     /// Close the connection on drop instead of returning it (it failed validation, or was too
@@ -39,13 +40,13 @@ impl<M: Manager> Pooled<M> {
     pub(crate) fn new(
         pool: Arc<Inner<M>>,
         slot: usize,
-        lease: u64,
+        lent: Lent,
         conn: Option<Box<M::Connection>>,
     ) -> Pooled<M> {
         Pooled {
             pool,
             slot,
-            lease,
+            lent: Some(lent),
             conn,
             discard: false,
         }
@@ -88,8 +89,10 @@ impl<M: Manager> Pooled<M> {
     fn touch(&self) {
         let slot = &self.pool.core.slots[self.slot];
         // A holder whose borrow was reclaimed no longer owns the slot: leave its times alone.
-        if self.pool.reclaims && slot.lease.load(Ordering::Relaxed) != self.lease {
-            return;
+        if let Some(Lent::Leased(l)) = &self.lent {
+            if slot.lease.load(Ordering::Relaxed) != l.value() {
+                return;
+            }
         }
         slot.active_ms.store(self.pool.now(), Ordering::Relaxed);
     }
@@ -118,16 +121,20 @@ impl<M: Manager> DerefMut for Pooled<M> {
 
 impl<M: Manager> Drop for Pooled<M> {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else {
+        let (Some(conn), Some(lent)) = (self.conn.take(), self.lent.take()) else {
             return;
         };
         let pool = &self.pool;
-        let i = self.slot;
-        let slot = &pool.core.slots[i];
-        if pool.reclaims && !pool.core.end_lease(i, self.lease) {
-            // Reclaimed: the slot is no longer this guard's, and the connection was aborted.
-            return;
-        }
+        let slot = &pool.core.slots[self.slot];
+        let owned = match lent {
+            Lent::Owned(o) => o,
+            Lent::Leased(l) => match pool.core.end_lease(l) {
+                Some(o) => o,
+                // Reclaimed: the slot is no longer this guard's, and the connection was aborted.
+                None => return,
+            },
+        };
+        let i = owned.index();
         let now = pool.now();
         let lent_for = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
         slot.busy_ms.store(
@@ -138,15 +145,15 @@ impl<M: Manager> Drop for Pooled<M> {
         if self.discard || pool.manager.is_broken(&conn) {
             c.closed_broken.fetch_add(1, Ordering::Relaxed);
             drop(conn);
-            pool.free(i);
+            pool.free(owned);
         } else if pool.expired(i, now) {
             c.retired.fetch_add(1, Ordering::Relaxed);
             drop(conn);
-            pool.free(i);
+            pool.free(owned);
         } else if i >= pool.core.limit() {
             c.resized_away.fetch_add(1, Ordering::Relaxed);
             drop(conn);
-            pool.free(i);
+            pool.free(owned);
         } else if pool.manager.needs_reset(&conn) {
             // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
             // the slot stays owned, and so out of reach of borrowers, until it is done.
@@ -155,17 +162,23 @@ impl<M: Manager> Drop for Pooled<M> {
                 let mut conn = conn;
                 if pool.manager.reset(&mut conn).await {
                     pool.counters.resets.fetch_add(1, Ordering::Relaxed);
-                    pool.put_back(i, conn);
+                    pool.put_back(owned, conn);
                 } else {
                     pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
                     drop(conn);
-                    pool.free(i);
+                    pool.free(owned);
                 }
             });
         } else {
-            pool.put_back(i, conn);
+            pool.put_back(owned, conn);
         }
     }
+}
+
+/// A guard's hold on its slot: owned outright, or a lease the pool's reclaimer may end first.
+pub(crate) enum Lent {
+    Owned(Owned),
+    Leased(Lease),
 }
 
 impl<M: Manager> fmt::Debug for Pooled<M>

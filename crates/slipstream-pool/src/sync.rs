@@ -2,12 +2,16 @@
 //! every access), from `std` otherwise.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::{Thread, current as current_thread, park, yield_now};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{Thread, current as current_thread, yield_now};
 
@@ -32,47 +36,5 @@ impl<T> Cell<T> {
         return self.0.with_mut(f);
         #[cfg(not(loom))]
         return f(self.0.get());
-    }
-}
-
-/// A FIFO queue shared between threads: crossbeam's lock-free `SegQueue`, or under loom a
-/// mutex-guarded `VecDeque` (loom cannot see `SegQueue`'s own synchronisation, so it would
-/// report the hand-over of a queued value as a race; the mutex models the same linearizable
-/// queue).
-pub(crate) struct Queue<T>(
-    #[cfg(loom)] loom::sync::Mutex<std::collections::VecDeque<T>>,
-    #[cfg(not(loom))] crossbeam_queue::SegQueue<T>,
-);
-
-impl<T> Queue<T> {
-    pub(crate) fn new() -> Queue<T> {
-        #[cfg(loom)]
-        return Queue(loom::sync::Mutex::new(std::collections::VecDeque::new()));
-        #[cfg(not(loom))]
-        return Queue(crossbeam_queue::SegQueue::new());
-    }
-
-    pub(crate) fn push(&self, value: T) {
-        #[cfg(loom)]
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(value);
-        #[cfg(not(loom))]
-        self.0.push(value);
-    }
-
-    pub(crate) fn pop(&self) -> Option<T> {
-        #[cfg(loom)]
-        return self.0.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-        #[cfg(not(loom))]
-        return self.0.pop();
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        #[cfg(loom)]
-        return self.0.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
-        #[cfg(not(loom))]
-        return self.0.is_empty();
     }
 }

@@ -1,14 +1,28 @@
 //! `pool-scaling`: article 002's benchmark. Six connections, T borrowers each looping borrow ->
-//! return, T from 10 to 10,000; borrows per second, borrow-wait percentiles and fairness per
-//! T, as OS threads (blocking API) and as tokio tasks (async API). The connection is a trivial
-//! in-memory value, the same for every pool, so the pools alone are measured.
+//! hold -> return, T from 10 to 10,000; borrows per second, borrow-wait percentiles, the
+//! longest wait and fairness per T, as OS threads (blocking API) and as tokio tasks (async
+//! API), with hold times of 0 and 10 µs (a busy spin), and borrow + `SELECT 1` on real
+//! connections. The in-memory connection is a trivial value, the same for every pool, so the
+//! pools alone are measured.
+//!
+//! The harness treats every pool alike and stays out of the measurement:
+//! - each borrower has one cache-padded counter it alone writes; waits go to one histogram
+//!   shared by all, striped per OS thread (no 8 KiB histogram per borrower: at 10,000 tasks
+//!   that was 80 MiB of cache misses on every pool's borrows);
+//! - the rate and the fairness come from the counters' change over a measuring window that
+//!   starts after a warm-up and ends before `stop` (the drain after stop is not counted);
+//! - every point runs [`REPS`] times, the pools interleaved (rotating which goes first), and
+//!   the median run by rate is reported, with the range of the rates.
 //!
 //! Tasks hold the connection across one `yield_now`: a task that never yields while holding
 //! keeps its worker thread and starves the rest, and the benchmark would measure nothing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
 
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
 use crate::{Context, ExperimentResult, Table, environment};
@@ -17,6 +31,8 @@ pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six
 
 const CONNECTIONS: usize = 6;
 const GENEROUS: Duration = Duration::from_secs(120);
+/// Runs per point; the median is reported.
+const REPS: usize = 3;
 
 /// Wait times in log-linear buckets: 16 per power of two of nanoseconds (about 4% wide).
 #[derive(Clone)]
@@ -26,26 +42,24 @@ struct Waits {
 }
 
 const SUB: usize = 16;
+const BUCKETS: usize = 64 * SUB;
+/// Histogram stripes: each OS thread writes one (tasks: one per runtime worker).
+const STRIPES: usize = 64;
 
 impl Waits {
+    #[cfg(test)]
     fn new() -> Waits {
         Waits {
-            buckets: vec![0; 64 * SUB],
+            buckets: vec![0; BUCKETS],
             max_ns: 0,
         }
     }
 
+    #[cfg(test)]
     fn record(&mut self, d: Duration) {
         let ns = (d.as_nanos() as u64).max(1);
         self.max_ns = self.max_ns.max(ns);
         self.buckets[bucket(ns)] += 1;
-    }
-
-    fn merge(&mut self, other: &Waits) {
-        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
-            *a += b;
-        }
-        self.max_ns = self.max_ns.max(other.max_ns);
     }
 
     /// The wait at quantile `q`, in microseconds (the bucket's upper edge).
@@ -83,19 +97,135 @@ fn upper_edge(i: usize) -> u64 {
     ((SUB + sub + 1) as u64) << (p - 4)
 }
 
-/// One borrower's record.
-struct Borrower {
-    borrows: u64,
-    /// Borrows (or their query) that failed: not counted in `borrows`.
-    failures: u64,
-    waits: Waits,
+/// The histogram stripe of the calling OS thread.
+fn stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static MINE: usize = NEXT.fetch_add(1, Relaxed) % STRIPES);
+    MINE.with(|m| *m)
 }
 
-/// One (pool, T) run.
+/// One borrower's counters, written by that borrower only.
+#[derive(Default)]
+struct Counter {
+    borrows: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// What the borrowers of one run record into.
+struct Record {
+    counts: Box<[CachePadded<Counter>]>,
+    /// `STRIPES` histograms of `BUCKETS` each, filled during the measuring window only.
+    hist: Box<[AtomicU64]>,
+    max_ns: AtomicU64,
+    measuring: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Record {
+    fn new(borrowers: usize) -> Record {
+        Record {
+            counts: (0..borrowers).map(|_| CachePadded::default()).collect(),
+            hist: (0..STRIPES * BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            max_ns: AtomicU64::new(0),
+            measuring: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Borrower `me` finished one borrow that waited `wait` (`None`: it failed).
+    #[inline]
+    fn done(&self, me: usize, wait: Option<Duration>) {
+        let c = &self.counts[me];
+        let Some(wait) = wait else {
+            c.failures.store(c.failures.load(Relaxed) + 1, Relaxed);
+            return;
+        };
+        c.borrows.store(c.borrows.load(Relaxed) + 1, Relaxed);
+        if self.measuring.load(Relaxed) {
+            let ns = (wait.as_nanos() as u64).max(1);
+            self.hist[stripe() * BUCKETS + bucket(ns)].fetch_add(1, Relaxed);
+            if ns > self.max_ns.load(Relaxed) {
+                self.max_ns.fetch_max(ns, Relaxed);
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u64> {
+        self.counts
+            .iter()
+            .map(|c| c.borrows.load(Relaxed))
+            .collect()
+    }
+
+    fn waits(&self) -> Waits {
+        let mut buckets = vec![0; BUCKETS];
+        for (i, n) in self.hist.iter().enumerate() {
+            buckets[i % BUCKETS] += n.load(Relaxed);
+        }
+        Waits {
+            buckets,
+            max_ns: self.max_ns.load(Relaxed),
+        }
+    }
+
+    fn failures(&self) -> u64 {
+        self.counts.iter().map(|c| c.failures.load(Relaxed)).sum()
+    }
+}
+
+/// How long a borrower holds the connection before returning it.
+#[derive(Clone, Copy, PartialEq)]
+enum Hold {
+    Zero,
+    /// A busy spin, as a short piece of work on the connection would be.
+    Spin(Duration),
+    /// A real `SELECT 1` (the PostgreSQL pools).
+    Select1,
+}
+
+impl Hold {
+    fn label(self) -> String {
+        match self {
+            Hold::Zero => "0".into(),
+            Hold::Spin(d) => format!("{} µs", d.as_micros()),
+            Hold::Select1 => "SELECT 1".into(),
+        }
+    }
+
+    fn key(self) -> String {
+        match self {
+            Hold::Zero => String::new(),
+            Hold::Spin(d) => format!("hold{}us_", d.as_micros()),
+            Hold::Select1 => "select1_".into(),
+        }
+    }
+
+    #[inline]
+    fn spin(self) {
+        if let Hold::Spin(d) = self {
+            let t = Instant::now();
+            while t.elapsed() < d {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// Warm-up, then the measuring window.
+#[derive(Clone, Copy)]
+struct Timing {
+    warmup: Duration,
+    window: Duration,
+}
+
+/// One (pool, T, hold) run.
+#[derive(Clone)]
 struct Run {
     pool: &'static str,
     borrowers: usize,
     per_sec: f64,
+    /// The rates of all the point's runs, lowest to highest (filled in on the median run).
+    rates: Vec<f64>,
     waits: Waits,
     zero: usize,
     min: u64,
@@ -105,13 +235,19 @@ struct Run {
 }
 
 impl Run {
-    /// The run's table row; `ours` is slipstream-pool's rate at the same T.
-    fn cells(&self, kind: &str, ours: f64) -> Vec<String> {
+    /// The run's table row; `ours` is slipstream-pool's rate at the same point.
+    fn cells(&self, kind: &str, hold: Hold, ours: f64) -> Vec<String> {
+        let range = match (self.rates.first(), self.rates.last()) {
+            (Some(lo), Some(hi)) => format!("{lo:.0} … {hi:.0}"),
+            _ => String::new(),
+        };
         vec![
             kind.into(),
+            hold.label(),
             self.borrowers.to_string(),
             self.pool.into(),
             format!("{:.0}", self.per_sec),
+            range,
             format!("{:.1}", self.waits.quantile_us(0.5)),
             format!("{:.1}", self.waits.quantile_us(0.99)),
             format!("{:.1}", self.waits.quantile_us(0.999)),
@@ -124,138 +260,252 @@ impl Run {
     }
 }
 
-fn summarize(pool: &'static str, seconds: f64, records: Vec<Borrower>) -> Run {
-    let mut waits = Waits::new();
-    for r in &records {
-        waits.merge(&r.waits);
-    }
-    let counts: Vec<u64> = records.iter().map(|r| r.borrows).collect();
-    let total: u64 = counts.iter().sum();
-    let failures = records.iter().map(|r| r.failures).sum();
+/// Jain's fairness index of `counts`: 1 when all are equal, 1/n when one borrower got all.
+fn jain(counts: &[u64]) -> f64 {
+    let total: f64 = counts.iter().map(|&c| c as f64).sum();
     let sum_sq: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
+    if sum_sq > 0.0 {
+        total.powi(2) / (counts.len() as f64 * sum_sq)
+    } else {
+        0.0
+    }
+}
+
+fn summarize(pool: &'static str, seconds: f64, before: &[u64], rec: &Record, after: &[u64]) -> Run {
+    let counts: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    let total: u64 = counts.iter().sum();
     Run {
         pool,
         borrowers: counts.len(),
         per_sec: total as f64 / seconds,
-        waits,
+        rates: Vec::new(),
+        waits: rec.waits(),
         zero: counts.iter().filter(|&&c| c == 0).count(),
         min: counts.iter().copied().min().unwrap_or(0),
         max: counts.iter().copied().max().unwrap_or(0),
-        jain: if sum_sq > 0.0 {
-            (total as f64).powi(2) / (counts.len() as f64 * sum_sq)
-        } else {
-            0.0
-        },
-        failures,
+        jain: jain(&counts),
+        failures: rec.failures(),
     }
+}
+
+/// The window between a run's warm-up and its stop: the counters before, the time, and the
+/// counters after.
+fn window(rec: &Record, timing: Timing) -> (Vec<u64>, f64, Vec<u64>) {
+    let before = rec.snapshot();
+    let t = Instant::now();
+    rec.measuring.store(true, Relaxed);
+    std::thread::sleep(timing.window);
+    rec.measuring.store(false, Relaxed);
+    let after = rec.snapshot();
+    (before, t.elapsed().as_secs_f64(), after)
 }
 
 // ---- threads ----
 
-/// Runs `borrowers` OS threads, each looping `borrow` (which borrows and returns once) for
-/// `duration` after a common start.
-fn threads(
+/// A pool as a blocking borrower uses it: borrow, hold, return; the wait, `None` on failure.
+trait ThreadPool: Send + Sync + 'static {
+    fn once(&self, hold: Hold) -> Option<Duration>;
+}
+
+impl ThreadPool for slipstream_pool::Pool<Ours> {
+    fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get_blocking().ok()?;
+        let wait = t.elapsed();
+        hold.spin();
+        drop(c);
+        Some(wait)
+    }
+}
+
+impl ThreadPool for r2d2::Pool<R2> {
+    fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().ok()?;
+        let wait = t.elapsed();
+        hold.spin();
+        drop(c);
+        Some(wait)
+    }
+}
+
+impl ThreadPool for MutexPool {
+    fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get();
+        let wait = t.elapsed();
+        hold.spin();
+        self.put(c);
+        Some(wait)
+    }
+}
+
+/// Runs `borrowers` OS threads on `pool` for the warm-up and the window.
+fn threads<P: ThreadPool>(
+    name: &'static str,
+    pool: Arc<P>,
     borrowers: usize,
-    duration: Duration,
-    borrow: Arc<dyn Fn() -> bool + Send + Sync>,
-) -> anyhow::Result<(f64, Vec<Borrower>)> {
-    let stop = Arc::new(AtomicBool::new(false));
+    hold: Hold,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let rec = Arc::new(Record::new(borrowers));
     let start = Arc::new(Barrier::new(borrowers + 1));
     let mut handles = Vec::with_capacity(borrowers);
-    for _ in 0..borrowers {
-        let (stop, start, borrow) = (stop.clone(), start.clone(), borrow.clone());
-        handles.push(
-            std::thread::Builder::new()
-                .stack_size(64 * 1024)
-                .spawn(move || {
-                    let mut me = Borrower {
-                        borrows: 0,
-                        failures: 0,
-                        waits: Waits::new(),
-                    };
-                    start.wait();
-                    while !stop.load(Ordering::Relaxed) {
-                        let t = Instant::now();
-                        if borrow() {
-                            me.waits.record(t.elapsed());
-                            me.borrows += 1;
-                        } else {
-                            me.failures += 1;
+    for me in 0..borrowers {
+        let (mine, line, pool) = (rec.clone(), start.clone(), pool.clone());
+        let spawned = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                line.wait();
+                while !mine.stop.load(Relaxed) {
+                    mine.done(me, pool.once(hold));
+                }
+            });
+        match spawned {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // Release the ones already waiting at the barrier before failing.
+                rec.stop.store(true, Relaxed);
+                for _ in me..borrowers {
+                    std::thread::spawn({
+                        let start = start.clone();
+                        move || {
+                            start.wait();
                         }
-                    }
-                    me
-                })?,
-        );
+                    });
+                }
+                start.wait();
+                return Err(anyhow::anyhow!("spawning borrower thread {me}: {e}"));
+            }
+        }
     }
     start.wait();
-    let t = Instant::now();
-    std::thread::sleep(duration);
-    stop.store(true, Ordering::Relaxed);
-    let mut records = Vec::with_capacity(borrowers);
+    std::thread::sleep(timing.warmup);
+    let (before, seconds, after) = window(&rec, timing);
+    rec.stop.store(true, Relaxed);
     for h in handles {
-        records.push(
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a borrower thread panicked"))?,
-        );
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a borrower thread panicked"))?;
     }
-    Ok((t.elapsed().as_secs_f64(), records))
+    Ok(summarize(name, seconds, &before, &rec, &after))
 }
 
 // ---- tasks ----
 
-async fn tasks<F, Fut>(
+/// A pool as an async borrower uses it: borrow, hold (and yield once), return; the wait,
+/// `None` on failure.
+trait TaskPool: Send + Sync + 'static {
+    fn once(&self, hold: Hold) -> impl Future<Output = Option<Duration>> + Send;
+}
+
+impl TaskPool for slipstream_pool::Pool<Ours> {
+    async fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        hold.spin();
+        tokio::task::yield_now().await;
+        drop(c);
+        Some(wait)
+    }
+}
+
+impl TaskPool for deadpool::managed::Pool<Dead> {
+    async fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        hold.spin();
+        tokio::task::yield_now().await;
+        drop(c);
+        Some(wait)
+    }
+}
+
+impl TaskPool for bb8::Pool<B8> {
+    async fn once(&self, hold: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        hold.spin();
+        tokio::task::yield_now().await;
+        drop(c);
+        Some(wait)
+    }
+}
+
+impl TaskPool for slipstream_pool::Pool<slipstream_pool::PgManager> {
+    async fn once(&self, _: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let mut c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        c.query_one("SELECT 1", &[]).await.ok()?;
+        Some(wait)
+    }
+}
+
+impl TaskPool for deadpool::managed::Pool<DeadPg> {
+    async fn once(&self, _: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        c.query_one("SELECT 1", &[]).await.ok()?;
+        Some(wait)
+    }
+}
+
+impl TaskPool for bb8::Pool<B8Pg> {
+    async fn once(&self, _: Hold) -> Option<Duration> {
+        let t = Instant::now();
+        let c = self.get().await.ok()?;
+        let wait = t.elapsed();
+        c.query_one("SELECT 1", &[]).await.ok()?;
+        Some(wait)
+    }
+}
+
+/// Runs `borrowers` tasks on `pool` for the warm-up and the window (called from outside the
+/// runtime: the window is timed on this thread).
+fn tasks<P: TaskPool>(
+    rt: &tokio::runtime::Runtime,
+    name: &'static str,
+    pool: Arc<P>,
     borrowers: usize,
-    duration: Duration,
-    borrow: F,
-) -> anyhow::Result<(f64, Vec<Borrower>)>
-where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
-{
-    let stop = Arc::new(AtomicBool::new(false));
+    hold: Hold,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let rec = Arc::new(Record::new(borrowers));
     let go = Arc::new(tokio::sync::Notify::new());
     let started = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::with_capacity(borrowers);
-    for _ in 0..borrowers {
-        let (stop, go, started, borrow) =
-            (stop.clone(), go.clone(), started.clone(), borrow.clone());
-        handles.push(tokio::spawn(async move {
-            let mut me = Borrower {
-                borrows: 0,
-                failures: 0,
-                waits: Waits::new(),
-            };
+    for me in 0..borrowers {
+        let (rec, go, started, pool) = (rec.clone(), go.clone(), started.clone(), pool.clone());
+        handles.push(rt.spawn(async move {
             let notified = go.notified();
-            if !started.load(Ordering::Acquire) {
+            if !started.load(std::sync::atomic::Ordering::Acquire) {
                 notified.await;
             }
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                if borrow().await {
-                    me.waits.record(t.elapsed());
-                    me.borrows += 1;
-                } else {
-                    me.failures += 1;
-                }
+            while !rec.stop.load(Relaxed) {
+                let wait = pool.once(hold).await;
+                rec.done(me, wait);
             }
-            me
         }));
     }
     // Let every task reach its start line.
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    started.store(true, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(20));
+    started.store(true, std::sync::atomic::Ordering::Release);
     go.notify_waiters();
-    let t = Instant::now();
-    tokio::time::sleep(duration).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut records = Vec::with_capacity(borrowers);
-    for h in handles {
-        records.push(
+    std::thread::sleep(timing.warmup);
+    let (before, seconds, after) = window(&rec, timing);
+    rec.stop.store(true, Relaxed);
+    rt.block_on(async {
+        for h in handles {
             h.await
-                .map_err(|e| anyhow::anyhow!("a borrower task failed: {e}"))?,
-        );
-    }
-    Ok((t.elapsed().as_secs_f64(), records))
+                .map_err(|e| anyhow::anyhow!("a borrower task failed: {e}"))?;
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(summarize(name, seconds, &before, &rec, &after))
 }
 
 // ---- real PostgreSQL connections: each pool with its usual client ----
@@ -298,98 +548,58 @@ impl bb8::ManageConnection for B8Pg {
     }
 }
 
-/// Borrow, `SELECT 1`, return, as tasks, for each pool and its client.
-fn real_postgres(
-    rt: &tokio::runtime::Runtime,
-    url: &str,
-    counts: &[usize],
-    duration: Duration,
-) -> anyhow::Result<Vec<Run>> {
-    let mut runs = Vec::new();
-    let tp_config: tokio_postgres::Config = url.parse()?;
-    for &t in counts {
-        let config: slipstream_pg::Config = url.parse()?;
-        let ours = rt.block_on(async {
-            slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
-                .max_size(CONNECTIONS)
-                .min_size(CONNECTIONS)
-                .borrow_timeout(Duration::MAX)
-                .build_ready()
-                .await
-        })?;
-        let pool = ours.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                match pool.get().await {
-                    Ok(mut c) => c.query_one("SELECT 1", &[]).await.is_ok(),
-                    Err(_) => false,
-                }
-            }
-        }))?;
-        runs.push(summarize("slipstream-pool + slipstream-pg", s, rec));
-
-        let dead: deadpool::managed::Pool<DeadPg> =
-            deadpool::managed::Pool::builder(DeadPg(tp_config.clone()))
-                .max_size(CONNECTIONS)
-                .build()?;
-        let pool = dead.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                match pool.get().await {
-                    Ok(c) => c.query_one("SELECT 1", &[]).await.is_ok(),
-                    Err(_) => false,
-                }
-            }
-        }))?;
-        runs.push(summarize("deadpool + tokio-postgres", s, rec));
-
-        let b8 = rt.block_on(
-            bb8::Pool::builder()
-                .max_size(CONNECTIONS as u32)
-                .connection_timeout(GENEROUS)
-                .test_on_check_out(false)
-                .build(B8Pg(tp_config.clone())),
-        )?;
-        let pool = b8.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                match pool.get().await {
-                    Ok(c) => c.query_one("SELECT 1", &[]).await.is_ok(),
-                    Err(_) => false,
-                }
-            }
-        }))?;
-        runs.push(summarize("bb8 + tokio-postgres", s, rec));
-    }
-    Ok(runs)
+/// What borrows: OS threads or tasks on the trivial connection, or tasks on real PostgreSQL.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Threads,
+    Tasks,
+    Postgres,
 }
 
-pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
-    let (counts, duration): (&[usize], Duration) = if ctx.quick {
-        (&[10, 100, 1000], Duration::from_millis(300))
-    } else {
-        (
-            &[10, 50, 100, 500, 1000, 5000, 10_000],
-            Duration::from_secs(2),
-        )
-    };
-    let mut r = ExperimentResult::new("pool-scaling", TITLE, ctx.quick);
-    r.param("connections", CONNECTIONS);
-    r.param("seconds_per_run", duration.as_secs_f64());
-    r.environment = environment::capture(&ctx.url, None);
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Threads => "threads",
+            Kind::Tasks => "tasks",
+            Kind::Postgres => "tasks, SELECT 1",
+        }
+    }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let mut runs_tasks = Vec::new();
-    let mut runs_threads = Vec::new();
-    for &t in counts {
-        // Tasks: slipstream-pool, deadpool, bb8.
-        let ours = rt.block_on(async {
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Threads => "threads",
+            Kind::Tasks => "tasks",
+            Kind::Postgres => "postgres",
+        }
+    }
+
+    /// The pools of this kind, slipstream-pool first.
+    fn pools(self) -> [&'static str; 3] {
+        match self {
+            Kind::Threads => ["slipstream-pool", "r2d2", "Mutex + Condvar"],
+            Kind::Tasks => ["slipstream-pool", "deadpool", "bb8"],
+            Kind::Postgres => [
+                "slipstream-pool + slipstream-pg",
+                "deadpool + tokio-postgres",
+                "bb8 + tokio-postgres",
+            ],
+        }
+    }
+}
+
+/// One run of pool `which` (an index into [`Kind::pools`]) on a fresh pool.
+fn measure_one(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    kind: Kind,
+    which: usize,
+    borrowers: usize,
+    hold: Hold,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let name = kind.pools()[which];
+    let ours = || {
+        rt.block_on(async {
             slipstream_pool::Pool::builder(Ours)
                 .max_size(CONNECTIONS)
                 .min_size(CONNECTIONS)
@@ -398,90 +608,141 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 .max_waiters(1_000_000)
                 .build_ready()
                 .await
-        })?;
-        let pool = ours.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                let Ok(c) = pool.get().await else {
-                    return false;
-                };
-                tokio::task::yield_now().await;
-                drop(c);
-                true
-            }
-        }))?;
-        runs_tasks.push(summarize("slipstream-pool", s, rec));
-
-        let dead: deadpool::managed::Pool<Dead> = deadpool::managed::Pool::builder(Dead)
-            .max_size(CONNECTIONS)
-            .build()?;
-        let pool = dead.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                let Ok(c) = pool.get().await else {
-                    return false;
-                };
-                tokio::task::yield_now().await;
-                drop(c);
-                true
-            }
-        }))?;
-        runs_tasks.push(summarize("deadpool", s, rec));
-
-        let b8 = rt.block_on(
-            bb8::Pool::builder()
+        })
+    };
+    let tp_config = || -> anyhow::Result<tokio_postgres::Config> { Ok(url.parse()?) };
+    match (kind, which) {
+        (Kind::Threads, 0) => threads(name, Arc::new(ours()?), borrowers, hold, timing),
+        (Kind::Threads, 1) => {
+            let pool = r2d2::Pool::builder()
                 .max_size(CONNECTIONS as u32)
                 .connection_timeout(GENEROUS)
                 .test_on_check_out(false)
-                .build(B8),
-        )?;
-        let pool = b8.clone();
-        let (s, rec) = rt.block_on(tasks(t, duration, move || {
-            let pool = pool.clone();
-            async move {
-                let Ok(c) = pool.get().await else {
-                    return false;
-                };
-                tokio::task::yield_now().await;
-                drop(c);
-                true
-            }
-        }))?;
-        runs_tasks.push(summarize("bb8", s, rec));
-
-        // Threads: slipstream-pool (blocking API), r2d2, Mutex + Condvar.
-        let pool = ours.clone();
-        let (s, rec) = threads(t, duration, Arc::new(move || pool.get_blocking().is_ok()))?;
-        runs_threads.push(summarize("slipstream-pool", s, rec));
-
-        let r2 = r2d2::Pool::builder()
-            .max_size(CONNECTIONS as u32)
-            .connection_timeout(GENEROUS)
-            .test_on_check_out(false)
-            .build(R2)?;
-        let (s, rec) = threads(t, duration, Arc::new(move || r2.get().is_ok()))?;
-        runs_threads.push(summarize("r2d2", s, rec));
-
-        let old = Arc::new(MutexPool::new(CONNECTIONS));
-        let (s, rec) = threads(
-            t,
-            duration,
-            Arc::new(move || {
-                let c = old.get();
-                old.put(c);
-                true
-            }),
-        )?;
-        runs_threads.push(summarize("Mutex + Condvar", s, rec));
+                .build(R2)?;
+            threads(name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Threads, _) => {
+            let pool = MutexPool::new(CONNECTIONS);
+            threads(name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Tasks, 0) => tasks(rt, name, Arc::new(ours()?), borrowers, hold, timing),
+        (Kind::Tasks, 1) => {
+            let pool: deadpool::managed::Pool<Dead> = deadpool::managed::Pool::builder(Dead)
+                .max_size(CONNECTIONS)
+                .runtime(deadpool::Runtime::Tokio1)
+                .build()?;
+            tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Tasks, _) => {
+            let pool = rt.block_on(
+                bb8::Pool::builder()
+                    .max_size(CONNECTIONS as u32)
+                    .connection_timeout(GENEROUS)
+                    .test_on_check_out(false)
+                    .build(B8),
+            )?;
+            tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Postgres, 0) => {
+            let config: slipstream_pg::Config = url.parse()?;
+            let pool = rt.block_on(async {
+                slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
+                    .max_size(CONNECTIONS)
+                    .min_size(CONNECTIONS)
+                    .borrow_timeout(Duration::MAX)
+                    .max_waiters(1_000_000)
+                    .build_ready()
+                    .await
+            })?;
+            tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Postgres, 1) => {
+            let pool: deadpool::managed::Pool<DeadPg> =
+                deadpool::managed::Pool::builder(DeadPg(tp_config()?))
+                    .max_size(CONNECTIONS)
+                    .runtime(deadpool::Runtime::Tokio1)
+                    .build()?;
+            tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
+        }
+        (Kind::Postgres, _) => {
+            let pool = rt.block_on(
+                bb8::Pool::builder()
+                    .max_size(CONNECTIONS as u32)
+                    .connection_timeout(GENEROUS)
+                    .test_on_check_out(false)
+                    .build(B8Pg(tp_config()?)),
+            )?;
+            tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
+        }
     }
+}
 
+/// A comma-separated list from environment variable `name`, if set.
+fn env_list(name: &str) -> Option<Vec<String>> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    )
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let (mut counts, mut pg_counts, timing): (Vec<usize>, Vec<usize>, Timing) = if ctx.quick {
+        (
+            vec![10, 100, 1000],
+            vec![10, 100],
+            Timing {
+                warmup: Duration::from_millis(100),
+                window: Duration::from_millis(200),
+            },
+        )
+    } else {
+        (
+            vec![10, 50, 100, 500, 1000, 5000, 10_000],
+            vec![10, 100, 1000],
+            Timing {
+                warmup: Duration::from_millis(500),
+                window: Duration::from_secs(2),
+            },
+        )
+    };
+    // A subset, for a look at a few points: SLIPSTREAM_POOL_SCALING_T=10,10000 and
+    // SLIPSTREAM_POOL_SCALING_KINDS=threads,tasks,postgres.
+    if let Some(list) = env_list("SLIPSTREAM_POOL_SCALING_T") {
+        let parsed: Result<Vec<usize>, _> = list.iter().map(|s| s.parse()).collect();
+        counts = parsed.map_err(|e| {
+            anyhow::anyhow!("SLIPSTREAM_POOL_SCALING_T must be numbers separated by commas: {e}")
+        })?;
+        pg_counts = counts.clone();
+    }
+    let mut kinds = vec![Kind::Tasks, Kind::Threads, Kind::Postgres];
+    if let Some(list) = env_list("SLIPSTREAM_POOL_SCALING_KINDS") {
+        kinds.retain(|k| list.iter().any(|s| s == k.key()));
+        if kinds.is_empty() {
+            anyhow::bail!("SLIPSTREAM_POOL_SCALING_KINDS names none of threads, tasks, postgres");
+        }
+    }
+    let mut r = ExperimentResult::new("pool-scaling", TITLE, ctx.quick);
+    r.param("connections", CONNECTIONS);
+    r.param("runs_per_point", REPS);
+    r.param("warmup_seconds", timing.warmup.as_secs_f64());
+    r.param("window_seconds", timing.window.as_secs_f64());
+    r.environment = environment::capture(&ctx.url, None);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let url = super::without_tls(&ctx.url);
     let mut table = Table::new(&[
         "kind",
+        "hold",
         "borrowers",
         "pool",
-        "borrows/s",
+        "borrows/s (median)",
+        "range of runs",
         "p50 wait µs",
         "p99 µs",
         "p99.9 µs",
@@ -491,82 +752,99 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "Jain",
         "slipstream / this",
     ]);
-    for (kind, runs) in [("tasks", &runs_tasks), ("threads", &runs_threads)] {
-        for chunk in runs.chunks(3) {
-            let ours = chunk[0].per_sec;
-            for run in chunk {
-                table.row(run.cells(kind, ours));
+    let mut all = Vec::new();
+    for &kind in &kinds {
+        let holds: &[Hold] = match kind {
+            Kind::Postgres => &[Hold::Select1],
+            _ => &[Hold::Zero, Hold::Spin(Duration::from_micros(10))],
+        };
+        let ts = if kind == Kind::Postgres {
+            &pg_counts
+        } else {
+            &counts
+        };
+        for &hold in holds {
+            let mut ours_by_t = Vec::new();
+            for &t in ts {
+                let mut runs: [Vec<Run>; 3] = Default::default();
+                for rep in 0..REPS {
+                    // Interleaved: each pool in turn, a different one first in each round.
+                    for k in 0..3 {
+                        let which = (rep + k) % 3;
+                        runs[which].push(measure_one(&rt, &url, kind, which, t, hold, timing)?);
+                    }
+                }
+                let medians: Vec<Run> = runs
+                    .into_iter()
+                    .map(|mut rs| {
+                        rs.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+                        let rates = rs.iter().map(|x| x.per_sec).collect();
+                        let mut m = rs.swap_remove(rs.len() / 2);
+                        m.rates = rates;
+                        m.failures += rs.iter().map(|x| x.failures).sum::<u64>();
+                        m
+                    })
+                    .collect();
+                let ours = &medians[0];
+                for run in &medians {
+                    table.row(run.cells(kind.label(), hold, ours.per_sec));
+                }
+                let prefix = format!("{}_{}t{t}_slipstream", kind.key(), hold.key());
+                let peers = medians[1..].iter();
+                let best = if kind == Kind::Postgres {
+                    peers.map(|p| p.per_sec).fold(0.0, f64::max)
+                } else {
+                    // Against the best peer that left nobody with nothing.
+                    peers
+                        .filter(|p| p.zero == 0)
+                        .map(|p| p.per_sec)
+                        .fold(0.0, f64::max)
+                };
+                if best > 0.0 {
+                    let name = if kind == Kind::Postgres {
+                        format!("postgres_t{t}_slipstream_over_best_peer")
+                    } else {
+                        format!("{prefix}_over_best_fair_peer")
+                    };
+                    r.ratios.insert(name, ours.per_sec / best);
+                }
+                r.ratios
+                    .insert(format!("{prefix}_borrowers_with_none"), ours.zero as f64);
+                r.ratios.insert(format!("{prefix}_jain"), ours.jain);
+                ours_by_t.push(ours.per_sec);
+                all.extend(medians.into_iter().map(|m| (kind, hold, m)));
             }
-            // Against the best peer that left nobody with nothing.
-            let best_fair = chunk[1..]
-                .iter()
-                .filter(|p| p.zero == 0)
-                .map(|p| p.per_sec)
-                .fold(0.0, f64::max);
-            if best_fair > 0.0 {
-                r.ratios.insert(
-                    format!(
-                        "{kind}_t{}_slipstream_over_best_fair_peer",
-                        chunk[0].borrowers
-                    ),
-                    ours / best_fair,
-                );
+            if let (Some(&first), Some(&last)) = (ours_by_t.first(), ours_by_t.last()) {
+                if first > 0.0 && kind != Kind::Postgres {
+                    r.ratios.insert(
+                        format!(
+                            "{}_{}slipstream_flatness_last_over_first",
+                            kind.key(),
+                            hold.key()
+                        ),
+                        last / first,
+                    );
+                }
             }
-            r.ratios.insert(
-                format!(
-                    "{kind}_t{}_slipstream_borrowers_with_none",
-                    chunk[0].borrowers
-                ),
-                chunk[0].zero as f64,
-            );
-        }
-        let first = runs.first().map(|x| x.per_sec).unwrap_or(0.0);
-        let last = runs
-            .iter()
-            .rev()
-            .find(|x| x.pool == "slipstream-pool")
-            .map(|x| x.per_sec)
-            .unwrap_or(0.0);
-        if first > 0.0 {
-            r.ratios.insert(
-                format!("{kind}_slipstream_flatness_last_over_first"),
-                last / first,
-            );
-        }
-    }
-    // The second table: real connections to the database under test.
-    let pg_counts: &[usize] = if ctx.quick {
-        &[10, 100]
-    } else {
-        &[10, 100, 1000]
-    };
-    let url = super::without_tls(&ctx.url);
-    let pg_runs = real_postgres(&rt, &url, pg_counts, duration)?;
-    for chunk in pg_runs.chunks(3) {
-        let ours = chunk[0].per_sec;
-        for run in chunk {
-            table.row(run.cells("tasks, SELECT 1", ours));
-        }
-        let best = chunk[1..].iter().map(|p| p.per_sec).fold(0.0, f64::max);
-        if best > 0.0 {
-            r.ratios.insert(
-                format!("postgres_t{}_slipstream_over_best_peer", chunk[0].borrowers),
-                ours / best,
-            );
         }
     }
     r.table = table;
-    for run in runs_tasks.iter().chain(&runs_threads).chain(&pg_runs) {
+    for (kind, hold, run) in &all {
         if run.failures > 0 {
             r.notes.push(format!(
-                "{} at T = {}: {} borrows or queries failed (not counted as borrows)",
-                run.pool, run.borrowers, run.failures
+                "{} ({}, hold {}) at T = {}: {} borrows or queries failed over its runs (not counted as borrows)",
+                run.pool,
+                kind.label(),
+                hold.label(),
+                run.borrowers,
+                run.failures
             ));
         }
     }
-    r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8); wait = borrow + query".into());
+    r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness from per-borrower counters over a {:.1} s window after a {:.1} s warm-up (the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread", timing.window.as_secs_f64(), timing.warmup.as_secs_f64()));
+    r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
-    r.notes.push("the connection is a trivial in-memory value (the same for every pool); tasks hold it across one yield_now, threads borrow and return at once; 2 tokio worker threads".into());
+    r.notes.push("the connection is a trivial in-memory value (the same for every pool); hold 0: threads return at once, tasks hold across one yield_now; hold 10 µs: a busy spin while holding (tasks then also yield once); 2 tokio worker threads".into());
     r.notes.push("'slipstream / this' compares borrows/s; the ratios in the JSON compare against the best peer that left no borrower with nothing (throughput bought by starving borrowers does not count)".into());
     Ok(r)
 }
@@ -595,5 +873,32 @@ mod tests {
         }
         let p50 = w.quantile_us(0.5);
         assert!((480.0..=540.0).contains(&p50), "{p50}");
+    }
+
+    #[test]
+    fn the_window_counts_only_what_happened_inside_it() {
+        let rec = Record::new(3);
+        rec.done(0, Some(Duration::from_micros(5)));
+        let before = rec.snapshot();
+        rec.measuring.store(true, Relaxed);
+        rec.done(1, Some(Duration::from_micros(7)));
+        rec.done(1, Some(Duration::from_micros(900)));
+        rec.done(2, None);
+        rec.measuring.store(false, Relaxed);
+        let after = rec.snapshot();
+        rec.done(0, Some(Duration::from_secs(1)));
+        let run = summarize("x", 1.0, &before, &rec, &after);
+        assert_eq!(run.per_sec, 2.0);
+        assert_eq!((run.zero, run.min, run.max), (2, 0, 2));
+        assert_eq!(run.failures, 1);
+        assert_eq!(run.waits.max_ns, 900_000);
+        assert_eq!(run.waits.buckets.iter().sum::<u64>(), 2);
+        assert!((run.jain - 1.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn jain_is_one_for_equal_shares() {
+        assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
+        assert!((jain(&[8, 0, 0, 0]) - 0.25).abs() < 1e-12);
     }
 }
