@@ -35,6 +35,8 @@ pub struct Client {
     pub(crate) cache: StatementCache,
     pub(crate) fetch_size: FetchSize,
     pub(crate) max_result_buffer: Option<usize>,
+    /// memopt's fast-lookup functions, once resolved (see `memopt.rs`).
+    pub(crate) memopt: Option<crate::memopt::MemoptFunctions>,
     cancel: CancelToken,
 }
 
@@ -48,6 +50,7 @@ impl Client {
             cache: StatementCache::new(config.get_statement_cache_size()),
             fetch_size: config.get_fetch_size(),
             max_result_buffer: config.get_max_result_buffer(),
+            memopt: None,
             cancel,
         }
     }

@@ -79,7 +79,9 @@ impl<'a> Session<'a> {
     async fn step(&mut self, kind: Kind, pinned: bool) -> Outcome {
         let out = self.conn.run(&kind).await;
         if matches!(&kind, Kind::Compare(sql) if sql.contains("memopt.get")) {
-            self.shared.fast_reads.fetch_add(out.reads, Ordering::Relaxed);
+            self.shared
+                .fast_reads
+                .fetch_add(out.reads, Ordering::Relaxed);
         }
         let before = self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
         if (before + out.reads) / PROGRESS_EVERY > before / PROGRESS_EVERY {

@@ -9,6 +9,7 @@ mod engine;
 mod faults;
 mod fetch;
 mod hostile;
+mod memopt;
 mod pipeline;
 mod query;
 mod statement_cache;
