@@ -57,6 +57,13 @@ typedef struct GetContext
 	Snapshot	snapshot;
 	TupleTableSlot *slot;		/* a buffer heap slot: a miss's row stays pinned for the fill */
 	StringInfoData key;
+
+	/*
+	 * memopt_hit_gate for the call: everything it reads (the setting, recovery, the snapshot,
+	 * this transaction's writes, the relcache's triggers) is fixed while the call runs, since
+	 * the call writes nothing and processes no invalidation after opening the table.
+	 */
+	MemoptMiss	gate;
 } GetContext;
 
 /* A hit's copy of the stored row; one entry long, allocated once per backend. */
@@ -158,6 +165,7 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 	c->table = memopt_table(MyDatabaseId, relid, MEMOPT_CLAIM);
 	if (c->table != NULL)
 		memopt_check_layout(c->table, c->rel);
+	c->gate = memopt_hit_gate(c->rel, c->snapshot, true);
 }
 
 static void
@@ -239,7 +247,7 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		memopt_count_unregistered();
 	else
 	{
-		if ((why = memopt_hit_gate(c->rel, c->snapshot, true)) == MISS_COUNT)
+		if ((why = c->gate) == MISS_COUNT)
 		{
 			resetStringInfo(&c->key);
 			memopt_key_append(&c->key, value_type, value);
@@ -248,8 +256,6 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		memopt_account(c->table, probe.hit, why);
 	}
 
-	if (c->slot == NULL)
-		c->slot = table_slot_create(c->rel, NULL);
 	if (probe.hit)
 	{
 		HeapTupleData tuple;
@@ -258,6 +264,12 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		tuple.t_data = (HeapTupleHeader) tuple_buf;
 		ItemPointerSetInvalid(&tuple.t_self);
 		tuple.t_tableOid = RelationGetRelid(c->rel);
+		*isnull = false;
+		/* A row with every column present is the datum as it is (one copy). */
+		if (HeapTupleHeaderGetNatts(tuple.t_data) == RelationGetDescr(c->rel)->natts)
+			return heap_copy_tuple_as_datum(&tuple, RelationGetDescr(c->rel));
+		if (c->slot == NULL)
+			c->slot = table_slot_create(c->rel, NULL);
 		ExecForceStoreHeapTuple(&tuple, c->slot, false);
 		*isnull = false;
 		result = row_datum(c, c->slot);
@@ -265,6 +277,8 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		return result;
 	}
 
+	if (c->slot == NULL)
+		c->slot = table_slot_create(c->rel, NULL);
 	if (c->index == NULL)
 		c->index = index_open(c->pk.index, AccessShareLock);
 	if (!scan_key(c, value, value_type, &sk))
