@@ -33,6 +33,9 @@ fn memopt_lookups_touch_no_buffer_and_return_every_row() {
         );
     }
     for path in ["prepared", "pipelined", "batch", "plpgsql"] {
-        assert!(r.ratios.contains_key(&format!("fast_{path}_over_t3")), "{path}");
+        assert!(
+            r.ratios.contains_key(&format!("fast_{path}_over_t3")),
+            "{path}"
+        );
     }
 }

@@ -42,8 +42,14 @@ mod sealed {
 /// `bigint`, for `smallint`, `integer` and `bigint` keys) or text (`&str`, `String`; for `text`
 /// and `varchar` keys). The server refuses a key of the other kind with a clear error.
 pub trait MemoptKey: sealed::Sealed + Sync {
+    /// Text (true) or an integer: which overload a key calls, known from the type alone so
+    /// that an empty batch calls the right one too.
     #[doc(hidden)]
-    fn is_text(&self) -> bool;
+    const TEXT: bool;
+    #[doc(hidden)]
+    fn is_text(&self) -> bool {
+        Self::TEXT
+    }
     #[doc(hidden)]
     fn put(&self, buf: &mut BytesMut);
 }
@@ -52,9 +58,7 @@ macro_rules! int_key {
     ($($t:ty),*) => {$(
         impl sealed::Sealed for $t {}
         impl MemoptKey for $t {
-            fn is_text(&self) -> bool {
-                false
-            }
+            const TEXT: bool = false;
             fn put(&self, buf: &mut BytesMut) {
                 buf.put_i64(i64::from(*self));
             }
@@ -65,9 +69,7 @@ int_key!(i16, i32, i64);
 
 impl sealed::Sealed for str {}
 impl MemoptKey for str {
-    fn is_text(&self) -> bool {
-        true
-    }
+    const TEXT: bool = true;
     fn put(&self, buf: &mut BytesMut) {
         buf.put_slice(self.as_bytes());
     }
@@ -75,9 +77,7 @@ impl MemoptKey for str {
 
 impl sealed::Sealed for String {}
 impl MemoptKey for String {
-    fn is_text(&self) -> bool {
-        true
-    }
+    const TEXT: bool = true;
     fn put(&self, buf: &mut BytesMut) {
         buf.put_slice(self.as_bytes());
     }
@@ -85,9 +85,7 @@ impl MemoptKey for String {
 
 impl<T: sealed::Sealed + ?Sized> sealed::Sealed for &T {}
 impl<T: MemoptKey + ?Sized> MemoptKey for &T {
-    fn is_text(&self) -> bool {
-        (**self).is_text()
-    }
+    const TEXT: bool = T::TEXT;
     fn put(&self, buf: &mut BytesMut) {
         (**self).put(buf)
     }
@@ -247,8 +245,7 @@ impl Client {
         table: &MemoptTable,
         keys: &[K],
     ) -> Result<Vec<Row>, Error> {
-        let text = keys.first().is_some_and(MemoptKey::is_text);
-        self.memopt_call(table, true, text, |buf| encode_keys(buf, keys, text))
+        self.memopt_call(table, true, K::TEXT, |buf| encode_keys(buf, keys, K::TEXT))
             .await
     }
 
@@ -406,11 +403,6 @@ pub(crate) fn encode_keys<K: MemoptKey>(
     keys: &[K],
     text: bool,
 ) -> Result<(), Error> {
-    if keys.iter().any(|k| k.is_text() != text) {
-        return Err(Error::usage(
-            "the keys of one lookup must all be integers or all text",
-        ));
-    }
     let n = i32::try_from(keys.len()).map_err(|_| Error::usage("too many keys for one lookup"))?;
     buf.put_i32(i32::from(n > 0)); // dimensions
     buf.put_i32(0); // no NULLs

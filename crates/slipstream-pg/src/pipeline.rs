@@ -609,9 +609,8 @@ impl Pipeline<'_> {
         table: &MemoptTable,
         keys: &[K],
     ) -> Result<Op<Vec<Row>>, Error> {
-        let text = keys.first().is_some_and(MemoptKey::is_text);
-        self.queue_function(table, true, text, |buf| {
-            crate::memopt::encode_keys(buf, keys, text)
+        self.queue_function(table, true, K::TEXT, |buf| {
+            crate::memopt::encode_keys(buf, keys, K::TEXT)
         })
         .await
     }

@@ -492,7 +492,14 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 .await?;
             (row.get(0)?, row.get(1)?)
         };
-        anyhow::Ok((probes, populate_s, (times, cpu), hits, server_version, pin_note))
+        anyhow::Ok((
+            probes,
+            populate_s,
+            (times, cpu),
+            hits,
+            server_version,
+            pin_note,
+        ))
     })?;
     r.environment = environment::capture(&url, server_version);
 

@@ -93,6 +93,8 @@ async fn a_lookup_returns_the_row_a_query_returns_and_hits_the_store_the_second_
         .await
         .unwrap();
     assert_eq!(rows.len(), 1);
+    // An empty batch of text keys calls the text overload (the type says which).
+    assert!(c.memopt_get_many::<&str>(&w, &[]).await.unwrap().is_empty());
 }
 
 #[tokio::test]
