@@ -180,3 +180,21 @@ CREATE VIEW memopt.stats_total AS
            (SELECT capacity_bytes FROM memopt.pool()) AS capacity_bytes,
            (SELECT misses_unregistered FROM memopt.pool()) AS misses_unregistered
       FROM memopt.table_stats();
+
+-- Fast lookups by primary key (get.c): the row as a composite of the table's row type, NULL
+-- when no row matches; get_many returns the rows in the keys' order, NULL where none.  Meant
+-- for the protocol's FunctionCall message (no parse, plan or portal) and callable from SQL.
+-- They check SELECT privilege on the table (or all its columns) in C and refuse tables with
+-- row-level security.  No SET search_path: they resolve no names.
+CREATE FUNCTION memopt.get(tbl regclass, key bigint) RETURNS record
+    AS 'MODULE_PATHNAME', 'memopt_get_int8' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;
+CREATE FUNCTION memopt.get(tbl regclass, key text) RETURNS record
+    AS 'MODULE_PATHNAME', 'memopt_get_text' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;
+CREATE FUNCTION memopt.get(tbl regclass, key uuid) RETURNS record
+    AS 'MODULE_PATHNAME', 'memopt_get_uuid' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;
+CREATE FUNCTION memopt.get_many(tbl regclass, keys bigint[]) RETURNS record[]
+    AS 'MODULE_PATHNAME', 'memopt_get_many_int8' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;
+CREATE FUNCTION memopt.get_many(tbl regclass, keys text[]) RETURNS record[]
+    AS 'MODULE_PATHNAME', 'memopt_get_many_text' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;
+CREATE FUNCTION memopt.get_many(tbl regclass, keys uuid[]) RETURNS record[]
+    AS 'MODULE_PATHNAME', 'memopt_get_many_uuid' LANGUAGE C STRICT STABLE PARALLEL RESTRICTED;

@@ -15,6 +15,13 @@ async fn memopt_agrees_with_the_normal_plan_under_random_sessions() {
         "only {} reads compared",
         report.reads
     );
+    // The fast lookup (memopt.get, issue 22) takes about a quarter of the client's reads.
+    assert!(
+        report.fast_reads * 20 >= report.reads,
+        "only {} of {} reads went through memopt.get",
+        report.fast_reads,
+        report.reads
+    );
     // A fuzzer that only ever saw misses would prove nothing about hits.
     assert!(
         report.hits * 20 >= report.memopt_lookups,

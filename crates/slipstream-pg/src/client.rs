@@ -38,6 +38,8 @@ pub struct Client {
     pub(crate) types: TypeCache,
     pub(crate) fetch_size: FetchSize,
     pub(crate) max_result_buffer: Option<usize>,
+    /// memopt's fast-lookup functions, once resolved (see `memopt.rs`).
+    pub(crate) memopt: Option<crate::memopt::MemoptFunctions>,
     cancel: CancelToken,
 }
 
@@ -52,6 +54,7 @@ impl Client {
             types: TypeCache::default(),
             fetch_size: config.get_fetch_size(),
             max_result_buffer: config.get_max_result_buffer(),
+            memopt: None,
             cancel,
         }
     }

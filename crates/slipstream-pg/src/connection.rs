@@ -31,8 +31,9 @@
 //! flush: a request is either entirely queued or not at all.
 //!
 //! Invariants:
-//! - An entry is pushed to `owed` exactly when a request's final `Sync`/`Query` is appended to
-//!   `wbuf` (a row stream's when its first `Execute` is: its `Sync` is owed from then on), and
+//! - An entry is pushed to `owed` exactly when a request's final `Sync`/`Query`/`FunctionCall`
+//!   is appended to `wbuf` (a row stream's when its first `Execute` is: its `Sync` is owed from
+//!   then on), and
 //!   popped when its `ReadyForQuery` is read.
 //! - Only the newest entry can belong to a caller still reading; older ones are abandoned.
 //! - After an I/O or protocol failure, or a FATAL error from the server, `broken` is set and
@@ -115,6 +116,9 @@ pub(crate) enum Owed {
     Rollback,
     /// `Close` of statements whose last handle was dropped.
     Close,
+    /// A `FunctionCall` (memopt's fast lookup): answered by its own `ReadyForQuery`, with no
+    /// `Sync`. Written only where no extended-protocol sequence is open (see `memopt.rs`).
+    FunctionCall,
 }
 
 impl Owed {
@@ -189,6 +193,9 @@ pub(crate) struct Connection {
     /// The session ran `DISCARD ALL` or `DEALLOCATE ALL`: every prepared statement is gone, so
     /// the statement cache must forget its entries before its next use.
     pub(crate) statements_discarded: bool,
+    /// The same for the memopt function OIDs a client resolved (a separate flag: each cache
+    /// takes its own).
+    pub(crate) functions_discarded: bool,
     /// Set by an [`AbortHandle`](crate::AbortHandle) before it shuts the socket: why the
     /// connection was closed from outside, reported instead of the bare I/O error that follows.
     pub(crate) aborted: Arc<Mutex<Option<String>>>,
@@ -214,6 +221,7 @@ impl Connection {
             closes: Arc::new(Mutex::new(Vec::new())),
             unclaimed: Vec::new(),
             statements_discarded: false,
+            functions_discarded: false,
             aborted: Arc::new(Mutex::new(None)),
         }
     }
@@ -493,6 +501,9 @@ impl Connection {
             None => return Ok(None),
         };
         let tag = self.rbuf[0];
+        if tag == b'V' && self.owed.contains(&Owed::FunctionCall) {
+            return self.parse_function_response(big).map(Some);
+        }
         let message = Message::parse(&mut self.rbuf).map_err(|e| invalid(tag, &e))?;
         if let Some(m) = &message {
             check_structure(m).map_err(|e| invalid(tag, &e))?;
@@ -504,6 +515,33 @@ impl Connection {
             self.rbuf = moved_to(BytesMut::with_capacity(READ_CHUNK), &self.rbuf);
         }
         Ok(message)
+    }
+
+    /// A whole `FunctionCallResponse` ('V': a value's length, -1 for NULL, and its bytes) at the
+    /// front of `rbuf`, as the one-column `DataRow` with the same value, which every reply
+    /// path already reads (`postgres-protocol` has no parser for 'V'; see `memopt.rs`).
+    fn parse_function_response(&mut self, big: bool) -> Result<Message, Error> {
+        let len = self.pending_len().unwrap_or(0);
+        if len < 9 || len > self.rbuf.len() {
+            return Err(invalid(b'V', &"shorter than a value's length"));
+        }
+        let v = self.rbuf.split_to(len);
+        if big {
+            self.rbuf = moved_to(BytesMut::with_capacity(READ_CHUNK), &self.rbuf);
+        }
+        // Tag, length, then the value's length and bytes; a DataRow adds a column count.
+        let mut row = BytesMut::with_capacity(len + 2);
+        row.extend_from_slice(b"D");
+        let Some(body_len) = u32::from_be_bytes([v[1], v[2], v[3], v[4]]).checked_add(2) else {
+            return Err(invalid(b'V', &"length out of range"));
+        };
+        row.extend_from_slice(&body_len.to_be_bytes());
+        row.extend_from_slice(&1u16.to_be_bytes());
+        row.extend_from_slice(&v[5..]);
+        match Message::parse(&mut row) {
+            Ok(Some(m)) if row.is_empty() => Ok(m),
+            _ => Err(invalid(b'V', &"not one value of the length it claims")),
+        }
     }
 
     /// The whole length (tag included) of the message at the front of `rbuf`, once its header
@@ -686,6 +724,7 @@ impl Connection {
                 // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
                 if matches!(body.tag(), Ok("DISCARD ALL" | "DEALLOCATE ALL")) {
                     self.statements_discarded = true;
+                    self.functions_discarded = true;
                 }
                 return Ok(Some(Message::CommandComplete(body)));
             }

@@ -51,10 +51,13 @@ use postgres_types::Type;
 
 use crate::connect::unexpected;
 use crate::connection::Owed;
+use crate::memopt::{check_table, decode, encode_function_call, function_value};
 use crate::param_types;
 use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, split_typed};
 use crate::statement::{parse_columns, parse_params};
-use crate::{Client, Column, DbError, Error, Param, Row, Statement, ToStatement};
+use crate::{
+    Client, Column, DbError, Error, MemoptKey, MemoptTable, Param, Row, Statement, ToStatement,
+};
 
 /// How a pipeline treats a failing operation.
 ///
@@ -335,6 +338,11 @@ enum Kind {
         sql: String,
         params: Option<Vec<Type>>,
     },
+    /// memopt's fast lookup: a `FunctionCall`, its own sync point (see `memopt.rs`).
+    FunctionCall {
+        table: MemoptTable,
+        many: bool,
+    },
 }
 
 enum Slot {
@@ -549,6 +557,119 @@ impl Pipeline<'_> {
     pub async fn rollback(&mut self) -> Result<Op<()>, Error> {
         self.queue_statement(Source::Sql("ROLLBACK"), &[], Kind::Rollback)
             .await
+    }
+
+    /// Queues a fast primary-key lookup ([`Client::memopt_get`]); [`Pipeline::process`]
+    /// returns the row found, if any, as a one- or zero-row `Vec`.
+    ///
+    /// The server answers a `FunctionCall` with its own `ReadyForQuery` and runs it in its own
+    /// implicit transaction (or in the open transaction block), so in an abort-on-error block
+    /// the lookup is a sync point: the operations queued before it are given their `Sync`
+    /// first, a failure before it does not skip it, and its failure does not skip what follows.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let users = client.memopt_table("users").await?;
+    /// let mut p = client.pipeline();
+    /// let ops: Vec<_> = {
+    ///     let mut ops = Vec::new();
+    ///     for id in 1..=100i64 {
+    ///         ops.push(p.memopt_get(&users, &id).await?);
+    ///     }
+    ///     ops
+    /// };
+    /// let first = p.process(&ops[0]).await?; // Vec<Row> of zero or one row
+    /// p.end().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn memopt_get<K: MemoptKey + ?Sized>(
+        &mut self,
+        table: &MemoptTable,
+        key: &K,
+    ) -> Result<Op<Vec<Row>>, Error> {
+        self.queue_function(table, false, key.is_text(), |buf| {
+            key.put(buf);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Queues a multi-key lookup ([`Client::memopt_get_many`]): the rows found, in the keys'
+    /// order. A sync point, as [`Pipeline::memopt_get`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let users = client.memopt_table("users").await?;
+    /// let mut p = client.pipeline();
+    /// let op = p.memopt_get_many(&users, &[1i64, 2, 3]).await?;
+    /// let rows = p.process(&op).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn memopt_get_many<K: MemoptKey>(
+        &mut self,
+        table: &MemoptTable,
+        keys: &[K],
+    ) -> Result<Op<Vec<Row>>, Error> {
+        self.queue_function(table, true, K::TEXT, |buf| {
+            crate::memopt::encode_keys(buf, keys, K::TEXT)
+        })
+        .await
+    }
+
+    async fn queue_function(
+        &mut self,
+        table: &MemoptTable,
+        many: bool,
+        text: bool,
+        key: impl FnOnce(&mut bytes::BytesMut) -> Result<(), Error>,
+    ) -> Result<Op<Vec<Row>>, Error> {
+        check_table(table, self.client.id)?;
+        // The OIDs are resolved by a query of their own, which must come before the block's
+        // first operation; afterwards (a DISCARD ALL inside the block) the caller is told.
+        let pending_discard = self.client.conn.functions_discarded;
+        let fns = match self.client.memopt {
+            Some(f) if !pending_discard => f,
+            _ if !self.started => self.client.memopt_functions().await?,
+            _ => {
+                return Err(Error::usage(
+                    "the memopt functions are not resolved on this connection (DISCARD ALL ran in                      this pipeline block): end the block and call Client::memopt_table again",
+                ));
+            }
+        };
+        self.start_op("").await?;
+        // After an error, the server skips every message up to the next Sync, a FunctionCall
+        // too: the open abort-mode group must be closed first.
+        self.sync();
+        let mark = self.client.conn.wbuf.len();
+        let oid = table.oid();
+        self.client
+            .conn
+            .encode(|buf| encode_function_call(buf, fns.pick(text, many), oid, key))?;
+        let id = self.results.len() as u64;
+        let bytes = self.client.conn.wbuf.len() - mark;
+        self.results.push(Slot::Waiting);
+        let end = self.client.conn.written + self.client.conn.wbuf.len() as u64;
+        self.expect.push_back(Expect::Op(Pending {
+            id,
+            end,
+            kind: Kind::FunctionCall {
+                table: table.clone(),
+                many,
+            },
+            bytes,
+            reply: Reply::new(Arc::from(Vec::new()), true),
+        }));
+        self.in_flight_ops += 1;
+        self.in_flight_bytes += bytes;
+        // Its ReadyForQuery is read as a Sync's is: the same entry, with no Sync written.
+        self.client.conn.owed.push_back(Owed::FunctionCall);
+        self.in_flight_bytes += SYNC_BYTES;
+        self.expect.push_back(Expect::Sync {
+            first: id,
+            end: id + 1,
+        });
+        self.after_queue().await;
+        Ok(self.handle(id))
     }
 
     /// Adds a sync point in an abort-on-error block: a failure before it does not skip the
@@ -995,6 +1116,22 @@ impl Pipeline<'_> {
             }
             Expect::Op(pending) => {
                 let done = match &mut pending.kind {
+                    Kind::FunctionCall { table, many } => match message {
+                        Message::DataRow(body) => {
+                            let value = function_value(&body)?;
+                            match decode(table, *many, value.as_deref())? {
+                                Ok(rows) => pending.reply.rows = rows,
+                                Err(e) => pending.reply.error = Some(e),
+                            }
+                            true
+                        }
+                        Message::ErrorResponse(body) => {
+                            pending.reply.error =
+                                Some(Error::db(DbError::parse(&mut body.fields())?));
+                            true
+                        }
+                        m => return Err(unexpected(&m, "in reply to a pipelined FunctionCall")),
+                    },
                     Kind::Prepare { params, .. } => match message {
                         Message::ParseComplete => false,
                         Message::ParameterDescription(body) => {
@@ -1099,7 +1236,7 @@ impl Pipeline<'_> {
         let result = match pending.reply.error {
             Some(e) => Err(e),
             None => Ok(match pending.kind {
-                Kind::Query => Output::Rows(pending.reply.rows),
+                Kind::Query | Kind::FunctionCall { .. } => Output::Rows(pending.reply.rows),
                 Kind::Execute => Output::Affected(pending.reply.affected),
                 Kind::Commit if pending.reply.rolled_back => {
                     self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(

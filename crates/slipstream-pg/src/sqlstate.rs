@@ -54,6 +54,8 @@ states! {
     SYNTAX_ERROR = b"42601";
     /// 42P01
     UNDEFINED_TABLE = b"42P01";
+    /// 42883: e.g. a function OID that no longer exists.
+    UNDEFINED_FUNCTION = b"42883";
     /// 42703
     UNDEFINED_COLUMN = b"42703";
     /// 53300

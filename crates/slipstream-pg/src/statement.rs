@@ -140,6 +140,22 @@ pub struct Column {
 }
 
 impl Column {
+    pub(crate) fn new(
+        name: String,
+        type_: Type,
+        table_oid: Option<u32>,
+        column_id: Option<i16>,
+        type_modifier: i32,
+    ) -> Column {
+        Column {
+            name,
+            type_,
+            table_oid,
+            column_id,
+            type_modifier,
+        }
+    }
+
     /// The column's name (its alias, if the query gave one).
     pub fn name(&self) -> &str {
         &self.name

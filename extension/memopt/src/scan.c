@@ -19,6 +19,7 @@
 
 #include "memopt.h"
 #include "key.h"
+#include "lookup.h"
 #include "store.h"
 
 #include "access/table.h"
@@ -479,18 +480,11 @@ try_hit(LookupState *s, EState *estate)
 	Snapshot	snapshot = estate->es_snapshot;
 	ListCell   *lc;
 	int			i = 0;
-	TransactionId xmin;
+	MemoptMiss	why;
+	MemoptProbe probe;
 
-	if (!memopt_enabled)
-		return MISS_DISABLED;
-	if (RecoveryInProgress())
-		return MISS_RECOVERY;
-	if (IsolationUsesXactSnapshot() || !IsMVCCSnapshot(snapshot))
-		return MISS_ISOLATION;
-	if (memopt_wrote(rel))
-		return MISS_OWN_WRITE;
-	if (!s->usable || !memopt_relation_synced(rel))
-		return MISS_DISABLED;
+	if ((why = memopt_hit_gate(rel, snapshot, s->usable)) != MISS_COUNT)
+		return why;
 
 	ResetExprContext(econtext);
 	resetStringInfo(&s->key);
@@ -504,25 +498,13 @@ try_hit(LookupState *s, EState *estate)
 		/* By the value's type: an int4 42 gives the bytes of the int8 column's 42. */
 		memopt_key_append(&s->key, s->value_types[i++], v);
 	}
-	if (MAXALIGN(s->key.len) >= (Size) memopt_entry_payload())
-		return MISS_UNCACHEABLE;
-
-	s->hash = memopt_hash(MyDatabaseId, RelationGetRelid(rel), s->key.data, s->key.len);
-	switch (memopt_lookup(s->table, s->hash, s->key.data, s->key.len,
-						  s->tuple_buf, &s->tuple_len, &xmin, &s->ticket))
-	{
-		case LOOKUP_FENCED:
-			return MISS_FENCED;
-		case LOOKUP_ABSENT:
-			s->fill_pending = true;
-			return MISS_NOT_CACHED;
-		case LOOKUP_FOUND:
-			if (XidInMVCCSnapshot(xmin, snapshot))
-				return MISS_INVISIBLE;
-			s->hit = true;
-			return MISS_COUNT;
-	}
-	return MISS_NOT_CACHED;
+	why = memopt_probe(s->table, rel, snapshot, &s->key, s->tuple_buf, &probe);
+	s->hash = probe.hash;
+	s->tuple_len = probe.tuple_len;
+	s->ticket = probe.ticket;
+	s->fill_pending = probe.fill_pending;
+	s->hit = probe.hit;
+	return why;
 }
 
 static void
@@ -534,9 +516,7 @@ decide(LookupState *s, EState *estate)
 	s->hit = false;
 	s->returned = false;
 	s->fill_pending = false;
-	if (s->table == NULL ||
-		s->table->relid != RelationGetRelid(s->css.ss.ss_currentRelation) ||
-		s->table->dbid != MyDatabaseId)
+	if (!memopt_slot_current(s->table, s->css.ss.ss_currentRelation))
 	{
 		/* No slot, or it was released (the table disabled) since the scan began. */
 		if (s->claimable)
@@ -549,16 +529,13 @@ decide(LookupState *s, EState *estate)
 	}
 	s->last_unregistered = false;
 	why = try_hit(s, estate);
+	memopt_account(s->table, s->hit, why);
 	if (s->hit)
-	{
 		s->hits++;
-		memopt_count_hit(s->table);
-	}
 	else
 	{
 		s->misses++;
 		s->last_miss = why;
-		memopt_count_miss(s->table, why);
 	}
 }
 

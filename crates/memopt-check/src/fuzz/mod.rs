@@ -107,6 +107,9 @@ pub struct Report {
     pub seed: u64,
     /// Reads compared: by the client plus two per `chk` call (RETURNING and triggers).
     pub reads: u64,
+    /// Of those, reads through memopt.get / memopt.get_many (the fast lookup): by the client
+    /// plus one per `chk` call.
+    pub fast_reads: u64,
     /// Lookups through memopt's node with memopt on (the normal-plan side excluded).
     pub memopt_lookups: u64,
     /// Of those, hits: answers served from the store.
@@ -130,10 +133,11 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "memopt fuzz: seed {}, {} reads compared, 0 mismatches; {} memopt lookups, {} hits \
+            "memopt fuzz: seed {}, {} reads compared ({} through memopt.get), 0 mismatches; {} memopt lookups, {} hits \
              ({:.1}%); {} statements ({} failed as expected); {:.1} s",
             self.seed,
             self.reads,
+            self.fast_reads,
             self.memopt_lookups,
             self.hits,
             100.0 * self.hit_ratio(),
@@ -225,6 +229,7 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
         keys: config.keys,
         target: config.reads,
         reads: AtomicU64::new(0),
+        fast_reads: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         stop: AtomicBool::new(false),
         log: Mutex::new(Vec::new()),
@@ -295,7 +300,8 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
     let row = admin
         .query_one(
             "SELECT s.hits, s.lookups - s.misses_disabled,
-                    (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fuzz_reads)
+                    (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fuzz_reads),
+                    (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fuzz_fast_reads)
                FROM memopt.stats s WHERE s.\"table\" = 't'::regclass",
             &[],
         )
@@ -304,10 +310,12 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
     let hits: i64 = row.get(0).map_err(|e| setup_failure(config, "stats", e))?;
     let lookups: i64 = row.get(1).map_err(|e| setup_failure(config, "stats", e))?;
     let chk_calls: i64 = row.get(2).map_err(|e| setup_failure(config, "stats", e))?;
+    let chk_fast: i64 = row.get(3).map_err(|e| setup_failure(config, "stats", e))?;
     let errors = shared.errors.load(Ordering::Relaxed);
     Ok(Report {
         seed: config.seed,
-        reads: shared.reads.load(Ordering::Relaxed) + 2 * chk_calls as u64,
+        reads: shared.reads.load(Ordering::Relaxed) + 2 * chk_calls as u64 + chk_fast as u64,
+        fast_reads: shared.fast_reads.load(Ordering::Relaxed) + chk_fast as u64,
         memopt_lookups: lookups as u64,
         hits: hits as u64,
         steps: log.len(),

@@ -16,6 +16,8 @@ pub(crate) struct Shared {
     /// Client-compared reads wanted in all (reads by `chk` come on top).
     pub target: u64,
     pub reads: AtomicU64,
+    /// Of `reads`, those through memopt.get / memopt.get_many.
+    pub fast_reads: AtomicU64,
     /// Steps the server refused (conflicts, deadlocks, doomed commits, aborted transactions).
     pub errors: AtomicU64,
     pub stop: AtomicBool,
@@ -76,6 +78,11 @@ impl<'a> Session<'a> {
 
     async fn step(&mut self, kind: Kind, pinned: bool) -> Outcome {
         let out = self.conn.run(&kind).await;
+        if matches!(&kind, Kind::Compare(sql) if sql.contains("memopt.get")) {
+            self.shared
+                .fast_reads
+                .fetch_add(out.reads, Ordering::Relaxed);
+        }
         let before = self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
         if (before + out.reads) / PROGRESS_EVERY > before / PROGRESS_EVERY {
             eprintln!(
@@ -167,6 +174,9 @@ impl<'a> Session<'a> {
         // Two statements see different snapshots under READ COMMITTED: compare that way only
         // what no other session can change in between.
         let split_ok = split_ok && (self.repeatable || !self.held.is_empty());
+        if self.rng.random_bool(0.25) {
+            return self.fast_read();
+        }
         let choice = self.rng.random_range(0..if split_ok { 6 } else { 4 });
         match choice {
             0 => {
@@ -235,6 +245,36 @@ impl<'a> Session<'a> {
                     slow: format!("SELECT slow_{c}({k})"),
                 }
             }
+        }
+    }
+
+    /// A read through memopt.get / memopt.get_many (the fast lookup, issue 22) compared with
+    /// the normal plan's whole row for the same key of the current primary key (`slow_row`),
+    /// on one snapshot. The key is a value of whichever column is the primary key.
+    fn fast_read(&mut self) -> Kind {
+        let n = self.rng.random_range(1..=20);
+        let keys: Vec<String> = (0..n)
+            .map(|_| {
+                let k = i64::from(self.key());
+                // Now and then a bigint that only wraps around to a stored int key.
+                if self.rng.random_bool(0.05) {
+                    (k + (1i64 << 32)).to_string()
+                } else {
+                    k.to_string()
+                }
+            })
+            .collect();
+        let keys = keys.join(",");
+        if self.rng.random_bool(0.5) {
+            Kind::Compare(format!(
+                "SELECT memopt.get('t', k)::text, slow_row(k) FROM unnest('{{{keys}}}'::bigint[]) k"
+            ))
+        } else {
+            // get_many runs (and locks t) before slow_row reads anything.
+            Kind::Compare(format!(
+                "SELECT r::text, slow_row(k) FROM unnest(memopt.get_many('t', '{{{keys}}}'::bigint[]), \
+                 '{{{keys}}}'::bigint[]) AS u(r, k)"
+            ))
         }
     }
 

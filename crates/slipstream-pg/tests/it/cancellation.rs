@@ -269,11 +269,69 @@ async fn check_clean(c: &mut Client, name: &str, k: usize) {
 async fn every_call_dropped_at_every_poll_leaves_the_connection_in_step_and_idle() {
     let (_cluster, mut c) = super::setup().await;
     c.batch_execute(SCHEMA).await.unwrap();
-    for (name, call) in calls() {
+    drop_at_every_poll(&mut c, calls()).await;
+}
+
+/// memopt's fast lookups (issue 22): a `FunctionCall` is answered by its own `ReadyForQuery`,
+/// so a dropped one must be settled like any request, alone or pipelined beside others.
+fn memopt_calls() -> Vec<(&'static str, Call)> {
+    vec![
+        ("memopt_get", |c| {
+            Box::pin(async move {
+                let m = c.memopt_table("m").await?;
+                let row = c.memopt_get(&m, &42i64).await?;
+                assert_eq!(row.map(|r| r.get::<_, i64>(0)).transpose()?, Some(42));
+                Ok(())
+            })
+        }),
+        ("memopt_get_many", |c| {
+            Box::pin(async move {
+                let m = c.memopt_table("m").await?;
+                let keys: Vec<i64> = (1..=100).collect();
+                assert_eq!(c.memopt_get_many(&m, &keys).await?.len(), 100);
+                Ok(())
+            })
+        }),
+        (
+            "pipeline, memopt_get between statements, abort on error",
+            |c| {
+                Box::pin(async move {
+                    let m = c.memopt_table("m").await?;
+                    let mut p = c.pipeline_with(
+                        PipelineOptions::new()
+                            .mode(PipelineMode::AbortOnError)
+                            .max_in_flight(8),
+                    );
+                    let mut ops = Vec::new();
+                    for i in 1..=30i64 {
+                        p.execute("SELECT 1", &[]).await?;
+                        ops.push(p.memopt_get(&m, &i).await?);
+                    }
+                    assert_eq!(p.process(&ops[2]).await?.len(), 1);
+                    for r in p.end().await {
+                        r?;
+                    }
+                    Ok(())
+                })
+            },
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn memopt_calls_dropped_at_every_poll_leave_the_connection_in_step_and_idle() {
+    let (_cluster, mut c) = super::memopt::memopt_setup().await;
+    drop_at_every_poll(&mut c, memopt_calls()).await;
+}
+
+/// Runs each call, dropping it after its k-th poll for k = 1, 2, ... until it completes, and
+/// checks the connection after every drop.
+async fn drop_at_every_poll(c: &mut Client, calls: Vec<(&'static str, Call)>) {
+    for (name, call) in calls {
         let mut completed = false;
         for k in 1..=MAX_POLLS {
-            let outcome = bounded(name, DropAfter::new(call(&mut c), k)).await;
-            check_clean(&mut c, name, k).await;
+            let outcome = bounded(name, DropAfter::new(call(c), k)).await;
+            check_clean(c, name, k).await;
             if let Some(result) = outcome {
                 result.unwrap_or_else(|e| panic!("{name} completed with an error: {e}"));
                 // Every call here waits for the server at least once: dropped at poll 1, it

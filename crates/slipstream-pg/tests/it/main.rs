@@ -10,6 +10,7 @@ mod engine;
 mod faults;
 mod fetch;
 mod hostile;
+mod memopt;
 mod pipeline;
 mod query;
 mod routing;

@@ -1,0 +1,645 @@
+//! Fast primary-key lookups through the memopt extension (issue 22): `memopt.get` and
+//! `memopt.get_many` called with the protocol's `FunctionCall` message, with no parse, plan or
+//! portal on the server.
+//!
+//! # Protocol
+//!
+//! A `FunctionCall` ('F') is answered by a `FunctionCallResponse` ('V', or an `ErrorResponse`)
+//! and then its own `ReadyForQuery`, with no `Sync`: for the owed queue it is a request of its
+//! own ([`Owed::FunctionCall`]). The server runs it in its own implicit transaction, or in the
+//! open transaction block. After an error inside an extended-protocol sequence the server skips
+//! every message up to the next `Sync`, an 'F' included, so a function call is only ever
+//! written where no such sequence is open: alone, or in a pipeline after the open abort-mode
+//! group was given its `Sync` (a pipelined call is a sync point of its own).
+//!
+//! `postgres-protocol` has neither an encoder for 'F' nor a parser for 'V': the message is
+//! encoded here ([`encode_function_call`], the one place) and the connection rewrites a 'V'
+//! into the one-column `DataRow` with the same value bytes before parsing it (it does so only
+//! while a function call is owed), so every reply path reads it as an ordinary message.
+//!
+//! The value is the row as a composite datum in binary (`record_send`: a column count, then
+//! each column's type OID and value), or for `get_many` an array of them (`array_send`). The
+//! names come from [`MemoptTable`], resolved once; every reply's column count and type OIDs are
+//! checked against it, so a table changed by DDL since it was resolved is reported, not decoded
+//! wrongly (a column renamed without changing its type keeps its old name until the table is
+//! resolved again).
+
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use postgres_protocol::message::backend::{DataRowBody, Message};
+
+use crate::connect::unexpected;
+use crate::connection::Owed;
+use crate::statement::type_for;
+use crate::{Client, Column, DbError, Error, Row, SqlState};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A primary-key value [`Client::memopt_get`] takes: an integer (`i16`, `i32`, `i64`; sent as
+/// `bigint`, for `smallint`, `integer` and `bigint` keys) or text (`&str`, `String`; for `text`
+/// and `varchar` keys). The server refuses a key of the other kind with a clear error.
+pub trait MemoptKey: sealed::Sealed + Sync {
+    /// Text (true) or an integer: which overload a key calls, known from the type alone so
+    /// that an empty batch calls the right one too.
+    #[doc(hidden)]
+    const TEXT: bool;
+    #[doc(hidden)]
+    fn is_text(&self) -> bool {
+        Self::TEXT
+    }
+    #[doc(hidden)]
+    fn put(&self, buf: &mut BytesMut);
+}
+
+macro_rules! int_key {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl MemoptKey for $t {
+            const TEXT: bool = false;
+            fn put(&self, buf: &mut BytesMut) {
+                buf.put_i64(i64::from(*self));
+            }
+        }
+    )*};
+}
+int_key!(i16, i32, i64);
+
+impl sealed::Sealed for str {}
+impl MemoptKey for str {
+    const TEXT: bool = true;
+    fn put(&self, buf: &mut BytesMut) {
+        buf.put_slice(self.as_bytes());
+    }
+}
+
+impl sealed::Sealed for String {}
+impl MemoptKey for String {
+    const TEXT: bool = true;
+    fn put(&self, buf: &mut BytesMut) {
+        buf.put_slice(self.as_bytes());
+    }
+}
+
+impl<T: sealed::Sealed + ?Sized> sealed::Sealed for &T {}
+impl<T: MemoptKey + ?Sized> MemoptKey for &T {
+    const TEXT: bool = T::TEXT;
+    fn put(&self, buf: &mut BytesMut) {
+        (**self).put(buf)
+    }
+}
+
+/// The OIDs of the four functions, resolved once per connection (forgotten on `DISCARD ALL`,
+/// with the statement cache).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemoptFunctions {
+    get_int: u32,
+    get_text: u32,
+    many_int: u32,
+    many_text: u32,
+}
+
+impl MemoptFunctions {
+    pub(crate) fn pick(&self, text: bool, many: bool) -> u32 {
+        match (text, many) {
+            (false, false) => self.get_int,
+            (true, false) => self.get_text,
+            (false, true) => self.many_int,
+            (true, true) => self.many_text,
+        }
+    }
+}
+
+/// A memoptimized table resolved on one connection for [`Client::memopt_get`]: its OID and
+/// the names and types of its columns. Cheap to clone.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let items = client.memopt_table("items").await?;
+/// assert_eq!(items.columns()[0].name(), "id");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoptTable(Arc<TableInner>);
+
+#[derive(Debug)]
+struct TableInner {
+    name: String,
+    oid: u32,
+    columns: Arc<[Column]>,
+    client: u64,
+}
+
+impl MemoptTable {
+    /// The table's name as given to [`Client::memopt_table`].
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// The table's OID.
+    pub fn oid(&self) -> u32 {
+        self.0.oid
+    }
+
+    /// The columns every returned row has, in the table's order.
+    pub fn columns(&self) -> &[Column] {
+        &self.0.columns
+    }
+}
+
+const RESOLVE_FUNCTIONS: &str = "SELECT to_regprocedure('memopt.get(regclass,bigint)')::oid, \
+     to_regprocedure('memopt.get(regclass,text)')::oid, \
+     to_regprocedure('memopt.get_many(regclass,bigint[])')::oid, \
+     to_regprocedure('memopt.get_many(regclass,text[])')::oid";
+
+const RESOLVE_TABLE: &str = "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod, a.attnum \
+     FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
+     WHERE c.oid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+impl Client {
+    /// Resolves `table` (a name as SQL takes it, e.g. `"public.items"`) for fast lookups on
+    /// this connection: one query for its columns and, the first time on a connection, one
+    /// for the memopt functions. Fails if memopt is not installed in the database.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let items = client.memopt_table("items").await?;
+    /// if let Some(row) = client.memopt_get(&items, &42i64).await? {
+    ///     let name: &str = row.get("name")?;
+    ///     println!("{name}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn memopt_table(&mut self, table: &str) -> Result<MemoptTable, Error> {
+        self.memopt_functions().await?;
+        let rows = self.query(RESOLVE_TABLE, &[&table]).await?;
+        let mut oid = 0;
+        let mut columns = Vec::with_capacity(rows.len());
+        for row in &rows {
+            oid = row.get::<_, u32>(0)?;
+            columns.push(Column::new(
+                row.get::<_, String>(1)?,
+                type_for(row.get::<_, u32>(2)?),
+                Some(oid),
+                Some(row.get::<_, i16>(4)?),
+                row.get::<_, i32>(3)?,
+            ));
+        }
+        if rows.is_empty() {
+            return Err(Error::usage(format!(
+                "table {table} has no columns: memopt lookups return whole rows of a table"
+            )));
+        }
+        Ok(MemoptTable(Arc::new(TableInner {
+            name: table.to_string(),
+            oid,
+            columns: columns.into(),
+            client: self.id,
+        })))
+    }
+
+    /// Looks one row up by primary key through memopt's fast path: one `FunctionCall`, no
+    /// parse, plan or portal. `None` when no row has the key. The row is the one
+    /// `SELECT * FROM table WHERE pk = key` returns in the same transaction: served from
+    /// memopt's store only where its scan would serve it, else read from the primary-key index.
+    ///
+    /// The server checks SELECT privilege and refuses tables with row-level security, tables
+    /// not enabled with `memopt.enable_read`, composite keys and keys of the wrong kind.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let users = client.memopt_table("users").await?;
+    /// let row = client.memopt_get(&users, &7i64).await?.expect("user 7 exists");
+    /// let email: &str = row.get("email")?;
+    /// let by_name = client.memopt_table("tags").await?;
+    /// let tag = client.memopt_get(&by_name, "rust").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn memopt_get<K: MemoptKey + ?Sized>(
+        &mut self,
+        table: &MemoptTable,
+        key: &K,
+    ) -> Result<Option<Row>, Error> {
+        let mut rows = self
+            .memopt_call(table, false, key.is_text(), |buf| encode_key(buf, key))
+            .await?;
+        Ok(rows.pop())
+    }
+
+    /// Looks several rows up in one `FunctionCall` (`memopt.get_many`): the rows found, in the
+    /// order of `keys` (a key given twice gives its row twice; a key without a row gives none).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let users = client.memopt_table("users").await?;
+    /// let rows = client.memopt_get_many(&users, &[1i64, 2, 3]).await?;
+    /// for row in &rows {
+    ///     let id: i64 = row.get("id")?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn memopt_get_many<K: MemoptKey>(
+        &mut self,
+        table: &MemoptTable,
+        keys: &[K],
+    ) -> Result<Vec<Row>, Error> {
+        self.memopt_call(table, true, K::TEXT, |buf| encode_keys(buf, keys, K::TEXT))
+            .await
+    }
+
+    /// The function OIDs, resolving them first if this connection has not (or ran
+    /// `DISCARD ALL` since).
+    pub(crate) async fn memopt_functions(&mut self) -> Result<MemoptFunctions, Error> {
+        if std::mem::take(&mut self.conn.functions_discarded) {
+            self.memopt = None;
+        }
+        if let Some(f) = self.memopt {
+            return Ok(f);
+        }
+        let row = self.query_one(RESOLVE_FUNCTIONS, &[]).await?;
+        let mut oids = [0u32; 4];
+        for (i, oid) in oids.iter_mut().enumerate() {
+            *oid = row.get::<_, Option<u32>>(i)?.ok_or_else(|| {
+                Error::usage(
+                    "memopt.get is not installed in this database: CREATE EXTENSION memopt \
+                     (version with fast lookups), with memopt in shared_preload_libraries",
+                )
+            })?;
+        }
+        let f = MemoptFunctions {
+            get_int: oids[0],
+            get_text: oids[1],
+            many_int: oids[2],
+            many_text: oids[3],
+        };
+        self.memopt = Some(f);
+        Ok(f)
+    }
+
+    async fn memopt_call(
+        &mut self,
+        table: &MemoptTable,
+        many: bool,
+        text: bool,
+        key: impl Fn(&mut BytesMut) -> Result<(), Error>,
+    ) -> Result<Vec<Row>, Error> {
+        check_table(table, self.id)?;
+        let mut retried = false;
+        loop {
+            let fns = self.memopt_functions().await?;
+            match self
+                .function_call(fns.pick(text, many), table, &key)
+                .await?
+            {
+                Ok(value) => {
+                    return decode(table, many, value.as_deref())
+                        .map_err(|e| self.conn.poison(e))?;
+                }
+                // The extension was dropped and created again since the OIDs were resolved:
+                // resolve once more, where no transaction block would be left failed.
+                Err(e)
+                    if !retried
+                        && e.code() == Some(SqlState::UNDEFINED_FUNCTION)
+                        && self.transaction_status() == crate::TransactionStatus::Idle =>
+                {
+                    retried = true;
+                    self.memopt = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends one `FunctionCall` and reads its reply. The outer error is the connection's; the
+    /// inner one the server's answer.
+    async fn function_call(
+        &mut self,
+        function: u32,
+        table: &MemoptTable,
+        key: &impl Fn(&mut BytesMut) -> Result<(), Error>,
+    ) -> Result<Result<Option<Vec<u8>>, Error>, Error> {
+        self.conn.start_request().await?;
+        let oid = table.oid();
+        self.conn
+            .encode(|buf| encode_function_call(buf, function, oid, key))?;
+        self.conn.finish_request(Owed::FunctionCall).await?;
+        let mut value = None;
+        let mut error = None;
+        loop {
+            match self.conn.recv().await? {
+                Message::DataRow(body) => value = Some(function_value(&body)?),
+                Message::ErrorResponse(body) => {
+                    error = Some(Error::db(DbError::parse(&mut body.fields())?));
+                }
+                Message::ReadyForQuery(_) => break,
+                m => {
+                    return Err(self
+                        .conn
+                        .poison(unexpected(&m, "in reply to a FunctionCall")));
+                }
+            }
+        }
+        Ok(match error {
+            Some(e) => Err(e),
+            None => Ok(value.flatten()),
+        })
+    }
+}
+
+pub(crate) fn check_table(table: &MemoptTable, client: u64) -> Result<(), Error> {
+    if table.0.client == client {
+        Ok(())
+    } else {
+        Err(Error::usage(
+            "this memopt table was resolved on another connection; resolve it on this one \
+             with Client::memopt_table",
+        ))
+    }
+}
+
+/// Appends a `FunctionCall` of `function(regclass, key)` with binary arguments and a binary
+/// result. `key` appends the key argument's bytes. The one encoder of the message.
+pub(crate) fn encode_function_call(
+    buf: &mut BytesMut,
+    function: u32,
+    table: u32,
+    key: impl FnOnce(&mut BytesMut) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let start = buf.len();
+    buf.put_u8(b'F');
+    buf.put_i32(0); // the length, filled in below
+    buf.put_u32(function);
+    buf.put_i16(1); // one format code for all arguments:
+    buf.put_i16(1); // binary
+    buf.put_i16(2); // arguments
+    buf.put_i32(4);
+    buf.put_u32(table);
+    let len_at = buf.len();
+    buf.put_i32(0);
+    key(buf)?;
+    let key_len = buf.len() - len_at - 4;
+    buf.put_i16(1); // binary result
+    let len = buf.len() - start - 1;
+    let (Ok(len), Ok(key_len)) = (i32::try_from(len), i32::try_from(key_len)) else {
+        return Err(Error::usage(
+            "the keys do not fit in one protocol message (1 GiB): look them up in smaller batches",
+        ));
+    };
+    buf[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+    buf[len_at..len_at + 4].copy_from_slice(&key_len.to_be_bytes());
+    Ok(())
+}
+
+fn encode_key<K: MemoptKey + ?Sized>(buf: &mut BytesMut, key: &K) -> Result<(), Error> {
+    key.put(buf);
+    Ok(())
+}
+
+/// A one-dimensional `bigint[]` or `text[]` in `array_send`'s format.
+pub(crate) fn encode_keys<K: MemoptKey>(
+    buf: &mut BytesMut,
+    keys: &[K],
+    text: bool,
+) -> Result<(), Error> {
+    let n = i32::try_from(keys.len()).map_err(|_| Error::usage("too many keys for one lookup"))?;
+    buf.put_i32(i32::from(n > 0)); // dimensions
+    buf.put_i32(0); // no NULLs
+    buf.put_u32(if text { 25 } else { 20 }); // text, int8
+    if n > 0 {
+        buf.put_i32(n);
+        buf.put_i32(1); // lower bound
+    }
+    for k in keys {
+        let at = buf.len();
+        buf.put_i32(0);
+        k.put(buf);
+        let len = i32::try_from(buf.len() - at - 4)
+            .map_err(|_| Error::usage("a key is longer than 1 GiB"))?;
+        buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// The value of a `FunctionCallResponse`, which the connection delivers as a one-column
+/// `DataRow`.
+pub(crate) fn function_value(body: &DataRowBody) -> Result<Option<Vec<u8>>, Error> {
+    let ranges = crate::row::ranges(body)?;
+    match ranges.as_slice() {
+        [value] => Ok(value.clone().map(|r| body.buffer()[r].to_vec())),
+        _ => Err(Error::protocol(
+            "a FunctionCallResponse carried other than one value: this is a bug in slipstream-pg",
+        )),
+    }
+}
+
+/// The rows of a reply. Outer error: the server sent something malformed (the connection is
+/// closed); inner: the table changed since it was resolved.
+pub(crate) fn decode(
+    table: &MemoptTable,
+    many: bool,
+    value: Option<&[u8]>,
+) -> Result<Result<Vec<Row>, Error>, Error> {
+    let Some(mut v) = value else {
+        return Ok(Ok(Vec::new()));
+    };
+    if !many {
+        return Ok(record_row(table, v)?.map(|r| vec![r]));
+    }
+    let ndim = take_i32(&mut v)?;
+    let _flags = take_i32(&mut v)?;
+    let _element_type = take_i32(&mut v)?;
+    if ndim == 0 {
+        return Ok(Ok(Vec::new()));
+    }
+    if ndim != 1 {
+        return Err(malformed("an array of rows with other than one dimension"));
+    }
+    let n = take_i32(&mut v)?;
+    let _lower = take_i32(&mut v)?;
+    let mut rows = Vec::new();
+    for _ in 0..n.max(0) {
+        let len = take_i32(&mut v)?;
+        if len < 0 {
+            continue; // no row for this key
+        }
+        let element = take(&mut v, len as usize)?;
+        match record_row(table, element)? {
+            Ok(row) => rows.push(row),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(rows))
+}
+
+/// One composite value (`record_send`) as a [`Row`] with the table's columns.
+fn record_row(table: &MemoptTable, mut v: &[u8]) -> Result<Result<Row, Error>, Error> {
+    let columns = &table.0.columns;
+    let n = take_i32(&mut v)?;
+    if n < 0 {
+        return Err(malformed("a row with a negative column count"));
+    }
+    let mut data = BytesMut::with_capacity(v.len() + 7);
+    data.put_u8(b'D');
+    data.put_i32(0);
+    data.put_i16(i16::try_from(n).map_err(|_| malformed("a row of too many columns"))?);
+    let mut changed = n as usize != columns.len();
+    for i in 0..n as usize {
+        let oid = take_i32(&mut v)? as u32;
+        changed |= columns.get(i).is_none_or(|c| c.type_().oid() != oid);
+        let len = take_i32(&mut v)?;
+        data.put_i32(len);
+        if len > 0 {
+            data.put_slice(take(&mut v, len as usize)?);
+        }
+    }
+    if changed {
+        return Ok(Err(Error::usage(format!(
+            "the columns of table {} changed since Client::memopt_table resolved it (DDL): \
+             resolve it again",
+            table.name()
+        ))));
+    }
+    let len = i32::try_from(data.len() - 1).map_err(|_| malformed("a row over 2 GiB"))?;
+    data[1..5].copy_from_slice(&len.to_be_bytes());
+    match Message::parse(&mut data) {
+        Ok(Some(Message::DataRow(body))) => Ok(Row::new(columns.clone(), body)
+            .map_err(|_| malformed("a row whose values do not match its column count"))),
+        _ => Err(malformed("a row that does not parse")),
+    }
+}
+
+fn take_i32(v: &mut &[u8]) -> Result<i32, Error> {
+    let b = take(v, 4)?;
+    Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn take<'a>(v: &mut &'a [u8], n: usize) -> Result<&'a [u8], Error> {
+    if v.len() < n {
+        return Err(malformed("a value shorter than its length says"));
+    }
+    let (head, rest) = v.split_at(n);
+    *v = rest;
+    Ok(head)
+}
+
+fn malformed(what: &str) -> Error {
+    Error::protocol(format!(
+        "server sent a malformed memopt lookup result ({what}; protocol violation); the \
+         connection is closed"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use postgres_types::Type;
+
+    fn table() -> MemoptTable {
+        MemoptTable(Arc::new(TableInner {
+            name: "t".into(),
+            oid: 9,
+            columns: vec![
+                Column::new("id".into(), Type::INT8, Some(9), Some(1), -1),
+                Column::new("v".into(), Type::TEXT, Some(9), Some(2), -1),
+            ]
+            .into(),
+            client: 1,
+        }))
+    }
+
+    /// `record_send` of (id bigint, v text) with the given type OIDs and values.
+    fn record(oids: &[u32], values: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        b.put_i32(oids.len() as i32);
+        for (oid, v) in oids.iter().zip(values) {
+            b.put_u32(*oid);
+            match v {
+                Some(v) => {
+                    b.put_i32(v.len() as i32);
+                    b.put_slice(v);
+                }
+                None => b.put_i32(-1),
+            }
+        }
+        b.to_vec()
+    }
+
+    #[test]
+    fn a_function_call_is_encoded_as_the_protocol_describes() {
+        let mut buf = BytesMut::new();
+        encode_function_call(&mut buf, 7, 9, |b| encode_key(b, &5i64)).unwrap();
+        let mut want = vec![b'F'];
+        want.extend(36i32.to_be_bytes()); // itself, OID, 3 counts/codes, 2 arguments, result code
+        want.extend(7u32.to_be_bytes());
+        want.extend([0, 1, 0, 1, 0, 2]);
+        want.extend(4i32.to_be_bytes());
+        want.extend(9u32.to_be_bytes());
+        want.extend(8i32.to_be_bytes());
+        want.extend(5i64.to_be_bytes());
+        want.extend([0, 1]);
+        assert_eq!(want.len() - 1, 36);
+        assert_eq!(&buf[..], &want[..]);
+    }
+
+    #[test]
+    fn a_record_becomes_a_row_with_the_tables_columns() {
+        let v = record(&[20, 25], &[Some(&42i64.to_be_bytes()), None]);
+        let rows = decode(&table(), false, Some(&v)).unwrap().unwrap();
+        assert_eq!(rows[0].get::<_, i64>("id").unwrap(), 42);
+        assert_eq!(rows[0].get::<_, Option<&str>>("v").unwrap(), None);
+        assert!(decode(&table(), false, None).unwrap().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_changed_table_is_reported_and_a_malformed_value_closes_the_connection() {
+        // Another type in column 2, or a column more: the table changed.
+        let v = record(&[20, 23], &[Some(&1i64.to_be_bytes()), Some(&[0, 0, 0, 1])]);
+        let e = decode(&table(), false, Some(&v)).unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Usage);
+        let v = record(&[20, 25, 25], &[Some(&1i64.to_be_bytes()), None, None]);
+        assert!(decode(&table(), false, Some(&v)).unwrap().is_err());
+        // A value longer than the message, a negative count, a truncated array.
+        let mut v = record(&[20, 25], &[Some(&1i64.to_be_bytes()), Some(b"x")]);
+        v.truncate(v.len() - 1);
+        assert_eq!(
+            decode(&table(), false, Some(&v)).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
+        let v = (-1i32).to_be_bytes();
+        assert_eq!(
+            decode(&table(), false, Some(&v)).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
+        let v = [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 2];
+        assert_eq!(
+            decode(&table(), true, Some(&v)).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
+    }
+
+    #[test]
+    fn an_array_of_records_keeps_the_rows_in_order_and_skips_nulls() {
+        let mut b = BytesMut::new();
+        b.put_i32(1);
+        b.put_i32(1);
+        b.put_u32(16400);
+        b.put_i32(3);
+        b.put_i32(1);
+        for id in [Some(3i64), None, Some(1)] {
+            match id {
+                Some(id) => {
+                    let r = record(&[20, 25], &[Some(&id.to_be_bytes()), Some(b"x")]);
+                    b.put_i32(r.len() as i32);
+                    b.put_slice(&r);
+                }
+                None => b.put_i32(-1),
+            }
+        }
+        let rows = decode(&table(), true, Some(&b)).unwrap().unwrap();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0).unwrap()).collect();
+        assert_eq!(ids, [3, 1]);
+    }
+}
