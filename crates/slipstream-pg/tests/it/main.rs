@@ -10,6 +10,7 @@ mod faults;
 mod fetch;
 mod hostile;
 mod pipeline;
+mod pipeline_wakeups;
 mod query;
 mod statement_cache;
 mod tls;
