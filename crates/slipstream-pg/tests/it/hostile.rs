@@ -711,7 +711,7 @@ async fn a_connection_closed_mid_pipeline_fails_every_operation_in_flight() {
     )
     .await;
     let results = tokio::time::timeout(LIMIT, async {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         p.query("SELECT 1", &[]).await.unwrap();
         p.query("SELECT 2", &[]).await.unwrap();
         p.query("SELECT 3", &[]).await.unwrap();
@@ -742,7 +742,7 @@ async fn garbage_mid_pipeline_fails_every_operation_in_flight() {
     let first = [described(&["a"]), data_row(&[b"1", b"2"])].concat();
     let mut c = connected(vec![Step::Recv, Step::Send(first)], true).await;
     let results = tokio::time::timeout(LIMIT, async {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         p.query("SELECT 1", &[]).await.unwrap();
         p.query("SELECT 2", &[]).await.unwrap();
         p.end().await

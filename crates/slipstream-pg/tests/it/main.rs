@@ -20,6 +20,12 @@ mod types;
 use slipstream_pg::Client;
 use slipstream_testkit::Cluster;
 
+/// Continue-on-error pipeline options (the default is abort on error): what most of these
+/// tests exercise.
+fn continue_on_error() -> slipstream_pg::PipelineOptions {
+    slipstream_pg::PipelineOptions::new().mode(slipstream_pg::PipelineMode::ContinueOnError)
+}
+
 /// A fresh cluster and a connection to it.
 async fn setup() -> (Cluster, Client) {
     let cluster = Cluster::start().expect("start a cluster");
