@@ -2,7 +2,8 @@
 //! `cargo run --release -p slipstream-pg --example pipeline_cost [seconds] [rtt_us]`.
 //!
 //! The program a newcomer writes from the README: a prepared point `SELECT`, batches of 100
-//! waited for as a whole, in continue-on-error mode (the default) and in abort-on-error mode,
+//! waited for as a whole, in continue-on-error mode (the default until issue 23) and in
+//! abort-on-error mode (the default since),
 //! over loopback TCP (or the testkit's delay proxy when `rtt_us` > 0). The modes take turns in
 //! short rounds, so a loaded machine slows both alike and the ratio stays meaningful. Client
 //! CPU is the runtime thread's (`getrusage(RUSAGE_THREAD)`), with its voluntary context

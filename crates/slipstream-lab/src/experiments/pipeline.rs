@@ -520,7 +520,7 @@ impl Slip {
             Mode::BatchContinue | Mode::WindowContinue => PipelineMode::ContinueOnError,
             _ => PipelineMode::AbortOnError,
         };
-        let abort = PipelineOptions::new().mode(error_mode);
+        let opts = PipelineOptions::new().mode(error_mode);
         // The same shapes in either error mode.
         let mode = mode.abort_twin();
         match (workload, mode) {
@@ -538,7 +538,7 @@ impl Slip {
             }
             (Workload::ReadOnly | Workload::ReadOnly8, Mode::Batch) => {
                 while Instant::now() < deadline {
-                    let mut p = self.c.pipeline_with(abort.clone());
+                    let mut p = self.c.pipeline_with(opts.clone());
                     for _ in 0..BATCH {
                         p.query(&self.select, &[&next_id(&mut rng)]).await?;
                     }
@@ -549,7 +549,7 @@ impl Slip {
                 }
             }
             (Workload::ReadOnly | Workload::ReadOnly8, Mode::Window) => {
-                let mut p = self.c.pipeline_with(abort);
+                let mut p = self.c.pipeline_with(opts);
                 let mut ring = VecDeque::new();
                 let window = PipelineOptions::new().get_max_in_flight();
                 while Instant::now() < deadline {
@@ -586,7 +586,7 @@ impl Slip {
             }
             (Workload::Dml, Mode::Batch | Mode::Window) => {
                 while Instant::now() < deadline {
-                    let mut p = self.c.pipeline_with(abort.clone());
+                    let mut p = self.c.pipeline_with(opts.clone());
                     p.execute(&self.begin, &[]).await?;
                     for i in 0..DML_LOOPS {
                         p.execute(&self.insert, &[]).await?;
@@ -626,7 +626,7 @@ impl Slip {
                 }
             }
             (Workload::Mix, Mode::Batch | Mode::Window) => {
-                let mut p = self.c.pipeline_with(abort);
+                let mut p = self.c.pipeline_with(opts);
                 while Instant::now() < deadline {
                     p.execute(&self.begin, &[]).await?;
                     for _ in 0..MIX_READS {
