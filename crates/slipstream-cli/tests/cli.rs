@@ -135,6 +135,8 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
         "tokio-postgres",
         "pgbench",
         "sliding window",
+        "abort on error",
+        "continue on error",
     ] {
         assert!(out.contains(peer), "{peer} missing from:\n{out}");
     }
@@ -146,6 +148,9 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
         "dml_rtt1000us_pgbench_batch_speedup",
         "readonly1_rtt0us_slipstream_window_cpu_us_per_statement",
         "readonly1_window_rtt1000us_over_loopback",
+        "readonly1_rtt0us_slipstream_batch_continue_over_abort",
+        "readonly1_rtt1000us_slipstream_window_continue_over_abort",
+        "readonly1_rtt0us_slipstream_batch_continue_cpu_us_per_statement",
     ] {
         assert!(ratios.contains_key(key), "{key} missing from {ratios:?}");
     }

@@ -28,8 +28,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .prepare("SELECT name, stock FROM items WHERE id = $1")
         .await?;
 
-    // Continue on error: 1,000 inserts in flight at once; the duplicate fails alone.
-    let mut p = client.pipeline();
+    // Continue on error: 1,000 inserts in flight at once; the duplicate fails alone (the
+    // default, abort on error, would roll all of them back with it).
+    let mut p = client.pipeline_with(PipelineOptions::new().mode(PipelineMode::ContinueOnError));
     for id in 1..=1000i32 {
         p.execute(&insert, &[&id, &format!("item {id}")]).await?;
     }

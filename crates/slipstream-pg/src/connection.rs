@@ -72,6 +72,13 @@ const MAX_PARAMETERS: usize = 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// A message bigger than this gets an allocation of its own (see `parse_buffered`).
 const BIG_MESSAGE: usize = 4 * READ_CHUNK;
+/// Below this many bytes known to be due, a receive low-water mark is not worth its system
+/// call (see `Connection::set_rcvlowat`): a pipeline of one never pays for one.
+const MIN_RCVLOWAT: usize = 64;
+/// The most a read waits to gather: a read of this much is already cheap per byte, and the
+/// kernel needs receive-buffer room for at least the mark (Linux grows the buffer to about
+/// twice the mark), so the server is never blocked sending while we sleep below it.
+const MAX_RCVLOWAT: usize = 32 * 1024;
 
 /// `into` with `bytes` appended.
 fn moved_to(mut into: BytesMut, bytes: &[u8]) -> BytesMut {
@@ -168,6 +175,9 @@ pub(crate) struct Connection {
     broken: Option<String>,
     /// Bytes went to the socket since its last flush (matters for TLS only).
     unflushed: bool,
+    /// The socket's receive low-water mark (`SO_RCVLOWAT`) as last set: 1 except while a
+    /// pipeline waits for replies it knows are due (see `Connection::set_rcvlowat`).
+    rcvlowat: usize,
     /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
     /// stream offset just past the last queued byte.
     pub(crate) written: u64,
@@ -211,6 +221,7 @@ impl Connection {
             owed: VecDeque::new(),
             broken: None,
             unflushed: false,
+            rcvlowat: 1,
             written: 0,
             tx_status: TransactionStatus::Idle,
             parameters: HashMap::new(),
@@ -450,7 +461,7 @@ impl Connection {
                     ));
                 }
                 Poll::Pending => {
-                    if let Err(e) = ready!(self.poll_read_more(cx)) {
+                    if let Err(e) = ready!(self.poll_read_more(cx, 0)) {
                         return Poll::Ready(Err(e));
                     }
                 }
@@ -466,14 +477,7 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Err(self.poison(e)),
             }
-            self.make_room();
-            match self.socket.read_buf(&mut self.rbuf).await {
-                Ok(0) => return Err(self.poison(closed_by_server(&self.rbuf))),
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(self.poison(Error::io("could not receive data from the server", e)));
-                }
-            }
+            std::future::poll_fn(|cx| self.poll_read_more(cx, 0)).await?;
         }
     }
 
@@ -591,7 +595,15 @@ impl Connection {
     /// while our writes wait for room in the socket, the replies that free that room (the
     /// server blocks on its own full send buffer until we read) are still being read.
     /// Cancel-safe: unsent bytes stay in `wbuf`, partial messages in `rbuf`.
-    pub(crate) fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<Message, Error>> {
+    ///
+    /// `due` is a true lower bound on the bytes of replies still to come, counted from the
+    /// first unparsed byte: the read sleeps until that much could have arrived (see
+    /// [`Connection::set_rcvlowat`]). 0 when nothing is known.
+    pub(crate) fn poll_exchange(
+        &mut self,
+        cx: &mut Context<'_>,
+        due: usize,
+    ) -> Poll<Result<Message, Error>> {
         if let Err(e) = self.check_usable() {
             return Poll::Ready(Err(e));
         }
@@ -637,7 +649,7 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Poll::Ready(Err(self.poison(e))),
             }
-            if let Err(e) = ready!(self.poll_read_more(cx)) {
+            if let Err(e) = ready!(self.poll_read_more(cx, due)) {
                 return Poll::Ready(Err(e));
             }
         }
@@ -646,7 +658,14 @@ impl Connection {
     /// Reads what the socket has into `rbuf`. The end of the stream or an I/O error poisons
     /// the connection. A `read_buf` future changes the buffer only when it completes, so
     /// dropping a pending one loses nothing.
-    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    ///
+    /// `due` is as for [`Connection::poll_exchange`]; every other read passes 0, which puts
+    /// the low-water mark back to 1 before it waits, so a mark left by a pipeline whose future
+    /// was dropped never delays a later reply.
+    fn poll_read_more(&mut self, cx: &mut Context<'_>, due: usize) -> Poll<Result<(), Error>> {
+        if let Err(e) = self.set_rcvlowat(due.saturating_sub(self.rbuf.len())) {
+            return Poll::Ready(Err(e));
+        }
         self.make_room();
         match ready!(pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx)) {
             Ok(0) => Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf)))),
@@ -655,6 +674,60 @@ impl Connection {
                 self.poison(Error::io("could not receive data from the server", e))
             )),
         }
+    }
+
+    /// Asks the kernel not to report the socket readable until `bytes` have arrived
+    /// (`SO_RCVLOWAT`), when that many are certainly on their way: a continue-on-error
+    /// pipeline's replies each end in a `ReadyForQuery` the server flushes on its own, and
+    /// waking once per small packet cost more client CPU than the statements themselves.
+    ///
+    /// What must stay true, or a reply could wait for bytes that never come:
+    /// - `bytes` is a lower bound of what the server will send without hearing from us
+    ///   again (the caller's job: see `Pipeline::due`); a closed or reset connection wakes
+    ///   the reader whatever the mark;
+    /// - every other wait sets it back to 1 first (`poll_read_more(cx, 0)`);
+    /// - it stays below the receive buffer (`MAX_RCVLOWAT`), so the server is never blocked
+    ///   on a full buffer that has not yet reached the mark.
+    ///
+    /// Linux honours the mark in `poll`/`epoll` for TCP (and re-checks readiness when it is
+    /// lowered, so lowering never loses a wake-up); a non-blocking read still returns what
+    /// is there. Unix-domain sockets ignore it for `poll`, and TLS buffers records of its
+    /// own, so both are left at 1. A failure to raise the mark only costs wake-ups; a
+    /// failure to lower it breaks the connection rather than risk waiting for ever.
+    fn set_rcvlowat(&mut self, bytes: usize) -> Result<(), Error> {
+        let want = if bytes < MIN_RCVLOWAT {
+            1
+        } else {
+            bytes.min(MAX_RCVLOWAT)
+        };
+        if want == self.rcvlowat {
+            return Ok(());
+        }
+        let Socket::Tcp(stream) = &self.socket else {
+            return Ok(());
+        };
+        let value = want as libc::c_int;
+        // SAFETY: `stream` owns an open socket for the duration of the call; the option value
+        // points at a live c_int and its length says so.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(stream),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            self.rcvlowat = want;
+        } else if want < self.rcvlowat {
+            let e = std::io::Error::last_os_error();
+            return Err(self.poison(Error::io(
+                "could not lower the socket's receive low-water mark",
+                e,
+            )));
+        }
+        Ok(())
     }
 
     /// Reads the next message that is not asynchronous: notices go to the handler, notifications

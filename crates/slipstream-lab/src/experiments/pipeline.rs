@@ -71,31 +71,41 @@ impl Workload {
     }
 }
 
-/// How a client sends.
+/// How a client sends. slipstream's pipelined modes come in both error modes; a peer's
+/// pipelined mode is whatever it does (see [`Cell::mode_label`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     /// One statement, one round trip.
     Plain,
-    /// A batch (or a transaction) sent at once, waited for as a whole.
+    /// A batch (or a transaction) sent at once, waited for as a whole: slipstream in abort
+    /// mode (one Sync per batch), tokio-postgres (a Sync per statement), pgbench (one Sync).
     Batch,
-    /// slipstream only: one long pipeline, a sliding window of operations in flight.
+    /// slipstream only: one long pipeline, a sliding window of operations in flight, abort
+    /// mode (a Sync every [`BATCH`]).
     Window,
+    /// slipstream only: [`Mode::Batch`] in continue-on-error mode (a Sync per statement).
+    BatchContinue,
+    /// slipstream only: [`Mode::Window`] in continue-on-error mode.
+    WindowContinue,
 }
 
 impl Mode {
-    fn label(self) -> &'static str {
-        match self {
-            Mode::Plain => "no pipelining",
-            Mode::Batch => "pipeline, batches",
-            Mode::Window => "pipeline, sliding window",
-        }
-    }
-
     fn key(self) -> &'static str {
         match self {
             Mode::Plain => "plain",
             Mode::Batch => "batch",
             Mode::Window => "window",
+            Mode::BatchContinue => "batch_continue",
+            Mode::WindowContinue => "window_continue",
+        }
+    }
+
+    /// The same shape in abort-on-error mode.
+    fn abort_twin(self) -> Mode {
+        match self {
+            Mode::BatchContinue => Mode::Batch,
+            Mode::WindowContinue => Mode::Window,
+            m => m,
         }
     }
 }
@@ -137,6 +147,21 @@ struct Cell {
 }
 
 impl Cell {
+    /// The mode with its error mode named: what a reader needs to compare figures.
+    fn mode_label(&self) -> &'static str {
+        match (self.peer, self.mode) {
+            (_, Mode::Plain) => "no pipelining",
+            (Peer::Slipstream, Mode::Batch) => "pipeline, batches, abort on error",
+            (Peer::Slipstream, Mode::Window) => "pipeline, sliding window, abort on error",
+            (Peer::Slipstream, Mode::BatchContinue) => "pipeline, batches, continue on error",
+            (Peer::Slipstream, Mode::WindowContinue) => {
+                "pipeline, sliding window, continue on error"
+            }
+            (Peer::TokioPostgres, _) => "pipeline, batches, continue on error (a Sync each)",
+            (Peer::Pgbench, _) => "pipeline, batches, abort on error (one Sync)",
+        }
+    }
+
     fn ops_per_s(&self) -> f64 {
         self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
     }
@@ -193,14 +218,16 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             for (peer, mode) in [
                 (Peer::Slipstream, Mode::Plain),
                 (Peer::Slipstream, Mode::Batch),
+                (Peer::Slipstream, Mode::BatchContinue),
                 (Peer::Slipstream, Mode::Window),
+                (Peer::Slipstream, Mode::WindowContinue),
                 (Peer::TokioPostgres, Mode::Plain),
                 (Peer::TokioPostgres, Mode::Batch),
             ] {
                 let (ops, t) = rt
                     .block_on(measure(&url, workload, peer, mode, cell_time))
                     .with_context(|| {
-                        format!("{} {} at RTT {rtt_us} us", peer.label(), mode.label())
+                        format!("{} {} at RTT {rtt_us} us", peer.label(), mode.key())
                     })?;
                 cells.push(Cell {
                     workload,
@@ -265,7 +292,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
             c.workload.label().into(),
             format!("{}", c.rtt_us as f64 / 1000.0),
             c.peer.label().into(),
-            c.mode.label().into(),
+            c.mode_label().into(),
             format!("{:.0}", c.ops_per_s()),
             speedup.map_or("-".into(), |s| format!("{s:.1}x")),
             format!("{:.2}", c.cpu_us_per_op()),
@@ -283,8 +310,17 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
             format!("{key}_cpu_us_per_statement"),
             c.cpu_us_per_op().max(1e-9),
         );
-        if let (Some(s), Mode::Batch | Mode::Window) = (speedup, c.mode) {
+        if let Some(s) = speedup.filter(|_| c.mode != Mode::Plain) {
             r.ratios.insert(format!("{key}_speedup"), s.max(1e-9));
+        }
+        // Continue on error beside abort on error, same shape, same run.
+        if matches!(c.mode, Mode::BatchContinue | Mode::WindowContinue)
+            && let Some(abort) = find(c.workload, c.rtt_us, c.peer, c.mode.abort_twin())
+        {
+            r.ratios.insert(
+                format!("{key}_over_abort"),
+                (c.ops_per_s() / abort.ops_per_s()).max(1e-9),
+            );
         }
     }
     r.table = table;
@@ -292,10 +328,15 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
     // Head-to-head: slipstream's best pipelined mode against each peer's pipelined mode.
     for w in Workload::ALL {
         for &rtt in rtts_us {
-            let ours = [Mode::Batch, Mode::Window]
-                .into_iter()
-                .filter_map(|m| find(w, rtt, Peer::Slipstream, m))
-                .max_by(|a, b| a.ops_per_s().total_cmp(&b.ops_per_s()));
+            let ours = [
+                Mode::Batch,
+                Mode::Window,
+                Mode::BatchContinue,
+                Mode::WindowContinue,
+            ]
+            .into_iter()
+            .filter_map(|m| find(w, rtt, Peer::Slipstream, m))
+            .max_by(|a, b| a.ops_per_s().total_cmp(&b.ops_per_s()));
             let Some(ours) = ours else { continue };
             for peer in [Peer::TokioPostgres, Peer::Pgbench] {
                 if let Some(theirs) = find(w, rtt, peer, Mode::Batch) {
@@ -328,6 +369,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
     for (peer, mode) in [
         (Peer::Slipstream, Mode::Plain),
         (Peer::Slipstream, Mode::Window),
+        (Peer::Slipstream, Mode::WindowContinue),
         (Peer::TokioPostgres, Mode::Batch),
         (Peer::Pgbench, Mode::Batch),
     ] {
@@ -337,8 +379,12 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
             .map(|c| (c.rtt_us as f64 / 1000.0, c.ops_per_s()))
             .collect();
         if !points.is_empty() {
+            let label = cells
+                .iter()
+                .find(|c| c.peer == peer && c.mode == mode)
+                .map_or("", Cell::mode_label);
             r.series.push(Series {
-                name: format!("{}, {}", peer.label(), mode.label()),
+                name: format!("{}, {label}", peer.label()),
                 x_label: "injected RTT (ms)".into(),
                 y_label: "read-only statements/s, 1 session".into(),
                 points,
@@ -348,7 +394,10 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
     r.notes.push(format!(
         "batches: {BATCH} statements per pipeline for read-only, the whole transaction for the mix, and \
          {BATCH}-statement pipelines inside a {DML_LOOPS}-loop transaction for DML; the sliding window keeps \
-         up to {} operations in flight in one long pipeline (abort mode, a Sync every {BATCH}).",
+         up to {} operations in flight in one long pipeline (a Sync every {BATCH} in abort mode). Every \
+         slipstream pipelined figure names its error mode: abort on error (PipelineMode::AbortOnError, the \
+         default: one Sync per batch) or continue on error (a Sync per statement, each its own implicit \
+         transaction); `*_over_abort` ratios put the two side by side from the same run.",
         PipelineOptions::new().get_max_in_flight()
     ));
     r.notes.push(
@@ -467,7 +516,13 @@ impl Slip {
     ) -> anyhow::Result<u64> {
         let mut rng = seed;
         let mut ops = 0u64;
-        let abort = PipelineOptions::new().mode(PipelineMode::AbortOnError);
+        let error_mode = match mode {
+            Mode::BatchContinue | Mode::WindowContinue => PipelineMode::ContinueOnError,
+            _ => PipelineMode::AbortOnError,
+        };
+        let opts = PipelineOptions::new().mode(error_mode);
+        // The same shapes in either error mode.
+        let mode = mode.abort_twin();
         match (workload, mode) {
             (Workload::ReadOnly | Workload::ReadOnly8, Mode::Plain) => {
                 while Instant::now() < deadline {
@@ -483,7 +538,7 @@ impl Slip {
             }
             (Workload::ReadOnly | Workload::ReadOnly8, Mode::Batch) => {
                 while Instant::now() < deadline {
-                    let mut p = self.c.pipeline_with(abort.clone());
+                    let mut p = self.c.pipeline_with(opts.clone());
                     for _ in 0..BATCH {
                         p.query(&self.select, &[&next_id(&mut rng)]).await?;
                     }
@@ -494,7 +549,7 @@ impl Slip {
                 }
             }
             (Workload::ReadOnly | Workload::ReadOnly8, Mode::Window) => {
-                let mut p = self.c.pipeline_with(abort);
+                let mut p = self.c.pipeline_with(opts);
                 let mut ring = VecDeque::new();
                 let window = PipelineOptions::new().get_max_in_flight();
                 while Instant::now() < deadline {
@@ -513,6 +568,9 @@ impl Slip {
                     r?;
                 }
             }
+            (_, Mode::BatchContinue | Mode::WindowContinue) => {
+                anyhow::bail!("continue-on-error modes run as their abort-mode shape")
+            }
             (Workload::Dml, Mode::Plain) => {
                 while Instant::now() < deadline {
                     self.c.execute(&self.begin, &[]).await?;
@@ -528,7 +586,7 @@ impl Slip {
             }
             (Workload::Dml, Mode::Batch | Mode::Window) => {
                 while Instant::now() < deadline {
-                    let mut p = self.c.pipeline_with(abort.clone());
+                    let mut p = self.c.pipeline_with(opts.clone());
                     p.execute(&self.begin, &[]).await?;
                     for i in 0..DML_LOOPS {
                         p.execute(&self.insert, &[]).await?;
@@ -568,7 +626,7 @@ impl Slip {
                 }
             }
             (Workload::Mix, Mode::Batch | Mode::Window) => {
-                let mut p = self.c.pipeline_with(abort);
+                let mut p = self.c.pipeline_with(opts);
                 while Instant::now() < deadline {
                     p.execute(&self.begin, &[]).await?;
                     for _ in 0..MIX_READS {
@@ -633,7 +691,9 @@ impl Tp {
         let ro = matches!(workload, Workload::ReadOnly | Workload::ReadOnly8);
         while Instant::now() < deadline {
             match (workload, mode) {
-                (_, Mode::Window) => anyhow::bail!("tokio-postgres has no sliding window"),
+                (_, Mode::Window | Mode::BatchContinue | Mode::WindowContinue) => {
+                    anyhow::bail!("tokio-postgres has no sliding window or error mode")
+                }
                 (_, Mode::Plain) if ro => {
                     for _ in 0..10 {
                         let row = c.query_one(&self.select, &[&next_id(&mut rng)]).await?;

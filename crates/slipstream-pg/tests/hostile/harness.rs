@@ -97,7 +97,10 @@ pub async fn call(c: &mut Client, call: Call) -> Result<(), slipstream_pg::Error
             Ok(())
         }
         Call::Pipeline => {
-            let mut p = c.pipeline();
+            let mut p = c.pipeline_with(
+                slipstream_pg::PipelineOptions::new()
+                    .mode(slipstream_pg::PipelineMode::ContinueOnError),
+            );
             p.query("SELECT 1", &[]).await?;
             p.execute("SELECT 2", &[]).await?;
             p.query_typed("SELECT $1", &[(&1i32, slipstream_pg::types::Type::INT4)])

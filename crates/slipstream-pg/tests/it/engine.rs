@@ -320,10 +320,10 @@ async fn a_parameter_count_mismatch_leaves_no_prepared_statement_behind() {
 async fn an_op_of_another_clients_pipeline_is_refused() {
     let (cluster, mut a) = super::setup().await;
     let mut b = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    let mut pa = a.pipeline();
+    let mut pa = a.pipeline_with(crate::continue_on_error());
     let op = pa.query("SELECT 'a'::text", &[]).await.unwrap();
     let op2 = pa.query("SELECT 'a2'::text", &[]).await.unwrap();
-    let mut pb = b.pipeline();
+    let mut pb = b.pipeline_with(crate::continue_on_error());
     let mine = pb.query("SELECT 'b'::text", &[]).await.unwrap();
     for foreign in [op, op2] {
         let e = bounded("process", pb.process(&foreign)).await.unwrap_err();
@@ -366,7 +366,7 @@ async fn a_commit_that_rolled_back_is_aborted_in_transactions_and_pipelines_alik
     let e = tx.commit().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
 
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     p.execute("BEGIN", &[]).await.unwrap();
     p.execute("SELECT 1/0", &[]).await.unwrap();
     let commit = p.commit().await.unwrap();

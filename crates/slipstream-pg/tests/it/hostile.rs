@@ -24,6 +24,11 @@ enum Step {
     ScramFirst,
     /// Writes these bytes.
     Send(Vec<u8>),
+    /// Reads until the client has sent this many `Sync` messages (so that closing then does
+    /// not reset the connection under data it has not read).
+    RecvSyncs(usize),
+    /// Writes these bytes one per write, with Nagle off: each its own segment.
+    Trickle(Vec<u8>),
 }
 
 /// The caller's bound on each call: every case must end well before it.
@@ -56,6 +61,24 @@ async fn fake(script: Vec<Step>, hold_open: bool) -> u16 {
 
 async fn run(s: &mut TcpStream, step: Step) -> std::io::Result<()> {
     match step {
+        Step::RecvSyncs(n) => {
+            const SYNC: [u8; 5] = [b'S', 0, 0, 0, 4];
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while seen.windows(5).filter(|w| *w == SYNC).count() < n {
+                let got = s.read(&mut buf).await?;
+                if got == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                seen.extend_from_slice(&buf[..got]);
+            }
+        }
+        Step::Trickle(bytes) => {
+            s.set_nodelay(true)?;
+            for b in bytes {
+                s.write_all(&[b]).await?;
+            }
+        }
         Step::Startup => {
             let len = s.read_u32().await? as usize;
             let mut body = vec![0u8; len.saturating_sub(4)];
@@ -688,7 +711,7 @@ async fn a_connection_closed_mid_pipeline_fails_every_operation_in_flight() {
     )
     .await;
     let results = tokio::time::timeout(LIMIT, async {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         p.query("SELECT 1", &[]).await.unwrap();
         p.query("SELECT 2", &[]).await.unwrap();
         p.query("SELECT 3", &[]).await.unwrap();
@@ -719,7 +742,7 @@ async fn garbage_mid_pipeline_fails_every_operation_in_flight() {
     let first = [described(&["a"]), data_row(&[b"1", b"2"])].concat();
     let mut c = connected(vec![Step::Recv, Step::Send(first)], true).await;
     let results = tokio::time::timeout(LIMIT, async {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         p.query("SELECT 1", &[]).await.unwrap();
         p.query("SELECT 2", &[]).await.unwrap();
         p.end().await
@@ -843,5 +866,99 @@ async fn a_bad_row_in_a_row_stream_ends_the_stream_with_a_named_error() {
             "connection is closed",
         ],
     );
+    closed_after(&mut c).await;
+}
+
+// ---- continue-on-error bulk reads (the receive low-water mark) ---------------------------
+
+/// Operations in the batches below: enough that the reader's lower bound of owed reply bytes
+/// is far above the smallest one that raises the socket's low-water mark.
+const MANY: usize = 300;
+
+/// The whole reply to one pipelined `SELECT` of SQL text (Parse, Bind, Describe, Execute,
+/// Sync) returning `value`.
+fn select_reply(value: &str) -> Vec<u8> {
+    [
+        msg(b'1', &[]),
+        msg(b'2', &[]),
+        row_description(&["a"]),
+        data_row(&[value.as_bytes()]),
+        command_complete("SELECT 1"),
+        ready(),
+    ]
+    .concat()
+}
+
+async fn many_selects(c: &mut Client) -> Vec<Result<Output, slipstream_pg::Error>> {
+    let options =
+        slipstream_pg::PipelineOptions::new().mode(slipstream_pg::PipelineMode::ContinueOnError);
+    tokio::time::timeout(LIMIT, async {
+        let mut p = c.pipeline_with(options);
+        for _ in 0..MANY {
+            p.query("SELECT a", &[]).await.unwrap();
+        }
+        p.end().await
+    })
+    .await
+    .expect("the pipeline ends instead of hanging")
+}
+
+#[tokio::test]
+async fn replies_arriving_byte_by_byte_are_all_read() {
+    let replies: Vec<u8> = (0..MANY)
+        .flat_map(|i| select_reply(&i.to_string()))
+        .collect();
+    let mut c = connected(vec![Step::RecvSyncs(MANY), Step::Trickle(replies)], true).await;
+    let results = many_selects(&mut c).await;
+    for (i, r) in results.into_iter().enumerate() {
+        let Ok(Output::Rows(rows)) = r else {
+            panic!("operation {i}: {r:?}");
+        };
+        assert_eq!(rows[0].get::<_, &str>(0).unwrap(), i.to_string());
+    }
+    assert!(!c.is_broken());
+}
+
+#[tokio::test]
+async fn the_smallest_legal_replies_are_all_read() {
+    // Each operation fails at Parse: an ErrorResponse with only the fields the protocol
+    // requires, then ReadyForQuery. Far smaller than a row, and the server then waits: a
+    // bound above these bytes would wait with it.
+    let error = msg(b'E', b"SERROR\0C42601\0Mx\0\0");
+    let replies: Vec<u8> = (0..MANY)
+        .flat_map(|_| [error.clone(), ready()].concat())
+        .collect();
+    let mut c = connected(vec![Step::RecvSyncs(MANY), Step::Send(replies)], true).await;
+    let results = many_selects(&mut c).await;
+    for (i, r) in results.into_iter().enumerate() {
+        let err = r.expect_err("each operation failed");
+        assert_eq!(err.kind(), ErrorKind::Db, "operation {i}: {err}");
+    }
+    assert!(!c.is_broken());
+}
+
+#[tokio::test]
+async fn fewer_bytes_than_the_bound_then_close_fails_the_rest() {
+    // One whole reply and the start of the next, far fewer bytes than the reader's bound for
+    // the batch, then the server goes: the close must wake the reader whatever it waits for.
+    let sent = [select_reply("0"), msg(b'1', &[])[..3].to_vec()].concat();
+    let mut c = connected(vec![Step::RecvSyncs(MANY), Step::Send(sent)], false).await;
+    let results = many_selects(&mut c).await;
+    assert_eq!(results.len(), MANY);
+    assert!(
+        matches!(&results[0], Ok(Output::Rows(_))),
+        "{:?}",
+        results[0]
+    );
+    for (i, r) in results.iter().enumerate().skip(1) {
+        let err = r
+            .as_ref()
+            .expect_err("an operation without its reply fails");
+        assert!(err.is_closed(), "operation {i}: {err}");
+        assert!(
+            err.to_string().contains("closed the connection"),
+            "operation {i}: {err}"
+        );
+    }
     closed_after(&mut c).await;
 }

@@ -12,6 +12,7 @@ mod fetch;
 mod hostile;
 mod memopt;
 mod pipeline;
+mod pipeline_wakeups;
 mod query;
 mod routing;
 mod statement_cache;
@@ -22,6 +23,12 @@ mod types;
 
 use slipstream_pg::Client;
 use slipstream_testkit::Cluster;
+
+/// Continue-on-error pipeline options (the default is abort on error): what most of these
+/// tests exercise.
+fn continue_on_error() -> slipstream_pg::PipelineOptions {
+    slipstream_pg::PipelineOptions::new().mode(slipstream_pg::PipelineMode::ContinueOnError)
+}
 
 /// A fresh cluster and a connection to it.
 async fn setup() -> (Cluster, Client) {

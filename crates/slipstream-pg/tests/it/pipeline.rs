@@ -61,7 +61,7 @@ async fn continue_mode_runs_every_operation_after_a_failing_one() {
     let (_cluster, mut c) = setup().await;
     table(&mut c).await;
     let insert = c.prepare("INSERT INTO t VALUES ($1, 'x')").await.unwrap();
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let a = p.execute(&insert, &[&1i32]).await.unwrap();
     let dup = p.execute(&insert, &[&1i32]).await.unwrap();
     let b = p.execute(&insert, &[&2i32]).await.unwrap();
@@ -148,7 +148,7 @@ async fn abort_mode_inside_begin_leaves_a_failed_transaction_to_roll_back() {
 async fn a_commit_of_a_failed_transaction_reports_the_rollback() {
     let (_cluster, mut c) = setup().await;
     table(&mut c).await;
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     p.execute("BEGIN", &[]).await.unwrap();
     p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
     p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
@@ -249,7 +249,7 @@ async fn killing_the_backend_fails_every_pending_operation() {
     let (cluster, mut c) = setup().await;
     let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
     let pid = c.backend_pid();
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     p.execute("SELECT pg_sleep(60)", &[]).await.unwrap();
     for i in 0..20 {
         p.query(&format!("SELECT {i}") as &str, &[]).await.unwrap();
@@ -273,7 +273,11 @@ async fn killing_the_backend_fails_every_pending_operation() {
         assert!(e.to_string().contains("terminat"), "names the cause: {e}");
     }
     assert!(c.is_broken());
-    let e = c.pipeline().execute("SELECT 1", &[]).await.unwrap_err();
+    let e = c
+        .pipeline_with(crate::continue_on_error())
+        .execute("SELECT 1", &[])
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Closed);
 }
 
@@ -285,7 +289,7 @@ async fn a_dropped_pipeline_leaves_the_connection_usable() {
 
     // Continue mode, dropped with replies unread.
     {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         let mut ops = Vec::new();
         for i in 1..=10i32 {
             ops.push(p.execute(&insert, &[&i]).await.unwrap());
@@ -307,10 +311,10 @@ async fn a_dropped_pipeline_leaves_the_connection_usable() {
 
     // A dropped pipeline followed directly by another one.
     {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         p.query("SELECT 1", &[]).await.unwrap();
     }
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let op = p.query("SELECT 44", &[]).await.unwrap();
     assert_eq!(
         p.process(&op).await.unwrap()[0].get::<_, i32>(0).unwrap(),
@@ -322,7 +326,7 @@ async fn a_dropped_pipeline_leaves_the_connection_usable() {
 async fn copy_is_refused_with_a_clear_error() {
     let (_cluster, mut c) = setup().await;
     table(&mut c).await;
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let e = p.execute("COPY t FROM STDIN", &[]).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Usage);
     assert!(e.to_string().contains("copy_in"), "{e}");
@@ -334,7 +338,7 @@ async fn copy_is_refused_with_a_clear_error() {
 #[tokio::test]
 async fn statements_prepared_in_a_pipeline_work_in_the_next_one() {
     let (_cluster, mut c) = setup().await;
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let a = p.prepare("SELECT $1::text || '!'").await.unwrap();
     let bad = p.prepare("SELECT * FROM missing").await.unwrap();
     let stmt = p.process(&a).await.unwrap();
@@ -345,7 +349,7 @@ async fn statements_prepared_in_a_pipeline_work_in_the_next_one() {
     p.end().await;
     assert_eq!(stmt.params(), &[Type::TEXT]);
 
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let op = p.query(&stmt, &[&"hi"]).await.unwrap();
     assert_eq!(
         p.process(&op).await.unwrap()[0].get::<_, &str>(0).unwrap(),
@@ -364,7 +368,7 @@ async fn misuse_is_an_error_not_a_panic() {
         #[allow(dead_code)]
         Happy,
     }
-    let mut p = c.pipeline();
+    let mut p = c.pipeline_with(crate::continue_on_error());
     let e = p
         .query("SELECT $1::mood", &[&Mood::Happy])
         .await
@@ -381,7 +385,7 @@ async fn misuse_is_an_error_not_a_panic() {
     let results = p.end().await;
     assert!(matches!(results[0], Ok(Output::Taken)));
 
-    let mut other = c.pipeline();
+    let mut other = c.pipeline_with(crate::continue_on_error());
     assert_eq!(
         other.process(&op).await.unwrap_err().kind(),
         ErrorKind::Usage,

@@ -225,7 +225,7 @@ async fn discard_all_and_deallocate_invalidate_the_cache() {
 async fn sql_with_parameters_can_be_pipelined_now() {
     let (_cluster, proxy, mut c) = super::behind_proxy("").await;
     let n = trips(&proxy, &mut c, async |c| {
-        let mut p = c.pipeline();
+        let mut p = c.pipeline_with(crate::continue_on_error());
         let ops: Vec<_> = {
             let mut ops = Vec::new();
             for i in 0..10i64 {

@@ -1,0 +1,211 @@
+//! Attacks on the continue-on-error pipeline's bulk reads: while many replies are owed, the
+//! reader asks the kernel not to wake it until a lower bound of their bytes has arrived
+//! (`SO_RCVLOWAT`). These check what must stay true whatever the bound: every reply is read,
+//! small or failed replies never leave a reader waiting, a pipeline of one is answered, and a
+//! mark left behind by a dropped future never delays a later call. No timing: a wait that
+//! would never end is caught by the timeout, which no correct run comes near.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::Context;
+use std::time::Duration;
+
+use slipstream_pg::{Output, PipelineMode, PipelineOptions, SqlState};
+
+use crate::{scalar, setup};
+
+/// Far past anything a correct run takes; reached only by a reader waiting for bytes that
+/// never come.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn continue_mode() -> PipelineOptions {
+    PipelineOptions::new().mode(PipelineMode::ContinueOnError)
+}
+
+/// Polls `f` once and reports whether it is still pending (then drops it).
+fn poll_once<F: Future>(f: F) -> bool {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    f.as_mut().poll(&mut cx).is_pending()
+}
+
+#[tokio::test]
+async fn an_error_in_the_middle_of_a_large_continue_batch_fails_alone() {
+    let (_cluster, mut c) = setup().await;
+    let stmt = c.prepare("SELECT 100 / $1::int4").await.unwrap();
+    let n = 3000i32;
+    let results = tokio::time::timeout(LIMIT, async {
+        let mut p = c.pipeline_with(continue_mode());
+        for i in 0..n {
+            // Operation 1500 divides by zero: its reply is an ErrorResponse, not the rows the
+            // others get, and the ones after it must still all be read.
+            let divisor = if i == n / 2 { 0 } else { 1 + i % 7 };
+            p.query(&stmt, &[&divisor]).await.unwrap();
+        }
+        p.end().await
+    })
+    .await
+    .expect("every reply of the batch is read");
+    assert_eq!(results.len(), n as usize);
+    for (i, r) in results.into_iter().enumerate() {
+        if i == n as usize / 2 {
+            let err = r.expect_err("the division by zero fails");
+            assert_eq!(err.code(), Some(SqlState::DIVISION_BY_ZERO), "{err}");
+        } else {
+            let Ok(Output::Rows(rows)) = r else {
+                panic!("operation {i} runs on its own: {r:?}");
+            };
+            assert_eq!(rows[0].get::<_, i32>(0).unwrap(), 100 / (1 + i as i32 % 7));
+        }
+    }
+    assert_eq!(scalar::<i32>(&mut c, "SELECT 7").await, 7);
+}
+
+#[tokio::test]
+async fn a_batch_of_replies_smaller_than_any_row_is_read_to_its_end() {
+    // Empty queries are answered with the smallest reply there is (BindComplete,
+    // EmptyQueryResponse, ReadyForQuery): the bound must hold for them too.
+    let (_cluster, mut c) = setup().await;
+    let empty = c.prepare("").await.unwrap();
+    let none = c.prepare("SELECT 1 WHERE false").await.unwrap();
+    let results = tokio::time::timeout(LIMIT, async {
+        let mut p = c.pipeline_with(continue_mode());
+        for i in 0..2000 {
+            if i % 2 == 0 {
+                p.execute(&empty, &[]).await.unwrap();
+            } else {
+                p.query(&none, &[]).await.unwrap();
+            }
+        }
+        p.end().await
+    })
+    .await
+    .expect("every small reply is read");
+    assert_eq!(results.len(), 2000);
+    for (i, r) in results.into_iter().enumerate() {
+        match r.unwrap() {
+            Output::Affected(0) => assert_eq!(i % 2, 0),
+            Output::Rows(rows) => assert!(i % 2 == 1 && rows.is_empty()),
+            other => panic!("operation {i}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pipeline_of_one_is_answered_in_either_mode() {
+    let (_cluster, mut c) = setup().await;
+    let stmt = c.prepare("SELECT $1::int4 + 1").await.unwrap();
+    for mode in [PipelineMode::ContinueOnError, PipelineMode::AbortOnError] {
+        for i in 0..50i32 {
+            let got = tokio::time::timeout(LIMIT, async {
+                let mut p = c.pipeline_with(PipelineOptions::new().mode(mode));
+                let op = p.query(&stmt, &[&i]).await.unwrap();
+                let rows = p.process(&op).await.unwrap();
+                p.end().await;
+                rows[0].get::<_, i32>(0).unwrap()
+            })
+            .await
+            .expect("a pipeline of one is answered");
+            assert_eq!(got, i + 1, "{mode:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn process_of_an_early_operation_does_not_wait_for_later_replies() {
+    // Five operations are answered at once; the sixth sleeps on the server far longer than
+    // the timeout, and thousands more wait behind it. `process` of an early one must return
+    // with the replies in hand: a reader whose bound counted the later operations would
+    // sleep until the timeout.
+    let (_cluster, mut c) = setup().await;
+    // A window wider than the block, so that queueing never waits for the sleeping one.
+    let mut p = c.pipeline_with(continue_mode().max_in_flight(1 << 20));
+    let mut early = Vec::new();
+    for i in 0..5i32 {
+        early.push(p.query(&format!("SELECT {i}") as &str, &[]).await.unwrap());
+    }
+    p.execute("SELECT pg_sleep(3600)", &[]).await.unwrap();
+    for _ in 0..3000 {
+        p.execute("SELECT 1", &[]).await.unwrap();
+    }
+    for (i, op) in early.iter().enumerate().rev() {
+        let rows = tokio::time::timeout(LIMIT, p.process(op))
+            .await
+            .expect("an answered operation is returned without waiting for later ones")
+            .unwrap();
+        assert_eq!(rows[0].get::<_, i32>(0).unwrap(), i as i32);
+    }
+    assert_eq!(
+        p.unfinished(),
+        3001,
+        "the sleeping operation and those behind it"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_wait_leaves_no_mark_on_a_later_small_reply() {
+    // A wait for many replies raises the socket's low-water mark; its future is dropped
+    // before they arrive. The next calls read small replies (the settled leftovers, then one
+    // row): each must wake for them, not for the mark the dropped wait left.
+    let (_cluster, mut c) = setup().await;
+    let stmt = c.prepare("SELECT $1::int4").await.unwrap();
+    for round in 0..5i32 {
+        {
+            let mut p = c.pipeline_with(continue_mode());
+            let mut last = None;
+            for i in 0..3000i32 {
+                last = Some(p.query(&stmt, &[&i]).await.unwrap());
+            }
+            let last = last.unwrap();
+            // Pending: thousands of replies are owed and none has been read yet.
+            poll_once(p.process(&last));
+        }
+        let got = tokio::time::timeout(LIMIT, scalar::<i32>(&mut c, &format!("SELECT {round}")))
+            .await
+            .expect("the next request is answered");
+        assert_eq!(got, round);
+    }
+    // And a dropped `end()`: the pipeline goes with it.
+    {
+        let mut p = c.pipeline_with(continue_mode());
+        for i in 0..3000i32 {
+            p.query(&stmt, &[&i]).await.unwrap();
+        }
+        poll_once(p.end());
+    }
+    let mut p = c.pipeline_with(continue_mode());
+    let op = p.query(&stmt, &[&9i32]).await.unwrap();
+    let rows = tokio::time::timeout(LIMIT, p.process(&op))
+        .await
+        .expect("a pipeline after a dropped one is answered")
+        .unwrap();
+    assert_eq!(rows[0].get::<_, i32>(0).unwrap(), 9);
+}
+
+#[tokio::test]
+async fn a_sliding_window_in_continue_mode_reads_every_reply() {
+    let (_cluster, mut c) = setup().await;
+    let stmt = c.prepare("SELECT $1::int4").await.unwrap();
+    let total = 20_000i32;
+    let sum = tokio::time::timeout(LIMIT, async {
+        let mut p = c.pipeline_with(continue_mode().max_in_flight(256));
+        let mut ring = std::collections::VecDeque::new();
+        let mut sum = 0i64;
+        for i in 0..total {
+            ring.push_back(p.query(&stmt, &[&i]).await.unwrap());
+            if ring.len() > 300 {
+                let op = ring.pop_front().unwrap();
+                sum += p.process(&op).await.unwrap()[0].get::<_, i32>(0).unwrap() as i64;
+            }
+        }
+        for r in p.end().await {
+            if let Ok(Output::Rows(rows)) = r {
+                sum += rows[0].get::<_, i32>(0).unwrap() as i64;
+            }
+        }
+        sum
+    })
+    .await
+    .expect("the window keeps moving");
+    assert_eq!(sum, (0..total as i64).sum::<i64>());
+}
