@@ -834,7 +834,7 @@ impl Connection {
                     "no reply is owed: this is a bug in slipstream-pg",
                 )));
             }
-            let message = ready!(self.poll_exchange(cx))?;
+            let message = ready!(self.poll_exchange(cx, 0))?;
             if self.owed.len() > 1 {
                 // A CopyFail `discard` queues is written by the next `poll_exchange`.
                 self.discard(&message)?;

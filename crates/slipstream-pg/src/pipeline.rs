@@ -695,6 +695,12 @@ impl Pipeline<'_> {
         let bytes = self.client.conn.wbuf.len() - mark;
         self.results.push(Slot::Waiting);
         let end = self.client.conn.written + self.client.conn.wbuf.len() as u64;
+        // A FunctionCallResponse or an error, then ReadyForQuery: no less than any operation's
+        // reply and its Sync's (the lower bound `due` sums; see `push`).
+        let continues = self.options.mode == PipelineMode::ContinueOnError;
+        if continues {
+            self.due_pushed += MIN_OP_REPLY;
+        }
         self.expect.push_back(Expect::Op(Pending {
             id,
             end,
@@ -703,6 +709,7 @@ impl Pipeline<'_> {
                 many,
             },
             bytes,
+            due_end: self.due_pushed,
             reply: Reply::new(Arc::from(Vec::new()), true),
         }));
         self.in_flight_ops += 1;
@@ -710,9 +717,13 @@ impl Pipeline<'_> {
         // Its ReadyForQuery is read as a Sync's is: the same entry, with no Sync written.
         self.client.conn.owed.push_back(Owed::FunctionCall);
         self.in_flight_bytes += SYNC_BYTES;
+        if continues {
+            self.due_pushed += READY_FOR_QUERY_BYTES;
+        }
         self.expect.push_back(Expect::Sync {
             first: id,
             end: id + 1,
+            due_end: self.due_pushed,
         });
         self.after_queue().await;
         Ok(self.handle(id))
