@@ -1,0 +1,407 @@
+//! Attack tests (review of issues 19 and 24): named statements and type lookups under calls
+//! dropped at every poll, types recreated or hidden from search_path, lookups in failed
+//! transactions, DEALLOCATE ALL inside a pipeline, and the streams and sinks. Each asserts the
+//! promise, so a failing test is a confirmed break (marked ignored with what was seen).
+
+use futures_util::{SinkExt, StreamExt};
+use slipstream_pg::types::{FromSql, Kind, ToSql};
+use slipstream_pg::{Client, Uncached};
+
+use super::engine::{DropAfter, bounded};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
+#[postgres(name = "mood")]
+enum Mood {
+    #[postgres(name = "sad")]
+    Sad,
+    #[postgres(name = "ok")]
+    Ok,
+    #[postgres(name = "happy")]
+    Happy,
+}
+
+async fn count(c: &mut Client, sql: &str) -> i64 {
+    bounded(sql, c.query_one(&Uncached(sql), &[]))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+        .unwrap()
+}
+
+/// No server-side statement that the cache does not account for (what dropped calls left must
+/// have been closed), and the connection answers correctly.
+async fn no_leak_and_in_step(c: &mut Client) {
+    bounded("settle", c.settle()).await.unwrap();
+    let one: i32 = bounded("SELECT 1", c.query_one("SELECT 1", &[]))
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(one, 1, "out of step");
+    let on_server = count(c, "SELECT count(*) FROM pg_prepared_statements").await;
+    let cached = c.statement_cache_stats().size as i64;
+    if on_server > cached {
+        for r in c
+            .query(
+                &Uncached("SELECT name, statement FROM pg_prepared_statements"),
+                &[],
+            )
+            .await
+            .unwrap()
+        {
+            eprintln!(
+                "  {} {}",
+                r.get::<_, &str>(0).unwrap(),
+                r.get::<_, &str>(1).unwrap()
+            );
+        }
+    }
+    assert!(
+        on_server <= cached,
+        "{} server-side statements leaked (cache holds {cached}, server has {on_server})",
+        on_server - cached
+    );
+}
+
+// 1. A row stream and a pipeline whose first run needs a type lookup, dropped at every poll.
+#[tokio::test]
+async fn row_streams_and_pipelines_dropped_at_every_poll_during_a_lookup_leak_nothing() {
+    let (_cluster, mut c) = super::setup().await;
+    let mut abandoned = 0;
+    for k in 1..=10usize {
+        c.batch_execute(&format!(
+            "CREATE TYPE s{k} AS ENUM ('a'); CREATE TYPE p{k} AS ENUM ('a')"
+        ))
+        .await
+        .unwrap();
+        let sql =
+            format!("SELECT $1::int4, 'a'::s{k}, ARRAY['a'::s{k}] FROM generate_series(1, 3)");
+        let stream = async {
+            let mut rows = c.query_stream(sql.as_str(), &[&1i32]).await?;
+            let mut n = 0;
+            while rows.next().await?.is_some() {
+                n += 1;
+            }
+            Ok::<_, slipstream_pg::Error>(n)
+        };
+        if DropAfter::new(stream, k).await.is_none() {
+            abandoned += 1;
+        }
+        c.settle().await.unwrap();
+        let sql = format!("SELECT $1::int4, 'a'::p{k}");
+        let piped = async {
+            let mut p = c.pipeline();
+            let op = p.query(sql.as_str(), &[&1i32]).await?;
+            let rows = p.process(&op).await?;
+            Ok::<_, slipstream_pg::Error>(rows.len())
+        };
+        if DropAfter::new(piped, k).await.is_none() {
+            abandoned += 1;
+        }
+        no_leak_and_in_step(&mut c).await;
+    }
+    assert!(
+        abandoned > 0,
+        "nothing was abandoned: the test proved nothing"
+    );
+    // And every statement still runs, its types known, with no re-prepare.
+    for k in 1..=10usize {
+        let n = c
+            .query(
+                format!("SELECT $1::int4, 'a'::s{k}, ARRAY['a'::s{k}] FROM generate_series(1, 3)")
+                    .as_str(),
+                &[&1i32],
+            )
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(n, 3);
+    }
+    assert_eq!(
+        c.statement_cache_stats().reprepares,
+        0,
+        "a live statement was closed"
+    );
+}
+
+// 2. A stale statement re-prepared after DDL (its result type changed to a new enum column),
+// the call dropped at every poll: no leak, and the next run sees the new column.
+#[tokio::test]
+async fn a_stale_reprepare_dropped_at_every_poll_leaks_nothing() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE s (a int4); INSERT INTO s VALUES (1)")
+        .await
+        .unwrap();
+    c.query("SELECT * FROM s", &[]).await.unwrap();
+    let mut abandoned = 0;
+    for k in 1..=10usize {
+        c.batch_execute(&format!(
+            "CREATE TYPE r{k} AS ENUM ('x'); ALTER TABLE s ADD COLUMN c{k} r{k} DEFAULT 'x'"
+        ))
+        .await
+        .unwrap();
+        if DropAfter::new(c.query("SELECT * FROM s", &[]), k)
+            .await
+            .is_none()
+        {
+            abandoned += 1;
+        }
+        no_leak_and_in_step(&mut c).await;
+        let rows = bounded("the stale query", c.query("SELECT * FROM s", &[]))
+            .await
+            .unwrap();
+        assert_eq!(rows[0].len(), k + 1, "the re-prepared statement's columns");
+        assert!(matches!(rows[0].columns()[k].type_().kind(), Kind::Enum(_)));
+    }
+    assert!(abandoned > 0, "nothing was abandoned");
+    no_leak_and_in_step(&mut c).await;
+}
+
+// 3. A type dropped and recreated with the same name (a new OID, labels in another order): the
+// statement that used the old one runs again with the new one.
+#[tokio::test]
+#[ignore = "open bug: after DROP TYPE mood; CREATE TYPE mood ..., the cached `SELECT $1::mood` fails \
+            on every call with `error XX000: cache lookup failed for type 16385` (the old OID): \
+            is_stale() does not count it, so the cache keeps the broken statement"]
+async fn a_type_recreated_with_the_same_name_is_looked_up_again() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    let row = c.query_one("SELECT $1::mood", &[&Mood::Ok]).await.unwrap();
+    assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Ok);
+    c.batch_execute("DROP TYPE mood; CREATE TYPE mood AS ENUM ('happy', 'ok', 'sad')")
+        .await
+        .unwrap();
+    // Twice: a first failure the cache learns from would still be a break, but a lasting one
+    // makes the SQL unusable on this connection until its cache is cleared.
+    let mut errors = Vec::new();
+    for _ in 0..2 {
+        match bounded(
+            "after the type was recreated",
+            c.query_one("SELECT $1::mood", &[&Mood::Happy]),
+        )
+        .await
+        {
+            Ok(row) => assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy),
+            Err(e) => errors.push(format!("{e} (kind {:?})", e.kind())),
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "the statement using a recreated type failed: {errors:?}"
+    );
+    no_leak_and_in_step(&mut c).await;
+}
+
+// 4. The first use of a type inside a failed transaction: the lookup cannot run; the call
+// fails saying the transaction is aborted, and after ROLLBACK the type works.
+#[tokio::test]
+async fn a_lookup_inside_a_failed_transaction_fails_cleanly_then_works() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    assert!(c.batch_execute("SELECT 1/0").await.is_err());
+    let e = bounded(
+        "a lookup in a failed transaction",
+        c.query_one("SELECT $1::mood", &[&Mood::Sad]),
+    )
+    .await
+    .unwrap_err();
+    eprintln!("in the failed transaction: {e}");
+    assert_eq!(
+        e.code().map(|s| s.code().to_string()).as_deref(),
+        Some("25P02"),
+        "{e}"
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let row = bounded(
+        "after ROLLBACK",
+        c.query_one("SELECT $1::mood", &[&Mood::Sad]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Sad);
+    // A type created inside a transaction, used, and rolled back: the name is then free for
+    // another type, and the connection must not keep the rolled-back one.
+    c.batch_execute("BEGIN; CREATE TYPE gone AS ENUM ('sad')")
+        .await
+        .unwrap();
+    c.query("SELECT 'sad'::gone", &[]).await.unwrap();
+    c.batch_execute("ROLLBACK").await.unwrap();
+    c.batch_execute("DROP TYPE mood; CREATE TYPE mood AS ENUM ('ok', 'happy', 'sad')")
+        .await
+        .unwrap();
+    let row = c.query_one("SELECT 'happy'::mood", &[]).await.unwrap();
+    assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy);
+    no_leak_and_in_step(&mut c).await;
+}
+
+// 5. A type in a schema that is not on search_path, next to a same-named one that is, and
+// many types in one statement.
+#[tokio::test]
+async fn types_off_search_path_and_many_in_one_statement() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE SCHEMA hidden; CREATE TYPE hidden.mood AS ENUM ('sad', 'ok', 'happy');
+         CREATE TYPE mood AS ENUM ('x', 'y')",
+    )
+    .await
+    .unwrap();
+    let row = c
+        .query_one("SELECT 'happy'::hidden.mood, 'x'::mood", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy);
+    match row.columns()[1].type_().kind() {
+        Kind::Enum(labels) => assert_eq!(labels, &["x".to_string(), "y".to_string()]),
+        k => panic!("public.mood looked up as {k:?}"),
+    }
+    let n = 60;
+    let mut ddl = String::new();
+    let mut cols = Vec::new();
+    for i in 0..n {
+        ddl += &format!("CREATE TYPE m{i} AS ENUM ('v{i}'); CREATE TYPE c{i} AS (f m{i}[]);");
+        cols.push(format!("ROW(ARRAY['v{i}'::m{i}])::c{i}"));
+    }
+    c.batch_execute(&ddl).await.unwrap();
+    let sql = format!("SELECT {}", cols.join(", "));
+    // Dropped at every poll first, then run whole.
+    for k in 1..=6 {
+        let _ = DropAfter::new(c.query(sql.as_str(), &[]), k).await;
+        c.settle().await.unwrap();
+    }
+    let row = bounded("many types", c.query_one(sql.as_str(), &[]))
+        .await
+        .unwrap();
+    assert_eq!(row.len(), n);
+    for i in 0..n {
+        match row.columns()[i].type_().kind() {
+            Kind::Composite(f) => assert!(
+                matches!(f[0].type_().kind(), Kind::Array(e) if matches!(e.kind(), Kind::Enum(l) if l == &[format!("v{i}")])),
+                "column {i}: {:?}",
+                f[0].type_()
+            ),
+            k => panic!("column {i} looked up as {k:?}"),
+        }
+    }
+    no_leak_and_in_step(&mut c).await;
+}
+
+// 6. DEALLOCATE ALL and DISCARD ALL through a pipeline, then cached statements and types used
+// again: the next calls must work (the cache and the types invalidated).
+#[tokio::test]
+async fn deallocate_all_in_a_pipeline_invalidates_the_cache() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    for cmd in ["DEALLOCATE ALL", "DISCARD ALL"] {
+        c.query_one("SELECT $1::mood", &[&Mood::Ok]).await.unwrap();
+        {
+            let mut p = c.pipeline();
+            p.execute(cmd, &[]).await.unwrap();
+            let results = bounded(cmd, p.end()).await;
+            for r in results {
+                r.unwrap_or_else(|e| panic!("{cmd} in a pipeline: {e}"));
+            }
+        }
+        let row = bounded("after it", c.query_one("SELECT $1::mood", &[&Mood::Happy]))
+            .await
+            .unwrap_or_else(|e| panic!("the cached statement after {cmd} in a pipeline: {e}"));
+        assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy);
+        no_leak_and_in_step(&mut c).await;
+    }
+}
+
+// 7. A CopyIn sink dropped part-way through `send` at every poll, and one that fails
+// mid-sink: the next call is correct and nothing of the aborted COPY is kept.
+#[tokio::test]
+async fn a_copy_in_sink_dropped_at_every_poll_keeps_the_connection_in_step() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int4)").await.unwrap();
+    let big = bytes::Bytes::from("1\n".repeat(200_000));
+    for k in 1..=6usize {
+        let sink = async {
+            let mut copy = c.copy_in("COPY t FROM STDIN").await?;
+            copy.send(big.clone()).await?;
+            copy.send(big.clone()).await?;
+            copy.close().await?;
+            Ok::<_, slipstream_pg::Error>(())
+        };
+        let _ = DropAfter::new(sink, k).await;
+        let one: i32 = bounded("after the dropped sink", c.query_one("SELECT 1", &[]))
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        assert_eq!(one, 1);
+        let rows = count(&mut c, "SELECT count(*) FROM t").await;
+        assert!(
+            rows == 0 || rows == 400_000,
+            "a partial COPY was kept: {rows} rows"
+        );
+        c.batch_execute("TRUNCATE t").await.unwrap();
+    }
+    // Bad data with more sends after it: the error surfaces by close at the latest.
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    let mut failed = copy
+        .send(bytes::Bytes::from_static(b"oops\n"))
+        .await
+        .is_err();
+    for _ in 0..50 {
+        if failed {
+            break;
+        }
+        failed = copy.send(big.clone()).await.is_err();
+    }
+    if !failed {
+        failed = copy.close().await.is_err();
+    }
+    assert!(failed, "bad COPY data was never reported");
+    drop(copy);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM t").await, 0);
+    assert!(c.is_reusable());
+}
+
+// 8. The notifications stream dropped at every poll while a notification is on its way: none
+// is lost, and the connection serves statements again.
+#[tokio::test]
+async fn a_notifications_stream_dropped_at_every_poll_loses_nothing() {
+    let (cluster, mut l) = super::setup().await;
+    let mut sender = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    l.batch_execute("LISTEN ch").await.unwrap();
+    for k in 1..=5usize {
+        sender
+            .batch_execute(&format!("NOTIFY ch, 'n{k}'"))
+            .await
+            .unwrap();
+        let got = DropAfter::new(
+            async {
+                let mut s = l.notifications().await?;
+                Ok::<_, slipstream_pg::Error>(
+                    s.next().await.map(|n| n.map(|n| n.payload().to_string())),
+                )
+            },
+            k,
+        )
+        .await;
+        let payload = match got {
+            Some(r) => r.unwrap().unwrap().unwrap(),
+            None => {
+                // Abandoned: the notification must still come.
+                let mut s = l.notifications().await.unwrap();
+                bounded("the notification after a dropped stream", s.next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .payload()
+                    .to_string()
+            }
+        };
+        assert_eq!(payload, format!("n{k}"));
+        assert_eq!(super::scalar::<i32>(&mut l, "SELECT 7").await, 7);
+    }
+}
