@@ -405,3 +405,119 @@ async fn a_notifications_stream_dropped_at_every_poll_loses_nothing() {
         assert_eq!(super::scalar::<i32>(&mut l, "SELECT 7").await, 7);
     }
 }
+
+/// A port nothing listens on (bound, then released).
+fn down_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A server that accepts connections and never says a word (a host that hangs).
+async fn silent_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    port
+}
+
+async fn server_port(c: &mut Client) -> u16 {
+    super::scalar::<i32>(c, "SELECT inet_server_port()").await as u16
+}
+
+// 9. Routing past a host that is down and one that hangs: with connect_timeout each is given
+// up and the next tried, for every target_session_attrs that the real server satisfies, and
+// with load_balance_hosts=random in any order.
+#[tokio::test]
+async fn routing_skips_a_host_that_is_down_or_hangs() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let real = cluster.port();
+    let (down, silent) = (down_port(), silent_port().await);
+    // The hanging host only once (it costs the timeout); the down one for every value.
+    for (attrs, middle) in [
+        ("read-write", silent),
+        ("any", down),
+        ("primary", down),
+        ("prefer-standby", down),
+    ] {
+        let info = format!(
+            "host=127.0.0.1,127.0.0.1,127.0.0.1 port={down},{middle},{real} user=postgres \
+             dbname=postgres sslmode=disable connect_timeout=1 target_session_attrs={attrs}"
+        );
+        let mut c = bounded(attrs, slipstream_pg::connect(&info))
+            .await
+            .unwrap_or_else(|e| panic!("{attrs}: {e}"));
+        assert_eq!(server_port(&mut c).await, real, "{attrs}");
+    }
+    for _ in 0..8 {
+        let info = format!(
+            "host=127.0.0.1,127.0.0.1,127.0.0.1 port={down},{real},{down} user=postgres \
+             dbname=postgres sslmode=disable load_balance_hosts=random"
+        );
+        let mut c = bounded("random", slipstream_pg::connect(&info))
+            .await
+            .unwrap_or_else(|e| panic!("random: {e}"));
+        assert_eq!(server_port(&mut c).await, real);
+    }
+    // None satisfies `standby` (nor read-only): an error naming the requirement, not a hang.
+    let info = format!(
+        "host=127.0.0.1,127.0.0.1,127.0.0.1 port={down},{silent},{real} user=postgres \
+         dbname=postgres sslmode=disable connect_timeout=1 target_session_attrs=standby"
+    );
+    let e = bounded("standby", slipstream_pg::connect(&info))
+        .await
+        .err()
+        .expect("no standby in the list");
+    eprintln!("standby: {e}");
+    assert!(e.to_string().contains("standby"), "{e}");
+}
+
+// 10. The password file is matched per host: with the first host down, the second host's line
+// supplies the password (and the first host's line is not used for it).
+#[tokio::test]
+async fn the_password_file_is_matched_per_host_when_routing() {
+    let cluster = slipstream_testkit::Cluster::builder()
+        .hba(
+            "local all all trust\nhost all u_scram 127.0.0.1/32 scram-sha-256\nhost all all 127.0.0.1/32 trust\n",
+        )
+        .start()
+        .unwrap();
+    cluster
+        .psql("SET password_encryption = 'scram-sha-256'; CREATE ROLE u_scram LOGIN PASSWORD 'pw';")
+        .unwrap();
+    let real = cluster.port();
+    let down = down_port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgpass");
+    let write = |contents: String| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&path, contents).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    let info = format!(
+        "host=localhost,127.0.0.1 port={down},{real} user=u_scram dbname=postgres \
+         sslmode=disable passfile={}",
+        path.display()
+    );
+    write(format!("localhost:{down}:*:u_scram:wrong\n127.0.0.1:{real}:*:u_scram:pw\n"));
+    let mut c = bounded("per-host line", slipstream_pg::connect(&info))
+        .await
+        .unwrap_or_else(|e| panic!("the second host's line was not used: {e}"));
+    assert_eq!(server_port(&mut c).await, real);
+    // Only the first (down) host's line has the right password: the second host has none.
+    write(format!("localhost:{down}:*:u_scram:pw\n127.0.0.1:{real}:*:u_scram:wrong\n"));
+    let e = bounded("wrong line", slipstream_pg::connect(&info))
+        .await
+        .err()
+        .expect("the first host's password was used for the second");
+    eprintln!("wrong line: {e}");
+    assert!(
+        e.kind() == slipstream_pg::ErrorKind::Authentication
+            || e.code().is_some_and(|c| c.code() == "28P01"),
+        "{e}"
+    );
+}
