@@ -521,3 +521,69 @@ async fn the_password_file_is_matched_per_host_when_routing() {
         "{e}"
     );
 }
+
+// 11. channel_binding=require against a TLS server that offers only SCRAM-SHA-256 (the PLUS
+// mechanism stripped, as a man in the middle would): refused before anything is answered, so
+// the server never sees a SASL initial response.
+#[tokio::test]
+async fn channel_binding_require_refuses_scram_without_plus_over_tls_sending_nothing() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = key.cert.der().clone();
+    let pkcs8 = rustls::pki_types::PrivateKeyDer::Pkcs8(key.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert], pkcs8)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut ssl_request = [0u8; 8];
+        tcp.read_exact(&mut ssl_request).await.unwrap();
+        tcp.write_all(b"S").await.unwrap();
+        let mut tls = acceptor.accept(tcp).await.unwrap();
+        let mut len = [0u8; 4];
+        tls.read_exact(&mut len).await.unwrap();
+        let mut startup = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+        tls.read_exact(&mut startup).await.unwrap();
+        // AuthenticationSASL offering SCRAM-SHA-256 only.
+        let body = b"\0\0\0\x0aSCRAM-SHA-256\0\0";
+        let mut msg = vec![b'R'];
+        msg.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        msg.extend_from_slice(body);
+        tls.write_all(&msg).await.unwrap();
+        tls.flush().await.unwrap();
+        // Whatever the client sends now (a 'p' would be the answer that must not come).
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tls.read_to_end(&mut got),
+        )
+        .await;
+        got
+    });
+    let info = format!(
+        "host=127.0.0.1 port={port} user=u dbname=d password=secret sslmode=require \
+         channel_binding=require"
+    );
+    let e = bounded("channel binding", slipstream_pg::connect(&info))
+        .await
+        .err()
+        .expect("connected without channel binding");
+    eprintln!("{e}");
+    assert_eq!(e.kind(), slipstream_pg::ErrorKind::Authentication, "{e}");
+    assert!(e.to_string().contains("channel binding"), "{e}");
+    let got = bounded("the fake server", server).await.unwrap();
+    assert!(
+        !got.contains(&b'p'),
+        "the client answered the SASL request: {got:?}"
+    );
+}
