@@ -587,3 +587,51 @@ async fn channel_binding_require_refuses_scram_without_plus_over_tls_sending_not
         "the client answered the SASL request: {got:?}"
     );
 }
+
+// 12. The first use of a type inside a pipeline's failed transaction, and through a row stream
+// in a failed transaction: errors, no hang, no desync, and after the rollback the type works.
+#[tokio::test]
+async fn type_lookups_in_failed_transactions_through_pipelines_and_row_streams() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    for mode in [slipstream_pg::PipelineMode::AbortOnError, slipstream_pg::PipelineMode::ContinueOnError] {
+        {
+            let mut p = c.pipeline_with(slipstream_pg::PipelineOptions::new().mode(mode));
+            p.execute("BEGIN", &[]).await.unwrap();
+            p.execute("SELECT 1/0", &[]).await.unwrap();
+            p.query("SELECT 'ok'::mood", &[]).await.unwrap();
+            p.execute("ROLLBACK", &[]).await.unwrap();
+            let results = bounded("pipeline", p.end()).await;
+            eprintln!("{mode:?}: {:?}", results.iter().map(|r| r.as_ref().map(|_| ()).map_err(|e| e.to_string())).collect::<Vec<_>>());
+            assert!(results[2].is_err(), "{mode:?}: the op in the failed transaction succeeded");
+        }
+        // Abort mode skips the ROLLBACK too (same sync block): the transaction stays failed.
+        if c.transaction_status() != slipstream_pg::TransactionStatus::Idle {
+            assert_eq!(mode, slipstream_pg::PipelineMode::AbortOnError);
+            c.batch_execute("ROLLBACK").await.unwrap();
+        }
+        let row = bounded("after", c.query_one("SELECT $1::mood", &[&Mood::Happy]))
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: after the pipeline: {e}"));
+        assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Happy);
+        c.clear_statement_cache();
+    }
+    // A row stream whose lookup would run inside a failed transaction.
+    c.clear_statement_cache();
+    c.batch_execute("BEGIN").await.unwrap();
+    assert!(c.batch_execute("SELECT 1/0").await.is_err());
+    let r = bounded("stream", async {
+        let mut s = c.query_stream("SELECT 'ok'::mood", &[]).await?;
+        s.next().await.map(|r| r.is_some())
+    })
+    .await;
+    assert!(r.is_err(), "a row stream ran in a failed transaction");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let mut s = c.query_stream("SELECT 'ok'::mood", &[]).await.unwrap();
+    let row = bounded("stream after", s.next()).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Ok);
+    drop(s);
+    no_leak_and_in_step(&mut c).await;
+}
