@@ -635,3 +635,48 @@ async fn type_lookups_in_failed_transactions_through_pipelines_and_row_streams()
     drop(s);
     no_leak_and_in_step(&mut c).await;
 }
+
+// 13. The same SQL run again right after a dropped first run of it (no settle between): the
+// close of what the dropped call left must not close the statement the next call prepared,
+// whichever poll the drop came at, for plain queries, row streams and typed results.
+#[tokio::test]
+async fn a_rerun_right_after_a_dropped_first_run_keeps_its_statement() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    let mut abandoned = 0;
+    for k in 1..=8usize {
+        for (i, sql) in [
+            format!("SELECT $1::int4 + {k}"),
+            format!("SELECT $1::int4 + {k}, 'ok'::mood"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            if DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await.is_none() {
+                abandoned += 1;
+            }
+            // At once, the same SQL: by query or by a row stream.
+            if i == 0 {
+                bounded("rerun", c.query(sql.as_str(), &[&1i32])).await.unwrap();
+            } else {
+                let mut s = c.query_stream(sql.as_str(), &[&1i32]).await.unwrap();
+                while bounded("rerun stream", s.next()).await.unwrap().is_some() {}
+            }
+            // And once more: it must be a cache hit on a statement the server still has.
+            let before = c.statement_cache_stats();
+            let row = bounded("third run", c.query_one(sql.as_str(), &[&1i32]))
+                .await
+                .unwrap_or_else(|e| panic!("poll {k}, {sql}: {e}"));
+            assert_eq!(row.get::<_, i32>(0).unwrap(), 1 + k as i32);
+            let after = c.statement_cache_stats();
+            assert_eq!(
+                after.reprepares, before.reprepares,
+                "poll {k}, {sql}: the rerun's statement was closed under it"
+            );
+        }
+    }
+    assert!(abandoned > 0, "nothing was abandoned");
+    no_leak_and_in_step(&mut c).await;
+}
