@@ -680,3 +680,64 @@ async fn a_rerun_right_after_a_dropped_first_run_keeps_its_statement() {
     assert!(abandoned > 0, "nothing was abandoned");
     no_leak_and_in_step(&mut c).await;
 }
+
+// 14. A cache of two with evictions under drops at every poll (first runs with a type lookup,
+// row streams, pipelines): the server never holds more than the cache accounts for, and every
+// completed call is right.
+#[tokio::test]
+async fn evictions_racing_dropped_calls_leak_nothing_and_close_nothing_live() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&format!("{}?statement_cache_size=2", cluster.url()))
+        .await
+        .unwrap();
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        .await
+        .unwrap();
+    let sqls: Vec<String> = (0..5)
+        .map(|j| format!("SELECT $1::int4 + {j}, 'ok'::mood"))
+        .collect();
+    let mut abandoned = 0;
+    for i in 0..40usize {
+        let sql = &sqls[i % 5];
+        let k = 1 + i % 7;
+        let dropped = match i % 3 {
+            0 => DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await.is_none(),
+            1 => DropAfter::new(
+                async {
+                    let mut s = c.query_stream(sql.as_str(), &[&1i32]).await?;
+                    while s.next().await?.is_some() {}
+                    Ok::<_, slipstream_pg::Error>(())
+                },
+                k,
+            )
+            .await
+            .is_none(),
+            _ => DropAfter::new(
+                async {
+                    let mut p = c.pipeline();
+                    let a = p.query(sql.as_str(), &[&1i32]).await?;
+                    let b = p.query(sqls[(i + 1) % 5].as_str(), &[&1i32]).await?;
+                    p.process(&a).await?;
+                    p.process(&b).await?;
+                    Ok::<_, slipstream_pg::Error>(())
+                },
+                k,
+            )
+            .await
+            .is_none(),
+        };
+        if dropped {
+            abandoned += 1;
+        }
+        let other = &sqls[(i + 2) % 5];
+        let row = bounded("completed", c.query_one(other.as_str(), &[&10i32]))
+            .await
+            .unwrap_or_else(|e| panic!("iteration {i}: {e}"));
+        assert_eq!(row.get::<_, i32>(0).unwrap(), 10 + ((i + 2) % 5) as i32);
+        assert_eq!(row.get::<_, Mood>(1).unwrap(), Mood::Ok);
+    }
+    assert!(abandoned > 0);
+    no_leak_and_in_step(&mut c).await;
+    eprintln!("{:?}", c.statement_cache_stats());
+    assert_eq!(c.statement_cache_stats().reprepares, 0, "a live statement was closed");
+}
