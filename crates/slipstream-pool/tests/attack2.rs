@@ -382,3 +382,50 @@ fn timeouts_racing_hand_offs_lose_no_slot() {
     );
     rt.block_on(all_slots_back(&pool, MAX));
 }
+
+// A borrow cancelled at every poll while the pool validates the connection it picked (a round
+// trip on a real server), with Reset::None: the connection goes back owing the validation's
+// reply; the next borrower's autocommit writes must all be kept and nothing may hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let config = cluster.url().parse().unwrap();
+    let pool = Pool::builder(
+        slipstream_pool::PgManager::new(config).reset_on_return(slipstream_pool::Reset::None),
+    )
+    .max_size(1)
+    .validate_after(Duration::ZERO)
+    .borrow_timeout(Duration::from_secs(20))
+    .build();
+    let run = async {
+        let mut abandoned = 0;
+        for i in 0..24i32 {
+            let k = 1 + (i as usize % 6);
+            let cancelled = DropAfter {
+                fut: Box::pin(pool.get()),
+                left: k,
+            };
+            if cancelled.await.is_none() {
+                abandoned += 1;
+            }
+            let mut conn = pool.get().await.unwrap();
+            conn.execute("INSERT INTO t VALUES ($1)", &[&i]).await.unwrap();
+        }
+        abandoned
+    };
+    let abandoned = tokio::time::timeout(LIMIT, run)
+        .await
+        .unwrap_or_else(|_| panic!("hung: {:?}", pool.stats()));
+    assert!(abandoned > 0, "no borrow was cancelled");
+    let kept: i64 = watcher
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(kept, 24, "writes were lost");
+    let s = pool.stats();
+    assert!(s.open <= 1 && s.borrowed == 0, "{s:?}");
+}
