@@ -429,3 +429,68 @@ async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
     let s = pool.stats();
     assert!(s.open <= 1 && s.borrowed == 0, "{s:?}");
 }
+
+// Barging without starvation: two threads re-borrow the only slot in a tight loop (each release
+// may barge past waiters), while a task and a third thread each need 30 borrows. The fairness
+// bound must let the waiters through: every one of their borrows completes within its (long,
+// 5 s) borrow timeout.
+#[test]
+fn tight_re_borrowers_do_not_starve_waiters() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = rt.block_on(async {
+        Pool::builder(Numbers(AtomicU64::new(0)))
+            .max_size(1)
+            .borrow_timeout(Duration::from_secs(5))
+            .build()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(c) = pool.get_blocking() {
+                        std::hint::black_box(*c);
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let waiter_thread = {
+        let pool = pool.clone();
+        std::thread::spawn(move || {
+            (0..30)
+                .map(|_| pool.get_blocking().map(drop).map_err(|e| e.to_string()))
+                .filter(|r| r.is_err())
+                .count()
+        })
+    };
+    let task_failures = rt.block_on(async {
+        let mut failures = 0;
+        for _ in 0..30 {
+            if pool.get().await.is_err() {
+                failures += 1;
+            }
+        }
+        failures
+    });
+    let deadline = Instant::now() + LIMIT;
+    while !waiter_thread.is_finished() {
+        assert!(Instant::now() < deadline, "the waiting thread hung: {:?}", pool.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let thread_failures = waiter_thread.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let hogged: u64 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
+    eprintln!("hogs borrowed {hogged} times; {:?}", pool.stats());
+    assert_eq!(task_failures, 0, "the task starved: {:?}", pool.stats());
+    assert_eq!(thread_failures, 0, "the waiting thread starved: {:?}", pool.stats());
+    rt.block_on(all_slots_back(&pool, 1));
+}
