@@ -390,7 +390,10 @@ fn timeouts_racing_hand_offs_lose_no_slot() {
 async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
     let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    watcher.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE t (x int)")
+        .await
+        .unwrap();
     let config = cluster.url().parse().unwrap();
     let pool = Pool::builder(
         slipstream_pool::PgManager::new(config).reset_on_return(slipstream_pool::Reset::None),
@@ -411,7 +414,9 @@ async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
                 abandoned += 1;
             }
             let mut conn = pool.get().await.unwrap();
-            conn.execute("INSERT INTO t VALUES ($1)", &[&i]).await.unwrap();
+            conn.execute("INSERT INTO t VALUES ($1)", &[&i])
+                .await
+                .unwrap();
         }
         abandoned
     };
@@ -483,7 +488,11 @@ fn tight_re_borrowers_do_not_starve_waiters() {
     });
     let deadline = Instant::now() + LIMIT;
     while !waiter_thread.is_finished() {
-        assert!(Instant::now() < deadline, "the waiting thread hung: {:?}", pool.stats());
+        assert!(
+            Instant::now() < deadline,
+            "the waiting thread hung: {:?}",
+            pool.stats()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let thread_failures = waiter_thread.join().unwrap();
@@ -491,6 +500,11 @@ fn tight_re_borrowers_do_not_starve_waiters() {
     let hogged: u64 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
     eprintln!("hogs borrowed {hogged} times; {:?}", pool.stats());
     assert_eq!(task_failures, 0, "the task starved: {:?}", pool.stats());
-    assert_eq!(thread_failures, 0, "the waiting thread starved: {:?}", pool.stats());
+    assert_eq!(
+        thread_failures,
+        0,
+        "the waiting thread starved: {:?}",
+        pool.stats()
+    );
     rt.block_on(all_slots_back(&pool, 1));
 }

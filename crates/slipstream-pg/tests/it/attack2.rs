@@ -468,10 +468,9 @@ async fn routing_skips_a_host_that_is_down_or_hangs() {
         "host=127.0.0.1,127.0.0.1,127.0.0.1 port={down},{silent},{real} user=postgres \
          dbname=postgres sslmode=disable connect_timeout=1 target_session_attrs=standby"
     );
-    let e = bounded("standby", slipstream_pg::connect(&info))
-        .await
-        .err()
-        .expect("no standby in the list");
+    let Err(e) = bounded("standby", slipstream_pg::connect(&info)).await else {
+        panic!("no standby in the list");
+    };
     eprintln!("standby: {e}");
     assert!(e.to_string().contains("standby"), "{e}");
 }
@@ -503,17 +502,20 @@ async fn the_password_file_is_matched_per_host_when_routing() {
          sslmode=disable passfile={}",
         path.display()
     );
-    write(format!("localhost:{down}:*:u_scram:wrong\n127.0.0.1:{real}:*:u_scram:pw\n"));
+    write(format!(
+        "localhost:{down}:*:u_scram:wrong\n127.0.0.1:{real}:*:u_scram:pw\n"
+    ));
     let mut c = bounded("per-host line", slipstream_pg::connect(&info))
         .await
         .unwrap_or_else(|e| panic!("the second host's line was not used: {e}"));
     assert_eq!(server_port(&mut c).await, real);
     // Only the first (down) host's line has the right password: the second host has none.
-    write(format!("localhost:{down}:*:u_scram:pw\n127.0.0.1:{real}:*:u_scram:wrong\n"));
-    let e = bounded("wrong line", slipstream_pg::connect(&info))
-        .await
-        .err()
-        .expect("the first host's password was used for the second");
+    write(format!(
+        "localhost:{down}:*:u_scram:pw\n127.0.0.1:{real}:*:u_scram:wrong\n"
+    ));
+    let Err(e) = bounded("wrong line", slipstream_pg::connect(&info)).await else {
+        panic!("the first host's password was used for the second");
+    };
     eprintln!("wrong line: {e}");
     assert!(
         e.kind() == slipstream_pg::ErrorKind::Authentication
@@ -563,21 +565,17 @@ async fn channel_binding_require_refuses_scram_without_plus_over_tls_sending_not
         tls.flush().await.unwrap();
         // Whatever the client sends now (a 'p' would be the answer that must not come).
         let mut got = Vec::new();
-        let _ = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            tls.read_to_end(&mut got),
-        )
-        .await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut got))
+            .await;
         got
     });
     let info = format!(
         "host=127.0.0.1 port={port} user=u dbname=d password=secret sslmode=require \
          channel_binding=require"
     );
-    let e = bounded("channel binding", slipstream_pg::connect(&info))
-        .await
-        .err()
-        .expect("connected without channel binding");
+    let Err(e) = bounded("channel binding", slipstream_pg::connect(&info)).await else {
+        panic!("connected without channel binding");
+    };
     eprintln!("{e}");
     assert_eq!(e.kind(), slipstream_pg::ErrorKind::Authentication, "{e}");
     assert!(e.to_string().contains("channel binding"), "{e}");
@@ -596,7 +594,10 @@ async fn type_lookups_in_failed_transactions_through_pipelines_and_row_streams()
     c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
         .await
         .unwrap();
-    for mode in [slipstream_pg::PipelineMode::AbortOnError, slipstream_pg::PipelineMode::ContinueOnError] {
+    for mode in [
+        slipstream_pg::PipelineMode::AbortOnError,
+        slipstream_pg::PipelineMode::ContinueOnError,
+    ] {
         {
             let mut p = c.pipeline_with(slipstream_pg::PipelineOptions::new().mode(mode));
             p.execute("BEGIN", &[]).await.unwrap();
@@ -604,8 +605,17 @@ async fn type_lookups_in_failed_transactions_through_pipelines_and_row_streams()
             p.query("SELECT 'ok'::mood", &[]).await.unwrap();
             p.execute("ROLLBACK", &[]).await.unwrap();
             let results = bounded("pipeline", p.end()).await;
-            eprintln!("{mode:?}: {:?}", results.iter().map(|r| r.as_ref().map(|_| ()).map_err(|e| e.to_string())).collect::<Vec<_>>());
-            assert!(results[2].is_err(), "{mode:?}: the op in the failed transaction succeeded");
+            eprintln!(
+                "{mode:?}: {:?}",
+                results
+                    .iter()
+                    .map(|r| r.as_ref().map(|_| ()).map_err(|e| e.to_string()))
+                    .collect::<Vec<_>>()
+            );
+            assert!(
+                results[2].is_err(),
+                "{mode:?}: the op in the failed transaction succeeded"
+            );
         }
         // Abort mode skips the ROLLBACK too (same sync block): the transaction stays failed.
         if c.transaction_status() != slipstream_pg::TransactionStatus::Idle {
@@ -654,12 +664,17 @@ async fn a_rerun_right_after_a_dropped_first_run_keeps_its_statement() {
         .iter()
         .enumerate()
         {
-            if DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await.is_none() {
+            if DropAfter::new(c.query(sql.as_str(), &[&1i32]), k)
+                .await
+                .is_none()
+            {
                 abandoned += 1;
             }
             // At once, the same SQL: by query or by a row stream.
             if i == 0 {
-                bounded("rerun", c.query(sql.as_str(), &[&1i32])).await.unwrap();
+                bounded("rerun", c.query(sql.as_str(), &[&1i32]))
+                    .await
+                    .unwrap();
             } else {
                 let mut s = c.query_stream(sql.as_str(), &[&1i32]).await.unwrap();
                 while bounded("rerun stream", s.next()).await.unwrap().is_some() {}
@@ -701,7 +716,9 @@ async fn evictions_racing_dropped_calls_leak_nothing_and_close_nothing_live() {
         let sql = &sqls[i % 5];
         let k = 1 + i % 7;
         let dropped = match i % 3 {
-            0 => DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await.is_none(),
+            0 => DropAfter::new(c.query(sql.as_str(), &[&1i32]), k)
+                .await
+                .is_none(),
             1 => DropAfter::new(
                 async {
                     let mut s = c.query_stream(sql.as_str(), &[&1i32]).await?;
@@ -739,7 +756,11 @@ async fn evictions_racing_dropped_calls_leak_nothing_and_close_nothing_live() {
     assert!(abandoned > 0);
     no_leak_and_in_step(&mut c).await;
     eprintln!("{:?}", c.statement_cache_stats());
-    assert_eq!(c.statement_cache_stats().reprepares, 0, "a live statement was closed");
+    assert_eq!(
+        c.statement_cache_stats().reprepares,
+        0,
+        "a live statement was closed"
+    );
 }
 
 // 15. The type lookup's catalog query says it is schema-qualified throughout, so nothing in a
@@ -763,8 +784,14 @@ async fn the_type_lookup_cannot_be_hijacked_through_public_functions() {
     .unwrap();
     let r = bounded("lookup", c.query_one("SELECT 'ok'::mood", &[])).await;
     let ran = count(&mut c, "SELECT count(*) FROM hijack").await;
-    eprintln!("lookup: {:?}; impostor ran {ran} times", r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
-    assert_eq!(ran, 0, "the lookup ran public.unnest (a user's function) in this session");
+    eprintln!(
+        "lookup: {:?}; impostor ran {ran} times",
+        r.as_ref().map(|_| ()).map_err(|e| e.to_string())
+    );
+    assert_eq!(
+        ran, 0,
+        "the lookup ran public.unnest (a user's function) in this session"
+    );
     assert_eq!(r.unwrap().get::<_, Mood>(0).unwrap(), Mood::Ok);
 }
 
@@ -791,7 +818,10 @@ async fn a_result_type_recreated_under_a_cached_statement_decodes_by_the_new_one
             Err(e) => errors.push(e.to_string()),
         }
     }
-    assert!(errors.is_empty(), "the cached statement after the type was recreated: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "the cached statement after the type was recreated: {errors:?}"
+    );
     no_leak_and_in_step(&mut c).await;
 }
 
@@ -805,7 +835,9 @@ async fn row_and_copy_out_streams_dropped_at_every_poll_keep_the_connection_in_s
         .unwrap();
     let mut abandoned = 0;
     for k in 1..=12usize {
-        c.batch_execute("BEGIN; CREATE TEMP TABLE IF NOT EXISTS w (x int)").await.unwrap();
+        c.batch_execute("BEGIN; CREATE TEMP TABLE IF NOT EXISTS w (x int)")
+            .await
+            .unwrap();
         let rows = async {
             let s = c
                 .query_stream_with(
@@ -820,11 +852,16 @@ async fn row_and_copy_out_streams_dropped_at_every_poll_keep_the_connection_in_s
         if DropAfter::new(rows, k).await.is_none() {
             abandoned += 1;
         }
-        bounded("insert in the tx", c.execute("INSERT INTO w VALUES (1)", &[]))
-            .await
-            .unwrap_or_else(|e| panic!("poll {k}: {e}"));
+        bounded(
+            "insert in the tx",
+            c.execute("INSERT INTO w VALUES (1)", &[]),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("poll {k}: {e}"));
         let copied = async {
-            let s = c.copy_out("COPY (SELECT generate_series(1, 5000)) TO STDOUT").await?;
+            let s = c
+                .copy_out("COPY (SELECT generate_series(1, 5000)) TO STDOUT")
+                .await?;
             let chunks: Vec<_> = s.into_stream().collect().await;
             Ok::<_, slipstream_pg::Error>(chunks.len())
         };
@@ -843,4 +880,3 @@ async fn row_and_copy_out_streams_dropped_at_every_poll_keep_the_connection_in_s
     assert!(abandoned > 0);
     no_leak_and_in_step(&mut c).await;
 }
-
