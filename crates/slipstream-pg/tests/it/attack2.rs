@@ -880,3 +880,48 @@ async fn row_and_copy_out_streams_dropped_at_every_poll_keep_the_connection_in_s
     assert!(abandoned > 0);
     no_leak_and_in_step(&mut c).await;
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
+#[postgres(name = "mood")]
+enum Mood4 {
+    #[postgres(name = "sad")]
+    Sad,
+    #[postgres(name = "ok")]
+    Ok,
+    #[postgres(name = "happy")]
+    Happy,
+    #[postgres(name = "ecstatic")]
+    Ecstatic,
+}
+
+// 18. DEALLOCATE ALL (simple protocol, and extended) forgets looked-up types as DISCARD ALL
+// does: after ALTER TYPE ... ADD VALUE, the enum is looked up again with its new label.
+#[tokio::test]
+async fn deallocate_all_forgets_looked_up_types() {
+    for how in ["simple", "extended"] {
+        let (_cluster, mut c) = super::setup().await;
+        c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+            .await
+            .unwrap();
+        let row = c.query_one("SELECT 'ok'::mood", &[]).await.unwrap();
+        assert_eq!(row.get::<_, Mood>(0).unwrap(), Mood::Ok);
+        c.batch_execute("ALTER TYPE mood ADD VALUE 'ecstatic'")
+            .await
+            .unwrap();
+        if how == "simple" {
+            c.batch_execute("DEALLOCATE ALL").await.unwrap();
+        } else {
+            c.execute(&Uncached("DEALLOCATE ALL"), &[]).await.unwrap();
+        }
+        let row = bounded(how, c.query_one("SELECT 'ecstatic'::mood, 'ok'::mood", &[]))
+            .await
+            .unwrap_or_else(|e| panic!("{how}: {e}"));
+        let got = row.get::<_, Mood4>(0);
+        assert_eq!(
+            got.as_ref().map_err(|e| e.to_string()),
+            Ok(&Mood4::Ecstatic),
+            "{how}: the enum's labels were not looked up again"
+        );
+        no_leak_and_in_step(&mut c).await;
+    }
+}
