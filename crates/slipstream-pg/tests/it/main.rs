@@ -1,6 +1,7 @@
 //! slipstream-pg against real PostgreSQL clusters from the testkit.
 
 mod attack;
+mod attack2;
 mod auth;
 mod cancel;
 mod cancellation;
