@@ -401,10 +401,13 @@ impl Client {
         if let Plan::Named { stmt, .. } = plan {
             self.cache.remove(stmt);
         }
+        // A dropped type may be cached here under its old OID, and a type recreated under the
+        // same name has a new one: look every type up again (rare; one round trip).
+        self.types.clear();
         if in_transaction {
             return Err(e.context(
                 "a cached prepared statement went stale inside a transaction (a schema change altered \
-                 its result, or it was deallocated); the transaction is aborted and cannot be retried \
+                 its result or dropped a type it uses, or it was deallocated); the transaction is aborted and cannot be retried \
                  transparently: roll back and run the transaction again (the statement is prepared \
                  afresh)",
             ));
@@ -617,7 +620,9 @@ impl Plan {
 }
 
 /// True for the errors a cached statement gets when it no longer fits the server: a schema
-/// change altered its result type (0A000), or it was deallocated (26000).
+/// change altered its result type (0A000), it was deallocated (26000), or a type it names was
+/// dropped (and perhaps created again under the same name, with a new OID): PostgreSQL 15
+/// reports the last as an internal error (XX000) naming the old OID, on every later run.
 pub(crate) fn is_stale(e: &Error) -> bool {
     match e.as_db_error() {
         Some(db) => {
@@ -626,6 +631,8 @@ pub(crate) fn is_stale(e: &Error) -> bool {
                     .message()
                     .contains("cached plan must not change result type"))
                 || db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
+                || (db.code() == SqlState::INTERNAL_ERROR
+                    && db.message().starts_with("cache lookup failed for type"))
         }
         None => false,
     }

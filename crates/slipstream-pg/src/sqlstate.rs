@@ -66,6 +66,8 @@ states! {
     ADMIN_SHUTDOWN = b"57P01";
     /// 57P03
     CANNOT_CONNECT_NOW = b"57P03";
+    /// XX000: e.g. "cache lookup failed for type" after a type a statement uses was dropped.
+    INTERNAL_ERROR = b"XX000";
 }
 
 impl SqlState {

@@ -44,37 +44,46 @@ const PLACEHOLDER_SCHEMA: &str = "(type not looked up)";
 const MAX_DEPTH: usize = 64;
 
 /// The catalog query: every type reachable from the OIDs in `$1`, with what is needed to build
-/// its [`Kind`]. Schema-qualified throughout, so a user's `search_path` or a table called
-/// `pg_type` in it changes nothing.
+/// its [`Kind`]. Every function, operator and type is schema-qualified, so nothing a user puts
+/// on the `search_path` runs in it: an unqualified `unnest(oid[])` would lose to a user's
+/// `public.unnest(oid[])`, an exact match (the CVE-2018-1058 pattern).
 pub(crate) const LOOKUP_SQL: &str = "\
 WITH RECURSIVE closure(oid) AS (
-    SELECT unnest($1::pg_catalog.oid[])
+    SELECT pg_catalog.unnest($1::pg_catalog.oid[])
   UNION
     SELECT refs.oid
     FROM closure c
-    JOIN pg_catalog.pg_type t ON t.oid = c.oid
+    JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) c.oid
     CROSS JOIN LATERAL (
-        SELECT t.typelem AS oid WHERE t.typelem <> 0
-      UNION ALL SELECT t.typbasetype WHERE t.typbasetype <> 0
-      UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid
+        SELECT t.typelem AS oid WHERE t.typelem OPERATOR(pg_catalog.<>) 0
+      UNION ALL SELECT t.typbasetype WHERE t.typbasetype OPERATOR(pg_catalog.<>) 0
+      UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r
+          WHERE r.rngtypid OPERATOR(pg_catalog.=) t.oid
       UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a
-          WHERE t.typrelid <> 0 AND a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
+          WHERE t.typrelid OPERATOR(pg_catalog.<>) 0
+            AND a.attrelid OPERATOR(pg_catalog.=) t.typrelid
+            AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
     ) refs
 )
-SELECT t.oid, t.typname::text, n.nspname::text, t.typtype::text, t.typelem,
+SELECT t.oid, t.typname::pg_catalog.text, n.nspname::pg_catalog.text,
+       t.typtype::pg_catalog.text, t.typelem,
        coalesce(r.rngsubtype, 0::pg_catalog.oid), t.typbasetype,
-       ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e
-             WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
-       ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
-             WHERE t.typrelid <> 0 AND a.attrelid = t.typrelid AND a.attnum > 0
+       ARRAY(SELECT e.enumlabel::pg_catalog.text FROM pg_catalog.pg_enum e
+             WHERE e.enumtypid OPERATOR(pg_catalog.=) t.oid ORDER BY e.enumsortorder),
+       ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
+             WHERE t.typrelid OPERATOR(pg_catalog.<>) 0
+               AND a.attrelid OPERATOR(pg_catalog.=) t.typrelid
+               AND a.attnum OPERATOR(pg_catalog.>) 0
                AND NOT a.attisdropped ORDER BY a.attnum),
        ARRAY(SELECT a.atttypid FROM pg_catalog.pg_attribute a
-             WHERE t.typrelid <> 0 AND a.attrelid = t.typrelid AND a.attnum > 0
+             WHERE t.typrelid OPERATOR(pg_catalog.<>) 0
+               AND a.attrelid OPERATOR(pg_catalog.=) t.typrelid
+               AND a.attnum OPERATOR(pg_catalog.>) 0
                AND NOT a.attisdropped ORDER BY a.attnum)
 FROM pg_catalog.pg_type t
-JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
-LEFT JOIN pg_catalog.pg_range r ON r.rngtypid = t.oid
-WHERE t.oid IN (SELECT oid FROM closure)";
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace
+LEFT JOIN pg_catalog.pg_range r ON r.rngtypid OPERATOR(pg_catalog.=) t.oid
+WHERE t.oid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM closure)";
 
 /// A type for `oid` that says it has not been looked up yet. Its values can still be read raw
 /// with [`Row::get_raw`].
