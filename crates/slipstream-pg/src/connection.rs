@@ -75,6 +75,14 @@ const BIG_MESSAGE: usize = 4 * READ_CHUNK;
 /// Below this many bytes known to be due, a receive low-water mark is not worth its system
 /// call (see `Connection::set_rcvlowat`): a pipeline of one never pays for one.
 const MIN_RCVLOWAT: usize = 64;
+/// Off: with the mark raised, a continue-on-error block of small DML replies stalled at
+/// loopback (`lab run pipeline --quick`, DML loop, batches: 3,785 statements/s with the mark
+/// against 46,154 without, and 6,978 against 28,325 at 1 ms RTT). The likely cause: the server
+/// sends one tiny packet per `ReadyForQuery`; while the reader sleeps below the mark the
+/// kernel delays its ACKs, and the sender runs out of congestion window. Until that is
+/// understood and avoided, the mark is never raised; the bound is still computed and the
+/// tests that attack it (tests/it/pipeline_wakeups.rs) still pass with it off.
+const RCVLOWAT_ENABLED: bool = false;
 /// The most a read waits to gather: a read of this much is already cheap per byte, and the
 /// kernel needs receive-buffer room for at least the mark (Linux grows the buffer to about
 /// twice the mark), so the server is never blocked sending while we sleep below it.
@@ -695,7 +703,7 @@ impl Connection {
     /// own, so both are left at 1. A failure to raise the mark only costs wake-ups; a
     /// failure to lower it breaks the connection rather than risk waiting for ever.
     fn set_rcvlowat(&mut self, bytes: usize) -> Result<(), Error> {
-        let want = if bytes < MIN_RCVLOWAT {
+        let want = if !RCVLOWAT_ENABLED || bytes < MIN_RCVLOWAT {
             1
         } else {
             bytes.min(MAX_RCVLOWAT)

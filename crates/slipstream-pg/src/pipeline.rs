@@ -78,9 +78,8 @@ pub enum PipelineMode {
     /// failure aborts the transaction, so later operations fail with SQLSTATE 25P02 and a
     /// `COMMIT` reports the rollback.
     ///
-    /// Each `Sync` costs the server a transaction and a flush of its own; the client reads
-    /// the replies in bulk (a receive low-water mark sized from the replies it knows are
-    /// due), but the server's share stays: see [`PipelineMode`].
+    /// Each `Sync` costs the server a transaction and a flush of its own, and the client a
+    /// wake-up and a read per reply packet: see [`PipelineMode`].
     ContinueOnError,
     /// One `Sync` per block (plus any [`Pipeline::sync`] points): after a failure the server
     /// skips every later operation up to the next sync point, and each of them fails with
