@@ -1482,8 +1482,12 @@ mod tests {
         assert!(!is_stream_copy("SELECT 'copy from stdin'"));
         assert!(!is_stream_copy("COPYRIGHT"));
         assert!(!is_stream_copy(""));
-        assert!(is_stream_copy("/* a /* nested */ comment */ COPY t FROM STDIN"));
-        assert!(!is_stream_copy("/* a /* nested */ COPY t FROM STDIN */ SELECT 1"));
+        assert!(is_stream_copy(
+            "/* a /* nested */ comment */ COPY t FROM STDIN"
+        ));
+        assert!(!is_stream_copy(
+            "/* a /* nested */ COPY t FROM STDIN */ SELECT 1"
+        ));
         assert!(is_stream_copy("COPY(SELECT 1) TO STDOUT"));
         assert!(is_stream_copy("copy\"t\" from stdin"));
         assert!(!is_stream_copy("COPY_t"));

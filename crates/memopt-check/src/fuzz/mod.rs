@@ -254,8 +254,12 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
     }
     let duration = started.elapsed();
 
-    let failure = shared.failure.lock().unwrap().clone();
-    let log = std::mem::take(&mut *shared.log.lock().unwrap());
+    let failure = shared
+        .failure
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let log = std::mem::take(&mut *shared.log.lock().unwrap_or_else(|p| p.into_inner()));
     if let Some((failing, message)) = failure {
         drop(admin);
         drop(cluster);

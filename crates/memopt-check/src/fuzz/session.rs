@@ -94,14 +94,18 @@ impl<'a> Session<'a> {
             self.shared.errors.fetch_add(1, Ordering::Relaxed);
         }
         // Poisoned only if another session panicked; the fuzzer then fails anyway.
-        let mut log = self.shared.log.lock().unwrap();
+        let mut log = self.shared.log.lock().unwrap_or_else(|p| p.into_inner());
         log.push(Step {
             session: self.id,
             kind,
             pinned,
         });
         if let Some(m) = &out.mismatch {
-            let mut failure = self.shared.failure.lock().unwrap();
+            let mut failure = self
+                .shared
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if failure.is_none() {
                 *failure = Some((log.len() - 1, m.clone()));
             }

@@ -62,7 +62,9 @@ impl Conn {
         let sink = notices.clone();
         client.set_notice_handler(move |n| {
             if n.message().starts_with(MISMATCH_NOTICE) {
-                sink.lock().unwrap().push(n.message().to_string());
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(n.message().to_string());
             }
         });
         Ok(Conn {
@@ -126,7 +128,7 @@ impl Conn {
                 }
             }
         }
-        let notices = std::mem::take(&mut *self.notices.lock().unwrap());
+        let notices = std::mem::take(&mut *self.notices.lock().unwrap_or_else(|p| p.into_inner()));
         if out.mismatch.is_none() {
             out.mismatch = notices.into_iter().next();
         }

@@ -152,7 +152,9 @@ async fn attack_dropped_first_runs_do_not_leak_server_side_statements() {
 async fn dropped_first_runs_during_a_type_lookup_do_not_leak_statements() {
     let (_cluster, mut c) = super::setup().await;
     for k in 1..=12usize {
-        c.batch_execute(&format!("CREATE TYPE e{k} AS ENUM ('a')")).await.unwrap();
+        c.batch_execute(&format!("CREATE TYPE e{k} AS ENUM ('a')"))
+            .await
+            .unwrap();
         let sql = format!("SELECT $1::int4, 'a'::e{k}");
         let _ = DropAfter::new(c.query(sql.as_str(), &[&1i32]), k).await;
         c.settle().await.unwrap();
@@ -179,10 +181,16 @@ async fn completed_first_runs_keep_their_server_side_statements() {
     let (_cluster, mut c) = super::setup().await;
     c.query("SELECT $1::int4 + 1", &[&1i32]).await.unwrap();
     let failed = c.query("SELECT 1 / $1::int4", &[&0i32]).await;
-    assert_eq!(failed.unwrap_err().code(), Some(slipstream_pg::SqlState::DIVISION_BY_ZERO));
+    assert_eq!(
+        failed.unwrap_err().code(),
+        Some(slipstream_pg::SqlState::DIVISION_BY_ZERO)
+    );
     let prepared = c.prepare("SELECT $1::int4 + 2").await.unwrap();
     {
-        let mut rows = c.query_stream("SELECT $1::int4 + 3", &[&1i32]).await.unwrap();
+        let mut rows = c
+            .query_stream("SELECT $1::int4 + 3", &[&1i32])
+            .await
+            .unwrap();
         while rows.next().await.unwrap().is_some() {}
     }
     let piped = {
@@ -197,10 +205,18 @@ async fn completed_first_runs_keep_their_server_side_statements() {
         c.query("SELECT $1::int4 + 3", &[&1i32]).await.unwrap();
         c.query(&piped, &[&1i32]).await.unwrap();
     }
-    assert_eq!(c.statement_cache_stats().reprepares, 0, "a live statement was closed");
+    assert_eq!(
+        c.statement_cache_stats().reprepares,
+        0,
+        "a live statement was closed"
+    );
     let on_server = count(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
     let cached = c.statement_cache_stats().size as i64;
-    assert_eq!(on_server, cached + 2, "the cache's statements and the two prepared by hand");
+    assert_eq!(
+        on_server,
+        cached + 2,
+        "the cache's statements and the two prepared by hand"
+    );
 }
 
 // A4. Abort mode outside BEGIN reports earlier operations "rolled back"; a session-level
