@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use slipstream_lab::bench::report::{self, Labeled};
-use slipstream_lab::bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
+use slipstream_bench::report::{self, Labeled};
+use slipstream_bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
 
 use crate::cli::BenchArgs;
 use crate::say;
@@ -107,7 +107,7 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
             }
         });
     };
-    slipstream_lab::bench::run(workload, config, stop).await
+    slipstream_bench::run(workload, config, stop).await
 }
 
 async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {

@@ -89,10 +89,10 @@ pub struct BenchArgs {
     pub rate: Option<f64>,
     /// Closed loop: think time before each transaction, e.g. 10ms..50ms.
     #[arg(long, value_name = "MIN..MAX")]
-    pub think: Option<slipstream_lab::bench::ThinkTime>,
+    pub think: Option<slipstream_bench::ThinkTime>,
     /// Think time inside transactions (between their steps), not counted in latency.
     #[arg(long, value_name = "MIN..MAX")]
-    pub intra_think: Option<slipstream_lab::bench::ThinkTime>,
+    pub intra_think: Option<slipstream_bench::ThinkTime>,
     /// Change weights: name=weight,name=weight (others keep theirs).
     #[arg(long, value_name = "MIX")]
     pub mix: Option<String>,
@@ -139,7 +139,7 @@ fn percent(s: &str) -> Result<f64, String> {
 }
 
 fn duration(s: &str) -> Result<std::time::Duration, String> {
-    slipstream_lab::bench::parse_duration(s)
+    slipstream_bench::parse_duration(s)
 }
 
 /// `slipstream compare`'s options.
@@ -164,7 +164,7 @@ pub struct CompareArgs {
     /// The unit of analysis: auto (run with 2+ runs a side, else interval), run, interval
     /// (per-second batch means) or transaction (every latency).
     #[arg(long, default_value = "auto", value_name = "UNIT")]
-    pub unit: slipstream_lab::bench::compare::Unit,
+    pub unit: slipstream_bench::compare::Unit,
     /// Write the posterior figures (SVG) into this directory.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,

@@ -7,11 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use slipstream_bench::BenchRun;
+use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot};
 use slipstream_lab::Table;
-use slipstream_lab::bench::BenchRun;
-use slipstream_lab::bench::compare::{
-    Direction, Metric, Outcome, Report, Row, compare_sides, plot,
-};
 use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
 
 use crate::cli::{CompareArgs, Gate};
@@ -215,7 +213,7 @@ fn header(
         side(a_files, ra),
         side(b_files, rb),
         match report.unit {
-            slipstream_lab::bench::compare::Unit::Run => "run (one value per run)".to_string(),
+            slipstream_bench::compare::Unit::Run => "run (one value per run)".to_string(),
             u => format!(
                 "{u}; model: {}",
                 match model {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use slipstream_bench::{Environment, Series, Table, write_atomically};
 
 /// Names this file format; readers check it before trusting the fields.
 pub const SCHEMA: &str = "slipstream-lab/experiment";
@@ -98,136 +99,9 @@ impl ExperimentResult {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path` and renames it into place.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("could not create {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)
-        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| anyhow::anyhow!("could not move {} into place: {e}", path.display()))
-}
-
-/// What the run ran on.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Environment {
-    /// slipstream's version.
-    pub slipstream_version: String,
-    /// Operating system and architecture.
-    pub os: String,
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// CPU model name, if known.
-    pub cpu_model: Option<String>,
-    /// The server's `server_version`.
-    pub server_version: Option<String>,
-    /// The database URL with any password removed.
-    pub database: String,
-    /// tokio-postgres version used as a peer.
-    pub tokio_postgres_version: String,
-}
-
-/// A table of text cells, as printed.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Table {
-    /// Column headings.
-    pub columns: Vec<String>,
-    /// Rows of cells.
-    pub rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    /// A table with these headings.
-    pub fn new(columns: &[&str]) -> Table {
-        Table {
-            columns: columns.iter().map(|c| c.to_string()).collect(),
-            rows: Vec::new(),
-        }
-    }
-
-    /// Appends a row.
-    pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
-    }
-
-    /// Renders with aligned columns: text left, numbers right.
-    pub fn render(&self) -> String {
-        let n = self.columns.len();
-        let mut widths: Vec<usize> = self.columns.iter().map(|c| c.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate().take(n) {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let numeric = |s: &str| s.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+');
-        let line = |cells: &[String]| {
-            let parts: Vec<String> = cells
-                .iter()
-                .enumerate()
-                .take(n)
-                .map(|(i, c)| {
-                    if numeric(c) {
-                        format!("{c:>w$}", w = widths[i])
-                    } else {
-                        format!("{c:<w$}", w = widths[i])
-                    }
-                })
-                .collect();
-            parts.join("  ").trim_end().to_string()
-        };
-        let mut out = line(&self.columns);
-        out.push('\n');
-        out.push_str(
-            &widths
-                .iter()
-                .map(|w| "-".repeat(*w))
-                .collect::<Vec<_>>()
-                .join("  "),
-        );
-        for row in &self.rows {
-            out.push('\n');
-            out.push_str(&line(row));
-        }
-        out
-    }
-}
-
-/// One line of a chart.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Series {
-    /// Legend label.
-    pub name: String,
-    /// X axis label (with unit).
-    pub x_label: String,
-    /// Y axis label (with unit).
-    pub y_label: String,
-    /// (x, y) points.
-    pub points: Vec<(f64, f64)>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tables_align_numbers_right() {
-        let mut t = Table::new(&["client", "ops/s"]);
-        t.row(vec!["slipstream".into(), "23456".into()]);
-        t.row(vec!["tp".into(), "9".into()]);
-        assert_eq!(
-            t.render(),
-            "client      ops/s\n----------  -----\nslipstream  23456\ntp              9"
-        );
-    }
 
     #[test]
     fn json_round_trips_and_checks_the_schema() {

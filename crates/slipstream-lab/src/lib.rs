@@ -9,24 +9,20 @@
 //! ```
 #![warn(missing_docs, rust_2018_idioms)]
 
-pub mod bench;
-mod chart;
-mod environment;
 mod experiment_result;
 mod experiments;
+mod html_report;
 mod placement;
 #[doc(hidden)]
 pub mod pool_peers;
-mod report;
-mod stats;
+mod summary;
 
-pub use chart::{Mark, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg};
-pub use environment::redact;
-pub use experiment_result::{
-    Environment, ExperimentResult, SCHEMA, SCHEMA_VERSION, Series, Table, write_atomically,
-};
-pub use report::write_report;
-pub use stats::{Summary, noise_warning, paired_ratios};
+pub use experiment_result::{ExperimentResult, SCHEMA, SCHEMA_VERSION};
+pub use html_report::write_report;
+/// The result parts the lab shares with the workload runner: an [`ExperimentResult`] is made of
+/// them.
+pub use slipstream_bench::{Environment, Series, Table, line_chart, write_atomically};
+pub use summary::{Summary, noise_warning, paired_ratios};
 
 /// Where and how to run an experiment.
 #[derive(Debug, Clone)]
@@ -95,15 +91,15 @@ pub const EXPERIMENTS: &[Experiment] = &[
     },
     Experiment {
         name: "order-entry",
-        title: experiments::order_entry::TITLE,
+        title: experiments::order_entry_demo::TITLE,
         source: "article 004's Swingbench Order Entry, run by slipstream bench",
-        run: experiments::order_entry::run,
+        run: experiments::order_entry_demo::run,
     },
     Experiment {
         name: "runner",
-        title: experiments::runner::TITLE,
+        title: experiments::runner_cost::TITLE,
         source: "issue 6's targets: runner overhead, SELECT 1 vs pgbench at 8 users",
-        run: experiments::runner::run,
+        run: experiments::runner_cost::run,
     },
     Experiment {
         name: "ab",

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use slipstream_stats::{CompareSettings, Verdict};
 
-use crate::bench::compare::{Metric, Outcome, Unit, compare_sides};
-use crate::bench::{self, BenchRun, RunConfig, Session, Transaction, TxError, Workload};
 use crate::{Context, ExperimentResult, Table};
+use slipstream_bench::compare::{Metric, Outcome, Unit, compare_sides};
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
+};
 
 pub(crate) const TITLE: &str =
     "A/B on synchronous_commit, judged by the Bayesian comparison (and an A/A control)";

@@ -5,9 +5,7 @@
 use anyhow::Context as _;
 
 use super::{Stopwatch, Timing, runtime, without_tls};
-use crate::{
-    Context, ExperimentResult, Series, Summary, Table, environment, noise_warning, paired_ratios,
-};
+use crate::{Context, ExperimentResult, Series, Summary, Table, noise_warning, paired_ratios};
 
 pub(crate) const TITLE: &str = "Open and close a connection: fresh and pooled";
 
@@ -98,7 +96,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let pool = pooled(&url, n).await?;
         anyhow::Ok((trust, scram_fresh, pool, server_version))
     })?;
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let ms = |t: &[Timing], f: fn(&Timing) -> f64| {
         Summary::of(&t.iter().map(|t| f(t) * 1e3).collect::<Vec<_>>())

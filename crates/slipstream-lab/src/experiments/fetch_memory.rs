@@ -7,7 +7,7 @@ use slipstream_pg::FetchSize;
 
 use super::fetch_table::{WIDE_SPACING, ensure_fetch_memory_test};
 use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
-use crate::{Context, ExperimentResult, Table, environment};
+use crate::{Context, ExperimentResult, Table};
 
 pub(crate) const TITLE: &str = "Fetch memory: fixed row counts versus byte mode with a cap";
 
@@ -94,7 +94,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         }
         anyhow::Ok((measured, peers, server_version))
     })?;
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let mut table = Table::new(&[
         "client",

@@ -7,7 +7,7 @@ use slipstream_pg::FetchSize;
 
 use super::fetch_table::ensure_fetch_test;
 use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
-use crate::{Context, ExperimentResult, Series, Summary, Table, environment, placement};
+use crate::{Context, ExperimentResult, Series, Summary, Table, placement};
 
 pub(crate) const TITLE: &str = "Fetch size: rows per round trip, time and client memory";
 
@@ -107,7 +107,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         placement::release(&backends);
         anyhow::Ok((ours, theirs, server_version, pin_note))
     })?;
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let median =
         |reads: &[Read]| Summary::of(&reads.iter().map(|x| x.seconds).collect::<Vec<_>>()).p50;

@@ -5,14 +5,14 @@ pub(crate) mod connect;
 pub(crate) mod fetch_memory;
 pub(crate) mod fetch_size;
 mod fetch_table;
-pub(crate) mod order_entry;
+pub(crate) mod order_entry_demo;
 mod pgbench;
 pub(crate) mod pipeline;
 pub(crate) mod pk_lookup;
 pub(crate) mod pool_scaling;
 pub(crate) mod proxy;
 pub(crate) mod roundtrip;
-pub(crate) mod runner;
+pub(crate) mod runner_cost;
 pub(crate) mod statement_cache;
 
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -11,7 +11,7 @@ use slipstream_pg::{PipelineMode, PipelineOptions};
 use slipstream_testkit::DelayProxy;
 
 use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
-use crate::{Context, ExperimentResult, Series, Table, environment};
+use crate::{Context, ExperimentResult, Series, Table};
 
 pub(crate) const TITLE: &str =
     "Pipelining: read-only, DML and OLTP-mix workloads at injected round-trip times";
@@ -265,7 +265,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         r.notes
             .push("pgbench was not found: its rows are missing".into());
     }
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
     report(&mut r, &cells, rtts_us);
     Ok(r)
 }

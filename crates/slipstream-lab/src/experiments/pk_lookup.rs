@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use slipstream_pg::{Output, PipelineMode, PipelineOptions, Uncached};
 
 use super::{Stopwatch, runtime};
-use crate::{Context, ExperimentResult, Summary, Table, environment};
+use crate::{Context, ExperimentResult, Summary, Table};
 
 pub(crate) const TITLE: &str =
     "Primary-key lookups: heap + btree, covering index, hash index, memopt, memopt fast lookup";
@@ -501,7 +501,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             pin_note,
         ))
     })?;
-    r.environment = environment::capture(&url, server_version);
+    r.environment = slipstream_bench::capture_environment(&url, server_version);
 
     let (times, cpu) = times;
     let median = |v: &Vec<Vec<Vec<f64>>>| -> Vec<Vec<Option<f64>>> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
-use crate::{Context, ExperimentResult, Table, environment};
+use crate::{Context, ExperimentResult, Table};
 
 pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
 
@@ -729,7 +729,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("runs_per_point", REPS);
     r.param("warmup_seconds", timing.warmup.as_secs_f64());
     r.param("window_seconds", timing.window.as_secs_f64());
-    r.environment = environment::capture(&ctx.url, None);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, None);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -43,7 +43,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         y_label: "us beyond the configured RTT".into(),
         points,
     }];
-    r.environment = crate::environment::capture(&ctx.url, None);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, None);
     r.notes.push(
         "64-byte ping-pong against an echo server on loopback; added = proxied - direct - configured (median). \
          It includes two thread hand-offs per direction and timer overshoot."

@@ -5,9 +5,7 @@ use anyhow::Context as _;
 
 use super::{Stopwatch, Timing, runtime};
 use crate::placement;
-use crate::{
-    Context, ExperimentResult, Series, Summary, Table, environment, noise_warning, paired_ratios,
-};
+use crate::{Context, ExperimentResult, Series, Summary, Table, noise_warning, paired_ratios};
 
 pub(crate) const TITLE: &str = "Prepared single-row SELECT round trip";
 
@@ -83,7 +81,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         placement::release(&backends);
         anyhow::Ok((measured, server_version, pin_note))
     })?;
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let per_stmt = |t: &[Timing], f: fn(&Timing) -> f64| {
         Summary::of(

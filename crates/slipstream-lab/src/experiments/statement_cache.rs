@@ -13,7 +13,7 @@ use slipstream_testkit::DelayProxy;
 use super::fetch_table::ensure_fetch_test;
 use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
 use crate::placement;
-use crate::{Context, ExperimentResult, Summary, Table, environment, noise_warning};
+use crate::{Context, ExperimentResult, Summary, Table, noise_warning};
 
 pub(crate) const TITLE: &str = "Statement cache: prepared once versus parsed every time";
 
@@ -157,7 +157,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         placement::release(&backends);
         anyhow::Ok((times, trips, server_version, pin_note))
     })?;
-    r.environment = environment::capture(&ctx.url, server_version);
+    r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let summaries: Vec<Summary> = times.iter().map(|t| Summary::of(t)).collect();
     let p50 = |v: Variant| summaries[VARIANTS.iter().position(|&x| x == v).unwrap_or(0)].p50;

@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # async fn f() -> anyhow::Result<()> {
-//! use slipstream_lab::bench::{self, RunConfig, order_entry};
+//! use slipstream_bench::{self as bench, RunConfig, order_entry};
 //! let url = "postgres://postgres@127.0.0.1/postgres";
 //! order_entry::setup(url, 0.01, |line| eprintln!("{line}")).await?;
 //! let mut config = RunConfig::new(Some(url.into()));
@@ -32,7 +32,7 @@ pub const NAME: &str = "order-entry";
 /// The nine transactions and Swingbench's default weights.
 ///
 /// ```
-/// let w = slipstream_lab::bench::order_entry::workload();
+/// let w = slipstream_bench::order_entry::workload();
 /// assert_eq!(w.weights()[2], ("browse-products".to_string(), 50));
 /// ```
 pub fn workload() -> Workload {
@@ -73,7 +73,7 @@ pub const REPORTING: [&str; 3] = [
 ///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> anyhow::Result<()> {
-/// let broken = slipstream_lab::bench::order_entry::check(client).await?;
+/// let broken = slipstream_bench::order_entry::check(client).await?;
 /// assert!(broken.is_empty(), "{broken:?}");
 /// # Ok(()) }
 /// ```

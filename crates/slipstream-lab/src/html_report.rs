@@ -3,7 +3,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::{ExperimentResult, write_atomically};
+use slipstream_bench::table::{esc, push_table};
+use slipstream_bench::write_atomically;
+
+use crate::ExperimentResult;
 
 /// Writes `index.html` into `dir`, embedding each result's SVG chart (`<name>.svg` in `dir`)
 /// so the page stands alone.
@@ -54,34 +57,4 @@ pub fn write_report(dir: &Path, results: &[ExperimentResult]) -> anyhow::Result<
     }
     html.push_str("</body></html>\n");
     write_atomically(&dir.join("index.html"), html.as_bytes())
-}
-
-/// Appends `t` as an HTML table; cells that start with a digit are right-aligned.
-pub(crate) fn push_table(html: &mut String, t: &crate::Table) {
-    html.push_str("<table><tr>");
-    for c in &t.columns {
-        let _ = write!(html, "<th>{}</th>", esc(c));
-    }
-    html.push_str("</tr>\n");
-    for row in &t.rows {
-        html.push_str("<tr>");
-        for cell in row {
-            let class = if cell.starts_with(|c: char| c.is_ascii_digit()) {
-                " class=\"n\""
-            } else {
-                ""
-            };
-            let _ = write!(html, "<td{class}>{}</td>", esc(cell));
-        }
-        html.push_str("</tr>\n");
-    }
-    html.push_str("</table>\n");
-}
-
-/// Escapes text for HTML.
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::bench::report::{self, Labeled};
-use crate::bench::{self, RunConfig, order_entry};
 use crate::{Context, ExperimentResult};
+use slipstream_bench::report::{self, Labeled};
+use slipstream_bench::{self as bench, RunConfig, order_entry};
 
 pub(crate) const TITLE: &str =
     "Order Entry (Swingbench SOE): per-transaction throughput and latency";

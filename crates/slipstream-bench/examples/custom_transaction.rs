@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use rand::Rng;
-use slipstream_lab::bench::report::{self, Labeled};
-use slipstream_lab::bench::{self, RunConfig, Session, Transaction, TxError, Workload};
+use slipstream_bench::report::{self, Labeled};
+use slipstream_bench::{self as bench, RunConfig, Session, Transaction, TxError, Workload};
 
 /// Reads one account. `init` runs once per user: a place to look things up or warm a cache.
 #[derive(Default)]

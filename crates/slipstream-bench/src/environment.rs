@@ -1,12 +1,31 @@
 //! Capturing what a run ran on.
 
-use crate::Environment;
+use serde::{Deserialize, Serialize};
+
+/// What the run ran on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Environment {
+    /// slipstream's version.
+    pub slipstream_version: String,
+    /// Operating system and architecture.
+    pub os: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// CPU model name, if known.
+    pub cpu_model: Option<String>,
+    /// The server's `server_version`.
+    pub server_version: Option<String>,
+    /// The database URL with any password removed.
+    pub database: String,
+    /// tokio-postgres version used as a peer.
+    pub tokio_postgres_version: String,
+}
 
 /// The tokio-postgres version the lab measures against (kept in step with Cargo.lock).
 const TOKIO_POSTGRES_VERSION: &str = "0.7";
 
 /// Describes this machine and the server behind `url`.
-pub(crate) fn capture(url: &str, server_version: Option<String>) -> Environment {
+pub fn capture(url: &str, server_version: Option<String>) -> Environment {
     Environment {
         slipstream_version: env!("CARGO_PKG_VERSION").into(),
         os: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),

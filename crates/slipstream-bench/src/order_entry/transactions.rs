@@ -9,7 +9,7 @@ use rand::Rng;
 use slipstream_pg::Row;
 
 use super::load::{CATEGORIES, MAX_LINES};
-use crate::bench::{Session, Transaction, TxError};
+use crate::{Session, Transaction, TxError};
 
 /// The id ranges transactions draw from, read from `soe.meta` in `init`.
 #[derive(Debug, Clone, Copy, Default)]

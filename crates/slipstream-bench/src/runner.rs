@@ -37,13 +37,13 @@ use rand_distr::{Distribution, Exp};
 use slipstream_pg::{Client, TransactionStatus};
 use tokio::sync::{mpsc, watch};
 
-use super::progress::{ProgressLine, Style};
-use super::recorder::{Recorder, Sample, UserLog};
-use super::run_result::{BenchRun, Intervals, Load};
-use super::think::ThinkTime;
-use super::threads::UserThreads;
-use super::transaction::{DynTransaction, Session};
-use super::workload::{Picker, Workload};
+use crate::progress::{ProgressLine, Style};
+use crate::recorder::{Recorder, Sample, UserLog};
+use crate::run_result::{BenchRun, Intervals, Load};
+use crate::think::ThinkTime;
+use crate::threads::UserThreads;
+use crate::transaction::{DynTransaction, Session};
+use crate::workload::{Picker, Workload};
 
 /// How long users get to finish in-flight work after the window closes.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -57,7 +57,7 @@ const CONNECT_CONCURRENCY: usize = 8;
 ///
 /// ```
 /// use std::time::Duration;
-/// let mut c = slipstream_lab::bench::RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
+/// let mut c = slipstream_bench::RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
 /// c.users = 8;
 /// c.duration = Duration::from_secs(30);
 /// c.rate = Some(2000.0); // open loop
@@ -176,10 +176,10 @@ struct Shared {
 ///
 /// ```no_run
 /// # async fn f() -> anyhow::Result<()> {
-/// use slipstream_lab::bench::{RunConfig, order_entry};
+/// use slipstream_bench::{RunConfig, order_entry};
 /// let mut config = RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
 /// config.users = 4;
-/// let run = slipstream_lab::bench::run(&order_entry::workload(), &config, tokio::signal::ctrl_c()).await?;
+/// let run = slipstream_bench::run(&order_entry::workload(), &config, tokio::signal::ctrl_c()).await?;
 /// println!("{:.0} TPS", run.tps());
 /// # Ok(()) }
 /// ```
@@ -651,7 +651,7 @@ fn spawn_arrivals(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Transaction, TxError};
+    use crate::{Transaction, TxError};
 
     struct Noop;
     impl Transaction for Noop {

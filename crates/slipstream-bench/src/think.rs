@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 /// A think time drawn uniformly from `min..=max` (both zero: no thinking).
 ///
 /// ```
-/// use slipstream_lab::bench::ThinkTime;
+/// use slipstream_bench::ThinkTime;
 /// let t: ThinkTime = "10ms..50ms".parse().unwrap();
 /// assert_eq!(t.max(), std::time::Duration::from_millis(50));
 /// assert_eq!("0".parse::<ThinkTime>().unwrap(), ThinkTime::NONE);
@@ -89,8 +89,8 @@ impl fmt::Display for ThinkTime {
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(slipstream_lab::bench::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-/// assert!(slipstream_lab::bench::parse_duration("5 parsecs").is_err());
+/// assert_eq!(slipstream_bench::parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert!(slipstream_bench::parse_duration("5 parsecs").is_err());
 /// ```
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::recorder::Recorder;
+use crate::recorder::Recorder;
 
 /// How often a plain (non-terminal) progress line is printed.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);

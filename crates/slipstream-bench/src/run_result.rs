@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use slipstream_stats::Suff;
 
-use super::transaction::StatementCounts;
+use crate::transaction::StatementCounts;
 use crate::{Environment, write_atomically};
 
 /// Names this file format; readers check it before trusting the fields.
@@ -143,7 +143,7 @@ impl Sums {
     /// The mean (0 when empty).
     ///
     /// ```
-    /// let mut s = slipstream_lab::bench::Sums::default();
+    /// let mut s = slipstream_bench::Sums::default();
     /// s.add(1.0);
     /// s.add(3.0);
     /// assert_eq!(s.mean(), 2.0);
@@ -226,7 +226,7 @@ impl BenchRun {
     /// Reads a result file, checking that it is one and that this version can read it.
     ///
     /// ```no_run
-    /// let run = slipstream_lab::bench::BenchRun::read_json("run.json".as_ref())?;
+    /// let run = slipstream_bench::BenchRun::read_json("run.json".as_ref())?;
     /// println!("{} at {:.0} TPS", run.workload, run.tps());
     /// # Ok::<(), anyhow::Error>(())
     /// ```

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::run_result::{BenchRun, Load};
-use crate::report::{esc, push_table};
+use crate::run_result::{BenchRun, Load};
+use crate::table::{esc, push_table};
 use crate::{Series, Table, line_chart_svg, percentile_chart_svg, write_atomically};
 
 /// One run and the label it is shown under (usually its file name).
@@ -21,7 +21,7 @@ pub struct Labeled {
 /// failures and latency in ms. With several runs they sit side by side, type by type.
 ///
 /// ```no_run
-/// use slipstream_lab::bench::{BenchRun, report};
+/// use slipstream_bench::{BenchRun, report};
 /// let run = BenchRun::read_json("a.json".as_ref())?;
 /// let table = report::table(&[report::Labeled { label: "a".into(), run }]);
 /// println!("{}", table.render());

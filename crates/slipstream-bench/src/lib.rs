@@ -3,10 +3,15 @@
 //! a versioned JSON result.
 //!
 //! A workload is built from [`Transaction`]s in Rust ([`Workload::transaction`]), read from a
-//! TOML file ([`workload_file`]), or is the built-in [`order_entry`].
+//! TOML file ([`workload_file`]), or is the built-in [`order_entry`]. A run's result is a
+//! [`BenchRun`]; [`report`] draws it as HTML and [`compare`] says whether two sets of runs
+//! really differ.
+//!
+//! The crate depends on the client (`slipstream-pg`) and the statistics (`slipstream-stats`)
+//! only: a custom transaction never pulls in the lab's peers.
 //!
 //! ```no_run
-//! use slipstream_lab::bench::{self, RunConfig, Session, Transaction, TxError, Workload};
+//! use slipstream_bench::{self as bench, RunConfig, Session, Transaction, TxError, Workload};
 //!
 //! struct Ping;
 //! impl Transaction for Ping {
@@ -26,7 +31,12 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs, rust_2018_idioms)]
+
+mod atomic_file;
+pub mod chart;
 pub mod compare;
+mod environment;
 mod generators;
 pub mod order_entry;
 mod progress;
@@ -34,18 +44,25 @@ mod recorder;
 pub mod report;
 mod run_result;
 mod runner;
+pub mod table;
 mod think;
 mod threads;
 mod transaction;
 mod workload;
 pub mod workload_file;
 
+pub use atomic_file::write_atomically;
+pub use chart::{
+    Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
+};
+pub use environment::{Environment, capture as capture_environment, redact};
 pub use progress::Style;
 pub use run_result::{
     BenchRun, Interval, Intervals, Load, Percentiles, RUN_SCHEMA, RUN_SCHEMA_VERSION, Schedule,
     Sums, TxResult,
 };
 pub use runner::{DEFAULT_GRACE, RunConfig, run};
+pub use table::Table;
 pub use think::{ThinkTime, parse_duration};
 pub use transaction::{Session, StatementCounts, Transaction, TxError};
 pub use workload::Workload;

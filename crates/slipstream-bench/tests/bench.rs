@@ -4,8 +4,8 @@
 use std::future::pending;
 use std::time::Duration;
 
-use slipstream_lab::bench::{
-    self, BenchRun, RunConfig, Session, Transaction, TxError, Workload, order_entry,
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload, order_entry,
 };
 use slipstream_testkit::{Cluster, DelayProxy};
 

@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
-use slipstream_lab::bench::compare::{Metric, Outcome, Report, Unit, compare_sides};
-use slipstream_lab::bench::{self, BenchRun, RunConfig, Session, Transaction, TxError, Workload};
+use slipstream_bench::compare::{Metric, Outcome, Report, Unit, compare_sides};
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
+};
 use slipstream_stats::CompareSettings;
 
 struct Spin(u32);

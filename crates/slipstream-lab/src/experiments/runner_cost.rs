@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use cpu_time::ProcessTime;
 
-use crate::bench::{self, RunConfig, Session, Transaction, TxError, Workload, workload_file};
 use crate::{Context, ExperimentResult, Summary, Table, noise_warning, paired_ratios};
+use slipstream_bench::{
+    self as bench, RunConfig, Session, Transaction, TxError, Workload, workload_file,
+};
 
 pub(crate) const TITLE: &str =
     "slipstream bench: the runner's own cost, and SELECT 1 at 8 users against pgbench";

@@ -17,8 +17,8 @@
 
 use std::time::Duration;
 
-use slipstream_lab::bench::compare::{Metric, Outcome, Report, Unit, compare_sides};
-use slipstream_lab::bench::{self, BenchRun, RunConfig, order_entry};
+use slipstream_bench::compare::{Metric, Outcome, Report, Unit, compare_sides};
+use slipstream_bench::{self as bench, BenchRun, RunConfig, order_entry};
 use slipstream_stats::CompareSettings;
 use slipstream_testkit::Cluster;
 

@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use serde::{Deserialize, Serialize};
 use slipstream_pg::Client;
 
-use super::think::ThinkTime;
+use crate::think::ThinkTime;
 
 /// One transaction type of a workload. Each user gets its own instance of every type, so
 /// `&mut self` can hold prepared statements and per-user state.
@@ -21,7 +21,7 @@ use super::think::ThinkTime;
 /// [`Session`]'s counters; they are reported per type, like Swingbench's.
 ///
 /// ```
-/// use slipstream_lab::bench::{Session, Transaction, TxError};
+/// use slipstream_bench::{Session, Transaction, TxError};
 ///
 /// struct Lookup;
 ///
@@ -150,7 +150,7 @@ impl Session {
     /// The user's connection.
     ///
     /// ```no_run
-    /// # async fn f(s: &mut slipstream_lab::bench::Session) -> Result<(), slipstream_lab::bench::TxError> {
+    /// # async fn f(s: &mut slipstream_bench::Session) -> Result<(), slipstream_bench::TxError> {
     /// s.client()?.execute("UPDATE t SET n = n + 1", &[]).await?;
     /// # Ok(()) }
     /// ```

@@ -293,7 +293,7 @@ pub fn resolve_unit(unit: Unit, na: usize, nb: usize) -> anyhow::Result<Unit> {
 /// (or just `only`), then the whole mix.
 ///
 /// ```no_run
-/// use slipstream_lab::bench::{BenchRun, compare};
+/// use slipstream_bench::{BenchRun, compare};
 /// let read = |p: &str| BenchRun::read_json(p.as_ref());
 /// let a = [read("a1.json")?, read("a2.json")?, read("a3.json")?];
 /// let b = [read("b1.json")?, read("b2.json")?, read("b3.json")?];

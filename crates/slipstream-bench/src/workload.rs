@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rand::Rng;
 use rand::rngs::SmallRng;
 
-use super::transaction::{DynTransaction, Transaction};
+use crate::transaction::{DynTransaction, Transaction};
 
 type Factory = Arc<dyn Fn() -> Box<dyn DynTransaction> + Send + Sync>;
 
@@ -24,7 +24,7 @@ pub(crate) struct Kind {
 /// prepared statements. A weight of 0 keeps a type listed but never picked.
 ///
 /// ```
-/// use slipstream_lab::bench::{Session, Transaction, TxError, Workload};
+/// use slipstream_bench::{Session, Transaction, TxError, Workload};
 ///
 /// struct Noop;
 /// impl Transaction for Noop {
@@ -126,7 +126,7 @@ impl Workload {
     /// Applies a `--mix` string: `name=weight,name=weight` (types not named keep their weight).
     ///
     /// ```
-    /// # use slipstream_lab::bench::{Session, Transaction, TxError, Workload};
+    /// # use slipstream_bench::{Session, Transaction, TxError, Workload};
     /// # struct Noop;
     /// # impl Transaction for Noop {
     /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }

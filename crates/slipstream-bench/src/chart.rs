@@ -4,8 +4,20 @@
 use std::path::Path;
 
 use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
 
-use crate::Series;
+/// One line of a chart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// X axis label (with unit).
+    pub x_label: String,
+    /// Y axis label (with unit).
+    pub y_label: String,
+    /// (x, y) points.
+    pub points: Vec<(f64, f64)>,
+}
 
 const WIDTH: u32 = 720;
 const HEIGHT: u32 = 400;

@@ -38,10 +38,10 @@ use postgres_types::{Format, IsNull, ToSql, Type, to_sql_checked};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::generators::{Generator, ParamSpec};
-use super::think::ThinkTime;
-use super::transaction::{Session, StatementCounts, Transaction, TxError};
-use super::workload::Workload;
+use crate::generators::{Generator, ParamSpec};
+use crate::think::ThinkTime;
+use crate::transaction::{Session, StatementCounts, Transaction, TxError};
+use crate::workload::Workload;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,7 +97,7 @@ pub struct WorkloadFile {
 /// Reads and checks a workload file. Every error names the file and line.
 ///
 /// ```no_run
-/// let file = slipstream_lab::bench::workload_file::load("kv.toml".as_ref())?;
+/// let file = slipstream_bench::workload_file::load("kv.toml".as_ref())?;
 /// println!("{:?}", file.workload.weights());
 /// # Ok::<(), anyhow::Error>(())
 /// ```

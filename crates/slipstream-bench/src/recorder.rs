@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::run_result::{Interval, Percentiles, Schedule, Sums, TxResult};
-use super::transaction::StatementCounts;
+use crate::run_result::{Interval, Percentiles, Schedule, Sums, TxResult};
+use crate::transaction::StatementCounts;
 
 /// Samples a user buffers before taking the lock.
 const BATCH: usize = 256;

@@ -29,9 +29,9 @@ const INDEX_WORKERS: usize = 2;
 /// The row counts a scale factor gives.
 ///
 /// ```
-/// let s = slipstream_lab::bench::order_entry::Sizes::for_scale(0.01).unwrap();
+/// let s = slipstream_bench::order_entry::Sizes::for_scale(0.01).unwrap();
 /// assert_eq!(s.customers, 10_000);
-/// assert!(slipstream_lab::bench::order_entry::Sizes::for_scale(0.0).is_err());
+/// assert!(slipstream_bench::order_entry::Sizes::for_scale(0.0).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sizes {
@@ -93,7 +93,7 @@ pub(crate) fn list_price_cents(product: i32) -> i64 {
 ///
 /// ```no_run
 /// # async fn f() -> anyhow::Result<()> {
-/// let report = slipstream_lab::bench::order_entry::setup(
+/// let report = slipstream_bench::order_entry::setup(
 ///     "postgres://postgres@127.0.0.1/postgres", 0.01, |line| eprintln!("{line}")).await?;
 /// println!("loaded in {:?}", report.total);
 /// # Ok(()) }
