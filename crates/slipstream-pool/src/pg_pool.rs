@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use slipstream_pg::Client;
 use tokio::sync::Notify;
 
-use crate::{AbortFn, Builder, Config, Manager, PgManager, Pool, PoolError, Pooled, Reset};
+use crate::{
+    AbortFn, Builder, Config, Labeling, Labels, Manager, PgManager, Pool, PoolError, Pooled, Reset,
+};
 
 /// Which server a borrow wants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +64,8 @@ struct ServerState {
     name: String,
     role: AtomicU8,
     up: AtomicBool,
+    /// Taken out of service by [`PgPool::drain`]: lends nothing until [`PgPool::resume`].
+    draining: AtomicBool,
     /// A connection to it broke or failed to open: the monitor probes it at once.
     suspect: AtomicBool,
     /// Borrows out or waiting on this server's sub-pool (the load-balancing measure).
@@ -73,6 +77,11 @@ struct ServerState {
 }
 
 impl ServerState {
+    /// Up and not drained: may lend.
+    fn serving(&self) -> bool {
+        self.up.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed)
+    }
+
     fn role(&self) -> ServerRole {
         match self.role.load(Ordering::Relaxed) {
             PRIMARY => ServerRole::Primary,
@@ -88,6 +97,9 @@ impl ServerState {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        if self.draining.load(Ordering::Relaxed) {
+            return format!("{} drained", self.name);
+        }
         match (up, why) {
             (true, _) => format!("{} {:?}", self.name, self.role()).to_lowercase(),
             (false, Some(e)) => format!("{} down: {e}", self.name),
@@ -112,12 +124,19 @@ impl fmt::Debug for ServerManager {
     }
 }
 
-/// The role a server reports: `in_hot_standby` (PostgreSQL 14+, sent at startup), else
-/// `pg_is_in_recovery()`.
+/// The role in the server's latest `in_hot_standby` report (PostgreSQL 14+: sent at startup
+/// and again whenever it changes, e.g. on promotion), if it sends one.
+fn reported_role(conn: &Client) -> Option<u8> {
+    match conn.parameter("in_hot_standby")? {
+        "on" => Some(STANDBY),
+        _ => Some(PRIMARY),
+    }
+}
+
+/// The role a server reports: `in_hot_standby`, else `pg_is_in_recovery()`.
 async fn learn_role(conn: &mut Client) -> Result<u8, slipstream_pg::Error> {
-    match conn.parameter("in_hot_standby") {
-        Some("on") => Ok(STANDBY),
-        Some(_) => Ok(PRIMARY),
+    match reported_role(conn) {
+        Some(role) => Ok(role),
         None => {
             let row = conn.query_one("SELECT pg_is_in_recovery()", &[]).await?;
             Ok(if row.get::<_, bool>(0)? {
@@ -169,8 +188,16 @@ impl Manager for ServerManager {
             self.suspect();
             return true;
         }
-        // A connection to a server marked down is closed on return.
-        self.pg.is_broken(conn) || !self.state.up.load(Ordering::Relaxed)
+        // A promoted standby says so on its open connections (`in_hot_standby` is reported
+        // when it changes): the role moves without waiting for a reconnect or a probe.
+        if let Some(role) = reported_role(conn) {
+            // Written only on a change: returns do not all write one shared cache line.
+            if self.state.role.load(Ordering::Relaxed) != role {
+                self.state.role.store(role, Ordering::Relaxed);
+            }
+        }
+        // A connection to a server marked down or drained is closed on return.
+        self.pg.is_broken(conn) || !self.state.serving()
     }
 
     fn needs_reset(&self, conn: &Client) -> bool {
@@ -197,10 +224,31 @@ struct Server {
     config: slipstream_pg::Config,
 }
 
+impl Server {
+    /// Counts a borrow (out or waiting) against this server until dropped.
+    fn count(&self) -> Outstanding {
+        self.state.outstanding.fetch_add(1, Ordering::Relaxed);
+        Outstanding(self.state.clone())
+    }
+
+    fn lent(&self, conn: Pooled<ServerManager>) -> PgPooled {
+        PgPooled {
+            conn,
+            _counted: self.count(),
+        }
+    }
+}
+
 struct Shared {
     servers: Vec<Server>,
-    /// The most connections across all servers; shared among the servers that are up.
-    max_size: usize,
+    /// The most connections across all servers; shared among the servers that serve
+    /// ([`PgPool::resize`] changes it).
+    max_size: AtomicUsize,
+    /// The largest total [`PgPool::resize`] may set (the sub-pools' slot arrays are this long).
+    limit: usize,
+    /// Serialises share changes (resize, drain, resume, the monitor's rebalance), so two of
+    /// them never interleave their per-server sizes; borrows never take it.
+    rebalancing: Mutex<()>,
     monitor: Arc<Notify>,
 }
 
@@ -286,15 +334,29 @@ impl PgPoolBuilder {
             .config
             .per_host()
             .map_err(|e| PoolError::Config(e.to_string()))?;
+        if self.pool.max_size < configs.len() {
+            return Err(PoolError::Config(format!(
+                "max_size {} is below the {} servers listed: each server needs at least one \
+                 connection; raise max_size or list fewer hosts",
+                self.pool.max_size,
+                configs.len()
+            )));
+        }
         let monitor = Arc::new(Notify::new());
-        let share = share(self.pool.max_size, configs.len());
+        let n = configs.len();
+        let limit = match self.pool.resize_limit {
+            0 => self.pool.max_size.max(64),
+            l => l.max(self.pool.max_size),
+        };
         let servers = configs
             .into_iter()
-            .map(|config| {
+            .enumerate()
+            .map(|(i, config)| {
                 let state = Arc::new(ServerState {
                     name: server_name(&config),
                     role: AtomicU8::new(UNKNOWN),
                     up: AtomicBool::new(false),
+                    draining: AtomicBool::new(false),
                     suspect: AtomicBool::new(false),
                     outstanding: AtomicUsize::new(0),
                     last_error: Mutex::new(None),
@@ -306,8 +368,8 @@ impl PgPoolBuilder {
                     monitor: monitor.clone(),
                 };
                 let mut pool_config = self.pool.clone();
-                pool_config.max_size = share;
-                pool_config.resize_limit = pool_config.resize_limit.max(self.pool.max_size);
+                pool_config.max_size = share(self.pool.max_size, n, i);
+                pool_config.resize_limit = limit;
                 let pool = Builder {
                     manager,
                     config: pool_config,
@@ -322,7 +384,9 @@ impl PgPoolBuilder {
             .collect();
         let shared = Arc::new(Shared {
             servers,
-            max_size: self.pool.max_size,
+            max_size: AtomicUsize::new(self.pool.max_size),
+            limit,
+            rebalancing: Mutex::new(()),
             monitor,
         });
         tokio::spawn(monitor_task(Arc::downgrade(&shared)));
@@ -371,28 +435,139 @@ impl PgPool {
         }
     }
 
-    /// Borrows a connection to a server of `role`: the one, among those up, with the fewest
-    /// borrows outstanding, waiting there (up to the borrow timeout) if it has none idle.
+    /// Borrows a connection to a server of `role`: the one, among those serving, with the
+    /// fewest borrows outstanding, waiting there (up to the borrow timeout) if it has none idle.
     ///
     /// # Errors
     /// [`PoolError::NoServer`] at once if no server of that role is up, naming each server's
     /// state; otherwise as [`Pool::get`].
     pub async fn get(&self, role: Role) -> Result<PgPooled, PoolError> {
+        self.borrow(role, true, |pool| pool.get()).await
+    }
+
+    /// Borrows as [`PgPool::get`] does, the idle connection of a `role` server cheapest to
+    /// label `wanted` ([`Pool::get_labeled`]: Oracle UCP's connection labeling).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), slipstream_pool::PoolError> {
+    /// use slipstream_pool::{Labeling, Labels, Role};
+    /// /// A session's `search_path` is its tenant's schema.
+    /// struct Tenants;
+    /// impl Labeling<slipstream_pg::Client> for Tenants {
+    ///     fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+    ///         u32::from(wanted != current)
+    ///     }
+    ///     async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+    ///         let sql = format!("SET search_path = {}", wanted["tenant"]);
+    ///         conn.simple_query(&sql).await.is_ok()
+    ///     }
+    /// }
+    /// let acme = Labels::from([("tenant".to_string(), "acme".to_string())]);
+    /// let conn = pool.get_labeled(Role::Primary, &acme, &Tenants).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`PgPool::get`].
+    pub async fn get_labeled<L: Labeling<Client>>(
+        &self,
+        role: Role,
+        wanted: &Labels,
+        labeling: &L,
+    ) -> Result<PgPooled, PoolError> {
+        self.borrow(role, false, |pool| pool.get_labeled(wanted, labeling))
+            .await
+    }
+
+    /// Borrows an idle connection of a `role` server if one is idle now (no waiting, no
+    /// validation), from the serving servers in order of fewest borrows outstanding.
+    ///
+    /// ```no_run
+    /// # fn f(pool: slipstream_pool::PgPool) {
+    /// use slipstream_pool::Role;
+    /// match pool.try_get(Role::PreferStandby) {
+    ///     Some(conn) => println!("got one on {}", conn.server()),
+    ///     None => println!("all busy: shed this request"),
+    /// }
+    /// # }
+    /// ```
+    pub fn try_get(&self, role: Role) -> Option<PgPooled> {
+        let first = self.pick(role)?;
+        if let Some(conn) = first.pool.try_get() {
+            return Some(first.lent(conn));
+        }
+        self.candidates(role)
+            .filter(|s| !std::ptr::eq(*s, first))
+            .find_map(|server| Some(server.lent(server.pool.try_get()?)))
+    }
+
+    /// Borrows as [`PgPool::get`] does, blocking the calling thread (for code outside the
+    /// runtime, e.g. a thread pool of its own); the pool's tasks keep running on the runtime
+    /// it was built on. A wait on a server that goes down meanwhile ends at the borrow timeout,
+    /// not at once as an async borrow's does.
+    ///
+    /// ```no_run
+    /// # fn f(pool: slipstream_pool::PgPool) -> Result<(), slipstream_pool::PoolError> {
+    /// use slipstream_pool::Role;
+    /// let worker = std::thread::spawn(move || -> Result<String, slipstream_pool::PoolError> {
+    ///     let conn = pool.get_blocking(Role::Primary)?;
+    ///     Ok(conn.server().to_string())
+    /// });
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`PgPool::get`]; [`Pool::get_blocking`] for the rest.
+    pub fn get_blocking(&self, role: Role) -> Result<PgPooled, PoolError> {
+        loop {
+            let server = self.pick(role).ok_or_else(|| self.no_server(role))?;
+            let counted = server.count();
+            let conn = server.pool.get_blocking();
+            if !server.state.serving() {
+                // Went down or was drained while we waited: pick again.
+                continue;
+            }
+            return Ok(PgPooled {
+                conn: conn?,
+                _counted: counted,
+            });
+        }
+    }
+
+    /// The common borrow: the fast path takes an idle connection of the least-loaded server
+    /// without touching any lock; otherwise waits on that server's sub-pool, and picks again
+    /// if the server goes down meanwhile.
+    /// `any_idle`: whether any idle connection will do (not for labeled borrows).
+    async fn borrow<'a, F, Fut>(
+        &'a self,
+        role: Role,
+        any_idle: bool,
+        get: F,
+    ) -> Result<PgPooled, PoolError>
+    where
+        F: Fn(&'a Pool<ServerManager>) -> Fut,
+        Fut: std::future::Future<Output = Result<Pooled<ServerManager>, PoolError>>,
+    {
         loop {
             let server = self.pick(role).ok_or_else(|| self.no_server(role))?;
             let state = &server.state;
+            if let Some(conn) = any_idle.then(|| server.pool.try_get()).flatten() {
+                if !server.pool.needs_validation(&conn) {
+                    return Ok(server.lent(conn));
+                }
+                drop(conn);
+            }
             // Listen for the server going down before looking at it, so a mark-down between
             // the look and the wait is not missed.
             let went_down = state.went_down.notified();
             let mut went_down = std::pin::pin!(went_down);
             went_down.as_mut().enable();
-            if !state.up.load(Ordering::Relaxed) {
+            if !state.serving() {
                 continue;
             }
-            state.outstanding.fetch_add(1, Ordering::Relaxed);
-            let counted = Outstanding(state.clone());
+            let counted = server.count();
             tokio::select! {
-                conn = server.pool.get() => {
+                conn = get(&server.pool) => {
                     return Ok(PgPooled { conn: conn?, _counted: counted });
                 }
                 // Its sub-pool will not serve this borrow: pick again (cancelling the wait
@@ -402,24 +577,104 @@ impl PgPool {
         }
     }
 
-    /// The up server of `role` with the fewest outstanding borrows.
-    fn pick(&self, role: Role) -> Option<&Server> {
-        let least = |want: Option<ServerRole>| {
+    /// Takes `server` out of service for planned maintenance: no new borrows go to it, its
+    /// idle connections close at once and lent ones as they are returned, and its share of
+    /// `max_size` moves to the others. [`PgPool::resume`] brings it back. `server` is
+    /// `host:port` as [`ServerInfo::name`] gives it.
+    ///
+    /// ```no_run
+    /// # fn f(pool: slipstream_pool::PgPool) -> Result<(), slipstream_pool::PoolError> {
+    /// pool.drain("db2:5432")?;
+    /// // ... restart db2 ...
+    /// pool.resume("db2:5432")?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`PoolError::Config`] naming the servers there are when `server` is not one of them.
+    pub fn drain(&self, server: &str) -> Result<(), PoolError> {
+        let s = self.server_named(server)?;
+        s.state.draining.store(true, Ordering::Relaxed);
+        // Borrowers waiting on it pick another server.
+        s.state.went_down.notify_waiters();
+        rebalance(&self.shared);
+        Ok(())
+    }
+
+    /// Puts a server [`PgPool::drain`]ed back in service and rebalances the shares.
+    ///
+    /// # Errors
+    /// As [`PgPool::drain`].
+    pub fn resume(&self, server: &str) -> Result<(), PoolError> {
+        let s = self.server_named(server)?;
+        s.state.draining.store(false, Ordering::Relaxed);
+        rebalance(&self.shared);
+        Ok(())
+    }
+
+    /// Changes the most connections across all servers at run time and rebalances the
+    /// shares; returns the size set, clamped between the number of servers and the resize
+    /// limit ([`Config::resize_limit`]).
+    ///
+    /// ```no_run
+    /// # fn f(pool: slipstream_pool::PgPool) {
+    /// let set = pool.resize(40);
+    /// assert_eq!(pool.servers().iter().map(|s| s.stats.max_size).sum::<usize>(), set);
+    /// # }
+    /// ```
+    pub fn resize(&self, max_size: usize) -> usize {
+        let size = max_size
+            .max(self.shared.servers.len())
+            .min(self.shared.limit);
+        self.shared.max_size.store(size, Ordering::Relaxed);
+        rebalance(&self.shared);
+        size
+    }
+
+    fn server_named(&self, name: &str) -> Result<&Server, PoolError> {
+        self.shared
+            .servers
+            .iter()
+            .find(|s| s.state.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self
+                    .shared
+                    .servers
+                    .iter()
+                    .map(|s| s.state.name.as_str())
+                    .collect();
+                PoolError::Config(format!(
+                    "no server named {name:?} in this pool; its servers are {names:?}"
+                ))
+            })
+    }
+
+    /// The serving servers that can serve `role` (for `PreferStandby`: the standbys, or the
+    /// primaries when no standby serves).
+    fn candidates(&self, role: Role) -> impl Iterator<Item = &Server> {
+        let serving = |want: Option<ServerRole>| {
             self.shared
                 .servers
                 .iter()
-                .filter(|s| s.state.up.load(Ordering::Relaxed))
-                .filter(|s| want.is_none_or(|w| s.state.role() == w))
-                .min_by_key(|s| s.state.outstanding.load(Ordering::Relaxed))
+                .filter(move |s| s.state.serving())
+                .filter(move |s| want.is_none_or(|w| s.state.role() == w))
         };
-        match role {
-            Role::Any => least(None),
-            Role::Primary => least(Some(ServerRole::Primary)),
-            Role::Standby => least(Some(ServerRole::Standby)),
-            Role::PreferStandby => {
-                least(Some(ServerRole::Standby)).or_else(|| least(Some(ServerRole::Primary)))
+        let want = match role {
+            Role::Any => None,
+            Role::Primary => Some(ServerRole::Primary),
+            Role::Standby => Some(ServerRole::Standby),
+            Role::PreferStandby if serving(Some(ServerRole::Standby)).next().is_some() => {
+                Some(ServerRole::Standby)
             }
-        }
+            Role::PreferStandby => Some(ServerRole::Primary),
+        };
+        serving(want)
+    }
+
+    /// The serving server of `role` with the fewest outstanding borrows.
+    fn pick(&self, role: Role) -> Option<&Server> {
+        self.candidates(role)
+            .min_by_key(|s| s.state.outstanding.load(Ordering::Relaxed))
     }
 
     fn no_server(&self, role: Role) -> PoolError {
@@ -452,6 +707,7 @@ impl PgPool {
                 name: s.state.name.clone(),
                 role: s.state.role(),
                 up: s.state.up.load(Ordering::Relaxed),
+                drained: s.state.draining.load(Ordering::Relaxed),
                 outstanding: s.state.outstanding.load(Ordering::Relaxed),
                 stats: s.pool.stats(),
             })
@@ -477,6 +733,8 @@ pub struct ServerInfo {
     pub role: ServerRole,
     /// Reachable now.
     pub up: bool,
+    /// Taken out of service by [`PgPool::drain`].
+    pub drained: bool,
     /// Borrows out or waiting.
     pub outstanding: usize,
     /// Its sub-pool's counters (`max_size` is its current share).
@@ -539,9 +797,11 @@ fn server_name(config: &slipstream_pg::Config) -> String {
     format!("{host}:{port}")
 }
 
-/// Each server's share of `max_size` among `up` servers (rounded up, at least 1).
-fn share(max_size: usize, up: usize) -> usize {
-    max_size.div_ceil(up.max(1)).max(1)
+/// The `i`th of `n` serving servers' share of `max_size`: even, the remainder one each to the
+/// first servers, so the shares add up to exactly `max_size`.
+fn share(max_size: usize, n: usize, i: usize) -> usize {
+    let n = n.max(1);
+    max_size / n + usize::from(i < max_size % n)
 }
 
 /// The monitor: probes servers that are down or suspected (a connection to them broke), marks
@@ -621,21 +881,51 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
     }
 }
 
-/// Gives each up server an even share of `max_size`, and down servers none: a down server's
-/// idle connections close at once, lent ones as they return.
+/// Gives each serving server an even share of `max_size` (adding up to exactly it), and down
+/// or drained servers none: their idle connections close at once, lent ones as they return.
 fn rebalance(shared: &Shared) {
-    let up = shared
-        .servers
-        .iter()
-        .filter(|s| s.state.up.load(Ordering::Relaxed))
-        .count();
-    let share = share(shared.max_size, up);
+    let _one_at_a_time = shared.rebalancing.lock().unwrap_or_else(|p| p.into_inner());
+    let serving = shared.servers.iter().filter(|s| s.state.serving()).count();
+    let max_size = shared.max_size.load(Ordering::Relaxed);
+    let mut i = 0;
+    // Shrink first, then grow: the sum of the shares never passes max_size on the way.
+    let mut sizes: Vec<usize> = Vec::with_capacity(shared.servers.len());
     for s in &shared.servers {
-        if s.state.up.load(Ordering::Relaxed) {
-            s.pool.resize(share);
+        if s.state.serving() {
+            sizes.push(share(max_size, serving, i));
+            i += 1;
         } else {
             // Size 0: the reaper closes its idle connections now, returns close the others.
-            s.pool.resize(0);
+            sizes.push(0);
+        }
+    }
+    for grow in [false, true] {
+        for (s, &size) in shared.servers.iter().zip(&sizes) {
+            if (size > s.pool.stats().max_size) == grow {
+                s.pool.resize(size);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_add_up_to_exactly_max_size() {
+        for max in 1..40 {
+            for n in 1..=max.min(7) {
+                let shares: Vec<usize> = (0..n).map(|i| share(max, n, i)).collect();
+                assert_eq!(
+                    shares.iter().sum::<usize>(),
+                    max,
+                    "{max} over {n}: {shares:?}"
+                );
+                assert!(shares.iter().all(|&s| s >= 1), "{max} over {n}: {shares:?}");
+                let (lo, hi) = (shares.iter().min(), shares.iter().max());
+                assert!(hi.unwrap() - lo.unwrap() <= 1, "{max} over {n}: {shares:?}");
+            }
         }
     }
 }

@@ -400,7 +400,7 @@ impl<M: Manager> Pool<M> {
     }
 
     #[inline]
-    fn needs_validation(&self, conn: &Pooled<M>) -> bool {
+    pub(crate) fn needs_validation(&self, conn: &Pooled<M>) -> bool {
         let Some(window) = self.inner.config.validate_after else {
             return false;
         };

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use slipstream_pool::{PgPool, PoolError, Registry, Role, ServerRole};
+use slipstream_pool::{Labeling, Labels, PgPool, PoolError, Registry, Role, ServerRole};
 use slipstream_testkit::Cluster;
 
 fn url(primary: &Cluster, standby: &Cluster) -> String {
@@ -190,4 +190,173 @@ async fn the_registry_gives_the_same_string_the_same_pool() {
     assert_eq!(registry.len(), 2);
     let err = registry.pool("postgres://[bad", |b| b).unwrap_err();
     assert!(matches!(err, PoolError::Config(_)), "{err}");
+}
+
+fn shares(pool: &PgPool) -> usize {
+    pool.servers().iter().map(|s| s.stats.max_size).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_add_up_to_max_size_and_resize_rebalances_them() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    // Two servers cannot share one connection: refused, saying what to do.
+    let err = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(1)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("raise max_size"), "{err}");
+    // An odd total: 3 + 2, not 3 + 3.
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(5)
+        .build_ready()
+        .await
+        .unwrap();
+    assert_eq!(shares(&pool), 5, "{:?}", pool.servers());
+    assert_eq!(pool.resize(7), 7);
+    assert_eq!(shares(&pool), 7, "{:?}", pool.servers());
+    // Clamped to one connection per server.
+    assert_eq!(pool.resize(1), 2);
+    assert_eq!(shares(&pool), 2, "{:?}", pool.servers());
+    pool.resize(4);
+    let a = pool.get(Role::Any).await.unwrap();
+    let b = pool.get(Role::Any).await.unwrap();
+    assert_ne!(
+        a.server(),
+        b.server(),
+        "both servers lend after the resizes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_get_blocking_and_labeled_borrows_follow_the_role() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    let names: Vec<String> = pool.servers().into_iter().map(|s| s.name).collect();
+    // Nothing idle yet on the standby: try_get does not wait or open.
+    let opened = pool.servers()[1].stats.opened;
+    if pool.servers()[1].stats.idle == 0 {
+        assert!(pool.try_get(Role::Standby).is_none());
+    }
+    drop(pool.get(Role::Standby).await.unwrap());
+    let got = pool
+        .try_get(Role::Standby)
+        .expect("an idle standby connection");
+    assert_eq!(got.server(), names[1]);
+    drop(got);
+    assert!(pool.servers()[1].stats.opened >= opened);
+
+    let blocking = pool.clone();
+    let server = tokio::task::spawn_blocking(move || {
+        blocking
+            .get_blocking(Role::Primary)
+            .map(|c| c.server().to_string())
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(server, names[0]);
+
+    struct AppName;
+    impl Labeling<slipstream_pg::Client> for AppName {
+        fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+            u32::from(wanted != current)
+        }
+        async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+            let sql = format!("SET application_name = '{}'", wanted["app"]);
+            conn.simple_query(&sql).await.is_ok()
+        }
+    }
+    let wanted = Labels::from([("app".to_string(), "reports".to_string())]);
+    let mut conn = pool
+        .get_labeled(Role::Standby, &wanted, &AppName)
+        .await
+        .unwrap();
+    assert_eq!(conn.server(), names[1]);
+    let row = conn
+        .query_one(
+            "SELECT current_setting('application_name'), pg_is_in_recovery()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0).unwrap(), "reports");
+    assert!(row.get::<_, bool>(1).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_server_lends_nothing_until_resumed() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    let standby_name = pool.servers()[1].name.clone();
+    let lent = pool.get(Role::Standby).await.unwrap();
+    drop(pool.get(Role::Standby).await.unwrap());
+
+    let err = pool.drain("nowhere:1").unwrap_err();
+    assert!(err.to_string().contains(&standby_name), "{err}");
+    pool.drain(&standby_name).unwrap();
+    let servers = pool.servers();
+    assert!(servers[1].drained && servers[1].up, "{servers:?}");
+    assert_eq!(servers[0].stats.max_size, 4, "its share moved: {servers:?}");
+    // Reads that prefer a standby go to the primary; a standby-only borrow fails at once.
+    assert_eq!(in_recovery(&pool, Role::PreferStandby).await, Ok(false));
+    let err = pool.get(Role::Standby).await.unwrap_err();
+    assert!(err.to_string().contains("drained"), "{err}");
+    assert!(pool.try_get(Role::Standby).is_none());
+    // The lent connection still works and closes on return; the idle one closes now.
+    let mut lent = lent;
+    lent.simple_query("SELECT 1").await.unwrap();
+    drop(lent);
+    until(
+        &pool,
+        Duration::from_secs(5),
+        "the drained server's connections close",
+        |p| p.servers()[1].stats.open == 0,
+    )
+    .await;
+
+    pool.resume(&standby_name).unwrap();
+    assert!(!pool.servers()[1].drained);
+    assert_eq!(shares(&pool), 4);
+    assert_eq!(in_recovery(&pool, Role::PreferStandby).await, Ok(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_is_a_primary_as_soon_as_a_connection_comes_back() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(url(&primary, &standby).parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    let mut conn = pool.get(Role::Standby).await.unwrap();
+    let opened = pool.servers()[1].stats.opened;
+    let row = conn
+        .query_one("SELECT pg_promote(true)", &[])
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0).unwrap());
+    // The server reports in_hot_standby=off with the next statement's reply.
+    conn.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(conn.parameter("in_hot_standby"), Some("off"));
+    drop(conn);
+    // No probe, no reconnect: the returned connection told the pool.
+    let servers = pool.servers();
+    assert_eq!(servers[1].role, ServerRole::Primary, "{servers:?}");
+    assert_eq!(
+        servers[1].stats.opened, opened,
+        "no new connection was needed"
+    );
+    assert!(pool.get(Role::Standby).await.is_err(), "no standby is left");
 }
