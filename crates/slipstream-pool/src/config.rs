@@ -39,6 +39,14 @@ pub struct Config {
     /// The largest `max_size` that [`Pool::resize`] may set: the pool's slot array is this
     /// long. 0 (the default) means `max_size.max(64)`.
     pub resize_limit: usize,
+    /// A lent connection held longer than this is reported once as a possible leak: a
+    /// `tracing` WARN with the backtrace of the borrow (HikariCP's `leakDetectionThreshold`).
+    /// Nothing is reclaimed. Costs one captured backtrace per borrow. `None` (the default):
+    /// off.
+    pub leak_warning: Option<Duration>,
+    /// Publishes the pool's gauges, counters and borrow-wait histogram through the `metrics`
+    /// crate with the label `pool` set to this name. `None` (the default): off.
+    pub metrics_name: Option<String>,
 }
 
 impl Default for Config {
@@ -55,6 +63,8 @@ impl Default for Config {
             abandoned_timeout: None,
             time_to_live: None,
             resize_limit: 0,
+            leak_warning: None,
+            metrics_name: None,
         }
     }
 }
@@ -172,6 +182,46 @@ impl<M: Manager> Builder<M> {
     /// The largest size [`Pool::resize`] may set later (default: `max_size.max(64)`).
     pub fn resize_limit(mut self, n: usize) -> Self {
         self.config.resize_limit = n;
+        self
+    }
+    /// Reports a connection lent for longer than `threshold` as a possible leak, naming where
+    /// it was borrowed (see [`Config::leak_warning`]).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .leak_warning(std::time::Duration::from_secs(10))
+    ///     .build();
+    /// assert_eq!(pool.stats().leaks_suspected, 0);
+    /// # }
+    /// ```
+    pub fn leak_warning(mut self, threshold: Duration) -> Self {
+        self.config.leak_warning = Some(threshold);
+        self
+    }
+    /// Publishes the pool's metrics through the `metrics` crate, labelled `pool = name` (see
+    /// docs/pool.md for the names). Install the recorder (exporter) before building the pool.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// // e.g. metrics_exporter_prometheus::PrometheusBuilder::new().install()?; first
+    /// let pool = slipstream_pool::Pool::builder(Numbers).metrics("orders").build();
+    /// # }
+    /// ```
+    pub fn metrics(mut self, name: &str) -> Self {
+        self.config.metrics_name = Some(name.to_string());
         self
     }
     /// The shortest time between connection attempts (default 1 ms).

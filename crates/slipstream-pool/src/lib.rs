@@ -38,6 +38,8 @@ mod labels;
 mod maintenance;
 mod manager;
 #[cfg(not(loom))]
+mod observe;
+#[cfg(not(loom))]
 mod pg;
 #[cfg(not(loom))]
 mod pg_pool;

@@ -23,6 +23,12 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             if inner.reclaims {
                 inner.reclaim_overdue(now);
             }
+            if let Some(threshold) = inner.config.leak_warning {
+                inner.check_leaks(now, threshold);
+            }
+            if let Some(published) = inner.published.as_ref().filter(|p| p.publish_due(now)) {
+                published.publish(&crate::Pool::stats_of(&inner));
+            }
             let needed = {
                 let open = inner.open.load(Ordering::Acquire);
                 open < inner.core.limit()
@@ -200,6 +206,7 @@ fn shortest_timer(config: &Config) -> Option<Duration> {
         config.idle_timeout,
         config.abandoned_timeout,
         config.time_to_live,
+        config.leak_warning,
     ]
     .into_iter()
     .flatten()

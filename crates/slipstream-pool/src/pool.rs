@@ -63,6 +63,10 @@ impl<M: Manager> Builder<M> {
             manager: self.manager,
             reclaims: config.abandoned_timeout.is_some() || config.time_to_live.is_some(),
             min_size: AtomicUsize::new(config.min_size),
+            published: config
+                .metrics_name
+                .as_deref()
+                .map(crate::observe::Published::new),
             config,
             open: AtomicUsize::new(0),
             opener: Notify::new(),
@@ -123,6 +127,8 @@ pub(crate) struct Attachment {
     /// Closes the slot's connection from outside (from [`Manager::abort_handle`]).
     pub(crate) abort: Mutex<Option<AbortFn>>,
     pub(crate) labels: Mutex<Arc<Labels>>,
+    /// Where the current borrow came from (only with `leak_warning` set).
+    pub(crate) borrow_site: crate::observe::BorrowSite,
 }
 
 impl Attachment {
@@ -158,6 +164,8 @@ pub(crate) struct Inner<M: Manager> {
     pub(crate) open: AtomicUsize,
     /// Wakes the opener: a borrower began waiting, or a connection was closed.
     pub(crate) opener: Notify,
+    /// The metric handles, when [`Config::metrics_name`] is set.
+    pub(crate) published: Option<crate::observe::Published>,
     /// Why the last connection attempt failed, for the timeout error. Touched by the opener
     /// and by borrowers that time out only.
     pub(crate) last_connect_error: Mutex<Option<String>>,
@@ -239,6 +247,7 @@ pub(crate) struct Counters {
     pub(crate) failed_resets: AtomicU64,
     pub(crate) label_configures: AtomicU64,
     pub(crate) label_closes: AtomicU64,
+    pub(crate) leaks_suspected: AtomicU64,
     /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
     pub(crate) wait_buckets: [AtomicU64; 32],
 }
@@ -578,8 +587,12 @@ impl<M: Manager> Pool<M> {
 
     /// What the pool has done so far and holds now.
     pub fn stats(&self) -> Stats {
-        let c = &self.inner.counters;
-        let core = &self.inner.core;
+        Self::stats_of(&self.inner)
+    }
+
+    pub(crate) fn stats_of(inner: &Inner<M>) -> Stats {
+        let c = &inner.counters;
+        let core = &inner.core;
         let (mut idle, mut borrowed) = (0, 0);
         for slot in core.slots.iter() {
             match slot.state.load(Ordering::Relaxed) {
@@ -591,8 +604,8 @@ impl<M: Manager> Pool<M> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
             max_size: core.limit(),
-            min_size: self.inner.min_size(),
-            open: self.inner.open.load(Ordering::Relaxed),
+            min_size: inner.min_size(),
+            open: inner.open.load(Ordering::Relaxed),
             idle,
             borrowed,
             waiting: core.waiting.load(Ordering::Relaxed),
@@ -613,6 +626,7 @@ impl<M: Manager> Pool<M> {
             failed_resets: load(&c.failed_resets),
             label_configures: load(&c.label_configures),
             label_closes: load(&c.label_closes),
+            leaks_suspected: load(&c.leaks_suspected),
             wait_histogram_us: c.wait_buckets.iter().map(load).collect(),
         }
     }
@@ -676,6 +690,9 @@ impl<M: Manager> Pool<M> {
             .store(slot.borrows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         slot.borrowed_ms.store(now, Ordering::Relaxed);
         slot.active_ms.store(now, Ordering::Relaxed);
+        if self.inner.config.leak_warning.is_some() {
+            self.inner.attachments[i].borrow_site.note();
+        }
         let lent = if self.inner.reclaims {
             Lent::Leased(self.inner.core.begin_lease(o))
         } else {
@@ -707,7 +724,11 @@ impl<M: Manager> Pool<M> {
     fn waited(&self, start: Instant) {
         let c = &self.inner.counters;
         c.waits.fetch_add(1, Ordering::Relaxed);
-        let us = start.elapsed().as_micros().max(1) as u64;
+        let waited = start.elapsed();
+        if let Some(published) = &self.inner.published {
+            published.record_wait(waited);
+        }
+        let us = waited.as_micros().max(1) as u64;
         let bucket = (63 - us.leading_zeros() as usize).min(c.wait_buckets.len() - 1);
         c.wait_buckets[bucket].fetch_add(1, Ordering::Relaxed);
     }

@@ -141,6 +141,9 @@ impl<M: Manager> Drop for Pooled<M> {
             slot.busy_ms.load(Ordering::Relaxed) + lent_for,
             Ordering::Relaxed,
         );
+        if pool.config.leak_warning.is_some() {
+            pool.attachments[i].borrow_site.returned(i, lent_for);
+        }
         let c = &pool.counters;
         if self.discard || pool.manager.is_broken(&conn) {
             c.closed_broken.fetch_add(1, Ordering::Relaxed);

@@ -64,6 +64,8 @@ pub struct Stats {
     pub label_configures: u64,
     /// Connections closed because they were too costly for a labeled borrow.
     pub label_closes: u64,
+    /// Borrows reported as possible leaks (lent past [`Config::leak_warning`](crate::Config)).
+    pub leaks_suspected: u64,
     /// Borrows that waited, by wait: entry k counts waits of 2^k to 2^(k+1) microseconds.
     pub wait_histogram_us: Vec<u64>,
 }
