@@ -9,7 +9,7 @@ use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
 
 use crate::connect::unexpected;
-use crate::connection::{Owed, Unkept};
+use crate::connection::Owed;
 use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
@@ -163,7 +163,9 @@ impl Client {
                 e.context("preparing the statement succeeded, but looking up its types failed")
             );
         }
-        unkept.map(Unkept::keep);
+        if let Some(unkept) = unkept {
+            unkept.keep();
+        }
         self.types.resolve_params(&mut params);
         if let Some(resolved) = self.types.resolve_columns(&columns) {
             columns = resolved;
@@ -495,7 +497,9 @@ impl Client {
             _ => None,
         };
         self.resolve_reply(&mut reply).await?;
-        unkept.map(Unkept::keep);
+        if let Some(unkept) = unkept {
+            unkept.keep();
+        }
         self.cache_prepared(plan, sql, &reply);
         match reply.error {
             Some(e) => Err(e),

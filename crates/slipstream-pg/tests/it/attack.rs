@@ -31,14 +31,9 @@ async fn abandon<T>(fut: impl std::future::Future<Output = T>) {
 #[tokio::test]
 async fn attack_nul_in_simple_sql_does_not_break_the_next_call() {
     let (_cluster, mut c) = super::setup().await;
-    for (what, r) in [(
-        "batch_execute",
-        c.batch_execute("SELECT 1 -- \0").await.map(drop),
-    )] {
-        let e = r.unwrap_err();
-        eprintln!("{what}: {e} (kind {:?})", e.kind());
-        assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
-    }
+    let e = c.batch_execute("SELECT 1 -- \0").await.unwrap_err();
+    eprintln!("batch_execute: {e} (kind {:?})", e.kind());
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
     eprintln!("is_reusable after the refusal: {}", c.is_reusable());
     let next = bounded("next call", c.query_one("SELECT 1", &[])).await;
     assert!(
