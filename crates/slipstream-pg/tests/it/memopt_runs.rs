@@ -16,6 +16,8 @@ enum Step {
     GetM(i64),
     /// A lookup on `w` (text key).
     GetW(String),
+    /// A lookup on `g` (bigint key, like `m`: only the table tells the runs apart).
+    GetG(i64),
     /// A write, as SQL.
     Write(String),
 }
@@ -61,15 +63,11 @@ fn block(seed: u64) -> Vec<Step> {
         for i in 0..run {
             // Keys from a small range: duplicates in a run are common; 101..=110 miss until
             // an INSERT below adds them.
-            let on_w = if alternate {
-                i % 2 == 1
-            } else {
-                g.next(5) == 0
-            };
-            steps.push(if on_w {
-                GetW(["a", "b", "c", "zz"][g.next(4) as usize].to_string())
-            } else {
-                GetM(1 + g.next(110) as i64)
+            let table = if alternate { i % 3 } else { g.next(6) };
+            steps.push(match table {
+                1 => GetW(["a", "b", "c", "zz"][g.next(4) as usize].to_string()),
+                2 => GetG(1 + g.next(60) as i64),
+                _ => GetM(1 + g.next(110) as i64),
             });
         }
         let k = 1 + g.next(110);
@@ -79,23 +77,38 @@ fn block(seed: u64) -> Vec<Step> {
             2 => format!(
                 "INSERT INTO m VALUES ({k}, 'i{k}', {k}) ON CONFLICT (id) DO UPDATE SET n = -1"
             ),
-            3 => format!("UPDATE w SET v = v + {k} WHERE k = 'a'"),
+            3 if k % 2 == 0 => format!("UPDATE w SET v = v + {k} WHERE k = 'a'"),
+            3 => format!("UPDATE g SET v = v * 2 WHERE id = {}", k / 2),
             _ => format!("INSERT INTO w VALUES ('c', {k}) ON CONFLICT (k) DO UPDATE SET v = 0"),
         }));
     }
     steps
 }
-use Step::{GetM, GetW, Write};
+use Step::{GetG, GetM, GetW, Write};
+
+/// Table `g (id bigint PRIMARY KEY, v int)`, ids 1..=50 with v = -id: a second table with
+/// `m`'s key kind.
+async fn create_g(c: &mut Client) {
+    c.batch_execute(
+        "CREATE TABLE g (id bigint PRIMARY KEY, v int);
+         INSERT INTO g SELECT i, -i FROM generate_series(1, 50) i;
+         SELECT memopt.enable_read('g')",
+    )
+    .await
+    .unwrap();
+}
 
 /// Each step's result run singly: lookups by `Client::memopt_get`, writes by `execute`.
 async fn singly(c: &mut Client, steps: &[Step]) -> Vec<String> {
     let m = c.memopt_table("m").await.unwrap();
     let w = c.memopt_table("w").await.unwrap();
+    let gt = c.memopt_table("g").await.unwrap();
     let mut out = Vec::new();
     for s in steps {
         out.push(match s {
             GetM(k) => shown(c.memopt_get(&m, k).await.unwrap().as_slice()),
             GetW(k) => shown(c.memopt_get(&w, k.as_str()).await.unwrap().as_slice()),
+            GetG(k) => shown(c.memopt_get(&gt, k).await.unwrap().as_slice()),
             Write(sql) => format!("{} rows", c.execute(sql.as_str(), &[]).await.unwrap()),
         });
     }
@@ -106,11 +119,13 @@ async fn singly(c: &mut Client, steps: &[Step]) -> Vec<String> {
 async fn pipelined(c: &mut Client, steps: &[Step], options: PipelineOptions) -> Vec<String> {
     let m = c.memopt_table("m").await.unwrap();
     let w = c.memopt_table("w").await.unwrap();
+    let gt = c.memopt_table("g").await.unwrap();
     let mut p = c.pipeline_with(options);
     for s in steps {
         match s {
             GetM(k) => p.memopt_get(&m, k).await.map(|_| ()),
             GetW(k) => p.memopt_get(&w, k.as_str()).await.map(|_| ()),
+            GetG(k) => p.memopt_get(&gt, k).await.map(|_| ()),
             Write(sql) => p.execute(sql.as_str(), &[]).await.map(|_| ()),
         }
         .unwrap();
@@ -135,6 +150,7 @@ async fn coalesced_lookups_match_lone_lookups_among_writes_to_the_same_rows() {
     c.batch_execute("INSERT INTO w VALUES ('zz', 26)")
         .await
         .unwrap();
+    create_g(&mut c).await;
     let modes = [
         PipelineOptions::new(),
         PipelineOptions::new().mode(PipelineMode::ContinueOnError),
@@ -163,8 +179,10 @@ async fn coalesced_lookups_match_lone_lookups_among_writes_to_the_same_rows() {
 #[tokio::test]
 async fn misses_and_duplicate_keys_each_get_their_own_row_on_two_tables() {
     let (_cluster, mut c) = memopt_setup().await;
+    create_g(&mut c).await;
     let m = c.memopt_table("m").await.unwrap();
     let w = c.memopt_table("w").await.unwrap();
+    let gt = c.memopt_table("g").await.unwrap();
     let mut p = c.pipeline();
     let mut ops = Vec::new();
     for k in [3i64, 1000, 3, 1, 1000, 3, 100] {
@@ -172,6 +190,11 @@ async fn misses_and_duplicate_keys_each_get_their_own_row_on_two_tables() {
     }
     for k in ["b", "zz", "a", "b"] {
         ops.push((format!("w {k}"), p.memopt_get(&w, k).await.unwrap()));
+    }
+    // Two tables with one key kind, alternating and in runs.
+    for k in [4i64, 4, 60, 5, 5, 2] {
+        let (t, table) = if k % 2 == 0 { ("g", &gt) } else { ("m", &m) };
+        ops.push((format!("{t} {k}"), p.memopt_get(table, &k).await.unwrap()));
     }
     // Alternating tables: runs of one, each its own call.
     for (k, t) in [(7i64, "a"), (7, "b"), (999, "nope")] {
@@ -190,7 +213,7 @@ async fn misses_and_duplicate_keys_each_get_their_own_row_on_two_tables() {
     for (what, shown_row) in got {
         let (table, key) = what.split_once(' ').unwrap();
         let sql = match table {
-            "m" => format!("SELECT * FROM m WHERE id = {key}"),
+            "m" | "g" => format!("SELECT * FROM {table} WHERE id = {key}"),
             _ => format!("SELECT * FROM w WHERE k = '{key}'"),
         };
         let want = shown(&c.query(sql.as_str(), &[]).await.unwrap());
