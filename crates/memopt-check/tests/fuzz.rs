@@ -22,6 +22,11 @@ async fn memopt_agrees_with_the_normal_plan_under_random_sessions() {
         report.fast_reads,
         report.reads
     );
+    // And some of those through the client's FunctionCall path, single and pipelined.
+    assert!(
+        report.client_reads > 0,
+        "no read went through Client::memopt_get"
+    );
     // A fuzzer that only ever saw misses would prove nothing about hits.
     assert!(
         report.hits * 20 >= report.memopt_lookups,

@@ -216,6 +216,18 @@ impl Error {
         e
     }
 
+    /// The same failure again, for another operation it fails too (one reply that answers
+    /// several pipelined operations): kind, message, hint and the server's error; an I/O
+    /// or other source is kept as its text.
+    pub(crate) fn duplicate(&self) -> Error {
+        let source: Option<BoxError> = self.0.source.as_ref().map(|s| s.to_string().into());
+        let mut e = Error::new(self.0.kind, self.0.message.clone(), source);
+        e.0.hint = self.0.hint;
+        e.0.db = self.0.db.clone();
+        e.0.aborted_by = self.0.aborted_by;
+        e
+    }
+
     /// A `COMMIT` the server answered with `ROLLBACK`.
     pub(crate) fn rolled_back(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Aborted, Some(message.into()), None)

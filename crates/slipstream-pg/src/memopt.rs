@@ -404,6 +404,16 @@ pub(crate) fn encode_keys<K: MemoptKey>(
     text: bool,
 ) -> Result<(), Error> {
     let n = i32::try_from(keys.len()).map_err(|_| Error::usage("too many keys for one lookup"))?;
+    encode_keys_header(buf, n, text);
+    for k in keys {
+        encode_key_element(buf, k)?;
+    }
+    Ok(())
+}
+
+/// The header of [`encode_keys`]' array, for `n` keys whose elements follow
+/// ([`encode_key_element`]).
+pub(crate) fn encode_keys_header(buf: &mut BytesMut, n: i32, text: bool) {
     buf.put_i32(i32::from(n > 0)); // dimensions
     buf.put_i32(0); // no NULLs
     buf.put_u32(if text { 25 } else { 20 }); // text, int8
@@ -411,14 +421,21 @@ pub(crate) fn encode_keys<K: MemoptKey>(
         buf.put_i32(n);
         buf.put_i32(1); // lower bound
     }
-    for k in keys {
-        let at = buf.len();
-        buf.put_i32(0);
-        k.put(buf);
-        let len = i32::try_from(buf.len() - at - 4)
-            .map_err(|_| Error::usage("a key is longer than 1 GiB"))?;
-        buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
-    }
+}
+
+/// One key of [`encode_keys`]' array: its length, then its bytes.
+pub(crate) fn encode_key_element<K: MemoptKey + ?Sized>(
+    buf: &mut BytesMut,
+    key: &K,
+) -> Result<(), Error> {
+    let at = buf.len();
+    buf.put_i32(0);
+    key.put(buf);
+    let len = i32::try_from(buf.len() - at - 4).map_err(|_| {
+        buf.truncate(at);
+        Error::usage("a key is longer than 1 GiB")
+    })?;
+    buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
     Ok(())
 }
 
@@ -441,36 +458,75 @@ pub(crate) fn decode(
     many: bool,
     value: Option<&[u8]>,
 ) -> Result<Result<Vec<Row>, Error>, Error> {
-    let Some(mut v) = value else {
+    let Some(v) = value else {
         return Ok(Ok(Vec::new()));
     };
     if !many {
         return Ok(record_row(table, v)?.map(|r| vec![r]));
     }
-    let ndim = take_i32(&mut v)?;
-    let _flags = take_i32(&mut v)?;
-    let _element_type = take_i32(&mut v)?;
-    if ndim == 0 {
-        return Ok(Ok(Vec::new()));
-    }
-    if ndim != 1 {
-        return Err(malformed("an array of rows with other than one dimension"));
-    }
-    let n = take_i32(&mut v)?;
-    let _lower = take_i32(&mut v)?;
     let mut rows = Vec::new();
-    for _ in 0..n.max(0) {
-        let len = take_i32(&mut v)?;
-        if len < 0 {
-            continue; // no row for this key
-        }
-        let element = take(&mut v, len as usize)?;
+    // No row for a key: a NULL element, skipped.
+    for element in array_elements(v)?.into_iter().flatten() {
         match record_row(table, element)? {
             Ok(row) => rows.push(row),
             Err(e) => return Ok(Err(e)),
         }
     }
     Ok(Ok(rows))
+}
+
+/// The reply to a coalesced run of `keys` single-key lookups sent as one `get_many`: element
+/// `i` is the row of key `i`, `None` where it has none. The server returns exactly one element
+/// per key (a NULL for a miss), so any other count is malformed: a row must never be given to
+/// another key's lookup. Errors as [`decode`].
+pub(crate) fn decode_each(
+    table: &MemoptTable,
+    keys: usize,
+    value: Option<&[u8]>,
+) -> Result<Result<Vec<Option<Row>>, Error>, Error> {
+    let Some(v) = value else {
+        return Err(malformed("no array for a run of lookups"));
+    };
+    let elements = array_elements(v)?;
+    if elements.len() != keys {
+        return Err(malformed(&format!(
+            "{} rows or NULLs for {keys} keys",
+            elements.len()
+        )));
+    }
+    let mut rows = Vec::with_capacity(keys);
+    for element in elements {
+        match element.map(|e| record_row(table, e)).transpose()? {
+            None => rows.push(None),
+            Some(Ok(row)) => rows.push(Some(row)),
+            Some(Err(e)) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(rows))
+}
+
+/// The elements of a one-dimensional array (`array_send`), `None` for a NULL.
+fn array_elements(mut v: &[u8]) -> Result<Vec<Option<&[u8]>>, Error> {
+    let ndim = take_i32(&mut v)?;
+    let _flags = take_i32(&mut v)?;
+    let _element_type = take_i32(&mut v)?;
+    if ndim == 0 {
+        return Ok(Vec::new());
+    }
+    if ndim != 1 {
+        return Err(malformed("an array of rows with other than one dimension"));
+    }
+    let n = take_i32(&mut v)?;
+    let _lower = take_i32(&mut v)?;
+    let mut elements = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(v.len() / 4));
+    for _ in 0..n.max(0) {
+        let len = take_i32(&mut v)?;
+        elements.push(match usize::try_from(len) {
+            Ok(len) => Some(take(&mut v, len)?),
+            Err(_) => None,
+        });
+    }
+    Ok(elements)
 }
 
 /// One composite value (`record_send`) as a [`Row`] with the table's columns.

@@ -51,7 +51,10 @@ use postgres_types::Type;
 
 use crate::connect::unexpected;
 use crate::connection::Owed;
-use crate::memopt::{check_table, decode, encode_function_call, function_value};
+use crate::memopt::{
+    MemoptFunctions, check_table, decode, decode_each, encode_function_call, encode_key_element,
+    encode_keys_header, function_value,
+};
 use crate::param_types;
 use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, split_typed};
 use crate::statement::{parse_columns, parse_params};
@@ -318,7 +321,25 @@ pub struct Pipeline<'c> {
     /// The running total of reply lower bounds over every entry pushed (see
     /// `Pipeline::due`).
     due_pushed: u64,
+    /// Consecutive `memopt_get` calls not yet written: they go out as one `get_many` when
+    /// anything else is queued, the block is processed, synced or ended, or at the size cap.
+    /// Its operations' ids follow the last one in `results`, which gets theirs when it is
+    /// written, so nothing else may be queued while it is held.
+    run: Option<Run>,
     ended: bool,
+}
+
+/// A run of [`Pipeline::memopt_get`] calls on one table with one key kind, held to be sent
+/// as one `memopt.get_many`. The server answers it with one element per key, a NULL where a
+/// key has no row, so element `i` is operation `first + i`'s row.
+struct Run {
+    table: MemoptTable,
+    /// The `get_many` overload for the key kind.
+    function: u32,
+    text: bool,
+    /// The keys as `get_many`'s array elements (`encode_key_element`).
+    keys: bytes::BytesMut,
+    count: u64,
 }
 
 enum Expect {
@@ -336,7 +357,7 @@ impl Expect {
     /// The last operation whose result this entry completes: entries are in order of it.
     fn last_op(&self) -> u64 {
         match self {
-            Expect::Op(p) => p.id,
+            Expect::Op(p) => p.id + p.kind.ops() - 1,
             Expect::Sync { end, .. } => end - 1,
         }
     }
@@ -377,6 +398,28 @@ enum Kind {
         table: MemoptTable,
         many: bool,
     },
+    /// A [`Run`] of `count` single-key lookups, sent as one `get_many` `FunctionCall`: the
+    /// operations `id..id + count` of its `Pending`. `rows` holds the reply, one per key.
+    LookupRun {
+        table: MemoptTable,
+        count: u64,
+        rows: Vec<Option<Row>>,
+    },
+}
+
+impl Kind {
+    /// How many of the block's operations this entry answers.
+    fn ops(&self) -> u64 {
+        match self {
+            Kind::LookupRun { count, .. } => *count,
+            _ => 1,
+        }
+    }
+
+    /// A `FunctionCall`: answered with its own `ReadyForQuery`, no `Sync` written.
+    fn is_function_call(&self) -> bool {
+        matches!(self, Kind::FunctionCall { .. } | Kind::LookupRun { .. })
+    }
 }
 
 enum Slot {
@@ -465,6 +508,7 @@ impl Client {
             needs_flush: false,
             unsent: 0,
             due_pushed: 0,
+            run: None,
             ended: false,
         }
     }
@@ -532,7 +576,7 @@ impl Pipeline<'_> {
         let plan = Plan::OneOff { wires };
         encode_plan(&mut self.client.conn.wbuf, &plan, sql, &values, 0)?;
         let id = self.push(Kind::Query, Arc::from(Vec::new()), mark);
-        self.after_queue().await;
+        self.after_queue(1).await;
         Ok(self.handle(id))
     }
 
@@ -567,7 +611,7 @@ impl Pipeline<'_> {
             params: None,
         };
         let id = self.push(kind, Arc::from(Vec::new()), mark);
-        self.after_queue().await;
+        self.after_queue(1).await;
         Ok(self.handle(id))
     }
 
@@ -605,12 +649,23 @@ impl Pipeline<'_> {
     }
 
     /// Queues a fast primary-key lookup ([`Client::memopt_get`]); [`Pipeline::process`]
-    /// returns the row found, if any, as a one- or zero-row `Vec`.
+    /// returns the row found, if any, as a one- or zero-row `Vec`: what a lone
+    /// `Client::memopt_get` at that point of the block returns.
     ///
-    /// The server answers a `FunctionCall` with its own `ReadyForQuery` and runs it in its own
-    /// implicit transaction (or in the open transaction block), so in an abort-on-error block
-    /// the lookup is a sync point: the operations queued before it are given their `Sync`
-    /// first, a failure before it does not skip it, and its failure does not skip what follows.
+    /// Consecutive lookups on the same [`MemoptTable`] with the same key kind are coalesced:
+    /// they are held and sent as one `memopt.get_many` call (one message, one reply, one
+    /// `ReadyForQuery`) when anything else is queued, when the block is processed
+    /// ([`Pipeline::process`]), synced or ended, or when a quarter of
+    /// [`PipelineOptions::max_in_flight`] (or of its bytes) is held. The server returns one
+    /// element per key, so each lookup gets its own row, a duplicate key included.
+    ///
+    /// Like a lone call, a run is a sync point in an abort-on-error block: the operations
+    /// queued before it are given their `Sync` first (so it sees their writes), a failure
+    /// before it does not skip it, and its failure does not skip what follows. It differs
+    /// from as many lone calls in two ways: the run reads under one snapshot (outside a
+    /// transaction block, lone calls would each take their own, and could see a row another
+    /// session committed between two of them), and an error fails every lookup of the run,
+    /// each with the server's error (e.g. permission denied on the table).
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -619,7 +674,7 @@ impl Pipeline<'_> {
     /// let ops: Vec<_> = {
     ///     let mut ops = Vec::new();
     ///     for id in 1..=100i64 {
-    ///         ops.push(p.memopt_get(&users, &id).await?);
+    ///         ops.push(p.memopt_get(&users, &id).await?); // held: one get_many for all 100
     ///     }
     ///     ops
     /// };
@@ -632,11 +687,35 @@ impl Pipeline<'_> {
         table: &MemoptTable,
         key: &K,
     ) -> Result<Op<Vec<Row>>, Error> {
-        self.queue_function(table, false, key.is_text(), |buf| {
-            key.put(buf);
-            Ok(())
-        })
-        .await
+        let fns = self.functions(table).await?;
+        let text = key.is_text();
+        if self
+            .run
+            .as_ref()
+            .is_some_and(|r| r.table.oid() != table.oid() || r.text != text)
+        {
+            self.flush_run();
+        }
+        self.client.conn.check_usable()?;
+        self.settle().await?;
+        let run = self.run.get_or_insert_with(|| Run {
+            table: table.clone(),
+            function: fns.pick(text, true),
+            text,
+            keys: bytes::BytesMut::new(),
+            count: 0,
+        });
+        encode_key_element(&mut run.keys, key)?;
+        run.count += 1;
+        let id = self.results.len() as u64 + run.count - 1;
+        let full = run.count >= (self.options.max_ops as u64 / 4).max(1)
+            || run.keys.len() >= self.options.max_bytes / 4;
+        if full {
+            let count = run.count as usize;
+            self.flush_run();
+            self.after_queue(count).await;
+        }
+        Ok(self.handle(id))
     }
 
     /// Queues a multi-key lookup ([`Client::memopt_get_many`]): the rows found, in the keys'
@@ -655,77 +734,77 @@ impl Pipeline<'_> {
         table: &MemoptTable,
         keys: &[K],
     ) -> Result<Op<Vec<Row>>, Error> {
-        self.queue_function(table, true, K::TEXT, |buf| {
-            crate::memopt::encode_keys(buf, keys, K::TEXT)
-        })
-        .await
+        let fns = self.functions(table).await?;
+        self.start_op("").await?;
+        let mark = self.client.conn.wbuf.len();
+        self.client.conn.encode(|buf| {
+            encode_function_call(buf, fns.pick(K::TEXT, true), table.oid(), |buf| {
+                crate::memopt::encode_keys(buf, keys, K::TEXT)
+            })
+        })?;
+        let kind = Kind::FunctionCall {
+            table: table.clone(),
+            many: true,
+        };
+        let id = self.push(kind, Arc::from(Vec::new()), mark);
+        self.after_queue(1).await;
+        Ok(self.handle(id))
     }
 
-    async fn queue_function(
-        &mut self,
-        table: &MemoptTable,
-        many: bool,
-        text: bool,
-        key: impl FnOnce(&mut bytes::BytesMut) -> Result<(), Error>,
-    ) -> Result<Op<Vec<Row>>, Error> {
+    /// The memopt function OIDs for a lookup on `table`.
+    async fn functions(&mut self, table: &MemoptTable) -> Result<MemoptFunctions, Error> {
         check_table(table, self.client.id)?;
         // The OIDs are resolved by a query of their own, which must come before the block's
         // first operation; afterwards (a DISCARD ALL inside the block) the caller is told.
         let pending_discard = self.client.conn.functions_discarded;
-        let fns = match self.client.memopt {
-            Some(f) if !pending_discard => f,
-            _ if !self.started => self.client.memopt_functions().await?,
-            _ => {
-                return Err(Error::usage(
-                    "the memopt functions are not resolved on this connection (DISCARD ALL ran in                      this pipeline block): end the block and call Client::memopt_table again",
-                ));
-            }
+        match self.client.memopt {
+            Some(f) if !pending_discard => Ok(f),
+            _ if !self.started => self.client.memopt_functions().await,
+            _ => Err(Error::usage(
+                "the memopt functions are not resolved on this connection (DISCARD ALL ran in \
+                 this pipeline block): end the block and call Client::memopt_table again",
+            )),
+        }
+    }
+
+    /// Writes the held run of lookups, if any, as one `get_many` `FunctionCall` and records
+    /// it. If it cannot be written (the connection broke), each of its operations fails with
+    /// the cause: their ids were handed out.
+    fn flush_run(&mut self) {
+        let Some(run) = self.run.take() else {
+            return;
         };
-        self.start_op("").await?;
         // After an error, the server skips every message up to the next Sync, a FunctionCall
-        // too: the open abort-mode group must be closed first.
-        self.sync();
+        // too: the open abort-mode group must be closed first. That also makes the run see
+        // the group's writes.
+        self.close_group();
         let mark = self.client.conn.wbuf.len();
-        let oid = table.oid();
-        self.client
-            .conn
-            .encode(|buf| encode_function_call(buf, fns.pick(text, many), oid, key))?;
-        let id = self.results.len() as u64;
-        let bytes = self.client.conn.wbuf.len() - mark;
-        self.results.push(Slot::Waiting);
-        let end = self.client.conn.written + self.client.conn.wbuf.len() as u64;
-        // A FunctionCallResponse or an error, then ReadyForQuery: no less than any operation's
-        // reply and its Sync's (the lower bound `due` sums; see `push`).
-        let continues = self.options.mode == PipelineMode::ContinueOnError;
-        if continues {
-            self.due_pushed += MIN_OP_REPLY;
-        }
-        self.expect.push_back(Expect::Op(Pending {
-            id,
-            end,
-            kind: Kind::FunctionCall {
-                table: table.clone(),
-                many,
-            },
-            bytes,
-            due_end: self.due_pushed,
-            reply: Reply::new(Arc::from(Vec::new()), true),
-        }));
-        self.in_flight_ops += 1;
-        self.in_flight_bytes += bytes;
-        // Its ReadyForQuery is read as a Sync's is: the same entry, with no Sync written.
-        self.client.conn.owed.push_back(Owed::FunctionCall);
-        self.in_flight_bytes += SYNC_BYTES;
-        if continues {
-            self.due_pushed += READY_FOR_QUERY_BYTES;
-        }
-        self.expect.push_back(Expect::Sync {
-            first: id,
-            end: id + 1,
-            due_end: self.due_pushed,
+        let written = self.client.conn.check_usable().and_then(|()| {
+            let n = i32::try_from(run.count)
+                .map_err(|_| Error::usage("too many keys for one lookup"))?;
+            self.client.conn.encode(|buf| {
+                encode_function_call(buf, run.function, run.table.oid(), |buf| {
+                    encode_keys_header(buf, n, run.text);
+                    buf.extend_from_slice(&run.keys);
+                    Ok(())
+                })
+            })
         });
-        self.after_queue().await;
-        Ok(self.handle(id))
+        match written {
+            Ok(()) => {
+                let kind = Kind::LookupRun {
+                    table: run.table,
+                    count: run.count,
+                    rows: Vec::new(),
+                };
+                self.push(kind, Arc::from(Vec::new()), mark);
+            }
+            Err(e) => {
+                for _ in 0..run.count {
+                    self.results.push(Slot::Ready(Err(e.duplicate())));
+                }
+            }
+        }
     }
 
     /// Adds a sync point in an abort-on-error block: a failure before it does not skip the
@@ -746,6 +825,12 @@ impl Pipeline<'_> {
     /// # Ok(()) }
     /// ```
     pub fn sync(&mut self) {
+        self.flush_run();
+        self.close_group();
+    }
+
+    /// Gives the open abort-mode group, if any, its `Sync`.
+    fn close_group(&mut self) {
         if let Some(first) = self.group_start.take() {
             self.push_sync(first);
             self.needs_flush = false;
@@ -773,6 +858,15 @@ impl Pipeline<'_> {
             ));
         }
         let index = op.id as usize;
+        if index >= self.results.len() || !self.is_final(op.id) {
+            // A held lookup, or one to wait for: the server may as well have the run.
+            self.flush_run();
+        }
+        if index >= self.results.len() {
+            return Err(Error::usage(
+                "this operation belongs to another pipeline block",
+            ));
+        }
         if !self.is_final(op.id) {
             self.flush_through(op.id);
             self.request_flush();
@@ -882,12 +976,17 @@ impl Pipeline<'_> {
 
     /// Operations queued in this block so far.
     pub fn len(&self) -> usize {
-        self.results.len()
+        self.results.len() + self.held()
+    }
+
+    /// Lookups held in the run not yet written.
+    fn held(&self) -> usize {
+        self.run.as_ref().map_or(0, |r| r.count as usize)
     }
 
     /// True if nothing was queued yet.
     pub fn is_empty(&self) -> bool {
-        self.results.is_empty()
+        self.len() == 0
     }
 
     /// Operations whose replies have not been read yet.
@@ -904,6 +1003,7 @@ impl Pipeline<'_> {
             .iter()
             .filter(|s| matches!(s, Slot::Waiting))
             .count()
+            + self.held()
     }
 
     async fn queue_statement<T>(
@@ -945,7 +1045,7 @@ impl Pipeline<'_> {
             }
         };
         let id = self.push(kind, columns, mark);
-        self.after_queue().await;
+        self.after_queue(1).await;
         Ok(self.handle(id))
     }
 
@@ -959,14 +1059,12 @@ impl Pipeline<'_> {
     }
 
     /// Checks that an operation may be queued: the connection works and it is not a COPY. The
-    /// block's first operation settles the connection first (see the module docs).
+    /// block's first operation settles the connection first (see the module docs). Writes
+    /// the held run of lookups, which comes before this operation.
     async fn start_op(&mut self, sql: &str) -> Result<(), Error> {
         self.client.conn.check_usable()?;
-        if !self.started {
-            self.client.conn.start_request().await?;
-            self.skip = self.client.conn.owed.len();
-            self.started = true;
-        }
+        self.settle().await?;
+        self.flush_run();
         if is_stream_copy(sql) {
             return Err(Error::usage(
                 "COPY ... FROM STDIN / TO STDOUT cannot run in a pipeline (its data is a stream \
@@ -976,14 +1074,30 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// Records an operation whose messages were appended to the write buffer from `mark` on,
-    /// and in continue mode its `Sync`. Returns its id.
+    /// The block's first operation settles the connection and queues deferred work first.
+    async fn settle(&mut self) -> Result<(), Error> {
+        if !self.started {
+            self.client.conn.start_request().await?;
+            self.skip = self.client.conn.owed.len();
+            self.started = true;
+        }
+        Ok(())
+    }
+
+    /// Records an entry whose messages were appended to the write buffer from `mark` on, and
+    /// what closes it: in continue mode its `Sync`, for a `FunctionCall` its own
+    /// `ReadyForQuery`. Returns its (first) operation's id. The one place an entry is pushed.
     fn push(&mut self, kind: Kind, columns: Arc<[Column]>, mark: usize) -> u64 {
         let id = self.results.len() as u64;
         let bytes = self.client.conn.wbuf.len() - mark;
         let keep_rows = !matches!(kind, Kind::Execute);
-        self.results.push(Slot::Waiting);
+        let ops = kind.ops();
+        let function = kind.is_function_call();
+        self.results.extend((0..ops).map(|_| Slot::Waiting));
         let end = self.client.conn.written + self.client.conn.wbuf.len() as u64;
+        // A FunctionCall is answered by a FunctionCallResponse or an error, then
+        // ReadyForQuery: no less than any operation's reply and its Sync's (the lower bound
+        // `due` sums).
         if self.options.mode == PipelineMode::ContinueOnError {
             self.due_pushed += MIN_OP_REPLY;
         }
@@ -995,8 +1109,13 @@ impl Pipeline<'_> {
             due_end: self.due_pushed,
             reply: Reply::new(columns, keep_rows),
         }));
-        self.in_flight_ops += 1;
+        self.in_flight_ops += ops as usize;
         self.in_flight_bytes += bytes;
+        if function {
+            // Its ReadyForQuery is read as a Sync's is: the same entry, with no Sync written.
+            self.push_sync_entry(id, Owed::FunctionCall);
+            return id;
+        }
         match self.options.mode {
             PipelineMode::ContinueOnError => self.push_sync(id),
             PipelineMode::AbortOnError => {
@@ -1010,7 +1129,13 @@ impl Pipeline<'_> {
     /// Appends a `Sync` closing the operations from `first` to the last one queued.
     fn push_sync(&mut self, first: u64) {
         frontend::sync(&mut self.client.conn.wbuf);
-        self.client.conn.owed.push_back(Owed::PipelineSync);
+        self.push_sync_entry(first, Owed::PipelineSync);
+    }
+
+    /// Records the `ReadyForQuery` owed for the operations from `first` to the last one
+    /// queued (counted as a `Sync`'s five bytes in flight).
+    fn push_sync_entry(&mut self, first: u64, owed: Owed) {
+        self.client.conn.owed.push_back(owed);
         self.in_flight_bytes += SYNC_BYTES;
         if self.options.mode == PipelineMode::ContinueOnError {
             self.due_pushed += READY_FOR_QUERY_BYTES;
@@ -1039,7 +1164,7 @@ impl Pipeline<'_> {
         }
         let conn = &mut self.client.conn;
         let Some(end) = self.expect.iter().find_map(|e| match e {
-            Expect::Op(p) if p.id == id => Some(p.end),
+            Expect::Op(p) if (p.id..p.id + p.kind.ops()).contains(&id) => Some(p.end),
             _ => None,
         }) else {
             return;
@@ -1068,8 +1193,8 @@ impl Pipeline<'_> {
     /// Below it, every sixteenth of the window is sent as it fills, and whatever replies have
     /// arrived are read, without waiting: the server is never left idle while operations sit
     /// in our buffer.
-    async fn after_queue(&mut self) {
-        self.unsent += 1;
+    async fn after_queue(&mut self, ops: usize) {
+        self.unsent += ops;
         if self.in_flight_ops > self.options.max_ops
             || self.in_flight_bytes > self.options.max_bytes
         {
@@ -1236,6 +1361,22 @@ impl Pipeline<'_> {
                         }
                         m => return Err(unexpected(&m, "in reply to a pipelined FunctionCall")),
                     },
+                    Kind::LookupRun { table, count, rows } => match message {
+                        Message::DataRow(body) => {
+                            let value = function_value(&body)?;
+                            match decode_each(table, *count as usize, value.as_deref())? {
+                                Ok(each) => *rows = each,
+                                Err(e) => pending.reply.error = Some(e),
+                            }
+                            true
+                        }
+                        Message::ErrorResponse(body) => {
+                            pending.reply.error =
+                                Some(Error::db(DbError::parse(&mut body.fields())?));
+                            true
+                        }
+                        m => return Err(unexpected(&m, "in reply to a pipelined FunctionCall")),
+                    },
                     Kind::Prepare { params, .. } => match message {
                         Message::ParseComplete => false,
                         Message::ParameterDescription(body) => {
@@ -1310,7 +1451,7 @@ impl Pipeline<'_> {
         let Some(Expect::Op(pending)) = self.expect.pop_front() else {
             return;
         };
-        self.in_flight_ops -= 1;
+        self.in_flight_ops -= pending.kind.ops() as usize;
         self.in_flight_bytes -= pending.bytes;
         let id = pending.id;
         if self.options.mode == PipelineMode::AbortOnError {
@@ -1337,10 +1478,32 @@ impl Pipeline<'_> {
         {
             self.client.types.resolve_params(params);
         }
+        if let Kind::LookupRun { count, rows, .. } = pending.kind {
+            // One reply for `count` lookups: each gets its own key's row, or each the error.
+            // Nothing follows it in its sync block, so nothing is skipped.
+            match pending.reply.error {
+                Some(e) => {
+                    for i in 1..count {
+                        self.results[(id + i) as usize] = Slot::Ready(Err(e.duplicate()));
+                    }
+                    self.results[id as usize] = Slot::Ready(Err(e));
+                }
+                None => {
+                    for (i, row) in rows.into_iter().enumerate() {
+                        let output = Output::Rows(row.into_iter().collect());
+                        self.results[id as usize + i] = Slot::Ready(Ok(output));
+                    }
+                }
+            }
+            return;
+        }
         let result = match pending.reply.error {
             Some(e) => Err(e),
             None => Ok(match pending.kind {
-                Kind::Query | Kind::FunctionCall { .. } => Output::Rows(pending.reply.rows),
+                // (A run was completed above.)
+                Kind::Query | Kind::FunctionCall { .. } | Kind::LookupRun { .. } => {
+                    Output::Rows(pending.reply.rows)
+                }
                 Kind::Execute => Output::Affected(pending.reply.affected),
                 Kind::Commit if pending.reply.rolled_back => {
                     self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(
@@ -1361,8 +1524,9 @@ impl Pipeline<'_> {
         };
         if let Err(cause) = &result {
             while let Some(Expect::Op(skipped)) = self.expect.front() {
+                // Never a run: a FunctionCall is written only after its group's Sync.
                 let skipped_id = skipped.id;
-                self.in_flight_ops -= 1;
+                self.in_flight_ops -= skipped.kind.ops() as usize;
                 self.in_flight_bytes -= skipped.bytes;
                 self.results[skipped_id as usize] = Slot::Ready(Err(Error::aborted(
                     format!(
@@ -1381,10 +1545,11 @@ impl Pipeline<'_> {
     fn fail_all(&mut self, cause: &Error) {
         for expect in self.expect.drain(..) {
             if let Expect::Op(pending) = expect {
-                self.results[pending.id as usize] = Slot::Ready(Err(Error::closed(format!(
-                    "pipeline operation {} did not complete: {cause}",
-                    pending.id
-                ))));
+                for id in pending.id..pending.id + pending.kind.ops() {
+                    self.results[id as usize] = Slot::Ready(Err(Error::closed(format!(
+                        "pipeline operation {id} did not complete: {cause}"
+                    ))));
+                }
             }
         }
         self.in_flight_ops = 0;
@@ -1408,6 +1573,9 @@ impl Drop for Pipeline<'_> {
         // and its COMMIT reports the rollback). Continue-on-error operations still run, each
         // on its own. Replies are read and discarded by the next request, which settles the
         // connection's owed queue first.
+        // Held lookups were never sent and nobody can read their results: they are dropped
+        // unsent (a lookup changes nothing, so nothing is lost).
+        self.run = None;
         if !self.ended && !self.client.conn.is_broken() {
             if self.options.mode == PipelineMode::AbortOnError && self.group_start.is_some() {
                 let _ = frontend::execute(ABANDONED_BLOCK, 0, &mut self.client.conn.wbuf);

@@ -18,6 +18,8 @@ pub(crate) struct Shared {
     pub reads: AtomicU64,
     /// Of `reads`, those through memopt.get / memopt.get_many.
     pub fast_reads: AtomicU64,
+    /// Of `fast_reads`, those by the client's FunctionCall path.
+    pub client_reads: AtomicU64,
     /// Steps the server refused (conflicts, deadlocks, doomed commits, aborted transactions).
     pub errors: AtomicU64,
     pub stop: AtomicBool,
@@ -78,9 +80,16 @@ impl<'a> Session<'a> {
 
     async fn step(&mut self, kind: Kind, pinned: bool) -> Outcome {
         let out = self.conn.run(&kind).await;
-        if matches!(&kind, Kind::Compare(sql) if sql.contains("memopt.get")) {
+        if matches!(&kind, Kind::Compare(sql) if sql.contains("memopt.get"))
+            || matches!(&kind, Kind::Client { .. })
+        {
             self.shared
                 .fast_reads
+                .fetch_add(out.reads, Ordering::Relaxed);
+        }
+        if matches!(&kind, Kind::Client { .. }) {
+            self.shared
+                .client_reads
                 .fetch_add(out.reads, Ordering::Relaxed);
         }
         let before = self.shared.reads.fetch_add(out.reads, Ordering::Relaxed);
@@ -268,6 +277,13 @@ impl<'a> Session<'a> {
                 }
             })
             .collect();
+        if self.rng.random_bool(0.3) && !self.shared.skips("client") {
+            // By the client's FunctionCall path, one call per key or one pipelined run.
+            return Kind::Client {
+                keys: keys.iter().filter_map(|k| k.parse().ok()).collect(),
+                pipelined: self.rng.random_bool(0.5),
+            };
+        }
         let keys = keys.join(",");
         if self.rng.random_bool(0.5) {
             Kind::Compare(format!(

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use slipstream_pg::{Client, Error, SimpleQueryMessage, Statement};
+use slipstream_pg::{Client, Error, MemoptTable, SimpleQueryMessage, Statement};
 
 /// What a step sends and how its answer is checked.
 #[derive(Debug, Clone)]
@@ -19,6 +19,14 @@ pub(crate) enum Kind {
     /// cannot change between them: in REPEATABLE READ, or for a key whose row this
     /// transaction has written (and so holds locked until it ends).
     Split { fast: String, slow: String },
+    /// Keys looked up by the client's fast path (`Client::memopt_get` per key, or pipelined
+    /// `Pipeline::memopt_get`s coalesced into one `get_many`: issue 22), between two reads of
+    /// the normal plan (`slow_rows`). The FunctionCall runs on a snapshot of its own, so a
+    /// key is judged only where both normal-plan reads agree: the row did not change around
+    /// the lookup (a row deleted and inserted again with equal values in between would be
+    /// the one false alarm: `x` and the random `v` make that unlikely). A lookup that differs
+    /// from both agreeing reads is a mismatch.
+    Client { keys: Vec<i64>, pipelined: bool },
 }
 
 /// A step of one session, numbered in the order steps completed across sessions.
@@ -50,6 +58,8 @@ pub(crate) struct Conn {
     pub client: Client,
     notices: Arc<Mutex<Vec<String>>>,
     prepared: HashMap<String, Statement>,
+    /// `t` resolved for the fast lookup; forgotten after any failed lookup (DDL).
+    table: Option<MemoptTable>,
 }
 
 /// Marks the NOTICE `chk` raises on a mismatch.
@@ -71,6 +81,7 @@ impl Conn {
             client,
             notices,
             prepared: HashMap::new(),
+            table: None,
         })
     }
 
@@ -117,6 +128,12 @@ impl Conn {
                     Err(e) => out.error = Some(e),
                 }
             }
+            Kind::Client { keys, pipelined } => {
+                if let Err(e) = self.client_read(keys, *pipelined, &mut out).await {
+                    self.table = None;
+                    out.error = Some(e);
+                }
+            }
             Kind::Split { fast, slow } => {
                 let f = self.client.simple_query(fast).await.map(|m| first_cell(&m));
                 match f {
@@ -134,6 +151,130 @@ impl Conn {
         }
         out
     }
+}
+
+impl Conn {
+    /// See [`Kind::Client`].
+    async fn client_read(
+        &mut self,
+        keys: &[i64],
+        pipelined: bool,
+        out: &mut Outcome,
+    ) -> Result<(), Error> {
+        let t = match &self.table {
+            Some(t) => t.clone(),
+            None => {
+                let t = self.client.memopt_table("t").await?;
+                self.table = Some(t.clone());
+                t
+            }
+        };
+        let before = self.slow_rows(keys).await?;
+        let fast: Vec<Cells> = if pipelined {
+            let mut p = self.client.pipeline();
+            let mut ops = Vec::with_capacity(keys.len());
+            for k in keys {
+                ops.push(p.memopt_get(&t, k).await?);
+            }
+            let mut fast = Vec::with_capacity(keys.len());
+            for op in &ops {
+                fast.push(cells(p.process(op).await?.first())?);
+            }
+            for r in p.end().await {
+                r?;
+            }
+            fast
+        } else {
+            let mut fast = Vec::with_capacity(keys.len());
+            for k in keys {
+                fast.push(cells(self.client.memopt_get(&t, k).await?.as_ref())?);
+            }
+            fast
+        };
+        let after = self.slow_rows(keys).await?;
+        for (i, k) in keys.iter().enumerate() {
+            if before[i] != after[i] {
+                continue; // changed around the lookup: no verdict
+            }
+            out.reads += 1;
+            if fast[i] != before[i] && out.mismatch.is_none() {
+                out.mismatch = Some(format!(
+                    "memopt.get(t, {k}) by FunctionCall{} returned {:?}, the normal plan {:?} \
+                     before and after it",
+                    if pipelined { " (pipelined run)" } else { "" },
+                    fast[i],
+                    before[i]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each key's row by the normal plan, as raw column values (`None`: no row). The row is
+    /// read as one composite (`record_send`, which leaves dropped columns out as the fast
+    /// lookup's reply does) and split here: a set-returning function of `t` fails once a
+    /// column of `t` was dropped. The CASE keeps memopt's node out of it as well.
+    async fn slow_rows(&mut self, keys: &[i64]) -> Result<Vec<Cells>, Error> {
+        self.client
+            .batch_execute("SET memopt.enabled = off")
+            .await?;
+        let rows = self
+            .client
+            .query(
+                "SELECT (SELECT t FROM t WHERE CASE WHEN pg_get_indexdef(to_regclass('t_pkey')) \
+                 LIKE '%(a)' THEN a = u.k ELSE b = u.k END) \
+                 FROM unnest($1::bigint[]) WITH ORDINALITY AS u(k, o) ORDER BY u.o",
+                &[&keys],
+            )
+            .await;
+        let reset = self.client.batch_execute("RESET memopt.enabled").await;
+        let rows = rows?;
+        reset?;
+        rows.iter()
+            .map(|r| Ok(r.get_raw(0)?.map(record_cells)))
+            .collect()
+    }
+}
+
+/// The column values of a composite in `record_send`'s format (a count, then each column's
+/// type OID, length and bytes). The server's own output: a malformed one would be a bug there,
+/// shown as a mismatch rather than a panic.
+fn record_cells(mut v: &[u8]) -> Vec<Option<Vec<u8>>> {
+    fn take<'a>(v: &mut &'a [u8], n: usize) -> &'a [u8] {
+        let n = n.min(v.len());
+        let (head, rest) = v.split_at(n);
+        *v = rest;
+        head
+    }
+    fn int(v: &mut &[u8]) -> i32 {
+        let b = take(v, 4);
+        b.try_into().map_or(-1, i32::from_be_bytes)
+    }
+    let n = int(&mut v).max(0);
+    let mut cells = Vec::new();
+    for _ in 0..n {
+        let _oid = int(&mut v);
+        let len = int(&mut v);
+        cells.push(
+            usize::try_from(len)
+                .ok()
+                .map(|len| take(&mut v, len).to_vec()),
+        );
+    }
+    cells
+}
+
+/// A row's values, raw (the binary format of either path; `None`: no row).
+type Cells = Option<Vec<Option<Vec<u8>>>>;
+
+fn cells(row: Option<&slipstream_pg::Row>) -> Result<Cells, Error> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    (0..row.len())
+        .map(|i| Ok(row.get_raw(i)?.map(<[u8]>::to_vec)))
+        .collect::<Result<Vec<_>, Error>>()
+        .map(Some)
 }
 
 /// Compares cells (0, 1), (2, 3), ...: memopt's answer, then the normal plan's.
@@ -200,6 +341,25 @@ pub(crate) fn render(steps: &[Step]) -> String {
             }
             Kind::Split { fast, slow } => {
                 let _ = writeln!(out, "{fast};\n{slow};");
+            }
+            Kind::Client { keys, pipelined } => {
+                let keys = keys
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let how = if *pipelined {
+                    "one pipelined run (get_many)"
+                } else {
+                    "one FunctionCall per key"
+                };
+                let _ = writeln!(
+                    out,
+                    "-- by the client's fast path, {how}; in psql the equivalent:\n\
+                     SELECT slow_row(k) FROM unnest('{{{keys}}}'::bigint[]) k;\n\
+                     SELECT memopt.get('t', k)::text FROM unnest('{{{keys}}}'::bigint[]) k;\n\
+                     SELECT slow_row(k) FROM unnest('{{{keys}}}'::bigint[]) k;"
+                );
             }
         }
     }

@@ -608,7 +608,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.notes.push(
         "fast: t4 through memopt.get (FunctionCall: no parse, plan or portal), one call per key \
          (prepared column; there is nothing to prepare, so no unprepared form), pipelined 1,000 \
-         per block, memopt.get_many per batch of 1,000 keys, and memopt.get in the PL/pgSQL loop; \
+         per block in the default `client.pipeline()` (consecutive lookups go out as get_many \
+         runs of at most a quarter of the window: 256), memopt.get_many per batch of 1,000 keys, and memopt.get in the PL/pgSQL loop; \
          batches by SQL are `key = ANY($1)`, which memopt's node does not serve (t4's is its \
          index scan); server CPU: the backend's user + system time from /proc per lookup"
             .into(),

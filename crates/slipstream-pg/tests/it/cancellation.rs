@@ -315,6 +315,39 @@ fn memopt_calls() -> Vec<(&'static str, Call)> {
                 })
             },
         ),
+        (
+            "pipeline, runs of memopt_get on two tables with duplicate keys and misses",
+            |c| {
+                Box::pin(async move {
+                    let m = c.memopt_table("m").await?;
+                    let w = c.memopt_table("w").await?;
+                    // A small window: runs are cut at its size cap and flow control waits
+                    // between them, so drops land inside runs in flight.
+                    let mut p = c.pipeline_with(PipelineOptions::new().max_in_flight(16));
+                    let mut ops = Vec::new();
+                    for i in 0..60i64 {
+                        let k = [i % 7 + 1, 1000, 3][(i % 3) as usize];
+                        ops.push((Some(k), p.memopt_get(&m, &k).await?));
+                        if i % 10 == 9 {
+                            ops.push((None, p.memopt_get(&w, "b").await?));
+                            p.execute("SELECT 1", &[]).await?;
+                        }
+                    }
+                    for (k, op) in &ops {
+                        let rows = p.process(op).await?;
+                        match k {
+                            Some(1000) => assert!(rows.is_empty()),
+                            Some(k) => assert_eq!(rows[0].get::<_, i64>(0)?, *k),
+                            None => assert_eq!(rows[0].get::<_, &str>(0)?, "b"),
+                        }
+                    }
+                    for r in p.end().await {
+                        r?;
+                    }
+                    Ok(())
+                })
+            },
+        ),
     ]
 }
 

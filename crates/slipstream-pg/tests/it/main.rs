@@ -12,6 +12,7 @@ mod faults;
 mod fetch;
 mod hostile;
 mod memopt;
+mod memopt_runs;
 mod pipeline;
 mod pipeline_wakeups;
 mod query;
