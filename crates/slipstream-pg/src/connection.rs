@@ -75,14 +75,16 @@ const BIG_MESSAGE: usize = 4 * READ_CHUNK;
 /// Below this many bytes known to be due, a receive low-water mark is not worth its system
 /// call (see `Connection::set_rcvlowat`): a pipeline of one never pays for one.
 const MIN_RCVLOWAT: usize = 64;
-/// Off: with the mark raised, a continue-on-error block of small DML replies stalled at
-/// loopback (`lab run pipeline --quick`, DML loop, batches: 3,785 statements/s with the mark
-/// against 46,154 without, and 6,978 against 28,325 at 1 ms RTT). The likely cause: the server
-/// sends one tiny packet per `ReadyForQuery`; while the reader sleeps below the mark the
-/// kernel delays its ACKs, and the sender runs out of congestion window. Until that is
-/// understood and avoided, the mark is never raised; the bound is still computed and the
-/// tests that attack it (tests/it/pipeline_wakeups.rs) still pass with it off.
-const RCVLOWAT_ENABLED: bool = false;
+/// The most flushes a reader sleeps through (see `Connection::set_rcvlowat`). The server
+/// flushes every `ReadyForQuery`, so a continue-on-error block's replies come one small
+/// packet each; while the reader sleeps below its mark the kernel sends no ACK for them (it
+/// acknowledges at once only past a full segment, and loopback's is 64 KiB), and the sender
+/// may have no more than its congestion window of packets unacknowledged: 10 at the start,
+/// 4 while BBR probes the round trip. A mark that needs more packets than that waits for a
+/// delayed-ACK timer or a loss probe (10-40 ms) every time: an uncapped mark ran a DML
+/// block twelve times slower than no mark at all (issue 23). A mark reached within this
+/// many flushes wakes the reader while the sender can still send.
+const MARK_FLUSHES: usize = 8;
 /// The most a read waits to gather: a read of this much is already cheap per byte, and the
 /// kernel needs receive-buffer room for at least the mark (Linux grows the buffer to about
 /// twice the mark), so the server is never blocked sending while we sleep below it.
@@ -186,6 +188,12 @@ pub(crate) struct Connection {
     /// The socket's receive low-water mark (`SO_RCVLOWAT`) as last set: 1 except while a
     /// pipeline waits for replies it knows are due (see `Connection::set_rcvlowat`).
     rcvlowat: usize,
+    /// Bytes parsed since the last `ReadyForQuery`, and a running estimate of how many bytes
+    /// the server sends per `ReadyForQuery` (one flush: see `MARK_FLUSHES`). The estimate
+    /// follows a smaller flush at once and a larger one slowly, so a change of workload
+    /// lowers the mark before it can outgrow the sender's window. 0 until one is seen.
+    since_ready: usize,
+    flush_bytes: usize,
     /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
     /// stream offset just past the last queued byte.
     pub(crate) written: u64,
@@ -230,6 +238,8 @@ impl Connection {
             broken: None,
             unflushed: false,
             rcvlowat: 1,
+            since_ready: 0,
+            flush_bytes: 0,
             written: 0,
             tx_status: TransactionStatus::Idle,
             parameters: HashMap::new(),
@@ -516,9 +526,11 @@ impl Connection {
         if tag == b'V' && self.owed.contains(&Owed::FunctionCall) {
             return self.parse_function_response(big).map(Some);
         }
+        let len = self.pending_len().unwrap_or(0);
         let message = Message::parse(&mut self.rbuf).map_err(|e| invalid(tag, &e))?;
         if let Some(m) = &message {
             check_structure(m).map_err(|e| invalid(tag, &e))?;
+            self.count_flush(len, matches!(m, Message::ReadyForQuery(_)));
         }
         if big && message.is_some() {
             // Leave the big allocation to the message alone: the read buffer moves what
@@ -527,6 +539,19 @@ impl Connection {
             self.rbuf = moved_to(BytesMut::with_capacity(READ_CHUNK), &self.rbuf);
         }
         Ok(message)
+    }
+
+    /// Counts a parsed message of `len` bytes toward the flush estimate (`flush_bytes`).
+    fn count_flush(&mut self, len: usize, ready: bool) {
+        self.since_ready = self.since_ready.saturating_add(len);
+        if ready {
+            let n = std::mem::take(&mut self.since_ready);
+            self.flush_bytes = if self.flush_bytes == 0 || n <= self.flush_bytes {
+                n
+            } else {
+                self.flush_bytes + (n - self.flush_bytes) / 8
+            };
+        }
     }
 
     /// A whole `FunctionCallResponse` ('V': a value's length, -1 for NULL, and its bytes) at the
@@ -695,7 +720,11 @@ impl Connection {
     ///   the reader whatever the mark;
     /// - every other wait sets it back to 1 first (`poll_read_more(cx, 0)`);
     /// - it stays below the receive buffer (`MAX_RCVLOWAT`), so the server is never blocked
-    ///   on a full buffer that has not yet reached the mark.
+    ///   on a full buffer that has not yet reached the mark;
+    /// - it is reached within `MARK_FLUSHES` of the server's flushes as last measured
+    ///   (`flush_bytes`), so it never asks for more packets than the sender may have
+    ///   unacknowledged: the kernel does not ACK small packets while we sleep below it. No
+    ///   mark until a `ReadyForQuery` has been measured.
     ///
     /// Linux honours the mark in `poll`/`epoll` for TCP (and re-checks readiness when it is
     /// lowered, so lowering never loses a wake-up); a non-blocking read still returns what
@@ -703,12 +732,16 @@ impl Connection {
     /// own, so both are left at 1. A failure to raise the mark only costs wake-ups; a
     /// failure to lower it breaks the connection rather than risk waiting for ever.
     fn set_rcvlowat(&mut self, bytes: usize) -> Result<(), Error> {
-        let want = if !RCVLOWAT_ENABLED || bytes < MIN_RCVLOWAT {
-            1
-        } else {
-            bytes.min(MAX_RCVLOWAT)
-        };
-        if want == self.rcvlowat {
+        let cap = MARK_FLUSHES
+            .saturating_mul(self.flush_bytes)
+            .min(MAX_RCVLOWAT);
+        let want = bytes.min(cap);
+        let want = if want < MIN_RCVLOWAT { 1 } else { want };
+        // A mark at or below what is due is safe to keep: only raise it when that halves
+        // the wake-ups, which saves a system call on most reads.
+        if want == self.rcvlowat
+            || (self.rcvlowat > 1 && self.rcvlowat <= want && want < 2 * self.rcvlowat)
+        {
             return Ok(());
         }
         let Socket::Tcp(stream) = &self.socket else {

@@ -209,3 +209,172 @@ async fn a_sliding_window_in_continue_mode_reads_every_reply() {
     .expect("the window keeps moving");
     assert_eq!(sum, (0..total as i64).sum::<i64>());
 }
+
+/// The client socket's receive low-water mark (`SO_RCVLOWAT`), found among this process's
+/// file descriptors by its local port (the server's `inet_client_port()`): unique on the
+/// machine, so tests running side by side never read each other's socket.
+fn rcvlowat_of_local_port(port: u16) -> i32 {
+    let mut found = None;
+    for entry in std::fs::read_dir("/proc/self/fd").expect("list /proc/self/fd") {
+        let Ok(fd) = entry.unwrap().file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: sockaddr_in is plain data; getsockname writes at most `len` bytes into it
+        // and fails harmlessly on a descriptor that is not an IPv4 socket (or was closed).
+        let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: as above; `addr` and `len` outlive the call.
+        let rc = unsafe {
+            libc::getsockname(fd, (&mut addr as *mut libc::sockaddr_in).cast(), &mut len)
+        };
+        if rc != 0 || addr.sin_family != libc::AF_INET as libc::sa_family_t {
+            continue;
+        }
+        if u16::from_be(addr.sin_port) != port {
+            continue;
+        }
+        let mut mark: libc::c_int = 0;
+        let mut mlen = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `mark` is a live c_int and `mlen` says so.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&mut mark as *mut libc::c_int).cast(),
+                &mut mlen,
+            )
+        };
+        assert_eq!(rc, 0, "getsockopt(SO_RCVLOWAT)");
+        assert!(found.is_none(), "two sockets on local port {port}");
+        found = Some(mark);
+    }
+    found.unwrap_or_else(|| panic!("no socket of this process on local port {port}"))
+}
+
+/// The reply to a prepared `UPDATE` of one row in continue-on-error mode: BindComplete (5
+/// bytes), CommandComplete "UPDATE 1" (14), ReadyForQuery (6). One flush each.
+const UPDATE_REPLY: i32 = 25;
+
+#[tokio::test]
+async fn the_mark_over_small_replies_needs_few_packets_and_a_pipeline_of_one_none() {
+    // Issue 23: with a mark sized from every owed reply, the reader slept below it while the
+    // server, flushing one 25-byte packet per ReadyForQuery, ran out of congestion window
+    // (10 packets, 4 while BBR probes): nothing was acknowledged until a delayed-ACK timer
+    // or a loss probe fired, block after block. The mark must be reachable within a few
+    // flushes (8), raised at all (or the bulk reads are gone), and never raised for one.
+    let (cluster, mut c) = setup().await;
+    c.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL); INSERT INTO t VALUES (1, 0)",
+    )
+    .await
+    .unwrap();
+    let port = u16::try_from(scalar::<i32>(&mut c, "SELECT inet_client_port()").await).unwrap();
+    let stmt = c
+        .prepare("UPDATE t SET n = n + 1 WHERE id = 1")
+        .await
+        .unwrap();
+    // Small replies teach the connection the size of one flush.
+    {
+        let mut p = c.pipeline_with(continue_mode());
+        for _ in 0..10 {
+            p.execute(&stmt, &[]).await.unwrap();
+        }
+        for r in p.end().await {
+            r.unwrap();
+        }
+    }
+
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut p = c.pipeline_with(continue_mode());
+    let op = p.execute(&stmt, &[]).await.unwrap();
+    {
+        let mut one = pin!(p.process(&op));
+        if one.as_mut().poll(&mut cx).is_pending() {
+            assert_eq!(
+                rcvlowat_of_local_port(port),
+                1,
+                "a pipeline of one waits for any byte"
+            );
+        }
+        tokio::time::timeout(LIMIT, one)
+            .await
+            .expect("a pipeline of one is answered")
+            .unwrap();
+    }
+    // Another session holds the row, so the block's replies cannot come before we look.
+    let mut locker = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    locker
+        .batch_execute("BEGIN; SELECT n FROM t WHERE id = 1 FOR UPDATE")
+        .await
+        .unwrap();
+    for _ in 0..999 {
+        p.execute(&stmt, &[]).await.unwrap();
+    }
+    {
+        let mut end = pin!(p.end());
+        assert!(end.as_mut().poll(&mut cx).is_pending(), "the row is locked");
+        let mark = rcvlowat_of_local_port(port);
+        locker.batch_execute("COMMIT").await.unwrap();
+        assert!(mark > 1, "999 owed replies raise the mark (it is {mark})");
+        assert!(
+            mark <= 8 * UPDATE_REPLY,
+            "the mark ({mark} bytes) needs more than 8 flushes of {UPDATE_REPLY} bytes"
+        );
+        let results = tokio::time::timeout(LIMIT, end)
+            .await
+            .expect("the block ends");
+        assert_eq!(results.len(), 1000);
+        // The first result was taken by `process` above.
+        for (i, r) in results.iter().enumerate().skip(1) {
+            assert!(matches!(r, Ok(Output::Affected(1))), "operation {i}: {r:?}");
+        }
+    }
+    assert_eq!(scalar::<i32>(&mut c, "SELECT n FROM t").await, 1010);
+    assert_eq!(
+        rcvlowat_of_local_port(port),
+        1,
+        "a plain query puts the mark back"
+    );
+}
+
+#[tokio::test]
+async fn continue_mode_dml_blocks_of_a_thousand_finish() {
+    // The lab's DML loop (an INSERT and four UPDATEs of it, in a transaction) in blocks of
+    // 1,000 continue-on-error operations with the mark on. Before the cap, each block stalled
+    // on delayed ACKs; a stall, not a slow run, is what the timeout catches.
+    let (_cluster, mut c) = setup().await;
+    c.batch_execute("CREATE SEQUENCE s; CREATE TABLE d (id bigint PRIMARY KEY, qty int NOT NULL)")
+        .await
+        .unwrap();
+    let insert = c
+        .prepare("INSERT INTO d (id, qty) VALUES (nextval('s'), 0)")
+        .await
+        .unwrap();
+    let update = c
+        .prepare("UPDATE d SET qty = qty + 1 WHERE id = (SELECT currval('s'))")
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, async {
+        for _ in 0..10 {
+            let mut p = c.pipeline_with(continue_mode());
+            p.execute("BEGIN", &[]).await.unwrap();
+            for _ in 0..200 {
+                p.execute(&insert, &[]).await.unwrap();
+                for _ in 0..4 {
+                    p.execute(&update, &[]).await.unwrap();
+                }
+            }
+            p.commit().await.unwrap();
+            for r in p.end().await {
+                r.unwrap();
+            }
+        }
+    })
+    .await
+    .expect("ten blocks of 1,000 DML operations finish");
+    assert_eq!(
+        scalar::<i64>(&mut c, "SELECT count(*) FROM d WHERE qty = 4").await,
+        2000
+    );
+}
