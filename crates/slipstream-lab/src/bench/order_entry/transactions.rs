@@ -497,8 +497,8 @@ impl Step for BrowseOrders {
         select(s, ADDRESSES, &[&customer]).await?;
         let orders = select(s, ORDERS_BY_CUSTOMER, &[&customer]).await?;
         if !orders.is_empty() {
-            let pick = s.rng().random_range(0..orders.len());
-            let order: i64 = orders[pick].get(0)?;
+            let chosen = s.rng().random_range(0..orders.len());
+            let order: i64 = orders[chosen].get(0)?;
             let lines = select(s, ORDER_LINES, &[&order]).await?;
             if let Some(line) = lines.first() {
                 let (line_id, cents): (i32, i64) = (line.get(1)?, line.get(11)?);
