@@ -68,23 +68,24 @@ fn order_entry_transactions_run_and_keep_the_invariants() {
         );
     }
     let by = |name: &str| r.transactions.iter().find(|t| t.name == name).unwrap();
-    // Each registration inserts a customer, address, card and logon, and commits once.
+    // Each registration inserts a customer, address, card and logon; the logon commits on
+    // its own (Swingbench's NewCustomerProcess).
     let reg = by("customer-registration");
     assert_eq!(reg.statements.inserts, 4 * reg.ok);
-    assert_eq!(reg.statements.commits, reg.ok);
+    assert_eq!(reg.statements.commits, 2 * reg.ok);
     assert_eq!(
         count("SELECT count(*) FROM soe.customers"),
         customers0 + reg.ok as i64
     );
-    // Orders that found stock were committed; the rest rolled back.
+    // Every order-products commits its logon; the orders that found stock commit again.
     let orders = by("order-products");
-    assert!(orders.statements.commits > 0);
+    assert!(orders.statements.commits > orders.ok);
     assert_eq!(
         count("SELECT count(*) FROM soe.orders"),
-        orders0 + orders.statements.commits as i64
+        orders0 + (orders.statements.commits - orders.ok) as i64
     );
-    // Processing moved pending orders on (new orders arrive as pending, status 0).
-    assert!(count("SELECT count(*) FROM soe.orders WHERE order_status = 5") > 0);
+    // Processing moved pending orders on (status 0-4 to 5-9; the load has none at 5-9).
+    assert!(count("SELECT count(*) FROM soe.orders WHERE order_status BETWEEN 5 AND 9") > 0);
     let broken = rt.block_on(order_entry::check(&mut client)).unwrap();
     assert!(broken.is_empty(), "after the run: {broken:?}");
 }

@@ -9,6 +9,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use slipstream_pg::{Client, CopyIn};
 
+use super::names::{COUNTIES, COUNTRIES, FIRST_NAMES, LAST_NAMES, NLS, TOWNS};
 use super::schema::{INDEXES, TABLES, sequences};
 
 /// Rows per scale unit, as Swingbench sizes SOE: scale 1 is about a million customers.
@@ -221,44 +222,6 @@ impl<'c> Batch<'c> {
     }
 }
 
-const FIRST: &[&str] = &[
-    "ada", "alan", "barbara", "charles", "dennis", "edsger", "frances", "grace", "ivan", "john",
-    "ken", "leslie", "margaret", "niklaus", "radia", "shafi", "tony", "barbara", "donald", "jim",
-];
-const LAST: &[&str] = &[
-    "lovelace",
-    "turing",
-    "liskov",
-    "babbage",
-    "ritchie",
-    "dijkstra",
-    "allen",
-    "hopper",
-    "sutherland",
-    "backus",
-    "thompson",
-    "lamport",
-    "hamilton",
-    "wirth",
-    "perlman",
-    "goldwasser",
-    "hoare",
-    "knuth",
-    "gray",
-    "stonebraker",
-];
-const TOWNS: &[&str] = &[
-    "Leeds",
-    "Bristol",
-    "York",
-    "Bath",
-    "Oxford",
-    "Cambridge",
-    "Durham",
-    "Exeter",
-    "Norwich",
-    "Lincoln",
-];
 const CLASSES: &[&str] = &["Occasional", "Regular", "Business", "Prime"];
 const CARD_TYPES: &[&str] = &["Visa", "MasterCard", "Amex"];
 
@@ -272,10 +235,11 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
     // One table at a time on this connection: customers, then their addresses, cards, logons.
     let mut t = Batch::open(client, "customers").await?;
     for id in 1..=sizes.customers {
-        let (f, l) = (one(&mut rng, FIRST), one(&mut rng, LAST));
+        let (f, l) = (one(&mut rng, FIRST_NAMES), one(&mut rng, LAST_NAMES));
+        let (lang, territory) = NLS[rng.random_range(0..NLS.len())];
         let _ = write!(
             t.text,
-            "{id}\t{f}\t{l}\tus\tAMERICA\t{}.00\t{f}.{l}{id}@example.com\t{}\t{}\t{}\t\\N\t{}\tY\tN\t{id}\t{id}",
+            "{id}\t{f}\t{l}\t{lang}\t{territory}\t{}.00\t{f}.{l}{id}@example.com\t{}\t{}\t{}\t\\N\t{}\tY\tN\t{id}\t{id}",
             rng.random_range(100..5000),
             rng.random_range(1..=sizes.sales_reps),
             date(rng.random_range(30..3650)),
@@ -289,10 +253,12 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
     for id in 1..=sizes.customers {
         let _ = write!(
             t.text,
-            "{id}\t{id}\t{}\t{}\tHigh Street\t{}\tShire\tUK\tPC{} 1AA\t\\N",
+            "{id}\t{id}\t{}\t{}\tHigh Street\t{}\t{}\t{}\tPC{} 1AA\t\\N",
             date(rng.random_range(30..3650)),
             rng.random_range(1..200),
             one(&mut rng, TOWNS),
+            one(&mut rng, COUNTIES),
+            one(&mut rng, COUNTRIES),
             id % 99
         );
         t.row().await?;

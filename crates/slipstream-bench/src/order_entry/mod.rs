@@ -15,6 +15,7 @@
 //! ```
 
 mod load;
+mod names;
 mod schema;
 mod transactions;
 

@@ -72,6 +72,25 @@ CREATE TABLE soe.product_descriptions (
     translated_name        text NOT NULL,
     translated_description text NOT NULL
 );
+-- Swingbench's `products` view: the catalogue in the session's language. Every product read
+-- goes through it, so product_descriptions is read as in SOE. Oracle takes the language from
+-- the session (sys_context('USERENV','LANG')); PostgreSQL has no such setting, so it is 'US',
+-- the language the loader describes products in.
+CREATE VIEW soe.products AS
+SELECT i.product_id,
+       d.language_id,
+       coalesce(d.translated_name, i.product_name) AS product_name,
+       i.category_id,
+       coalesce(d.translated_description, i.product_description) AS product_description,
+       i.weight_class,
+       i.warranty_period,
+       i.supplier_id,
+       i.product_status,
+       i.list_price,
+       i.min_price,
+       i.catalog_url
+FROM soe.product_information i
+LEFT JOIN soe.product_descriptions d ON d.product_id = i.product_id AND d.language_id = 'US';
 CREATE TABLE soe.inventories (
     product_id         integer NOT NULL,
     warehouse_id       integer NOT NULL,
