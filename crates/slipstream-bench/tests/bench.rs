@@ -97,10 +97,12 @@ fn the_mix_follows_the_weights() {
     rt().block_on(order_entry::setup(&url, 0.01, |_| {}))
         .unwrap();
     let w = order_entry::workload();
-    let r = run(&w, &config(&url, 4, 3.0));
+    let r = run(&w, &config(&url, 4, 5.0));
     let n: u64 = r.transactions.iter().map(|t| t.ok + t.failed).sum();
     let total: u32 = w.weights().iter().map(|(_, w)| w).sum();
-    assert!(n > 500, "only {n} transactions");
+    // Enough for the test below to mean something (SOE's transactions are heavy: a loaded
+    // machine runs a few hundred in 5 s), not a speed check.
+    assert!(n >= 200, "only {n} transactions: too few to test the mix");
     for (t, (_, weight)) in r.transactions.iter().zip(w.weights()) {
         let p = f64::from(weight) / f64::from(total);
         let expected = n as f64 * p;

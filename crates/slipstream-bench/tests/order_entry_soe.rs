@@ -4,7 +4,7 @@
 use std::future::pending;
 use std::time::{Duration, Instant};
 
-use slipstream_lab::bench::{self, RunConfig, Workload, order_entry};
+use slipstream_bench::{self as bench, RunConfig, Workload, order_entry};
 use slipstream_pg::Client;
 use slipstream_testkit::Cluster;
 
