@@ -811,6 +811,125 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
     assert!(pool.try_get(Role::Any).is_none());
 }
 
+/// Labels nothing: any connection will do (get_labeled's role routing is what is attacked).
+struct AnyLabel;
+impl slipstream_pool::Labeling<slipstream_pg::Client> for AnyLabel {
+    fn cost(&self, _: &slipstream_pool::Labels, _: &slipstream_pool::Labels) -> u32 {
+        0
+    }
+    async fn configure(&self, _: &slipstream_pool::Labels, _: &mut slipstream_pg::Client) -> bool {
+        true
+    }
+}
+
+/// Promise 4: every borrow call respects its role; `get` and `get_labeled` cancelled after
+/// every number of polls (with the role's connections held, so they wait, and released part
+/// way) lose no slot and leave every outstanding count at 0; `get_blocking` from many threads
+/// too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_respected_and_counts_back_to_zero_after_cancellation_at_every_poll() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(
+        format!(
+            "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
+            primary.port(),
+            standby.port()
+        )
+        .parse()
+        .unwrap(),
+    )
+    .pool_config(Config {
+        max_size: 4,
+        borrow_timeout: Duration::from_secs(10),
+        ..Config::default()
+    })
+    .build_ready()
+    .await
+    .unwrap();
+    let names: Vec<String> = pool.servers().iter().map(|s| s.name.clone()).collect();
+    let server_of = |role: Role| match role {
+        Role::Primary => &names[0],
+        _ => &names[1],
+    };
+    let labels = slipstream_pool::Labels::new();
+    for role in [Role::Primary, Role::Standby, Role::PreferStandby] {
+        for k in 0..30usize {
+            // Both of the role's connections out: the borrow below waits.
+            let held = (pool.get(role).await.unwrap(), pool.get(role).await.unwrap());
+            assert_eq!(held.0.server(), server_of(role));
+            assert_eq!(held.1.server(), server_of(role));
+            assert!(pool.try_get(role).is_none());
+            let mut held = Some(held);
+            let mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
+                if k % 2 == 0 {
+                    Box::pin(pool.get(role))
+                } else {
+                    Box::pin(pool.get_labeled(role, &labels, &AnyLabel))
+                };
+            for i in 0..k {
+                if i == k / 2 {
+                    // Released part way: the waiter may be handed one as it is cancelled.
+                    held = None;
+                }
+                let poll =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await;
+                if let std::task::Poll::Ready(r) = poll {
+                    assert_eq!(r.unwrap().server(), server_of(role));
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            drop(fut);
+            drop(held);
+            let s = pool.servers();
+            assert!(
+                s.iter().all(|s| s.outstanding == 0 && s.stats.waiting == 0),
+                "{role} k={k}: {s:?}"
+            );
+        }
+    }
+    // get_blocking from many threads, each checking its role.
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let (pool, names) = (pool.clone(), names.clone());
+            std::thread::spawn(move || {
+                for n in 0..40 {
+                    let role = [Role::Primary, Role::Standby][(n + t) % 2];
+                    let conn = pool.get_blocking(role).unwrap();
+                    let want = if role == Role::Primary {
+                        &names[0]
+                    } else {
+                        &names[1]
+                    };
+                    assert_eq!(conn.server(), want);
+                    if let Some(other) = pool.try_get(role) {
+                        assert_eq!(other.server(), want);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = pool.servers();
+    assert!(
+        s.iter()
+            .all(|s| s.outstanding == 0 && s.stats.borrowed == 0),
+        "{s:?}"
+    );
+    // No slot lost: all four can be out at once.
+    let all = (
+        pool.get(Role::Primary).await.unwrap(),
+        pool.get(Role::Primary).await.unwrap(),
+        pool.get(Role::Standby).await.unwrap(),
+        pool.get(Role::Standby).await.unwrap(),
+    );
+    assert!(pool.try_get(Role::Any).is_none());
+    drop(all);
+}
+
 /// The one process-wide recorder (the `metrics` facade takes one per process).
 fn snapshotter() -> &'static Snapshotter {
     static SNAPSHOTTER: std::sync::OnceLock<Snapshotter> = std::sync::OnceLock::new();
