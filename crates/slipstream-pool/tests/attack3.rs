@@ -211,6 +211,41 @@ async fn leak_warning_with_abandoned_timeout_reports_each_borrow_at_most_once() 
     assert_eq!(stats.borrowed, 0, "{stats:?}");
 }
 
+/// Promise 5 with resize: borrows held past the threshold across a shrink are each reported
+/// once, their connections close on return, and nothing more is reported afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leak_warning_across_a_resize_while_lent_reports_each_borrow_once() {
+    let pool = Pool::builder(Numbers)
+        .max_size(4)
+        .leak_warning(Duration::from_millis(30))
+        .build_ready()
+        .await
+        .unwrap();
+    let held = vec![
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+    ];
+    assert_eq!(pool.resize(1), 1);
+    common::until(
+        Duration::from_secs(5),
+        "the three borrows are reported",
+        || pool.stats(),
+        |s| s.leaks_suspected == 3,
+    )
+    .await;
+    pool.resize(3);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(pool.stats().leaks_suspected, 3, "{:?}", pool.stats());
+    pool.resize(1);
+    drop(held);
+    let stats = pool.stats();
+    assert_eq!(stats.borrowed, 0, "{stats:?}");
+    assert!(stats.open <= 1 || stats.resized_away >= 2, "{stats:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(pool.stats().leaks_suspected, 3, "{:?}", pool.stats());
+}
+
 /// Promise 1: the shares add up to max_size, and so do the connections open. A borrow held on
 /// a server that is then drained keeps its connection open (closed on return, as documented)
 /// while the drained server's share moves to the other, which may open up to the whole total.
@@ -280,6 +315,27 @@ async fn drain_unknown_names_every_server_and_loops() {
     let s = pool.servers();
     assert!(s.iter().all(|s| !s.drained && s.outstanding == 0), "{s:?}");
     assert_eq!(s[0].stats.max_size + s[1].stats.max_size, 5, "{s:?}");
+    // resize clamps between the number of servers and the resize limit, and the shares follow.
+    assert_eq!(pool.resize(0), 2);
+    assert_eq!(shares_total(&pool), 2, "{:?}", pool.servers());
+    assert!(pool.servers().iter().all(|s| s.stats.max_size == 1));
+    let top = pool.resize(usize::MAX);
+    assert_eq!(top, 64, "the default resize limit");
+    assert_eq!(shares_total(&pool), 64, "{:?}", pool.servers());
+    pool.drain(&names[0]).unwrap();
+    assert_eq!(pool.servers()[1].stats.max_size, 64);
+    pool.resume(&names[0]).unwrap();
+    assert_eq!(pool.resize(5), 5);
+    assert_eq!(shares_total(&pool), 5, "{:?}", pool.servers());
+
+    // Fewer connections than servers is refused, saying what to do.
+    let err = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+        .max_size(1)
+        .build()
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, PoolError::Config(_)), "{err}");
+    assert!(err.to_string().contains("raise max_size"), "{err}");
 }
 
 /// Promise 2: a borrower waiting on the sub-pool of a server that is then drained picks
