@@ -1201,4 +1201,35 @@ async fn pg_pool_metrics_agree_with_the_pool() {
     );
 }
 
+/// Promise 1: a server that is down gets no share and the ones up share all of max_size;
+/// here the down server was never reached (down from the pool's start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_down_from_the_start_gives_up_its_share() {
+    let a = Cluster::start().unwrap();
+    let dead = slipstream_testkit::free_port().unwrap();
+    let pool = PgPool::builder(
+        format!(
+            "host=127.0.0.1,127.0.0.1 port={},{dead} user=postgres dbname=postgres \
+             sslmode=disable connect_timeout=2",
+            a.port()
+        )
+        .parse()
+        .unwrap(),
+    )
+    .max_size(4)
+    .build_ready()
+    .await
+    .unwrap();
+    let s = pool.servers();
+    assert!(s[0].up && !s[1].up, "{s:?}");
+    // Give the monitor time to probe again (first retry after 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = pool.servers();
+    assert_eq!(
+        (s[0].stats.max_size, s[1].stats.max_size),
+        (4, 0),
+        "the down server's share did not move: {s:?}"
+    );
+}
+
 mod common;
