@@ -91,6 +91,8 @@ impl Default for Config {
 pub struct Builder<M> {
     pub(crate) manager: M,
     pub(crate) config: Config,
+    /// The `server` label of the pool's metrics (a [`PgPool`](crate::PgPool)'s sub-pools).
+    pub(crate) metrics_server: Option<String>,
 }
 
 impl<M: Manager> Builder<M> {

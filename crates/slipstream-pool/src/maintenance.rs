@@ -24,7 +24,7 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                 inner.reclaim_overdue(now);
             }
             if let Some(threshold) = inner.config.leak_warning {
-                inner.check_leaks(now, threshold);
+                inner.check_leaks(threshold);
             }
             if let Some(published) = inner.published.as_ref().filter(|p| p.publish_due(now)) {
                 published.publish(&crate::Pool::stats_of(&inner));

@@ -8,10 +8,10 @@
 
 use std::backtrace::Backtrace;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use metrics::{Counter, Gauge, Histogram};
+use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::core::BORROWED;
 use crate::pool::Inner;
@@ -44,18 +44,34 @@ pub(crate) struct Published {
 }
 
 impl Published {
-    pub(crate) fn new(pool: &str) -> Published {
-        let pool = pool.to_string();
-        let connections = |state: &'static str| metrics::gauge!("slipstream_pool_connections", "pool" => pool.clone(), "state" => state);
-        let counter = |name: &'static str| metrics::counter!(name, "pool" => pool.clone());
-        let reclaimed = |reason: &'static str| metrics::counter!("slipstream_pool_reclaimed_total", "pool" => pool.clone(), "reason" => reason);
+    /// Handles labelled `pool` (and `server`, for a [`PgPool`](crate::PgPool)'s sub-pools:
+    /// each publishes its own server's figures, and a sum by `pool` gives the whole pool's).
+    pub(crate) fn new(pool: &str, server: Option<&str>) -> Published {
+        let mut base = vec![Label::new("pool", pool.to_string())];
+        if let Some(server) = server {
+            base.push(Label::new("server", server.to_string()));
+        }
+        let with = |extra: Option<(&'static str, &'static str)>| {
+            let mut labels = base.clone();
+            labels.extend(extra.map(|(k, v)| Label::new(k, v)));
+            labels
+        };
+        let connections =
+            |state| metrics::gauge!("slipstream_pool_connections", with(Some(("state", state))));
+        let counter = |name: &'static str| metrics::counter!(name, with(None));
+        let reclaimed = |reason| {
+            metrics::counter!(
+                "slipstream_pool_reclaimed_total",
+                with(Some(("reason", reason)))
+            )
+        };
         Published {
-            wait: metrics::histogram!("slipstream_pool_wait_seconds", "pool" => pool.clone()),
+            wait: metrics::histogram!("slipstream_pool_wait_seconds", with(None)),
             open: connections("open"),
             idle: connections("idle"),
             borrowed: connections("borrowed"),
-            waiting: metrics::gauge!("slipstream_pool_waiting", "pool" => pool.clone()),
-            max_size: metrics::gauge!("slipstream_pool_max_size", "pool" => pool.clone()),
+            waiting: metrics::gauge!("slipstream_pool_waiting", with(None)),
+            max_size: metrics::gauge!("slipstream_pool_max_size", with(None)),
             borrows: counter("slipstream_pool_borrows_total"),
             waits: counter("slipstream_pool_waits_total"),
             timeouts: counter("slipstream_pool_timeouts_total"),
@@ -104,26 +120,43 @@ impl Published {
     }
 }
 
-/// A slot's leak-detection state: where its current borrow came from, and whether that
-/// borrow was already reported.
+/// A slot's leak-detection state: the current borrow, when and where it began, and whether it
+/// was reported. One mutex keeps the four consistent: the borrower writes them as it lends (a
+/// lock per borrow, only with `leak_warning` set), the pool's task reads them.
 #[derive(Default)]
-pub(crate) struct BorrowSite {
-    /// Written by the borrower at lend (the slot's owner then), read by the pool's task.
-    at: Mutex<Option<Backtrace>>,
-    reported: AtomicBool,
+pub(crate) struct BorrowSite(Mutex<Site>);
+
+#[derive(Default)]
+struct Site {
+    /// The slot's borrow count for this borrow (`Slot::borrows` after the lend).
+    borrow: u64,
+    /// Measured here, not from the pool's coarse clock: that clock only moves when the pool's
+    /// task runs, and a task starved past the threshold would make a fresh borrow look old.
+    since: Option<Instant>,
+    at: Option<Backtrace>,
+    reported: bool,
 }
 
 impl BorrowSite {
-    /// Called by the slot's owner as it lends the connection.
-    pub(crate) fn note(&self) {
-        self.reported.store(false, Ordering::Relaxed);
-        *self.at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Backtrace::force_capture());
+    /// Called by the slot's owner as it lends the connection, after counting the borrow.
+    pub(crate) fn note(&self, borrow: u64) {
+        let at = Backtrace::force_capture();
+        let mut site = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *site = Site {
+            borrow,
+            since: Some(Instant::now()),
+            at: Some(at),
+            reported: false,
+        };
     }
 
     /// Called by the slot's owner as the connection comes back: a borrow reported as a
     /// possible leak says it ended, so the warning is not left standing.
-    pub(crate) fn returned(&self, slot: usize, lent_ms: u64) {
-        if self.reported.swap(false, Ordering::Relaxed) {
+    pub(crate) fn returned(&self, slot: usize) {
+        let mut site = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let lent = site.since.take().map(|t| t.elapsed());
+        if std::mem::take(&mut site.reported) {
+            let lent_ms = lent.unwrap_or_default().as_millis() as u64;
             tracing::info!(
                 slot,
                 lent_ms,
@@ -136,40 +169,39 @@ impl BorrowSite {
 impl<M: Manager> Inner<M> {
     /// Warns once per borrow about connections lent for longer than `leak_warning`, with the
     /// backtrace of the borrow.
-    pub(crate) fn check_leaks(&self, now: u64, threshold: Duration) {
-        let threshold_ms = threshold.as_millis() as u64;
+    pub(crate) fn check_leaks(&self, threshold: Duration) {
         for (i, slot) in self.core.slots.iter().enumerate() {
             if slot.state.load(Ordering::Acquire) != BORROWED {
                 continue;
             }
-            // The borrow count tells one borrow from the next: if it moved while we looked,
-            // the times read belong to another borrow, and the next pass looks again.
             let borrow = slot.borrows.load(Ordering::Acquire);
-            let borrowed_ms = slot.borrowed_ms.load(Ordering::Relaxed);
-            let lent_ms = now.saturating_sub(borrowed_ms);
-            let site = &self.attachments[i].borrow_site;
-            // A borrow stamps its time after taking the slot: a time older than the slot's
-            // last return is the previous borrow's, not this one's.
-            let stamped = borrowed_ms >= slot.returned_ms.load(Ordering::Relaxed);
-            if !stamped || lent_ms < threshold_ms || site.reported.load(Ordering::Relaxed) {
+            let mut site = self.attachments[i]
+                .borrow_site
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // The site must describe the borrow the slot is in now: a lend that has counted its
+            // borrow but not yet noted it leaves the previous borrow's site here.
+            let Some(since) = site
+                .since
+                .filter(|_| site.borrow == borrow && !site.reported)
+            else {
+                continue;
+            };
+            let lent = since.elapsed();
+            if lent < threshold {
                 continue;
             }
+            site.reported = true;
             let at = site
                 .at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
-                .map(|b| b.to_string());
-            if slot.borrows.load(Ordering::Acquire) != borrow
-                || slot.state.load(Ordering::Acquire) != BORROWED
-                || site.reported.swap(true, Ordering::Relaxed)
-            {
-                continue;
-            }
+                .map_or_else(|| "(not captured)".to_string(), |b| b.to_string());
+            drop(site);
             self.counters
                 .leaks_suspected
                 .fetch_add(1, Ordering::Relaxed);
-            let at = at.unwrap_or_else(|| "(not captured)".to_string());
+            let lent_ms = lent.as_millis() as u64;
             tracing::warn!(
                 slot = i,
                 lent_ms,

@@ -58,6 +58,9 @@ const STANDBY: u8 = 2;
 /// `MAX_PROBE_INTERVAL`.
 const FIRST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the monitor looks again while connections on a down or drained server hold part
+/// of `max_size` back (a return also wakes it).
+const HELD_BACK_RECHECK: Duration = Duration::from_millis(20);
 
 /// One server's state, shared by its sub-pool's manager, the monitor and borrowers.
 struct ServerState {
@@ -189,12 +192,19 @@ impl Manager for ServerManager {
             return true;
         }
         // A promoted standby says so on its open connections (`in_hot_standby` is reported
-        // when it changes): the role moves without waiting for a reconnect or a probe.
-        if let Some(role) = reported_role(conn) {
-            // Written only on a change: returns do not all write one shared cache line.
-            if self.state.role.load(Ordering::Relaxed) != role {
-                self.state.role.store(role, Ordering::Relaxed);
-            }
+        // when it changes): the role moves without waiting for a reconnect or a probe. Only
+        // that way: a connection that ran nothing since the promotion still carries the old
+        // report, and a primary becomes a standby only through a restart, which breaks its
+        // connections (the reconnect and the probe learn that).
+        if reported_role(conn) == Some(PRIMARY)
+            && self.state.role.load(Ordering::Relaxed) == STANDBY
+        {
+            self.state.role.store(PRIMARY, Ordering::Relaxed);
+        }
+        if !self.state.serving() {
+            // Its share is held back from the others until its lent connections are closed:
+            // the monitor gives it out again.
+            self.monitor.notify_one();
         }
         // A connection to a server marked down or drained is closed on return.
         self.pg.is_broken(conn) || !self.state.serving()
@@ -250,6 +260,14 @@ struct Shared {
     /// them never interleave their per-server sizes; borrows never take it.
     rebalancing: Mutex<()>,
     monitor: Arc<Notify>,
+    /// A borrow found no server of its role: the monitor re-probes the roles of the servers
+    /// that are up (a failover may have promoted one that nobody has talked to since).
+    reprobe_roles: AtomicBool,
+    /// The last rebalance held part of `max_size` back for connections still open on down or
+    /// drained servers: the monitor rebalances again until none is (whoever rebalanced).
+    held_back: AtomicBool,
+    /// The runtime the pool was built on (`get_blocking` runs its borrow there).
+    runtime: tokio::runtime::Handle,
 }
 
 /// A pool over one or several PostgreSQL servers (a primary and its standbys), built from a
@@ -373,6 +391,7 @@ impl PgPoolBuilder {
                 let pool = Builder {
                     manager,
                     config: pool_config,
+                    metrics_server: Some(state.name.clone()),
                 }
                 .build();
                 Server {
@@ -388,6 +407,9 @@ impl PgPoolBuilder {
             limit,
             rebalancing: Mutex::new(()),
             monitor,
+            reprobe_roles: AtomicBool::new(false),
+            held_back: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(monitor_task(Arc::downgrade(&shared)));
         Ok(PgPool { shared })
@@ -503,8 +525,9 @@ impl PgPool {
 
     /// Borrows as [`PgPool::get`] does, blocking the calling thread (for code outside the
     /// runtime, e.g. a thread pool of its own); the pool's tasks keep running on the runtime
-    /// it was built on. A wait on a server that goes down meanwhile ends at the borrow timeout,
-    /// not at once as an async borrow's does.
+    /// it was built on, and the wait itself runs there as an async borrow, so a server that
+    /// goes down or is drained meanwhile is left for another at once. Do not call it from a
+    /// task on that runtime (it blocks the worker thread).
     ///
     /// ```no_run
     /// # fn f(pool: slipstream_pool::PgPool) -> Result<(), slipstream_pool::PoolError> {
@@ -519,19 +542,27 @@ impl PgPool {
     /// # Errors
     /// As [`PgPool::get`]; [`Pool::get_blocking`] for the rest.
     pub fn get_blocking(&self, role: Role) -> Result<PgPooled, PoolError> {
-        loop {
-            let server = self.pick(role).ok_or_else(|| self.no_server(role))?;
-            let counted = server.count();
-            let conn = server.pool.get_blocking();
-            if !server.state.serving() {
-                // Went down or was drained while we waited: pick again.
-                continue;
+        if let Some(server) = self.pick(role) {
+            if let Some(conn) = server.pool.try_get() {
+                if !server.pool.needs_validation(&conn) {
+                    return Ok(server.lent(conn));
+                }
             }
-            return Ok(PgPooled {
-                conn: conn?,
-                _counted: counted,
-            });
         }
+        // The async borrow, run on the pool's runtime: it re-picks when its server goes down
+        // or is drained, where a thread parked on one sub-pool would sleep to the timeout.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let pool = self.clone();
+        self.shared.runtime.spawn(async move {
+            let _ = tx.send(pool.get(role).await);
+        });
+        rx.recv().unwrap_or_else(|_| {
+            Err(PoolError::Config(
+                "the runtime the pool was built on has shut down; build the pool on a runtime \
+                 that outlives its borrowers"
+                    .to_string(),
+            ))
+        })
     }
 
     /// The common borrow: the fast path takes an idle connection of the least-loaded server
@@ -678,6 +709,9 @@ impl PgPool {
     }
 
     fn no_server(&self, role: Role) -> PoolError {
+        if !self.shared.reprobe_roles.swap(true, Ordering::Relaxed) {
+            self.shared.monitor.notify_one();
+        }
         PoolError::NoServer {
             role: role.to_string(),
             servers: self
@@ -813,15 +847,33 @@ async fn monitor_task(shared: Weak<Shared>) {
     };
     let mut next_probe = vec![Instant::now(); n];
     let mut interval = vec![FIRST_PROBE_INTERVAL; n];
+    // While no serving server is a primary, the roles of those up are probed again (a
+    // failover promotes a standby nobody may talk to), backing off like down servers' probes.
+    let mut next_role_probe = Instant::now();
+    let mut role_interval = FIRST_PROBE_INTERVAL;
     loop {
         let Some(pool) = shared.upgrade() else { return };
         let mut changed = false;
+        let no_primary = !pool
+            .servers
+            .iter()
+            .any(|s| s.state.serving() && s.state.role() == ServerRole::Primary);
+        let asked = pool.reprobe_roles.swap(false, Ordering::Relaxed);
+        let roles_due = asked || (no_primary && Instant::now() >= next_role_probe);
+        if roles_due {
+            next_role_probe = Instant::now() + role_interval;
+            role_interval = (role_interval * 2).min(MAX_PROBE_INTERVAL);
+        }
+        if !no_primary {
+            role_interval = FIRST_PROBE_INTERVAL;
+        }
         for (i, server) in pool.servers.iter().enumerate() {
             let state = &server.state;
             let up = state.up.load(Ordering::Relaxed);
             let suspect = state.suspect.swap(false, Ordering::Relaxed);
             let due = !up && Instant::now() >= next_probe[i];
-            if !(due || suspect || (up && state.role() == ServerRole::Unknown)) {
+            let unknown = up && state.role() == ServerRole::Unknown;
+            if !(due || suspect || unknown || (up && roles_due)) {
                 continue;
             }
             match probe(&server.config).await {
@@ -845,10 +897,13 @@ async fn monitor_task(shared: Weak<Shared>) {
                 }
             }
         }
-        if changed {
+        // Connections still open on a down or drained server hold back part of max_size (see
+        // `rebalance`): give it out again as they close.
+        let held_back = pool.held_back.load(Ordering::Relaxed);
+        if changed || held_back {
             rebalance(&pool);
         }
-        let wait = pool
+        let mut wait = pool
             .servers
             .iter()
             .enumerate()
@@ -856,6 +911,12 @@ async fn monitor_task(shared: Weak<Shared>) {
             .map(|(i, _)| next_probe[i].saturating_duration_since(Instant::now()))
             .min()
             .unwrap_or(MAX_PROBE_INTERVAL);
+        if held_back {
+            wait = wait.min(HELD_BACK_RECHECK);
+        }
+        if no_primary {
+            wait = wait.min(next_role_probe.saturating_duration_since(Instant::now()));
+        }
         let monitor = pool.monitor.clone();
         drop(pool);
         let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), monitor.notified()).await;
@@ -881,50 +942,51 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
     }
 }
 
-/// Gives each serving server an even share of `max_size` (adding up to exactly it), and down
-/// or drained servers none: their idle connections close at once, lent ones as they return.
+/// Gives each serving server an even share of what `max_size` leaves after the connections
+/// still open on down or drained servers (they close as they are returned, and the monitor
+/// calls this again), and those servers none: their idle connections close at once, lent ones
+/// as they return. So the connections open never pass `max_size`, and the shares add up to it
+/// once the others are closed.
 fn rebalance(shared: &Shared) {
     let _one_at_a_time = shared.rebalancing.lock().unwrap_or_else(|p| p.into_inner());
-    let serving = shared.servers.iter().filter(|s| s.state.serving()).count();
-    let max_size = shared.max_size.load(Ordering::Relaxed);
-    let mut i = 0;
-    // Shrink first, then grow: the sum of the shares never passes max_size on the way.
-    let mut sizes: Vec<usize> = Vec::with_capacity(shared.servers.len());
-    for s in &shared.servers {
-        if s.state.serving() {
-            sizes.push(share(max_size, serving, i));
-            i += 1;
-        } else {
-            // Size 0: the reaper closes its idle connections now, returns close the others.
-            sizes.push(0);
-        }
+    // One look at who serves: a drain or mark-up meanwhile is this function's next caller's.
+    let serving: Vec<bool> = shared.servers.iter().map(|s| s.state.serving()).collect();
+    let count = serving.iter().filter(|&&s| s).count();
+    let held_elsewhere: usize = shared
+        .servers
+        .iter()
+        .zip(&serving)
+        .filter(|&(_, &serves)| !serves)
+        .map(|(s, _)| s.pool.stats().open)
+        .sum();
+    let available = shared
+        .max_size
+        .load(Ordering::Relaxed)
+        .saturating_sub(held_elsewhere);
+    shared
+        .held_back
+        .store(held_elsewhere > 0, Ordering::Relaxed);
+    if held_elsewhere > 0 {
+        // Whoever called, the monitor takes it from here as those connections close.
+        shared.monitor.notify_one();
     }
+    let mut i = 0;
+    let sizes: Vec<usize> = serving
+        .iter()
+        .map(|&serves| {
+            if serves {
+                i += 1;
+                share(available, count, i - 1)
+            } else {
+                0
+            }
+        })
+        .collect();
+    // Shrink first, then grow: the sum of the shares never passes max_size on the way.
     for grow in [false, true] {
         for (s, &size) in shared.servers.iter().zip(&sizes) {
             if (size > s.pool.stats().max_size) == grow {
                 s.pool.resize(size);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::share;
-
-    #[test]
-    fn shares_add_up_to_exactly_max_size() {
-        for max in 1..40 {
-            for n in 1..=max.min(7) {
-                let shares: Vec<usize> = (0..n).map(|i| share(max, n, i)).collect();
-                assert_eq!(
-                    shares.iter().sum::<usize>(),
-                    max,
-                    "{max} over {n}: {shares:?}"
-                );
-                assert!(shares.iter().all(|&s| s >= 1), "{max} over {n}: {shares:?}");
-                let (lo, hi) = (shares.iter().min(), shares.iter().max());
-                assert!(hi.unwrap() - lo.unwrap() <= 1, "{max} over {n}: {shares:?}");
             }
         }
     }

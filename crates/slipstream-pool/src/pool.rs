@@ -66,7 +66,7 @@ impl<M: Manager> Builder<M> {
             published: config
                 .metrics_name
                 .as_deref()
-                .map(crate::observe::Published::new),
+                .map(|name| crate::observe::Published::new(name, self.metrics_server.as_deref())),
             config,
             open: AtomicUsize::new(0),
             opener: Notify::new(),
@@ -258,6 +258,7 @@ impl<M: Manager> Pool<M> {
         Builder {
             manager,
             config: Config::default(),
+            metrics_server: None,
         }
     }
 
@@ -686,12 +687,12 @@ impl<M: Manager> Pool<M> {
         let conn = self.inner.core.conn(&o, Option::take);
         let now = self.inner.now();
         // Only the owner writes these: plain loads and stores, no read-modify-write.
-        slot.borrows
-            .store(slot.borrows.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        let borrow = slot.borrows.load(Ordering::Relaxed) + 1;
+        slot.borrows.store(borrow, Ordering::Relaxed);
         slot.borrowed_ms.store(now, Ordering::Relaxed);
         slot.active_ms.store(now, Ordering::Relaxed);
         if self.inner.config.leak_warning.is_some() {
-            self.inner.attachments[i].borrow_site.note();
+            self.inner.attachments[i].borrow_site.note(borrow);
         }
         let lent = if self.inner.reclaims {
             Lent::Leased(self.inner.core.begin_lease(o))

@@ -142,7 +142,7 @@ impl<M: Manager> Drop for Pooled<M> {
             Ordering::Relaxed,
         );
         if pool.config.leak_warning.is_some() {
-            pool.attachments[i].borrow_site.returned(i, lent_for);
+            pool.attachments[i].borrow_site.returned(i);
         }
         let c = &pool.counters;
         if self.discard || pool.manager.is_broken(&conn) {
