@@ -697,5 +697,17 @@ mod tests {
         let rows = decode(&table(), true, Some(&b)).unwrap().unwrap();
         let ids: Vec<i64> = rows.iter().map(|r| r.get(0).unwrap()).collect();
         assert_eq!(ids, [3, 1]);
+        // A coalesced run keeps every key's place, and its element count must be the keys'.
+        let each = decode_each(&table(), 3, Some(&b)).unwrap().unwrap();
+        let ids: Vec<Option<i64>> = each
+            .iter()
+            .map(|r| r.as_ref().map(|r| r.get(0).unwrap()))
+            .collect();
+        assert_eq!(ids, [Some(3), None, Some(1)]);
+        for keys in [2, 4] {
+            let e = decode_each(&table(), keys, Some(&b)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+        }
+        assert!(decode_each(&table(), 1, None).is_err());
     }
 }

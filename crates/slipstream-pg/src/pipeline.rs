@@ -705,7 +705,13 @@ impl Pipeline<'_> {
             keys: bytes::BytesMut::new(),
             count: 0,
         });
-        encode_key_element(&mut run.keys, key)?;
+        if let Err(e) = encode_key_element(&mut run.keys, key) {
+            // A run is never empty: its reply is matched by count.
+            if run.count == 0 {
+                self.run = None;
+            }
+            return Err(e);
+        }
         run.count += 1;
         let id = self.results.len() as u64 + run.count - 1;
         let full = run.count >= (self.options.max_ops as u64 / 4).max(1)
