@@ -190,8 +190,9 @@ pub(crate) struct Connection {
     rcvlowat: usize,
     /// Bytes parsed since the last `ReadyForQuery`, and a running estimate of how many bytes
     /// the server sends per `ReadyForQuery` (one flush: see `MARK_FLUSHES`). The estimate
-    /// follows a smaller flush at once and a larger one slowly, so a change of workload
-    /// lowers the mark before it can outgrow the sender's window. 0 until one is seen.
+    /// follows a smaller flush at once and a larger one slowly (an eighth of the gap, and
+    /// at most an eighth of itself, per flush), so the mark errs on the side of waking
+    /// early. 0 until one is seen.
     since_ready: usize,
     flush_bytes: usize,
     /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
@@ -546,10 +547,14 @@ impl Connection {
         self.since_ready = self.since_ready.saturating_add(len);
         if ready {
             let n = std::mem::take(&mut self.since_ready);
+            // Up by at most an eighth per flush: one big reply between blocks of small ones
+            // (a report query, a large row) must not size the next block's mark for packets
+            // it will not get; a workload whose replies really grew gets there in a few
+            // dozen flushes.
             self.flush_bytes = if self.flush_bytes == 0 || n <= self.flush_bytes {
                 n
             } else {
-                self.flush_bytes + (n - self.flush_bytes) / 8
+                self.flush_bytes + ((n - self.flush_bytes) / 8).clamp(1, self.flush_bytes / 8 + 1)
             };
         }
     }
