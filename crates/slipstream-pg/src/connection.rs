@@ -78,7 +78,8 @@ const MIN_RCVLOWAT: usize = 64;
 /// The most flushes a reader sleeps through (see `Connection::set_rcvlowat`). The server
 /// flushes every `ReadyForQuery`, so a continue-on-error block's replies come one small
 /// packet each; while the reader sleeps below its mark the kernel sends no ACK for them (it
-/// acknowledges at once only past a full segment, and loopback's is 64 KiB), and the sender
+/// acknowledges at once only past a full segment as it last measured one: 536 bytes to 64
+/// KiB on loopback, 2 KiB in the stalled runs), and the sender
 /// may have no more than its congestion window of packets unacknowledged: 10 at the start,
 /// 4 while BBR probes the round trip. A mark that needs more packets than that waits for a
 /// delayed-ACK timer or a loss probe (10-40 ms) every time: an uncapped mark ran a DML
@@ -190,8 +191,9 @@ pub(crate) struct Connection {
     rcvlowat: usize,
     /// Bytes parsed since the last `ReadyForQuery`, and a running estimate of how many bytes
     /// the server sends per `ReadyForQuery` (one flush: see `MARK_FLUSHES`). The estimate
-    /// follows a smaller flush at once and a larger one slowly, so a change of workload
-    /// lowers the mark before it can outgrow the sender's window. 0 until one is seen.
+    /// follows a smaller flush at once and a larger one slowly (an eighth of the gap, and
+    /// at most an eighth of itself, per flush), so the mark errs on the side of waking
+    /// early. 0 until one is seen.
     since_ready: usize,
     flush_bytes: usize,
     /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
@@ -546,10 +548,14 @@ impl Connection {
         self.since_ready = self.since_ready.saturating_add(len);
         if ready {
             let n = std::mem::take(&mut self.since_ready);
+            // Up by at most an eighth per flush: one big reply between blocks of small ones
+            // (a report query, a large row) must not size the next block's mark for packets
+            // it will not get; a workload whose replies really grew gets there in a few
+            // dozen flushes.
             self.flush_bytes = if self.flush_bytes == 0 || n <= self.flush_bytes {
                 n
             } else {
-                self.flush_bytes + (n - self.flush_bytes) / 8
+                self.flush_bytes + ((n - self.flush_bytes) / 8).clamp(1, self.flush_bytes / 8 + 1)
             };
         }
     }
