@@ -1,12 +1,17 @@
 //! Reports on bench results: a table per run or side by side (charbench's fields and more),
-//! and an HTML page with throughput-over-time and latency-percentile charts.
+//! and an HTML page ([`write_html`]) with a summary, the run's context, and charts over time.
 
-use std::fmt::Write as _;
-use std::path::Path;
+use crate::Table;
+use crate::histogram;
+use crate::recorder::percentiles;
+use crate::run_result::{BenchRun, LatencyStats, Load, Percentiles};
 
-use crate::run_result::{BenchRun, Load};
-use crate::table::{esc, push_table};
-use crate::{Series, Table, line_chart_svg, percentile_chart_svg, write_atomically};
+mod context;
+mod html;
+mod series;
+
+pub use html::write_html;
+pub use series::tps_series;
 
 /// One run and the label it is shown under (usually its file name).
 #[derive(Debug, Clone)]
@@ -56,19 +61,17 @@ pub fn table(runs: &[Labeled]) -> Table {
             if name == "all" {
                 let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
                 let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
-                let mut sums = super::Sums::default();
-                for t in &r.transactions {
-                    sums.merge(&t.stats);
-                }
+                let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
+                let p = all_percentiles(r);
                 row.extend([
                     ok.to_string(),
                     format!("{:.1}", ok as f64 / secs),
                     failed.to_string(),
-                    ms(sums.mean()),
-                    "".into(),
-                    "".into(),
-                    "".into(),
-                    ms(sums.max),
+                    ms(all_stats(r).mean()),
+                    blank(p.map(|p| p.p50)),
+                    blank(p.map(|p| p.p90)),
+                    blank(p.map(|p| p.p99)),
+                    ms(all_stats(r).max),
                 ]);
             } else if let Some(tx) = r.transactions.iter().find(|t| t.name == name) {
                 let p = &tx.latency_ms;
@@ -91,7 +94,30 @@ pub fn table(runs: &[Labeled]) -> Table {
     t
 }
 
-fn ms(v: f64) -> String {
+/// Every type's latency statistics together.
+pub fn all_stats(r: &BenchRun) -> LatencyStats {
+    let mut sums = LatencyStats::default();
+    for t in &r.transactions {
+        sums.merge(&t.latency_stats);
+    }
+    sums
+}
+
+/// Percentiles of every successful transaction of the run, from the sum of the types'
+/// histograms; `None` when a type that succeeded has no histogram (a version 1 file).
+pub fn all_percentiles(r: &BenchRun) -> Option<Percentiles> {
+    let mut all = histogram::new();
+    for t in &r.transactions {
+        if t.ok > 0 && t.histogram.is_empty() {
+            return None;
+        }
+        let h = histogram::decode(&t.histogram, &t.name).ok()?;
+        histogram::add(&mut all, &h).ok()?;
+    }
+    Some(percentiles(&all, all_stats(r).mean()))
+}
+
+pub(crate) fn ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 1.0 {
@@ -123,9 +149,40 @@ pub fn describe(r: &BenchRun) -> Vec<String> {
         ));
     }
     if r.unfinished > 0 {
+        let by: Vec<String> = r
+            .transactions
+            .iter()
+            .filter(|t| t.censored > 0)
+            .map(|t| format!("{} {}", t.name, t.censored))
+            .collect();
         lines.push(format!(
-            "{} transactions had not finished when the run stopped waiting: they are in no figure",
-            r.unfinished
+            "{} transactions censored: still running after the {:.0} s grace period ({}); counted apart, in no latency figure",
+            r.unfinished,
+            r.grace_s,
+            by.join(", ")
+        ));
+    }
+    let after: u64 = r
+        .intervals
+        .after_window
+        .values()
+        .map(|i| i.sufficient.n + i.failed)
+        .sum();
+    if after > 0 {
+        lines.push(format!(
+            "{after} transactions started in the window and ended after it: in the totals, not in the per-second series"
+        ));
+    }
+    if !r.merged_from.is_empty() {
+        let parts: Vec<String> = r
+            .merged_from
+            .iter()
+            .map(|p| format!("{} ({} users, seed {})", p.label, p.users, p.seed))
+            .collect();
+        lines.push(format!(
+            "merged from {} load generators: {}",
+            parts.len(),
+            parts.join(", ")
         ));
     }
     if let Some(s) = &r.schedule {
@@ -139,94 +196,21 @@ pub fn describe(r: &BenchRun) -> Vec<String> {
             ms(s.lag_ms.max)
         ));
     }
+    if let Some(c) = &r.context {
+        lines.extend(context::lines(c));
+    }
     for t in &r.transactions {
         if !t.failures.is_empty() {
             let by: Vec<String> = t
                 .failures
                 .iter()
-                .map(|(c, n)| format!("{c} x{n}"))
+                .map(|(c, n)| match t.failure_messages.get(c) {
+                    Some(m) => format!("{c} x{n} (first: {m})"),
+                    None => format!("{c} x{n}"),
+                })
                 .collect();
             lines.push(format!("{} failures: {}", t.name, by.join(", ")));
         }
     }
     lines
-}
-
-/// Successful transactions per second over time, all types together: one series per run.
-pub fn tps_series(runs: &[Labeled]) -> Vec<Series> {
-    runs.iter()
-        .map(|l| {
-            let iv = &l.run.intervals;
-            let len = iv.per_transaction.values().map(Vec::len).max().unwrap_or(0);
-            let points = (0..len)
-                .map(|i| {
-                    let n: u64 = iv
-                        .per_transaction
-                        .values()
-                        .filter_map(|v| v.get(i))
-                        .map(|x| x.values.n)
-                        .sum();
-                    (
-                        (i as f64 + 1.0) * iv.seconds,
-                        n as f64 / iv.seconds.max(1e-9),
-                    )
-                })
-                .collect();
-            Series {
-                name: l.label.clone(),
-                x_label: "seconds".into(),
-                y_label: "transactions/s".into(),
-                points,
-            }
-        })
-        .collect()
-}
-
-/// Writes an HTML page: per run its description, the table, TPS over time, and one
-/// latency-percentile chart per transaction type with every run on it.
-pub fn write_html(runs: &[Labeled], path: &Path) -> anyhow::Result<()> {
-    anyhow::ensure!(!runs.is_empty(), "no runs to report");
-    let mut html = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>slipstream bench report</title><style>\
-         body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}\
-         table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}\
-         td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}\
-         .note{color:#8a5a00}</style></head><body>\n<h1>slipstream bench report</h1>\n",
-    );
-    for l in runs {
-        let _ = writeln!(html, "<h3>{}</h3>", esc(&l.label));
-        for line in describe(&l.run) {
-            let _ = writeln!(html, "<p class=\"note\">{}</p>", esc(&line));
-        }
-    }
-    push_table(&mut html, &table(runs));
-    html.push_str(&line_chart_svg("Throughput over time", &tps_series(runs))?);
-    let mut names: Vec<String> = Vec::new();
-    for l in runs {
-        for t in &l.run.transactions {
-            if !t.percentile_curve.is_empty() && !names.contains(&t.name) {
-                names.push(t.name.clone());
-            }
-        }
-    }
-    for name in names {
-        let series: Vec<Series> = runs
-            .iter()
-            .filter_map(|l| {
-                let t = l.run.transactions.iter().find(|t| t.name == name)?;
-                (!t.percentile_curve.is_empty()).then(|| Series {
-                    name: l.label.clone(),
-                    x_label: "percentile".into(),
-                    y_label: "latency (ms)".into(),
-                    points: t.percentile_curve.clone(),
-                })
-            })
-            .collect();
-        html.push_str(&percentile_chart_svg(
-            &format!("{name}: latency by percentile"),
-            &series,
-        )?);
-    }
-    html.push_str("</body></html>\n");
-    write_atomically(path, html.as_bytes())
 }
