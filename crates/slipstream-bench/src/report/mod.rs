@@ -75,15 +75,17 @@ pub fn table(runs: &[Labeled]) -> Table {
                 ]);
             } else if let Some(tx) = r.transactions.iter().find(|t| t.name == name) {
                 let p = &tx.latency_ms;
+                // No success, no latency: a blank, not a 0 that reads as "fast".
+                let lat = |v: f64| if tx.ok > 0 { ms(v) } else { "-".into() };
                 row.extend([
                     tx.ok.to_string(),
                     format!("{:.1}", tx.ok as f64 / secs),
                     tx.failed.to_string(),
-                    ms(p.mean),
-                    ms(p.p50),
-                    ms(p.p90),
-                    ms(p.p99),
-                    ms(p.max),
+                    lat(p.mean),
+                    lat(p.p50),
+                    lat(p.p90),
+                    lat(p.p99),
+                    lat(p.max),
                 ]);
             } else {
                 row.extend(std::iter::repeat_n("-".to_string(), 8));
