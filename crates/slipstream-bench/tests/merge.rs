@@ -349,10 +349,13 @@ fn version_1_results_are_read_but_not_merged() {
     let old = BenchRun::read_json(&path).unwrap();
     assert_eq!(old.schema_version, 1);
     assert_eq!(old.transactions[0].ok, run.transactions[0].ok);
-    assert_eq!(
-        old.transactions[0].latency_stats,
-        run.transactions[0].latency_stats
+    // Read from the old field name; floats to JSON's parsing precision.
+    let (x, y) = (
+        &old.transactions[0].latency_stats,
+        &run.transactions[0].latency_stats,
     );
+    assert_eq!(x.sufficient.n, y.sufficient.n);
+    assert!((x.sufficient.sum - y.sufficient.sum).abs() <= 1e-9 * y.sufficient.sum.abs());
     assert!(report::all_percentiles(&old).is_none());
     let err = bench::merge(&[("v1.json".into(), old.clone()), ("v1.json".into(), old)])
         .unwrap_err()
@@ -370,4 +373,42 @@ impl Transaction for NoDb {
     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
         Ok(())
     }
+}
+
+/// What cannot be read of the server's context is a warning in the result, never a failed
+/// run: here pg_stat_statements is installed but not preloaded, so reading it fails.
+#[test]
+fn an_unreadable_context_is_a_warning_not_a_failed_run() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut c = slipstream_pg::connect(&url).await.unwrap();
+            c.simple_query("CREATE EXTENSION pg_stat_statements")
+                .await
+                .unwrap();
+        });
+    let mut c = config(&url, 1, 3);
+    c.duration = Duration::from_millis(300);
+    let run = run_on_own_runtime(Workload::new("ping").transaction("ping", 1, || Ping), c);
+    assert!(run.transactions[0].ok > 0);
+    let ctx = run.context.as_ref().unwrap();
+    assert!(
+        ctx.warnings
+            .iter()
+            .any(|w| w.contains("pg_stat_statements") && w.contains("shared_preload_libraries")),
+        "{:?}",
+        ctx.warnings
+    );
+    assert!(ctx.after.as_ref().unwrap().statements.is_none());
+    // The rest was still read.
+    assert!(ctx.database_delta("xact_commit").is_some());
+    assert!(
+        report::describe(&run)
+            .iter()
+            .any(|l| l.starts_with("context warning: pg_stat_statements"))
+    );
 }

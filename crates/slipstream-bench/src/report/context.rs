@@ -46,7 +46,8 @@ pub(super) fn lines(c: &RunContext) -> Vec<String> {
         let s: Vec<String> = c
             .settings
             .iter()
-            .filter(|s| s.source != "client" && s.source != "session")
+            // `override` rows are paths and derived values the server sets itself: noise here.
+            .filter(|s| !matches!(s.source.as_str(), "client" | "session" | "override"))
             .map(|s| format!("{}={}", s.name, s.value))
             .collect();
         out.push(format!(

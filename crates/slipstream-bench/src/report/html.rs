@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::series::{active_types, errors_per_type, p50_p99, tps_per_type, tps_series};
-use super::{Labeled, all_percentiles, context, describe, ms, table};
+use super::{Labeled, all_percentiles, context, describe_run, ms, table};
 use crate::table::{esc, push_table};
 use crate::{Series, Table, line_chart_svg, percentile_chart_svg, write_atomically};
 
@@ -40,7 +40,7 @@ pub(super) fn render(runs: &[Labeled]) -> anyhow::Result<String> {
     push_table(&mut html, &table(runs));
     for l in runs {
         let _ = writeln!(html, "<h3>{}</h3>", esc(&l.label));
-        for line in describe(&l.run) {
+        for line in describe_run(&l.run) {
             let _ = writeln!(html, "<p class=\"note\">{}</p>", esc(&line));
         }
         if let Some(c) = &l.run.context {

@@ -129,8 +129,17 @@ pub(crate) fn ms(v: f64) -> String {
     }
 }
 
-/// One line describing how a run was made, and what a reader must know about it.
+/// Lines describing how a run was made, what a reader must know about it, and its context.
 pub fn describe(r: &BenchRun) -> Vec<String> {
+    let mut lines = describe_run(r);
+    if let Some(c) = &r.context {
+        lines.extend(context::lines(c));
+    }
+    lines
+}
+
+/// [`describe`] without the context (the HTML page shows that apart).
+pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
     let load = match r.load {
         Load::Closed => format!("closed loop, think {}", r.think),
         Load::Open { rate } => format!("open loop at {rate}/s"),
@@ -197,9 +206,6 @@ pub fn describe(r: &BenchRun) -> Vec<String> {
             ms(s.lag_ms.p99),
             ms(s.lag_ms.max)
         ));
-    }
-    if let Some(c) = &r.context {
-        lines.extend(context::lines(c));
     }
     for t in &r.transactions {
         if !t.failures.is_empty() {
