@@ -65,11 +65,22 @@ struct KindTotals {
     statements: StatementCounts,
 }
 
+/// Intervals this many seconds older than the newest one are sealed: their histogram is
+/// compressed and freed. A live 3-digit histogram of latencies up to a second takes about
+/// 90 KB; a run of an hour with nine types would otherwise hold gigabytes. Samples reach the
+/// recorder at most [`FLUSH_AFTER`] late from a busy user, so a sealed interval is rarely
+/// touched again; when it is (a user that sat in a long transaction), it is reopened, which is
+/// slower but exact.
+const SEAL_AFTER: usize = 3;
+
 /// One interval of one transaction type (or of the schedule lag), while recording.
 struct IntervalTotals {
     sufficient: Suff,
     failed: u64,
-    hist: Histogram<u64>,
+    /// The live histogram; `None` until the first value and after sealing.
+    hist: Option<Histogram<u64>>,
+    /// The sealed histogram (V2 deflate, base64); empty when live or empty.
+    sealed: String,
 }
 
 impl IntervalTotals {
@@ -77,32 +88,49 @@ impl IntervalTotals {
         IntervalTotals {
             sufficient: Suff::default(),
             failed: 0,
-            hist: histogram::new(),
+            hist: None,
+            sealed: String::new(),
+        }
+    }
+
+    fn live(&mut self) -> &mut Histogram<u64> {
+        let sealed = std::mem::take(&mut self.sealed);
+        self.hist.get_or_insert_with(|| {
+            // Only this module wrote it, so it decodes; an empty one is the fallback anyway.
+            histogram::decode(&sealed, "a sealed interval").unwrap_or_else(|_| histogram::new())
+        })
+    }
+
+    fn record(&mut self, us: u64) {
+        // Saturates rather than failing: auto-resize makes the range any u64.
+        let _ = self.live().record(us);
+    }
+
+    fn seal(&mut self) {
+        if let Some(h) = self.hist.take() {
+            self.sealed = encode(&h);
+        }
+    }
+
+    fn histogram(&self) -> Histogram<u64> {
+        match &self.hist {
+            Some(h) => h.clone(),
+            None => histogram::decode(&self.sealed, "a sealed interval")
+                .unwrap_or_else(|_| histogram::new()),
         }
     }
 
     fn add(&mut self, o: &IntervalTotals) {
         self.sufficient.merge(&o.sufficient);
         self.failed += o.failed;
-        // Both auto-resize, so adding cannot run out of range.
-        let _ = self.hist.add(&o.hist);
+        if o.hist.is_some() || !o.sealed.is_empty() {
+            // Both auto-resize, so adding cannot run out of range.
+            let _ = self.live().add(o.histogram());
+        }
     }
 
     fn result(&self) -> Interval {
-        let q = |q: f64| {
-            if self.hist.is_empty() {
-                0.0
-            } else {
-                self.hist.value_at_quantile(q) as f64 / 1e3
-            }
-        };
-        Interval {
-            sufficient: self.sufficient,
-            failed: self.failed,
-            p50_ms: q(0.5),
-            p99_ms: q(0.99),
-            histogram: encode(&self.hist),
-        }
+        crate::merge::interval(self.sufficient, self.failed, &self.histogram())
     }
 }
 
@@ -112,6 +140,8 @@ struct Totals {
     intervals: Vec<Vec<IntervalTotals>>,
     /// Open loop: `lag_intervals[second]`.
     lag_intervals: Vec<IntervalTotals>,
+    /// Intervals below this are sealed (`SEAL_AFTER`).
+    sealed_below: usize,
     lag: Histogram<u64>,
     late: u64,
     arrivals: u64,
@@ -171,6 +201,7 @@ impl Recorder {
                 intervals: Vec::new(),
                 lag: histogram::new(),
                 lag_intervals: Vec::new(),
+                sealed_below: 0,
                 late: 0,
                 arrivals: 0,
                 raw,
@@ -232,7 +263,7 @@ impl Recorder {
                     let _ = kt.hist.record((s.latency.as_micros() as u64).max(1));
                     // Clamped like `LatencyStats::add`, so the intervals add up to the totals.
                     iv.sufficient.add(ms.max(1e-6));
-                    let _ = iv.hist.record((s.latency.as_micros() as u64).max(1));
+                    iv.record((s.latency.as_micros() as u64).max(1));
                 }
                 Some(f) => {
                     *kt.failures.entry(f.code.to_string()).or_default() += 1;
@@ -251,7 +282,7 @@ impl Recorder {
                 }
                 let li = &mut t.lag_intervals[second];
                 li.sufficient.add(lag_us as f64 / 1e3);
-                let _ = li.hist.record(lag_us);
+                li.record(lag_us);
                 if s.lag > late_after {
                     t.late += 1;
                 }
@@ -273,6 +304,16 @@ impl Recorder {
                 }
             }
         }
+        let seal_below = t.intervals.len().saturating_sub(SEAL_AFTER);
+        for i in t.sealed_below..seal_below {
+            for iv in &mut t.intervals[i] {
+                iv.seal();
+            }
+            if let Some(li) = t.lag_intervals.get_mut(i) {
+                li.seal();
+            }
+        }
+        t.sealed_below = t.sealed_below.max(seal_below);
     }
 
     fn add_statements(&self, counts: &[StatementCounts]) {
@@ -572,5 +613,47 @@ mod more_tests {
         // The type's histogram holds every success, the window's and the drain's.
         let h = histogram::decode(&a.histogram, "a").unwrap();
         assert_eq!(h.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod sealing_tests {
+    use super::*;
+
+    #[test]
+    fn old_intervals_are_sealed_and_a_late_sample_reopens_one_exactly() {
+        let r = Arc::new(Recorder::new(vec!["a".into()], None, None).unwrap());
+        let mut log = UserLog::new(r.clone());
+        let now = Instant::now();
+        let at = |end_ms: u64, latency_us: u64| Sample {
+            kind: 0,
+            user: 0,
+            end: Duration::from_millis(end_ms),
+            latency: Duration::from_micros(latency_us),
+            lag: Duration::ZERO,
+            failure: None,
+        };
+        log.push(at(100, 1000), now);
+        log.push(at(200, 3000), now);
+        log.flush();
+        log.push(at(10_000, 5), now);
+        log.flush();
+        {
+            let t = r.lock();
+            assert!(t.intervals[0][0].hist.is_none(), "second 0 is sealed");
+            assert!(!t.intervals[0][0].sealed.is_empty());
+            assert!(t.intervals[10][0].hist.is_some(), "the newest is live");
+        }
+        // A sample for a sealed second (a user back from a long transaction) reopens it.
+        log.push(at(300, 2000), now);
+        drop(log);
+        let f = r
+            .finish(&[("a".to_string(), 1)], Duration::from_secs(11))
+            .unwrap();
+        let first = &f.intervals.per_transaction["a"][0];
+        assert_eq!(first.sufficient.n, 3);
+        let h = histogram::decode(&first.histogram, "first").unwrap();
+        assert_eq!(h.len(), 3);
+        assert!((first.p50_ms - 2.0).abs() < 0.01, "{first:?}");
     }
 }
