@@ -294,7 +294,7 @@ impl Capture {
                 count,
             })
             .collect();
-        waits.sort_by(|a, b| b.count.cmp(&a.count));
+        waits.sort_by_key(|w| std::cmp::Reverse(w.count));
         self.ctx.wait_events = waits;
         self.ctx
     }
