@@ -36,8 +36,11 @@
 mod atomic_file;
 pub mod chart;
 pub mod compare;
+pub mod context;
 mod environment;
 mod generators;
+mod histogram;
+mod merge;
 pub mod order_entry;
 mod progress;
 mod recorder;
@@ -56,10 +59,11 @@ pub use chart::{
     Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
 };
 pub use environment::{Environment, capture as capture_environment, redact};
+pub use merge::merge;
 pub use progress::Style;
 pub use run_result::{
-    BenchRun, Interval, Intervals, Load, Percentiles, RUN_SCHEMA, RUN_SCHEMA_VERSION, Schedule,
-    Sums, TxResult,
+    BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, Percentiles, RUN_SCHEMA,
+    RUN_SCHEMA_OLDEST_READABLE, RUN_SCHEMA_VERSION, Schedule, TxResult,
 };
 pub use runner::{DEFAULT_GRACE, RunConfig, run};
 pub use table::Table;

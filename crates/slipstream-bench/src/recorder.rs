@@ -6,9 +6,12 @@
 //! A [`UserLog`] pushes a [`Sample`] per transaction into a local buffer and flushes it into the
 //! shared [`Recorder`] when the buffer is full or the oldest sample is [`FLUSH_AFTER`] old (so a
 //! slow user still shows on the progress line). Under the recorder's lock a flush updates each
-//! type's HDR histogram, sufficient statistics and failure counts, the per-second intervals, the
-//! open-loop lag histogram and, if asked for, the raw CSV. Statement counts stay in the user and
-//! are added at the end. Every sample is recorded exactly once: a user flushes on drop.
+//! type's HDR histogram, sufficient statistics, failure counts and first failure messages, the
+//! per-second intervals (each with its own histogram, so intervals of several runs add), the
+//! open-loop lag histograms and, if asked for, the raw CSV. Statement counts stay in the user
+//! and are added at the end. Every sample is recorded exactly once: a user flushes on drop.
+//! Transactions that never end are counted by [`Recorder::censor`] when the run gives up on
+//! them.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -19,15 +22,16 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::run_result::{Interval, Percentiles, Schedule, Sums, TxResult};
+use slipstream_stats::Suff;
+
+use crate::histogram::{self, encode};
+use crate::run_result::{Interval, Intervals, LatencyStats, Percentiles, Schedule, TxResult};
 use crate::transaction::StatementCounts;
 
 /// Samples a user buffers before taking the lock.
 const BATCH: usize = 256;
 /// The longest a sample waits in a user's buffer.
 const FLUSH_AFTER: Duration = Duration::from_millis(200);
-/// Histogram precision: three significant digits.
-const SIGFIG: u8 = 3;
 
 /// One finished transaction.
 #[derive(Debug, Clone)]
@@ -39,22 +43,105 @@ pub(crate) struct Sample {
     pub(crate) latency: Duration,
     /// Start minus intended start (open loop; zero otherwise).
     pub(crate) lag: Duration,
-    /// The failure code, or `None` for success.
-    pub(crate) failure: Option<Box<str>>,
+    /// The failure, or `None` for success.
+    pub(crate) failure: Option<Failure>,
+}
+
+/// Why a transaction failed.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// SQLSTATE, or `client:<kind>`.
+    pub(crate) code: Box<str>,
+    pub(crate) message: Box<str>,
 }
 
 struct KindTotals {
     hist: Histogram<u64>,
     ok: u64,
     failures: BTreeMap<String, u64>,
-    sums: Sums,
+    failure_messages: BTreeMap<String, String>,
+    censored: u64,
+    sums: LatencyStats,
     statements: StatementCounts,
+}
+
+/// Intervals this many seconds older than the newest one are sealed: their histogram is
+/// compressed and freed. A live 3-digit histogram of latencies up to a second takes about
+/// 90 KB; a run of an hour with nine types would otherwise hold gigabytes. Samples reach the
+/// recorder at most [`FLUSH_AFTER`] late from a busy user, so a sealed interval is rarely
+/// touched again; when it is (a user that sat in a long transaction), it is reopened, which is
+/// slower but exact.
+const SEAL_AFTER: usize = 3;
+
+/// One interval of one transaction type (or of the schedule lag), while recording.
+struct IntervalTotals {
+    sufficient: Suff,
+    failed: u64,
+    /// The live histogram; `None` until the first value and after sealing.
+    hist: Option<Histogram<u64>>,
+    /// The sealed histogram (V2 deflate, base64); empty when live or empty.
+    sealed: String,
+}
+
+impl IntervalTotals {
+    fn new() -> IntervalTotals {
+        IntervalTotals {
+            sufficient: Suff::default(),
+            failed: 0,
+            hist: None,
+            sealed: String::new(),
+        }
+    }
+
+    fn live(&mut self) -> &mut Histogram<u64> {
+        let sealed = std::mem::take(&mut self.sealed);
+        self.hist.get_or_insert_with(|| {
+            // Only this module wrote it, so it decodes; an empty one is the fallback anyway.
+            histogram::decode(&sealed, "a sealed interval").unwrap_or_else(|_| histogram::new())
+        })
+    }
+
+    fn record(&mut self, us: u64) {
+        // Saturates rather than failing: auto-resize makes the range any u64.
+        let _ = self.live().record(us);
+    }
+
+    fn seal(&mut self) {
+        if let Some(h) = self.hist.take() {
+            self.sealed = encode(&h);
+        }
+    }
+
+    fn histogram(&self) -> Histogram<u64> {
+        match &self.hist {
+            Some(h) => h.clone(),
+            None => histogram::decode(&self.sealed, "a sealed interval")
+                .unwrap_or_else(|_| histogram::new()),
+        }
+    }
+
+    fn add(&mut self, o: &IntervalTotals) {
+        self.sufficient.merge(&o.sufficient);
+        self.failed += o.failed;
+        if o.hist.is_some() || !o.sealed.is_empty() {
+            // Both auto-resize, so adding cannot run out of range.
+            let _ = self.live().add(o.histogram());
+        }
+    }
+
+    fn result(&self) -> Interval {
+        crate::merge::interval(self.sufficient, self.failed, &self.histogram())
+    }
 }
 
 struct Totals {
     kinds: Vec<KindTotals>,
     /// `intervals[second][kind]`.
-    intervals: Vec<Vec<Interval>>,
+    intervals: Vec<Vec<IntervalTotals>>,
+    /// Open loop: `lag_intervals[second]`.
+    lag_intervals: Vec<IntervalTotals>,
+    /// Intervals below this are sealed (`SEAL_AFTER`).
+    sealed_below: usize,
     lag: Histogram<u64>,
     late: u64,
     arrivals: u64,
@@ -77,13 +164,6 @@ pub(crate) struct Progress {
     pub(crate) failed: u64,
 }
 
-fn histogram() -> Histogram<u64> {
-    // Auto-resizing: a histogram only grows to the largest latency it has seen.
-    let mut h = Histogram::new(SIGFIG).expect("3 significant digits is a valid precision");
-    h.auto(true);
-    h
-}
-
 impl Recorder {
     pub(crate) fn new(
         names: Vec<String>,
@@ -104,10 +184,12 @@ impl Recorder {
         let kinds = names
             .iter()
             .map(|_| KindTotals {
-                hist: histogram(),
+                hist: histogram::new(),
                 ok: 0,
                 failures: BTreeMap::new(),
-                sums: Sums::default(),
+                failure_messages: BTreeMap::new(),
+                censored: 0,
+                sums: LatencyStats::default(),
                 statements: StatementCounts::default(),
             })
             .collect();
@@ -117,7 +199,9 @@ impl Recorder {
             totals: Mutex::new(Totals {
                 kinds,
                 intervals: Vec::new(),
-                lag: histogram(),
+                lag: histogram::new(),
+                lag_intervals: Vec::new(),
+                sealed_below: 0,
                 late: 0,
                 arrivals: 0,
                 raw,
@@ -147,6 +231,14 @@ impl Recorder {
         self.lock().arrivals += n;
     }
 
+    /// Counts a transaction of type `kind` the run stopped waiting for: its latency is only
+    /// known to exceed the wait (right-censored), so it is in no latency figure.
+    pub(crate) fn censor(&self, kind: usize) {
+        if let Some(k) = self.lock().kinds.get_mut(kind) {
+            k.censored += 1;
+        }
+    }
+
     fn absorb(&self, batch: &mut Vec<Sample>) {
         let mut t = self.lock();
         let t = &mut *t;
@@ -156,8 +248,9 @@ impl Recorder {
             let ms = s.latency.as_secs_f64() * 1e3;
             let second = s.end.as_secs() as usize;
             if t.intervals.len() <= second {
-                t.intervals
-                    .resize_with(second + 1, || vec![Interval::default(); kinds]);
+                t.intervals.resize_with(second + 1, || {
+                    (0..kinds).map(|_| IntervalTotals::new()).collect()
+                });
             }
             let iv = &mut t.intervals[second][k];
             let kt = &mut t.kinds[k];
@@ -168,16 +261,28 @@ impl Recorder {
                     // Saturates at the histogram's range rather than failing: auto-resize
                     // makes that range any u64.
                     let _ = kt.hist.record((s.latency.as_micros() as u64).max(1));
-                    // Clamped like `Sums::add`, so the intervals add up to the totals.
-                    iv.values.add(ms.max(1e-6));
+                    // Clamped like `LatencyStats::add`, so the intervals add up to the totals.
+                    iv.sufficient.add(ms.max(1e-6));
+                    iv.record((s.latency.as_micros() as u64).max(1));
                 }
-                Some(code) => {
-                    *kt.failures.entry(code.to_string()).or_default() += 1;
+                Some(f) => {
+                    *kt.failures.entry(f.code.to_string()).or_default() += 1;
+                    if !kt.failure_messages.contains_key(&*f.code) {
+                        kt.failure_messages
+                            .insert(f.code.to_string(), f.message.to_string());
+                    }
                     iv.failed += 1;
                 }
             }
             if let Some(late_after) = self.late_after {
-                let _ = t.lag.record((s.lag.as_micros() as u64).max(1));
+                let lag_us = (s.lag.as_micros() as u64).max(1);
+                let _ = t.lag.record(lag_us);
+                if t.lag_intervals.len() <= second {
+                    t.lag_intervals.resize_with(second + 1, IntervalTotals::new);
+                }
+                let li = &mut t.lag_intervals[second];
+                li.sufficient.add(lag_us as f64 / 1e3);
+                li.record(lag_us);
                 if s.lag > late_after {
                     t.late += 1;
                 }
@@ -191,7 +296,7 @@ impl Recorder {
                     s.end.as_micros(),
                     s.latency.as_micros(),
                     s.lag.as_micros(),
-                    s.failure.as_deref().unwrap_or("")
+                    s.failure.as_ref().map(|f| &*f.code).unwrap_or("")
                 );
                 if let Err(e) = r {
                     t.raw_error = Some(e.to_string());
@@ -199,6 +304,16 @@ impl Recorder {
                 }
             }
         }
+        let seal_below = t.intervals.len().saturating_sub(SEAL_AFTER);
+        for i in t.sealed_below..seal_below {
+            for iv in &mut t.intervals[i] {
+                iv.seal();
+            }
+            if let Some(li) = t.lag_intervals.get_mut(i) {
+                li.seal();
+            }
+        }
+        t.sealed_below = t.sealed_below.max(seal_below);
     }
 
     fn add_statements(&self, counts: &[StatementCounts]) {
@@ -208,8 +323,8 @@ impl Recorder {
         }
     }
 
-    /// The per-type results, the intervals (`[second][kind]`, trimmed to `measured`), and the
-    /// open-loop schedule figures.
+    /// The per-type results, the intervals (trimmed to `measured`, the rest summed into
+    /// `after_window`), and the open-loop schedule figures.
     pub(crate) fn finish(
         &self,
         weights: &[(String, u32)],
@@ -234,22 +349,51 @@ impl Recorder {
                 ok: k.ok,
                 failed: k.failures.values().sum(),
                 failures: k.failures.clone(),
+                failure_messages: k.failure_messages.clone(),
+                censored: k.censored,
                 statements: k.statements,
-                stats: k.sums,
+                latency_stats: k.sums,
                 latency_ms: percentiles(&k.hist, k.sums.mean()),
                 percentile_curve: curve(&k.hist),
+                histogram: encode(&k.hist),
             })
             .collect();
         // An interval that started before the end of the window counts; later ones hold only
-        // stragglers and would show a false drop in throughput.
-        let keep = measured.as_secs_f64().ceil() as usize;
-        let mut intervals = t.intervals.clone();
-        intervals.truncate(keep.max(1));
+        // stragglers and would show a false drop in throughput: they go to `after_window`.
+        let keep = (measured.as_secs_f64().ceil() as usize).max(1);
+        let mut per_transaction = BTreeMap::new();
+        let mut after_window = BTreeMap::new();
+        for (k, (name, _)) in weights.iter().enumerate() {
+            let series: Vec<Interval> = (0..keep.min(t.intervals.len()))
+                .map(|i| t.intervals[i][k].result())
+                .collect();
+            let mut after = IntervalTotals::new();
+            for iv in t.intervals.iter().skip(keep) {
+                after.add(&iv[k]);
+            }
+            per_transaction.insert(name.clone(), series);
+            if after.sufficient.n + after.failed > 0 {
+                after_window.insert(name.clone(), after.result());
+            }
+        }
+        let schedule_lag = t
+            .lag_intervals
+            .iter()
+            .take(keep)
+            .map(IntervalTotals::result)
+            .collect();
+        let intervals = Intervals {
+            seconds: 1.0,
+            per_transaction,
+            after_window,
+            schedule_lag,
+        };
         let schedule = self.late_after.map(|late_after| Schedule {
             arrivals: t.arrivals,
             late: t.late,
             late_after_ms: late_after.as_secs_f64() * 1e3,
             lag_ms: percentiles(&t.lag, t.lag.mean() / 1e3),
+            lag_histogram: encode(&t.lag),
         });
         Ok(Finished {
             transactions,
@@ -261,11 +405,11 @@ impl Recorder {
 
 pub(crate) struct Finished {
     pub(crate) transactions: Vec<TxResult>,
-    pub(crate) intervals: Vec<Vec<Interval>>,
+    pub(crate) intervals: Intervals,
     pub(crate) schedule: Option<Schedule>,
 }
 
-fn percentiles(h: &Histogram<u64>, mean_ms: f64) -> Percentiles {
+pub(crate) fn percentiles(h: &Histogram<u64>, mean_ms: f64) -> Percentiles {
     if h.is_empty() {
         return Percentiles::default();
     }
@@ -283,7 +427,7 @@ fn percentiles(h: &Histogram<u64>, mean_ms: f64) -> Percentiles {
 
 /// Points for a percentile chart, denser towards the tail (HdrHistogram's percentile iterator
 /// with 5 ticks per halving of the distance to 100%).
-fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+pub(crate) fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     if h.is_empty() {
         return Vec::new();
     }
@@ -352,7 +496,10 @@ mod tests {
             end: Duration::from_millis(end_ms),
             latency: Duration::from_millis(latency_ms),
             lag: Duration::ZERO,
-            failure: failure.map(Into::into),
+            failure: failure.map(|c| Failure {
+                code: c.into(),
+                message: format!("message of {c}").into(),
+            }),
         }
     }
 
@@ -377,20 +524,29 @@ mod tests {
         let w = vec![("a".to_string(), 1), ("b".to_string(), 1)];
         let f = r.finish(&w, Duration::from_secs(3)).unwrap();
         let a = &f.transactions[0];
-        assert_eq!((a.ok, a.failed, a.stats.values.n), (2, 0, 2));
-        assert!((a.stats.mean() - 3.0).abs() < 1e-9);
+        assert_eq!((a.ok, a.failed, a.latency_stats.sufficient.n), (2, 0, 2));
+        assert!((a.latency_stats.mean() - 3.0).abs() < 1e-9);
         assert_eq!(a.statements.selects, 2);
         let b = &f.transactions[1];
         assert_eq!((b.ok, b.failed), (1, 1));
         assert_eq!(b.failures.get("40001"), Some(&1));
-        assert_eq!(f.intervals.len(), 3);
-        assert_eq!(f.intervals[0][0].values.n, 1);
-        assert_eq!(f.intervals[1][0].values.n, 1);
-        assert_eq!(f.intervals[1][1].failed, 1);
-        assert_eq!(f.intervals[2][1].values.n, 1);
+        assert_eq!(
+            b.failure_messages.get("40001").map(String::as_str),
+            Some("message of 40001")
+        );
+        let ia = &f.intervals.per_transaction["a"];
+        let ib = &f.intervals.per_transaction["b"];
+        assert_eq!((ia.len(), ib.len()), (3, 3));
+        assert_eq!(ia[0].sufficient.n, 1);
+        assert_eq!(ia[1].sufficient.n, 1);
+        assert_eq!(ib[1].failed, 1);
+        assert_eq!(ib[2].sufficient.n, 1);
+        assert!((ia[1].p50_ms - 4.0).abs() < 0.01, "{:?}", ia[1]);
+        assert!(!ia[1].histogram.is_empty() && ib[0].histogram.is_empty());
         // The intervals' sums are the totals' sums.
-        let total: f64 = f.intervals.iter().map(|i| i[0].values.sum).sum();
-        assert!((total - a.stats.values.sum).abs() < 1e-9);
+        let total: f64 = ia.iter().map(|i| i.sufficient.sum).sum();
+        assert!((total - a.latency_stats.sufficient.sum).abs() < 1e-9);
+        assert!(f.intervals.after_window.is_empty());
         assert!((a.latency_ms.p50 - 2.0).abs() < 0.01, "{:?}", a.latency_ms);
         assert!(f.schedule.is_none());
     }
@@ -408,5 +564,96 @@ mod tests {
         assert_eq!(r.progress().ok, BATCH as u64);
         drop(log);
         assert_eq!(r.progress().ok, BATCH as u64 + 1);
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    fn ok(kind: u32, end_ms: u64, latency_ms: u64) -> Sample {
+        Sample {
+            kind,
+            user: 0,
+            end: Duration::from_millis(end_ms),
+            latency: Duration::from_millis(latency_ms),
+            lag: Duration::from_millis(latency_ms / 2),
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn completions_after_the_window_are_kept_apart_and_censored_ones_counted() {
+        let r = Arc::new(
+            Recorder::new(vec!["a".into()], Some(Duration::from_millis(1)), None).unwrap(),
+        );
+        {
+            let mut log = UserLog::new(r.clone());
+            let now = Instant::now();
+            log.push(ok(0, 500, 2), now);
+            log.push(ok(0, 2500, 8), now);
+            log.push(ok(0, 3700, 30), now);
+        }
+        r.censor(0);
+        r.censor(0);
+        let f = r
+            .finish(&[("a".to_string(), 1)], Duration::from_secs(2))
+            .unwrap();
+        let a = &f.transactions[0];
+        assert_eq!((a.ok, a.censored), (3, 2));
+        let series = &f.intervals.per_transaction["a"];
+        assert_eq!(series.len(), 2);
+        let after = &f.intervals.after_window["a"];
+        assert_eq!(after.sufficient.n, 2);
+        let in_series: u64 = series.iter().map(|i| i.sufficient.n).sum();
+        assert_eq!(in_series + after.sufficient.n, a.ok);
+        // The lag is per interval too (open loop).
+        assert_eq!(f.intervals.schedule_lag.len(), 2);
+        assert!((f.intervals.schedule_lag[0].p50_ms - 1.0).abs() < 0.01);
+        // The type's histogram holds every success, the window's and the drain's.
+        let h = histogram::decode(&a.histogram, "a").unwrap();
+        assert_eq!(h.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod sealing_tests {
+    use super::*;
+
+    #[test]
+    fn old_intervals_are_sealed_and_a_late_sample_reopens_one_exactly() {
+        let r = Arc::new(Recorder::new(vec!["a".into()], None, None).unwrap());
+        let mut log = UserLog::new(r.clone());
+        let now = Instant::now();
+        let at = |end_ms: u64, latency_us: u64| Sample {
+            kind: 0,
+            user: 0,
+            end: Duration::from_millis(end_ms),
+            latency: Duration::from_micros(latency_us),
+            lag: Duration::ZERO,
+            failure: None,
+        };
+        log.push(at(100, 1000), now);
+        log.push(at(200, 3000), now);
+        log.flush();
+        log.push(at(10_000, 5), now);
+        log.flush();
+        {
+            let t = r.lock();
+            assert!(t.intervals[0][0].hist.is_none(), "second 0 is sealed");
+            assert!(!t.intervals[0][0].sealed.is_empty());
+            assert!(t.intervals[10][0].hist.is_some(), "the newest is live");
+        }
+        // A sample for a sealed second (a user back from a long transaction) reopens it.
+        log.push(at(300, 2000), now);
+        drop(log);
+        let f = r
+            .finish(&[("a".to_string(), 1)], Duration::from_secs(11))
+            .unwrap();
+        let first = &f.intervals.per_transaction["a"][0];
+        assert_eq!(first.sufficient.n, 3);
+        let h = histogram::decode(&first.histogram, "first").unwrap();
+        assert_eq!(h.len(), 3);
+        assert!((first.p50_ms - 2.0).abs() < 0.01, "{first:?}");
     }
 }

@@ -12,8 +12,12 @@ use crate::{Environment, write_atomically};
 
 /// Names this file format; readers check it before trusting the fields.
 pub const RUN_SCHEMA: &str = "slipstream-lab/bench-run";
-/// Bumped on any incompatible change to [`BenchRun`].
-pub const RUN_SCHEMA_VERSION: u32 = 1;
+/// Bumped on any incompatible change to [`BenchRun`]. Version 2 added the histograms,
+/// per-interval percentiles, censored counts, failure messages, completions after the window
+/// and the run's context; version 1 files are still read (those fields empty).
+pub const RUN_SCHEMA_VERSION: u32 = 2;
+/// The oldest version [`BenchRun::read_json`] reads.
+pub const RUN_SCHEMA_OLDEST_READABLE: u32 = 1;
 
 /// Everything one run measured, per transaction type and per second.
 ///
@@ -49,8 +53,13 @@ pub struct BenchRun {
     /// True when the run was stopped early (Ctrl-C); the figures cover `measured_s`.
     pub interrupted: bool,
     /// Transactions started in the window that had not finished when the run gave up waiting
-    /// for them: not in any figure.
+    /// for them (after `grace_s`): the sum of the types' `censored` counts. Their latency is
+    /// only known to be longer than the wait, so they are in no latency figure.
     pub unfinished: u64,
+    /// How long the run waited for in-flight work after the window, in seconds (0 in version 1
+    /// files).
+    #[serde(default)]
+    pub grace_s: f64,
     /// The random seed the users' choices derive from.
     pub seed: u64,
     /// Machine, versions, server.
@@ -61,6 +70,31 @@ pub struct BenchRun {
     pub intervals: Intervals,
     /// Open-loop schedule keeping (absent for closed-loop runs).
     pub schedule: Option<Schedule>,
+    /// The server's state before and after the run (absent in version 1 files and for runs
+    /// without a database).
+    #[serde(default)]
+    pub context: Option<crate::context::RunContext>,
+    /// The runs this one was merged from (`slipstream report --merge`); empty for a run
+    /// measured by one process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<MergedPart>,
+}
+
+/// One load generator's run inside a merged result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MergedPart {
+    /// The file it was read from (or the label it was given).
+    pub label: String,
+    /// Its `started_at`.
+    pub started_at: String,
+    /// Its users.
+    pub users: usize,
+    /// Its seed.
+    pub seed: u64,
+    /// Its measured window (s).
+    pub measured_s: f64,
+    /// Its machine.
+    pub host: String,
 }
 
 /// Closed loop (users with think time) or open loop (Poisson arrivals at a rate).
@@ -89,68 +123,83 @@ pub struct TxResult {
     pub failed: u64,
     /// Failures by SQLSTATE (`client:<kind>` for errors not from the server).
     pub failures: BTreeMap<String, u64>,
+    /// The first message seen for each failure code in `failures`.
+    #[serde(default)]
+    pub failure_messages: BTreeMap<String, String>,
+    /// Transactions of this type still running when the run stopped waiting (the grace
+    /// period): their latency is right-censored at about `grace_s`, so they are counted here
+    /// and not in `ok`, `failed` or any latency figure. Open-loop arrivals still queued then
+    /// are counted too.
+    #[serde(default)]
+    pub censored: u64,
     /// Statements run (by successful and failed transactions).
     pub statements: StatementCounts,
-    /// Sufficient statistics of successful latencies (ms).
-    pub stats: Sums,
+    /// Sufficient statistics of successful latencies (ms), and their extremes.
+    #[serde(alias = "stats")]
+    pub latency_stats: LatencyStats,
     /// Latency summary of successful transactions (ms).
     pub latency_ms: Percentiles,
     /// (percentile, ms) points for a percentile chart, from the HDR histogram.
     pub percentile_curve: Vec<(f64, f64)>,
+    /// The HDR histogram of successful latencies in microseconds (3 significant digits),
+    /// HdrHistogram V2 deflate, base64; empty when none succeeded. Histograms of several runs
+    /// add exactly.
+    #[serde(default)]
+    pub histogram: String,
 }
 
 /// Sufficient statistics of a set of latencies y (ms), and their extremes: enough for means,
 /// variances and the gamma and lognormal likelihoods without the samples. In JSON the
 /// statistics' fields (`n`, `sum`, `sum_sq`, `sum_ln`, `sum_ln_sq`) sit beside `min` and `max`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Sums {
-    /// n, Σy, Σy², Σln y, Σ(ln y)².
+pub struct LatencyStats {
+    /// The sufficient statistics: n, Σy, Σy², Σln y, Σ(ln y)².
     #[serde(flatten)]
-    pub values: Suff,
+    pub sufficient: Suff,
     /// Smallest y (0 when n = 0).
     pub min: f64,
     /// Largest y.
     pub max: f64,
 }
 
-impl Sums {
+impl LatencyStats {
     /// Adds one latency. Zero is clamped to a nanosecond so `ln y` stays finite.
     pub fn add(&mut self, y: f64) {
         let y = y.max(1e-6);
-        self.min = if self.values.n == 0 {
+        self.min = if self.sufficient.n == 0 {
             y
         } else {
             self.min.min(y)
         };
         self.max = self.max.max(y);
-        self.values.add(y);
+        self.sufficient.add(y);
     }
 
     /// Adds another set.
-    pub fn merge(&mut self, o: &Sums) {
-        if o.values.n == 0 {
+    pub fn merge(&mut self, o: &LatencyStats) {
+        if o.sufficient.n == 0 {
             return;
         }
-        self.min = if self.values.n == 0 {
+        self.min = if self.sufficient.n == 0 {
             o.min
         } else {
             self.min.min(o.min)
         };
         self.max = self.max.max(o.max);
-        self.values.merge(&o.values);
+        self.sufficient.merge(&o.sufficient);
     }
 
     /// The mean (0 when empty).
     ///
     /// ```
-    /// let mut s = slipstream_bench::Sums::default();
+    /// let mut s = slipstream_bench::LatencyStats::default();
     /// s.add(1.0);
     /// s.add(3.0);
     /// assert_eq!(s.mean(), 2.0);
-    /// assert_eq!(s.values.sd(), 2f64.sqrt());
+    /// assert_eq!(s.sufficient.sd(), 2f64.sqrt());
     /// ```
     pub fn mean(&self) -> f64 {
-        self.values.mean()
+        self.sufficient.mean()
     }
 }
 
@@ -180,17 +229,36 @@ pub struct Intervals {
     pub seconds: f64,
     /// For each transaction type, one entry per interval from the start of measuring.
     pub per_transaction: BTreeMap<String, Vec<Interval>>,
+    /// For each transaction type, everything that ended after the last interval: work started
+    /// in the window and finished during the drain. These are in the type's totals; keeping
+    /// them out of the series avoids a false drop (a half-empty last interval), and keeping
+    /// them here lets the intervals plus this add up to the totals.
+    #[serde(default)]
+    pub after_window: BTreeMap<String, Interval>,
+    /// Open loop: schedule lag (start minus intended start) per interval, by completion time;
+    /// empty for closed loop. `sufficient` holds lags in ms; `failed` is unused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule_lag: Vec<Interval>,
 }
 
 /// One interval of one transaction type.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
-    /// The statistics of the latencies (ms) of the successful transactions that ended in the
-    /// interval.
+    /// The sufficient statistics of the latencies (ms) of the successful transactions that
+    /// ended in the interval (`n` is their count).
     #[serde(flatten)]
-    pub values: Suff,
+    pub sufficient: Suff,
     /// Failed transactions that ended in the interval.
     pub failed: u64,
+    /// Median latency in the interval (ms; 0 when none succeeded).
+    #[serde(default)]
+    pub p50_ms: f64,
+    /// 99th percentile latency in the interval (ms; 0 when none succeeded).
+    #[serde(default)]
+    pub p99_ms: f64,
+    /// The interval's HDR histogram (µs; V2 deflate, base64; empty when none succeeded).
+    #[serde(default)]
+    pub histogram: String,
 }
 
 /// How well an open-loop run kept its schedule.
@@ -204,6 +272,9 @@ pub struct Schedule {
     pub late_after_ms: f64,
     /// Start minus intended start (ms): queueing for a free user plus dispatch delay.
     pub lag_ms: Percentiles,
+    /// The lag's HDR histogram (µs; V2 deflate, base64).
+    #[serde(default)]
+    pub lag_histogram: String,
 }
 
 impl BenchRun {
@@ -248,11 +319,17 @@ impl BenchRun {
             );
         }
         let version = value.get("schema_version").and_then(|v| v.as_u64());
-        if version != Some(u64::from(RUN_SCHEMA_VERSION)) {
+        let readable = u64::from(RUN_SCHEMA_OLDEST_READABLE)..=u64::from(RUN_SCHEMA_VERSION);
+        if !version.is_some_and(|v| readable.contains(&v)) {
             anyhow::bail!(
-                "{} has schema version {:?}; this slipstream reads version {RUN_SCHEMA_VERSION}",
+                "{} has schema version {:?}; this slipstream reads versions {RUN_SCHEMA_OLDEST_READABLE} to {RUN_SCHEMA_VERSION}{}",
                 path.display(),
-                version
+                version,
+                if version.is_some_and(|v| v > u64::from(RUN_SCHEMA_VERSION)) {
+                    " (the file is newer: update slipstream)"
+                } else {
+                    ""
+                }
             );
         }
         serde_json::from_value(value).map_err(|e| {

@@ -28,7 +28,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
@@ -38,8 +38,8 @@ use slipstream_pg::{Client, TransactionStatus};
 use tokio::sync::{mpsc, watch};
 
 use crate::progress::{ProgressLine, Style};
-use crate::recorder::{Recorder, Sample, UserLog};
-use crate::run_result::{BenchRun, Intervals, Load};
+use crate::recorder::{Failure, Recorder, Sample, UserLog};
+use crate::run_result::{BenchRun, Load};
 use crate::think::ThinkTime;
 use crate::threads::UserThreads;
 use crate::transaction::{DynTransaction, Session};
@@ -165,8 +165,9 @@ struct Shared {
     /// Set when the window ends early (Ctrl-C) or the run gives up: stop starting work.
     stop: AtomicBool,
     stop_signal: watch::Sender<bool>,
-    /// Per user: a recorded transaction is in flight (for the unfinished count).
-    busy: Vec<AtomicBool>,
+    /// Per user: the type + 1 of a recorded transaction in flight, 0 when none (for the
+    /// censored counts).
+    busy: Vec<AtomicU32>,
     /// Open loop only.
     queue: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, usize)>>>,
 }
@@ -211,9 +212,14 @@ pub async fn run<S: Future + Send>(
         think: config.think,
         stop: AtomicBool::new(false),
         stop_signal,
-        busy: (0..config.users).map(|_| AtomicBool::new(false)).collect(),
+        busy: (0..config.users).map(|_| AtomicU32::new(0)).collect(),
         queue: queue_rx,
     });
+
+    let capture = match &config.url {
+        Some(url) => Some(crate::context::before(url, workload.name()).await),
+        None => None,
+    };
 
     // Connect and init every user before the clock starts.
     let (go_tx, go_rx) = watch::channel(Go::Wait);
@@ -280,6 +286,19 @@ pub async fn run<S: Future + Send>(
         )?),
         _ => None,
     };
+    let sampler = capture.map(|mut capture| {
+        let mut stopped = shared.stop_signal.subscribe();
+        tokio::spawn(async move {
+            let window_ends = async move {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(window.to.into()) => {}
+                    _ = stopped.wait_for(|s| *s) => {}
+                }
+            };
+            capture.sample_waits(window_ends).await;
+            capture
+        })
+    });
     let progress = ProgressLine::start(
         config.progress,
         config.users,
@@ -312,13 +331,21 @@ pub async fn run<S: Future + Send>(
     let _ = shared.stop_signal.send(true);
     let mut unfinished = 0;
     if !drained {
-        unfinished += shared
-            .busy
-            .iter()
-            .filter(|b| b.load(Ordering::Acquire))
-            .count() as u64;
-        if let Some(q) = &shared.queue {
-            unfinished += q.try_lock().map(|rx| rx.len() as u64).unwrap_or(0);
+        // Censored at the grace limit: in flight, or (open loop) still queued.
+        for b in &shared.busy {
+            let k = b.load(Ordering::Acquire);
+            if k > 0 {
+                recorder.censor(k as usize - 1);
+                unfinished += 1;
+            }
+        }
+        if let Some(q) = &shared.queue
+            && let Ok(mut rx) = q.try_lock()
+        {
+            while let Ok((_, kind)) = rx.try_recv() {
+                recorder.censor(kind);
+                unfinished += 1;
+            }
         }
         users.shutdown().await;
     }
@@ -328,15 +355,18 @@ pub async fn run<S: Future + Send>(
     drop(threads);
     drop(progress);
 
+    let context = match sampler {
+        Some(s) => match s.await {
+            Ok(capture) => Some(capture.after().await),
+            Err(e) => Some(crate::context::RunContext {
+                warnings: vec![format!("the wait-event sampler failed: {e}")],
+                ..Default::default()
+            }),
+        },
+        None => None,
+    };
     let weights = workload.weights();
     let finished = recorder.finish(&weights, measured)?;
-    let mut per_transaction = std::collections::BTreeMap::new();
-    for (k, (name, _)) in weights.iter().enumerate() {
-        per_transaction.insert(
-            name.clone(),
-            finished.intervals.iter().map(|iv| iv[k]).collect(),
-        );
-    }
     Ok(BenchRun {
         schema: super::RUN_SCHEMA.into(),
         schema_version: super::RUN_SCHEMA_VERSION,
@@ -355,17 +385,17 @@ pub async fn run<S: Future + Send>(
         started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         interrupted,
         unfinished,
+        grace_s: config.grace.as_secs_f64(),
         seed: config.seed,
         environment: crate::environment::capture(
             config.url.as_deref().unwrap_or("(no database)"),
             server_version,
         ),
         transactions: finished.transactions,
-        intervals: Intervals {
-            seconds: 1.0,
-            per_transaction,
-        },
+        intervals: finished.intervals,
         schedule: finished.schedule,
+        context,
+        merged_from: Vec::new(),
     })
 }
 
@@ -546,7 +576,7 @@ async fn run_one(
     } = job;
     if recorded {
         // Release: pairs with the Acquire read when the run gives up on stragglers.
-        shared.busy[user].store(true, Ordering::Release);
+        shared.busy[user].store(kind as u32 + 1, Ordering::Release);
     }
     let result = txs[kind].execute(session).await;
     let end = Instant::now();
@@ -563,11 +593,14 @@ async fn run_one(
                     .saturating_duration_since(intended)
                     .saturating_sub(thought),
                 lag: start.saturating_duration_since(intended),
-                failure: result.as_ref().err().map(|e| e.code().into()),
+                failure: result.as_ref().err().map(|e| Failure {
+                    code: e.code().into(),
+                    message: e.message().into(),
+                }),
             },
             end,
         );
-        shared.busy[user].store(false, Ordering::Release);
+        shared.busy[user].store(0, Ordering::Release);
     }
     if result.is_err() {
         repair(shared, user, session, txs).await;
@@ -706,11 +739,11 @@ mod tests {
         assert_eq!((off.ok, off.failed), (0, 0));
         assert_eq!(light.failures.get("40001"), Some(&light.failed));
         assert_eq!(light.statements.rollbacks, light.failed);
-        assert_eq!(heavy.stats.values.n, heavy.ok);
+        assert_eq!(heavy.latency_stats.sufficient.n, heavy.ok);
         // The intervals hold every recorded transaction once.
         let in_intervals: u64 = run.intervals.per_transaction["heavy"]
             .iter()
-            .map(|i| i.values.n)
+            .map(|i| i.sufficient.n)
             .sum();
         assert_eq!(in_intervals, heavy.ok);
         assert!(!run.interrupted);

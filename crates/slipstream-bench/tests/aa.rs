@@ -147,7 +147,14 @@ fn identical_order_entry_runs_are_never_called_credibly_different() {
             .transactions
             .iter()
             .filter(|t| t.ok > 0)
-            .map(|t| format!("{} {:.2}/{:.2}", t.name, t.stats.mean(), t.latency_ms.p99))
+            .map(|t| {
+                format!(
+                    "{} {:.2}/{:.2}",
+                    t.name,
+                    t.latency_stats.mean(),
+                    t.latency_ms.p99
+                )
+            })
             .collect();
         eprintln!(
             "run {}: {:.0} TPS; mean/p99 ms: {}",
@@ -187,9 +194,9 @@ fn identical_order_entry_runs_are_never_called_credibly_different() {
         let mut s = slipstream_stats::Suff::default();
         for iv in r.intervals.per_transaction[name]
             .iter()
-            .filter(|i| i.values.n > 0)
+            .filter(|i| i.sufficient.n > 0)
         {
-            s.add(iv.values.mean());
+            s.add(iv.sufficient.mean());
         }
         s
     };

@@ -41,6 +41,12 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         runtime.block_on(setup(&source, &url, args.scale))?;
         return Ok(ExitCode::SUCCESS);
     }
+    let workload_sha256 = match &source {
+        Source::OrderEntry => None,
+        Source::File(_) => std::fs::read(&args.workload)
+            .ok()
+            .map(|b| slipstream_bench::context::sha256_hex(&b)),
+    };
     let (mut workload, file_think, file_intra) = match source {
         Source::OrderEntry => (order_entry::workload(), None, None),
         Source::File(f) => (f.workload, f.think, f.intra_think),
@@ -79,7 +85,11 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     };
     let out = args.out.unwrap_or_else(|| default_out(workload.name()));
 
-    let run = runtime.block_on(run(&workload, &config))?;
+    let mut run = runtime.block_on(run(&workload, &config))?;
+    if let Some(c) = run.context.as_mut() {
+        c.command_line = command_line();
+        c.workload_sha256 = workload_sha256;
+    }
     run.write_json(&out)?;
     let label = out.display().to_string();
     let runs = [Labeled { label, run }];
@@ -141,6 +151,21 @@ async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {
     }
 }
 
+/// The command line, with the value of a `--url` (which may hold a password) redacted.
+fn command_line() -> Vec<String> {
+    let mut args: Vec<String> = std::env::args().collect();
+    for i in 0..args.len() {
+        if let Some(v) = args[i].strip_prefix("--url=") {
+            args[i] = format!("--url={}", slipstream_bench::redact(v));
+        } else if args[i] == "--url"
+            && let Some(v) = args.get(i + 1)
+        {
+            args[i + 1] = slipstream_bench::redact(v);
+        }
+    }
+    args
+}
+
 fn default_out(workload: &str) -> PathBuf {
     PathBuf::from(format!(
         "{workload}-{}.json",
@@ -163,7 +188,11 @@ fn print_runs(runs: &[Labeled]) -> anyhow::Result<()> {
     say(&text)
 }
 
-pub fn report(files: Vec<PathBuf>, html: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+pub fn report(
+    files: Vec<PathBuf>,
+    html: Option<PathBuf>,
+    merge_into: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for f in &files {
         let run = BenchRun::read_json(f)?;
@@ -183,6 +212,17 @@ pub fn report(files: Vec<PathBuf>, html: Option<PathBuf>) -> anyhow::Result<Exit
             stem
         };
         runs.push(Labeled { label, run });
+    }
+    if let Some(out) = merge_into {
+        let parts: Vec<(String, BenchRun)> = runs.into_iter().map(|l| (l.label, l.run)).collect();
+        let merged = slipstream_bench::merge(&parts)?;
+        merged.write_json(&out)?;
+        eprintln!("wrote {} (merged from {} runs)", out.display(), parts.len());
+        let label = out
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| out.display().to_string());
+        runs = vec![Labeled { label, run: merged }];
     }
     let workloads: std::collections::BTreeSet<&str> =
         runs.iter().map(|l| l.run.workload.as_str()).collect();

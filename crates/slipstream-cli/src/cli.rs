@@ -40,14 +40,22 @@ pub enum Command {
     Lab(LabCommand),
     /// Run a workload (order-entry, or a workload file) and write its result as JSON.
     Bench(BenchArgs),
-    /// Summarise bench results, several side by side; --html adds charts.
+    /// Summarise bench results, several side by side; --html adds charts; --merge adds the
+    /// runs of several load generators into one result.
     Report {
         /// Result files written by `slipstream bench`.
         #[arg(required = true, value_name = "RUN.json")]
         files: Vec<PathBuf>,
-        /// Also write an HTML report with TPS-over-time and latency-percentile charts.
+        /// Also write an HTML report: summary, context, charts over time and percentiles.
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
+        /// Merge the files (one run per load generator, same workload) into one result:
+        /// counts and histograms add, intervals align by wall-clock start.
+        #[arg(long, requires = "out")]
+        merge: bool,
+        /// With --merge: write the merged result here.
+        #[arg(short = 'o', long, value_name = "FILE", requires = "merge")]
+        out: Option<PathBuf>,
     },
     /// Is run B really different from run A? A Bayesian comparison per transaction type.
     Compare(CompareArgs),
@@ -359,6 +367,23 @@ mod tests {
         let err = Cli::try_parse_from(["slipstream", "bench", "x", "-d", "10"]).unwrap_err();
         assert!(err.to_string().contains("needs a unit"), "{err}");
         assert!(Cli::try_parse_from(["slipstream", "report"]).is_err());
+    }
+
+    #[test]
+    fn report_merge_needs_an_output_and_the_reverse() {
+        let cli = parse(&["report", "a.json", "b.json", "--merge", "-o", "all.json"]);
+        match cli.command {
+            Command::Report {
+                files, merge, out, ..
+            } => {
+                assert_eq!(files.len(), 2);
+                assert!(merge);
+                assert_eq!(out, Some(PathBuf::from("all.json")));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["slipstream", "report", "a.json", "--merge"]).is_err());
+        assert!(Cli::try_parse_from(["slipstream", "report", "a.json", "-o", "x.json"]).is_err());
     }
 
     #[test]

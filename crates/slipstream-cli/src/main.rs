@@ -86,7 +86,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = database::resolve(cli.url, cli.home)?;
             bench::bench(args, url)
         }
-        Command::Report { files, html } => bench::report(files, html),
+        Command::Report {
+            files,
+            html,
+            merge,
+            out,
+        } => bench::report(files, html, merge.then_some(out).flatten()),
         // A pipeline must tell "B is slower" (1, with --fail-if) from "could not compare" (2).
         Command::Compare(args) => compare::compare(&args).or_else(|e| {
             eprintln!("slipstream: error: {e:#}");

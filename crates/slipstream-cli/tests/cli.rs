@@ -810,3 +810,111 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     );
     assert!(text(&o).contains("A = 2 run(s)"), "{}", text(&o));
 }
+
+/// Two `slipstream bench` processes (different seeds, one server) at once, merged by
+/// `report --merge`: the merged counts are the sums, and each run carries its context (the
+/// command line, the workload file's hash) into the result and the report.
+#[test]
+fn two_bench_processes_merge_into_one_result() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let outs: Vec<_> = ["a.json", "b.json"]
+        .iter()
+        .map(|n| dir.path().join(n))
+        .collect();
+    let children: Vec<_> = outs
+        .iter()
+        .zip(["1", "2"])
+        .map(|(out, seed)| {
+            Command::new(env!("CARGO_BIN_EXE_slipstream"))
+                .args(["bench", file.to_str().unwrap(), "-u", "2", "-d", "2s"])
+                .args(["-w", "0s", "-q", "--seed", seed, "--url", &cluster.url()])
+                .args(["-o", out.to_str().unwrap()])
+                .env("SLIPSTREAM_HOME", dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Both run at once, as two load generators would.
+    let children: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &children {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    let all = dir.path().join("all.json");
+    let html = dir.path().join("all.html");
+    let o = slipstream(
+        &[
+            "report",
+            outs[0].to_str().unwrap(),
+            outs[1].to_str().unwrap(),
+            "--merge",
+            "-o",
+            all.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let (a, b, m) = (read(&outs[0]), read(&outs[1]), read(&all));
+    let ok = |v: &serde_json::Value| v["transactions"][0]["ok"].as_u64().unwrap();
+    assert!(ok(&a) > 0 && ok(&b) > 0);
+    assert_eq!(ok(&m), ok(&a) + ok(&b));
+    assert_eq!(m["users"], 4);
+    assert_eq!(m["schema_version"], 2);
+    assert_eq!(m["merged_from"].as_array().unwrap().len(), 2);
+    let ctx = &a["context"];
+    let command: Vec<&str> = ctx["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(
+        command.contains(&"--seed") && command.contains(&"1"),
+        "{command:?}"
+    );
+    let hash = ctx["workload_sha256"].as_str().unwrap();
+    assert_eq!(hash.len(), 64);
+    assert!(
+        ctx["server_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("PostgreSQL")
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Context") && page.contains("merged from 2 load generators"));
+    assert!(
+        page.contains(hash),
+        "the report shows the workload file's hash"
+    );
+
+    // Different workloads are refused, naming both files.
+    let mut other = a.clone();
+    other["workload"] = "other".into();
+    let other_path = dir.path().join("other.json");
+    std::fs::write(&other_path, serde_json::to_vec(&other).unwrap()).unwrap();
+    let o = slipstream(
+        &[
+            "report",
+            outs[0].to_str().unwrap(),
+            other_path.to_str().unwrap(),
+            "--merge",
+            "-o",
+            all.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("different workloads"), "{}", text(&o));
+}

@@ -22,7 +22,7 @@ fn totals(run: &BenchRun, scope: Scope<'_>) -> (Suff, u64) {
         if matches!(scope, Scope::Type(n) if n != t.name) {
             continue;
         }
-        s.merge(&t.stats.values);
+        s.merge(&t.latency_stats.sufficient);
         failed += t.failed;
     }
     (s, failed)
@@ -137,7 +137,7 @@ fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
                     continue;
                 }
                 if let Some(iv) = ivs.get(i) {
-                    s.merge(&iv.values);
+                    s.merge(&iv.sufficient);
                 }
             }
             (s.n > 0).then(|| s.mean())
@@ -160,7 +160,7 @@ fn throughput_series(run: &BenchRun) -> Vec<f64> {
             let ok: u64 = per
                 .values()
                 .filter_map(|v| v.get(i))
-                .map(|iv| iv.values.n)
+                .map(|iv| iv.sufficient.n)
                 .sum();
             (ok > 0).then(|| 1000.0 * secs / ok as f64)
         })

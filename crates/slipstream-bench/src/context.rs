@@ -1,0 +1,322 @@
+//! The run's context: what the server was and did around a run, saved with the result so a
+//! number can be read next to the settings and activity that produced it.
+//!
+//! Captured on a connection of its own (never a user's):
+//!
+//! - before the users connect: server version, settings not at their default
+//!   (`pg_settings.source <> 'default'`), and a [`ServerSnapshot`];
+//! - during the measured window: wait events sampled from `pg_stat_activity` every
+//!   [`WAIT_SAMPLE_EVERY`] (at most [`WAIT_SAMPLES_MAX`] samples);
+//! - after the drain: a second [`ServerSnapshot`].
+//!
+//! A snapshot holds this database's `pg_stat_database` row and, when the extension is
+//! installed, the top [`TOP_STATEMENTS`] entries of `pg_stat_statements` by total execution
+//! time. Rows are kept as JSON objects, so the columns of any PostgreSQL version are kept as
+//! the server named them.
+//!
+//! Nothing here can fail a run: whatever cannot be read becomes a line in
+//! [`RunContext::warnings`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use slipstream_pg::Client;
+
+/// How often the wait events are sampled during the window.
+pub const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// At most this many wait-event samples are taken (about 5 minutes at the rate above); a
+/// longer run keeps the first ones, enough to see what the server waits on.
+pub const WAIT_SAMPLES_MAX: usize = 600;
+/// `pg_stat_statements` entries kept per snapshot.
+pub const TOP_STATEMENTS: usize = 10;
+/// A context query that takes longer than this is abandoned (and warned about), so a stuck
+/// server never holds the run.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the server was and did around a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunContext {
+    /// `SELECT version()`.
+    pub server_version: Option<String>,
+    /// Settings whose `source` is not `default`: name, value with unit, and source.
+    pub settings: Vec<Setting>,
+    /// The workload's scale, when it has one (Order Entry's `soe.meta.scale`).
+    pub scale: Option<f64>,
+    /// The command line that made the run (empty when run from a library).
+    pub command_line: Vec<String>,
+    /// SHA-256 of the workload file (hex), for a run of a workload file.
+    pub workload_sha256: Option<String>,
+    /// Before the users connected.
+    pub before: Option<ServerSnapshot>,
+    /// After the drain.
+    pub after: Option<ServerSnapshot>,
+    /// Wait events seen in `pg_stat_activity` (this database, other backends) during the
+    /// window, summed over the samples.
+    pub wait_events: Vec<WaitEvent>,
+    /// How many wait-event samples were taken.
+    pub wait_samples: u32,
+    /// What could not be read, and why.
+    pub warnings: Vec<String>,
+}
+
+/// One non-default setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Setting {
+    /// `pg_settings.name`.
+    pub name: String,
+    /// `setting`, with `unit` appended when there is one (e.g. `16384 8kB`).
+    pub value: String,
+    /// `source` (`configuration file`, `command line`, `client`, ...).
+    pub source: String,
+}
+
+/// The server's counters at one moment.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerSnapshot {
+    /// The server's clock (`now()`, RFC 3339).
+    pub taken_at: String,
+    /// This database's row of `pg_stat_database`, column by column.
+    pub database: Option<serde_json::Value>,
+    /// Top entries of `pg_stat_statements` by `total_exec_time` (absent when the extension
+    /// is not installed in this database).
+    pub statements: Option<Vec<serde_json::Value>>,
+}
+
+/// How often backends were seen in one wait state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitEvent {
+    /// `state` (`active`, `idle`, `idle in transaction`, ...).
+    pub state: String,
+    /// `wait_event_type`, or `CPU` when an active backend waits on nothing.
+    pub wait_event_type: String,
+    /// `wait_event`, or `running` when an active backend waits on nothing.
+    pub wait_event: String,
+    /// Backends seen in this state, summed over the samples.
+    pub count: u64,
+}
+
+/// SHA-256 of `bytes`, hex.
+///
+/// ```
+/// assert!(slipstream_bench::context::sha256_hex(b"").starts_with("e3b0c442"));
+/// ```
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Runs `sql`, which returns one text column, within [`QUERY_TIMEOUT`].
+async fn text(client: &mut Client, sql: &str) -> Result<Option<String>, String> {
+    let row = tokio::time::timeout(QUERY_TIMEOUT, client.query_one(sql, &[]))
+        .await
+        .map_err(|_| format!("timed out after {} s", QUERY_TIMEOUT.as_secs()))?
+        .map_err(|e| e.to_string())?;
+    row.get::<_, Option<String>>(0).map_err(|e| e.to_string())
+}
+
+/// Runs `sql` (one JSON text column) and parses it.
+async fn json<T: serde::de::DeserializeOwned>(
+    client: &mut Client,
+    sql: &str,
+) -> Result<Option<T>, String> {
+    match text(client, sql).await? {
+        Some(t) => serde_json::from_str(&t)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+async fn connect(url: &str, warnings: &mut Vec<String>) -> Option<Client> {
+    match tokio::time::timeout(QUERY_TIMEOUT, slipstream_pg::connect(url)).await {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(e)) => {
+            warnings.push(format!(
+                "could not connect to read the server's context: {e}"
+            ));
+            None
+        }
+        Err(_) => {
+            warnings.push("connecting to read the server's context timed out".into());
+            None
+        }
+    }
+}
+
+const SETTINGS: &str = "SELECT coalesce(json_agg(json_build_object(\
+     'name', name, 'value', setting || coalesce(' ' || unit, ''), 'source', source) \
+     ORDER BY name), '[]')::text FROM pg_settings WHERE source <> 'default'";
+const DATABASE: &str = "SELECT row_to_json(d)::text FROM pg_stat_database d \
+     WHERE datname = current_database()";
+const HAS_STATEMENTS: &str = "SELECT extname::text FROM pg_extension \
+     WHERE extname = 'pg_stat_statements' UNION ALL SELECT NULL LIMIT 1";
+const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
+     'state', coalesce(state, ''), \
+     'wait_event_type', coalesce(wait_event_type, CASE WHEN state = 'active' THEN 'CPU' ELSE '' END), \
+     'wait_event', coalesce(wait_event, CASE WHEN state = 'active' THEN 'running' ELSE '' END), \
+     'count', 1)), '[]')::text \
+     FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+     AND backend_type = 'client backend'";
+
+fn statements_sql() -> String {
+    format!(
+        "SELECT coalesce(json_agg(s), '[]')::text FROM (SELECT queryid, left(query, 200) AS query, \
+         calls, total_exec_time, mean_exec_time, rows, shared_blks_hit, shared_blks_read \
+         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database \
+         WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT {TOP_STATEMENTS}) s"
+    )
+}
+
+async fn snapshot(client: &mut Client, warnings: &mut Vec<String>) -> ServerSnapshot {
+    let mut s = ServerSnapshot::default();
+    match text(
+        client,
+        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    )
+    .await
+    {
+        Ok(t) => s.taken_at = t.unwrap_or_default(),
+        Err(e) => warnings.push(format!("could not read the server's clock: {e}")),
+    }
+    match json(client, DATABASE).await {
+        Ok(d) => s.database = d,
+        Err(e) => warnings.push(format!("could not read pg_stat_database: {e}")),
+    }
+    match text(client, HAS_STATEMENTS).await {
+        Ok(Some(_)) => match json(client, &statements_sql()).await {
+            Ok(v) => s.statements = v,
+            Err(e) => warnings.push(format!(
+                "pg_stat_statements is installed but could not be read ({e}); is it in shared_preload_libraries?"
+            )),
+        },
+        Ok(None) => {}
+        Err(e) => warnings.push(format!("could not look for pg_stat_statements: {e}")),
+    }
+    s
+}
+
+/// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
+/// Keep the returned [`Capture`] to sample wait events and take the snapshot after.
+pub async fn before(url: &str, workload: &str) -> Capture {
+    let mut ctx = RunContext::default();
+    let mut client = connect(url, &mut ctx.warnings).await;
+    if let Some(c) = client.as_mut() {
+        match text(c, "SELECT version()").await {
+            Ok(v) => ctx.server_version = v,
+            Err(e) => ctx.warnings.push(format!("could not read version(): {e}")),
+        }
+        match json(c, SETTINGS).await {
+            Ok(v) => ctx.settings = v.unwrap_or_default(),
+            Err(e) => ctx
+                .warnings
+                .push(format!("could not read pg_settings: {e}")),
+        }
+        if workload == crate::order_entry::NAME {
+            match text(c, "SELECT scale::text FROM soe.meta LIMIT 1").await {
+                Ok(v) => ctx.scale = v.and_then(|s| s.parse().ok()),
+                Err(e) => ctx.warnings.push(format!(
+                    "could not read Order Entry's scale from soe.meta: {e}"
+                )),
+            }
+        }
+        ctx.before = Some(snapshot(c, &mut ctx.warnings).await);
+    }
+    Capture {
+        url: url.to_string(),
+        ctx,
+        waits: BTreeMap::new(),
+    }
+}
+
+/// A context being captured.
+pub struct Capture {
+    url: String,
+    ctx: RunContext,
+    /// (state, type, event) -> count.
+    waits: BTreeMap<(String, String, String), u64>,
+}
+
+impl Capture {
+    /// Samples wait events every [`WAIT_SAMPLE_EVERY`] until `stop` completes (the window's
+    /// end), on a connection of its own.
+    pub async fn sample_waits<S: std::future::Future>(&mut self, stop: S) {
+        let mut warnings = Vec::new();
+        let Some(mut client) = connect(&self.url, &mut warnings).await else {
+            self.ctx.warnings.extend(warnings);
+            return;
+        };
+        tokio::pin!(stop);
+        let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tick.tick() => {}
+            }
+            match json::<Vec<WaitEvent>>(&mut client, WAITS).await {
+                Ok(v) => {
+                    self.ctx.wait_samples += 1;
+                    for w in v.unwrap_or_default() {
+                        *self
+                            .waits
+                            .entry((w.state, w.wait_event_type, w.wait_event))
+                            .or_default() += w.count;
+                    }
+                }
+                Err(e) => {
+                    self.ctx
+                        .warnings
+                        .push(format!("could not sample pg_stat_activity: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Takes the snapshot after the run and returns the whole context.
+    pub async fn after(mut self) -> RunContext {
+        let mut warnings = Vec::new();
+        if let Some(mut c) = connect(&self.url, &mut warnings).await {
+            self.ctx.after = Some(snapshot(&mut c, &mut warnings).await);
+        }
+        self.ctx.warnings.extend(warnings);
+        let mut waits: Vec<WaitEvent> = self
+            .waits
+            .into_iter()
+            .map(|((state, wait_event_type, wait_event), count)| WaitEvent {
+                state,
+                wait_event_type,
+                wait_event,
+                count,
+            })
+            .collect();
+        waits.sort_by_key(|w| std::cmp::Reverse(w.count));
+        self.ctx.wait_events = waits;
+        self.ctx
+    }
+}
+
+impl RunContext {
+    /// A `pg_stat_database` counter's change over the run (after minus before), when both
+    /// snapshots have it as a number.
+    ///
+    /// ```
+    /// use slipstream_bench::context::{RunContext, ServerSnapshot};
+    /// let snap = |n: i64| Some(ServerSnapshot {
+    ///     database: Some(serde_json::json!({ "xact_commit": n })),
+    ///     ..Default::default()
+    /// });
+    /// let c = RunContext { before: snap(10), after: snap(25), ..Default::default() };
+    /// assert_eq!(c.database_delta("xact_commit"), Some(15.0));
+    /// ```
+    pub fn database_delta(&self, column: &str) -> Option<f64> {
+        let get = |s: &Option<ServerSnapshot>| -> Option<f64> {
+            s.as_ref()?.database.as_ref()?.get(column)?.as_f64()
+        };
+        Some(get(&self.after)? - get(&self.before)?)
+    }
+}

@@ -1,0 +1,316 @@
+//! Combining the results of several load generators into one (Swingbench's coordinator,
+//! HammerDB's primary and replicas): `slipstream report --merge`.
+//!
+//! What adds and how:
+//!
+//! - counts (successes, failures by code, censored, statements, arrivals, late) add;
+//! - latency histograms add exactly (HDR, 3 significant digits), and every percentile is read
+//!   from the sum, never averaged;
+//! - sufficient statistics add, so means and variances are exact;
+//! - intervals are aligned by wall-clock start: a part that started k intervals after the
+//!   earliest one has its series shifted by k (rounded to the nearest interval), then added;
+//! - the measured window is the span from the earliest start to the latest end;
+//! - users add; open-loop rates add.
+//!
+//! Runs of different workloads, interval lengths or load models are refused, and so are
+//! version-1 files (they hold no histograms to add).
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use slipstream_stats::Suff;
+
+use crate::histogram::{self, decode, encode};
+use crate::recorder::{curve, percentiles};
+use crate::run_result::{
+    BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, RUN_SCHEMA_VERSION, Schedule,
+    TxResult,
+};
+
+/// Adds the runs of several load generators (label, run) into one result.
+///
+/// ```no_run
+/// use slipstream_bench::BenchRun;
+/// let a = BenchRun::read_json("a.json".as_ref())?;
+/// let b = BenchRun::read_json("b.json".as_ref())?;
+/// let all = slipstream_bench::merge(&[("a.json".into(), a), ("b.json".into(), b)])?;
+/// all.write_json("all.json".as_ref())?;
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
+    let Some((first_label, first)) = parts.first() else {
+        anyhow::bail!("no runs to merge");
+    };
+    for (label, r) in parts {
+        anyhow::ensure!(
+            r.workload == first.workload,
+            "cannot merge runs of different workloads: {first_label} ran {:?}, {label} ran {:?}",
+            first.workload,
+            r.workload
+        );
+        anyhow::ensure!(
+            r.intervals.seconds == first.intervals.seconds,
+            "cannot merge {first_label} and {label}: their intervals are {} s and {} s long",
+            first.intervals.seconds,
+            r.intervals.seconds
+        );
+        anyhow::ensure!(
+            std::mem::discriminant(&r.load) == std::mem::discriminant(&first.load),
+            "cannot merge a closed-loop run with an open-loop one ({first_label}, {label})"
+        );
+        let has_hist = r
+            .transactions
+            .iter()
+            .all(|t| t.ok == 0 || !t.histogram.is_empty());
+        anyhow::ensure!(
+            has_hist,
+            "{label} holds no latency histograms (a schema version 1 result?), so its percentiles cannot be added; re-run it with this slipstream (schema version {RUN_SCHEMA_VERSION})"
+        );
+    }
+    let starts: Vec<chrono::DateTime<chrono::FixedOffset>> = parts
+        .iter()
+        .map(|(label, r)| {
+            chrono::DateTime::parse_from_rfc3339(&r.started_at).map_err(|e| {
+                anyhow::anyhow!("{label}: started_at {:?} is not a time: {e}", r.started_at)
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let origin = *starts.iter().min().expect("at least one part");
+    let seconds = first.intervals.seconds.max(1e-9);
+    // Seconds from the earliest start, and that in whole intervals.
+    let offsets_s: Vec<f64> = starts
+        .iter()
+        .map(|s| (*s - origin).num_microseconds().unwrap_or(0) as f64 / 1e6)
+        .collect();
+    let shifts: Vec<usize> = offsets_s
+        .iter()
+        .map(|o| (o / seconds).round() as usize)
+        .collect();
+
+    let mut out = first.clone();
+    out.schema_version = RUN_SCHEMA_VERSION;
+    out.started_at = parts[starts.iter().position(|s| *s == origin).unwrap_or(0)]
+        .1
+        .started_at
+        .clone();
+    out.users = parts.iter().map(|(_, r)| r.users).sum();
+    out.load = match first.load {
+        Load::Closed => Load::Closed,
+        Load::Open { .. } => Load::Open {
+            rate: parts
+                .iter()
+                .map(|(_, r)| match r.load {
+                    Load::Open { rate } => rate,
+                    Load::Closed => 0.0,
+                })
+                .sum(),
+        },
+    };
+    out.measured_s = parts
+        .iter()
+        .zip(&offsets_s)
+        .map(|((_, r), o)| o + r.measured_s)
+        .fold(0.0, f64::max);
+    out.duration_s = parts.iter().map(|(_, r)| r.duration_s).fold(0.0, f64::max);
+    out.warmup_s = parts.iter().map(|(_, r)| r.warmup_s).fold(0.0, f64::max);
+    out.grace_s = parts.iter().map(|(_, r)| r.grace_s).fold(0.0, f64::max);
+    out.interrupted = parts.iter().any(|(_, r)| r.interrupted);
+    out.unfinished = parts.iter().map(|(_, r)| r.unfinished).sum();
+    for (_, r) in parts {
+        if r.think != out.think {
+            out.think = "differs between the merged runs".into();
+        }
+        if r.intra_think != out.intra_think {
+            out.intra_think = "differs between the merged runs".into();
+        }
+    }
+    out.merged_from = parts
+        .iter()
+        .flat_map(|(label, r)| {
+            if r.merged_from.is_empty() {
+                vec![MergedPart {
+                    label: label.clone(),
+                    started_at: r.started_at.clone(),
+                    users: r.users,
+                    seed: r.seed,
+                    measured_s: r.measured_s,
+                    host: r.environment.cpu_model.clone().unwrap_or_default(),
+                }]
+            } else {
+                r.merged_from.clone()
+            }
+        })
+        .collect();
+    if let Some(ctx) = out.context.as_mut() {
+        ctx.warnings.push(format!(
+            "merged result: this context is {first_label}'s; each part's own is in its file"
+        ));
+    }
+
+    // Transaction types by name, in the order first seen.
+    let mut weights: Vec<(String, u32)> = Vec::new();
+    for (_, r) in parts {
+        for (name, w) in &r.weights {
+            if !weights.iter().any(|(n, _)| n == name) {
+                weights.push((name.clone(), *w));
+            }
+        }
+    }
+    out.transactions = weights
+        .iter()
+        .map(|(name, weight)| merge_type(name, *weight, parts))
+        .collect::<anyhow::Result<_>>()?;
+    out.weights = weights;
+
+    let mut per_transaction = BTreeMap::new();
+    let mut after_window = BTreeMap::new();
+    for (name, _) in &out.weights {
+        let series: Vec<(usize, &[Interval])> = parts
+            .iter()
+            .zip(&shifts)
+            .filter_map(|((_, r), shift)| {
+                Some((*shift, r.intervals.per_transaction.get(name)?.as_slice()))
+            })
+            .collect();
+        per_transaction.insert(name.clone(), add_series(&series, name)?);
+        let after: Vec<&Interval> = parts
+            .iter()
+            .filter_map(|(_, r)| r.intervals.after_window.get(name))
+            .collect();
+        if !after.is_empty() {
+            after_window.insert(name.clone(), add_intervals(&after, name)?);
+        }
+    }
+    let lag: Vec<(usize, &[Interval])> = parts
+        .iter()
+        .zip(&shifts)
+        .map(|((_, r), shift)| (*shift, r.intervals.schedule_lag.as_slice()))
+        .collect();
+    out.intervals = Intervals {
+        seconds: first.intervals.seconds,
+        per_transaction,
+        after_window,
+        schedule_lag: add_series(&lag, "the schedule lag")?,
+    };
+    out.schedule = merge_schedule(parts)?;
+    Ok(out)
+}
+
+fn merge_type(name: &str, weight: u32, parts: &[(String, BenchRun)]) -> anyhow::Result<TxResult> {
+    let mut t = TxResult {
+        name: name.to_string(),
+        weight,
+        ok: 0,
+        failed: 0,
+        failures: BTreeMap::new(),
+        failure_messages: BTreeMap::new(),
+        censored: 0,
+        statements: Default::default(),
+        latency_stats: LatencyStats::default(),
+        latency_ms: Default::default(),
+        percentile_curve: Vec::new(),
+        histogram: String::new(),
+    };
+    let mut hist = histogram::new();
+    for (label, r) in parts {
+        let Some(p) = r.transactions.iter().find(|p| p.name == name) else {
+            continue;
+        };
+        t.ok += p.ok;
+        t.failed += p.failed;
+        t.censored += p.censored;
+        for (code, n) in &p.failures {
+            *t.failures.entry(code.clone()).or_default() += n;
+        }
+        for (code, m) in &p.failure_messages {
+            t.failure_messages
+                .entry(code.clone())
+                .or_insert_with(|| m.clone());
+        }
+        t.statements.add(&p.statements);
+        t.latency_stats.merge(&p.latency_stats);
+        let h = decode(&p.histogram, &format!("{name} in {label}"))?;
+        histogram::add(&mut hist, &h)?;
+    }
+    t.latency_ms = percentiles(&hist, t.latency_stats.mean());
+    t.percentile_curve = curve(&hist);
+    t.histogram = encode(&hist);
+    Ok(t)
+}
+
+/// Adds series shifted by whole intervals.
+fn add_series(series: &[(usize, &[Interval])], what: &str) -> anyhow::Result<Vec<Interval>> {
+    let len = series
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(shift, s)| shift + s.len())
+        .max()
+        .unwrap_or(0);
+    let mut slots: Vec<Vec<&Interval>> = vec![Vec::new(); len];
+    for (shift, s) in series {
+        for (i, iv) in s.iter().enumerate() {
+            slots[shift + i].push(iv);
+        }
+    }
+    slots.iter().map(|ivs| add_intervals(ivs, what)).collect()
+}
+
+fn add_intervals(ivs: &[&Interval], what: &str) -> anyhow::Result<Interval> {
+    let mut sufficient = Suff::default();
+    let mut failed = 0;
+    let mut hist = histogram::new();
+    for iv in ivs {
+        sufficient.merge(&iv.sufficient);
+        failed += iv.failed;
+        anyhow::ensure!(
+            iv.sufficient.n == 0 || !iv.histogram.is_empty(),
+            "an interval of {what} holds no histogram (a schema version 1 result?); re-run it with this slipstream"
+        );
+        histogram::add(&mut hist, &decode(&iv.histogram, what)?)?;
+    }
+    Ok(interval(sufficient, failed, &hist))
+}
+
+pub(crate) fn interval(sufficient: Suff, failed: u64, hist: &Histogram<u64>) -> Interval {
+    let q = |q: f64| {
+        if hist.is_empty() {
+            0.0
+        } else {
+            hist.value_at_quantile(q) as f64 / 1e3
+        }
+    };
+    Interval {
+        sufficient,
+        failed,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        histogram: encode(hist),
+    }
+}
+
+fn merge_schedule(parts: &[(String, BenchRun)]) -> anyhow::Result<Option<Schedule>> {
+    let mut out: Option<Schedule> = None;
+    let mut hist = histogram::new();
+    for (label, r) in parts {
+        let Some(s) = &r.schedule else { continue };
+        histogram::add(
+            &mut hist,
+            &decode(&s.lag_histogram, &format!("the schedule lag in {label}"))?,
+        )?;
+        let o = out.get_or_insert_with(|| Schedule {
+            arrivals: 0,
+            late: 0,
+            late_after_ms: s.late_after_ms,
+            lag_ms: Default::default(),
+            lag_histogram: String::new(),
+        });
+        o.arrivals += s.arrivals;
+        o.late += s.late;
+        o.late_after_ms = o.late_after_ms.max(s.late_after_ms);
+    }
+    if let Some(o) = out.as_mut() {
+        o.lag_ms = percentiles(&hist, hist.mean() / 1e3);
+        o.lag_histogram = encode(&hist);
+    }
+    Ok(out)
+}

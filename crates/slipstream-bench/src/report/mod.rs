@@ -1,0 +1,224 @@
+//! Reports on bench results: a table per run or side by side (charbench's fields and more),
+//! and an HTML page ([`write_html`]) with a summary, the run's context, and charts over time.
+
+use crate::Table;
+use crate::histogram;
+use crate::recorder::percentiles;
+use crate::run_result::{BenchRun, LatencyStats, Load, Percentiles};
+
+mod context;
+mod html;
+mod series;
+
+pub use html::write_html;
+pub use series::tps_series;
+
+/// One run and the label it is shown under (usually its file name).
+#[derive(Debug, Clone)]
+pub struct Labeled {
+    /// How the run is named in tables and legends.
+    pub label: String,
+    /// The run.
+    pub run: BenchRun,
+}
+
+/// Per transaction type (those that ran or have a weight), one row per run: count, TPS,
+/// failures and latency in ms. With several runs they sit side by side, type by type.
+///
+/// ```no_run
+/// use slipstream_bench::{BenchRun, report};
+/// let run = BenchRun::read_json("a.json".as_ref())?;
+/// let table = report::table(&[report::Labeled { label: "a".into(), run }]);
+/// println!("{}", table.render());
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn table(runs: &[Labeled]) -> Table {
+    let several = runs.len() > 1;
+    let mut columns = vec!["transaction"];
+    if several {
+        columns.push("run");
+    }
+    columns.extend([
+        "count", "tps", "failed", "mean ms", "p50", "p90", "p99", "max",
+    ]);
+    let mut t = Table::new(&columns);
+    let mut names: Vec<&str> = Vec::new();
+    for l in runs {
+        for tx in &l.run.transactions {
+            if (tx.weight > 0 || tx.ok + tx.failed > 0) && !names.contains(&tx.name.as_str()) {
+                names.push(&tx.name);
+            }
+        }
+    }
+    for name in names.iter().copied().chain(std::iter::once("all")) {
+        for l in runs {
+            let r = &l.run;
+            let secs = r.measured_s.max(f64::MIN_POSITIVE);
+            let mut row = vec![name.to_string()];
+            if several {
+                row.push(l.label.clone());
+            }
+            if name == "all" {
+                let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
+                let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
+                let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
+                let p = all_percentiles(r);
+                row.extend([
+                    ok.to_string(),
+                    format!("{:.1}", ok as f64 / secs),
+                    failed.to_string(),
+                    ms(all_stats(r).mean()),
+                    blank(p.map(|p| p.p50)),
+                    blank(p.map(|p| p.p90)),
+                    blank(p.map(|p| p.p99)),
+                    ms(all_stats(r).max),
+                ]);
+            } else if let Some(tx) = r.transactions.iter().find(|t| t.name == name) {
+                let p = &tx.latency_ms;
+                // No success, no latency: a blank, not a 0 that reads as "fast".
+                let lat = |v: f64| if tx.ok > 0 { ms(v) } else { "-".into() };
+                row.extend([
+                    tx.ok.to_string(),
+                    format!("{:.1}", tx.ok as f64 / secs),
+                    tx.failed.to_string(),
+                    lat(p.mean),
+                    lat(p.p50),
+                    lat(p.p90),
+                    lat(p.p99),
+                    lat(p.max),
+                ]);
+            } else {
+                row.extend(std::iter::repeat_n("-".to_string(), 8));
+            }
+            t.row(row);
+        }
+    }
+    t
+}
+
+/// Every type's latency statistics together.
+pub fn all_stats(r: &BenchRun) -> LatencyStats {
+    let mut sums = LatencyStats::default();
+    for t in &r.transactions {
+        sums.merge(&t.latency_stats);
+    }
+    sums
+}
+
+/// Percentiles of every successful transaction of the run, from the sum of the types'
+/// histograms; `None` when a type that succeeded has no histogram (a version 1 file).
+pub fn all_percentiles(r: &BenchRun) -> Option<Percentiles> {
+    let mut all = histogram::new();
+    for t in &r.transactions {
+        if t.ok > 0 && t.histogram.is_empty() {
+            return None;
+        }
+        let h = histogram::decode(&t.histogram, &t.name).ok()?;
+        histogram::add(&mut all, &h).ok()?;
+    }
+    Some(percentiles(&all, all_stats(r).mean()))
+}
+
+pub(crate) fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Lines describing how a run was made, what a reader must know about it, and its context.
+pub fn describe(r: &BenchRun) -> Vec<String> {
+    let mut lines = describe_run(r);
+    if let Some(c) = &r.context {
+        lines.extend(context::lines(c));
+    }
+    lines
+}
+
+/// [`describe`] without the context (the HTML page shows that apart).
+pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
+    let load = match r.load {
+        Load::Closed => format!("closed loop, think {}", r.think),
+        Load::Open { rate } => format!("open loop at {rate}/s"),
+    };
+    let mut lines = vec![format!(
+        "{}: {} users, {load}, {:.0} s measured after {:.0} s warm-up, started {} (PostgreSQL {})",
+        r.workload,
+        r.users,
+        r.measured_s,
+        r.warmup_s,
+        r.started_at,
+        r.environment.server_version.as_deref().unwrap_or("?")
+    )];
+    if r.interrupted {
+        lines.push(format!(
+            "interrupted after {:.1} s of the {:.0} s asked for: the figures cover what ran",
+            r.measured_s, r.duration_s
+        ));
+    }
+    if r.unfinished > 0 {
+        let by: Vec<String> = r
+            .transactions
+            .iter()
+            .filter(|t| t.censored > 0)
+            .map(|t| format!("{} {}", t.name, t.censored))
+            .collect();
+        lines.push(format!(
+            "{} transactions censored: still running after the {:.0} s grace period ({}); counted apart, in no latency figure",
+            r.unfinished,
+            r.grace_s,
+            by.join(", ")
+        ));
+    }
+    let after: u64 = r
+        .intervals
+        .after_window
+        .values()
+        .map(|i| i.sufficient.n + i.failed)
+        .sum();
+    if after > 0 {
+        lines.push(format!(
+            "{after} transactions started in the window and ended after it: in the totals, not in the per-second series"
+        ));
+    }
+    if !r.merged_from.is_empty() {
+        let parts: Vec<String> = r
+            .merged_from
+            .iter()
+            .map(|p| format!("{} ({} users, seed {})", p.label, p.users, p.seed))
+            .collect();
+        lines.push(format!(
+            "merged from {} load generators: {}",
+            parts.len(),
+            parts.join(", ")
+        ));
+    }
+    if let Some(s) = &r.schedule {
+        lines.push(format!(
+            "schedule: {} arrivals, {} started more than {} ms late; lag p50 {} ms, p99 {} ms, max {} ms",
+            s.arrivals,
+            s.late,
+            s.late_after_ms,
+            ms(s.lag_ms.p50),
+            ms(s.lag_ms.p99),
+            ms(s.lag_ms.max)
+        ));
+    }
+    for t in &r.transactions {
+        if !t.failures.is_empty() {
+            let by: Vec<String> = t
+                .failures
+                .iter()
+                .map(|(c, n)| match t.failure_messages.get(c) {
+                    Some(m) => format!("{c} x{n} (first: {m})"),
+                    None => format!("{c} x{n}"),
+                })
+                .collect();
+            lines.push(format!("{} failures: {}", t.name, by.join(", ")));
+        }
+    }
+    lines
+}
