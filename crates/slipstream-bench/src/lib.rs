@@ -39,6 +39,7 @@ pub mod compare;
 mod environment;
 mod generators;
 pub mod order_entry;
+mod phases;
 mod progress;
 mod recorder;
 pub mod report;
@@ -56,6 +57,7 @@ pub use chart::{
     Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
 };
 pub use environment::{Environment, capture as capture_environment, redact};
+pub use phases::{Stage, StageLoad, StageResult, StageTx, stage_table};
 pub use progress::Style;
 pub use run_result::{
     BenchRun, Interval, Intervals, Load, Percentiles, RUN_SCHEMA, RUN_SCHEMA_VERSION, Schedule,

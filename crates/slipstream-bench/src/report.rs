@@ -200,6 +200,12 @@ pub fn write_html(runs: &[Labeled], path: &Path) -> anyhow::Result<()> {
         }
     }
     push_table(&mut html, &table(runs));
+    for l in runs {
+        if let Some(t) = crate::stage_table(&l.run) {
+            let _ = writeln!(html, "<h3>{} by stage</h3>", esc(&l.label));
+            push_table(&mut html, &t);
+        }
+    }
     html.push_str(&line_chart_svg("Throughput over time", &tps_series(runs))?);
     let mut names: Vec<String> = Vec::new();
     for l in runs {

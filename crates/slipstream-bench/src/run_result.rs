@@ -61,6 +61,10 @@ pub struct BenchRun {
     pub intervals: Intervals,
     /// Open-loop schedule keeping (absent for closed-loop runs).
     pub schedule: Option<Schedule>,
+    /// The ramp-up and stages in the order run, each with its own figures (one stage for a
+    /// run without phases; empty in files written before stages existed).
+    #[serde(default)]
+    pub stages: Vec<crate::StageResult>,
 }
 
 /// Closed loop (users with think time) or open loop (Poisson arrivals at a rate).
