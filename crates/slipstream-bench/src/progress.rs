@@ -270,3 +270,92 @@ fn draw(term: bool, clock: &Clock, live: &Live, recorder: &Recorder, done: &Atom
         b.finish_and_clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recorder::Progress;
+
+    fn clock(plan: Plan, warmup: Duration, total: Duration) -> (Clock, Instant) {
+        let t0 = Instant::now();
+        let c = Clock {
+            t0,
+            from: t0 + warmup,
+            to: t0 + warmup + total,
+            plan: Arc::new(plan),
+        };
+        (c, t0)
+    }
+
+    #[test]
+    fn the_warm_up_shows_its_rate_latency_and_errors() {
+        let plan = Plan::new(
+            8,
+            None,
+            Duration::from_secs(30),
+            Duration::from_secs(5),
+            Duration::ZERO,
+            &[],
+        )
+        .unwrap();
+        let (c, t0) = clock(plan, Duration::from_secs(5), Duration::from_secs(30));
+        let live = Arc::new(Live::new());
+        {
+            let mut log = LiveLog::new(live.clone());
+            for us in [400, 500, 600, 3000] {
+                log.push(Duration::from_micros(us), false, t0);
+            }
+            log.push(Duration::from_micros(1), true, t0);
+        }
+        let h = live.take_interval();
+        let text = line(
+            &c,
+            t0 + Duration::from_secs(3),
+            1234.0,
+            &h,
+            live.failed.load(Ordering::Relaxed),
+            Progress::default(),
+        );
+        assert!(text.starts_with("warm-up"), "{text}");
+        assert!(text.contains("3/5s") && text.contains("stage 1"), "{text}");
+        assert!(
+            text.contains("users 8") && text.contains("tps     1234"),
+            "{text}"
+        );
+        assert!(
+            text.contains("p50 0.50 ms") && text.contains("p99 3.0"),
+            "{text}"
+        );
+        assert!(text.contains("errors 1"), "{text}");
+        // The next interval starts empty.
+        assert!(live.take_interval().is_empty());
+    }
+
+    #[test]
+    fn a_ramp_up_shows_the_users_started_so_far() {
+        let plan = Plan::new(
+            4,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::from_secs(4),
+            &["10s:4".parse().unwrap()],
+        )
+        .unwrap();
+        let (c, t0) = clock(plan, Duration::ZERO, Duration::from_secs(14));
+        let empty = histogram();
+        let at = |s: u64| {
+            line(
+                &c,
+                t0 + Duration::from_secs(s),
+                0.0,
+                &empty,
+                0,
+                Progress::default(),
+            )
+        };
+        assert!(at(1).contains("ramp-up  users 2"), "{}", at(1));
+        assert!(at(5).contains("stage 1  users 4"), "{}", at(5));
+        assert!(at(1).contains("p50 - ms"), "{}", at(1));
+    }
+}
