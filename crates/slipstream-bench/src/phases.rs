@@ -286,6 +286,11 @@ impl Plan {
             .unwrap_or(self.segments.len().saturating_sub(1))
     }
 
+    /// The end (seconds from the start of measuring) of the segment running at `t`.
+    pub(crate) fn segment_end(&self, t: f64) -> f64 {
+        self.segments[self.segment_at(t)].end
+    }
+
     /// The segment's name, for the progress line.
     pub(crate) fn name(&self, segment: usize) -> &str {
         &self.segments[segment].name

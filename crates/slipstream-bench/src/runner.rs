@@ -509,25 +509,8 @@ async fn closed_loop(
 ) {
     let mut stopped = shared.stop_signal.subscribe();
     let mut since_yield = 0u32;
+    let mut active_until: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
-        // Between transactions only: a user a stage drops finishes the one in hand.
-        let now = Instant::now();
-        let t = seconds_since(window.from, now);
-        match shared.plan.next_active(user, t) {
-            Some(at) if at <= t => {}
-            Some(at) => {
-                let wake = window.from + Duration::from_secs_f64(at);
-                if wake >= window.to {
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep_until(wake.into()) => {}
-                    _ = stopped.wait_for(|s| *s) => break,
-                }
-                continue;
-            }
-            None => break,
-        }
         let think = session.draw(|rng| shared.think.draw(rng));
         if !think.is_zero() {
             tokio::select! {
@@ -539,6 +522,30 @@ async fn closed_loop(
         let start = Instant::now();
         if start >= window.to {
             break;
+        }
+        // Between transactions only, so a user a stage drops finishes the one in hand. A
+        // user's turn changes only at a segment's end (or its start in a ramp-up), so the plan
+        // is asked once per segment, not per transaction.
+        if active_until.is_none_or(|until| start >= until) {
+            let t = seconds_since(window.from, start);
+            match shared.plan.next_active(user, t) {
+                Some(at) if at <= t => {
+                    active_until =
+                        Some(window.from + Duration::from_secs_f64(shared.plan.segment_end(t)));
+                }
+                Some(at) => {
+                    let wake = window.from + Duration::from_secs_f64(at);
+                    if wake >= window.to {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake.into()) => {}
+                        _ = stopped.wait_for(|s| *s) => break,
+                    }
+                    continue;
+                }
+                None => break,
+            }
         }
         let recorded = start >= window.from;
         let job = Job {
