@@ -463,11 +463,8 @@ fn percentiles(h: &Histogram<u64>, sum_ms: f64) -> Percentiles {
     }
 }
 
-/// The per-stage text table of a run with more than one stage: TPS and latency percentiles of
-/// all types together per stage. `None` for a single-stage run (the run's table says it all).
-///
-/// All types' percentiles are those of the busiest type when types differ (no merged
-/// histogram is kept per stage); the per-type rows follow.
+/// The per-stage text table of a run with more than one stage: per stage and transaction type,
+/// count, TPS, p50, p99 and errors. `None` for a single-stage run (the run's table says it all).
 pub fn stage_table(run: &BenchRun) -> Option<Table> {
     if run.stages.len() < 2 {
         return None;
