@@ -42,6 +42,7 @@ mod generators;
 mod histogram;
 mod merge;
 pub mod order_entry;
+mod phases;
 mod progress;
 mod recorder;
 pub mod report;
@@ -60,6 +61,7 @@ pub use chart::{
 };
 pub use environment::{Environment, capture as capture_environment, redact};
 pub use merge::merge;
+pub use phases::{Stage, StageLoad, StageResult, StageTx, stage_table};
 pub use progress::Style;
 pub use run_result::{
     BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, Percentiles, RUN_SCHEMA,

@@ -25,6 +25,7 @@ use hdrhistogram::Histogram;
 use slipstream_stats::Suff;
 
 use crate::histogram::{self, encode};
+use crate::phases::StageTotals;
 use crate::run_result::{Interval, Intervals, LatencyStats, Percentiles, Schedule, TxResult};
 use crate::transaction::StatementCounts;
 
@@ -147,6 +148,8 @@ struct Totals {
     arrivals: u64,
     raw: Option<BufWriter<File>>,
     raw_error: Option<String>,
+    /// Per-stage figures (phases.rs), when the runner asked for them.
+    stages: Option<StageTotals>,
 }
 
 /// The run's shared record.
@@ -206,6 +209,7 @@ impl Recorder {
                 arrivals: 0,
                 raw,
                 raw_error: None,
+                stages: None,
             }),
         })
     }
@@ -227,6 +231,16 @@ impl Recorder {
         }
     }
 
+    /// Keeps per-stage figures too (by completion time).
+    pub(crate) fn set_stages(&self, stages: StageTotals) {
+        self.lock().stages = Some(stages);
+    }
+
+    /// The per-stage figures, once the users are done.
+    pub(crate) fn take_stages(&self) -> Option<StageTotals> {
+        self.lock().stages.take()
+    }
+
     pub(crate) fn add_arrivals(&self, n: u64) {
         self.lock().arrivals += n;
     }
@@ -245,6 +259,9 @@ impl Recorder {
         let kinds = self.names.len();
         for s in batch.drain(..) {
             let k = s.kind as usize;
+            if let Some(st) = t.stages.as_mut() {
+                st.record(k, s.end, s.latency, s.failure.is_some());
+            }
             let ms = s.latency.as_secs_f64() * 1e3;
             let second = s.end.as_secs() as usize;
             if t.intervals.len() <= second {

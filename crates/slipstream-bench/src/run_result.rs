@@ -78,6 +78,10 @@ pub struct BenchRun {
     /// measured by one process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<MergedPart>,
+    /// The ramp-up and stages in the order run, each with its own figures (one stage for a
+    /// run without phases; empty in files written before stages existed).
+    #[serde(default)]
+    pub stages: Vec<crate::StageResult>,
 }
 
 /// One load generator's run inside a merged result.

@@ -31,13 +31,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 use slipstream_pg::{Client, TransactionStatus};
 use tokio::sync::{mpsc, watch};
 
-use crate::progress::{ProgressLine, Style};
+use crate::phases::{Plan, Stage, StageTotals};
+use crate::progress::{Clock, Live, LiveLog, ProgressLine, Style};
 use crate::recorder::{Failure, Recorder, Sample, UserLog};
 use crate::run_result::{BenchRun, Load};
 use crate::think::ThinkTime;
@@ -90,6 +91,22 @@ pub struct RunConfig {
     pub raw_csv: Option<PathBuf>,
     /// The progress line.
     pub progress: Style,
+    /// Users (closed loop) or the arrival rate (open loop) rise evenly from nothing to the
+    /// first stage's over this period, recorded as a stage of its own (`ramp-up`). Excludes a
+    /// warm-up.
+    pub ramp_up: Duration,
+    /// Stages run one after the other, each with its own user count or rate; empty means one
+    /// stage of `duration` at `users` or `rate`. With stages, `duration` and `rate` are not
+    /// used, and `users` is the pool serving an open-loop run's arrivals.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut c = slipstream_bench::RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
+    /// c.warmup = Duration::ZERO;
+    /// c.ramp_up = Duration::from_secs(10); // users 1..8 start over 10 s
+    /// c.stages = vec!["30s:8".parse().unwrap(), "30s:16".parse().unwrap()];
+    /// ```
+    pub stages: Vec<Stage>,
 }
 
 impl RunConfig {
@@ -114,12 +131,33 @@ impl RunConfig {
             grace: DEFAULT_GRACE,
             raw_csv: None,
             progress: Style::Quiet,
+            ramp_up: Duration::ZERO,
+            stages: Vec::new(),
         }
     }
 
-    fn check(&self, workload: &Workload) -> anyhow::Result<()> {
+    /// The phases resolved and checked.
+    fn plan(&self) -> anyhow::Result<Plan> {
+        Plan::new(
+            self.users,
+            self.rate,
+            self.duration,
+            self.warmup,
+            self.ramp_up,
+            &self.stages,
+        )
+    }
+
+    fn check(&self, workload: &Workload) -> anyhow::Result<Plan> {
         anyhow::ensure!(self.users >= 1, "--users must be at least 1");
-        anyhow::ensure!(!self.duration.is_zero(), "--duration must be longer than 0");
+        anyhow::ensure!(self.threads >= 1, "--threads must be at least 1");
+        let plan = self.plan()?;
+        if plan.is_open() {
+            anyhow::ensure!(
+                self.think == ThinkTime::NONE,
+                "--think does not apply to an open-loop run (rate stages): arrivals are scheduled, not paced by users; drop one of them"
+            );
+        }
         if let Some(rate) = self.rate {
             anyhow::ensure!(
                 rate.is_finite() && rate > 0.0,
@@ -135,7 +173,8 @@ impl RunConfig {
             "workload {} needs a database",
             workload.name()
         );
-        workload.check().map_err(anyhow::Error::msg)
+        workload.check().map_err(anyhow::Error::msg)?;
+        Ok(plan)
     }
 }
 
@@ -165,6 +204,10 @@ struct Shared {
     /// Set when the window ends early (Ctrl-C) or the run gives up: stop starting work.
     stop: AtomicBool,
     stop_signal: watch::Sender<bool>,
+    /// Who runs when (closed loop), the rate when (open loop).
+    plan: Arc<Plan>,
+    /// The progress line's figures, warm-up included.
+    live: Arc<Live>,
     /// Per user: the type + 1 of a recorded transaction in flight, 0 when none (for the
     /// censored counts).
     busy: Vec<AtomicU32>,
@@ -189,19 +232,22 @@ pub async fn run<S: Future + Send>(
     config: &RunConfig,
     stop: S,
 ) -> anyhow::Result<BenchRun> {
-    config.check(workload)?;
+    let plan = Arc::new(config.check(workload)?);
+    let user_count = plan.users();
     let names: Vec<String> = workload.kinds.iter().map(|k| k.name.clone()).collect();
     let recorder = Arc::new(Recorder::new(
-        names,
-        config.rate.map(|_| config.late_after),
+        names.clone(),
+        plan.is_open().then_some(config.late_after),
         config.raw_csv.as_deref(),
     )?);
-    let (queue_tx, queue_rx) = match config.rate {
-        Some(_) => {
+    recorder.set_stages(StageTotals::new(plan.ends(), names.len()));
+    let live = Arc::new(Live::new());
+    let (queue_tx, queue_rx) = match plan.is_open() {
+        true => {
             let (tx, rx) = mpsc::unbounded_channel();
             (Some(tx), Some(tokio::sync::Mutex::new(rx)))
         }
-        None => (None, None),
+        false => (None, None),
     };
     let (stop_signal, _) = watch::channel(false);
     let shared = Arc::new(Shared {
@@ -212,7 +258,9 @@ pub async fn run<S: Future + Send>(
         think: config.think,
         stop: AtomicBool::new(false),
         stop_signal,
-        busy: (0..config.users).map(|_| AtomicU32::new(0)).collect(),
+        plan: plan.clone(),
+        live: live.clone(),
+        busy: (0..user_count).map(|_| AtomicU32::new(0)).collect(),
         queue: queue_rx,
     });
 
@@ -223,11 +271,11 @@ pub async fn run<S: Future + Send>(
 
     // Connect and init every user before the clock starts.
     let (go_tx, go_rx) = watch::channel(Go::Wait);
-    let (ready_tx, mut ready_rx) = mpsc::channel::<anyhow::Result<Option<String>>>(config.users);
+    let (ready_tx, mut ready_rx) = mpsc::channel::<anyhow::Result<Option<String>>>(user_count);
     let connect_slots = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
-    let threads = UserThreads::start(config.threads.min(config.users))?;
+    let threads = UserThreads::start(config.threads.min(user_count))?;
     let mut users = tokio::task::JoinSet::new();
-    for user in 0..config.users {
+    for user in 0..user_count {
         let shared = shared.clone();
         let go = go_rx.clone();
         let ready = ready_tx.clone();
@@ -256,7 +304,7 @@ pub async fn run<S: Future + Send>(
     }
     drop(ready_tx);
     let mut server_version = None;
-    for _ in 0..config.users {
+    for _ in 0..user_count {
         match ready_rx.recv().await {
             Some(Ok(v)) => server_version = server_version.or(v),
             Some(Err(e)) => {
@@ -271,20 +319,13 @@ pub async fn run<S: Future + Send>(
     let t0 = Instant::now();
     let window = Window {
         from: t0 + config.warmup,
-        to: t0 + config.warmup + config.duration,
+        to: t0 + config.warmup + plan.total(),
     };
     let started_at = chrono::Utc::now() + config.warmup;
     let _ = go_tx.send(Go::Run(window));
-    let arrivals = match (config.rate, queue_tx) {
-        (Some(rate), Some(tx)) => Some(spawn_arrivals(
-            shared.clone(),
-            tx,
-            rate,
-            config.seed,
-            t0,
-            window,
-        )?),
-        _ => None,
+    let arrivals = match queue_tx {
+        Some(tx) => Some(spawn_arrivals(shared.clone(), tx, config.seed, t0, window)?),
+        None => None,
     };
     let sampler = capture.map(|mut capture| {
         let mut stopped = shared.stop_signal.subscribe();
@@ -301,9 +342,13 @@ pub async fn run<S: Future + Send>(
     });
     let progress = ProgressLine::start(
         config.progress,
-        config.users,
-        window.from,
-        window.to,
+        Clock {
+            t0,
+            from: window.from,
+            to: window.to,
+            plan: plan.clone(),
+        },
+        live.clone(),
         recorder.clone(),
     );
 
@@ -367,19 +412,23 @@ pub async fn run<S: Future + Send>(
     };
     let weights = workload.weights();
     let finished = recorder.finish(&weights, measured)?;
+    let stages = recorder
+        .take_stages()
+        .map(|t| plan.results(&t, &names, measured.as_secs_f64()))
+        .unwrap_or_default();
     Ok(BenchRun {
         schema: super::RUN_SCHEMA.into(),
         schema_version: super::RUN_SCHEMA_VERSION,
         workload: workload.name().into(),
-        load: match config.rate {
+        load: match plan.first_rate() {
             Some(rate) => Load::Open { rate },
             None => Load::Closed,
         },
-        users: config.users,
+        users: user_count,
         think: config.think.to_string(),
         intra_think: config.intra_think.to_string(),
         weights,
-        duration_s: config.duration.as_secs_f64(),
+        duration_s: plan.total().as_secs_f64(),
         warmup_s: config.warmup.as_secs_f64(),
         measured_s: measured.as_secs_f64(),
         started_at: started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -396,6 +445,7 @@ pub async fn run<S: Future + Send>(
         schedule: finished.schedule,
         context,
         merged_from: Vec::new(),
+        stages,
     })
 }
 
@@ -464,7 +514,10 @@ async fn user_main(
             return;
         }
     };
-    let mut log = UserLog::new(shared.recorder.clone());
+    let mut log = Logs {
+        recorded: UserLog::new(shared.recorder.clone()),
+        live: LiveLog::new(shared.live.clone()),
+    };
     if shared.queue.is_some() {
         serve_arrivals(&shared, user, &mut session, &mut txs, &mut log, window).await;
     } else {
@@ -481,11 +534,12 @@ async fn closed_loop(
     user: usize,
     session: &mut Session,
     txs: &mut [Box<dyn DynTransaction>],
-    log: &mut UserLog,
+    log: &mut Logs,
     window: Window,
 ) {
     let mut stopped = shared.stop_signal.subscribe();
     let mut since_yield = 0u32;
+    let mut active_until: Option<Instant> = None;
     while !shared.stop.load(Ordering::Acquire) {
         let think = session.draw(|rng| shared.think.draw(rng));
         if !think.is_zero() {
@@ -498,6 +552,30 @@ async fn closed_loop(
         let start = Instant::now();
         if start >= window.to {
             break;
+        }
+        // Between transactions only, so a user a stage drops finishes the one in hand. A
+        // user's turn changes only at a segment's end (or its start in a ramp-up), so the plan
+        // is asked once per segment, not per transaction.
+        if active_until.is_none_or(|until| start >= until) {
+            let t = seconds_since(window.from, start);
+            match shared.plan.next_active(user, t) {
+                Some(at) if at <= t => {
+                    active_until =
+                        Some(window.from + Duration::from_secs_f64(shared.plan.segment_end(t)));
+                }
+                Some(at) => {
+                    let wake = window.from + Duration::from_secs_f64(at);
+                    if wake >= window.to {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake.into()) => {}
+                        _ = stopped.wait_for(|s| *s) => break,
+                    }
+                    continue;
+                }
+                None => break,
+            }
         }
         let recorded = start >= window.from;
         let job = Job {
@@ -520,7 +598,7 @@ async fn serve_arrivals(
     user: usize,
     session: &mut Session,
     txs: &mut [Box<dyn DynTransaction>],
-    log: &mut UserLog,
+    log: &mut Logs,
     window: Window,
 ) {
     let Some(queue) = &shared.queue else { return };
@@ -546,6 +624,15 @@ async fn serve_arrivals(
     }
 }
 
+/// Seconds from `from` to `now`, negative before it (the warm-up).
+fn seconds_since(from: Instant, now: Instant) -> f64 {
+    if now >= from {
+        (now - from).as_secs_f64()
+    } else {
+        -(from - now).as_secs_f64()
+    }
+}
+
 /// One transaction to run.
 #[derive(Debug, Clone, Copy)]
 struct Job {
@@ -557,6 +644,12 @@ struct Job {
     recorded: bool,
 }
 
+/// A user's two logs: the recorder's (measured window only) and the progress line's (all).
+struct Logs {
+    recorded: UserLog,
+    live: LiveLog,
+}
+
 /// Runs one transaction, records it when it belongs to the window (`origin` is the window's
 /// start), and repairs the session after a failure.
 async fn run_one(
@@ -564,7 +657,7 @@ async fn run_one(
     user: usize,
     session: &mut Session,
     txs: &mut [Box<dyn DynTransaction>],
-    log: &mut UserLog,
+    log: &mut Logs,
     job: Job,
     origin: Instant,
 ) {
@@ -582,16 +675,18 @@ async fn run_one(
     let end = Instant::now();
     let thought = session.take_thought();
     let counts = session.take_counts();
+    let latency = end
+        .saturating_duration_since(intended)
+        .saturating_sub(thought);
+    log.live.push(latency, result.is_err(), end);
     if recorded {
-        log.statements(kind, &counts);
-        log.push(
+        log.recorded.statements(kind, &counts);
+        log.recorded.push(
             Sample {
                 kind: kind as u32,
                 user: user as u32,
                 end: end.saturating_duration_since(origin),
-                latency: end
-                    .saturating_duration_since(intended)
-                    .saturating_sub(thought),
+                latency,
                 lag: start.saturating_duration_since(intended),
                 failure: result.as_ref().err().map(|e| Failure {
                     code: e.code().into(),
@@ -644,14 +739,16 @@ async fn repair(
     }
 }
 
+/// Open loop: draws arrivals at the plan's highest rate and keeps each with probability
+/// `rate(t) / highest` (thinning), so stages and the ramp-up's rise are exact Poisson processes.
 fn spawn_arrivals(
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<(Instant, usize)>,
-    rate: f64,
     seed: u64,
     t0: Instant,
     window: Window,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let rate = shared.plan.max_rate();
     let gap = Exp::new(rate).map_err(|e| anyhow::anyhow!("--rate {rate}: {e}"))?;
     let handle = std::thread::Builder::new()
         .name("bench-arrivals".into())
@@ -663,6 +760,10 @@ fn spawn_arrivals(
                 next += Duration::from_secs_f64(gap.sample(&mut rng));
                 if next >= window.to || shared.stop.load(Ordering::Acquire) {
                     break;
+                }
+                let keep = shared.plan.rate_at(seconds_since(window.from, next)) / rate;
+                if keep < 1.0 && rng.random::<f64>() >= keep {
+                    continue;
                 }
                 let now = Instant::now();
                 if next > now {
@@ -773,6 +874,32 @@ mod tests {
             "{done}"
         );
         assert!(matches!(run.load, Load::Open { rate } if rate == 2000.0));
+    }
+
+    #[test]
+    fn open_loop_stages_keep_their_own_rates() {
+        let mut config = RunConfig::new(None);
+        config.users = 2;
+        config.stages = vec![
+            "1s:rate=300".parse().unwrap(),
+            "1s:rate=1500".parse().unwrap(),
+        ];
+        config.seed = 3;
+        let run = rt()
+            .block_on(run(&noop_workload(), &config, std::future::pending::<()>()))
+            .unwrap();
+        let n = |i: usize| -> f64 {
+            run.stages[i]
+                .transactions
+                .iter()
+                .map(|t| t.ok + t.failed)
+                .sum::<u64>() as f64
+        };
+        // Poisson: each within 5 standard deviations of its stage's rate.
+        assert!((n(0) - 300.0).abs() < 5.0 * 300f64.sqrt(), "{}", n(0));
+        assert!((n(1) - 1500.0).abs() < 5.0 * 1500f64.sqrt(), "{}", n(1));
+        assert_eq!(run.stages[1].rate, Some(1500.0));
+        assert!(matches!(run.load, Load::Open { rate } if rate == 300.0));
     }
 
     #[test]

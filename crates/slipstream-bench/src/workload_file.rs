@@ -39,6 +39,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::generators::{Generator, ParamSpec};
+use crate::phases::Stage;
 use crate::think::ThinkTime;
 use crate::transaction::{Session, StatementCounts, Transaction, TxError};
 use crate::workload::Workload;
@@ -55,6 +56,10 @@ struct FileSpec {
     think: Option<Spanned<String>>,
     #[serde(default)]
     intra_think: Option<Spanned<String>>,
+    #[serde(default)]
+    ramp_up: Option<Spanned<String>>,
+    #[serde(default)]
+    stages: Vec<Spanned<String>>,
     #[serde(default)]
     params: BTreeMap<String, Spanned<ParamSpec>>,
     #[serde(default)]
@@ -92,6 +97,10 @@ pub struct WorkloadFile {
     pub think: Option<ThinkTime>,
     /// Think time inside transactions, if the file sets one.
     pub intra_think: Option<ThinkTime>,
+    /// The ramp-up (`ramp_up = "10s"`), if the file sets one.
+    pub ramp_up: Option<std::time::Duration>,
+    /// The stages (`stages = ["30s:8", "30s:16"]`, the `--stage` syntax), if the file sets them.
+    pub stages: Vec<Stage>,
 }
 
 /// Reads and checks a workload file. Every error names the file and line.
@@ -137,6 +146,23 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
     };
     let think_time = think(&spec.think, "think")?;
     let intra_think = think(&spec.intra_think, "intra_think")?;
+    let ramp_up = spec
+        .ramp_up
+        .as_ref()
+        .map(|r| {
+            crate::think::parse_duration(r.get_ref())
+                .map_err(|e| at(r.span(), format!("ramp_up: {e}")))
+        })
+        .transpose()?;
+    let stages = spec
+        .stages
+        .iter()
+        .map(|st| {
+            st.get_ref()
+                .parse::<Stage>()
+                .map_err(|e| at(st.span(), format!("stages: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
 
     if spec.transaction.is_empty() {
         return Err(format!(
@@ -221,6 +247,8 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         setup: spec.setup,
         think: think_time,
         intra_think,
+        ramp_up,
+        stages,
     })
 }
 

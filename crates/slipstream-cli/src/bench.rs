@@ -38,8 +38,14 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if args.setup {
-        runtime.block_on(setup(&source, &url, args.scale))?;
+        runtime.block_on(setup(&source, &url, args.scale.unwrap_or(0.1)))?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(scale) = args.scale {
+        anyhow::bail!(
+            "--scale {scale} only applies with --setup: the scale is fixed when the schema is loaded. Load it with `slipstream bench {} --setup --scale {scale}`, then run without --scale",
+            args.workload
+        );
     }
     let workload_sha256 = match &source {
         Source::OrderEntry => None,
@@ -47,9 +53,9 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
             .ok()
             .map(|b| slipstream_bench::context::sha256_hex(&b)),
     };
-    let (mut workload, file_think, file_intra) = match source {
-        Source::OrderEntry => (order_entry::workload(), None, None),
-        Source::File(f) => (f.workload, f.think, f.intra_think),
+    let (mut workload, file_think, file_intra, file_ramp, file_stages) = match source {
+        Source::OrderEntry => (order_entry::workload(), None, None, None, Vec::new()),
+        Source::File(f) => (f.workload, f.think, f.intra_think, f.ramp_up, f.stages),
     };
     if args.reporting {
         anyhow::ensure!(
@@ -66,9 +72,33 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         workload.apply_mix(mix).map_err(anyhow::Error::msg)?;
     }
     let mut config = RunConfig::new(Some(url));
-    config.users = args.users;
-    config.duration = args.duration;
-    config.warmup = args.warmup;
+    let stages = if args.stages.is_empty() {
+        file_stages
+    } else {
+        args.stages.clone()
+    };
+    if !stages.is_empty() {
+        anyhow::ensure!(
+            args.duration.is_none(),
+            "--duration and --stage both set how long the run lasts; drop --duration (the run lasts the stages' sum)"
+        );
+        anyhow::ensure!(
+            args.users.is_none() || matches!(stages[0].load, slipstream_bench::StageLoad::Rate(_)),
+            "--users and closed-loop stages both set the user count; drop --users (each --stage D:USERS sets its own)"
+        );
+    }
+    config.stages = stages;
+    config.users = args.users.unwrap_or(8);
+    config.duration = args.duration.unwrap_or(std::time::Duration::from_secs(30));
+    config.ramp_up = args.ramp_up.or(file_ramp).unwrap_or_default();
+    config.warmup = args.warmup.unwrap_or(if config.ramp_up.is_zero() {
+        std::time::Duration::from_secs(5)
+    } else {
+        std::time::Duration::ZERO
+    });
+    if let Some(threads) = args.threads {
+        config.threads = threads;
+    }
     config.rate = args.rate;
     config.think = args.think.or(file_think).unwrap_or_default();
     config.intra_think = args.intra_think.or(file_intra).unwrap_or_default();
@@ -185,6 +215,17 @@ fn print_runs(runs: &[Labeled]) -> anyhow::Result<()> {
     }
     text.push('\n');
     text.push_str(&report::table(runs).render());
+    for l in runs {
+        if let Some(t) = slipstream_bench::stage_table(&l.run) {
+            text.push('\n');
+            if runs.len() > 1 {
+                text.push_str(&format!("{} by stage:\n", l.label));
+            } else {
+                text.push_str("by stage:\n");
+            }
+            text.push_str(&t.render());
+        }
+    }
     say(&text)
 }
 

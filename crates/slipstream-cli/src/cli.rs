@@ -79,18 +79,31 @@ pub struct BenchArgs {
     /// Create and load the workload's schema instead of running it.
     #[arg(long)]
     pub setup: bool,
-    /// Order Entry scale for --setup: 1 is about a million customers.
-    #[arg(long, default_value_t = 0.1, value_name = "S")]
-    pub scale: f64,
-    /// Concurrent users, each with its own connection.
-    #[arg(long, short = 'u', default_value_t = 8, value_name = "N")]
-    pub users: usize,
-    /// The measured window (e.g. 30s, 5m).
-    #[arg(long, short = 'd', default_value = "30s", value_parser = duration, value_name = "D")]
-    pub duration: std::time::Duration,
-    /// Run this long first without recording.
-    #[arg(long, short = 'w', default_value = "5s", value_parser = duration, value_name = "W")]
-    pub warmup: std::time::Duration,
+    /// Order Entry scale for --setup: 1 is about a million customers [default: 0.1].
+    #[arg(long, value_name = "S")]
+    pub scale: Option<f64>,
+    /// Concurrent users, each with its own connection [default: 8]. With closed-loop stages
+    /// the stages set the count; with rate stages, the users serving the arrivals.
+    #[arg(long, short = 'u', value_name = "N")]
+    pub users: Option<usize>,
+    /// The measured window (e.g. 30s, 5m) [default: 30s; with --stage, their sum].
+    #[arg(long, short = 'd', value_parser = duration, value_name = "D")]
+    pub duration: Option<std::time::Duration>,
+    /// Run this long first without recording [default: 5s, 0 with --ramp-up].
+    #[arg(long, short = 'w', value_parser = duration, value_name = "W")]
+    pub warmup: Option<std::time::Duration>,
+    /// Start the users (or raise the rate) evenly from none to the first stage's over this
+    /// period, recorded as a stage of its own (`ramp-up`). Replaces the warm-up.
+    #[arg(long, value_parser = duration, value_name = "D")]
+    pub ramp_up: Option<std::time::Duration>,
+    /// A stage: DURATION:USERS (closed loop) or DURATION:rate=R (open loop), e.g. --stage
+    /// 30s:8 --stage 30s:16. Repeat for several; they run in order, each reported on its own.
+    #[arg(long = "stage", value_name = "D:LOAD")]
+    pub stages: Vec<slipstream_bench::Stage>,
+    /// Worker threads the users are dealt out to, round robin, each with its own event loop
+    /// (pgbench's -j) [default: one per CPU].
+    #[arg(long, short = 'j', value_name = "N")]
+    pub threads: Option<usize>,
     /// Open loop: Poisson arrivals at R transactions per second (latency from the intended
     /// start). Without it, users run closed loop.
     #[arg(long, short = 'r', value_name = "R")]
@@ -352,15 +365,20 @@ mod tests {
             "100",
             "--mix",
             "a=1",
+            "-j",
+            "2",
         ]);
         match cli.command {
             Command::Bench(b) => {
                 assert_eq!(b.workload, "order-entry");
-                assert_eq!(b.users, 4);
-                assert_eq!(b.duration, std::time::Duration::from_secs(120));
+                assert_eq!(b.users, Some(4));
+                assert_eq!(b.duration, Some(std::time::Duration::from_secs(120)));
+                assert_eq!(b.threads, Some(2));
                 assert_eq!(b.rate, Some(100.0));
                 assert_eq!(b.mix.as_deref(), Some("a=1"));
-                assert_eq!(b.warmup, std::time::Duration::from_secs(5));
+                // Defaults are applied by `bench`, which knows whether a ramp-up replaces them.
+                assert_eq!(b.warmup, None);
+                assert!(b.stages.is_empty() && b.ramp_up.is_none() && b.scale.is_none());
             }
             other => panic!("{other:?}"),
         }

@@ -510,6 +510,33 @@ fn a_bad_workload_file_is_named_with_its_line() {
 }
 
 #[test]
+fn bad_phases_and_a_scale_without_setup_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let f = file.to_str().unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    for (args, want) in [
+        (vec!["--stage", "30s"], "DURATION:USERS"),
+        (vec!["--stage", "30s:lots"], "not a whole number of users"),
+        (vec!["--stage", "30s:4", "-d", "10s"], "drop --duration"),
+        (
+            vec!["--stage", "1s:4", "--stage", "1s:rate=5"],
+            "mix user counts and rates",
+        ),
+        (vec!["--ramp-up", "5s", "-w", "5s"], "drop --warmup"),
+        (vec!["--scale", "2"], "only applies with --setup"),
+        (vec!["--threads", "0"], "--threads must be at least 1"),
+    ] {
+        let mut all = vec!["bench", f, "--url", nowhere];
+        all.extend(args.iter().copied());
+        let o = slipstream(&all, dir.path());
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
 fn report_refuses_what_is_not_a_result() {
     let dir = tempfile::tempdir().unwrap();
     let truncated = dir.path().join("t.json");

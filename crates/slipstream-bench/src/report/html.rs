@@ -47,6 +47,12 @@ pub(super) fn render(runs: &[Labeled]) -> anyhow::Result<String> {
             context::html(&mut html, c);
         }
     }
+    for l in runs {
+        if let Some(t) = crate::stage_table(&l.run) {
+            let _ = writeln!(html, "<h3>{} by stage</h3>", esc(&l.label));
+            push_table(&mut html, &t);
+        }
+    }
 
     html.push_str("<h2>Over time</h2>\n");
     chart(

@@ -1,0 +1,653 @@
+//! The run's shape: a ramp-up (users started evenly over a period) and stages, each with its own
+//! user count (closed loop) or arrival rate (open loop) and duration (BenchBase's phases, k6's
+//! stages), and each stage's own figures.
+//!
+//! # Implementation details
+//!
+//! The plan is a pure function of the time since measuring started, so no user needs to be told
+//! anything: a closed-loop user asks [`Plan::next_active`] before each transaction whether it
+//! is one of the stage's first N users, and if not, sleeps until it is (or ends). A user
+//! removed by a stage that lowers the count is only asked between transactions, so it always
+//! finishes the one in hand. Open-loop arrivals are drawn at the plan's highest rate and kept
+//! with probability `rate(t) / highest` (thinning), which is exact for a rate that changes
+//! with time, the ramp-up's linear rise included.
+//!
+//! ```text
+//!  t0 ──warm-up──▶ w ──ramp-up──▶ stage 1 ──▶ stage 2 ──▶ … e
+//!   at stage 1's load   recorded, each segment reported on its own
+//! ```
+//!
+//! A ramp-up and a warm-up exclude each other: both exist to keep the start out of the steady
+//! figures, and the ramp-up does it by being a stage of its own (index 0, `ramp-up`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::run_result::{BenchRun, Percentiles};
+use crate::table::Table;
+use crate::think::parse_duration;
+
+/// What a stage asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StageLoad {
+    /// Closed loop: this many users run at once.
+    Users(usize),
+    /// Open loop: Poisson arrivals at this many per second.
+    Rate(f64),
+}
+
+/// One stage of a run: a duration at a load.
+///
+/// Written `DURATION:USERS`, `DURATION:users=USERS` or `DURATION:rate=R` (`--stage 30s:8`,
+/// `--stage 1m:rate=500`).
+///
+/// ```
+/// use std::time::Duration;
+/// use slipstream_bench::{Stage, StageLoad};
+/// let s: Stage = "30s:8".parse().unwrap();
+/// assert_eq!(s.duration, Duration::from_secs(30));
+/// assert_eq!(s.load, StageLoad::Users(8));
+/// let s: Stage = "1m:rate=500".parse().unwrap();
+/// assert_eq!(s.load, StageLoad::Rate(500.0));
+/// assert!("30s".parse::<Stage>().unwrap_err().contains("DURATION:USERS"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stage {
+    /// How long the stage lasts.
+    pub duration: Duration,
+    /// Its user count or arrival rate.
+    pub load: StageLoad,
+}
+
+const STAGE_SYNTAX: &str = "write a stage as DURATION:USERS, DURATION:users=USERS or DURATION:rate=PER_SECOND (e.g. 30s:8, 1m:rate=500)";
+
+impl FromStr for Stage {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Stage, String> {
+        let bad = |why: String| format!("stage `{s}`: {why}; {STAGE_SYNTAX}");
+        let (d, load) = s
+            .split_once(':')
+            .ok_or_else(|| bad("no load after the duration".into()))?;
+        let duration = parse_duration(d.trim()).map_err(bad)?;
+        if duration.is_zero() {
+            return Err(bad("the duration must be longer than 0".into()));
+        }
+        let load = load.trim();
+        let (key, value) = load.split_once('=').unwrap_or(("users", load));
+        let load = match key.trim() {
+            "users" | "u" => {
+                let n: usize = value.trim().parse().map_err(|_| {
+                    bad(format!("`{}` is not a whole number of users", value.trim()))
+                })?;
+                if n == 0 {
+                    return Err(bad("a stage needs at least 1 user".into()));
+                }
+                StageLoad::Users(n)
+            }
+            "rate" | "r" => {
+                let r: f64 = value.trim().parse().map_err(|_| {
+                    bad(format!(
+                        "`{}` is not a number of arrivals per second",
+                        value.trim()
+                    ))
+                })?;
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(bad("the rate must be a positive number per second".into()));
+                }
+                StageLoad::Rate(r)
+            }
+            other => return Err(bad(format!("unknown load `{other}`"))),
+        };
+        Ok(Stage { duration, load })
+    }
+}
+
+/// One stage's figures in a [`BenchRun`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageResult {
+    /// 0, 1, 2, ... in the order run (the ramp-up, if any, is 0).
+    pub index: usize,
+    /// `ramp-up`, or `stage N` (from 1).
+    pub name: String,
+    /// Its start, in seconds from the start of measuring.
+    pub start_s: f64,
+    /// Its end, in seconds from the start of measuring (cut short when the run was stopped).
+    pub end_s: f64,
+    /// Closed loop: the users it runs (for the ramp-up: the users it ends with).
+    pub users: Option<usize>,
+    /// Open loop: its arrival rate (for the ramp-up: the rate it rises to).
+    pub rate: Option<f64>,
+    /// Per transaction type, by completion time inside the stage.
+    pub transactions: Vec<StageTx>,
+}
+
+/// One transaction type inside one stage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageTx {
+    /// The type's name.
+    pub name: String,
+    /// Successful transactions that ended in the stage.
+    pub ok: u64,
+    /// Failed transactions that ended in the stage.
+    pub failed: u64,
+    /// Latency of the successful ones (ms).
+    pub latency_ms: Percentiles,
+}
+
+impl StageResult {
+    /// Successful transactions per second over the stage.
+    pub fn tps(&self) -> f64 {
+        let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
+        let secs = self.end_s - self.start_s;
+        if secs > 0.0 { ok as f64 / secs } else { 0.0 }
+    }
+}
+
+/// A closed run's or an open run's stages, resolved from a `RunConfig`.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Segments in order, the ramp-up first when there is one.
+    segments: Vec<Segment>,
+    open: bool,
+    /// Open loop: the users serving arrivals.
+    pool: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    name: String,
+    ramp: bool,
+    /// Seconds from the start of measuring.
+    start: f64,
+    end: f64,
+    /// Closed: users; open: rate. For the ramp-up, the value reached at its end.
+    value: f64,
+}
+
+impl Plan {
+    /// Checks and resolves the phases: `stages` empty means one stage of `duration` at
+    /// `users` or `rate`.
+    pub(crate) fn new(
+        users: usize,
+        rate: Option<f64>,
+        duration: Duration,
+        warmup: Duration,
+        ramp_up: Duration,
+        stages: &[Stage],
+    ) -> anyhow::Result<Plan> {
+        let stages: Vec<Stage> = if stages.is_empty() {
+            anyhow::ensure!(!duration.is_zero(), "--duration must be longer than 0");
+            vec![Stage {
+                duration,
+                load: match rate {
+                    Some(r) => StageLoad::Rate(r),
+                    None => StageLoad::Users(users),
+                },
+            }]
+        } else {
+            anyhow::ensure!(
+                rate.is_none(),
+                "--rate and --stage both set the load; give open-loop stages as --stage 30s:rate=500 instead"
+            );
+            stages.to_vec()
+        };
+        let open = matches!(stages[0].load, StageLoad::Rate(_));
+        anyhow::ensure!(
+            stages
+                .iter()
+                .all(|s| matches!(s.load, StageLoad::Rate(_)) == open),
+            "the stages mix user counts and rates; a run is closed loop (every stage DURATION:USERS) or open loop (every stage DURATION:rate=R)"
+        );
+        anyhow::ensure!(
+            ramp_up.is_zero() || warmup.is_zero(),
+            "--ramp-up and --warmup both keep the start out of the steady figures; the ramp-up is recorded as a stage of its own, so drop --warmup (or set --warmup 0)"
+        );
+        let mut segments = Vec::new();
+        let value = |s: &Stage| match s.load {
+            StageLoad::Users(n) => n as f64,
+            StageLoad::Rate(r) => r,
+        };
+        let mut at = 0.0;
+        if !ramp_up.is_zero() {
+            at = ramp_up.as_secs_f64();
+            segments.push(Segment {
+                name: "ramp-up".into(),
+                ramp: true,
+                start: 0.0,
+                end: at,
+                value: value(&stages[0]),
+            });
+        }
+        for (i, s) in stages.iter().enumerate() {
+            let end = at + s.duration.as_secs_f64();
+            segments.push(Segment {
+                name: format!("stage {}", i + 1),
+                ramp: false,
+                start: at,
+                end,
+                value: value(s),
+            });
+            at = end;
+        }
+        Ok(Plan {
+            segments,
+            open,
+            pool: users,
+        })
+    }
+
+    /// The measured length: ramp-up plus stages.
+    pub(crate) fn total(&self) -> Duration {
+        Duration::from_secs_f64(self.segments.last().map_or(0.0, |s| s.end))
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Users to start: the largest stage's (closed loop) or the pool (open loop).
+    pub(crate) fn users(&self) -> usize {
+        if self.open {
+            self.pool
+        } else {
+            self.segments
+                .iter()
+                .map(|s| s.value as usize)
+                .max()
+                .unwrap_or(1)
+        }
+    }
+
+    /// Open loop: the highest rate (for thinning).
+    pub(crate) fn max_rate(&self) -> f64 {
+        self.segments.iter().map(|s| s.value).fold(0.0, f64::max)
+    }
+
+    /// Open loop: the first stage's rate (what the run's `load` records).
+    pub(crate) fn first_rate(&self) -> Option<f64> {
+        self.open.then(|| {
+            self.segments
+                .iter()
+                .find(|s| !s.ramp)
+                .map_or(0.0, |s| s.value)
+        })
+    }
+
+    /// The segment running `t` seconds after measuring started (the first during the warm-up,
+    /// the last after the end).
+    pub(crate) fn segment_at(&self, t: f64) -> usize {
+        self.segments
+            .iter()
+            .position(|s| t < s.end)
+            .unwrap_or(self.segments.len().saturating_sub(1))
+    }
+
+    /// The end (seconds from the start of measuring) of the segment running at `t`.
+    pub(crate) fn segment_end(&self, t: f64) -> f64 {
+        self.segments[self.segment_at(t)].end
+    }
+
+    /// The segment's name, for the progress line.
+    pub(crate) fn name(&self, segment: usize) -> &str {
+        &self.segments[segment].name
+    }
+
+    /// Segment end times in seconds from the start of measuring.
+    pub(crate) fn ends(&self) -> Vec<f64> {
+        self.segments.iter().map(|s| s.end).collect()
+    }
+
+    /// Closed loop: users running `t` seconds after measuring started.
+    pub(crate) fn users_at(&self, t: f64) -> usize {
+        if self.open {
+            return self.pool;
+        }
+        let s = &self.segments[self.segment_at(t)];
+        let n = s.value as usize;
+        if s.ramp {
+            // User i starts at ramp * i / n: user 0 at once, the last one just before the end.
+            let started = ((t.max(0.0) / s.end) * n as f64).floor() as usize + 1;
+            started.min(n)
+        } else {
+            n
+        }
+    }
+
+    /// Closed loop: the first time at or after `t` (seconds from the start of measuring) at
+    /// which user `user` (0-based) runs, or `None` if it never runs again.
+    pub(crate) fn next_active(&self, user: usize, t: f64) -> Option<f64> {
+        if self.open {
+            return Some(t);
+        }
+        for seg in &self.segments[self.segment_at(t)..] {
+            let n = seg.value as usize;
+            if user >= n {
+                continue;
+            }
+            let from = if seg.ramp {
+                seg.end * user as f64 / n as f64
+            } else {
+                seg.start
+            };
+            let at = t.max(from);
+            if at < seg.end {
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    /// Open loop: the arrival rate `t` seconds after measuring started.
+    pub(crate) fn rate_at(&self, t: f64) -> f64 {
+        let s = &self.segments[self.segment_at(t)];
+        if s.ramp {
+            s.value * (t.max(0.0) / s.end).min(1.0)
+        } else {
+            s.value
+        }
+    }
+
+    /// The stages' results from per-stage histograms, cut at `measured` seconds.
+    pub(crate) fn results(
+        &self,
+        totals: &StageTotals,
+        names: &[String],
+        measured: f64,
+    ) -> Vec<StageResult> {
+        self.segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.start < measured || s.start == 0.0)
+            .map(|(i, s)| StageResult {
+                index: i,
+                name: s.name.clone(),
+                start_s: s.start,
+                end_s: s.end.min(measured),
+                users: (!self.open).then_some(s.value as usize),
+                rate: self.open.then_some(s.value),
+                transactions: names
+                    .iter()
+                    .enumerate()
+                    .map(|(k, name)| {
+                        let c = &totals.cells[i][k];
+                        StageTx {
+                            name: name.clone(),
+                            ok: c.ok,
+                            failed: c.failed,
+                            latency_ms: percentiles(&c.hist, c.sum_ms),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// Per stage and type: an HDR histogram of successful latencies, and counts.
+pub(crate) struct StageTotals {
+    /// Segment end times (s from the start of measuring); a sample goes to the first segment
+    /// ending after it, the last one taking the stragglers finished in the drain.
+    ends: Vec<f64>,
+    /// `cells[segment][kind]`.
+    cells: Vec<Vec<Cell>>,
+}
+
+struct Cell {
+    hist: Histogram<u64>,
+    ok: u64,
+    failed: u64,
+    sum_ms: f64,
+}
+
+impl StageTotals {
+    pub(crate) fn new(ends: Vec<f64>, kinds: usize) -> StageTotals {
+        let cells = ends
+            .iter()
+            .map(|_| {
+                (0..kinds)
+                    .map(|_| Cell {
+                        hist: {
+                            let mut h = Histogram::new(3).expect("3 significant digits is valid");
+                            h.auto(true);
+                            h
+                        },
+                        ok: 0,
+                        failed: 0,
+                        sum_ms: 0.0,
+                    })
+                    .collect()
+            })
+            .collect();
+        StageTotals { ends, cells }
+    }
+
+    /// Records one transaction that ended `end` after the start of measuring.
+    pub(crate) fn record(&mut self, kind: usize, end: Duration, latency: Duration, failed: bool) {
+        if self.ends.is_empty() {
+            return;
+        }
+        let t = end.as_secs_f64();
+        let seg = self
+            .ends
+            .iter()
+            .position(|&e| t < e)
+            .unwrap_or(self.ends.len() - 1);
+        let c = &mut self.cells[seg][kind];
+        if failed {
+            c.failed += 1;
+        } else {
+            c.ok += 1;
+            c.sum_ms += latency.as_secs_f64() * 1e3;
+            let _ = c.hist.record((latency.as_micros() as u64).max(1));
+        }
+    }
+}
+
+fn percentiles(h: &Histogram<u64>, sum_ms: f64) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+    Percentiles {
+        mean: sum_ms / h.len() as f64,
+        p50: ms(0.5),
+        p90: ms(0.9),
+        p95: ms(0.95),
+        p99: ms(0.99),
+        p999: ms(0.999),
+        max: h.max() as f64 / 1e3,
+    }
+}
+
+/// The per-stage text table of a run with more than one stage: per stage and transaction type,
+/// count, TPS, p50, p99 and errors. `None` for a single-stage run (the run's table says it all).
+pub fn stage_table(run: &BenchRun) -> Option<Table> {
+    if run.stages.len() < 2 {
+        return None;
+    }
+    let mut t = Table::new(&[
+        "stage",
+        "from s",
+        "to s",
+        "load",
+        "transaction",
+        "count",
+        "tps",
+        "p50 ms",
+        "p99 ms",
+        "errors",
+    ]);
+    for s in &run.stages {
+        let load = match (s.users, s.rate) {
+            (Some(u), _) => format!("{u} users"),
+            (_, Some(r)) => format!("{r}/s"),
+            _ => String::new(),
+        };
+        let secs = (s.end_s - s.start_s).max(1e-9);
+        let mut first = true;
+        for tx in s.transactions.iter().filter(|tx| tx.ok + tx.failed > 0) {
+            t.row(vec![
+                if first { s.name.clone() } else { String::new() },
+                if first {
+                    format!("{:.1}", s.start_s)
+                } else {
+                    String::new()
+                },
+                if first {
+                    format!("{:.1}", s.end_s)
+                } else {
+                    String::new()
+                },
+                if first { load.clone() } else { String::new() },
+                tx.name.clone(),
+                tx.ok.to_string(),
+                format!("{:.1}", tx.ok as f64 / secs),
+                format!("{:.3}", tx.latency_ms.p50),
+                format!("{:.3}", tx.latency_ms.p99),
+                tx.failed.to_string(),
+            ]);
+            first = false;
+        }
+        if first {
+            t.row(vec![
+                s.name.clone(),
+                format!("{:.1}", s.start_s),
+                format!("{:.1}", s.end_s),
+                load,
+                "(none)".into(),
+                "0".into(),
+                "0".into(),
+                String::new(),
+                String::new(),
+                "0".into(),
+            ]);
+        }
+    }
+    Some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stages(s: &[&str]) -> Vec<Stage> {
+        s.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn stage_syntax_errors_say_what_to_write() {
+        for bad in [
+            "30s",
+            "x:8",
+            "30s:0",
+            "30s:rate=-1",
+            "30s:rate=abc",
+            "30s:cows=3",
+            "0s:4",
+        ] {
+            let e = bad.parse::<Stage>().unwrap_err();
+            assert!(e.contains(bad) && e.contains("DURATION:USERS"), "{e}");
+        }
+        assert_eq!(
+            "2m:users=3".parse::<Stage>().unwrap(),
+            Stage {
+                duration: Duration::from_secs(120),
+                load: StageLoad::Users(3)
+            }
+        );
+    }
+
+    #[test]
+    fn a_ramp_up_starts_users_evenly_and_stages_change_the_count() {
+        let p = Plan::new(
+            1,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::from_secs(4),
+            &stages(&["2s:4", "2s:2"]),
+        )
+        .unwrap();
+        assert_eq!(p.users(), 4);
+        assert_eq!(p.total(), Duration::from_secs(8));
+        let at: Vec<usize> = [0.0, 0.5, 1.0, 2.5, 3.9, 4.0, 6.0, 7.9]
+            .iter()
+            .map(|&t| p.users_at(t))
+            .collect();
+        assert_eq!(at, [1, 1, 2, 3, 4, 4, 2, 2]);
+        assert_eq!(p.next_active(0, 0.0), Some(0.0));
+        assert_eq!(p.next_active(3, 0.0), Some(3.0));
+        assert_eq!(p.next_active(3, 6.5), None);
+        assert_eq!(p.next_active(1, 6.5), Some(6.5));
+        let names: Vec<&str> = (0..3).map(|i| p.name(i)).collect();
+        assert_eq!(names, ["ramp-up", "stage 1", "stage 2"]);
+    }
+
+    #[test]
+    fn a_user_left_out_of_one_stage_comes_back_in_a_later_one() {
+        let p = Plan::new(
+            1,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+            &stages(&["1s:4", "1s:1", "1s:4"]),
+        )
+        .unwrap();
+        assert_eq!(p.next_active(2, 1.2), Some(2.0));
+    }
+
+    #[test]
+    fn open_loop_rates_ramp_linearly() {
+        let p = Plan::new(
+            3,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::from_secs(2),
+            &stages(&["1s:rate=100", "1s:rate=300"]),
+        )
+        .unwrap();
+        assert!(p.is_open());
+        assert_eq!(p.users(), 3);
+        assert_eq!(p.rate_at(1.0), 50.0);
+        assert_eq!(p.rate_at(2.5), 100.0);
+        assert_eq!(p.max_rate(), 300.0);
+        assert_eq!(p.first_rate(), Some(100.0));
+    }
+
+    #[test]
+    fn conflicting_phases_are_refused() {
+        let mixed = Plan::new(
+            1,
+            None,
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+            &stages(&["1s:4", "1s:rate=3"]),
+        );
+        assert!(mixed.unwrap_err().to_string().contains("mix"));
+        let both = Plan::new(
+            1,
+            None,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            &[],
+        );
+        assert!(both.unwrap_err().to_string().contains("--warmup"));
+        let rate = Plan::new(
+            1,
+            Some(5.0),
+            Duration::ZERO,
+            Duration::ZERO,
+            Duration::ZERO,
+            &stages(&["1s:2"]),
+        );
+        assert!(rate.unwrap_err().to_string().contains("--rate"));
+    }
+}
