@@ -61,14 +61,27 @@ fn the_report_renders_in_headless_chromium() {
     let mut c = RunConfig::new(None);
     c.users = 2;
     c.threads = 1;
-    c.duration = Duration::from_secs(3);
+    c.duration = Duration::from_secs(4);
     c.rate = Some(3000.0);
+    // A ramp-up the throughput chart must show: the rate rises from 0 over the first 2 s.
+    c.warmup = Duration::ZERO;
+    c.ramp_up = Duration::from_secs(2);
     let run = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
         .block_on(bench::run(&w, &c, std::future::pending::<()>()))
         .unwrap();
+    let tps = report::tps_series(&[report::Labeled {
+        label: "spin".into(),
+        run: run.clone(),
+    }]);
+    let points = &tps[0].points;
+    let (first, last) = (points[0].1, points[points.len() - 1].1);
+    assert!(
+        first < 0.7 * last,
+        "the ramp-up is not in the throughput series: {points:?}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("report.html");
     report::write_html(
@@ -106,6 +119,9 @@ fn the_report_renders_in_headless_chromium() {
         "a nearly empty screenshot ({} bytes)",
         bytes.len()
     );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Throughput over time"), "no throughput chart");
+    assert!(page.contains("ramp-up"), "the stage table does not name the ramp-up");
     if let Some(keep) = std::env::var_os("SLIPSTREAM_KEEP_SCREENSHOT") {
         let to = Path::new(&keep);
         std::fs::copy(&png, to).unwrap();
