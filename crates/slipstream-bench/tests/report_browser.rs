@@ -121,7 +121,10 @@ fn the_report_renders_in_headless_chromium() {
     );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Throughput over time"), "no throughput chart");
-    assert!(page.contains("ramp-up"), "the stage table does not name the ramp-up");
+    assert!(
+        page.contains("ramp-up"),
+        "the stage table does not name the ramp-up"
+    );
     if let Some(keep) = std::env::var_os("SLIPSTREAM_KEEP_SCREENSHOT") {
         let to = Path::new(&keep);
         std::fs::copy(&png, to).unwrap();

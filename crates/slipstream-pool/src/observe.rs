@@ -139,6 +139,9 @@ struct Site {
 
 impl BorrowSite {
     /// Called by the slot's owner as it lends the connection, after counting the borrow.
+    /// Out of line: the borrow path without leak warnings must not grow by it.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn note(&self, borrow: u64) {
         let at = Backtrace::force_capture();
         let mut site = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -152,6 +155,8 @@ impl BorrowSite {
 
     /// Called by the slot's owner as the connection comes back: a borrow reported as a
     /// possible leak says it ended, so the warning is not left standing.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn returned(&self, slot: usize) {
         let mut site = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let lent = site.since.take().map(|t| t.elapsed());

@@ -141,7 +141,7 @@ impl<M: Manager> Drop for Pooled<M> {
             slot.busy_ms.load(Ordering::Relaxed) + lent_for,
             Ordering::Relaxed,
         );
-        if pool.config.leak_warning.is_some() {
+        if pool.watches_leaks {
             pool.attachments[i].borrow_site.returned(i);
         }
         let c = &pool.counters;
