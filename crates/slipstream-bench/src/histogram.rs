@@ -15,7 +15,19 @@ pub(crate) const SIGFIG: u8 = 3;
 
 /// An empty, auto-resizing histogram: it only grows to the largest value it has seen.
 pub(crate) fn new() -> Histogram<u64> {
-    let mut h = Histogram::new(SIGFIG).expect("3 significant digits is a valid precision");
+    with_digits(SIGFIG)
+}
+
+/// As [`new`] at two significant digits (1%): for the live progress line, where a tenth of
+/// the memory matters more than the last digit, and nothing is saved or added.
+pub(crate) fn coarse() -> Histogram<u64> {
+    with_digits(2)
+}
+
+fn with_digits(sigfig: u8) -> Histogram<u64> {
+    // Cannot fail: hdrhistogram refuses only more than 5 significant digits, and both callers
+    // pass a constant below that.
+    let mut h = Histogram::new(sigfig).expect("a precision of at most 5 significant digits");
     h.auto(true);
     h
 }

@@ -75,7 +75,9 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let origin = *starts.iter().min().expect("at least one part");
+    let Some(&origin) = starts.iter().min() else {
+        anyhow::bail!("no runs to merge");
+    };
     let seconds = first.intervals.seconds.max(1e-9);
     // Seconds from the earliest start, and that in whole intervals.
     let offsets_s: Vec<f64> = starts

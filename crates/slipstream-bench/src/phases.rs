@@ -410,11 +410,7 @@ impl StageTotals {
             .map(|_| {
                 (0..kinds)
                     .map(|_| Cell {
-                        hist: {
-                            let mut h = Histogram::new(3).expect("3 significant digits is valid");
-                            h.auto(true);
-                            h
-                        },
+                        hist: crate::histogram::new(),
                         ok: 0,
                         failed: 0,
                         sum_ms: 0.0,

@@ -45,21 +45,15 @@ impl Live {
         Live {
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
-            interval: Mutex::new(histogram()),
+            interval: Mutex::new(crate::histogram::coarse()),
         }
     }
 
     /// The interval's latencies so far; a new interval starts empty.
     fn take_interval(&self) -> Histogram<u64> {
         let mut h = self.interval.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::replace(&mut *h, histogram())
+        std::mem::replace(&mut *h, crate::histogram::coarse())
     }
-}
-
-fn histogram() -> Histogram<u64> {
-    let mut h = Histogram::new(2).expect("2 significant digits is a valid precision");
-    h.auto(true);
-    h
 }
 
 /// One user's share of [`Live`], handed over every [`LIVE_FLUSH`] so the shared lock is taken
@@ -79,7 +73,7 @@ impl LiveLog {
     pub(crate) fn new(live: Arc<Live>) -> LiveLog {
         LiveLog {
             live,
-            hist: histogram(),
+            hist: crate::histogram::coarse(),
             ok: 0,
             failed: 0,
             since: Instant::now(),
@@ -343,7 +337,7 @@ mod tests {
         )
         .unwrap();
         let (c, t0) = clock(plan, Duration::ZERO, Duration::from_secs(14));
-        let empty = histogram();
+        let empty = crate::histogram::coarse();
         let at = |s: u64| {
             line(
                 &c,

@@ -241,6 +241,14 @@ impl Server {
         Outstanding(self.state.clone())
     }
 
+    /// An idle connection that needs no validation, if one is there now: the lock-free fast
+    /// path of every borrow.
+    fn take_idle(&self) -> Option<PgPooled> {
+        let conn = self.pool.try_get()?;
+        // One that needs validating goes back; the caller's wait validates.
+        (!self.pool.needs_validation(&conn)).then(|| self.lent(conn))
+    }
+
     fn lent(&self, conn: Pooled<ServerManager>) -> PgPooled {
         PgPooled {
             conn,
@@ -542,12 +550,8 @@ impl PgPool {
     /// # Errors
     /// As [`PgPool::get`]; [`Pool::get_blocking`] for the rest.
     pub fn get_blocking(&self, role: Role) -> Result<PgPooled, PoolError> {
-        if let Some(server) = self.pick(role) {
-            if let Some(conn) = server.pool.try_get() {
-                if !server.pool.needs_validation(&conn) {
-                    return Ok(server.lent(conn));
-                }
-            }
+        if let Some(conn) = self.pick(role).and_then(Server::take_idle) {
+            return Ok(conn);
         }
         // The async borrow, run on the pool's runtime: it re-picks when its server goes down
         // or is drained, where a thread parked on one sub-pool would sleep to the timeout.
@@ -582,11 +586,8 @@ impl PgPool {
         loop {
             let server = self.pick(role).ok_or_else(|| self.no_server(role))?;
             let state = &server.state;
-            if let Some(conn) = any_idle.then(|| server.pool.try_get()).flatten() {
-                if !server.pool.needs_validation(&conn) {
-                    return Ok(server.lent(conn));
-                }
-                drop(conn);
+            if let Some(conn) = any_idle.then(|| server.take_idle()).flatten() {
+                return Ok(conn);
             }
             // Listen for the server going down before looking at it, so a mark-down between
             // the look and the wait is not missed.
@@ -957,7 +958,7 @@ fn rebalance(shared: &Shared) {
         .iter()
         .zip(&serving)
         .filter(|&(_, &serves)| !serves)
-        .map(|(s, _)| s.pool.stats().open)
+        .map(|(s, _)| s.pool.open_count())
         .sum();
     let available = shared
         .max_size
@@ -985,7 +986,7 @@ fn rebalance(shared: &Shared) {
     // Shrink first, then grow: the sum of the shares never passes max_size on the way.
     for grow in [false, true] {
         for (s, &size) in shared.servers.iter().zip(&sizes) {
-            if (size > s.pool.stats().max_size) == grow {
+            if (size > s.pool.max_size()) == grow {
                 s.pool.resize(size);
             }
         }

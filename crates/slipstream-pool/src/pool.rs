@@ -595,6 +595,16 @@ impl<M: Manager> Pool<M> {
         self.inner.opener.notify_one();
     }
 
+    /// Connections open now (what [`Pool::stats`] reports, without walking the slots).
+    pub(crate) fn open_count(&self) -> usize {
+        self.inner.open.load(Ordering::Relaxed)
+    }
+
+    /// The current maximum size (as [`Pool::stats`] reports it).
+    pub(crate) fn max_size(&self) -> usize {
+        self.inner.core.limit()
+    }
+
     /// What the pool has done so far and holds now.
     pub fn stats(&self) -> Stats {
         Self::stats_of(&self.inner)
