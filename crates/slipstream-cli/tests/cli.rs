@@ -838,27 +838,78 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     assert!(text(&o).contains("A = 2 run(s)"), "{}", text(&o));
 }
 
+/// Two types with different latency shapes, so a merged curve that averaged the parts'
+/// percentiles, or dropped one part's tail, would show.
+const MIXED_LATENCY_WORKLOAD: &str = r#"
+name = "select"
+[params]
+n = { dist = "uniform", min = 1, max = 1000 }
+us = { dist = "uniform", min = 0, max = 3000 }
+[[transaction]]
+name = "select"
+weight = 3
+sql = "SELECT :n::int + 1"
+[[transaction]]
+name = "sleep"
+weight = 1
+sql = "SELECT pg_sleep(:us / 1e6)"
+"#;
+
+/// Successful latencies (µs, as recorded: at least 1) per transaction type from a `--raw`
+/// CSV, and the number of lines per type (successes and failures).
+fn raw_latencies(path: &std::path::Path) -> std::collections::BTreeMap<String, (Vec<u64>, u64)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("transaction,user,end_us,latency_us,lag_us,failure")
+    );
+    let mut out = std::collections::BTreeMap::<String, (Vec<u64>, u64)>::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 6, "{line}");
+        let e = out.entry(f[0].to_string()).or_default();
+        e.1 += 1;
+        if f[5].is_empty() {
+            e.0.push(f[3].parse::<u64>().unwrap().max(1));
+        }
+    }
+    out
+}
+
 /// Two `slipstream bench` processes (different seeds, one server) at once, merged by
-/// `report --merge`: the merged counts are the sums, and each run carries its context (the
-/// command line, the workload file's hash) into the result and the report.
+/// `report --merge`: the merged counts are the sums, the merged percentile curve is that of
+/// every transaction the two measured (their `--raw` logs together: what one process recording
+/// the same users' transactions would hold) within HDR precision, and each run carries its
+/// context (the command line, the workload file's hash) into the result and the report.
+///
+/// The reference is the union of the two processes' own per-transaction logs, not a third run
+/// with all four users: a third run measures other transactions, so its curve differs by the
+/// run-to-run spread of the timings, far beyond HDR's 3 digits.
 #[test]
 fn two_bench_processes_merge_into_one_result() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("select.toml");
-    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    std::fs::write(&file, MIXED_LATENCY_WORKLOAD).unwrap();
     let outs: Vec<_> = ["a.json", "b.json"]
+        .iter()
+        .map(|n| dir.path().join(n))
+        .collect();
+    let raws: Vec<_> = ["a.csv", "b.csv"]
         .iter()
         .map(|n| dir.path().join(n))
         .collect();
     let children: Vec<_> = outs
         .iter()
+        .zip(&raws)
         .zip(["1", "2"])
-        .map(|(out, seed)| {
+        .map(|((out, raw), seed)| {
             Command::new(env!("CARGO_BIN_EXE_slipstream"))
                 .args(["bench", file.to_str().unwrap(), "-u", "2", "-d", "2s"])
                 .args(["-w", "0s", "-q", "--seed", seed, "--url", &cluster.url()])
                 .args(["-o", out.to_str().unwrap()])
+                .args(["--raw", raw.to_str().unwrap()])
                 .env("SLIPSTREAM_HOME", dir.path())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -898,6 +949,59 @@ fn two_bench_processes_merge_into_one_result() {
     assert!(ok(&a) > 0 && ok(&b) > 0);
     assert_eq!(ok(&m), ok(&a) + ok(&b));
     assert_eq!(m["users"], 4);
+
+    // Every transaction either process measured, from their raw logs.
+    let mut union = raw_latencies(&raws[0]);
+    for (name, (lat, lines)) in raw_latencies(&raws[1]) {
+        let e = union.entry(name).or_default();
+        e.0.extend(lat);
+        e.1 += lines;
+    }
+    let merged_types = m["transactions"].as_array().unwrap();
+    assert_eq!(merged_types.len(), 2);
+    for t in merged_types {
+        let name = t["name"].as_str().unwrap();
+        let (mut exact, lines) = union.remove(name).unwrap_or_default();
+        exact.sort_unstable();
+        let n = exact.len() as u64;
+        // The same counts: the merge lost or invented no transaction.
+        assert_eq!(t["ok"].as_u64().unwrap(), n, "{name}");
+        assert_eq!(
+            t["ok"].as_u64().unwrap() + t["failed"].as_u64().unwrap(),
+            lines,
+            "{name}"
+        );
+        assert!(
+            n > 50,
+            "{name}: too few transactions to compare curves ({n})"
+        );
+        // The curve: each point says p% of latencies are at most v, where v is the top of an
+        // HDR bucket; the raw latencies must agree exactly at that v.
+        let curve = t["percentile_curve"].as_array().unwrap();
+        assert!(curve.len() > 10, "{name}: {curve:?}");
+        for point in curve {
+            let (p, v_ms) = (point[0].as_f64().unwrap(), point[1].as_f64().unwrap());
+            let v_us = (v_ms * 1e3).round() as u64;
+            let at_most = exact.partition_point(|&x| x <= v_us) as f64;
+            assert!(
+                (at_most / n as f64 * 100.0 - p).abs() < 1e-6,
+                "{name}: the merged curve says {p}% at <= {v_us} µs, the raw logs {}%",
+                at_most / n as f64 * 100.0
+            );
+        }
+        // And the reported percentiles are the exact ones within HDR's 3 significant digits
+        // (the top of the exact value's bucket: at most 1/1024 above it).
+        for (key, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
+            let got_us = t["latency_ms"][key].as_f64().unwrap() * 1e3;
+            let rank = ((q * n as f64).ceil() as usize).max(1);
+            let want = exact[rank - 1] as f64;
+            assert!(
+                want - 0.5 <= got_us && got_us <= want + want / 1024.0 + 1.0,
+                "{name} {key}: merged {got_us} µs, exact {want} µs"
+            );
+        }
+    }
+    assert!(union.is_empty(), "types only in the raw logs: {union:?}");
     assert_eq!(m["schema_version"], 2);
     assert_eq!(m["merged_from"].as_array().unwrap().len(), 2);
     let ctx = &a["context"];
