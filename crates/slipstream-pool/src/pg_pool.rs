@@ -267,6 +267,9 @@ struct Shared {
     /// Serialises share changes (resize, drain, resume, the monitor's rebalance), so two of
     /// them never interleave their per-server sizes; borrows never take it.
     rebalancing: Mutex<()>,
+    /// Wakes the monitor: a server is suspected, a borrow found no server of its role, part of
+    /// `max_size` is held back. Only ever notified from outside the monitor task: a permit it
+    /// left itself would turn its wait into a loop that never yields (`rebalance_shares`).
     monitor: Arc<Notify>,
     /// A borrow found no server of its role: the monitor re-probes the roles of the servers
     /// that are up (a failover may have promoted one that nobody has talked to since).
@@ -899,11 +902,13 @@ async fn monitor_task(shared: Weak<Shared>) {
             }
         }
         // Connections still open on a down or drained server hold back part of max_size (see
-        // `rebalance`): give it out again as they close.
-        let held_back = pool.held_back.load(Ordering::Relaxed);
-        if changed || held_back {
-            rebalance(&pool);
-        }
+        // `rebalance_shares`): give it out again as they close, rechecking soon while any is
+        // (what this pass's rebalance found, not the flag it started from).
+        let held_back = if changed || pool.held_back.load(Ordering::Relaxed) {
+            rebalance_shares(&pool)
+        } else {
+            false
+        };
         let mut wait = pool
             .servers
             .iter()
@@ -943,12 +948,27 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
     }
 }
 
+/// [`rebalance_shares`] for the callers outside the monitor (drain, resume, resize): when part
+/// of `max_size` is held back, the monitor takes it from here, rechecking as those
+/// connections close.
+fn rebalance(shared: &Shared) {
+    if rebalance_shares(shared) {
+        shared.monitor.notify_one();
+    }
+}
+
 /// Gives each serving server an even share of what `max_size` leaves after the connections
 /// still open on down or drained servers (they close as they are returned, and the monitor
 /// calls this again), and those servers none: their idle connections close at once, lent ones
 /// as they return. So the connections open never pass `max_size`, and the shares add up to it
-/// once the others are closed.
-fn rebalance(shared: &Shared) {
+/// once the others are closed. Returns whether part of `max_size` is held back.
+///
+/// Never wakes the monitor itself: the monitor calls this on its passes, and a wake-up it
+/// left for itself would end its next wait at once. While a connection stayed open on a
+/// drained server it then looped without ever yielding, keeping its worker thread, the
+/// sub-pools' tasks it had woken there (the openers that would close that connection) and,
+/// with the other worker parked, every timer: borrows hung past their timeout (issue 19).
+fn rebalance_shares(shared: &Shared) -> bool {
     let _one_at_a_time = shared.rebalancing.lock().unwrap_or_else(|p| p.into_inner());
     // One look at who serves: a drain or mark-up meanwhile is this function's next caller's.
     let serving: Vec<bool> = shared.servers.iter().map(|s| s.state.serving()).collect();
@@ -967,10 +987,6 @@ fn rebalance(shared: &Shared) {
     shared
         .held_back
         .store(held_elsewhere > 0, Ordering::Relaxed);
-    if held_elsewhere > 0 {
-        // Whoever called, the monitor takes it from here as those connections close.
-        shared.monitor.notify_one();
-    }
     let mut i = 0;
     let sizes: Vec<usize> = serving
         .iter()
@@ -991,4 +1007,5 @@ fn rebalance(shared: &Shared) {
             }
         }
     }
+    held_elsewhere > 0
 }
