@@ -30,6 +30,17 @@
 //! strict: returners hand their slot straight to the head (the slot never becomes IDLE, so no
 //! one can barge) until the head has waited less than the bound.
 //!
+//! A thread handed a slot that way gets a slice (`SLICE` borrows or `SLICE_TIME`, whichever
+//! ends first): its returns during the slice go the barging way (IDLE, at most one wake), so
+//! it may take the slot straight back, and only the return that ends the slice hands over.
+//! A thread that has handed its slot to a starving waiter queues at its next borrow instead
+//! of taking a slot another slice holder just left IDLE: the back of the line, not a barge.
+//! Without slices, every borrow under starvation paid a futex wake and a context switch (at
+//! 10,000 threads, a hand-off per borrow); with them, one per slice. A slice's returns take
+//! the same path as returns when no one starves, and a thread that queues at once follows a
+//! failed scan's path, so the no-lost-wake-up argument below covers both (loom runs with
+//! slices off: those paths are the ones its models check).
+//!
 //! No return ever waits for another thread to make progress: it takes the queue's mutex only
 //! while someone waits, for a few instructions, and never spins.
 //!
@@ -422,12 +433,17 @@ impl<C> Core<C> {
     /// Looks for a slot for queued waiter `t`: one handed to it, else an IDLE one it claims.
     /// `Err`: none; the waiter keeps its place (and `waker`, if given, is the one woken next).
     pub(crate) fn poll(&self, t: Ticket, waker: Option<&Waker>) -> Result<Owned, Ticket> {
+        self.poll_served(t, waker).map(|(o, _)| o)
+    }
+
+    /// [`Core::poll`], also saying whether the slot was handed over (true) or claimed.
+    fn poll_served(&self, t: Ticket, waker: Option<&Waker>) -> Result<(Owned, bool), Ticket> {
         {
             let mut q = lock(&self.queue);
             let e = &mut q.entries[t.0];
             if let Some(i) = e.given.take() {
                 q.release_entry(t.0);
-                return Ok(Owned(i));
+                return Ok((Owned(i), true));
             }
             if let Some(w) = waker {
                 match &mut e.wake {
@@ -450,14 +466,14 @@ impl<C> Core<C> {
             q.release_entry(t.0);
             drop(q);
             self.release(i);
-            return Ok(Owned(j));
+            return Ok((Owned(j), true));
         }
         let wake = self.leave(&mut q, t.0);
         drop(q);
         if let Some(w) = wake {
             w.wake();
         }
-        Ok(i)
+        Ok((i, false))
     }
 
     /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
@@ -520,12 +536,17 @@ impl<C> Core<C> {
         let Owned(i) = o;
         set_last_returned(i);
         // Relaxed: a hint; the decision is made under the lock.
-        if self.starving.load(Relaxed) {
+        let hint = self.starving.load(Relaxed);
+        // A thread in its slice returns as if no one starved: IDLE, at most one wake. (Looked
+        // up only under contention: the uncontended return reads no thread-local.)
+        let in_slice = hint && use_slice(self);
+        if hint && !in_slice {
             let mut q = lock(&self.queue);
             let strict = head_starving(&q);
             if strict {
                 // The slot stays BORROWED, now lent to the head: no one can barge.
                 let wake = self.hand_to_head(&mut q, i).flatten();
+                queue_next(self);
                 drop(q);
                 if let Some(w) = wake {
                     w.wake();
@@ -545,7 +566,7 @@ impl<C> Core<C> {
             // Counted out since: the waiter left or was served.
             return;
         }
-        let wake = if head_starving(&q) {
+        let wake = if head_starving(&q) && !(in_slice || (!hint && use_slice(self))) {
             self.starving.store(true, Relaxed);
             // Take the slot back for the starving head, unless a borrower already has it
             // (then its return hands over).
@@ -554,6 +575,7 @@ impl<C> Core<C> {
                 .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
                 .is_ok()
             {
+                queue_next(self);
                 self.hand_to_head(&mut q, i).flatten()
             } else {
                 None
@@ -655,6 +677,92 @@ fn set_last_returned(i: usize) {
     LAST.with(|n| n.set(i));
 }
 
+/// A slice: after a hand-off, a thread's returns go the barging way (IDLE, at most one wake;
+/// it may take the slot straight back) for up to `SLICE` borrows or `SLICE_TIME`, whichever
+/// ends first, and only the return that ends the slice hands over. So the hand-off's cost (a
+/// futex wake and a context switch for the thread it goes to) is paid once per slice instead
+/// of once per borrow. The count bounds a slice of short holds, the time a slice of long ones,
+/// so a waiter's turn comes round about as often either way (measured in docs/benchmarks.md,
+/// pool-scaling: with a 10 µs hold, a count alone left half of 10,000 threads without a turn
+/// in 2 s).
+pub(crate) const SLICE: u32 = 32;
+pub(crate) const SLICE_TIME: Duration = Duration::from_micros(50);
+
+#[cfg(not(loom))]
+thread_local!(
+    /// (the core's address, borrows left in this thread's slice there, when the slice ends)
+    static IN_SLICE: std::cell::Cell<(usize, u32, Option<Instant>)> =
+        const { std::cell::Cell::new((0, 0, None)) }
+);
+
+/// Starts a slice for this thread on `core`: it was just handed a slot after waiting.
+#[cfg(not(loom))]
+fn start_slice<C>(core: &Core<C>) {
+    let end = Instant::now().checked_add(SLICE_TIME);
+    IN_SLICE.with(|s| s.set((core as *const _ as usize, SLICE, end)));
+}
+
+/// Spends one return of this thread's slice on `core`; false when it has none there.
+#[cfg(not(loom))]
+#[inline]
+fn use_slice<C>(core: &Core<C>) -> bool {
+    IN_SLICE.with(|s| {
+        let (at, left, end) = s.get();
+        if left == 0 || at != core as *const _ as usize {
+            return false;
+        }
+        if end.is_none_or(|e| Instant::now() >= e) {
+            s.set((0, 0, None));
+            return false;
+        }
+        s.set((at, left - 1, end));
+        true
+    })
+}
+
+#[cfg(not(loom))]
+thread_local!(
+    /// The core whose starving waiter this thread last handed its slot to (0: none).
+    static QUEUE_NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) }
+);
+
+/// This thread handed its slot to a starving waiter of `core`: its next blocking borrow there
+/// queues at once.
+#[cfg(not(loom))]
+fn queue_next<C>(core: &Core<C>) {
+    QUEUE_NEXT.with(|q| q.set(core as *const _ as usize));
+}
+
+/// Whether this thread's borrow from `core` must queue at once (see [`queue_next`]); clears it.
+#[cfg(not(loom))]
+#[inline]
+fn must_queue<C>(core: &Core<C>) -> bool {
+    QUEUE_NEXT.with(|q| {
+        if q.get() == core as *const _ as usize {
+            q.set(0);
+            true
+        } else {
+            false
+        }
+    })
+}
+
+#[cfg(loom)]
+fn queue_next<C>(_: &Core<C>) {}
+
+#[cfg(loom)]
+fn must_queue<C>(_: &Core<C>) -> bool {
+    false
+}
+
+#[cfg(loom)]
+fn start_slice<C>(_: &Core<C>) {}
+
+#[cfg(loom)]
+fn use_slice<C>(_: &Core<C>) -> bool {
+    false
+}
+
 #[cfg(loom)]
 fn scan_start() -> usize {
     0
@@ -691,16 +799,25 @@ fn claim_spinning<C>(core: &Core<C>) -> Option<Owned> {
 /// blocking borrower's protocol, shared by the pool and the loom models. `None`: the
 /// deadline passed.
 pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Option<Owned> {
-    if let Some(i) = core.try_claim() {
-        return Some(i);
-    }
-    if let Some(i) = claim_spinning(core) {
-        return Some(i);
+    // A thread that just handed its slot to a starving waiter goes to the back of the line
+    // rather than taking a slot that a slice holder's return left IDLE.
+    if !must_queue(core) {
+        if let Some(i) = core.try_claim() {
+            return Some(i);
+        }
+        if let Some(i) = claim_spinning(core) {
+            return Some(i);
+        }
     }
     let mut t = core.enqueue(Wake::Thread(crate::sync::current_thread()));
     loop {
-        t = match core.poll(t, None) {
-            Ok(i) => return Some(i),
+        t = match core.poll_served(t, None) {
+            Ok((i, handed)) => {
+                if handed {
+                    start_slice(core);
+                }
+                return Some(i);
+            }
             Err(t) => t,
         };
         let left = match deadline {

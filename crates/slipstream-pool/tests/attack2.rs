@@ -435,6 +435,68 @@ async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
     assert!(s.open <= 1 && s.borrowed == 0, "{s:?}");
 }
 
+// Slices without starvation: a thread handed a slot may keep re-borrowing it for a slice (a
+// count and a time bound) before its return hands over. Four hogs re-borrow two slots in a
+// tight loop, so they are handed slots and run slices back to back, while 64 threads each need
+// 20 borrows: every one of those borrows must complete within its 5 s borrow timeout, and
+// every slot comes back.
+#[test]
+fn slices_let_every_queued_thread_through() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = rt.block_on(async {
+        Pool::builder(Numbers(AtomicU64::new(0)))
+            .max_size(2)
+            .borrow_timeout(Duration::from_secs(5))
+            .build()
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..4)
+        .map(|_| {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(c) = pool.get_blocking() {
+                        std::hint::black_box(*c);
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let waiters: Vec<_> = (0..64)
+        .map(|_| {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                (0..20)
+                    .map(|_| pool.get_blocking().map(drop).map_err(|e| e.to_string()))
+                    .filter(|r| r.is_err())
+                    .count()
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + LIMIT;
+    while !waiters.iter().all(|w| w.is_finished()) {
+        assert!(
+            Instant::now() < deadline,
+            "a waiting thread hung: {:?}",
+            pool.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let failures: usize = waiters.into_iter().map(|w| w.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    let hogged: u64 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
+    eprintln!("hogs borrowed {hogged} times; {:?}", pool.stats());
+    assert_eq!(failures, 0, "waiting threads timed out: {:?}", pool.stats());
+    rt.block_on(all_slots_back(&pool, 2));
+}
+
 // Barging without starvation: two threads re-borrow the only slot in a tight loop (each release
 // may barge past waiters), while a task and a third thread each need 30 borrows. The fairness
 // bound must let the waiters through: every one of their borrows completes within its (long,
