@@ -1,6 +1,7 @@
 //! The pool users hold: building it, borrowing (async, blocking, labeled), resizing, counters.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -290,13 +291,21 @@ impl<M: Manager> Pool<M> {
     /// assert!(matches!(pool.get().await, Err(PoolError::Timeout { .. })));
     /// # drop(held); Ok(()) }
     /// ```
-    pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
-        // The common case first, with nothing else in its way: an idle connection that needs
-        // no validation.
-        if let Some(conn) = self.try_get() {
-            if !self.needs_validation(&conn) {
-                return Ok(conn);
-            }
+    // Not an `async fn`: the returned future serves the uncontended borrow in its first poll,
+    // which is small enough to be inlined into the caller, and polls the rest out of line
+    // (see get.rs for what that saves).
+    pub fn get(&self) -> impl Future<Output = Result<Pooled<M>, PoolError>> + '_ {
+        crate::get::Get::new(self, Self::get_waiting)
+    }
+
+    /// The rest of [`Pool::get`], after its first try found no idle connection (`first`:
+    /// `None`) or one due for validation: validates `first` if given, then claims, waiting as
+    /// needed, until a connection passes validation.
+    pub(crate) async fn get_waiting(
+        &self,
+        first: Option<Pooled<M>>,
+    ) -> Result<Pooled<M>, PoolError> {
+        if let Some(conn) = first {
             if let Some(conn) = self.validated(conn).await {
                 return Ok(conn);
             }
@@ -487,13 +496,22 @@ impl<M: Manager> Pool<M> {
     /// # let _ = tokio::task::spawn_blocking(move || worker.join()).await;
     /// # }
     /// ```
+    #[inline(always)]
     pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
-        if let Some(conn) = self.try_get() {
-            if !self.needs_validation(&conn) {
-                return Ok(conn);
+        // As in `get`: the fast path inlined into the caller, where the guard stays in
+        // registers; the rest out of line.
+        match self.try_get() {
+            Some(conn) if !self.needs_validation(&conn) => Ok(conn),
+            first => {
+                drop(first);
+                self.get_blocking_waiting()
             }
-            drop(conn);
         }
+    }
+
+    /// The rest of [`Pool::get_blocking`]: claims, waiting as needed, and validates.
+    #[inline(never)]
+    fn get_blocking_waiting(&self) -> Result<Pooled<M>, PoolError> {
         let mut deadline = Deadline::Unset;
         loop {
             let conn = self.claim_blocking(&mut deadline)?;
