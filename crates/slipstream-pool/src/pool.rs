@@ -12,7 +12,7 @@ use crate::core::{BORROWED, Core, IDLE, Owned, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
-use crate::pooled::Lent;
+use crate::pooled::{Held, Lent};
 use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
 
 impl<M: Manager> Builder<M> {
@@ -157,8 +157,9 @@ impl Attachment {
 }
 
 pub(crate) struct Inner<M: Manager> {
-    /// Connections are boxed so lending and returning one moves a pointer, not the connection.
-    pub(crate) core: Core<Box<M::Connection>>,
+    /// Connections are boxed (with their borrow's state) so lending and returning one moves a
+    /// pointer, not the connection.
+    pub(crate) core: Core<Box<Held<M::Connection>>>,
     pub(crate) manager: M,
     pub(crate) config: Config,
     /// The abandoned or time-to-live timer is set: lends and returns keep the slot's lease.
@@ -229,7 +230,7 @@ impl<M: Manager> Inner<M> {
 
     /// Puts connection `conn` back into owned slot `o` and releases the slot: to a waiter, or
     /// IDLE.
-    pub(crate) fn put_back(&self, o: Owned, conn: Box<M::Connection>) {
+    pub(crate) fn put_back(&self, o: Owned, conn: Box<Held<M::Connection>>) {
         // The cell is empty while the connection is lent.
         self.core.conn(&o, |c| *c = Some(conn));
         self.core.slots[o.index()]
@@ -379,7 +380,7 @@ impl<M: Manager> Pool<M> {
                     .counters
                     .label_closes
                     .fetch_add(1, Ordering::Relaxed);
-                conn.discard = true;
+                conn.set_discard();
                 continue;
             }
             self.inner
@@ -390,7 +391,7 @@ impl<M: Manager> Pool<M> {
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
             }
-            conn.discard = true;
+            conn.set_discard();
         }
     }
 
@@ -432,7 +433,7 @@ impl<M: Manager> Pool<M> {
         let Some(window) = self.inner.config.validate_after else {
             return false;
         };
-        let slot = &self.inner.core.slots[conn.slot];
+        let slot = &self.inner.core.slots[conn.slot()];
         let idle = self
             .inner
             .now()
@@ -445,7 +446,7 @@ impl<M: Manager> Pool<M> {
             .counters
             .failed_validation
             .fetch_add(1, Ordering::Relaxed);
-        conn.discard = true;
+        conn.set_discard();
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
@@ -723,7 +724,11 @@ impl<M: Manager> Pool<M> {
     fn lend(&self, o: Owned) -> Pooled<M> {
         let i = o.index();
         let slot = &self.inner.core.slots[i];
-        let conn = self.inner.core.conn(&o, Option::take);
+        let held = self
+            .inner
+            .core
+            .conn(&o, Option::take)
+            .expect("an idle slot holds its connection");
         let now = self.inner.now();
         // Only the owner writes these: plain loads and stores, no read-modify-write.
         let borrow = slot.borrows.load(Ordering::Relaxed) + 1;
@@ -738,7 +743,7 @@ impl<M: Manager> Pool<M> {
         } else {
             Lent::Owned(o)
         };
-        Pooled::new(self.inner.clone(), i, lent, conn)
+        Pooled::new(self.inner.clone(), held, lent)
     }
 
     /// Wakes the opener when a waiting borrower could use another connection; with every
