@@ -70,8 +70,8 @@ impl<M: Manager> Pooled<M> {
         mut held: Box<Held<M::Connection>>,
         lent: Lent,
     ) -> Pooled<M> {
+        // `discard` is false here: a discarded connection is closed, never put back.
         held.lent = Some(lent);
-        held.discard = false;
         Pooled {
             pool,
             held: Some(held),
