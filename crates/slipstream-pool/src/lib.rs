@@ -33,6 +33,8 @@
 mod config;
 mod core;
 mod error;
+#[cfg(not(loom))]
+mod get;
 mod labels;
 #[cfg(not(loom))]
 mod maintenance;

@@ -98,7 +98,8 @@ impl<M: Manager> Inner<M> {
     fn install(&self, owned: Owned, conn: M::Connection) {
         let slot = owned.index();
         self.attachments[slot].set_abort(self.manager.abort_handle(&conn));
-        self.core.conn(&owned, |c| *c = Some(Box::new(conn)));
+        let held = Box::new(crate::pooled::Held::new(conn, slot));
+        self.core.conn(&owned, |c| *c = Some(held));
         let now = self.tick();
         let s = &self.core.slots[slot];
         s.opened_ms.store(now, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! The pool users hold: building it, borrowing (async, blocking, labeled), resizing, counters.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use crate::core::{BORROWED, Core, IDLE, Owned, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
-use crate::pooled::Lent;
+use crate::pooled::{Held, Lent};
 use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
 
 impl<M: Manager> Builder<M> {
@@ -156,8 +157,9 @@ impl Attachment {
 }
 
 pub(crate) struct Inner<M: Manager> {
-    /// Connections are boxed so lending and returning one moves a pointer, not the connection.
-    pub(crate) core: Core<Box<M::Connection>>,
+    /// Connections are boxed (with their borrow's state) so lending and returning one moves a
+    /// pointer, not the connection.
+    pub(crate) core: Core<Box<Held<M::Connection>>>,
     pub(crate) manager: M,
     pub(crate) config: Config,
     /// The abandoned or time-to-live timer is set: lends and returns keep the slot's lease.
@@ -228,7 +230,7 @@ impl<M: Manager> Inner<M> {
 
     /// Puts connection `conn` back into owned slot `o` and releases the slot: to a waiter, or
     /// IDLE.
-    pub(crate) fn put_back(&self, o: Owned, conn: Box<M::Connection>) {
+    pub(crate) fn put_back(&self, o: Owned, conn: Box<Held<M::Connection>>) {
         // The cell is empty while the connection is lent.
         self.core.conn(&o, |c| *c = Some(conn));
         self.core.slots[o.index()]
@@ -290,13 +292,21 @@ impl<M: Manager> Pool<M> {
     /// assert!(matches!(pool.get().await, Err(PoolError::Timeout { .. })));
     /// # drop(held); Ok(()) }
     /// ```
-    pub async fn get(&self) -> Result<Pooled<M>, PoolError> {
-        // The common case first, with nothing else in its way: an idle connection that needs
-        // no validation.
-        if let Some(conn) = self.try_get() {
-            if !self.needs_validation(&conn) {
-                return Ok(conn);
-            }
+    // Not an `async fn`: the returned future serves the uncontended borrow in its first poll,
+    // which is small enough to be inlined into the caller, and polls the rest out of line
+    // (see get.rs for what that saves).
+    pub fn get(&self) -> impl Future<Output = Result<Pooled<M>, PoolError>> + '_ {
+        crate::get::Get::new(self, Self::get_waiting)
+    }
+
+    /// The rest of [`Pool::get`], after its first try found no idle connection (`first`:
+    /// `None`) or one due for validation: validates `first` if given, then claims, waiting as
+    /// needed, until a connection passes validation.
+    pub(crate) async fn get_waiting(
+        &self,
+        first: Option<Pooled<M>>,
+    ) -> Result<Pooled<M>, PoolError> {
+        if let Some(conn) = first {
             if let Some(conn) = self.validated(conn).await {
                 return Ok(conn);
             }
@@ -370,7 +380,7 @@ impl<M: Manager> Pool<M> {
                     .counters
                     .label_closes
                     .fetch_add(1, Ordering::Relaxed);
-                conn.discard = true;
+                conn.set_discard();
                 continue;
             }
             self.inner
@@ -381,7 +391,7 @@ impl<M: Manager> Pool<M> {
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
             }
-            conn.discard = true;
+            conn.set_discard();
         }
     }
 
@@ -423,7 +433,7 @@ impl<M: Manager> Pool<M> {
         let Some(window) = self.inner.config.validate_after else {
             return false;
         };
-        let slot = &self.inner.core.slots[conn.slot];
+        let slot = &self.inner.core.slots[conn.slot()];
         let idle = self
             .inner
             .now()
@@ -436,7 +446,7 @@ impl<M: Manager> Pool<M> {
             .counters
             .failed_validation
             .fetch_add(1, Ordering::Relaxed);
-        conn.discard = true;
+        conn.set_discard();
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
@@ -487,13 +497,22 @@ impl<M: Manager> Pool<M> {
     /// # let _ = tokio::task::spawn_blocking(move || worker.join()).await;
     /// # }
     /// ```
+    #[inline(always)]
     pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
-        if let Some(conn) = self.try_get() {
-            if !self.needs_validation(&conn) {
-                return Ok(conn);
+        // As in `get`: the fast path inlined into the caller, where the guard stays in
+        // registers; the rest out of line.
+        match self.try_get() {
+            Some(conn) if !self.needs_validation(&conn) => Ok(conn),
+            first => {
+                drop(first);
+                self.get_blocking_waiting()
             }
-            drop(conn);
         }
+    }
+
+    /// The rest of [`Pool::get_blocking`]: claims, waiting as needed, and validates.
+    #[inline(never)]
+    fn get_blocking_waiting(&self) -> Result<Pooled<M>, PoolError> {
         let mut deadline = Deadline::Unset;
         loop {
             let conn = self.claim_blocking(&mut deadline)?;
@@ -705,7 +724,11 @@ impl<M: Manager> Pool<M> {
     fn lend(&self, o: Owned) -> Pooled<M> {
         let i = o.index();
         let slot = &self.inner.core.slots[i];
-        let conn = self.inner.core.conn(&o, Option::take);
+        let held = self
+            .inner
+            .core
+            .conn(&o, Option::take)
+            .expect("an idle slot holds its connection");
         let now = self.inner.now();
         // Only the owner writes these: plain loads and stores, no read-modify-write.
         let borrow = slot.borrows.load(Ordering::Relaxed) + 1;
@@ -720,7 +743,7 @@ impl<M: Manager> Pool<M> {
         } else {
             Lent::Owned(o)
         };
-        Pooled::new(self.inner.clone(), i, lent, conn)
+        Pooled::new(self.inner.clone(), held, lent)
     }
 
     /// Wakes the opener when a waiting borrower could use another connection; with every

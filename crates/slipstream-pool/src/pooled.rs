@@ -26,35 +26,88 @@ use crate::{Labels, Manager};
 /// ```
 pub struct Pooled<M: Manager> {
     pool: Arc<Inner<M>>,
+    /// The connection and this borrow's state; `None` once dropped.
+    held: Option<Box<Held<M::Connection>>>,
+}
+
+/// A connection and the state of its current borrow, boxed together: the box moves between
+/// its slot (idle) and a guard (lent), so a guard is two pointers.
+///
+/// Why two: a guard is returned through `Option`, `Result` and `Poll` on every borrow, and a
+/// guard of several words (this state kept inline, with a `bool`) was copied between them in
+/// pieces of different sizes, each copy a store-to-load forwarding stall; two pointers travel
+/// in registers. The state lives with the connection, not the slot, because only the box is
+/// this holder's alone: after a reclaim the slot is someone else's while the holder still
+/// holds the (aborted) connection.
+pub(crate) struct Held<C> {
+    pub(crate) conn: C,
+    /// The slot it belongs to.
     pub(crate) slot: usize,
-    /// The guard's hold on the slot; `None` once dropped.
+    /// The holder's hold on the slot while lent; `None` while idle in the slot.
     lent: Option<Lent>,
-    /// `Some` until dropped.
-    conn: Option<Box<M::Connection>>,
-    /// Close the connection on drop instead of returning it (it failed validation, or was too
-    /// costly to relabel).
-    pub(crate) discard: bool,
+    /// Close the connection on return instead of putting it back (it failed validation, or
+    /// was too costly to relabel).
+    discard: bool,
+}
+
+impl<C> Held<C> {
+    /// A newly opened connection for slot `slot`.
+    pub(crate) fn new(conn: C, slot: usize) -> Held<C> {
+        Held {
+            conn,
+            slot,
+            lent: None,
+            discard: false,
+        }
+    }
 }
 
 impl<M: Manager> Pooled<M> {
+    /// A guard for `held`, taken out of its slot, lent as `lent`.
+    #[inline(always)]
     pub(crate) fn new(
         pool: Arc<Inner<M>>,
-        slot: usize,
+        mut held: Box<Held<M::Connection>>,
         lent: Lent,
-        conn: Option<Box<M::Connection>>,
     ) -> Pooled<M> {
+        // `discard` is false here: a discarded connection is closed, never put back.
+        held.lent = Some(lent);
         Pooled {
             pool,
-            slot,
-            lent: Some(lent),
-            conn,
-            discard: false,
+            held: Some(held),
         }
+    }
+
+    #[inline(always)]
+    fn held(&self) -> &Held<M::Connection> {
+        // The expect cannot fire: `held` is taken only in `drop`.
+        self.held
+            .as_deref()
+            .expect("a lent guard holds its connection")
+    }
+
+    #[inline(always)]
+    fn held_mut(&mut self) -> &mut Held<M::Connection> {
+        // The expect cannot fire, as in `held`.
+        self.held
+            .as_deref_mut()
+            .expect("a lent guard holds its connection")
+    }
+
+    /// The slot the connection belongs to.
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> usize {
+        self.held().slot
+    }
+
+    /// Closes the connection when this guard drops instead of returning it.
+    pub(crate) fn set_discard(&mut self) {
+        self.held_mut().discard = true;
     }
 
     /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection.
     pub fn labels(&self) -> Arc<Labels> {
-        self.pool.attachments[self.slot].labels()
+        self.pool.attachments[self.slot()].labels()
     }
 
     /// Labels the connection (after setting it up that way yourself), for later labeled
@@ -76,20 +129,22 @@ impl<M: Manager> Pooled<M> {
     /// # Ok(()) }
     /// ```
     pub fn set_labels(&self, labels: Labels) {
-        self.pool.attachments[self.slot].set_labels(Arc::new(labels));
+        self.pool.attachments[self.slot()].set_labels(Arc::new(labels));
     }
 
     /// Closes the connection when this guard drops, instead of returning it to the pool (for a
     /// connection the caller knows is unusable).
     pub fn discard(mut self) {
-        self.discard = true;
+        self.set_discard();
     }
 
     /// Records that the holder is using the connection (for the abandoned timeout).
+    #[inline(always)]
     fn touch(&self) {
-        let slot = &self.pool.core.slots[self.slot];
+        let held = self.held();
+        let slot = &self.pool.core.slots[held.slot];
         // A holder whose borrow was reclaimed no longer owns the slot: leave its times alone.
-        if let Some(Lent::Leased(l)) = &self.lent {
+        if let Some(Lent::Leased(l)) = &held.lent {
             if slot.lease.load(Ordering::Relaxed) != l.value() {
                 return;
             }
@@ -102,30 +157,28 @@ impl<M: Manager> Deref for Pooled<M> {
     type Target = M::Connection;
     fn deref(&self) -> &M::Connection {
         self.touch();
-        // The expect cannot fire: `conn` is taken only in `drop`.
-        self.conn
-            .as_ref()
-            .expect("a lent guard holds its connection")
+        &self.held().conn
     }
 }
 
 impl<M: Manager> DerefMut for Pooled<M> {
     fn deref_mut(&mut self) -> &mut M::Connection {
         self.touch();
-        // The expect cannot fire, as in `deref`.
-        self.conn
-            .as_mut()
-            .expect("a lent guard holds its connection")
+        &mut self.held_mut().conn
     }
 }
 
 impl<M: Manager> Drop for Pooled<M> {
     fn drop(&mut self) {
-        let (Some(conn), Some(lent)) = (self.conn.take(), self.lent.take()) else {
+        let Some(mut held) = self.held.take() else {
+            return;
+        };
+        // Always `Some` (`Pooled::new` sets it); a guard without one owns no slot.
+        let Some(lent) = held.lent.take() else {
             return;
         };
         let pool = &self.pool;
-        let slot = &pool.core.slots[self.slot];
+        let slot = &pool.core.slots[held.slot];
         let owned = match lent {
             Lent::Owned(o) => o,
             Lent::Leased(l) => match pool.core.end_lease(l) {
@@ -145,35 +198,35 @@ impl<M: Manager> Drop for Pooled<M> {
             pool.attachments[i].borrow_site.returned(i);
         }
         let c = &pool.counters;
-        if self.discard || pool.manager.is_broken(&conn) {
+        if held.discard || pool.manager.is_broken(&held.conn) {
             c.closed_broken.fetch_add(1, Ordering::Relaxed);
-            drop(conn);
+            drop(held);
             pool.free(owned);
         } else if pool.expired(i, now) {
             c.retired.fetch_add(1, Ordering::Relaxed);
-            drop(conn);
+            drop(held);
             pool.free(owned);
         } else if i >= pool.core.limit() {
             c.resized_away.fetch_add(1, Ordering::Relaxed);
-            drop(conn);
+            drop(held);
             pool.free(owned);
-        } else if pool.manager.needs_reset(&conn) {
+        } else if pool.manager.needs_reset(&held.conn) {
             // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
             // the slot stays owned, and so out of reach of borrowers, until it is done.
             let pool = pool.clone();
             self.pool.runtime.spawn(async move {
-                let mut conn = conn;
-                if pool.manager.reset(&mut conn).await {
+                let mut held = held;
+                if pool.manager.reset(&mut held.conn).await {
                     pool.counters.resets.fetch_add(1, Ordering::Relaxed);
-                    pool.put_back(owned, conn);
+                    pool.put_back(owned, held);
                 } else {
                     pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
-                    drop(conn);
+                    drop(held);
                     pool.free(owned);
                 }
             });
         } else {
-            pool.put_back(owned, conn);
+            pool.put_back(owned, held);
         }
     }
 }
@@ -190,8 +243,8 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pooled")
-            .field("slot", &self.slot)
-            .field("connection", &self.conn)
+            .field("slot", &self.held.as_ref().map(|h| h.slot))
+            .field("connection", &self.held.as_ref().map(|h| &h.conn))
             .finish()
     }
 }
