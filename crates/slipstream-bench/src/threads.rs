@@ -27,6 +27,12 @@ impl UserThreads {
         for i in 0..n.max(1) {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                // Before the thread sleeps in epoll_wait, give the CPU to whatever is runnable
+                // (on a small machine, usually a backend about to answer one of this thread's
+                // users): the reply then often lands while this thread is still runnable, so
+                // neither side pays for waking a sleeper. Measured (`lab run runner`, SELECT 1,
+                // 8 users, quiet): 0.91x pgbench without, 0.95x with (6 interleaved rounds).
+                .on_thread_park(std::thread::yield_now)
                 .build()?;
             let (stop, stopped) = oneshot::channel::<()>();
             t.handles.push(rt.handle().clone());
