@@ -435,13 +435,8 @@ async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
     assert!(s.open <= 1 && s.borrowed == 0, "{s:?}");
 }
 
-// Slices without starvation: a thread handed a slot may keep re-borrowing it for a slice (a
-// count and a time bound) before its return hands over. Four hogs re-borrow two slots in a
-// tight loop, so they are handed slots and run slices back to back, while 64 threads each need
-// 20 borrows: every one of those borrows must complete within its 5 s borrow timeout, and
-// every slot comes back.
-#[test]
-fn slices_let_every_queued_thread_through() {
+/// A pool of `max` slots (5 s borrow timeout) on its own two-worker runtime.
+fn hogged_pool(max: usize) -> (tokio::runtime::Runtime, Pool<Numbers>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -449,12 +444,20 @@ fn slices_let_every_queued_thread_through() {
         .unwrap();
     let pool = rt.block_on(async {
         Pool::builder(Numbers(AtomicU64::new(0)))
-            .max_size(2)
+            .max_size(max)
             .borrow_timeout(Duration::from_secs(5))
             .build()
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..4)
+    (rt, pool)
+}
+
+/// `n` threads re-borrowing in a tight loop until `stop`; each returns its borrow count.
+fn spawn_hogs(
+    pool: &Pool<Numbers>,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<u64>> {
+    (0..n)
         .map(|_| {
             let (pool, stop) = (pool.clone(), stop.clone());
             std::thread::spawn(move || {
@@ -468,7 +471,19 @@ fn slices_let_every_queued_thread_through() {
                 n
             })
         })
-        .collect();
+        .collect()
+}
+
+// Slices without starvation: a thread handed a slot may keep re-borrowing it for a slice (a
+// count and a time bound) before its return hands over. Four hogs re-borrow two slots in a
+// tight loop, so they are handed slots and run slices back to back, while 64 threads each need
+// 20 borrows: every one of those borrows must complete within its 5 s borrow timeout, and
+// every slot comes back.
+#[test]
+fn slices_let_every_queued_thread_through() {
+    let (rt, pool) = hogged_pool(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs = spawn_hogs(&pool, 4, &stop);
     let waiters: Vec<_> = (0..64)
         .map(|_| {
             let pool = pool.clone();
@@ -503,33 +518,9 @@ fn slices_let_every_queued_thread_through() {
 // 5 s) borrow timeout.
 #[test]
 fn tight_re_borrowers_do_not_starve_waiters() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let pool = rt.block_on(async {
-        Pool::builder(Numbers(AtomicU64::new(0)))
-            .max_size(1)
-            .borrow_timeout(Duration::from_secs(5))
-            .build()
-    });
+    let (rt, pool) = hogged_pool(1);
     let stop = Arc::new(AtomicBool::new(false));
-    let hogs: Vec<_> = (0..2)
-        .map(|_| {
-            let (pool, stop) = (pool.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    if let Ok(c) = pool.get_blocking() {
-                        std::hint::black_box(*c);
-                        n += 1;
-                    }
-                }
-                n
-            })
-        })
-        .collect();
+    let hogs = spawn_hogs(&pool, 2, &stop);
     let waiter_thread = {
         let pool = pool.clone();
         std::thread::spawn(move || {
