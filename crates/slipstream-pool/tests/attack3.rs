@@ -1024,8 +1024,23 @@ async fn published_metrics_agree_with_stats_and_the_histogram_holds_only_waits()
     .await;
     {
         // A deterministic timeout: both connections held.
-        let _held = (pool.get().await.unwrap(), pool.get().await.unwrap());
+        let held = (pool.get().await.unwrap(), pool.get().await.unwrap());
         assert!(matches!(pool.get().await, Err(PoolError::Timeout { .. })));
+        // And a deterministic wait: a borrower queued behind both, served by a return. (The
+        // tasks below wait too, but on a loaded machine they may happen not to overlap.)
+        let waiter = {
+            let pool = pool.clone();
+            tokio::spawn(async move { while pool.get().await.is_err() {} })
+        };
+        common::until(
+            Duration::from_secs(5),
+            "the borrower queues",
+            || pool.stats(),
+            |s| s.waiting == 1,
+        )
+        .await;
+        drop(held);
+        waiter.await.unwrap();
     }
     let mut tasks = Vec::new();
     for t in 0..5u64 {
