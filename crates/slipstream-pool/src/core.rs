@@ -540,12 +540,13 @@ impl<C> Core<C> {
     pub(crate) fn release(&self, o: Owned) {
         let Owned(i) = o;
         set_last_returned(i);
+        // A thread in its slice returns as if no one starved: IDLE, at most one wake. Asked at
+        // most once (it spends a borrow of the slice), and only under contention: the
+        // uncontended return reads no thread-local.
+        let in_slice = std::cell::OnceCell::new();
+        let in_slice = || *in_slice.get_or_init(|| use_slice(self));
         // Relaxed: a hint; the decision is made under the lock.
-        let hint = self.starving.load(Relaxed);
-        // A thread in its slice returns as if no one starved: IDLE, at most one wake. (Looked
-        // up only under contention: the uncontended return reads no thread-local.)
-        let in_slice = hint && use_slice(self);
-        if hint && !in_slice {
+        if self.starving.load(Relaxed) && !in_slice() {
             let mut q = lock(&self.queue);
             let strict = head_starving(&q);
             if strict {
@@ -571,7 +572,7 @@ impl<C> Core<C> {
             // Counted out since: the waiter left or was served.
             return;
         }
-        let wake = if head_starving(&q) && !(in_slice || (!hint && use_slice(self))) {
+        let wake = if head_starving(&q) && !in_slice() {
             self.starving.store(true, Relaxed);
             // Take the slot back for the starving head, unless a borrower already has it
             // (then its return hands over).
@@ -693,62 +694,77 @@ fn set_last_returned(i: usize) {
 pub(crate) const SLICE: u32 = 32;
 pub(crate) const SLICE_TIME: Duration = Duration::from_micros(50);
 
+/// Where this thread stands with one core after a hand-off.
+#[cfg(not(loom))]
+#[derive(Clone, Copy)]
+enum Turn {
+    None,
+    /// Handed a slot: this many borrows left in its slice, which ends at this time.
+    Slice(u32, Instant),
+    /// Handed its slot to a starving waiter: its next blocking borrow queues at once.
+    BackOfLine,
+}
+
 #[cfg(not(loom))]
 thread_local!(
-    /// (the core's address, borrows left in this thread's slice there, when the slice ends)
-    static IN_SLICE: std::cell::Cell<(usize, u32, Option<Instant>)> =
-        const { std::cell::Cell::new((0, 0, None)) }
+    /// (the core's address, this thread's turn there)
+    static TURN: std::cell::Cell<(usize, Turn)> = const { std::cell::Cell::new((0, Turn::None)) }
 );
+
+/// This thread's turn on `core` is updated by `f` (a turn on another core counts as none
+/// here, and stays unless `f` starts one on this core).
+#[cfg(not(loom))]
+#[inline]
+fn with_turn<C, R>(core: &Core<C>, f: impl FnOnce(Turn) -> (Turn, R)) -> R {
+    let at = core as *const _ as usize;
+    TURN.with(|t| {
+        let (was_at, turn) = t.get();
+        let here = was_at == at;
+        let (next, r) = f(if here { turn } else { Turn::None });
+        if here || !matches!(next, Turn::None) {
+            t.set((at, next));
+        }
+        r
+    })
+}
 
 /// Starts a slice for this thread on `core`: it was just handed a slot after waiting.
 #[cfg(not(loom))]
 fn start_slice<C>(core: &Core<C>) {
-    let end = Instant::now().checked_add(SLICE_TIME);
-    IN_SLICE.with(|s| s.set((core as *const _ as usize, SLICE, end)));
+    let turn = match Instant::now().checked_add(SLICE_TIME) {
+        Some(end) => Turn::Slice(SLICE, end),
+        None => Turn::None,
+    };
+    with_turn(core, |_| (turn, ()));
 }
 
 /// Spends one return of this thread's slice on `core`; false when it has none there.
 #[cfg(not(loom))]
 #[inline]
 fn use_slice<C>(core: &Core<C>) -> bool {
-    IN_SLICE.with(|s| {
-        let (at, left, end) = s.get();
-        if left == 0 || at != core as *const _ as usize {
-            return false;
+    with_turn(core, |turn| match turn {
+        Turn::Slice(left, end) if left > 0 && Instant::now() < end => {
+            (Turn::Slice(left - 1, end), true)
         }
-        if end.is_none_or(|e| Instant::now() >= e) {
-            s.set((0, 0, None));
-            return false;
-        }
-        s.set((at, left - 1, end));
-        true
+        Turn::Slice(..) => (Turn::None, false),
+        other => (other, false),
     })
 }
-
-#[cfg(not(loom))]
-thread_local!(
-    /// The core whose starving waiter this thread last handed its slot to (0: none).
-    static QUEUE_NEXT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) }
-);
 
 /// This thread handed its slot to a starving waiter of `core`: its next blocking borrow there
 /// queues at once.
 #[cfg(not(loom))]
 fn queue_next<C>(core: &Core<C>) {
-    QUEUE_NEXT.with(|q| q.set(core as *const _ as usize));
+    with_turn(core, |_| (Turn::BackOfLine, ()));
 }
 
 /// Whether this thread's borrow from `core` must queue at once (see [`queue_next`]); clears it.
 #[cfg(not(loom))]
 #[inline]
 fn must_queue<C>(core: &Core<C>) -> bool {
-    QUEUE_NEXT.with(|q| {
-        if q.get() == core as *const _ as usize {
-            q.set(0);
-            true
-        } else {
-            false
-        }
+    with_turn(core, |turn| match turn {
+        Turn::BackOfLine => (Turn::None, true),
+        other => (other, false),
     })
 }
 

@@ -198,16 +198,18 @@ impl<M: Manager> Drop for Pooled<M> {
             pool.attachments[i].borrow_site.returned(i);
         }
         let c = &pool.counters;
-        if held.discard || pool.manager.is_broken(&held.conn) {
-            c.closed_broken.fetch_add(1, Ordering::Relaxed);
-            drop(held);
-            pool.free(owned);
+        // Closed rather than put back, counted by why.
+        let closed = if held.discard || pool.manager.is_broken(&held.conn) {
+            Some(&c.closed_broken)
         } else if pool.expired(i, now) {
-            c.retired.fetch_add(1, Ordering::Relaxed);
-            drop(held);
-            pool.free(owned);
+            Some(&c.retired)
         } else if i >= pool.core.limit() {
-            c.resized_away.fetch_add(1, Ordering::Relaxed);
+            Some(&c.resized_away)
+        } else {
+            None
+        };
+        if let Some(counter) = closed {
+            counter.fetch_add(1, Ordering::Relaxed);
             drop(held);
             pool.free(owned);
         } else if pool.manager.needs_reset(&held.conn) {

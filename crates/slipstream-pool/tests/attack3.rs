@@ -22,22 +22,8 @@ impl Manager for Numbers {
     }
 }
 
-/// A pool over two independent primaries (no replication: these tests are about shares and
-/// routing, any role will do).
-fn two_primaries_url(a: &Cluster, b: &Cluster) -> String {
-    format!(
-        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
-        a.port(),
-        b.port()
-    )
-}
-
 fn open_total(pool: &PgPool) -> usize {
     pool.servers().iter().map(|s| s.stats.open).sum()
-}
-
-fn shares_total(pool: &PgPool) -> usize {
-    pool.servers().iter().map(|s| s.stats.max_size).sum()
 }
 
 /// Promise 5: a borrow returned before the leak threshold is never reported. Heavy churn
@@ -246,7 +232,7 @@ async fn leak_warning_across_a_resize_while_lent_reports_each_borrow_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_open_never_exceed_max_size_across_a_drain() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .max_size(2)
         .build_ready()
         .await
@@ -255,7 +241,7 @@ async fn connections_open_never_exceed_max_size_across_a_drain() {
     let drained = first.server().to_string();
     pool.drain(&drained).unwrap();
     // The drained server's lent connection holds its part of the total back.
-    assert_eq!(shares_total(&pool), 1, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 1, "{:?}", pool.servers());
     let x = pool.get(Role::Any).await.unwrap();
     assert_ne!(x.server(), drained);
     // A second borrow must wait: two connections are open on a max_size 2 pool.
@@ -280,7 +266,7 @@ async fn connections_open_never_exceed_max_size_across_a_drain() {
         "{open} connections open on a max_size 2 pool: {:?}",
         pool.servers()
     );
-    assert_eq!(shares_total(&pool), 2, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 2, "{:?}", pool.servers());
 }
 
 /// Promise 2: unknown names are refused, naming the servers; drain of every server leaves
@@ -290,7 +276,7 @@ async fn connections_open_never_exceed_max_size_across_a_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_unknown_names_every_server_and_loops() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .max_size(5)
         .build_ready()
         .await
@@ -317,18 +303,18 @@ async fn drain_unknown_names_every_server_and_loops() {
         assert_ne!(conn.server(), names[round % 2]);
         drop(conn);
         pool.resume(&names[round % 2]).unwrap();
-        assert_eq!(shares_total(&pool), 5, "{:?}", pool.servers());
+        assert_eq!(common::shares_total(&pool), 5, "{:?}", pool.servers());
     }
     let s = pool.servers();
     assert!(s.iter().all(|s| !s.drained && s.outstanding == 0), "{s:?}");
     assert_eq!(s[0].stats.max_size + s[1].stats.max_size, 5, "{s:?}");
     // resize clamps between the number of servers and the resize limit, and the shares follow.
     assert_eq!(pool.resize(0), 2);
-    assert_eq!(shares_total(&pool), 2, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 2, "{:?}", pool.servers());
     assert!(pool.servers().iter().all(|s| s.stats.max_size == 1));
     let top = pool.resize(usize::MAX);
     assert_eq!(top, 64, "the default resize limit");
-    assert_eq!(shares_total(&pool), 64, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 64, "{:?}", pool.servers());
     pool.drain(&names[0]).unwrap();
     // The whole total once the drained server's idle connections are closed (at once, by its
     // sub-pool's task; until then they hold their part back).
@@ -341,10 +327,10 @@ async fn drain_unknown_names_every_server_and_loops() {
     .await;
     pool.resume(&names[0]).unwrap();
     assert_eq!(pool.resize(5), 5);
-    assert_eq!(shares_total(&pool), 5, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 5, "{:?}", pool.servers());
 
     // Fewer connections than servers is refused, saying what to do.
-    let err = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let err = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .max_size(1)
         .build()
         .map(|_| ())
@@ -358,7 +344,7 @@ async fn drain_unknown_names_every_server_and_loops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_waiter_on_a_drained_server_repicks() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .pool_config(Config {
             max_size: 2,
             borrow_timeout: Duration::from_secs(30),
@@ -411,7 +397,7 @@ async fn async_waiter_on_a_drained_server_repicks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_waiter_on_a_drained_server_repicks() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .pool_config(Config {
             max_size: 2,
             borrow_timeout: Duration::from_secs(30),
@@ -467,7 +453,7 @@ async fn blocking_waiter_on_a_drained_server_repicks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resize_drain_resume_storm_keeps_shares_and_counts() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .pool_config(Config {
             max_size: 6,
             borrow_timeout: Duration::from_secs(10),
@@ -556,7 +542,7 @@ async fn resize_drain_resume_storm_keeps_shares_and_counts() {
     let mut most_shares = 0;
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
-        most_shares = most_shares.max(shares_total(&pool));
+        most_shares = most_shares.max(common::shares_total(&pool));
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -569,7 +555,7 @@ async fn resize_drain_resume_storm_keeps_shares_and_counts() {
     eprintln!("most shares seen summed during the storm (max_size at most 8): {most_shares}");
     pool.resize(6);
     let s = pool.servers();
-    assert_eq!(shares_total(&pool), 6, "{s:?}");
+    assert_eq!(common::shares_total(&pool), 6, "{s:?}");
     assert!(
         s.iter()
             .all(|s| s.outstanding == 0 && s.stats.borrowed == 0),
@@ -837,7 +823,7 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
             |s| !s[1].up,
         )
         .await;
-        most_shares = most_shares.max(shares_total(&pool));
+        most_shares = most_shares.max(common::shares_total(&pool));
         standby.restart().unwrap();
         common::until(
             Duration::from_secs(15),
@@ -846,7 +832,7 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
             |s| s[1].up,
         )
         .await;
-        most_shares = most_shares.max(shares_total(&pool));
+        most_shares = most_shares.max(common::shares_total(&pool));
         eprintln!("round {round}: {:?}", pool.servers());
     }
     stop.store(true, Ordering::Relaxed);
@@ -855,7 +841,7 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
     }
     eprintln!("most shares sampled summed: {most_shares} (max_size 5)");
     let s = pool.servers();
-    assert_eq!(shares_total(&pool), 5, "{s:?}");
+    assert_eq!(common::shares_total(&pool), 5, "{s:?}");
     assert!(
         s.iter()
             .all(|s| s.outstanding == 0 && s.stats.borrowed == 0),
@@ -1032,13 +1018,7 @@ async fn published_metrics_agree_with_stats_and_the_histogram_holds_only_waits()
             let pool = pool.clone();
             tokio::spawn(async move { while pool.get().await.is_err() {} })
         };
-        common::until(
-            Duration::from_secs(5),
-            "the borrower queues",
-            || pool.stats(),
-            |s| s.waiting == 1,
-        )
-        .await;
+        common::until_waiting(&pool, 1).await;
         drop(held);
         waiter.await.unwrap();
     }
@@ -1143,7 +1123,7 @@ async fn published_metrics_agree_with_stats_and_the_histogram_holds_only_waits()
 async fn pg_pool_metrics_agree_with_the_pool() {
     snapshotter();
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let pool = PgPool::builder(two_primaries_url(&a, &b).parse().unwrap())
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
         .pool_config(Config {
             max_size: 4,
             metrics_name: Some("pgattack".to_string()),

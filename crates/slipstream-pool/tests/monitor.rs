@@ -9,19 +9,6 @@ use slipstream_testkit::Cluster;
 
 mod common;
 
-/// A pool over two independent primaries (the roles do not matter here).
-fn two_primaries_url(a: &Cluster, b: &Cluster) -> String {
-    format!(
-        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
-        a.port(),
-        b.port()
-    )
-}
-
-fn shares_total(pool: &PgPool) -> usize {
-    pool.servers().iter().map(|s| s.stats.max_size).sum()
-}
-
 /// A connection lent on a drained server holds its part of `max_size` back until it returns;
 /// the monitor rechecks for that every 20 ms. Each recheck's rebalance used to notify the
 /// monitor itself, so its wait returned at once and it looped without ever yielding: on a
@@ -33,7 +20,7 @@ fn shares_total(pool: &PgPool) -> usize {
 #[test]
 fn the_monitor_yields_while_a_drained_servers_connection_is_lent() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
-    let url = two_primaries_url(&a, &b);
+    let url = common::two_primaries_url(&a, &b);
     let (done, finished) = mpsc::channel();
     // One thread, so a task that never yields keeps everything else (this scenario included)
     // off it for good, whatever the timing; the test thread watches from outside.
@@ -69,12 +56,12 @@ async fn lend_across_a_drain(url: String) {
     let drained = held.server().to_string();
     pool.drain(&drained).unwrap();
     // The lent connection holds its part back until it returns.
-    assert_eq!(shares_total(&pool), 3, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 3, "{:?}", pool.servers());
     // Every wait below hands the thread to the monitor (and the sub-pools' openers) meanwhile.
     let other = pool.get(Role::Any).await.unwrap();
     assert_ne!(other.server(), drained);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(shares_total(&pool), 3, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 3, "{:?}", pool.servers());
     // Closed on return (its server is drained); the monitor's next recheck gives its part out.
     drop(held);
     common::until(
@@ -89,7 +76,7 @@ async fn lend_across_a_drain(url: String) {
     .await;
     drop(other);
     pool.resume(&drained).unwrap();
-    assert_eq!(shares_total(&pool), 4, "{:?}", pool.servers());
+    assert_eq!(common::shares_total(&pool), 4, "{:?}", pool.servers());
     let s = pool.servers();
     assert!(
         s.iter().all(|s| !s.drained && s.stats.max_size == 2),

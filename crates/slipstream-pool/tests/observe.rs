@@ -91,13 +91,7 @@ async fn gauges_counters_and_the_wait_histogram_reach_the_recorder() {
     };
     // Returned once the waiter is queued (not after a fixed sleep, which a loaded machine can
     // outlast before the waiter even runs).
-    common::until(
-        Duration::from_secs(5),
-        "the borrower queues",
-        || pool.stats(),
-        |s| s.waiting == 1,
-    )
-    .await;
+    common::until_waiting(&pool, 1).await;
     drop(held);
     assert_eq!(waiter.await.unwrap().unwrap(), 1);
     let _held_again = pool.get().await.unwrap();
