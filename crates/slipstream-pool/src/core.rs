@@ -18,8 +18,10 @@
 //!
 //! A borrower that finds no IDLE slot rescans a few times (spinning, then yielding), and only
 //! then queues an entry in the wait queue (a slab under a mutex: entries are reused, so a wait
-//! allocates nothing once the queue has grown to the most waiters seen), counts itself in
-//! `waiting` and scans once more before it sleeps.
+//! allocates nothing once the queue has grown to the most waiters seen, but for the rare entry
+//! whose mailbox its last waiter has not read yet), counts itself in `waiting` and scans once
+//! more before it sleeps. A returner that hands a slot over puts it in the waiter's mailbox
+//! and frees the entry, so a served waiter reads its mailbox and takes no lock.
 //!
 //! A returner marks its slot IDLE and reads `waiting`: zero (the common case) and it is done,
 //! with no lock. Otherwise it wakes the head waiter, unless a woken waiter has not looked yet
@@ -54,6 +56,7 @@
 //! - a waiter whose slot was handed to it is woken, and one that gives up (a timeout, a
 //!   dropped future) returns a slot handed to it meanwhile and passes its wake-up on.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -61,7 +64,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread};
+use crate::sync::{
+    Arc, AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread,
+};
 
 pub(crate) const EMPTY: u8 = 0;
 pub(crate) const OPENING: u8 = 1;
@@ -91,8 +96,14 @@ pub(crate) struct Slot<C> {
     /// from the odd value it was lent with, the reclaimer takes the slot with a CAS from the
     /// same value; whichever wins owns the slot (see `Pooled`'s drop).
     pub(crate) lease: AtomicU64,
+    /// Borrows that waited and got this slot, by wait: bucket k counts waits of 2^k to
+    /// 2^(k+1) µs. Written by the slot's owner.
+    pub(crate) wait_buckets: [AtomicU64; WAIT_BUCKETS],
     conn: Cell<Option<C>>,
 }
+
+/// Buckets of the wait histogram: the last one takes every wait from 2^31 µs (36 minutes).
+pub(crate) const WAIT_BUCKETS: usize = 32;
 
 // SAFETY: the connection in `conn` is accessed only by the single owner that won the CAS moving
 // the slot out of IDLE/EMPTY (see the module docs), so sharing a `Slot` between threads shares
@@ -112,6 +123,7 @@ impl<C> Slot<C> {
             busy_ms: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             lease: AtomicU64::new(0),
+            wait_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             conn: Cell::new(None),
         }
     }
@@ -146,24 +158,62 @@ impl Wake {
 
 const NIL: usize = usize::MAX;
 
+/// An empty mailbox: no slot handed over (yet).
+const NONE: usize = usize::MAX;
+
 /// One waiting borrower's entry in the queue.
 struct Entry {
     prev: usize,
     next: usize,
     /// Linked in the queue (false once handed a slot, or free).
     queued: bool,
-    /// The slot a returner handed over; the waiter owns it from then on.
-    given: Option<usize>,
-    /// When it has waited past its fairness bound (`None`: never strict).
-    due: Option<Instant>,
+    /// Where a returner puts the slot it hands over (the waiter owns it from then on); the
+    /// waiter's [`Ticket`] holds the same mailbox, so it can read it without the lock.
+    mailbox: Arc<AtomicUsize>,
+    /// When it has waited past its fairness bound.
+    due: Due,
     wake: Option<Wake>,
+}
+
+/// When a waiter has waited past its fairness bound.
+#[derive(Clone, Copy)]
+enum Due {
+    /// Never: no bound (it would overflow the clock).
+    Never,
+    /// From the start: a zero bound (tasks by default), known without reading the clock,
+    /// which costs a returner about 30 ns a read on this project's machines.
+    Now,
+    At(Instant),
+}
+
+impl Due {
+    fn after(bound: Duration) -> Due {
+        if bound.is_zero() {
+            return Due::Now;
+        }
+        match Instant::now().checked_add(bound) {
+            Some(at) => Due::At(at),
+            None => Due::Never,
+        }
+    }
+
+    fn passed(self) -> bool {
+        match self {
+            Due::Never => false,
+            Due::Now => true,
+            Due::At(at) => Instant::now() >= at,
+        }
+    }
 }
 
 /// The waiting borrowers, oldest first: a doubly linked list in a slab, so leaving from the
 /// middle (a timeout) costs O(1) and a wait allocates only while the slab grows.
 struct WaitQueue {
     entries: Vec<Entry>,
-    free: Vec<usize>,
+    /// Free entries, reused oldest first: an entry freed by a hand-off keeps its mailbox
+    /// shared with the served waiter's ticket until that waiter reads it, and the oldest is
+    /// the likeliest to be read by now (a shared one is replaced, see `push`).
+    free: VecDeque<usize>,
     head: usize,
     tail: usize,
     /// The entry woken and not yet looked at the slots: at most one wake is in flight.
@@ -174,29 +224,42 @@ impl WaitQueue {
     fn new() -> WaitQueue {
         WaitQueue {
             entries: Vec::new(),
-            free: Vec::new(),
+            free: VecDeque::new(),
             head: NIL,
             tail: NIL,
             woken: NIL,
         }
     }
 
-    fn push(&mut self, wake: Wake, due: Option<Instant>) -> usize {
-        let entry = Entry {
-            prev: self.tail,
-            next: NIL,
-            queued: true,
-            given: None,
-            due,
-            wake: Some(wake),
-        };
-        let id = match self.free.pop() {
+    /// Queues a waiter at the tail: its entry's id and mailbox.
+    fn push(&mut self, wake: Wake, due: Due) -> (usize, Arc<AtomicUsize>) {
+        let tail = self.tail;
+        let id = match self.free.pop_front() {
             Some(id) => {
-                self.entries[id] = entry;
+                let e = &mut self.entries[id];
+                match Arc::get_mut(&mut e.mailbox) {
+                    // Acquire (in `get_mut`): the last ticket's read of it happened before.
+                    Some(m) => m.store(NONE, Relaxed),
+                    // A served waiter has not read it yet: a fresh one (rare: the oldest
+                    // free entry is reused).
+                    None => e.mailbox = Arc::new(AtomicUsize::new(NONE)),
+                }
+                e.prev = tail;
+                e.next = NIL;
+                e.queued = true;
+                e.due = due;
+                e.wake = Some(wake);
                 id
             }
             None => {
-                self.entries.push(entry);
+                self.entries.push(Entry {
+                    prev: tail,
+                    next: NIL,
+                    queued: true,
+                    mailbox: Arc::new(AtomicUsize::new(NONE)),
+                    due,
+                    wake: Some(wake),
+                });
                 self.entries.len() - 1
             }
         };
@@ -205,7 +268,7 @@ impl WaitQueue {
             t => self.entries[t].next = id,
         }
         self.tail = id;
-        id
+        (id, self.entries[id].mailbox.clone())
     }
 
     fn unlink(&mut self, id: usize) {
@@ -229,8 +292,7 @@ impl WaitQueue {
 
     fn release_entry(&mut self, id: usize) {
         self.entries[id].wake = None;
-        self.entries[id].given = None;
-        self.free.push(id);
+        self.free.push_back(id);
     }
 
     /// Marks the head woken and returns how to wake it, unless a wake is already in flight.
@@ -281,8 +343,27 @@ impl Lease {
 
 /// A queued waiter's place: consumed when it gets a slot or gives up, so the compiler sees
 /// that a place is used by one waiter and left exactly once.
+///
+/// The entry `id` is the waiter's while its mailbox is empty: a returner that hands it a
+/// slot fills the mailbox and frees the entry in one step under the lock. So a waiter reads
+/// its mailbox without the lock (a served waiter takes no lock at all), and under the lock
+/// an empty mailbox proves the entry is still its own.
 #[must_use = "a queued waiter must poll until served or cancel"]
-pub(crate) struct Ticket(usize);
+pub(crate) struct Ticket {
+    id: usize,
+    mailbox: Arc<AtomicUsize>,
+}
+
+impl Ticket {
+    /// The slot handed to this waiter, if any. Acquire: pairs with the returner's release
+    /// store, so the connection it put back is visible.
+    fn given(&self) -> Option<usize> {
+        match self.mailbox.load(Acquire) {
+            NONE => None,
+            i => Some(i),
+        }
+    }
+}
 
 /// The slots and the queue of waiters.
 pub(crate) struct Core<C> {
@@ -426,13 +507,13 @@ impl<C> Core<C> {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
         };
-        let due = Instant::now().checked_add(bound);
+        let due = Due::after(bound);
         let mut q = lock(&self.queue);
-        let id = q.push(wake, due);
+        let (id, mailbox) = q.push(wake, due);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.waiting.fetch_add(1, SeqCst);
-        Ticket(id)
+        Ticket { id, mailbox }
     }
 
     /// Looks for a slot for queued waiter `t`: one handed to it, else an IDLE one it claims.
@@ -443,13 +524,17 @@ impl<C> Core<C> {
 
     /// [`Core::poll`], also saying whether the slot was handed over (true) or claimed.
     fn poll_served(&self, t: Ticket, waker: Option<&Waker>) -> Result<(Owned, bool), Ticket> {
+        // Served: the returner already freed the entry; no lock.
+        if let Some(i) = t.given() {
+            return Ok((Owned(i), true));
+        }
         {
             let mut q = lock(&self.queue);
-            let e = &mut q.entries[t.0];
-            if let Some(i) = e.given.take() {
-                q.release_entry(t.0);
+            // Served between the read above and the lock.
+            if let Some(i) = t.given() {
                 return Ok((Owned(i), true));
             }
+            let e = &mut q.entries[t.id];
             if let Some(w) = waker {
                 match &mut e.wake {
                     Some(Wake::Task(old)) if old.will_wake(w) => {}
@@ -457,39 +542,45 @@ impl<C> Core<C> {
                 }
             }
             // It is looking now: the next return may wake someone (maybe this waiter again).
-            if q.woken == t.0 {
+            if q.woken == t.id {
                 q.woken = NIL;
             }
         }
+        self.look(t).map(|o| (o, false))
+    }
+
+    /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
+    /// the one queued, and it cannot have been woken by a hand-off it has not seen: a slot
+    /// handed meanwhile is found by its next [`Core::poll`], after that wake) or after
+    /// [`Core::poll`]'s look at the queue. The lock only when it found one.
+    pub(crate) fn look(&self, t: Ticket) -> Result<Owned, Ticket> {
         // A CAS on every slot, not a load: it must read the latest state (module docs).
         let Some(i) = self.scan(false) else {
             return Err(t);
         };
         let mut q = lock(&self.queue);
-        if let Some(j) = q.entries[t.0].given.take() {
+        if let Some(j) = t.given() {
             // Handed one while claiming another: keep the handed one, release the other.
-            q.release_entry(t.0);
             drop(q);
             self.release(i);
-            return Ok((Owned(j), true));
+            return Ok(Owned(j));
         }
-        let wake = self.leave(&mut q, t.0);
+        let wake = self.leave(&mut q, t.id);
         drop(q);
         if let Some(w) = wake {
             w.wake();
         }
-        Ok((i, false))
+        Ok(i)
     }
 
     /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
     /// handed over and now belongs to the caller.
     pub(crate) fn cancel(&self, t: Ticket) -> Option<Owned> {
         let mut q = lock(&self.queue);
-        if let Some(i) = q.entries[t.0].given.take() {
-            q.release_entry(t.0);
+        if let Some(i) = t.given() {
             return Some(Owned(i));
         }
-        let wake = self.leave(&mut q, t.0);
+        let wake = self.leave(&mut q, t.id);
         drop(q);
         if let Some(w) = wake {
             w.wake();
@@ -526,9 +617,11 @@ impl<C> Core<C> {
             return None;
         }
         q.unlink(head);
-        let e = &mut q.entries[head];
-        e.given = Some(i);
-        let wake = e.wake.take();
+        let wake = q.entries[head].wake.take();
+        // Release: the connection put back happens before the waiter's acquire read. The
+        // entry is freed with it: from here the waiter needs only its ticket.
+        q.entries[head].mailbox.store(i, Release);
+        q.release_entry(head);
         self.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
         Some(wake)
@@ -642,7 +735,7 @@ impl<C> Core<C> {
 
 /// The head waiter has waited past its fairness bound.
 fn head_starving(q: &WaitQueue) -> bool {
-    q.head != NIL && q.entries[q.head].due.is_some_and(|d| Instant::now() >= d)
+    q.head != NIL && q.entries[q.head].due.passed()
 }
 
 fn lock<T>(m: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
@@ -830,8 +923,19 @@ pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Op
             return Some(i);
         }
     }
-    let mut t = core.enqueue(Wake::Thread(crate::sync::current_thread()));
+    let mut t = match core.look(core.enqueue(Wake::Thread(crate::sync::current_thread()))) {
+        Ok(i) => return Some(i),
+        Err(t) => t,
+    };
     loop {
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Some(left),
+                _ => return core.cancel(t),
+            },
+            None => None,
+        };
+        park_for(left);
         t = match core.poll_served(t, None) {
             Ok((i, handed)) => {
                 if handed {
@@ -841,20 +945,13 @@ pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Op
             }
             Err(t) => t,
         };
-        let left = match deadline {
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => Some(left),
-                _ => return core.cancel(t),
-            },
-            None => None,
-        };
-        park_for(left);
     }
 }
 
-/// The async borrower's wait: queues on first poll (after one more scan), then polls the
-/// queue each time it is woken. Dropping it (a timeout, a cancelled borrow) gives the place
-/// up and passes on a slot handed over meanwhile. Output: the owned slot.
+/// The async borrower's wait: queues on first poll and scans once, then polls the queue each
+/// time it is woken (it does not scan before queueing: its callers have just scanned).
+/// Dropping it (a timeout, a cancelled borrow) gives the place up and passes on a slot handed
+/// over meanwhile. Output: the owned slot.
 pub(crate) struct Wait<'a, C> {
     core: &'a Core<C>,
     ticket: Option<Ticket>,
@@ -870,16 +967,13 @@ impl<C> Future for Wait<'_, C> {
     type Output = Owned;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Owned> {
-        let t = match self.ticket.take() {
-            Some(t) => t,
-            None => {
-                if let Some(i) = self.core.try_claim() {
-                    return Poll::Ready(i);
-                }
-                self.core.enqueue(Wake::Task(cx.waker().clone()))
-            }
+        let looked = match self.ticket.take() {
+            Some(t) => self.core.poll(t, Some(cx.waker())),
+            None => self
+                .core
+                .look(self.core.enqueue(Wake::Task(cx.waker().clone()))),
         };
-        match self.core.poll(t, Some(cx.waker())) {
+        match looked {
             Ok(i) => Poll::Ready(i),
             Err(t) => {
                 self.ticket = Some(t);

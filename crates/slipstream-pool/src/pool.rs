@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::core::{BORROWED, Core, IDLE, Owned, Wait, claim_blocking};
+use crate::core::{BORROWED, Core, IDLE, Owned, WAIT_BUCKETS, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
@@ -242,7 +242,6 @@ impl<M: Manager> Inner<M> {
 
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) waits: AtomicU64,
     pub(crate) timeouts: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) opened: AtomicU64,
@@ -259,8 +258,6 @@ pub(crate) struct Counters {
     pub(crate) label_configures: AtomicU64,
     pub(crate) label_closes: AtomicU64,
     pub(crate) leaks_suspected: AtomicU64,
-    /// Borrows that waited, by wait time: bucket k counts waits of 2^k to 2^(k+1) µs.
-    pub(crate) wait_buckets: [AtomicU64; 32],
 }
 
 impl<M: Manager> Pool<M> {
@@ -285,8 +282,10 @@ impl<M: Manager> Pool<M> {
     /// # }
     /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
     /// use slipstream_pool::PoolError;
-    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1)
-    ///     .borrow_timeout(std::time::Duration::from_millis(10)).build();
+    /// // min_size 1 and build_ready: the connection is open before the first borrow, so the
+    /// // short timeout below applies only to the borrow that must wait.
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1).min_size(1)
+    ///     .borrow_timeout(std::time::Duration::from_millis(10)).build_ready().await?;
     /// let held = pool.get().await?;
     /// // The only connection is held: the second borrow times out, saying so.
     /// assert!(matches!(pool.get().await, Err(PoolError::Timeout { .. })));
@@ -306,6 +305,8 @@ impl<M: Manager> Pool<M> {
         &self,
         first: Option<Pooled<M>>,
     ) -> Result<Pooled<M>, PoolError> {
+        // `get`'s first try found no idle connection: no need to look again at once.
+        let mut scanned = first.is_none();
         if let Some(conn) = first {
             if let Some(conn) = self.validated(conn).await {
                 return Ok(conn);
@@ -313,7 +314,9 @@ impl<M: Manager> Pool<M> {
         }
         let mut deadline = Deadline::Unset;
         loop {
-            let conn = self.claim(&mut deadline).await?;
+            let conn = self
+                .claim(&mut deadline, std::mem::take(&mut scanned))
+                .await?;
             if let Some(conn) = self.validated(conn).await {
                 return Ok(conn);
             }
@@ -365,7 +368,7 @@ impl<M: Manager> Pool<M> {
         loop {
             let conn = match self.claim_cheapest(wanted, labeling) {
                 Some(conn) => conn,
-                None => self.claim(&mut deadline).await?,
+                None => self.claim(&mut deadline, false).await?,
             };
             let Some(mut conn) = self.validated(conn).await else {
                 continue;
@@ -450,10 +453,13 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
-    async fn claim(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
+    /// `scanned`: the caller has just found no idle slot, so it queues without looking again.
+    async fn claim(&self, deadline: &mut Deadline, scanned: bool) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if let Some(o) = inner.core.try_claim() {
-            return Ok(self.lend(o));
+        if !scanned {
+            if let Some(o) = inner.core.try_claim() {
+                return Ok(self.lend(o));
+            }
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
@@ -470,7 +476,7 @@ impl<M: Manager> Pool<M> {
         };
         match waited {
             Ok(o) => {
-                self.waited(start);
+                self.waited(start, &o);
                 Ok(self.lend(o))
             }
             Err(_) => Err(self.timeout_error()),
@@ -546,7 +552,7 @@ impl<M: Manager> Pool<M> {
         self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline) {
             Some(o) => {
-                self.waited(start);
+                self.waited(start, &o);
                 Ok(self.lend(o))
             }
             None => Err(self.timeout_error()),
@@ -641,6 +647,9 @@ impl<M: Manager> Pool<M> {
             }
         }
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let wait_histogram_us: Vec<u64> = (0..WAIT_BUCKETS)
+            .map(|k| core.slots.iter().map(|s| load(&s.wait_buckets[k])).sum())
+            .collect();
         Stats {
             max_size: core.limit(),
             min_size: inner.min_size(),
@@ -649,7 +658,7 @@ impl<M: Manager> Pool<M> {
             borrowed,
             waiting: core.waiting.load(Ordering::Relaxed),
             borrows: core.slots.iter().map(|s| load(&s.borrows)).sum(),
-            waits: load(&c.waits),
+            waits: wait_histogram_us.iter().sum(),
             timeouts: load(&c.timeouts),
             rejected: load(&c.rejected),
             opened: load(&c.opened),
@@ -666,7 +675,7 @@ impl<M: Manager> Pool<M> {
             label_configures: load(&c.label_configures),
             label_closes: load(&c.label_closes),
             leaks_suspected: load(&c.leaks_suspected),
-            wait_histogram_us: c.wait_buckets.iter().map(load).collect(),
+            wait_histogram_us,
         }
     }
 
@@ -766,16 +775,19 @@ impl<M: Manager> Pool<M> {
         Ok(())
     }
 
-    fn waited(&self, start: Instant) {
-        let c = &self.inner.counters;
-        c.waits.fetch_add(1, Ordering::Relaxed);
+    /// Records a borrow that waited from `start` and got owned slot `o`: in the slot's own
+    /// histogram (written by its owner only, so a wait touches no counter that the other
+    /// workers write: a shared one cost a contended read-modify-write per wait, measured in
+    /// docs/benchmarks.md, pool-scaling).
+    fn waited(&self, start: Instant, o: &Owned) {
         let waited = start.elapsed();
         if let Some(published) = &self.inner.published {
             published.record_wait(waited);
         }
         let us = waited.as_micros().max(1) as u64;
-        let bucket = (63 - us.leading_zeros() as usize).min(c.wait_buckets.len() - 1);
-        c.wait_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let bucket = (63 - us.leading_zeros() as usize).min(WAIT_BUCKETS - 1);
+        let count = &self.inner.core.slots[o.index()].wait_buckets[bucket];
+        count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     pub(crate) fn timeout_error(&self) -> PoolError {

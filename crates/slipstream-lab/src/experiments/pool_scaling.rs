@@ -200,6 +200,15 @@ impl Hold {
         }
     }
 
+    /// The spin hold in µs, as `SLIPSTREAM_POOL_SCALING_HOLDS` names it.
+    fn micros(self) -> String {
+        match self {
+            Hold::Zero => "0".into(),
+            Hold::Spin(d) => d.as_micros().to_string(),
+            Hold::Select1 => "SELECT 1".into(),
+        }
+    }
+
     #[inline]
     fn spin(self) {
         if let Hold::Spin(d) = self {
@@ -708,8 +717,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             },
         )
     };
-    // A subset, for a look at a few points: SLIPSTREAM_POOL_SCALING_T=10,10000 and
-    // SLIPSTREAM_POOL_SCALING_KINDS=threads,tasks,postgres.
+    // A subset, for a look at a few points: SLIPSTREAM_POOL_SCALING_T=10,10000,
+    // SLIPSTREAM_POOL_SCALING_KINDS=threads,tasks,postgres and SLIPSTREAM_POOL_SCALING_HOLDS=0,10
+    // (µs of the spin hold; threads and tasks only).
     if let Some(list) = env_list("SLIPSTREAM_POOL_SCALING_T") {
         let parsed: Result<Vec<usize>, _> = list.iter().map(|s| s.parse()).collect();
         counts = parsed.map_err(|e| {
@@ -722,6 +732,13 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         kinds.retain(|k| list.iter().any(|s| s == k.key()));
         if kinds.is_empty() {
             anyhow::bail!("SLIPSTREAM_POOL_SCALING_KINDS names none of threads, tasks, postgres");
+        }
+    }
+    let mut spin_holds = vec![Hold::Zero, Hold::Spin(Duration::from_micros(10))];
+    if let Some(list) = env_list("SLIPSTREAM_POOL_SCALING_HOLDS") {
+        spin_holds.retain(|h| list.iter().any(|s| *s == h.micros()));
+        if spin_holds.is_empty() {
+            anyhow::bail!("SLIPSTREAM_POOL_SCALING_HOLDS names none of 0, 10 (µs)");
         }
     }
     let mut r = ExperimentResult::new("pool-scaling", TITLE, ctx.quick);
@@ -756,7 +773,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     for &kind in &kinds {
         let holds: &[Hold] = match kind {
             Kind::Postgres => &[Hold::Select1],
-            _ => &[Hold::Zero, Hold::Spin(Duration::from_micros(10))],
+            _ => &spin_holds,
         };
         let ts = if kind == Kind::Postgres {
             &pg_counts
