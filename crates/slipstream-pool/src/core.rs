@@ -46,9 +46,13 @@
 //! No return ever waits for another thread to make progress: it takes the queue's mutex only
 //! while someone waits, for a few instructions, and never spins.
 //!
-//! Both sides touch `waiting` and the slot state with sequentially consistent read-modify-
-//! writes: either the returner sees the waiter's count (and wakes or hands over), or the
-//! waiter's scan after counting itself sees the IDLE slot, so no wake-up is lost.
+//! Both sides touch `waiting` with read-modify-writes: the returner marks its slot IDLE and
+//! then reads `waiting` with an RMW (adding 0), the waiter counts itself with an RMW and then
+//! scans. RMWs on one location are totally ordered: either the returner's comes later and
+//! reads the waiter's count (it wakes or hands over), or it comes earlier, and the waiter's
+//! RMW reads from its release sequence, so the returner's IDLE store happens before the
+//! waiter's scan, which therefore sees IDLE (or a later borrower's claim). No wake-up is lost,
+//! and the scan needs only loads, with a CAS on the IDLE slots it finds.
 //!
 //! Invariants (what loom checks):
 //! - a slot is lent to at most one holder at a time (the cell is never accessed concurrently);
@@ -428,11 +432,25 @@ impl<C> Core<C> {
     /// plain load first, so a busy slot costs no cache-line write).
     #[inline]
     pub(crate) fn try_claim(&self) -> Option<Owned> {
-        self.scan(true)
+        self.scan()
+    }
+
+    /// [`Core::try_claim`] for a borrower that will queue if it finds nothing: none while a
+    /// waiter starves, without looking. Returns then hand slots straight to the queue's head,
+    /// so a scan would read every slot's line (written by the other workers) to find nothing
+    /// but a slot in flight, which the scan after queueing finds. (Not for a thread's blocking
+    /// borrow: a thread in its slice takes back the slot it left IDLE.)
+    #[inline]
+    pub(crate) fn try_claim_unless_starving(&self) -> Option<Owned> {
+        // Relaxed: a hint; missing an IDLE slot here only sends the borrower to queue.
+        if self.starving.load(Relaxed) {
+            return None;
+        }
+        self.scan()
     }
 
     #[inline]
-    fn scan(&self, skip_busy_by_load: bool) -> Option<Owned> {
+    fn scan(&self) -> Option<Owned> {
         let n = self.limit();
         if n == 0 {
             return None;
@@ -451,7 +469,7 @@ impl<C> Core<C> {
             };
             let state = &self.slots[i].state;
             // Relaxed load: only a hint; the CAS decides.
-            if skip_busy_by_load && state.load(Relaxed) != IDLE {
+            if state.load(Relaxed) != IDLE {
                 continue;
             }
             // SeqCst: pairs with the returner's SeqCst swap to IDLE and its read of `waiting`
@@ -554,8 +572,9 @@ impl<C> Core<C> {
     /// handed meanwhile is found by its next [`Core::poll`], after that wake) or after
     /// [`Core::poll`]'s look at the queue. The lock only when it found one.
     pub(crate) fn look(&self, t: Ticket) -> Result<Owned, Ticket> {
-        // A CAS on every slot, not a load: it must read the latest state (module docs).
-        let Some(i) = self.scan(false) else {
+        // Loads suffice: the queueing RMW on `waiting` ordered any return that missed this
+        // waiter's count before this scan (module docs).
+        let Some(i) = self.scan() else {
             return Err(t);
         };
         let mut q = lock(&self.queue);
@@ -606,8 +625,11 @@ impl<C> Core<C> {
     /// Re-reads whether the (new) head has waited past the fairness bound.
     fn update_starving(&self, q: &WaitQueue) {
         let starving = head_starving(q);
-        // Relaxed: a hint; `release` re-checks under the lock.
-        self.starving.store(starving, Relaxed);
+        // Relaxed: a hint; `release` re-checks under the lock. Stored only when it changes:
+        // every return reads it, and a store would take its line from their caches.
+        if self.starving.load(Relaxed) != starving {
+            self.starving.store(starving, Relaxed);
+        }
     }
 
     /// Hands owned slot `i` to the head waiter (under the lock); false if no one is queued.
@@ -666,7 +688,9 @@ impl<C> Core<C> {
             return;
         }
         let wake = if head_starving(&q) && !in_slice() {
-            self.starving.store(true, Relaxed);
+            if !self.starving.load(Relaxed) {
+                self.starving.store(true, Relaxed);
+            }
             // Take the slot back for the starving head, unless a borrower already has it
             // (then its return hands over).
             if self.slots[i]

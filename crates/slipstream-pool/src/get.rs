@@ -66,7 +66,7 @@ where
         let mut this = self.project();
         if let Some(start) = this.start.take() {
             let pool: &'a Pool<M> = this.pool;
-            match pool.try_get() {
+            match pool.try_get_unless_starving() {
                 Some(conn) if !pool.needs_validation(&conn) => return Poll::Ready(Ok(conn)),
                 first => this.waiting.set(Some(start(pool, first))),
             }

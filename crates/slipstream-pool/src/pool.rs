@@ -559,6 +559,15 @@ impl<M: Manager> Pool<M> {
         }
     }
 
+    /// [`Pool::try_get`] for `get`'s first try: none while a waiter starves (it queues).
+    #[inline]
+    pub(crate) fn try_get_unless_starving(&self) -> Option<Pooled<M>> {
+        self.inner
+            .core
+            .try_claim_unless_starving()
+            .map(|o| self.lend(o))
+    }
+
     /// Borrows an idle connection if there is one, without waiting (and without validation).
     #[inline]
     pub fn try_get(&self) -> Option<Pooled<M>> {
