@@ -369,16 +369,24 @@ impl Ticket {
     }
 }
 
-/// The slots and the queue of waiters.
-pub(crate) struct Core<C> {
-    /// Cache-padded: a borrow's CAS on one slot does not invalidate its neighbours' lines.
-    pub(crate) slots: Box<[CachePadded<Slot<C>>]>,
+/// The count of waiters, the hint that the head starves, and the queue.
+pub(crate) struct Waiters {
     /// Borrowers queued; see the module docs.
-    pub(crate) waiting: CachePadded<AtomicUsize>,
+    pub(crate) waiting: AtomicUsize,
     /// The head waiter has waited past `fair_after`: returners hand over instead of marking
     /// IDLE. A hint read without the lock; the lock's holder decides.
     starving: AtomicBool,
     queue: Mutex<WaitQueue>,
+}
+
+/// The slots and the queue of waiters.
+pub(crate) struct Core<C> {
+    /// Cache-padded: a borrow's CAS on one slot does not invalidate its neighbours' lines.
+    pub(crate) slots: Box<[CachePadded<Slot<C>>]>,
+    /// The waiters: together on one pair of cache lines, since a returner that finds waiters
+    /// reads the count and the hint and takes the lock, and each line missed under the lock
+    /// holds the other worker up (measured: docs/benchmarks.md, pool-scaling).
+    pub(crate) q: CachePadded<Waiters>,
     /// The fairness bounds: how long a head waiter (a thread, a task) may wait before
     /// hand-off turns strict.
     fair_after_thread: Duration,
@@ -414,9 +422,11 @@ impl<C> Core<C> {
             slots: (0..capacity)
                 .map(|_| CachePadded::new(Slot::new()))
                 .collect(),
-            waiting: CachePadded::new(AtomicUsize::new(0)),
-            starving: AtomicBool::new(false),
-            queue: Mutex::new(WaitQueue::new()),
+            q: CachePadded::new(Waiters {
+                waiting: AtomicUsize::new(0),
+                starving: AtomicBool::new(false),
+                queue: Mutex::new(WaitQueue::new()),
+            }),
             fair_after_thread,
             fair_after_task,
             limit: AtomicUsize::new(limit.min(capacity)),
@@ -443,7 +453,7 @@ impl<C> Core<C> {
     #[inline]
     pub(crate) fn try_claim_unless_starving(&self) -> Option<Owned> {
         // Relaxed: a hint; missing an IDLE slot here only sends the borrower to queue.
-        if self.starving.load(Relaxed) {
+        if self.q.starving.load(Relaxed) {
             return None;
         }
         self.scan()
@@ -526,11 +536,11 @@ impl<C> Core<C> {
             Wake::Task(_) => self.fair_after_task,
         };
         let due = Due::after(bound);
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.q.queue);
         let (id, mailbox) = q.push(wake, due);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
-        self.waiting.fetch_add(1, SeqCst);
+        self.q.waiting.fetch_add(1, SeqCst);
         Ticket { id, mailbox }
     }
 
@@ -547,7 +557,7 @@ impl<C> Core<C> {
             return Ok((Owned(i), true));
         }
         {
-            let mut q = lock(&self.queue);
+            let mut q = lock(&self.q.queue);
             // Served between the read above and the lock.
             if let Some(i) = t.given() {
                 return Ok((Owned(i), true));
@@ -577,7 +587,7 @@ impl<C> Core<C> {
         let Some(i) = self.scan() else {
             return Err(t);
         };
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.q.queue);
         if let Some(j) = t.given() {
             // Handed one while claiming another: keep the handed one, release the other.
             drop(q);
@@ -595,7 +605,7 @@ impl<C> Core<C> {
     /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
     /// handed over and now belongs to the caller.
     pub(crate) fn cancel(&self, t: Ticket) -> Option<Owned> {
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.q.queue);
         if let Some(i) = t.given() {
             return Some(Owned(i));
         }
@@ -613,7 +623,7 @@ impl<C> Core<C> {
     fn leave(&self, q: &mut WaitQueue, id: usize) -> Option<Wake> {
         q.unlink(id);
         q.release_entry(id);
-        self.waiting.fetch_sub(1, SeqCst);
+        self.q.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
         if q.head != NIL && self.any_idle() {
             q.wake_head()
@@ -627,8 +637,8 @@ impl<C> Core<C> {
         let starving = head_starving(q);
         // Relaxed: a hint; `release` re-checks under the lock. Stored only when it changes:
         // every return reads it, and a store would take its line from their caches.
-        if self.starving.load(Relaxed) != starving {
-            self.starving.store(starving, Relaxed);
+        if self.q.starving.load(Relaxed) != starving {
+            self.q.starving.store(starving, Relaxed);
         }
     }
 
@@ -644,7 +654,7 @@ impl<C> Core<C> {
         // entry is freed with it: from here the waiter needs only its ticket.
         q.entries[head].mailbox.store(i, Release);
         q.release_entry(head);
-        self.waiting.fetch_sub(1, SeqCst);
+        self.q.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
         Some(wake)
     }
@@ -661,8 +671,8 @@ impl<C> Core<C> {
         let in_slice = std::cell::OnceCell::new();
         let in_slice = || *in_slice.get_or_init(|| use_slice(self));
         // Relaxed: a hint; the decision is made under the lock.
-        if self.starving.load(Relaxed) && !in_slice() {
-            let mut q = lock(&self.queue);
+        if self.q.starving.load(Relaxed) && !in_slice() {
+            let mut q = lock(&self.q.queue);
             let strict = head_starving(&q);
             if strict {
                 // The slot stays BORROWED, now lent to the head: no one can barge.
@@ -679,17 +689,17 @@ impl<C> Core<C> {
         // SeqCst swap, then a SeqCst RMW read of `waiting`: the returner's half of the
         // no-lost-wake-up argument; the swap also publishes the connection put back.
         self.slots[i].state.swap(IDLE, SeqCst);
-        if waiting_now(&self.waiting) == 0 {
+        if waiting_now(&self.q.waiting) == 0 {
             return;
         }
-        let mut q = lock(&self.queue);
+        let mut q = lock(&self.q.queue);
         if q.head == NIL {
             // Counted out since: the waiter left or was served.
             return;
         }
         let wake = if head_starving(&q) && !in_slice() {
-            if !self.starving.load(Relaxed) {
-                self.starving.store(true, Relaxed);
+            if !self.q.starving.load(Relaxed) {
+                self.q.starving.store(true, Relaxed);
             }
             // Take the slot back for the starving head, unless a borrower already has it
             // (then its return hands over).
@@ -1084,8 +1094,8 @@ mod loom_tests {
             total += unsafe { slot.with(|c| c.unwrap()) };
         }
         assert_eq!(total as usize, borrows, "every borrow got a connection");
-        assert_eq!(core.waiting.load(SeqCst), 0);
-        let q = lock(&core.queue);
+        assert_eq!(core.q.waiting.load(SeqCst), 0);
+        let q = lock(&core.q.queue);
         assert_eq!(q.head, NIL, "the queue is empty");
         assert_eq!(q.woken, NIL);
     }
@@ -1162,7 +1172,7 @@ mod loom_tests {
                 })
                 .collect();
             // Both wait (or will) before the returns: queue them first.
-            while core.waiting.load(SeqCst) < 2 {
+            while core.q.waiting.load(SeqCst) < 2 {
                 thread::yield_now();
             }
             touch(&core, &a);
@@ -1327,7 +1337,7 @@ mod loom_tests {
             assert!(!(reclaimed && served), "a reclaimed slot is lent to no one");
             let state = core.slots[0].state.load(SeqCst);
             assert_eq!(state, if returned { IDLE } else { EMPTY });
-            assert_eq!(core.waiting.load(SeqCst), 0);
+            assert_eq!(core.q.waiting.load(SeqCst), 0);
         });
     }
 }

@@ -665,7 +665,7 @@ impl<M: Manager> Pool<M> {
             open: inner.open.load(Ordering::Relaxed),
             idle,
             borrowed,
-            waiting: core.waiting.load(Ordering::Relaxed),
+            waiting: core.q.waiting.load(Ordering::Relaxed),
             borrows: core.slots.iter().map(|s| load(&s.borrows)).sum(),
             waits: wait_histogram_us.iter().sum(),
             timeouts: load(&c.timeouts),
@@ -773,7 +773,7 @@ impl<M: Manager> Pool<M> {
     }
 
     fn check_room(&self) -> Result<(), PoolError> {
-        let waiting = self.inner.core.waiting.load(Ordering::Relaxed);
+        let waiting = self.inner.core.q.waiting.load(Ordering::Relaxed);
         if waiting >= self.inner.config.max_waiters {
             self.inner.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return Err(PoolError::Full {
