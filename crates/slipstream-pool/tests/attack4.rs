@@ -818,3 +818,257 @@ fn waiters_on_a_runtime_shut_down_give_up_their_places() {
         all_back(&pool).await;
     });
 }
+
+/// Reclaims (abandoned timeout, time-to-live) racing waiters and returns: tasks and threads
+/// borrow with cancellations, some holding past the timers (their connections are taken back
+/// and reopened while they still hold the old object). No connection is lent to two holders,
+/// waiters are served by the reopened connections, and everything comes back.
+#[test]
+fn reclaims_racing_waiters_lose_nothing() {
+    const MAX: usize = 2;
+    let rt = runtime();
+    let pool = rt.block_on(ready(
+        Pool::builder(numbers())
+            .max_size(MAX)
+            .min_size(MAX)
+            .abandoned_timeout(Duration::from_millis(20))
+            .time_to_live(Duration::from_millis(40))
+            .borrow_timeout(Duration::from_secs(20)),
+    ));
+    // Reclaimed holders keep their (dead) connection object past the reclaim: the bound on
+    // how many are held at once does not apply, exclusivity by connection does.
+    let holds = Arc::new(Holds::new(1 << 16, usize::MAX));
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (pool, holds, tally, stop) =
+                (pool.clone(), holds.clone(), tally.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(31 + t);
+                while !stop.load(Ordering::Relaxed) {
+                    match pool.get_blocking() {
+                        Ok(c) => {
+                            holds.take(*c);
+                            // Now and then past the abandoned timeout.
+                            let hold = match rng.below(10) {
+                                0 => Duration::from_millis(60),
+                                _ => Duration::from_micros(rng.below(200)),
+                            };
+                            std::thread::sleep(hold);
+                            holds.give_back(*c);
+                        }
+                        Err(e) => tally.note_err("thread", e),
+                    }
+                }
+            })
+        })
+        .collect();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..6u64)
+            .map(|t| {
+                let (pool, holds, tally, stop) =
+                    (pool.clone(), holds.clone(), tally.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut rng = Rng(131 + t);
+                    while !stop.load(Ordering::Relaxed) {
+                        match task_borrow(&pool, &mut rng).await {
+                            Some(Ok(c)) if rng.below(12) == 0 => {
+                                holds.take(*c);
+                                tokio::time::sleep(Duration::from_millis(60)).await;
+                                holds.give_back(*c);
+                            }
+                            Some(Ok(c)) => hold_task(&holds, c, &mut rng).await,
+                            Some(Err(e)) => tally.note_err("task", e),
+                            None => {}
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(storm_length()).await;
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            tokio::time::timeout(LIMIT, t)
+                .await
+                .unwrap_or_else(|_| panic!("a task hung: {:?}", pool.stats()))
+                .unwrap();
+        }
+    });
+    for t in threads {
+        t.join().unwrap();
+    }
+    let other = tally.other.lock().unwrap().clone();
+    assert!(other.is_empty(), "borrows failed: {other:?}");
+    assert_eq!(tally.timeouts.load(Ordering::Relaxed), 0);
+    let s = rt.block_on(async {
+        common::until(
+            LIMIT,
+            "the pool reopens",
+            || pool.stats(),
+            |s| s.open == MAX && s.borrowed == 0,
+        )
+        .await;
+        all_back(&pool).await
+    });
+    assert!(
+        s.reclaimed_abandoned + s.reclaimed_ttl > 0,
+        "nothing was reclaimed: {s:?}"
+    );
+}
+
+/// PgPool over two servers, one drained and resumed after the other while tasks (with
+/// cancellations of every kind) and threads borrow: no backend is lent to two holders at
+/// once, no borrow fails but for a server being away, and every sub-pool's counts add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_pool_waiters_cancelled_across_drains_lose_nothing() {
+    use slipstream_pool::{Config, PgPool, Role};
+    use std::collections::HashSet;
+    const MAX: usize = 4;
+    let (a, b) = (
+        slipstream_testkit::Cluster::start().unwrap(),
+        slipstream_testkit::Cluster::start().unwrap(),
+    );
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .pool_config(Config {
+            max_size: MAX,
+            borrow_timeout: Duration::from_secs(20),
+            ..Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    let names: Vec<String> = pool.servers().iter().map(|s| s.name.clone()).collect();
+    // (server, backend pid) of every connection held now.
+    let held = Arc::new(std::sync::Mutex::new(HashSet::<(String, i32)>::new()));
+    let take = |held: &std::sync::Mutex<HashSet<(String, i32)>>, c: &slipstream_pool::PgPooled| {
+        let key = (c.server().to_string(), c.backend_pid());
+        assert!(
+            held.lock().unwrap().insert(key.clone()),
+            "{key:?} lent twice"
+        );
+        key
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let ok = |r: &Result<slipstream_pool::PgPooled, PoolError>| match r {
+        Ok(_) | Err(PoolError::NoServer { .. }) => None,
+        Err(e) => Some(e.to_string()),
+    };
+    let mut tasks = Vec::new();
+    for t in 0..6u64 {
+        let (pool, held, stop, failures) =
+            (pool.clone(), held.clone(), stop.clone(), failures.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(77 + t);
+            while !stop.load(Ordering::Relaxed) {
+                let r = match rng.below(4) {
+                    0 => tokio::time::timeout(
+                        Duration::from_micros(rng.below(51)),
+                        pool.get(Role::Any),
+                    )
+                    .await
+                    .ok(),
+                    1 => tokio::select! {
+                        biased;
+                        r = pool.get(Role::Any) => Some(r),
+                        _ = tokio::task::yield_now() => None,
+                    },
+                    _ => Some(pool.get(Role::Any).await),
+                };
+                let Some(r) = r else { continue };
+                if let Some(e) = ok(&r) {
+                    failures.lock().unwrap().push(e);
+                }
+                let Ok(mut c) = r else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                let key = take(&held, &c);
+                if rng.below(3) == 0 {
+                    c.simple_query("SELECT 1").await.unwrap();
+                } else {
+                    tokio::task::yield_now().await;
+                }
+                assert!(held.lock().unwrap().remove(&key));
+            }
+        }));
+    }
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (pool, held, stop, failures) =
+                (pool.clone(), held.clone(), stop.clone(), failures.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = pool.get_blocking(Role::Any);
+                    if let Some(e) = ok(&r) {
+                        failures.lock().unwrap().push(e);
+                    }
+                    match r {
+                        Ok(c) => {
+                            let key = take(&held, &c);
+                            std::thread::yield_now();
+                            assert!(held.lock().unwrap().remove(&key));
+                        }
+                        Err(_) => std::thread::yield_now(),
+                    }
+                }
+            })
+        })
+        .collect();
+    let end = Instant::now() + storm_length();
+    let mut n = 0;
+    while Instant::now() < end {
+        pool.drain(&names[n % 2]).unwrap();
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        pool.resume(&names[n % 2]).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        n += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        tokio::time::timeout(LIMIT, t)
+            .await
+            .unwrap_or_else(|_| panic!("a task hung: {:?}", pool.servers()))
+            .unwrap();
+    }
+    let deadline = Instant::now() + LIMIT;
+    for t in threads {
+        while !t.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a thread hung: {:?}",
+                pool.servers()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        t.join().unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "borrows failed: {failures:?}");
+    common::until(
+        LIMIT,
+        "every sub-pool settles",
+        || pool.servers(),
+        |s| {
+            s.iter().all(|s| {
+                s.outstanding == 0
+                    && s.stats.borrowed == 0
+                    && s.stats.waiting == 0
+                    && s.stats.idle == s.stats.open
+            }) && s.iter().map(|s| s.stats.open).sum::<usize>() <= MAX
+        },
+    )
+    .await;
+    // No connection lost: all MAX borrowable at once.
+    let mut all = Vec::new();
+    for _ in 0..MAX {
+        let c = tokio::time::timeout(LIMIT, pool.get(Role::Any))
+            .await
+            .expect("hung")
+            .unwrap();
+        take(&held, &c);
+        all.push(c);
+    }
+    assert!(pool.try_get(Role::Any).is_none());
+}
