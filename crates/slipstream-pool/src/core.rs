@@ -1285,6 +1285,52 @@ mod loom_tests {
         });
     }
 
+    /// A served waiter polled again (a spurious wake) while the entry the hand-off freed is
+    /// reused by the next waiter: under the lock the poll must see its mailbox filled and
+    /// leave the entry alone. Taking it as its own would put this waiter's waker in the next
+    /// waiter's entry, and that one, once handed the slot, would never be woken (a deadlock
+    /// loom reports: checked by removing `poll_served`'s second look at the mailbox).
+    #[test]
+    fn loom_a_served_waiter_polled_again_leaves_its_reused_entry_alone() {
+        loom::model(|| {
+            let core = filled(1, Duration::ZERO);
+            let held = core.try_claim().expect("one idle slot");
+            // The waiter under test runs on this thread, polled by hand: woken, it unparks.
+            let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
+            let mut a = core.enqueue(Wake::Task(waker.clone()));
+            let returner = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    touch(&core, &held);
+                    core.release(held);
+                })
+            };
+            let next = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let o = claim_blocking(&core, None).expect("no deadline");
+                    touch(&core, &o);
+                    core.release(o);
+                })
+            };
+            // Its first poll races the hand-off and the next waiter's queueing.
+            let o = loop {
+                match core.poll(a, Some(&waker)) {
+                    Ok(o) => break o,
+                    Err(t) => {
+                        a = t;
+                        loom::thread::park();
+                    }
+                }
+            };
+            touch(&core, &o);
+            core.release(o);
+            returner.join().unwrap();
+            next.join().unwrap();
+            check_all_idle(&core, 3);
+        });
+    }
+
     /// A holder's return races the reclaimer (time-to-live) while a borrower waits: exactly
     /// one of holder and reclaimer owns the slot; the waiter gets it only if the holder
     /// returned it; the slot ends IDLE (returned) or EMPTY (reclaimed), never lost.

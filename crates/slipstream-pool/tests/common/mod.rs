@@ -51,3 +51,76 @@ pub fn two_primaries_url(a: &Cluster, b: &Cluster) -> String {
 pub fn shares_total(pool: &PgPool) -> usize {
     pool.servers().iter().map(|s| s.stats.max_size).sum()
 }
+
+/// Watches the holders of a pool's connections (numbered by the manager, below `ids`): each
+/// connection held by one holder at a time, and at most `max` held at once.
+pub struct Holds {
+    in_use: Vec<std::sync::atomic::AtomicBool>,
+    now: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl Holds {
+    pub fn new(ids: usize, max: usize) -> Holds {
+        Holds {
+            in_use: (0..ids)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
+            now: std::sync::atomic::AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Marks connection `id` held; panics if another holder has it or too many are held.
+    pub fn take(&self, id: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let id = id as usize;
+        assert!(
+            id < self.in_use.len(),
+            "connection {id}: more opened than the test allows"
+        );
+        assert!(
+            !self.in_use[id].swap(true, SeqCst),
+            "connection {id} lent to two holders at once"
+        );
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        assert!(
+            now <= self.max,
+            "{now} connections held at once, max_size {}",
+            self.max
+        );
+    }
+
+    /// Marks connection `id` given back (call before dropping the guard).
+    pub fn give_back(&self, id: u64) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.now.fetch_sub(1, SeqCst);
+        assert!(self.in_use[id as usize].swap(false, SeqCst));
+    }
+}
+
+/// After a run: waits (bounded) until nothing is lent or queued, then checks that the counts
+/// add up (every open connection IDLE) and that every open connection can be borrowed at once.
+pub async fn all_back<M: Manager>(pool: &Pool<M>) -> slipstream_pool::Stats {
+    until(
+        Duration::from_secs(10),
+        "connections come back and the queue empties",
+        || pool.stats(),
+        |s| s.borrowed == 0 && s.waiting == 0,
+    )
+    .await;
+    let s = pool.stats();
+    assert_eq!(s.idle, s.open, "open but not idle: {s:?}");
+    assert!(s.open <= s.max_size, "more open than max_size: {s:?}");
+    assert_eq!(
+        s.waits,
+        s.wait_histogram_us.iter().sum::<u64>(),
+        "the histogram does not sum to waits: {s:?}"
+    );
+    let held: Vec<_> = (0..s.open).map(|_| pool.try_get()).collect();
+    assert!(
+        held.iter().all(Option::is_some),
+        "an idle connection could not be borrowed: {s:?}"
+    );
+    s
+}
