@@ -453,10 +453,12 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
-    /// `scanned`: the caller has just found no idle slot, so it queues without looking again.
+    /// `scanned`: the caller has just found no idle slot, so it queues without looking again
+    /// (unless the queue is full: `get`'s first try skips its scan while a waiter starves, and
+    /// "full" is said only after a scan found no idle connection).
     async fn claim(&self, deadline: &mut Deadline, scanned: bool) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if !scanned {
+        if !scanned || self.queue_full() {
             if let Some(o) = inner.core.try_claim() {
                 return Ok(self.lend(o));
             }
@@ -770,6 +772,10 @@ impl<M: Manager> Pool<M> {
         if self.inner.open.load(Ordering::Relaxed) < self.inner.core.limit() {
             self.inner.opener.notify_one();
         }
+    }
+
+    fn queue_full(&self) -> bool {
+        self.inner.core.q.waiting.load(Ordering::Relaxed) >= self.inner.config.max_waiters
     }
 
     fn check_room(&self) -> Result<(), PoolError> {
