@@ -116,7 +116,7 @@ impl Stream for Notifications<'_> {
         }
         // Settled, nothing else is owed: whatever arrives is asynchronous (absorbed into the
         // queue by `poll_exchange`) or a protocol violation.
-        let result = match conn.poll_exchange(cx, 0) {
+        let result = match conn.poll_exchange(cx, || 0) {
             Poll::Pending => {
                 return match conn.notifications.pop_front() {
                     Some(n) => Poll::Ready(Some(Ok(n))),

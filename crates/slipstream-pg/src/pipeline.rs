@@ -1245,8 +1245,16 @@ impl Pipeline<'_> {
             if self.reached(until) || (self.expect.is_empty() && self.skip == 0) {
                 return Poll::Ready(());
             }
-            let due = self.due(until);
-            match self.client.conn.poll_exchange(cx, due) {
+            let Pipeline {
+                client,
+                options,
+                skip,
+                expect,
+                in_flight_ops,
+                ..
+            } = &mut *self;
+            let due = || due(expect, options, *skip, *in_flight_ops, until);
+            match client.conn.poll_exchange(cx, due) {
                 Poll::Ready(Ok(message)) => {
                     if let Err(e) = self.on_message(message) {
                         let e = self.client.conn.poison(e);
@@ -1260,43 +1268,6 @@ impl Pipeline<'_> {
                 Poll::Pending => return Poll::Pending,
             }
         }
-    }
-
-    /// A true lower bound on the reply bytes still to come before `until` can hold (front
-    /// entry excluded: part of its reply may already be read), for the connection's receive
-    /// low-water mark: the reader then sleeps through the many small packets of a
-    /// continue-on-error block (the server flushes each `ReadyForQuery`) instead of waking
-    /// for each. Only continue-on-error entries count: an abort-mode operation after a
-    /// failure gets no reply at all, and its replies come in large flushes anyway.
-    fn due(&self, until: Until) -> usize {
-        if self.options.mode != PipelineMode::ContinueOnError || self.skip > 0 {
-            return 0;
-        }
-        let Some(front) = self.expect.front() else {
-            return 0;
-        };
-        let last_op = match until {
-            Until::All => u64::MAX,
-            Until::Op(id) => id,
-            Until::Window => {
-                let keep = self.options.max_ops - self.options.max_ops / 16;
-                let Some(ops) = self.in_flight_ops.checked_sub(keep).filter(|&n| n > 0) else {
-                    return 0;
-                };
-                let first = match front {
-                    Expect::Op(p) => p.id,
-                    Expect::Sync { end, .. } => *end,
-                };
-                first + ops as u64 - 1
-            }
-        };
-        // Entries are in order of the operation they complete, so the target is the last
-        // one completing an operation up to `last_op`.
-        let through = self.expect.partition_point(|e| e.last_op() <= last_op);
-        let Some(target) = through.checked_sub(1).and_then(|i| self.expect.get(i)) else {
-            return 0;
-        };
-        usize::try_from(target.due_end().saturating_sub(front.due_end())).unwrap_or(usize::MAX)
     }
 
     /// Applies one reply message to the operation it belongs to. An error means the
@@ -1640,6 +1611,49 @@ fn after_block_comment(sql: &str) -> &str {
         }
     }
     ""
+}
+
+/// A true lower bound on the reply bytes still to come before `until` can hold (front
+/// entry excluded: part of its reply may already be read), for the connection's receive
+/// low-water mark: the reader then sleeps through the many small packets of a
+/// continue-on-error block (the server flushes each `ReadyForQuery`) instead of waking
+/// for each. Only continue-on-error entries count: an abort-mode operation after a
+/// failure gets no reply at all, and its replies come in large flushes anyway.
+fn due(
+    expect: &VecDeque<Expect>,
+    options: &PipelineOptions,
+    skip: usize,
+    in_flight_ops: usize,
+    until: Until,
+) -> usize {
+    if options.mode != PipelineMode::ContinueOnError || skip > 0 {
+        return 0;
+    }
+    let Some(front) = expect.front() else {
+        return 0;
+    };
+    let last_op = match until {
+        Until::All => u64::MAX,
+        Until::Op(id) => id,
+        Until::Window => {
+            let keep = options.max_ops - options.max_ops / 16;
+            let Some(ops) = in_flight_ops.checked_sub(keep).filter(|&n| n > 0) else {
+                return 0;
+            };
+            let first = match front {
+                Expect::Op(p) => p.id,
+                Expect::Sync { end, .. } => *end,
+            };
+            first + ops as u64 - 1
+        }
+    };
+    // Entries are in order of the operation they complete, so the target is the last
+    // one completing an operation up to `last_op`.
+    let through = expect.partition_point(|e| e.last_op() <= last_op);
+    let Some(target) = through.checked_sub(1).and_then(|i| expect.get(i)) else {
+        return 0;
+    };
+    usize::try_from(target.due_end().saturating_sub(front.due_end())).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
