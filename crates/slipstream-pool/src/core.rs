@@ -534,25 +534,38 @@ impl<C> Core<C> {
 
     /// Queues a waiter woken by `wake`, with `mailbox` (empty) for a returner to hand it a
     /// slot; it then calls [`Core::poll_served`] until served, or [`Core::cancel`]. Only [`Wait`]
-    /// calls it, with the mailbox inside itself.
+    /// calls it, with the mailbox inside itself. `Err(waiting)`: `max_waiters` already wait,
+    /// so it is not queued.
     ///
     /// # Safety
     /// `mailbox` must stay where it is, alive, until the ticket is consumed: by `poll` or
     /// `look` returning a slot, or by `cancel`. A returner writes to it (under the lock) until
     /// then, and never after: the hand-off frees the entry as it fills the mailbox, and
     /// `cancel` unlinks the entry under the lock.
-    unsafe fn enqueue<'w>(&self, wake: Wake, mailbox: &'w AtomicUsize) -> Ticket<'w> {
+    unsafe fn enqueue<'w>(
+        &self,
+        wake: Wake,
+        mailbox: &'w AtomicUsize,
+        max_waiters: usize,
+    ) -> Result<Ticket<'w>, usize> {
         let bound = match wake {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
         };
         let due = Due::after(bound);
         let mut q = lock(&self.q.queue);
+        // The room check, here rather than before the lock: every change of the count is made
+        // under this lock, so this read is exact, and the count shares the lock's lines, so it
+        // costs no trip of its own to a line the returners write.
+        let waiting = self.q.waiting.load(Relaxed);
+        if waiting >= max_waiters {
+            return Err(waiting);
+        }
         let id = q.push(wake, due, mailbox);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(1, SeqCst);
-        Ticket { id, mailbox }
+        Ok(Ticket { id, mailbox })
     }
 
     /// Looks for a slot for queued waiter `t`: one handed to it (true), else an IDLE one it
@@ -963,28 +976,35 @@ fn claim_spinning<C>(core: &Core<C>) -> Option<Owned> {
 /// Borrows a slot on the calling thread, parking until one is free or handed over: the
 /// blocking borrower's protocol, shared by the pool and the loom models. `None`: the
 /// deadline passed.
-pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Option<Owned> {
+pub(crate) fn claim_blocking<C>(
+    core: &Core<C>,
+    deadline: Option<Instant>,
+    max_waiters: usize,
+) -> Result<Owned, Refused> {
     // A thread that just handed its slot to a starving waiter goes to the back of the line
     // rather than taking a slot that a slice holder's return left IDLE.
     if !must_queue(core) {
         if let Some(i) = core.try_claim() {
-            return Some(i);
+            return Ok(i);
         }
         if let Some(i) = claim_spinning(core) {
-            return Some(i);
+            return Ok(i);
         }
     }
     // The waiter's node on this thread's stack: pinned, and its drop (on a panic too) leaves
     // the queue, so the queue never points at a dead mailbox.
-    let mut wait = std::pin::pin!(Wait::new(core));
-    if let Some(i) = wait.as_mut().begin(Wake::Thread(crate::sync::current_thread())) {
-        return Some(i);
+    let mut wait = std::pin::pin!(Wait::new(core, max_waiters));
+    let begun = wait
+        .as_mut()
+        .begin(Wake::Thread(crate::sync::current_thread()));
+    if let Some(i) = begun.map_err(Refused::Full)? {
+        return Ok(i);
     }
     loop {
         let left = match deadline {
             Some(d) => match d.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => Some(left),
-                _ => return wait.as_mut().cancel(),
+                _ => return wait.as_mut().cancel().ok_or(Refused::TimedOut),
             },
             None => None,
         };
@@ -993,9 +1013,18 @@ pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Op
             if handed {
                 start_slice(core);
             }
-            return Some(i);
+            return Ok(i);
         }
     }
+}
+
+/// Why a borrower got no slot.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Its deadline passed.
+    TimedOut,
+    /// The queue was full: this many waited (`max_waiters` or more).
+    Full(usize),
 }
 
 /// A borrower's wait, the waiter's node: its mailbox lives here, not in the queue, so a wait
@@ -1016,16 +1045,19 @@ pub(crate) struct Wait<'a, C> {
     id: Option<usize>,
     /// Queued once: polled again after completing is a caller's bug.
     started: bool,
+    /// Refused a place when this many wait already.
+    max_waiters: usize,
     _pinned: PhantomPinned,
 }
 
 impl<'a, C> Wait<'a, C> {
-    pub(crate) fn new(core: &'a Core<C>) -> Wait<'a, C> {
+    pub(crate) fn new(core: &'a Core<C>, max_waiters: usize) -> Wait<'a, C> {
         Wait {
             core,
             mailbox: AtomicUsize::new(NONE),
             id: None,
             started: false,
+            max_waiters,
             _pinned: PhantomPinned,
         }
     }
@@ -1039,32 +1071,36 @@ impl<'a, C> Wait<'a, C> {
     }
 
     /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
-    fn queue(self: Pin<&mut Self>, wake: Wake) {
+    /// `Err(waiting)`: the queue is full.
+    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(), usize> {
+        let max_waiters = self.max_waiters;
         let (core, mailbox, id, started) = self.parts();
         assert!(!*started, "a wait queues once");
         *started = true;
         // SAFETY: the node is pinned, so the mailbox stays where it is; its drop (`Drop`
         // below: pinned memory is dropped before it is reused) cancels a ticket not consumed,
         // and every method consuming one clears `id`.
-        let t = unsafe { core.enqueue(wake, mailbox) };
+        let t = unsafe { core.enqueue(wake, mailbox, max_waiters) }?;
         *id = Some(t.id);
+        Ok(())
     }
 
-    /// Queues and scans once more; `Some`: it got a slot (and is done).
-    fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Option<Owned> {
-        self.as_mut().queue(wake);
+    /// Queues and scans once more; `Some`: it got a slot (and is done). `Err(waiting)`: the
+    /// queue is full.
+    fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
+        self.as_mut().queue(wake)?;
         let (core, mailbox, id, _) = self.parts();
         let t = Ticket {
-            id: id.take()?,
+            id: id.take().expect("queued"),
             mailbox,
         };
-        match core.look(t) {
+        Ok(match core.look(t) {
             Ok(i) => Some(i),
             Err(t) => {
                 *id = Some(t.id);
                 None
             }
-        }
+        })
     }
 
     /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
@@ -1096,16 +1132,20 @@ impl<'a, C> Wait<'a, C> {
 }
 
 impl<C> Future for Wait<'_, C> {
-    type Output = Owned;
+    /// `Err(waiting)`: the queue was full (`max_waiters`), so it never queued.
+    type Output = Result<Owned, usize>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Owned> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Owned, usize>> {
         let got = if self.started {
             self.as_mut().poll_slot(Some(cx.waker())).map(|(i, _)| i)
         } else {
-            self.as_mut().begin(Wake::Task(cx.waker().clone()))
+            match self.as_mut().begin(Wake::Task(cx.waker().clone())) {
+                Ok(got) => got,
+                Err(waiting) => return Poll::Ready(Err(waiting)),
+            }
         };
         match got {
-            Some(i) => Poll::Ready(i),
+            Some(i) => Poll::Ready(Ok(i)),
             None => Poll::Pending,
         }
     }
@@ -1168,8 +1208,10 @@ mod loom_tests {
     /// A blocked thread's wait, queued and polled once, then given up: the slot it got, by a
     /// hand-off or its own claim, or none.
     fn queue_poll_cancel(core: &Core<u32>) -> Option<Owned> {
-        let mut w = std::pin::pin!(Wait::new(core));
-        w.as_mut().queue(Wake::Thread(crate::sync::current_thread()));
+        let mut w = std::pin::pin!(Wait::new(core, usize::MAX));
+        w.as_mut()
+            .queue(Wake::Thread(crate::sync::current_thread()))
+            .expect("no room limit");
         match w.as_mut().poll_slot(None) {
             Some((i, _)) => Some(i),
             None => w.as_mut().cancel(),
@@ -1215,7 +1257,7 @@ mod loom_tests {
                 .map(|_| {
                     let core = core.clone();
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None).expect("no deadline");
+                        let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
                         touch(&core, &o);
                         core.release(o);
                     })
@@ -1263,7 +1305,7 @@ mod loom_tests {
                 .map(|_| {
                     let (core, served) = (core.clone(), served.clone());
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None).expect("no deadline");
+                        let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
                         touch(&core, &o);
                         let (n, cv) = &*served;
                         let mut n = n.lock().unwrap();
@@ -1336,7 +1378,7 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = block_on(Wait::new(&core));
+                    let o = block_on(Wait::new(&core, usize::MAX)).expect("no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
@@ -1368,10 +1410,11 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let mut wait = Box::pin(Wait::new(&core));
+                    let mut wait = Box::pin(Wait::new(&core, usize::MAX));
                     let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
                     match wait.as_mut().poll(&mut cx) {
                         Poll::Ready(o) => {
+                            let o = o.expect("no room limit");
                             touch(&core, &o);
                             core.release(o);
                             true
@@ -1399,8 +1442,10 @@ mod loom_tests {
             let held = core.try_claim().expect("one idle slot");
             // The waiter under test runs on this thread, polled by hand: woken, it unparks.
             let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
-            let mut a = std::pin::pin!(Wait::new(&*core));
-            a.as_mut().queue(Wake::Task(waker.clone()));
+            let mut a = std::pin::pin!(Wait::new(&*core, usize::MAX));
+            a.as_mut()
+                .queue(Wake::Task(waker.clone()))
+                .expect("no room limit");
             let returner = {
                 let core = core.clone();
                 thread::spawn(move || {
@@ -1411,7 +1456,7 @@ mod loom_tests {
             let next = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None).expect("no deadline");
+                    let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
@@ -1442,9 +1487,10 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let mut w = Box::pin(Wait::new(&*core));
+                    let mut w = Box::pin(Wait::new(&*core, usize::MAX));
                     w.as_mut()
-                        .queue(Wake::Task(futures_util::task::noop_waker()));
+                        .queue(Wake::Task(futures_util::task::noop_waker()))
+                        .expect("no room limit");
                     drop(w);
                 })
             };
@@ -1466,7 +1512,7 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = block_on(Wait::new(&*core));
+                    let o = block_on(Wait::new(&*core, usize::MAX)).expect("no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
@@ -1474,7 +1520,7 @@ mod loom_tests {
             let blocked = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None).expect("no deadline");
+                    let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
