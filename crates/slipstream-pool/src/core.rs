@@ -18,10 +18,13 @@
 //!
 //! A borrower that finds no IDLE slot rescans a few times (spinning, then yielding), and only
 //! then queues an entry in the wait queue (a slab under a mutex: entries are reused, so a wait
-//! allocates nothing once the queue has grown to the most waiters seen, but for the rare entry
-//! whose mailbox its last waiter has not read yet), counts itself in `waiting` and scans once
-//! more before it sleeps. A returner that hands a slot over puts it in the waiter's mailbox
-//! and frees the entry, so a served waiter reads its mailbox and takes no lock.
+//! allocates nothing once the queue has grown to the most waiters seen), counts itself in
+//! `waiting` and scans once more before it sleeps. A returner that hands a slot over puts it
+//! in the waiter's mailbox and frees the entry, so a served waiter reads its mailbox and takes
+//! no lock. The mailbox is in the waiter's own pinned node ([`Wait`]: a task's future, or on a
+//! blocked thread's stack), which the entry points at: the node's drop leaves the queue under
+//! the lock, so the queue never points at a dead mailbox, and the hand-off's store is the last
+//! touch of the waiter's memory.
 //!
 //! A returner marks its slot IDLE and reads `waiting`: zero (the common case) and it is done,
 //! with no lock. Otherwise it wakes the head waiter, unless a woken waiter has not looked yet
