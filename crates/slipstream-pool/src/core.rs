@@ -71,9 +71,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{
-    AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread,
-};
+use crate::sync::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread};
 
 pub(crate) const EMPTY: u8 = 0;
 pub(crate) const OPENING: u8 = 1;
@@ -1260,7 +1258,8 @@ mod loom_tests {
                 .map(|_| {
                     let core = core.clone();
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+                        let o = claim_blocking(&core, None, usize::MAX)
+                            .expect("no deadline, no room limit");
                         touch(&core, &o);
                         core.release(o);
                     })
@@ -1308,7 +1307,8 @@ mod loom_tests {
                 .map(|_| {
                     let (core, served) = (core.clone(), served.clone());
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+                        let o = claim_blocking(&core, None, usize::MAX)
+                            .expect("no deadline, no room limit");
                         touch(&core, &o);
                         let (n, cv) = &*served;
                         let mut n = n.lock().unwrap();
@@ -1459,7 +1459,8 @@ mod loom_tests {
             let next = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+                    let o = claim_blocking(&core, None, usize::MAX)
+                        .expect("no deadline, no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
@@ -1523,7 +1524,8 @@ mod loom_tests {
             let blocked = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+                    let o = claim_blocking(&core, None, usize::MAX)
+                        .expect("no deadline, no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
