@@ -18,10 +18,13 @@
 //!
 //! A borrower that finds no IDLE slot rescans a few times (spinning, then yielding), and only
 //! then queues an entry in the wait queue (a slab under a mutex: entries are reused, so a wait
-//! allocates nothing once the queue has grown to the most waiters seen, but for the rare entry
-//! whose mailbox its last waiter has not read yet), counts itself in `waiting` and scans once
-//! more before it sleeps. A returner that hands a slot over puts it in the waiter's mailbox
-//! and frees the entry, so a served waiter reads its mailbox and takes no lock.
+//! allocates nothing once the queue has grown to the most waiters seen), counts itself in
+//! `waiting` and scans once more before it sleeps. A returner that hands a slot over puts it
+//! in the waiter's mailbox and frees the entry, so a served waiter reads its mailbox and takes
+//! no lock. The mailbox is in the waiter's own pinned node ([`Wait`]: a task's future, or on a
+//! blocked thread's stack), which the entry points at: the node's drop leaves the queue under
+//! the lock, so the queue never points at a dead mailbox, and the hand-off's store is the last
+//! touch of the waiter's memory.
 //!
 //! A returner marks its slot IDLE and reads `waiting`: zero (the common case) and it is done,
 //! with no lock. Otherwise it wakes the head waiter, unless a woken waiter has not looked yet
@@ -60,17 +63,15 @@
 //! - a waiter whose slot was handed to it is woken, and one that gives up (a timeout, a
 //!   dropped future) returns a slot handed to it meanwhile and passes its wake-up on.
 
-use std::collections::VecDeque;
 use std::future::Future;
+use std::marker::PhantomPinned;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{
-    Arc, AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread,
-};
+use crate::sync::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread};
 
 pub(crate) const EMPTY: u8 = 0;
 pub(crate) const OPENING: u8 = 1;
@@ -171,9 +172,11 @@ struct Entry {
     next: usize,
     /// Linked in the queue (false once handed a slot, or free).
     queued: bool,
-    /// Where a returner puts the slot it hands over (the waiter owns it from then on); the
-    /// waiter's [`Ticket`] holds the same mailbox, so it can read it without the lock.
-    mailbox: Arc<AtomicUsize>,
+    /// Where a returner puts the slot it hands over (the waiter owns it from then on): the
+    /// mailbox inside the waiter's pinned [`Wait`], so the waiter reads it without the lock.
+    /// Dereferenced only under the lock while the entry is queued; see [`Core::enqueue`] for
+    /// why it is valid then.
+    mailbox: *const AtomicUsize,
     /// When it has waited past its fairness bound.
     due: Due,
     wake: Option<Wake>,
@@ -214,40 +217,39 @@ impl Due {
 /// middle (a timeout) costs O(1) and a wait allocates only while the slab grows.
 struct WaitQueue {
     entries: Vec<Entry>,
-    /// Free entries, reused oldest first: an entry freed by a hand-off keeps its mailbox
-    /// shared with the served waiter's ticket until that waiter reads it, and the oldest is
-    /// the likeliest to be read by now (a shared one is replaced, see `push`).
-    free: VecDeque<usize>,
+    /// Free entries, reused last freed first (its line is the likeliest to be in a cache
+    /// still): an entry holds nothing of its last waiter once freed, so any is as good.
+    free: Vec<usize>,
     head: usize,
     tail: usize,
     /// The entry woken and not yet looked at the slots: at most one wake is in flight.
     woken: usize,
 }
 
+// SAFETY: the only field that is not `Send` is each entry's `mailbox` pointer, to an
+// `AtomicUsize` (which is `Sync`) in a waiter's pinned `Wait`; it is dereferenced only by the
+// holder of the queue's lock while the entry is queued, when the `Wait` is alive whichever
+// thread it lives on (`Core::enqueue`).
+unsafe impl Send for WaitQueue {}
+
 impl WaitQueue {
     fn new() -> WaitQueue {
         WaitQueue {
             entries: Vec::new(),
-            free: VecDeque::new(),
+            free: Vec::new(),
             head: NIL,
             tail: NIL,
             woken: NIL,
         }
     }
 
-    /// Queues a waiter at the tail: its entry's id and mailbox.
-    fn push(&mut self, wake: Wake, due: Due) -> (usize, Arc<AtomicUsize>) {
+    /// Queues a waiter at the tail: its entry's id.
+    fn push(&mut self, wake: Wake, due: Due, mailbox: *const AtomicUsize) -> usize {
         let tail = self.tail;
-        let id = match self.free.pop_front() {
+        let id = match self.free.pop() {
             Some(id) => {
                 let e = &mut self.entries[id];
-                match Arc::get_mut(&mut e.mailbox) {
-                    // Acquire (in `get_mut`): the last ticket's read of it happened before.
-                    Some(m) => m.store(NONE, Relaxed),
-                    // A served waiter has not read it yet: a fresh one (rare: the oldest
-                    // free entry is reused).
-                    None => e.mailbox = Arc::new(AtomicUsize::new(NONE)),
-                }
+                e.mailbox = mailbox;
                 e.prev = tail;
                 e.next = NIL;
                 e.queued = true;
@@ -260,7 +262,7 @@ impl WaitQueue {
                     prev: tail,
                     next: NIL,
                     queued: true,
-                    mailbox: Arc::new(AtomicUsize::new(NONE)),
+                    mailbox,
                     due,
                     wake: Some(wake),
                 });
@@ -272,7 +274,7 @@ impl WaitQueue {
             t => self.entries[t].next = id,
         }
         self.tail = id;
-        (id, self.entries[id].mailbox.clone())
+        id
     }
 
     fn unlink(&mut self, id: usize) {
@@ -295,8 +297,10 @@ impl WaitQueue {
     }
 
     fn release_entry(&mut self, id: usize) {
-        self.entries[id].wake = None;
-        self.free.push_back(id);
+        let e = &mut self.entries[id];
+        e.wake = None;
+        e.mailbox = std::ptr::null();
+        self.free.push(id);
     }
 
     /// Marks the head woken and returns how to wake it, unless a wake is already in flight.
@@ -351,14 +355,15 @@ impl Lease {
 /// The entry `id` is the waiter's while its mailbox is empty: a returner that hands it a
 /// slot fills the mailbox and frees the entry in one step under the lock. So a waiter reads
 /// its mailbox without the lock (a served waiter takes no lock at all), and under the lock
-/// an empty mailbox proves the entry is still its own.
+/// an empty mailbox proves the entry is still its own. The mailbox is the waiter's own (in
+/// its pinned [`Wait`]), borrowed for `'w`.
 #[must_use = "a queued waiter must poll until served or cancel"]
-pub(crate) struct Ticket {
+pub(crate) struct Ticket<'w> {
     id: usize,
-    mailbox: Arc<AtomicUsize>,
+    mailbox: &'w AtomicUsize,
 }
 
-impl Ticket {
+impl Ticket<'_> {
     /// The slot handed to this waiter, if any. Acquire: pairs with the returner's release
     /// store, so the connection it put back is visible.
     fn given(&self) -> Option<usize> {
@@ -528,30 +533,50 @@ impl<C> Core<C> {
             .map(Owned)
     }
 
-    /// Queues a waiter woken by `wake`; it then calls [`Core::poll`] until served, or
-    /// [`Core::cancel`].
-    pub(crate) fn enqueue(&self, wake: Wake) -> Ticket {
+    /// Queues a waiter woken by `wake`, with `mailbox` (empty) for a returner to hand it a
+    /// slot; it then calls [`Core::poll_served`] until served, or [`Core::cancel`]. Only [`Wait`]
+    /// calls it, with the mailbox inside itself. `Err(waiting)`: `max_waiters` already wait,
+    /// so it is not queued.
+    ///
+    /// # Safety
+    /// `mailbox` must stay where it is, alive, until the ticket is consumed: by `poll` or
+    /// `look` returning a slot, or by `cancel`. A returner writes to it (under the lock) until
+    /// then, and never after: the hand-off frees the entry as it fills the mailbox, and
+    /// `cancel` unlinks the entry under the lock.
+    unsafe fn enqueue<'w>(
+        &self,
+        wake: Wake,
+        mailbox: &'w AtomicUsize,
+        max_waiters: usize,
+    ) -> Result<Ticket<'w>, usize> {
         let bound = match wake {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
         };
         let due = Due::after(bound);
         let mut q = lock(&self.q.queue);
-        let (id, mailbox) = q.push(wake, due);
+        // The room check, here rather than before the lock: every change of the count is made
+        // under this lock, so this read is exact, and the count shares the lock's lines, so it
+        // costs no trip of its own to a line the returners write.
+        let waiting = self.q.waiting.load(Relaxed);
+        if waiting >= max_waiters {
+            return Err(waiting);
+        }
+        let id = q.push(wake, due, mailbox);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(1, SeqCst);
-        Ticket { id, mailbox }
+        Ok(Ticket { id, mailbox })
     }
 
-    /// Looks for a slot for queued waiter `t`: one handed to it, else an IDLE one it claims.
-    /// `Err`: none; the waiter keeps its place (and `waker`, if given, is the one woken next).
-    pub(crate) fn poll(&self, t: Ticket, waker: Option<&Waker>) -> Result<Owned, Ticket> {
-        self.poll_served(t, waker).map(|(o, _)| o)
-    }
-
-    /// [`Core::poll`], also saying whether the slot was handed over (true) or claimed.
-    fn poll_served(&self, t: Ticket, waker: Option<&Waker>) -> Result<(Owned, bool), Ticket> {
+    /// Looks for a slot for queued waiter `t`: one handed to it (true), else an IDLE one it
+    /// claims (false). `Err`: none; the waiter keeps its place (and `waker`, if given, is the
+    /// one woken next).
+    fn poll_served<'w>(
+        &self,
+        t: Ticket<'w>,
+        waker: Option<&Waker>,
+    ) -> Result<(Owned, bool), Ticket<'w>> {
         // Served: the returner already freed the entry; no lock.
         if let Some(i) = t.given() {
             return Ok((Owned(i), true));
@@ -579,9 +604,9 @@ impl<C> Core<C> {
 
     /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
     /// the one queued, and it cannot have been woken by a hand-off it has not seen: a slot
-    /// handed meanwhile is found by its next [`Core::poll`], after that wake) or after
-    /// [`Core::poll`]'s look at the queue. The lock only when it found one.
-    pub(crate) fn look(&self, t: Ticket) -> Result<Owned, Ticket> {
+    /// handed meanwhile is found by its next [`Core::poll_served`], after that wake) or after
+    /// [`Core::poll_served`]'s look at the queue. The lock only when it found one.
+    fn look<'w>(&self, t: Ticket<'w>) -> Result<Owned, Ticket<'w>> {
         // Loads suffice: the queueing RMW on `waiting` ordered any return that missed this
         // waiter's count before this scan (module docs).
         let Some(i) = self.scan() else {
@@ -604,7 +629,7 @@ impl<C> Core<C> {
 
     /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
     /// handed over and now belongs to the caller.
-    pub(crate) fn cancel(&self, t: Ticket) -> Option<Owned> {
+    fn cancel(&self, t: Ticket<'_>) -> Option<Owned> {
         let mut q = lock(&self.q.queue);
         if let Some(i) = t.given() {
             return Some(Owned(i));
@@ -650,9 +675,15 @@ impl<C> Core<C> {
         }
         q.unlink(head);
         let wake = q.entries[head].wake.take();
+        let mailbox = q.entries[head].mailbox;
         // Release: the connection put back happens before the waiter's acquire read. The
-        // entry is freed with it: from here the waiter needs only its ticket.
-        q.entries[head].mailbox.store(i, Release);
+        // entry is freed with it: from here the waiter needs only its mailbox, and this store
+        // is the returner's last touch of the waiter's memory (once it reads the slot, the
+        // waiter may end and free its `Wait`).
+        // SAFETY: the entry is queued and we hold the lock, so its waiter has neither read a
+        // slot from the mailbox nor left the queue, and its `Wait`, pinned, is still alive
+        // where it was queued (`Core::enqueue`).
+        unsafe { (*mailbox).store(i, Release) };
         q.release_entry(head);
         self.q.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
@@ -946,83 +977,188 @@ fn claim_spinning<C>(core: &Core<C>) -> Option<Owned> {
 /// Borrows a slot on the calling thread, parking until one is free or handed over: the
 /// blocking borrower's protocol, shared by the pool and the loom models. `None`: the
 /// deadline passed.
-pub(crate) fn claim_blocking<C>(core: &Core<C>, deadline: Option<Instant>) -> Option<Owned> {
+pub(crate) fn claim_blocking<C>(
+    core: &Core<C>,
+    deadline: Option<Instant>,
+    max_waiters: usize,
+) -> Result<Owned, Refused> {
     // A thread that just handed its slot to a starving waiter goes to the back of the line
     // rather than taking a slot that a slice holder's return left IDLE.
     if !must_queue(core) {
         if let Some(i) = core.try_claim() {
-            return Some(i);
+            return Ok(i);
         }
         if let Some(i) = claim_spinning(core) {
-            return Some(i);
+            return Ok(i);
         }
     }
-    let mut t = match core.look(core.enqueue(Wake::Thread(crate::sync::current_thread()))) {
-        Ok(i) => return Some(i),
-        Err(t) => t,
-    };
+    // The waiter's node on this thread's stack: pinned, and its drop (on a panic too) leaves
+    // the queue, so the queue never points at a dead mailbox.
+    let mut wait = std::pin::pin!(Wait::new(core, max_waiters));
+    let begun = wait
+        .as_mut()
+        .begin(Wake::Thread(crate::sync::current_thread()));
+    if let Some(i) = begun.map_err(Refused::Full)? {
+        return Ok(i);
+    }
     loop {
         let left = match deadline {
             Some(d) => match d.checked_duration_since(Instant::now()) {
                 Some(left) if !left.is_zero() => Some(left),
-                _ => return core.cancel(t),
+                _ => return wait.as_mut().cancel().ok_or(Refused::TimedOut),
             },
             None => None,
         };
         park_for(left);
-        t = match core.poll_served(t, None) {
-            Ok((i, handed)) => {
-                if handed {
-                    start_slice(core);
-                }
-                return Some(i);
+        if let Some((i, handed)) = wait.as_mut().poll_slot(None) {
+            if handed {
+                start_slice(core);
             }
-            Err(t) => t,
-        };
+            return Ok(i);
+        }
     }
 }
 
-/// The async borrower's wait: queues on first poll and scans once, then polls the queue each
-/// time it is woken (it does not scan before queueing: its callers have just scanned).
-/// Dropping it (a timeout, a cancelled borrow) gives the place up and passes on a slot handed
-/// over meanwhile. Output: the owned slot.
+/// Why a borrower got no slot.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Its deadline passed.
+    TimedOut,
+    /// The queue was full: this many waited (`max_waiters` or more).
+    Full(usize),
+}
+
+/// A borrower's wait, the waiter's node: its mailbox lives here, not in the queue, so a wait
+/// allocates nothing and shares no reference count with the returners (tokio's semaphore
+/// keeps its waiter nodes in the waiting futures the same way). The queue's entry points at
+/// the mailbox while queued, so the node is pinned (`!Unpin`) and its drop leaves the queue.
+///
+/// As a future (tasks): queues on first poll and scans once, then polls the queue each time
+/// it is woken (it does not scan before queueing: its callers have just scanned). Dropping it
+/// (a timeout, a cancelled borrow) gives the place up and passes on a slot handed over
+/// meanwhile. Output: the owned slot. A blocking borrower drives it by hand
+/// ([`claim_blocking`]).
 pub(crate) struct Wait<'a, C> {
     core: &'a Core<C>,
-    ticket: Option<Ticket>,
+    /// Where a returner puts the slot it hands over ([`NONE`]: none yet).
+    mailbox: AtomicUsize,
+    /// The queue entry while queued (`None`: not queued yet, or done).
+    id: Option<usize>,
+    /// Queued once: polled again after completing is a caller's bug.
+    started: bool,
+    /// Refused a place when this many wait already.
+    max_waiters: usize,
+    _pinned: PhantomPinned,
 }
 
 impl<'a, C> Wait<'a, C> {
-    pub(crate) fn new(core: &'a Core<C>) -> Wait<'a, C> {
-        Wait { core, ticket: None }
+    pub(crate) fn new(core: &'a Core<C>, max_waiters: usize) -> Wait<'a, C> {
+        Wait {
+            core,
+            mailbox: AtomicUsize::new(NONE),
+            id: None,
+            started: false,
+            max_waiters,
+            _pinned: PhantomPinned,
+        }
+    }
+
+    /// The core, the mailbox and the entry id, for a method of the pinned node.
+    fn parts(self: Pin<&mut Self>) -> (&'a Core<C>, &AtomicUsize, &mut Option<usize>, &mut bool) {
+        // SAFETY: nothing is moved out of the node; the mailbox is only ever borrowed, so it
+        // stays where it was pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        (this.core, &this.mailbox, &mut this.id, &mut this.started)
+    }
+
+    /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
+    /// `Err(waiting)`: the queue is full.
+    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(), usize> {
+        let max_waiters = self.max_waiters;
+        let (core, mailbox, id, started) = self.parts();
+        assert!(!*started, "a wait queues once");
+        *started = true;
+        // SAFETY: the node is pinned, so the mailbox stays where it is; its drop (`Drop`
+        // below: pinned memory is dropped before it is reused) cancels a ticket not consumed,
+        // and every method consuming one clears `id`.
+        let t = unsafe { core.enqueue(wake, mailbox, max_waiters) }?;
+        *id = Some(t.id);
+        Ok(())
+    }
+
+    /// Queues and scans once more; `Some`: it got a slot (and is done). `Err(waiting)`: the
+    /// queue is full.
+    fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
+        self.as_mut().queue(wake)?;
+        let (core, mailbox, id, _) = self.parts();
+        let t = Ticket {
+            id: id.take().expect("queued"),
+            mailbox,
+        };
+        Ok(match core.look(t) {
+            Ok(i) => Some(i),
+            Err(t) => {
+                *id = Some(t.id);
+                None
+            }
+        })
+    }
+
+    /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
+    /// woken next. `Some`: it got one (and is done).
+    fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Option<(Owned, bool)> {
+        let (core, mailbox, id, _) = self.parts();
+        let t = Ticket {
+            id: id.take().expect("a wait polled after it completed"),
+            mailbox,
+        };
+        match core.poll_served(t, waker) {
+            Ok(got) => Some(got),
+            Err(t) => {
+                *id = Some(t.id);
+                None
+            }
+        }
+    }
+
+    /// Gives up waiting; `Some`: a slot handed over meanwhile, now the caller's.
+    fn cancel(self: Pin<&mut Self>) -> Option<Owned> {
+        let (core, mailbox, id, _) = self.parts();
+        let t = Ticket {
+            id: id.take()?,
+            mailbox,
+        };
+        core.cancel(t)
     }
 }
 
 impl<C> Future for Wait<'_, C> {
-    type Output = Owned;
+    /// `Err(waiting)`: the queue was full (`max_waiters`), so it never queued.
+    type Output = Result<Owned, usize>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Owned> {
-        let looked = match self.ticket.take() {
-            Some(t) => self.core.poll(t, Some(cx.waker())),
-            None => self
-                .core
-                .look(self.core.enqueue(Wake::Task(cx.waker().clone()))),
-        };
-        match looked {
-            Ok(i) => Poll::Ready(i),
-            Err(t) => {
-                self.ticket = Some(t);
-                Poll::Pending
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Owned, usize>> {
+        let got = if self.started {
+            self.as_mut().poll_slot(Some(cx.waker())).map(|(i, _)| i)
+        } else {
+            match self.as_mut().begin(Wake::Task(cx.waker().clone())) {
+                Ok(got) => got,
+                Err(waiting) => return Poll::Ready(Err(waiting)),
             }
+        };
+        match got {
+            Some(i) => Poll::Ready(Ok(i)),
+            None => Poll::Pending,
         }
     }
 }
 
 impl<C> Drop for Wait<'_, C> {
     fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            if let Some(i) = self.core.cancel(t) {
-                self.core.release(i);
-            }
+        let core = self.core;
+        // SAFETY: `drop` runs on the pinned node in place, and nothing is moved out of it.
+        let this = unsafe { Pin::new_unchecked(self) };
+        if let Some(i) = this.cancel() {
+            core.release(i);
         }
     }
 }
@@ -1070,6 +1206,19 @@ mod loom_tests {
         }
     }
 
+    /// A blocked thread's wait, queued and polled once, then given up: the slot it got, by a
+    /// hand-off or its own claim, or none.
+    fn queue_poll_cancel(core: &Core<u32>) -> Option<Owned> {
+        let mut w = std::pin::pin!(Wait::new(core, usize::MAX));
+        w.as_mut()
+            .queue(Wake::Thread(crate::sync::current_thread()))
+            .expect("no room limit");
+        match w.as_mut().poll_slot(None) {
+            Some((i, _)) => Some(i),
+            None => w.as_mut().cancel(),
+        }
+    }
+
     /// A core with `n` slots, each holding connection value 0.
     fn filled(n: usize, fair_after: Duration) -> Arc<Core<u32>> {
         let core = Arc::new(Core::with_fairness(n, n, fair_after, fair_after));
@@ -1109,7 +1258,8 @@ mod loom_tests {
                 .map(|_| {
                     let core = core.clone();
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None).expect("no deadline");
+                        let o = claim_blocking(&core, None, usize::MAX)
+                            .expect("no deadline, no room limit");
                         touch(&core, &o);
                         core.release(o);
                     })
@@ -1157,7 +1307,8 @@ mod loom_tests {
                 .map(|_| {
                     let (core, served) = (core.clone(), served.clone());
                     thread::spawn(move || {
-                        let o = claim_blocking(&core, None).expect("no deadline");
+                        let o = claim_blocking(&core, None, usize::MAX)
+                            .expect("no deadline, no room limit");
                         touch(&core, &o);
                         let (n, cv) = &*served;
                         let mut n = n.lock().unwrap();
@@ -1195,11 +1346,7 @@ mod loom_tests {
             let waiter = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let t = core.enqueue(Wake::Thread(crate::sync::current_thread()));
-                    let got = match core.poll(t, None) {
-                        Ok(i) => Some(i),
-                        Err(t) => core.cancel(t),
-                    };
+                    let got = queue_poll_cancel(&core);
                     let served = got.is_some();
                     if let Some(o) = got {
                         touch(&core, &o);
@@ -1234,7 +1381,7 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = block_on(Wait::new(&core));
+                    let o = block_on(Wait::new(&core, usize::MAX)).expect("no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
@@ -1266,10 +1413,11 @@ mod loom_tests {
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let mut wait = Box::pin(Wait::new(&core));
+                    let mut wait = Box::pin(Wait::new(&core, usize::MAX));
                     let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
                     match wait.as_mut().poll(&mut cx) {
                         Poll::Ready(o) => {
+                            let o = o.expect("no room limit");
                             touch(&core, &o);
                             core.release(o);
                             true
@@ -1297,7 +1445,10 @@ mod loom_tests {
             let held = core.try_claim().expect("one idle slot");
             // The waiter under test runs on this thread, polled by hand: woken, it unparks.
             let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
-            let mut a = core.enqueue(Wake::Task(waker.clone()));
+            let mut a = std::pin::pin!(Wait::new(&*core, usize::MAX));
+            a.as_mut()
+                .queue(Wake::Task(waker.clone()))
+                .expect("no room limit");
             let returner = {
                 let core = core.clone();
                 thread::spawn(move || {
@@ -1308,19 +1459,17 @@ mod loom_tests {
             let next = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None).expect("no deadline");
+                    let o = claim_blocking(&core, None, usize::MAX)
+                        .expect("no deadline, no room limit");
                     touch(&core, &o);
                     core.release(o);
                 })
             };
             // Its first poll races the hand-off and the next waiter's queueing.
             let o = loop {
-                match core.poll(a, Some(&waker)) {
-                    Ok(o) => break o,
-                    Err(t) => {
-                        a = t;
-                        loom::thread::park();
-                    }
+                match a.as_mut().poll_slot(Some(&waker)) {
+                    Some((o, _)) => break o,
+                    None => loom::thread::park(),
                 }
             };
             touch(&core, &o);
@@ -1328,6 +1477,72 @@ mod loom_tests {
             returner.join().unwrap();
             next.join().unwrap();
             check_all_idle(&core, 3);
+        });
+    }
+
+    /// A waiter's node dropped (a cancelled borrow) after a returner may have handed it the
+    /// slot, before it read its mailbox: the drop finds the slot in the mailbox and returns
+    /// it, or leaves the queue; the returner never writes to the node after the drop.
+    #[test]
+    fn loom_a_served_waiter_dropped_before_reading_returns_the_slot() {
+        loom::model(|| {
+            let core = filled(1, Duration::ZERO);
+            let held = core.try_claim().expect("one idle slot");
+            let task = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let mut w = Box::pin(Wait::new(&*core, usize::MAX));
+                    w.as_mut()
+                        .queue(Wake::Task(futures_util::task::noop_waker()))
+                        .expect("no room limit");
+                    drop(w);
+                })
+            };
+            touch(&core, &held);
+            core.release(held);
+            task.join().unwrap();
+            check_all_idle(&core, 1);
+        });
+    }
+
+    /// Two holders return while two waiters (a task and a thread) wait, every return a
+    /// hand-off: each waiter gets one slot, through its own mailbox, and both slots end IDLE.
+    #[test]
+    fn loom_two_waiters_two_returners_strict() {
+        loom::model(|| {
+            let core = filled(2, Duration::ZERO);
+            let a = core.try_claim().expect("two idle slots");
+            let b = core.try_claim().expect("two idle slots");
+            let task = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let o = block_on(Wait::new(&*core, usize::MAX)).expect("no room limit");
+                    touch(&core, &o);
+                    core.release(o);
+                })
+            };
+            let blocked = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let o = claim_blocking(&core, None, usize::MAX)
+                        .expect("no deadline, no room limit");
+                    touch(&core, &o);
+                    core.release(o);
+                })
+            };
+            let returner = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    touch(&core, &b);
+                    core.release(b);
+                })
+            };
+            touch(&core, &a);
+            core.release(a);
+            returner.join().unwrap();
+            task.join().unwrap();
+            blocked.join().unwrap();
+            check_all_idle(&core, 4);
         });
     }
 
@@ -1356,11 +1571,7 @@ mod loom_tests {
             let waiter = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let t = core.enqueue(Wake::Thread(crate::sync::current_thread()));
-                    let got = match core.poll(t, None) {
-                        Ok(i) => Some(i),
-                        Err(t) => core.cancel(t),
-                    };
+                    let got = queue_poll_cancel(&core);
                     let served = got.is_some();
                     if let Some(o) = got {
                         touch(&core, &o);

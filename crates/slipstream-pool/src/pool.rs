@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::core::{BORROWED, Core, IDLE, Owned, WAIT_BUCKETS, Wait, claim_blocking};
+use crate::core::{BORROWED, Core, IDLE, Owned, Refused, WAIT_BUCKETS, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
@@ -458,18 +458,18 @@ impl<M: Manager> Pool<M> {
     /// "full" is said only after a scan found no idle connection).
     async fn claim(&self, deadline: &mut Deadline, scanned: bool) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if !scanned || self.queue_full() {
+        if !scanned {
             if let Some(o) = inner.core.try_claim() {
                 return Ok(self.lend(o));
             }
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
-        self.check_room()?;
         self.wake_opener_if_useful();
         // Dropped on a timeout: it gives up its place and passes on a connection handed to
-        // it meanwhile.
-        let wait = Wait::new(&inner.core);
+        // it meanwhile. It checks for room (`max_waiters`) as it queues, under the queue's
+        // lock.
+        let wait = Wait::new(&inner.core, inner.config.max_waiters);
         // No timer at all without a timeout: registering one costs a trip through tokio's
         // timer wheel for every borrow that waits.
         let waited = match deadline {
@@ -477,9 +477,19 @@ impl<M: Manager> Pool<M> {
             Some(d) => tokio::time::timeout_at(d.into(), wait).await,
         };
         match waited {
-            Ok(o) => {
+            Ok(Ok(o)) => {
                 self.waited(start, &o);
                 Ok(self.lend(o))
+            }
+            Ok(Err(waiting)) => {
+                // "Full" only after a scan found no idle connection: `get`'s first try skips
+                // its scan while a waiter starves.
+                if scanned {
+                    if let Some(o) = inner.core.try_claim() {
+                        return Ok(self.lend(o));
+                    }
+                }
+                Err(self.full_error(waiting))
             }
             Err(_) => Err(self.timeout_error()),
         }
@@ -550,14 +560,14 @@ impl<M: Manager> Pool<M> {
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
-        self.check_room()?;
         self.wake_opener_if_useful();
-        match claim_blocking(&inner.core, deadline) {
-            Some(o) => {
+        match claim_blocking(&inner.core, deadline, inner.config.max_waiters) {
+            Ok(o) => {
                 self.waited(start, &o);
                 Ok(self.lend(o))
             }
-            None => Err(self.timeout_error()),
+            Err(Refused::TimedOut) => Err(self.timeout_error()),
+            Err(Refused::Full(waiting)) => Err(self.full_error(waiting)),
         }
     }
 
@@ -774,20 +784,13 @@ impl<M: Manager> Pool<M> {
         }
     }
 
-    fn queue_full(&self) -> bool {
-        self.inner.core.q.waiting.load(Ordering::Relaxed) >= self.inner.config.max_waiters
-    }
-
-    fn check_room(&self) -> Result<(), PoolError> {
-        let waiting = self.inner.core.q.waiting.load(Ordering::Relaxed);
-        if waiting >= self.inner.config.max_waiters {
-            self.inner.counters.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(PoolError::Full {
-                waiting,
-                max_waiters: self.inner.config.max_waiters,
-            });
+    /// A borrow refused a place in the queue: `waiting` borrowers were queued already.
+    fn full_error(&self, waiting: usize) -> PoolError {
+        self.inner.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        PoolError::Full {
+            waiting,
+            max_waiters: self.inner.config.max_waiters,
         }
-        Ok(())
     }
 
     /// Records a borrow that waited from `start` and got owned slot `o`: in the slot's own

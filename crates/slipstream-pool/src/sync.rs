@@ -4,14 +4,14 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::{Thread, current as current_thread, park, yield_now};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use std::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread::{Thread, current as current_thread, yield_now};
 

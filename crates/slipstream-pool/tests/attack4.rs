@@ -341,7 +341,7 @@ async fn entries_reused_before_their_served_waiter_reads_the_mailbox() {
     let (id_a, id_b) = (*a, *b);
     let mut f1 = queued_get(&pool);
     drop(a); // handed to f1 (tasks: at once); f1's entry is freed, its mailbox still shared
-    let mut f2 = queued_get(&pool); // reuses f1's entry, with a fresh mailbox
+    let mut f2 = queued_get(&pool); // reuses f1's entry (its mailbox is its own)
     let mut f3 = queued_get(&pool);
     assert_eq!(pool.stats().waiting, 2, "{:?}", pool.stats());
     drop(b); // handed to f2
