@@ -296,11 +296,13 @@ impl WaitQueue {
         }
     }
 
-    fn release_entry(&mut self, id: usize) {
+    /// Frees entry `id`: its waker, for the caller to drop outside the lock (user code).
+    fn release_entry(&mut self, id: usize) -> Option<Wake> {
         let e = &mut self.entries[id];
-        e.wake = None;
         e.mailbox = std::ptr::null();
+        let wake = e.wake.take();
         self.free.push(id);
+        wake
     }
 
     /// Marks the head woken and returns how to wake it, unless a wake is already in flight.
@@ -308,8 +310,11 @@ impl WaitQueue {
         if self.woken != NIL || self.head == NIL {
             return None;
         }
+        // Cloned before the head is marked woken: the clone is user code and may panic, and a
+        // head marked woken that no one woke would hold every later wake back.
+        let wake = clone_wake(&self.entries[self.head].wake);
         self.woken = self.head;
-        clone_wake(&self.entries[self.head].wake)
+        wake
     }
 }
 
@@ -349,28 +354,65 @@ impl Lease {
     }
 }
 
-/// A queued waiter's place: consumed when it gets a slot or gives up, so the compiler sees
-/// that a place is used by one waiter and left exactly once.
+/// A queued waiter's state, borrowed from its pinned [`Wait`] by the queue operations.
 ///
 /// The entry `id` is the waiter's while its mailbox is empty: a returner that hands it a
 /// slot fills the mailbox and frees the entry in one step under the lock. So a waiter reads
 /// its mailbox without the lock (a served waiter takes no lock at all), and under the lock
 /// an empty mailbox proves the entry is still its own. The mailbox is the waiter's own (in
 /// its pinned [`Wait`]), borrowed for `'w`.
-#[must_use = "a queued waiter must poll until served or cancel"]
+///
+/// The operations record what they did here (the entry freed, a slot got) before any user
+/// code runs: a waker's clone, wake or drop, which may panic. So a panic leaves this state
+/// true, and the `Wait`'s drop finishes the job: it leaves the queue if still queued and
+/// returns a slot got and not yet passed to its caller. Without this, a waker that panicked
+/// on drop left an entry pointing at a freed mailbox (attack5.rs).
 pub(crate) struct Ticket<'w> {
-    id: usize,
+    /// The queue entry while queued; cleared when the entry is freed (by this waiter, under
+    /// the lock; by a returner's hand-off, seen in the mailbox).
+    id: &'w mut Option<usize>,
+    /// A slot this waiter owns and has not yet passed to its caller.
+    got: &'w mut Option<Owned>,
     mailbox: &'w AtomicUsize,
 }
 
 impl Ticket<'_> {
-    /// The slot handed to this waiter, if any. Acquire: pairs with the returner's release
-    /// store, so the connection it put back is visible.
-    fn given(&self) -> Option<usize> {
+    /// Takes the slot handed to this waiter, if any, into `got`: true if there was one (its
+    /// entry was freed with the hand-off). Acquire: pairs with the returner's release store,
+    /// so the connection it put back is visible.
+    fn take_given(&mut self) -> bool {
         match self.mailbox.load(Acquire) {
-            NONE => None,
-            i => Some(i),
+            NONE => false,
+            i => {
+                // Emptied so the slot is taken once; no returner writes here any more (the
+                // entry is freed), so a plain store suffices.
+                self.mailbox.store(NONE, Relaxed);
+                *self.id = None;
+                *self.got = Some(Owned(i));
+                true
+            }
         }
+    }
+}
+
+/// User code that a queue operation leaves for after the lock, once the queue and the
+/// waiter's own state are whole again: waking another waiter, dropping this waiter's waker.
+/// Either may panic.
+#[must_use = "a wake left for later must be run"]
+struct Later {
+    wake: Option<Wake>,
+    old: Option<Wake>,
+}
+
+impl Later {
+    fn run(self) {
+        let Later { wake, old } = self;
+        // The other waiter's wake first: a panic in dropping this waiter's waker must not
+        // lose it.
+        if let Some(w) = wake {
+            w.wake();
+        }
+        drop(old);
     }
 }
 
@@ -534,21 +576,21 @@ impl<C> Core<C> {
     }
 
     /// Queues a waiter woken by `wake`, with `mailbox` (empty) for a returner to hand it a
-    /// slot; it then calls [`Core::poll_served`] until served, or [`Core::cancel`]. Only [`Wait`]
-    /// calls it, with the mailbox inside itself. `Err(waiting)`: `max_waiters` already wait,
-    /// so it is not queued.
+    /// slot: its entry's id. It then calls [`Core::poll_served`] until served, or
+    /// [`Core::cancel`]. Only [`Wait`] calls it, with the mailbox inside itself.
+    /// `Err(waiting)`: `max_waiters` already wait, so it is not queued.
     ///
     /// # Safety
-    /// `mailbox` must stay where it is, alive, until the ticket is consumed: by `poll` or
-    /// `look` returning a slot, or by `cancel`. A returner writes to it (under the lock) until
-    /// then, and never after: the hand-off frees the entry as it fills the mailbox, and
-    /// `cancel` unlinks the entry under the lock.
-    unsafe fn enqueue<'w>(
+    /// `mailbox` must stay where it is, alive, until the waiter is served (its mailbox read
+    /// non-empty) or has left the queue (`look` claiming a slot, or `cancel`). A returner
+    /// writes to it (under the lock) until then, and never after: the hand-off frees the entry
+    /// as it fills the mailbox, and leaving unlinks the entry under the lock.
+    unsafe fn enqueue(
         &self,
         wake: Wake,
-        mailbox: &'w AtomicUsize,
+        mailbox: &AtomicUsize,
         max_waiters: usize,
-    ) -> Result<Ticket<'w>, usize> {
+    ) -> Result<usize, usize> {
         let bound = match wake {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
@@ -560,101 +602,111 @@ impl<C> Core<C> {
         // costs no trip of its own to a line the returners write.
         let waiting = self.q.waiting.load(Relaxed);
         if waiting >= max_waiters {
+            drop(q);
+            // Dropped outside the lock: a waker's drop is user code.
+            drop(wake);
             return Err(waiting);
         }
         let id = q.push(wake, due, mailbox);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(1, SeqCst);
-        Ok(Ticket { id, mailbox })
+        Ok(id)
     }
 
-    /// Looks for a slot for queued waiter `t`: one handed to it (true), else an IDLE one it
-    /// claims (false). `Err`: none; the waiter keeps its place (and `waker`, if given, is the
-    /// one woken next).
-    fn poll_served<'w>(
-        &self,
-        t: Ticket<'w>,
-        waker: Option<&Waker>,
-    ) -> Result<(Owned, bool), Ticket<'w>> {
+    /// Looks for a slot for queued waiter `t`: one handed to it (`Some(true)`), else an IDLE
+    /// one it claims (`Some(false)`); either is left in `t.got`. `None`: none; the waiter
+    /// keeps its place (and `waker`, if given, is the one woken next).
+    fn poll_served(&self, t: &mut Ticket<'_>, waker: Option<&Waker>) -> Option<bool> {
         // Served: the returner already freed the entry; no lock.
-        if let Some(i) = t.given() {
-            return Ok((Owned(i), true));
+        if t.take_given() {
+            return Some(true);
         }
-        {
+        let old = {
             let mut q = lock(&self.q.queue);
             // Served between the read above and the lock.
-            if let Some(i) = t.given() {
-                return Ok((Owned(i), true));
+            if t.take_given() {
+                return Some(true);
             }
-            let e = &mut q.entries[t.id];
-            if let Some(w) = waker {
-                match &mut e.wake {
-                    Some(Wake::Task(old)) if old.will_wake(w) => {}
-                    slot => *slot = Some(Wake::Task(w.clone())),
-                }
-            }
+            let id = (*t.id).expect("a queued waiter has an entry");
+            // The new waker is cloned before anything changes (a clone is user code and may
+            // panic); the old one is dropped after the lock.
+            let old = match waker {
+                Some(w) => match &mut q.entries[id].wake {
+                    Some(Wake::Task(old)) if old.will_wake(w) => None,
+                    slot => slot.replace(Wake::Task(w.clone())),
+                },
+                None => None,
+            };
             // It is looking now: the next return may wake someone (maybe this waiter again).
-            if q.woken == t.id {
+            if q.woken == id {
                 q.woken = NIL;
             }
-        }
-        self.look(t).map(|o| (o, false))
+            old
+        };
+        // The waiter is still queued and its state true: a panic here leaves nothing behind
+        // that its `Wait`'s drop does not clean up.
+        drop(old);
+        self.look(t).then_some(false)
     }
 
     /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
     /// the one queued, and it cannot have been woken by a hand-off it has not seen: a slot
     /// handed meanwhile is found by its next [`Core::poll_served`], after that wake) or after
-    /// [`Core::poll_served`]'s look at the queue. The lock only when it found one.
-    fn look<'w>(&self, t: Ticket<'w>) -> Result<Owned, Ticket<'w>> {
+    /// [`Core::poll_served`]'s look at the queue. The lock only when it found one. True: it
+    /// got a slot (in `t.got`) and has left the queue.
+    fn look(&self, t: &mut Ticket<'_>) -> bool {
         // Loads suffice: the queueing RMW on `waiting` ordered any return that missed this
         // waiter's count before this scan (module docs).
         let Some(i) = self.scan() else {
-            return Err(t);
+            return false;
         };
         let mut q = lock(&self.q.queue);
-        if let Some(j) = t.given() {
-            // Handed one while claiming another: keep the handed one, release the other.
+        if t.take_given() {
+            // Handed one while claiming another: keep the handed one (already in `t.got`,
+            // so a panic in the release's wake loses neither), release the other.
             drop(q);
             self.release(i);
-            return Ok(Owned(j));
+            return true;
         }
-        let wake = self.leave(&mut q, t.id);
+        *t.got = Some(i);
+        let id = t.id.take().expect("a queued waiter has an entry");
+        let later = self.leave(&mut q, id);
         drop(q);
-        if let Some(w) = wake {
-            w.wake();
-        }
-        Ok(i)
+        later.run();
+        true
     }
 
-    /// Gives up waiting (a timeout, a dropped future). `Some(i)`: too late, slot `i` was
-    /// handed over and now belongs to the caller.
-    fn cancel(&self, t: Ticket<'_>) -> Option<Owned> {
+    /// Gives up waiting (a timeout, a dropped future); a slot handed over meanwhile is left in
+    /// `t.got`, now the caller's. Nothing to do if `t` is no longer queued.
+    fn cancel(&self, t: &mut Ticket<'_>) {
+        let Some(id) = *t.id else {
+            return;
+        };
         let mut q = lock(&self.q.queue);
-        if let Some(i) = t.given() {
-            return Some(Owned(i));
+        if t.take_given() {
+            return;
         }
-        let wake = self.leave(&mut q, t.id);
+        *t.id = None;
+        let later = self.leave(&mut q, id);
         drop(q);
-        if let Some(w) = wake {
-            w.wake();
-        }
-        None
+        later.run();
     }
 
-    /// Takes queued entry `id` out of the queue and frees it; returns the waiter to wake in
-    /// its stead when an IDLE slot may have gone unnoticed (a wake that was in flight for it,
-    /// or returns that found a wake in flight and woke no one).
-    fn leave(&self, q: &mut WaitQueue, id: usize) -> Option<Wake> {
+    /// Takes queued entry `id` out of the queue and frees it. Left for later: its waker, to
+    /// drop, and the waiter to wake in its stead when an IDLE slot may have gone unnoticed (a
+    /// wake that was in flight for it, or returns that found a wake in flight and woke no one).
+    fn leave(&self, q: &mut WaitQueue, id: usize) -> Later {
         q.unlink(id);
-        q.release_entry(id);
+        let old = q.release_entry(id);
         self.q.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
-        if q.head != NIL && self.any_idle() {
+        let wake = if q.head != NIL && self.any_idle() {
             q.wake_head()
         } else {
             None
-        }
+        };
+        Later { wake, old }
     }
 
     /// Re-reads whether the (new) head has waited past the fairness bound.
@@ -674,7 +726,6 @@ impl<C> Core<C> {
             return None;
         }
         q.unlink(head);
-        let wake = q.entries[head].wake.take();
         let mailbox = q.entries[head].mailbox;
         // Release: the connection put back happens before the waiter's acquire read. The
         // entry is freed with it: from here the waiter needs only its mailbox, and this store
@@ -684,7 +735,7 @@ impl<C> Core<C> {
         // slot from the mailbox nor left the queue, and its `Wait`, pinned, is still alive
         // where it was queued (`Core::enqueue`).
         unsafe { (*mailbox).store(i, Release) };
-        q.release_entry(head);
+        let wake = q.release_entry(head);
         self.q.waiting.fetch_sub(1, SeqCst);
         self.update_starving(q);
         Some(wake)
@@ -1044,6 +1095,9 @@ pub(crate) struct Wait<'a, C> {
     mailbox: AtomicUsize,
     /// The queue entry while queued (`None`: not queued yet, or done).
     id: Option<usize>,
+    /// A slot got and not yet passed to the caller: set only while user code (a waker) runs
+    /// between the two, so the drop returns it if that code panics.
+    got: Option<Owned>,
     /// Queued once: polled again after completing is a caller's bug.
     started: bool,
     /// Refused a place when this many wait already.
@@ -1057,32 +1111,39 @@ impl<'a, C> Wait<'a, C> {
             core,
             mailbox: AtomicUsize::new(NONE),
             id: None,
+            got: None,
             started: false,
             max_waiters,
             _pinned: PhantomPinned,
         }
     }
 
-    /// The core, the mailbox and the entry id, for a method of the pinned node.
-    fn parts(self: Pin<&mut Self>) -> (&'a Core<C>, &AtomicUsize, &mut Option<usize>, &mut bool) {
+    /// The core, the waiter's state as a [`Ticket`], and whether it has queued, for a method
+    /// of the pinned node.
+    fn parts(self: Pin<&mut Self>) -> (&'a Core<C>, Ticket<'_>, &mut bool) {
         // SAFETY: nothing is moved out of the node; the mailbox is only ever borrowed, so it
         // stays where it was pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        (this.core, &this.mailbox, &mut this.id, &mut this.started)
+        let t = Ticket {
+            id: &mut this.id,
+            got: &mut this.got,
+            mailbox: &this.mailbox,
+        };
+        (this.core, t, &mut this.started)
     }
 
     /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
     /// `Err(waiting)`: the queue is full.
     fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(), usize> {
         let max_waiters = self.max_waiters;
-        let (core, mailbox, id, started) = self.parts();
+        let (core, t, started) = self.parts();
         assert!(!*started, "a wait queues once");
         *started = true;
         // SAFETY: the node is pinned, so the mailbox stays where it is; its drop (`Drop`
-        // below: pinned memory is dropped before it is reused) cancels a ticket not consumed,
-        // and every method consuming one clears `id`.
-        let t = unsafe { core.enqueue(wake, mailbox, max_waiters) }?;
-        *id = Some(t.id);
+        // below: pinned memory is dropped before it is reused) cancels while `id` is set, and
+        // `id` is set from here (no user code runs in between) until the entry is freed.
+        let id = unsafe { core.enqueue(wake, t.mailbox, max_waiters) }?;
+        *t.id = Some(id);
         Ok(())
     }
 
@@ -1090,45 +1151,32 @@ impl<'a, C> Wait<'a, C> {
     /// queue is full.
     fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
         self.as_mut().queue(wake)?;
-        let (core, mailbox, id, _) = self.parts();
-        let t = Ticket {
-            id: id.take().expect("queued"),
-            mailbox,
-        };
-        Ok(match core.look(t) {
-            Ok(i) => Some(i),
-            Err(t) => {
-                *id = Some(t.id);
-                None
-            }
+        let (core, mut t, _) = self.parts();
+        Ok(if core.look(&mut t) {
+            t.got.take()
+        } else {
+            None
         })
     }
 
     /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
-    /// woken next. `Some`: it got one (and is done).
+    /// woken next. `Some((slot, handed))`: it got one (and is done).
     fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Option<(Owned, bool)> {
-        let (core, mailbox, id, _) = self.parts();
-        let t = Ticket {
-            id: id.take().expect("a wait polled after it completed"),
-            mailbox,
-        };
-        match core.poll_served(t, waker) {
-            Ok(got) => Some(got),
-            Err(t) => {
-                *id = Some(t.id);
-                None
-            }
+        let (core, mut t, _) = self.parts();
+        // A slot got by a poll that then panicked (a waker's code), polled again.
+        if let Some(i) = t.got.take() {
+            return Some((i, false));
         }
+        assert!(t.id.is_some(), "a wait polled after it completed");
+        let handed = core.poll_served(&mut t, waker)?;
+        t.got.take().map(|i| (i, handed))
     }
 
     /// Gives up waiting; `Some`: a slot handed over meanwhile, now the caller's.
     fn cancel(self: Pin<&mut Self>) -> Option<Owned> {
-        let (core, mailbox, id, _) = self.parts();
-        let t = Ticket {
-            id: id.take()?,
-            mailbox,
-        };
-        core.cancel(t)
+        let (core, mut t, _) = self.parts();
+        core.cancel(&mut t);
+        t.got.take()
     }
 }
 
