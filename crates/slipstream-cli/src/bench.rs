@@ -13,6 +13,8 @@ use crate::say;
 const INTERRUPTED: u8 = 130;
 
 /// What `bench` was asked to run.
+// Made once per run: boxing the parsed file would save nothing worth an indirection.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     OrderEntry,
     File(workload_file::WorkloadFile),
