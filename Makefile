@@ -7,19 +7,23 @@ PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 
 .PHONY: demo test loom bench fmt lint clean
 
-# The demo's pk-lookup experiment needs the memopt extension installed into the server; where
-# that is not possible (no server headers, no write access) it reports how and runs the rest.
+# The demo's pk-lookup experiment needs the memopt extension installed into the server, and its
+# pipeline experiment the pipeline_flush module for the cells that name it; where that is not
+# possible (no server headers, no write access) it reports how and runs the rest.
 demo:
 	@if [ -x "$(PG_CONFIG)" ] && [ -w "$$($(PG_CONFIG) --pkglibdir)" ] && \
 	    [ -d "$$($(PG_CONFIG) --includedir-server)" ]; then \
 		$(MAKE) -s -C extension/memopt PG_CONFIG=$(PG_CONFIG) install >/dev/null; \
+		$(MAKE) -s -C extension/pipeline_flush PG_CONFIG=$(PG_CONFIG) install >/dev/null || \
+			echo "make demo: pipeline_flush not installed (its headers need libkrb5-dev)"; \
 	else \
-		echo "make demo: memopt not installed (needs postgresql-server-dev-15 and write access to $$($(PG_CONFIG) --pkglibdir 2>/dev/null))"; \
+		echo "make demo: memopt and pipeline_flush not installed (needs postgresql-server-dev-15 and write access to $$($(PG_CONFIG) --pkglibdir 2>/dev/null))"; \
 	fi
 	$(CARGO) run --release -p slipstream-cli -- demo --out report
 
 test:
 	extension/memopt/test/run
+	$(MAKE) -s -C extension/pipeline_flush PG_CONFIG=$(PG_CONFIG) install >/dev/null
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
 	$(MAKE) loom

@@ -1161,16 +1161,26 @@ impl Pipeline<'_> {
         }
     }
 
-    /// In an abort-mode block, makes the server send operation `id`'s reply as soon as it has
-    /// run, by putting a `Flush` right after its messages if they are still unsent: otherwise a
-    /// later operation that blocks (on a lock, say) would hold the reply back.
+    /// Makes the server send operation `id`'s reply as soon as it has run, by putting a
+    /// `Flush` right after its messages (in continue-on-error mode, after its `Sync`) if they
+    /// are still unsent: otherwise a later operation that blocks (on a lock, say) would hold
+    /// the reply back. In an abort-mode block the server flushes nothing before the block's
+    /// `Sync`; in continue-on-error mode it flushes at each `Sync`, unless it runs
+    /// pipeline_flush (extension/pipeline_flush), which skips that flush while more input is
+    /// buffered, so the `Flush` is what releases the reply there.
     fn flush_through(&mut self, id: u64) {
-        if self.options.mode != PipelineMode::AbortOnError {
-            return;
-        }
+        let after_sync = self.options.mode == PipelineMode::ContinueOnError;
         let conn = &mut self.client.conn;
         let Some(end) = self.expect.iter().find_map(|e| match e {
-            Expect::Op(p) if (p.id..p.id + p.kind.ops()).contains(&id) => Some(p.end),
+            Expect::Op(p) if (p.id..p.id + p.kind.ops()).contains(&id) => {
+                // A FunctionCall has no `Sync` of its own (its ReadyForQuery comes anyway).
+                let sync = if after_sync && !p.kind.is_function_call() {
+                    SYNC_BYTES as u64
+                } else {
+                    0
+                };
+                Some(p.end + sync)
+            }
             _ => None,
         }) else {
             return;

@@ -14,6 +14,7 @@ mod hostile;
 mod memopt;
 mod memopt_runs;
 mod pipeline;
+mod pipeline_flush;
 mod pipeline_wakeups;
 mod query;
 mod routing;
