@@ -169,6 +169,9 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
         "readonly1_rtt0us_slipstream_batch_continue_over_abort",
         "readonly1_rtt1000us_slipstream_window_continue_over_abort",
         "readonly1_rtt0us_slipstream_batch_continue_cpu_us_per_statement",
+        // The server module's cells (make test installs pipeline_flush).
+        "readonly1_rtt0us_slipstream_batch_continue_pipeline_flush_over_abort",
+        "dml_rtt1000us_slipstream_window_continue_pipeline_flush_over_abort",
     ] {
         assert!(ratios.contains_key(key), "{key} missing from {ratios:?}");
     }

@@ -87,6 +87,11 @@ enum Mode {
     BatchContinue,
     /// slipstream only: [`Mode::Window`] in continue-on-error mode.
     WindowContinue,
+    /// slipstream only: [`Mode::BatchContinue`] against a session that loaded the server
+    /// module pipeline_flush (extension/pipeline_flush: one flush per burst, not per `Sync`).
+    BatchContinueModule,
+    /// slipstream only: [`Mode::WindowContinue`] with pipeline_flush.
+    WindowContinueModule,
 }
 
 impl Mode {
@@ -97,16 +102,35 @@ impl Mode {
             Mode::Window => "window",
             Mode::BatchContinue => "batch_continue",
             Mode::WindowContinue => "window_continue",
+            Mode::BatchContinueModule => "batch_continue_pipeline_flush",
+            Mode::WindowContinueModule => "window_continue_pipeline_flush",
         }
     }
 
     /// The same shape in abort-on-error mode.
     fn abort_twin(self) -> Mode {
         match self {
-            Mode::BatchContinue => Mode::Batch,
-            Mode::WindowContinue => Mode::Window,
+            Mode::BatchContinue | Mode::BatchContinueModule => Mode::Batch,
+            Mode::WindowContinue | Mode::WindowContinueModule => Mode::Window,
             m => m,
         }
+    }
+
+    /// Continue on error (a `Sync` per statement).
+    fn continues(self) -> bool {
+        matches!(
+            self,
+            Mode::BatchContinue
+                | Mode::WindowContinue
+                | Mode::BatchContinueModule
+                | Mode::WindowContinueModule
+        )
+    }
+
+    /// Run against a session with pipeline_flush loaded; every other cell runs with the
+    /// server's own flushing (`pipeline_flush.enabled = off`, in case the server preloads it).
+    fn with_module(self) -> bool {
+        matches!(self, Mode::BatchContinueModule | Mode::WindowContinueModule)
     }
 }
 
@@ -157,6 +181,12 @@ impl Cell {
             (Peer::Slipstream, Mode::WindowContinue) => {
                 "pipeline, sliding window, continue on error"
             }
+            (Peer::Slipstream, Mode::BatchContinueModule) => {
+                "pipeline, batches, continue on error, server with pipeline_flush"
+            }
+            (Peer::Slipstream, Mode::WindowContinueModule) => {
+                "pipeline, sliding window, continue on error, server with pipeline_flush"
+            }
             (Peer::TokioPostgres, _) => "pipeline, batches, continue on error (a Sync each)",
             (Peer::Pgbench, _) => "pipeline, batches, abort on error (one Sync)",
         }
@@ -197,6 +227,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         .ok();
     let rt = runtime()?;
     let server_version = rt.block_on(setup(&url))?;
+    let module = rt.block_on(module_available(&url));
+    if let Err(why) = &module {
+        r.notes.push(format!(
+            "the cells with the server module pipeline_flush are missing: {why}"
+        ));
+    }
 
     let mut cells = Vec::new();
     for &rtt_us in rtts_us {
@@ -221,9 +257,14 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 (Peer::Slipstream, Mode::BatchContinue),
                 (Peer::Slipstream, Mode::Window),
                 (Peer::Slipstream, Mode::WindowContinue),
+                (Peer::Slipstream, Mode::BatchContinueModule),
+                (Peer::Slipstream, Mode::WindowContinueModule),
                 (Peer::TokioPostgres, Mode::Plain),
                 (Peer::TokioPostgres, Mode::Batch),
             ] {
+                if mode.with_module() && module.is_err() {
+                    continue;
+                }
                 let (ops, t) = rt
                     .block_on(measure(&url, workload, peer, mode, cell_time))
                     .with_context(|| {
@@ -314,7 +355,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
             r.ratios.insert(format!("{key}_speedup"), s.max(1e-9));
         }
         // Continue on error beside abort on error, same shape, same run.
-        if matches!(c.mode, Mode::BatchContinue | Mode::WindowContinue)
+        if c.mode.continues()
             && let Some(abort) = find(c.workload, c.rtt_us, c.peer, c.mode.abort_twin())
         {
             r.ratios.insert(
@@ -325,7 +366,8 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
     }
     r.table = table;
 
-    // Head-to-head: slipstream's best pipelined mode against each peer's pipelined mode.
+    // Head-to-head: slipstream's best pipelined mode against each peer's pipelined mode, all
+    // on the stock server (the module's cells are compared with abort mode only).
     for w in Workload::ALL {
         for &rtt in rtts_us {
             let ours = [
@@ -370,6 +412,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
         (Peer::Slipstream, Mode::Plain),
         (Peer::Slipstream, Mode::Window),
         (Peer::Slipstream, Mode::WindowContinue),
+        (Peer::Slipstream, Mode::WindowContinueModule),
         (Peer::TokioPostgres, Mode::Batch),
         (Peer::Pgbench, Mode::Batch),
     ] {
@@ -397,7 +440,10 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
          up to {} operations in flight in one long pipeline (a Sync every {BATCH} in abort mode). Every \
          slipstream pipelined figure names its error mode: abort on error (PipelineMode::AbortOnError, the \
          default: one Sync per batch) or continue on error (a Sync per statement, each its own implicit \
-         transaction); `*_over_abort` ratios put the two side by side from the same run.",
+         transaction); `*_over_abort` ratios put the two side by side from the same run. Cells marked \
+         \"server with pipeline_flush\" ran on sessions that loaded the project's server module \
+         (extension/pipeline_flush: the server flushes once per pipelined burst instead of at every \
+         Sync); every other cell ran with the server's own flushing.",
         PipelineOptions::new().get_max_in_flight()
     ));
     r.notes.push(
@@ -410,6 +456,19 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
         "unpinned: client, proxy threads and backends share the two vCPUs as the kernel places them."
             .into(),
     );
+}
+
+/// Whether sessions can load pipeline_flush (`Err`: why not, and what to do).
+async fn module_available(url: &str) -> Result<(), String> {
+    let mut c = slipstream_pg::connect(url)
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    c.batch_execute("LOAD 'pipeline_flush'").await.map_err(|e| {
+        format!(
+            "LOAD 'pipeline_flush' failed ({e}); install it with `make -C extension/pipeline_flush \
+             install` (LOAD needs a superuser)"
+        )
+    })
 }
 
 /// Creates the tables (idempotent) and returns the server version.
@@ -446,7 +505,8 @@ async fn measure(
     };
     match peer {
         Peer::Slipstream => {
-            let mut clients = try_join_all((0..sessions).map(|_| Slip::connect(url))).await?;
+            let mut clients =
+                try_join_all((0..sessions).map(|_| Slip::connect(url, mode.with_module()))).await?;
             let sw = Stopwatch::start();
             let deadline = Instant::now() + duration;
             let ops = try_join_all(
@@ -494,8 +554,16 @@ struct Slip {
 }
 
 impl Slip {
-    async fn connect(url: &str) -> anyhow::Result<Slip> {
+    async fn connect(url: &str, module: bool) -> anyhow::Result<Slip> {
         let mut c = slipstream_pg::connect(url).await?;
+        // Off sets a placeholder when the module is not loaded (so it holds if it is loaded
+        // later), and turns it off where the server preloads it.
+        c.batch_execute(if module {
+            "LOAD 'pipeline_flush'"
+        } else {
+            "SET pipeline_flush.enabled = off"
+        })
+        .await?;
         Ok(Slip {
             select: c.prepare(SELECT).await?,
             update: c.prepare(UPDATE).await?,
@@ -516,9 +584,10 @@ impl Slip {
     ) -> anyhow::Result<u64> {
         let mut rng = seed;
         let mut ops = 0u64;
-        let error_mode = match mode {
-            Mode::BatchContinue | Mode::WindowContinue => PipelineMode::ContinueOnError,
-            _ => PipelineMode::AbortOnError,
+        let error_mode = if mode.continues() {
+            PipelineMode::ContinueOnError
+        } else {
+            PipelineMode::AbortOnError
         };
         let opts = PipelineOptions::new().mode(error_mode);
         // The same shapes in either error mode.
@@ -568,7 +637,13 @@ impl Slip {
                     r?;
                 }
             }
-            (_, Mode::BatchContinue | Mode::WindowContinue) => {
+            (
+                _,
+                Mode::BatchContinue
+                | Mode::WindowContinue
+                | Mode::BatchContinueModule
+                | Mode::WindowContinueModule,
+            ) => {
                 anyhow::bail!("continue-on-error modes run as their abort-mode shape")
             }
             (Workload::Dml, Mode::Plain) => {
@@ -667,6 +742,8 @@ impl Tp {
             .await
             .context("tokio-postgres could not connect")?;
         tokio::spawn(connection);
+        // The server's own flushing, as slipstream's cells without the module have.
+        c.batch_execute("SET pipeline_flush.enabled = off").await?;
         Ok(Tp {
             select: c.prepare(SELECT).await?,
             update: c.prepare(UPDATE).await?,
@@ -691,7 +768,14 @@ impl Tp {
         let ro = matches!(workload, Workload::ReadOnly | Workload::ReadOnly8);
         while Instant::now() < deadline {
             match (workload, mode) {
-                (_, Mode::Window | Mode::BatchContinue | Mode::WindowContinue) => {
+                (
+                    _,
+                    Mode::Window
+                    | Mode::BatchContinue
+                    | Mode::WindowContinue
+                    | Mode::BatchContinueModule
+                    | Mode::WindowContinueModule,
+                ) => {
                     anyhow::bail!("tokio-postgres has no sliding window or error mode")
                 }
                 (_, Mode::Plain) if ro => {
