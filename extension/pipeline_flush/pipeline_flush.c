@@ -86,10 +86,10 @@ pf_flush_if_writable(void)
 void
 _PG_init(void)
 {
-	/* Client backends only, once: walsenders and parallel workers keep their own methods. */
-	if (inner != NULL || MyProcPort == NULL || am_walsender)
-		return;
-
+	/*
+	 * The setting exists in every process that loads the module (parallel workers restore the
+	 * leader's settings after its libraries), even where nothing is wrapped.
+	 */
 	DefineCustomBoolVariable("pipeline_flush.enabled",
 							 "Skips the flush after a ReadyForQuery while more client input is buffered.",
 							 "Off: the server flushes at every ReadyForQuery, as PostgreSQL does.",
@@ -100,6 +100,9 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pipeline_flush");
 
+	/* Client backends only, once: walsenders and parallel workers keep their own methods. */
+	if (inner != NULL || MyProcPort == NULL || am_walsender)
+		return;
 	inner = PqCommMethods;
 	methods = *inner;
 	methods.putmessage = pf_putmessage;

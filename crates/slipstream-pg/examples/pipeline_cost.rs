@@ -10,6 +10,8 @@
 //! switches: one per time the client slept waiting for replies.
 //!
 //! Uses `DATABASE_URL` if set (it must be TCP); otherwise starts a throwaway cluster.
+//! `PIPELINE_COST_MODULE=1` runs each mode also with the server module pipeline_flush
+//! (`make -C extension/pipeline_flush install`), switched on and off in the same session.
 
 use std::time::{Duration, Instant};
 
@@ -123,13 +125,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(ticks * 10)
     };
 
-    let hows = [
+    // PIPELINE_COST_MODULE=1: each mode also with the server module pipeline_flush
+    // (extension/pipeline_flush, loaded into this session and switched per slice).
+    let module = std::env::var("PIPELINE_COST_MODULE").is_ok_and(|v| v == "1");
+    if module {
+        client.batch_execute("LOAD 'pipeline_flush'").await?;
+    }
+    let hows: Vec<(How, bool)> = [
         How::Batch(PipelineMode::ContinueOnError),
         How::Batch(PipelineMode::AbortOnError),
         How::Window(PipelineMode::ContinueOnError),
         How::Window(PipelineMode::AbortOnError),
-    ];
-    // PIPELINE_COST_ONLY=0..3 runs one of them (to trace it); their table rows are then empty.
+    ]
+    .into_iter()
+    .flat_map(|h| {
+        let with: &[bool] = if module { &[false, true] } else { &[false] };
+        with.iter().map(move |&m| (h, m))
+    })
+    .collect();
+    // PIPELINE_COST_ONLY=k runs the k-th of them (to trace it); the other rows are then empty.
     let only: Option<usize> = std::env::var("PIPELINE_COST_ONLY")
         .ok()
         .and_then(|s| s.parse().ok());
@@ -142,9 +156,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         id
     };
     for _ in 0..rounds {
-        for (i, (how, tally)) in hows.iter().zip(&mut tallies).enumerate() {
+        for (i, ((how, flush), tally)) in hows.iter().zip(&mut tallies).enumerate() {
             if only.is_some_and(|o| o != i) {
                 continue;
+            }
+            if module {
+                client
+                    .batch_execute(if *flush {
+                        "SET pipeline_flush.enabled = on"
+                    } else {
+                        "SET pipeline_flush.enabled = off"
+                    })
+                    .await?;
             }
             let (u0, s0, t0) = (usage(), server_cpu(), Instant::now());
             let deadline = t0 + slice;
@@ -192,18 +215,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("RTT {rtt_us} us, {seconds} s per mode in {rounds} interleaved rounds");
     println!(
-        "{:<40} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "{:<56} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "mode", "stmts/s", "cpu us", "user us", "waits/100", "server us", "vs abort"
     );
     let rate = |t: &Tally| t.ops as f64 / t.wall.as_secs_f64();
-    for (i, (how, t)) in hows.iter().zip(&tallies).enumerate() {
+    for ((how, flush), t) in hows.iter().zip(&tallies) {
         if t.ops == 0 {
             continue;
         }
-        let abort = &tallies[i | 1];
+        // The same shape in abort mode, on the stock server's flushing.
+        let twin = match *how {
+            How::Batch(_) => How::Batch(PipelineMode::AbortOnError),
+            How::Window(_) => How::Window(PipelineMode::AbortOnError),
+        };
+        let Some(abort) = hows
+            .iter()
+            .position(|&(h, f)| h == twin && !f)
+            .map(|k| &tallies[k])
+            .filter(|a| a.ops > 0)
+        else {
+            continue;
+        };
+        let label = if *flush {
+            format!("{}, pipeline_flush", how.label())
+        } else {
+            how.label()
+        };
         println!(
-            "{:<40} {:>10.0} {:>10.2} {:>10.2} {:>10.1} {:>10.2} {:>7.2}x",
-            how.label(),
+            "{:<56} {:>10.0} {:>10.2} {:>10.2} {:>10.1} {:>10.2} {:>7.2}x",
+            label,
             rate(t),
             t.cpu.as_secs_f64() * 1e6 / t.ops as f64,
             t.user.as_secs_f64() * 1e6 / t.ops as f64,
