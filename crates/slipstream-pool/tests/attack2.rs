@@ -2,6 +2,8 @@
 //! cancelled async borrows, timeouts, resize and evict during waits. Each test is bounded, and
 //! checks at the end that every borrow completed and the pool's counts add up (nothing lost).
 
+mod common;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,17 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use slipstream_pool::{Manager, Pool, PoolError};
-
-/// A connection that is just a number: the core's behaviour, no database.
-struct Numbers(AtomicU64);
-impl Manager for Numbers {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(self.0.fetch_add(1, Ordering::Relaxed))
-    }
-}
+use common::{Numbers, numbers, two_workers};
+use slipstream_pool::{Pool, PoolError};
 
 /// The whole test's bound: a lost wake-up shows as this timeout, not a hang.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -90,13 +83,9 @@ async fn all_slots_back(pool: &Pool<Numbers>, max: usize) {
 #[test]
 fn threads_and_tasks_with_cancelled_borrows_lose_no_slot_and_no_wake_up() {
     const MAX: usize = 3;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = rt.block_on(async {
-        Pool::builder(Numbers(AtomicU64::new(0)))
+        Pool::builder(numbers())
             .max_size(MAX)
             .borrow_timeout(Duration::from_secs(20))
             .build()
@@ -204,7 +193,7 @@ fn threads_and_tasks_with_cancelled_borrows_lose_no_slot_and_no_wake_up() {
 // Every waiter must be served (no wait for ever while a slot is idle) and the counts add up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resize_and_evict_during_waits_serve_every_waiter() {
-    let pool = Pool::builder(Numbers(AtomicU64::new(0)))
+    let pool = Pool::builder(numbers())
         .max_size(2)
         .borrow_timeout(Duration::from_secs(20))
         .build();
@@ -247,7 +236,7 @@ async fn resize_and_evict_during_waits_serve_every_waiter() {
 // cancelled waiter at the head of the queue passes the slot on to the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_head_waiter_passes_the_slot_on() {
-    let pool = Pool::builder(Numbers(AtomicU64::new(0)))
+    let pool = Pool::builder(numbers())
         .max_size(1)
         .borrow_timeout(Duration::from_secs(20))
         .build();
@@ -281,7 +270,7 @@ async fn a_cancelled_head_waiter_passes_the_slot_on() {
     all_slots_back(&pool, 1).await;
 
     // And a plain timeout is honoured.
-    let quick = Pool::builder(Numbers(AtomicU64::new(0)))
+    let quick = Pool::builder(numbers())
         .max_size(1)
         .borrow_timeout(Duration::from_millis(50))
         .build();
@@ -323,13 +312,9 @@ async fn futures_poll_once<T>(f: &mut Pin<Box<dyn Future<Output = T> + Send>>) -
 #[test]
 fn timeouts_racing_hand_offs_lose_no_slot() {
     const MAX: usize = 2;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = rt.block_on(async {
-        Pool::builder(Numbers(AtomicU64::new(0)))
+        Pool::builder(numbers())
             .max_size(MAX)
             .borrow_timeout(Duration::from_millis(1))
             .build()
@@ -437,13 +422,9 @@ async fn a_borrow_cancelled_during_validation_loses_no_slot_and_no_write() {
 
 /// A pool of `max` slots (5 s borrow timeout) on its own two-worker runtime.
 fn hogged_pool(max: usize) -> (tokio::runtime::Runtime, Pool<Numbers>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = rt.block_on(async {
-        Pool::builder(Numbers(AtomicU64::new(0)))
+        Pool::builder(numbers())
             .max_size(max)
             .borrow_timeout(Duration::from_secs(5))
             .build()

@@ -14,22 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{Holds, all_back, until_waiting};
-use slipstream_pool::{Manager, Pool, PoolError, Pooled};
-
-/// A connection that is just a number (its opening order): the core's behaviour, no database.
-struct Numbers(AtomicU64);
-impl Manager for Numbers {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(self.0.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-fn numbers() -> Numbers {
-    Numbers(AtomicU64::new(0))
-}
+use common::{Holds, Numbers, all_back, numbers, two_workers, until_waiting};
+use slipstream_pool::{Pool, PoolError, Pooled};
 
 /// Builds the pool and waits (bounded) until its `min_size` connections are open; unlike
 /// `build_ready`, not bounded by a short borrow timeout.
@@ -51,11 +37,7 @@ fn storm_length() -> Duration {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    two_workers()
 }
 
 /// A small deterministic generator (xorshift), one per borrower.

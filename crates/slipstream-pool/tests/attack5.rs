@@ -10,27 +10,13 @@ mod common;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{Holds, all_back};
-use slipstream_pool::{Manager, Pool, PoolError, Pooled};
-
-/// A connection that is just a number (its opening order): the core's behaviour, no database.
-struct Numbers(AtomicU64);
-impl Manager for Numbers {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(self.0.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-fn numbers() -> Numbers {
-    Numbers(AtomicU64::new(0))
-}
+use common::{Holds, Numbers, all_back, numbers, two_workers};
+use slipstream_pool::{Pool, PoolError, Pooled};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -218,11 +204,7 @@ async fn a_waker_that_panics_when_woken_loses_no_connection() {
 #[test]
 fn boxed_waits_moved_and_dropped_on_other_threads_lose_nothing() {
     const N: usize = 3;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = Arc::new(rt.block_on(ready(N, 100_000)));
     let holds = Arc::new(Holds::new(N, N));
     let end = Instant::now() + storm_length();
@@ -301,11 +283,7 @@ fn max_waiters_is_exact_under_a_barrier_of_borrowers() {
     } else {
         20
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = Arc::new(rt.block_on(ready(1, N)));
     for _ in 0..rounds {
         let held = pool.try_get().expect("the only connection");
@@ -424,11 +402,7 @@ async fn futures_select_all<F: Future + Unpin>(mut fs: Vec<F>) -> (F::Output, us
 fn mass_cancellation_racing_returns_loses_nothing() {
     const N: usize = 4;
     const W: usize = 2000;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_workers();
     let pool = Arc::new(rt.block_on(ready(N, 100_000)));
     let rounds = if storm_length() > Duration::from_secs(2) {
         50

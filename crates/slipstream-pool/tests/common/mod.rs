@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use slipstream_pool::{Manager, PgPool, Pool};
@@ -123,4 +124,28 @@ pub async fn all_back<M: Manager>(pool: &Pool<M>) -> slipstream_pool::Stats {
         "an idle connection could not be borrowed: {s:?}"
     );
     s
+}
+
+/// A connection that is just a number (its opening order): the core's behaviour, no database.
+pub struct Numbers(pub AtomicU64);
+impl Manager for Numbers {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A [`Numbers`] manager counting from 0.
+pub fn numbers() -> Numbers {
+    Numbers(AtomicU64::new(0))
+}
+
+/// A multi-threaded runtime with two workers (this machine's cores), timers on.
+pub fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
