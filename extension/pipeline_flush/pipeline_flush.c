@@ -4,12 +4,14 @@
  * PostgreSQL flushes its output at every ReadyForQuery, so a client that pipelines its
  * statements with a Sync each (continue on error: each statement its own transaction) gets
  * one send() per statement from the server, one small packet per reply, and wakes once per
- * packet. With this module loaded, the flush that follows a ReadyForQuery is skipped while
- * more of the client's input is already in the server's receive buffer: the server goes on
- * with that input at once, and the replies leave together when the buffer runs dry, when
- * the 8 kB send buffer fills, or at any other flush (an explicit Flush message, an error, a
- * notice, a COPY). A client that sends one statement and waits sees no difference: its
- * buffer is empty at every ReadyForQuery.
+ * packet. With this module loaded, the flush that follows a ReadyForQuery is skipped while the
+ * next message in the server's receive buffer is one that makes it put a reply (Parse, Bind,
+ * Execute, Describe, Close, Sync, Query, FunctionCall) or a Flush: the server goes on with that
+ * input at once, and the held replies leave before it could wait on the client (when its
+ * buffer runs dry, or the next message puts nothing: Terminate, stray COPY data), when its
+ * 8 kB send buffer fills, or at any other flush (a Flush message, an error, a notice, a COPY).
+ * A client that sends one statement and waits sees no difference: its buffer is empty at
+ * every ReadyForQuery.
  *
  * What changes for a pipelining client: the reply to a statement it has sent more input
  * after may wait until the server has processed that input (at most the receive buffer's
@@ -46,9 +48,61 @@ static bool enabled = true;
  */
 static bool after_ready = false;
 
+/* A flush after a ReadyForQuery was skipped, and nothing has flushed since. */
+static bool held = false;
+
+/*
+ * Whether what the server holds must leave now: true unless the next buffered message is
+ * whole-message input that will make the server put a message (and so call back here) before
+ * it could wait on the client. The server reads from the socket only once its buffer is
+ * empty, and some messages put nothing: Terminate (the backend exits without flushing),
+ * CopyData / CopyDone / CopyFail outside a COPY (skipped silently). So the held replies leave
+ * before the buffer runs dry or such a message is reached; a statement that leaves its own
+ * replies unflushed (no Sync or Flush after it) keeps PostgreSQL's behaviour.
+ *
+ * Not covered: a message whose first bytes are buffered and the rest not yet sent. The server
+ * waits for the rest holding the replies, so a client must not wait for replies with part of
+ * a message unsent (libpq requires PQflush in nonblocking mode for the same reason).
+ */
+static bool
+must_flush(void)
+{
+	int			next;
+
+	/* Mid-read (an error while reading a message): the buffer is not at a boundary. */
+	if (pq_is_reading_msg() || !pq_buffer_has_data())
+		return true;
+	/* Between messages: the buffer starts with the next one's type byte. */
+	pq_startmsgread();
+	next = pq_peekbyte();
+	pq_endmsgread();
+	switch (next)
+	{
+		case 'P':				/* Parse: ParseComplete or an error */
+		case 'B':				/* Bind: BindComplete or an error */
+		case 'E':				/* Execute: rows, CommandComplete, ... or an error */
+		case 'D':				/* Describe */
+		case 'C':				/* Close: CloseComplete */
+		case 'S':				/* Sync: ReadyForQuery */
+		case 'Q':				/* Query: at least ReadyForQuery */
+		case 'F':				/* FunctionCall: its result and ReadyForQuery */
+		case 'H':				/* Flush: flushes */
+			return false;
+		default:
+			return true;
+	}
+}
+
 static int
 pf_putmessage(char msgtype, const char *s, size_t len)
 {
+	/* The last message of a burst put something: release what is held before it. */
+	if (held && must_flush())
+	{
+		held = false;
+		if (inner->flush())
+			return EOF;
+	}
 	after_ready = (msgtype == 'Z');
 	return inner->putmessage(msgtype, s, len);
 }
@@ -63,16 +117,15 @@ pf_putmessage_noblock(char msgtype, const char *s, size_t len)
 static int
 pf_flush(void)
 {
-	bool		skip = after_ready && enabled && pq_buffer_has_data();
+	bool		skip = after_ready && enabled && !must_flush();
 
 	after_ready = false;
-	/*
-	 * Skipped only while more input is buffered: the server reads no further before it has
-	 * processed that input, so it reaches another flush (the next ReadyForQuery with the
-	 * buffer empty, or any other) without waiting on the client.
-	 */
 	if (skip)
+	{
+		held = true;
 		return 0;
+	}
+	held = false;
 	return inner->flush();
 }
 
