@@ -19,15 +19,18 @@
  * waiting for this reply) holds the earlier replies back; send a Flush message after the
  * Sync whose replies must not wait, or SET pipeline_flush.enabled = off for the session.
  *
- * Load it per session (LOAD 'pipeline_flush', or session_preload_libraries); it applies only
- * to client backends (not walsenders or parallel workers), which keep their own methods.
+ * Load it per session (LOAD 'pipeline_flush', session_preload_libraries) or for the server
+ * (shared_preload_libraries); it applies only to client backends (not walsenders or parallel
+ * workers), which keep their own methods.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "libpq/auth.h"
 #include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "replication/walsender.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
@@ -136,6 +139,50 @@ pf_flush_if_writable(void)
 	return inner->flush_if_writable();
 }
 
+/*
+ * Exit with replies held: by the rules above it cannot happen (every message that may follow
+ * a skipped flush puts a reply or flushes, and an error flushes), so this is a second line:
+ * PostgreSQL's exit path does not flush, and the socket's own exit callback, registered
+ * before this one and so run after it, only closes. A backend killed outright (SIGKILL, a
+ * crash) runs no callback and loses what it holds, replies of committed statements included.
+ */
+static void
+pf_at_exit(int code, Datum arg)
+{
+	if (held)
+	{
+		held = false;
+		(void) inner->flush();
+	}
+}
+
+/* Wraps this backend's socket methods, once; client backends only. */
+static void
+wrap(void)
+{
+	if (inner != NULL || MyProcPort == NULL || am_walsender)
+		return;
+	inner = PqCommMethods;
+	methods = *inner;
+	methods.putmessage = pf_putmessage;
+	methods.putmessage_noblock = pf_putmessage_noblock;
+	methods.flush = pf_flush;
+	methods.flush_if_writable = pf_flush_if_writable;
+	PqCommMethods = &methods;
+	on_proc_exit(pf_at_exit, (Datum) 0);
+}
+
+static ClientAuthentication_hook_type prev_client_auth = NULL;
+
+/* Preloaded by the postmaster: each backend wraps its socket once its client is known. */
+static void
+pf_client_auth(Port *port, int status)
+{
+	if (prev_client_auth)
+		prev_client_auth(port, status);
+	wrap();
+}
+
 void
 _PG_init(void)
 {
@@ -153,14 +200,18 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pipeline_flush");
 
-	/* Client backends only, once: walsenders and parallel workers keep their own methods. */
-	if (inner != NULL || MyProcPort == NULL || am_walsender)
+	/*
+	 * shared_preload_libraries: loaded once in the postmaster, before any backend has a
+	 * socket, and inherited by every backend without running this again; so each backend
+	 * wraps its socket from the authentication hook. Otherwise (LOAD,
+	 * session_preload_libraries) this backend wraps now. Walsenders and parallel workers keep
+	 * their own methods.
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		prev_client_auth = ClientAuthentication_hook;
+		ClientAuthentication_hook = pf_client_auth;
 		return;
-	inner = PqCommMethods;
-	methods = *inner;
-	methods.putmessage = pf_putmessage;
-	methods.putmessage_noblock = pf_putmessage_noblock;
-	methods.flush = pf_flush;
-	methods.flush_if_writable = pf_flush_if_writable;
-	PqCommMethods = &methods;
+	}
+	wrap();
 }
