@@ -1,0 +1,610 @@
+//! Attacks on pipeline_flush (extension/pipeline_flush): a hostile client written as raw
+//! protocol bytes on a socket, against a real server with and without the module loaded,
+//! checking the module's promises: results never change (the reply bytes are identical),
+//! nothing is lost when the backend ends, no hang the stock server would not have, and an
+//! explicit Flush always flushes. Each test runs the same bytes through a stock session first,
+//! so a difference is the module's. Default run bounded (seconds); `SLIPSTREAM_ATTACK_LONG=1`
+//! runs the differential fuzzer for many more bursts.
+
+use std::time::Duration;
+
+use slipstream_pg::Client;
+use slipstream_testkit::Cluster;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::engine::bounded;
+
+// ---------------------------------------------------------------------------------------
+// Frontend messages, built by hand: the hostile client controls every byte and every write.
+
+fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![tag];
+    v.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+fn cstr(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+}
+
+fn query(sql: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    cstr(&mut b, sql);
+    msg(b'Q', &b)
+}
+
+fn parse(name: &str, sql: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    cstr(&mut b, name);
+    cstr(&mut b, sql);
+    b.extend_from_slice(&0i16.to_be_bytes());
+    msg(b'P', &b)
+}
+
+/// Binds statement `stmt` (no parameters, text results) to `portal`.
+fn bind(portal: &str, stmt: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    cstr(&mut b, portal);
+    cstr(&mut b, stmt);
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    msg(b'B', &b)
+}
+
+fn describe(kind: u8, name: &str) -> Vec<u8> {
+    let mut b = vec![kind];
+    cstr(&mut b, name);
+    msg(b'D', &b)
+}
+
+fn execute(portal: &str, max_rows: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    cstr(&mut b, portal);
+    b.extend_from_slice(&max_rows.to_be_bytes());
+    msg(b'E', &b)
+}
+
+fn close(kind: u8, name: &str) -> Vec<u8> {
+    let mut b = vec![kind];
+    cstr(&mut b, name);
+    msg(b'C', &b)
+}
+
+fn sync() -> Vec<u8> {
+    msg(b'S', &[])
+}
+
+fn flush() -> Vec<u8> {
+    msg(b'H', &[])
+}
+
+fn terminate() -> Vec<u8> {
+    msg(b'X', &[])
+}
+
+fn copy_data(data: &[u8]) -> Vec<u8> {
+    msg(b'd', data)
+}
+
+fn copy_done() -> Vec<u8> {
+    msg(b'c', &[])
+}
+
+/// Parse, Bind, Execute of `sql` through the unnamed statement and portal (no Sync).
+fn unsynced(sql: &str) -> Vec<u8> {
+    [parse("", sql), bind("", ""), execute("", 0)].concat()
+}
+
+// ---------------------------------------------------------------------------------------
+// A raw session.
+
+struct Raw {
+    s: TcpStream,
+    /// Bytes read and not yet taken as whole messages.
+    buf: Vec<u8>,
+    pid: i32,
+}
+
+/// One backend message, whole (tag, length and body), as the server sent it.
+type Message = Vec<u8>;
+
+impl Raw {
+    /// Connects as `postgres` (trust), reads through the first ReadyForQuery, and loads the
+    /// module when `module`.
+    async fn connect(cluster: &Cluster, module: bool) -> Raw {
+        let s = TcpStream::connect(("127.0.0.1", cluster.port()))
+            .await
+            .expect("connect");
+        s.set_nodelay(true).unwrap();
+        let mut r = Raw {
+            s,
+            buf: Vec::new(),
+            pid: 0,
+        };
+        let mut body = 196608i32.to_be_bytes().to_vec();
+        for kv in ["user", "postgres", "database", "postgres"] {
+            cstr(&mut body, kv);
+        }
+        body.push(0);
+        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        startup.extend_from_slice(&body);
+        r.s.write_all(&startup).await.unwrap();
+        for m in bounded("the startup", r.until_ready(1)).await {
+            if m[0] == b'K' {
+                r.pid = i32::from_be_bytes(m[5..9].try_into().unwrap());
+            }
+            assert_ne!(
+                m[0],
+                b'E',
+                "startup failed: {}",
+                String::from_utf8_lossy(&m)
+            );
+        }
+        if module {
+            r.s.write_all(&query("LOAD 'pipeline_flush'"))
+                .await
+                .unwrap();
+            let got = bounded("LOAD", r.until_ready(1)).await;
+            assert!(
+                got.iter().all(|m| m[0] != b'E'),
+                "pipeline_flush is not installed: run `make -C extension/pipeline_flush install \
+                 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config` ({})",
+                String::from_utf8_lossy(&got.concat())
+            );
+        }
+        r
+    }
+
+    /// The next whole message, or None at end of stream.
+    async fn next(&mut self) -> Option<Message> {
+        loop {
+            if self.buf.len() >= 5 {
+                let len = i32::from_be_bytes(self.buf[1..5].try_into().unwrap()) as usize;
+                if self.buf.len() > len {
+                    return Some(self.buf.drain(..=len).collect());
+                }
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self.s.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Messages through the `n`th ReadyForQuery; panics at end of stream.
+    async fn until_ready(&mut self, n: usize) -> Vec<Message> {
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while seen < n {
+            let m = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("end of stream after {out:?}"));
+            seen += usize::from(m[0] == b'Z');
+            out.push(m);
+        }
+        out
+    }
+
+    /// Every message until the server closes the connection.
+    async fn to_end(&mut self) -> Vec<Message> {
+        let mut out = Vec::new();
+        while let Some(m) = self.next().await {
+            out.push(m);
+        }
+        out
+    }
+}
+
+/// A byte stream of whole backend messages, as messages.
+fn split_messages(mut b: &[u8]) -> Vec<Message> {
+    let mut out = Vec::new();
+    while b.len() >= 5 {
+        let len = i32::from_be_bytes(b[1..5].try_into().unwrap()) as usize;
+        out.push(b[..=len].to_vec());
+        b = &b[len + 1..];
+    }
+    out
+}
+
+fn tags(ms: &[Message]) -> String {
+    ms.iter().map(|m| m[0] as char).collect()
+}
+
+/// Waits until backend `pid` has consumed all its input and waits in a read on its socket
+/// for more (`ClientRead`) with `sql` as its last statement: every reply it will send before
+/// more input arrives has been sent, and on loopback is already in our receive queue.
+async fn until_reading(watcher: &mut Client, pid: i32, sql: &str) {
+    bounded("the backend to wait for more input", async {
+        loop {
+            let n: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE pid = $1 AND wait_event = 'ClientRead' AND query = $2",
+                    &[&pid, &sql],
+                )
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            if n == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// How long to look for replies the server has already sent (they are in the socket's
+/// receive queue by then): a hang detector with a wide margin, not a timing measurement.
+const LOOK: Duration = Duration::from_secs(3);
+
+/// Sends `burst` in one write, waits until the backend reads for more input after running
+/// `last_sql`, then says whether the first ReadyForQuery's replies have arrived.
+async fn replies_while_reading(
+    r: &mut Raw,
+    watcher: &mut Client,
+    burst: &[u8],
+    last_sql: &str,
+) -> Option<Vec<Message>> {
+    r.s.write_all(burst).await.unwrap();
+    until_reading(watcher, r.pid, last_sql).await;
+    tokio::time::timeout(LOOK, r.until_ready(1)).await.ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// Promise 2: nothing is lost when the backend ends.
+
+/// A client that sends its last statements and a Terminate in one write, then reads until
+/// the server closes (a script piped into a client, a pool closing a connection after a
+/// fire-and-forget batch): the stock server flushes at each ReadyForQuery, so every reply
+/// arrives before it reads the Terminate. The module skips that flush because the Terminate
+/// is already buffered, and the backend then exits without flushing its send buffer.
+#[tokio::test]
+async fn replies_before_a_terminate_in_the_same_write_reach_the_client() {
+    let cluster = Cluster::start().unwrap();
+    let mut admin = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    admin
+        .batch_execute("CREATE TABLE landed (id int)")
+        .await
+        .unwrap();
+    let burst = [
+        query("INSERT INTO landed VALUES (1)"),
+        unsynced("INSERT INTO landed VALUES (2)"),
+        sync(),
+        terminate(),
+    ]
+    .concat();
+    let mut got = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        r.s.write_all(&burst).await.unwrap();
+        got.push(tags(&bounded("the replies, to the end", r.to_end()).await));
+    }
+    // Both sessions' inserts ran: the database has them, so the client must hear of them.
+    let n: i64 = admin
+        .query_one("SELECT count(*) FROM landed", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(n, 4);
+    assert_eq!(got[0], "CZ12CZ", "stock server");
+    assert_eq!(
+        got[1], got[0],
+        "with the module: replies to committed statements lost at Terminate"
+    );
+}
+
+/// The same with the client half-closing its socket instead of a Terminate (end of input):
+/// a burst that ends with complete but unsynced messages after a Sync.
+#[tokio::test]
+async fn replies_before_end_of_input_reach_the_client() {
+    let cluster = Cluster::start().unwrap();
+    let burst = [query("SELECT 'one'"), unsynced("SELECT 'two'")].concat();
+    let mut got = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        r.s.write_all(&burst).await.unwrap();
+        r.s.shutdown().await.unwrap();
+        got.push(tags(&bounded("the replies, to the end", r.to_end()).await));
+    }
+    assert!(got[0].starts_with("TDCZ"), "stock server: {}", got[0]);
+    assert_eq!(
+        got[1], got[0],
+        "with the module: replies lost at end of input"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Promise 3: no hang the stock server would not have.
+
+/// A burst whose tail is complete messages without a Sync or Flush after them: libpq's
+/// pipeline mode produces exactly this (PQpipelineSync, then PQsendQueryParams queued, then
+/// PQgetResult, which flushes the queued messages before it waits for the synced results).
+/// The stock server flushes at the Sync; with the module the replies stay in its send buffer
+/// while it waits in a read for the next Sync, which the client sends only after it has its
+/// results: a hang with only complete messages buffered, not the documented partial-message
+/// case.
+#[tokio::test]
+async fn a_complete_unsynced_tail_does_not_hold_the_replies_before_it() {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let tail = "SELECT 'tail'";
+    let burst = [unsynced("SELECT 'head'"), sync(), unsynced(tail)].concat();
+    let mut prompt = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        let early = replies_while_reading(&mut r, &mut watcher, &burst, tail).await;
+        prompt.push(early.is_some());
+        // The client's next Sync releases everything: nothing lost either way.
+        r.s.write_all(&sync()).await.unwrap();
+        let rest = bounded(
+            "the rest",
+            r.until_ready(if early.is_some() { 1 } else { 2 }),
+        )
+        .await;
+        let all = [early.unwrap_or_default(), rest].concat();
+        assert_eq!(tags(&all), "12DCZ12DCZ", "module {module}");
+    }
+    assert!(
+        prompt[0],
+        "stock server: the Sync's replies while it reads for more"
+    );
+    assert!(
+        prompt[1],
+        "with the module: the Sync's replies are held while the server waits in a read for \
+         input the client sends only after it has them (a hang)"
+    );
+}
+
+/// The documented hazard: a partial message left unsent while the client waits for the
+/// replies to an earlier Sync. The stock server has flushed them; with the module they wait
+/// for the rest of the message. (Confirms the documented behaviour; it changes if the module
+/// learns to flush before it blocks in a read.)
+#[tokio::test]
+async fn documented_hazard_a_partial_message_holds_the_replies_before_it() {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let head = "SELECT 'head'";
+    let next = query("SELECT 'next'");
+    let (part, rest) = next.split_at(7);
+    let burst = [query(head), part.to_vec()].concat();
+    let mut prompt = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        let early = replies_while_reading(&mut r, &mut watcher, &burst, head).await;
+        prompt.push(early.is_some());
+        r.s.write_all(rest).await.unwrap();
+        let later = bounded(
+            "the rest",
+            r.until_ready(if early.is_some() { 1 } else { 2 }),
+        )
+        .await;
+        let all = [early.unwrap_or_default(), later].concat();
+        assert_eq!(tags(&all), "TDCZTDCZ", "module {module}");
+    }
+    assert_eq!(
+        prompt,
+        [true, false],
+        "[stock, module]: replies while a message is partial"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Promise 4: an explicit Flush always flushes.
+
+/// A Flush right after a Sync releases the Sync's replies even though more input (an
+/// unsynced tail that never completes a round trip) follows: the module skips only the
+/// flush after ReadyForQuery.
+#[tokio::test]
+async fn a_flush_after_a_sync_always_releases_its_replies() {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let tail = "SELECT 'tail'";
+    for module in [false, true] {
+        let burst = [unsynced("SELECT 'head'"), sync(), flush(), unsynced(tail)].concat();
+        let mut r = Raw::connect(&cluster, module).await;
+        let early = replies_while_reading(&mut r, &mut watcher, &burst, tail).await;
+        let early = early.unwrap_or_else(|| panic!("module {module}: Flush did not flush"));
+        assert_eq!(tags(&early), "12DCZ", "module {module}");
+        r.s.write_all(&sync()).await.unwrap();
+        assert_eq!(
+            tags(&bounded("the rest", r.until_ready(1)).await),
+            "12DCZ",
+            "module {module}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Promise 1 (and 5 for parallel workers): a differential fuzzer comparing reply bytes.
+
+/// Statements for the simple and extended protocols: rows, counts, errors (parse, execution,
+/// in the extended protocol's skip-until-Sync state), notices, COPY out, replies wider than
+/// the 8 kB send buffer, transactions, and the module's own setting toggled mid-burst. Each
+/// session has its own temporary table, so both sessions see the same state.
+const STATEMENTS: &[&str] = &[
+    "SELECT 1",
+    "SELECT 1/0",
+    "SELEC 1",
+    "SELECT generate_series(1, 5)",
+    "DO $$BEGIN RAISE NOTICE 'notice %', 42; END$$",
+    "CREATE TEMP TABLE IF NOT EXISTS tt (a int)",
+    "INSERT INTO tt VALUES (1), (2)",
+    "SELECT count(*), sum(a) FROM tt",
+    "DELETE FROM tt WHERE a = 2",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "SAVEPOINT s",
+    "SELECT repeat('x', 9000)",
+    "COPY (SELECT generate_series(1, 30)) TO STDOUT",
+    "SET pipeline_flush.enabled = off",
+    "SET pipeline_flush.enabled = on",
+    // An expression, not the column: a RowDescription names a column's table by OID, and
+    // each session's temporary table has its own.
+    "SELECT a + 0 FROM tt ORDER BY 1",
+    "",
+];
+
+/// A seeded generator (the same on every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n
+    }
+}
+
+/// One burst of random messages, ending with a Sync and a marker query whose row tells the
+/// reader where the burst's replies end. Every burst ends with complete messages and a
+/// Query, so neither server has a reason to wait for the client.
+fn burst(rng: &mut Lcg, marker: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let names = ["", "s1", "s2"];
+    for _ in 0..1 + rng.below(25) {
+        let sql = STATEMENTS[rng.below(STATEMENTS.len())];
+        let name = names[rng.below(names.len())];
+        let part = match rng.below(12) {
+            0 | 1 => query(sql),
+            2 => query(&format!(
+                "{sql}; {}",
+                STATEMENTS[rng.below(STATEMENTS.len())]
+            )),
+            3 => parse(name, sql),
+            4 => bind(name, name),
+            5 => describe(if rng.below(2) == 0 { b'S' } else { b'P' }, name),
+            6 => execute(name, [0, 1, 2][rng.below(3)]),
+            7 => sync(),
+            8 => flush(),
+            9 => close(if rng.below(2) == 0 { b'S' } else { b'P' }, name),
+            10 => [
+                query("COPY tt FROM STDIN"),
+                copy_data(b"7\n8\n"),
+                copy_done(),
+            ]
+            .concat(),
+            _ => [unsynced(sql), sync()].concat(),
+        };
+        out.extend(part);
+    }
+    out.extend(sync());
+    // ROLLBACK first: a burst may leave a failed transaction, which would refuse the marker.
+    out.extend(query(&format!("ROLLBACK; SELECT '{marker}'")));
+    out
+}
+
+/// Replies through the marker's row and the ReadyForQuery after it.
+async fn through_marker(r: &mut Raw, marker: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut marked = false;
+    loop {
+        let m = r
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("end of stream before marker {marker}"));
+        let done = marked && m[0] == b'Z';
+        if m[0] == b'D' && m.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+            marked = true;
+        }
+        out.extend_from_slice(&m);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Writes `bytes` in a few random pieces (messages split across writes: the server sees
+/// partial messages between them, which the client completes without waiting for replies).
+async fn write_in_pieces(r: &mut Raw, rng: &mut Lcg, bytes: &[u8]) {
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = 1 + rng.below((bytes.len() - at).min(600));
+        r.s.write_all(&bytes[at..at + n]).await.unwrap();
+        at += n;
+        if rng.below(4) == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+async fn differential(setup: &str, seed: u64, bursts: usize) {
+    let cluster = Cluster::start().unwrap();
+    let mut stock = Raw::connect(&cluster, false).await;
+    let mut with = Raw::connect(&cluster, true).await;
+    for r in [&mut stock, &mut with] {
+        r.s.write_all(&query(setup)).await.unwrap();
+        let got = bounded("setup", r.until_ready(1)).await;
+        assert!(got.iter().all(|m| m[0] != b'E'), "{setup}: {got:?}");
+    }
+    let mut rng = Lcg(seed);
+    for k in 0..bursts {
+        let marker = format!("end of burst {k}");
+        let bytes = burst(&mut rng, &marker);
+        let mut replies = Vec::new();
+        for (who, r) in [("stock", &mut stock), ("module", &mut with)] {
+            // The same pieces for both sessions.
+            let mut split = Lcg(seed ^ k as u64);
+            write_in_pieces(r, &mut split, &bytes).await;
+            let what = format!("seed {seed}, burst {k}, {who} session's replies");
+            replies.push(bounded(&what, through_marker(r, &marker)).await);
+        }
+        if replies[0] != replies[1] {
+            let (a, b) = (split_messages(&replies[0]), split_messages(&replies[1]));
+            let at = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            let show = |m: Option<&Message>| {
+                m.map(|m| String::from_utf8_lossy(&m[..m.len().min(300)]).replace('\0', "~"))
+            };
+            panic!(
+                "seed {seed}, burst {k}: reply bytes differ at message {at}\n\
+                 stock tags:  {}\nmodule tags: {}\nstock:  {:?}\nmodule: {:?}",
+                tags(&a),
+                tags(&b),
+                show(a.get(at)),
+                show(b.get(at))
+            );
+        }
+    }
+}
+
+fn bursts() -> usize {
+    if std::env::var_os("SLIPSTREAM_ATTACK_LONG").is_some() {
+        3000
+    } else {
+        60
+    }
+}
+
+/// Random message sequences through a stock session and a session with the module: the
+/// reply byte streams are identical (only packetization may differ, and the comparison is of
+/// the streams).
+#[tokio::test]
+async fn random_message_sequences_get_the_same_reply_bytes() {
+    differential("SET client_min_messages = notice", 11, bursts()).await;
+}
+
+/// The same with every query run by a parallel worker (`force_parallel_mode`, PostgreSQL
+/// 15's name) and plans free to go parallel: the module leaves the workers' message queues
+/// alone and the leader's replies are unchanged.
+#[tokio::test]
+async fn parallel_workers_behind_the_module_give_the_same_reply_bytes() {
+    differential(
+        "SET force_parallel_mode = on; SET parallel_setup_cost = 0; \
+         SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0",
+        12,
+        bursts() / 2,
+    )
+    .await;
+}
