@@ -192,6 +192,33 @@ impl Raw {
         out
     }
 
+    /// Messages through the next ReadyForQuery if it arrives within `limit`; otherwise None,
+    /// and whatever did arrive stays buffered for the next read (nothing is dropped).
+    async fn ready_within(&mut self, limit: Duration) -> Option<Vec<Message>> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let mut at = 0;
+            while self.buf.len() >= at + 5 {
+                let len = i32::from_be_bytes(self.buf[at + 1..at + 5].try_into().unwrap());
+                let end = at + 1 + len as usize;
+                if self.buf.len() < end {
+                    break;
+                }
+                if self.buf[at] == b'Z' {
+                    let whole: Vec<u8> = self.buf.drain(..end).collect();
+                    return Some(split_messages(&whole));
+                }
+                at = end;
+            }
+            let mut chunk = [0u8; 8192];
+            match tokio::time::timeout_at(deadline, self.s.read(&mut chunk)).await {
+                Err(_) => return None,
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(r) => panic!("connection ended while waiting for replies: {r:?}"),
+            }
+        }
+    }
+
     /// Every message until the server closes the connection.
     async fn to_end(&mut self) -> Vec<Message> {
         let mut out = Vec::new();
@@ -256,7 +283,7 @@ async fn replies_while_reading(
 ) -> Option<Vec<Message>> {
     r.s.write_all(burst).await.unwrap();
     until_reading(watcher, r.pid, last_sql).await;
-    tokio::time::timeout(LOOK, r.until_ready(1)).await.ok()
+    r.ready_within(LOOK).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -362,6 +389,55 @@ async fn a_complete_unsynced_tail_does_not_hold_the_replies_before_it() {
         prompt[1],
         "with the module: the Sync's replies are held while the server waits in a read for \
          input the client sends only after it has them (a hang)"
+    );
+}
+
+/// COPY FROM STDIN with a bad row, the data streamed as libpq streams it (CopyData messages
+/// and the CopyDone, then wait for the result): the error aborts the COPY with CopyData
+/// still buffered, and the server skips those messages silently in its main loop. The stock
+/// server flushes the ReadyForQuery after the error; with the module it is held (more input
+/// was buffered), the skipped messages put nothing, and the server then waits in a read for
+/// input the client will send only after its ReadyForQuery: a hang, with only complete
+/// messages sent.
+#[tokio::test]
+async fn a_copy_that_fails_with_data_still_buffered_does_not_hold_its_ready_for_query() {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE copied (a int)")
+        .await
+        .unwrap();
+    let copy = "COPY copied FROM STDIN";
+    let data = [
+        copy_data(b"1\n"),
+        copy_data(b"not a number\n"),
+        copy_data(b"3\n"),
+        copy_data(b"4\n"),
+        copy_done(),
+    ]
+    .concat();
+    let mut outcome = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        r.s.write_all(&query(copy)).await.unwrap();
+        let started = bounded("CopyInResponse", r.next()).await.unwrap();
+        assert_eq!(started[0], b'G', "module {module}");
+        let early = replies_while_reading(&mut r, &mut watcher, &data, copy).await;
+        outcome.push(early.as_deref().map(tags));
+        if early.is_none() {
+            // Any further input releases the held replies: nothing is lost, only late.
+            r.s.write_all(&query("SELECT 1")).await.unwrap();
+            let late = bounded("the held replies", r.until_ready(2)).await;
+            assert_eq!(tags(&late), "EZTDCZ", "module {module}");
+        }
+    }
+    assert_eq!(outcome[0].as_deref(), Some("EZ"), "stock server");
+    // (The ErrorResponse itself is flushed with the module too: only the ReadyForQuery after
+    // it is held, and a client waits for that.)
+    assert_eq!(
+        outcome[1], outcome[0],
+        "with the module: the failed COPY's ReadyForQuery is held while the server waits \
+         for input (a hang)"
     );
 }
 
