@@ -697,3 +697,89 @@ async fn parallel_workers_behind_the_module_give_the_same_reply_bytes() {
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Promise 2 with server-side endings: timeouts and notifications inside a held burst.
+
+/// Runs `setup` (a simple query), then writes `burst` in one write and reads through `ready`
+/// ReadyForQuery messages, or to the end of the stream when `ready` is None; in a stock
+/// session and one with the module. NotificationResponse sender PIDs are zeroed (each
+/// session has its own); everything else is compared byte for byte.
+async fn both(setup: &str, burst: &[u8], ready: Option<usize>) -> [Vec<u8>; 2] {
+    let cluster = Cluster::start().unwrap();
+    let mut out: [Vec<u8>; 2] = Default::default();
+    for (k, module) in [false, true].into_iter().enumerate() {
+        let mut r = Raw::connect(&cluster, module).await;
+        r.s.write_all(&query(setup)).await.unwrap();
+        let got = bounded("setup", r.until_ready(1)).await;
+        assert!(got.iter().all(|m| m[0] != b'E'), "{setup}: {got:?}");
+        r.s.write_all(burst).await.unwrap();
+        let got = match ready {
+            Some(n) => bounded("the burst's replies", r.until_ready(n)).await,
+            None => bounded("the burst's replies, to the end", r.to_end()).await,
+        };
+        for mut m in got {
+            if m[0] == b'A' {
+                m[5..9].fill(0);
+            }
+            out[k].extend_from_slice(&m);
+        }
+    }
+    out
+}
+
+fn assert_same(got: &[Vec<u8>; 2], want_tags: &str, what: &str) {
+    let (stock, module) = (split_messages(&got[0]), split_messages(&got[1]));
+    assert_eq!(tags(&stock), want_tags, "{what}: stock server");
+    assert!(
+        got[0] == got[1],
+        "{what}: with the module the replies differ: {:?}, stock {:?}",
+        tags(&module),
+        tags(&stock)
+    );
+}
+
+/// statement_timeout cancels a statement that runs while the replies before it are held:
+/// the ErrorResponse's flush carries them, and the statements after it run as without the
+/// module.
+#[tokio::test]
+async fn a_statement_timeout_inside_a_held_burst_changes_nothing() {
+    let burst = [
+        unsynced("SELECT 'before'"),
+        sync(),
+        query("SELECT pg_sleep(30)"),
+        unsynced("SELECT 'after'"),
+        sync(),
+    ]
+    .concat();
+    let got = both("SET statement_timeout = '200ms'", &burst, Some(3)).await;
+    assert_same(&got, "12DCZTEZ12DCZ", "statement_timeout");
+}
+
+/// idle_session_timeout ends a session whose replies are held behind a partial message
+/// (the documented hazard): the FATAL error is flushed with the held replies before it.
+#[tokio::test]
+async fn idle_session_timeout_behind_a_partial_message_loses_nothing() {
+    let next = query("SELECT 'never completed'");
+    let burst = [query("SELECT 'held'"), next[..6].to_vec()].concat();
+    let got = both("SET idle_session_timeout = '300ms'", &burst, None).await;
+    assert_same(&got, "TDCZE", "idle_session_timeout");
+}
+
+/// Notifications to the session itself are put just before ReadyForQuery: pipelined, they
+/// arrive with the same payloads, in the same place, with and without the module.
+#[tokio::test]
+async fn notifications_in_a_pipelined_burst_arrive_as_without_the_module() {
+    let burst = [
+        unsynced("NOTIFY ch, 'one'"),
+        sync(),
+        query("NOTIFY ch, 'two'; SELECT 'between'"),
+        unsynced("NOTIFY ch, 'three'"),
+        sync(),
+        unsynced("SELECT 'last'"),
+        sync(),
+    ]
+    .concat();
+    let got = both("LISTEN ch", &burst, Some(4)).await;
+    assert_same(&got, "12CAZCTDCAZ12CAZ12DCZ", "NOTIFY");
+}
