@@ -783,3 +783,101 @@ async fn notifications_in_a_pipelined_burst_arrive_as_without_the_module() {
     let got = both("LISTEN ch", &burst, Some(4)).await;
     assert_same(&got, "12CAZCTDCAZ12CAZ12DCZ", "NOTIFY");
 }
+
+// ---------------------------------------------------------------------------------------
+// Promise 2 when a backend dies without an error report.
+
+/// Waits until backend `pid` runs `sql`.
+async fn until_running(watcher: &mut Client, pid: i32, sql: &str) {
+    bounded("the backend to run the statement", async {
+        loop {
+            let n: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE pid = $1 AND state = 'active' AND query = $2",
+                    &[&pid, &sql],
+                )
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            if n == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// A stock session and one with the module each commit an INSERT and then sleep (and a
+/// statement after), in one write (the module holds the INSERT's replies while the sleep runs); then backend `victim`
+/// (0: the stock one, 1: the module's) is killed with SIGKILL, a crash: the postmaster
+/// ends every other backend with SIGQUIT. What each session received, to the end.
+async fn crash_while_held(victim: usize) -> [String; 2] {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE landed (id int)")
+        .await
+        .unwrap();
+    let sleep = "SELECT pg_sleep(60)";
+    // A statement after the sleep: the input is not used up while the sleep runs, so the
+    // module still holds the INSERT's replies (it flushes them at the first reply put once
+    // the buffered input is used up).
+    let burst = [
+        query("INSERT INTO landed VALUES (1)"),
+        query(sleep),
+        query("SELECT 'after'"),
+    ]
+    .concat();
+    let mut sessions = Vec::new();
+    for module in [false, true] {
+        let mut r = Raw::connect(&cluster, module).await;
+        r.s.write_all(&burst).await.unwrap();
+        until_running(&mut watcher, r.pid, sleep).await;
+        sessions.push(r);
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &sessions[victim].pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut out: [String; 2] = Default::default();
+    for (k, r) in sessions.iter_mut().enumerate() {
+        out[k] = tags(&bounded("the replies, to the end", r.to_end()).await);
+    }
+    out
+}
+
+/// Another backend crashes while the module holds replies: the SIGQUIT handler's warning
+/// to the client is flushed, and the held replies with it.
+#[tokio::test]
+async fn a_crash_of_another_backend_loses_no_held_reply() {
+    let [stock, module] = crash_while_held(0).await;
+    assert_eq!(
+        stock, "CZ",
+        "the killed stock backend had sent the INSERT's replies"
+    );
+    assert_eq!(
+        module, "CZTN",
+        "with the module: the INSERT's replies and the crash warning"
+    );
+}
+
+/// Documented hazard: a backend that dies without an error report (SIGKILL, the OOM
+/// killer, a crash) loses the replies it holds, including the CommandComplete and
+/// ReadyForQuery of a transaction that committed; the stock server had sent them. The
+/// client cannot tell whether the INSERT committed. (Asserts the hazard as it stands.)
+#[tokio::test]
+async fn documented_hazard_a_killed_backend_loses_its_held_replies() {
+    let [stock, module] = crash_while_held(1).await;
+    assert_eq!(
+        stock, "CZTN",
+        "the stock session: its replies, then the crash warning"
+    );
+    assert_eq!(
+        module, "",
+        "the killed backend with the module: the held replies are lost"
+    );
+}
