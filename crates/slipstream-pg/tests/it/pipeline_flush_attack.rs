@@ -881,3 +881,46 @@ async fn documented_hazard_a_killed_backend_loses_its_held_replies() {
         "the killed backend with the module: the held replies are lost"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Loading: a setting that says "on" must mean the module acts.
+
+/// `shared_preload_libraries` loads the module in the postmaster, where there is no client
+/// socket to wrap, and backends inherit that state without running `_PG_init` again. If its
+/// setting exists there and says `on`, the module must act in the session (observable: the
+/// replies before a partial message are held, as with LOAD); otherwise the setting must not
+/// claim it is on. (A preloaded module could wrap the socket from a per-backend hook such as
+/// ClientAuthentication_hook, or refuse shared_preload_libraries with a clear message.)
+#[tokio::test]
+async fn a_module_preloaded_for_the_server_acts_when_its_setting_says_on() {
+    let cluster = Cluster::builder()
+        .setting("shared_preload_libraries", &library())
+        .start()
+        .unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let shown = watcher
+        .query_one(
+            "SELECT current_setting('pipeline_flush.enabled', true)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, Option<String>>(0)
+        .unwrap();
+    let head = "SELECT 'head'";
+    let next = query("SELECT 'next'");
+    let burst = [query(head), next[..7].to_vec()].concat();
+    let mut r = Raw::connect(&cluster, false).await;
+    let held = replies_while_reading(&mut r, &mut watcher, &burst, head)
+        .await
+        .is_none();
+    r.s.write_all(&next[7..]).await.unwrap();
+    bounded("the rest", r.until_ready(if held { 2 } else { 1 })).await;
+    assert_eq!(
+        held,
+        shown.as_deref() == Some("on"),
+        "pipeline_flush.enabled shows {shown:?} under shared_preload_libraries, but the module \
+         {} the session's replies",
+        if held { "holds" } else { "does not hold" }
+    );
+}
