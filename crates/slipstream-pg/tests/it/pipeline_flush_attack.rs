@@ -220,7 +220,7 @@ impl Raw {
     }
 
     /// Every message until the server closes the connection.
-    async fn to_end(&mut self) -> Vec<Message> {
+    async fn until_closed(&mut self) -> Vec<Message> {
         let mut out = Vec::new();
         while let Some(m) = self.next().await {
             out.push(m);
@@ -320,7 +320,9 @@ async fn replies_before_a_terminate_in_the_same_write_reach_the_client() {
     for module in [false, true] {
         let mut r = Raw::connect(&cluster, module).await;
         r.s.write_all(&burst).await.unwrap();
-        got.push(tags(&bounded("the replies, to the end", r.to_end()).await));
+        got.push(tags(
+            &bounded("the replies, to the end", r.until_closed()).await,
+        ));
     }
     // Both sessions' inserts ran: the database has them, so the client must hear of them.
     let n: i64 = admin
@@ -352,7 +354,9 @@ async fn replies_before_end_of_input_reach_the_client() {
         let mut r = Raw::connect(&cluster, module).await;
         r.s.write_all(&burst).await.unwrap();
         r.s.shutdown().await.unwrap();
-        got.push(tags(&bounded("the replies, to the end", r.to_end()).await));
+        got.push(tags(
+            &bounded("the replies, to the end", r.until_closed()).await,
+        ));
     }
     assert_eq!(got[0], "TDCZ", "stock server");
     assert!(
@@ -716,7 +720,7 @@ async fn both(setup: &str, burst: &[u8], ready: Option<usize>) -> [Vec<u8>; 2] {
         r.s.write_all(burst).await.unwrap();
         let got = match ready {
             Some(n) => bounded("the burst's replies", r.until_ready(n)).await,
-            None => bounded("the burst's replies, to the end", r.to_end()).await,
+            None => bounded("the burst's replies, to the end", r.until_closed()).await,
         };
         for mut m in got {
             if m[0] == b'A' {
@@ -845,7 +849,7 @@ async fn crash_while_held(victim: usize) -> [String; 2] {
     assert!(status.success());
     let mut out: [String; 2] = Default::default();
     for (k, r) in sessions.iter_mut().enumerate() {
-        out[k] = tags(&bounded("the replies, to the end", r.to_end()).await);
+        out[k] = tags(&bounded("the replies, to the end", r.until_closed()).await);
     }
     out
 }
