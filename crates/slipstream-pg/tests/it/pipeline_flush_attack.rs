@@ -928,3 +928,111 @@ async fn a_module_preloaded_for_the_server_acts_when_its_setting_says_on() {
         if held { "holds" } else { "does not hold" }
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Promises 2 and 3, fuzzed: bursts that end with an unsynced tail, or with a Terminate.
+
+/// Random groups (a Query alone, or extended messages and a Sync: each gives exactly one
+/// ReadyForQuery, errors included), then a random tail of extended messages with no Sync.
+/// Returns the bytes of the groups, the tail, and the number of groups.
+fn groups_and_tail(rng: &mut Lcg) -> (Vec<u8>, Vec<u8>, usize) {
+    let names = ["", "s1"];
+    let extended = |rng: &mut Lcg, out: &mut Vec<u8>| {
+        for _ in 0..1 + rng.below(5) {
+            let sql = STATEMENTS[rng.below(STATEMENTS.len())];
+            let name = names[rng.below(names.len())];
+            out.extend(match rng.below(5) {
+                0 => parse(name, sql),
+                1 => bind(name, name),
+                2 => describe(b'P', name),
+                3 => execute(name, 0),
+                _ => close(b'S', name),
+            });
+        }
+    };
+    let mut groups = Vec::new();
+    let n = 1 + rng.below(6);
+    for _ in 0..n {
+        if rng.below(3) == 0 {
+            groups.extend(query(STATEMENTS[rng.below(STATEMENTS.len())]));
+        } else {
+            extended(rng, &mut groups);
+            groups.extend(sync());
+        }
+    }
+    let mut tail = Vec::new();
+    extended(rng, &mut tail);
+    (groups, tail, n)
+}
+
+/// Groups and an unsynced tail in one write: every group's ReadyForQuery arrives without
+/// more input (the stock server flushed each), and once the client syncs, the whole stream
+/// is the stock server's byte for byte.
+#[tokio::test]
+async fn random_unsynced_tails_never_hold_the_replies_before_them() {
+    let cluster = Cluster::start().unwrap();
+    let mut rng = Lcg(21);
+    let mut sessions = [
+        Raw::connect(&cluster, false).await,
+        Raw::connect(&cluster, true).await,
+    ];
+    for k in 0..bursts() {
+        let (groups, tail, n) = groups_and_tail(&mut rng);
+        let marker = format!("end of burst {k}");
+        let mut streams: [Vec<u8>; 2] = Default::default();
+        for (who, r) in sessions.iter_mut().enumerate() {
+            r.s.write_all(&[groups.clone(), tail.clone()].concat())
+                .await
+                .unwrap();
+            // A hang detector with a wide margin: the stock server has sent these already.
+            let got = tokio::time::timeout(Duration::from_secs(10), r.until_ready(n))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "burst {k}, {}: the groups' replies are held behind an unsynced tail \
+                         (a hang)",
+                        ["stock", "module"][who]
+                    )
+                });
+            streams[who] = got.concat();
+            r.s.write_all(&[sync(), query(&format!("ROLLBACK; SELECT '{marker}'"))].concat())
+                .await
+                .unwrap();
+            streams[who].extend(bounded("the rest", through_marker(r, &marker)).await);
+        }
+        assert!(
+            streams[0] == streams[1],
+            "burst {k}: streams differ: stock {:?}, module {:?}",
+            tags(&split_messages(&streams[0])),
+            tags(&split_messages(&streams[1]))
+        );
+    }
+}
+
+/// Groups, an optional unsynced tail and a Terminate in one write, read to the end: the
+/// module's stream starts with everything the stock server sent (it may add replies to the
+/// tail, which the stock server drops at exit).
+#[tokio::test]
+async fn random_bursts_ending_in_terminate_lose_nothing() {
+    let cluster = Cluster::start().unwrap();
+    let mut rng = Lcg(22);
+    for k in 0..bursts() / 6 {
+        let (groups, tail, _) = groups_and_tail(&mut rng);
+        let tail = if rng.below(2) == 0 { tail } else { Vec::new() };
+        let bytes = [groups, tail, terminate()].concat();
+        let mut streams: [Vec<u8>; 2] = Default::default();
+        for (who, module) in [false, true].into_iter().enumerate() {
+            let mut r = Raw::connect(&cluster, module).await;
+            r.s.write_all(&bytes).await.unwrap();
+            streams[who] = bounded("the replies, to the end", r.until_closed())
+                .await
+                .concat();
+        }
+        assert!(
+            streams[1].starts_with(&streams[0]),
+            "burst {k}: with the module replies are lost at Terminate: stock {:?}, module {:?}",
+            tags(&split_messages(&streams[0])),
+            tags(&split_messages(&streams[1]))
+        );
+    }
+}
