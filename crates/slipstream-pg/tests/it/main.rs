@@ -15,6 +15,7 @@ mod memopt;
 mod memopt_runs;
 mod pipeline;
 mod pipeline_flush;
+mod pipeline_flush_attack;
 mod pipeline_wakeups;
 mod query;
 mod routing;
