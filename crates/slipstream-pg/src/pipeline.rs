@@ -846,6 +846,9 @@ impl Pipeline<'_> {
     /// Sends what is queued and reads replies until `op`'s result is in, then returns it.
     /// Later operations may still be unread. In continue-on-error mode this includes the
     /// operation's `Sync`, so a failure to commit its implicit transaction is reported here.
+    /// If later operations are queued behind `op` and not yet sent, a `Flush` goes right after
+    /// it (after its `Sync` in continue-on-error mode), so its reply comes as soon as it has
+    /// run, whatever those operations do, on a server running pipeline_flush too.
     ///
     /// Cancel-safe: if the future is dropped, what was read stays read; call it again.
     ///
