@@ -617,7 +617,7 @@ impl<C> Core<C> {
     /// Looks for a slot for queued waiter `t`: one handed to it (`Some(true)`), else an IDLE
     /// one it claims (`Some(false)`); either is left in `t.got`. `None`: none; the waiter
     /// keeps its place (and `waker`, if given, is the one woken next).
-    fn poll_served(&self, t: &mut Ticket<'_>, waker: Option<&Waker>) -> Option<bool> {
+    fn poll_served(&self, t: &mut Ticket<'_>, id: usize, waker: Option<&Waker>) -> Option<bool> {
         // Served: the returner already freed the entry; no lock.
         if t.take_given() {
             return Some(true);
@@ -628,7 +628,6 @@ impl<C> Core<C> {
             if t.take_given() {
                 return Some(true);
             }
-            let id = (*t.id).expect("a queued waiter has an entry");
             // The new waker is cloned before anything changes (a clone is user code and may
             // panic); the old one is dropped after the lock.
             let old = match waker {
@@ -647,15 +646,15 @@ impl<C> Core<C> {
         // The waiter is still queued and its state true: a panic here leaves nothing behind
         // that its `Wait`'s drop does not clean up.
         drop(old);
-        self.look(t).then_some(false)
+        self.look(t, id).then_some(false)
     }
 
     /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
     /// the one queued, and it cannot have been woken by a hand-off it has not seen: a slot
     /// handed meanwhile is found by its next [`Core::poll_served`], after that wake) or after
     /// [`Core::poll_served`]'s look at the queue. The lock only when it found one. True: it
-    /// got a slot (in `t.got`) and has left the queue.
-    fn look(&self, t: &mut Ticket<'_>) -> bool {
+    /// got a slot (in `t.got`) and has left the queue. `id` is the waiter's entry (`t.id`).
+    fn look(&self, t: &mut Ticket<'_>, id: usize) -> bool {
         // Loads suffice: the queueing RMW on `waiting` ordered any return that missed this
         // waiter's count before this scan (module docs).
         let Some(i) = self.scan() else {
@@ -670,7 +669,7 @@ impl<C> Core<C> {
             return true;
         }
         *t.got = Some(i);
-        let id = t.id.take().expect("a queued waiter has an entry");
+        *t.id = None;
         let later = self.leave(&mut q, id);
         drop(q);
         later.run();
@@ -1133,8 +1132,8 @@ impl<'a, C> Wait<'a, C> {
     }
 
     /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
-    /// `Err(waiting)`: the queue is full.
-    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(), usize> {
+    /// `Ok(entry id)`; `Err(waiting)`: the queue is full.
+    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<usize, usize> {
         let max_waiters = self.max_waiters;
         let (core, t, started) = self.parts();
         assert!(!*started, "a wait queues once");
@@ -1144,15 +1143,15 @@ impl<'a, C> Wait<'a, C> {
         // `id` is set from here (no user code runs in between) until the entry is freed.
         let id = unsafe { core.enqueue(wake, t.mailbox, max_waiters) }?;
         *t.id = Some(id);
-        Ok(())
+        Ok(id)
     }
 
     /// Queues and scans once more; `Some`: it got a slot (and is done). `Err(waiting)`: the
     /// queue is full.
     fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
-        self.as_mut().queue(wake)?;
+        let id = self.as_mut().queue(wake)?;
         let (core, mut t, _) = self.parts();
-        Ok(if core.look(&mut t) {
+        Ok(if core.look(&mut t, id) {
             t.got.take()
         } else {
             None
@@ -1167,8 +1166,12 @@ impl<'a, C> Wait<'a, C> {
         if let Some(i) = t.got.take() {
             return Some((i, false));
         }
-        assert!(t.id.is_some(), "a wait polled after it completed");
-        let handed = core.poll_served(&mut t, waker)?;
+        // Every caller stops polling once it has its slot (an `async fn`, `claim_blocking`),
+        // as the `Future` contract asks: no entry here is a bug in this crate, not a user's.
+        let Some(id) = *t.id else {
+            panic!("a wait polled after it completed");
+        };
+        let handed = core.poll_served(&mut t, id, waker)?;
         t.got.take().map(|i| (i, handed))
     }
 
@@ -1283,6 +1286,25 @@ mod loom_tests {
         core.conn(o, |c| *c.as_mut().unwrap() += 1);
     }
 
+    /// A thread that uses held slot `o` once and returns it.
+    fn spawn_return(core: &Arc<Core<u32>>, o: Owned) -> thread::JoinHandle<()> {
+        let core = core.clone();
+        thread::spawn(move || {
+            touch(&core, &o);
+            core.release(o);
+        })
+    }
+
+    /// A thread that borrows once (blocking), uses the slot and returns it.
+    fn spawn_blocking_borrower(core: &Arc<Core<u32>>) -> thread::JoinHandle<()> {
+        let core = core.clone();
+        thread::spawn(move || {
+            let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+            touch(&core, &o);
+            core.release(o);
+        })
+    }
+
     fn check_all_idle(core: &Core<u32>, borrows: usize) {
         let mut total = 0;
         for slot in core.slots.iter() {
@@ -1303,15 +1325,7 @@ mod loom_tests {
         loom::model(move || {
             let core = filled(slots, fair_after);
             let handles: Vec<_> = (0..borrowers)
-                .map(|_| {
-                    let core = core.clone();
-                    thread::spawn(move || {
-                        let o = claim_blocking(&core, None, usize::MAX)
-                            .expect("no deadline, no room limit");
-                        touch(&core, &o);
-                        core.release(o);
-                    })
-                })
+                .map(|_| spawn_blocking_borrower(&core))
                 .collect();
             for h in handles {
                 h.join().unwrap();
@@ -1497,22 +1511,8 @@ mod loom_tests {
             a.as_mut()
                 .queue(Wake::Task(waker.clone()))
                 .expect("no room limit");
-            let returner = {
-                let core = core.clone();
-                thread::spawn(move || {
-                    touch(&core, &held);
-                    core.release(held);
-                })
-            };
-            let next = {
-                let core = core.clone();
-                thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX)
-                        .expect("no deadline, no room limit");
-                    touch(&core, &o);
-                    core.release(o);
-                })
-            };
+            let returner = spawn_return(&core, held);
+            let next = spawn_blocking_borrower(&core);
             // Its first poll races the hand-off and the next waiter's queueing.
             let o = loop {
                 match a.as_mut().poll_slot(Some(&waker)) {
@@ -1569,22 +1569,8 @@ mod loom_tests {
                     core.release(o);
                 })
             };
-            let blocked = {
-                let core = core.clone();
-                thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX)
-                        .expect("no deadline, no room limit");
-                    touch(&core, &o);
-                    core.release(o);
-                })
-            };
-            let returner = {
-                let core = core.clone();
-                thread::spawn(move || {
-                    touch(&core, &b);
-                    core.release(b);
-                })
-            };
+            let blocked = spawn_blocking_borrower(&core);
+            let returner = spawn_return(&core, b);
             touch(&core, &a);
             core.release(a);
             returner.join().unwrap();

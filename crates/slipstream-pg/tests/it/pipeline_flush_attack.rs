@@ -251,18 +251,15 @@ fn tags(ms: &[Message]) -> String {
     ms.iter().map(|m| m[0] as char).collect()
 }
 
-/// Waits until backend `pid` has consumed all its input and waits in a read on its socket
-/// for more (`ClientRead`) with `sql` as its last statement: every reply it will send before
-/// more input arrives has been sent, and on loopback is already in our receive queue.
-async fn until_reading(watcher: &mut Client, pid: i32, sql: &str) {
-    bounded("the backend to wait for more input", async {
+/// Waits until backend `pid` has `sql` as its statement in the state `state` says (a
+/// `pg_stat_activity` condition), polling: the condition itself, not a guess of how long.
+async fn until_activity(watcher: &mut Client, pid: i32, sql: &str, state: &str) {
+    let check =
+        format!("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query = $2 AND {state}");
+    bounded(&format!("backend {pid} to show {state}"), async {
         loop {
             let n: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE pid = $1 AND wait_event = 'ClientRead' AND query = $2",
-                    &[&pid, &sql],
-                )
+                .query_one(&check, &[&pid, &sql])
                 .await
                 .unwrap()
                 .get(0)
@@ -274,6 +271,13 @@ async fn until_reading(watcher: &mut Client, pid: i32, sql: &str) {
         }
     })
     .await
+}
+
+/// Waits until backend `pid` has consumed all its input and waits in a read on its socket
+/// for more (`ClientRead`) with `sql` as its last statement: every reply it will send before
+/// more input arrives has been sent, and on loopback is already in our receive queue.
+async fn until_reading(watcher: &mut Client, pid: i32, sql: &str) {
+    until_activity(watcher, pid, sql, "wait_event = 'ClientRead'").await
 }
 
 /// How long to look for replies the server has already sent (they are in the socket's
@@ -793,25 +797,7 @@ async fn notifications_in_a_pipelined_burst_arrive_as_without_the_module() {
 
 /// Waits until backend `pid` runs `sql`.
 async fn until_running(watcher: &mut Client, pid: i32, sql: &str) {
-    bounded("the backend to run the statement", async {
-        loop {
-            let n: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE pid = $1 AND state = 'active' AND query = $2",
-                    &[&pid, &sql],
-                )
-                .await
-                .unwrap()
-                .get(0)
-                .unwrap();
-            if n == 1 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
+    until_activity(watcher, pid, sql, "state = 'active'").await
 }
 
 /// A stock session and one with the module each commit an INSERT and then sleep (and a
