@@ -35,16 +35,20 @@
 //! strict: returners hand their slot straight to the head (the slot never becomes IDLE, so no
 //! one can barge) until the head has waited less than the bound.
 //!
-//! A thread handed a slot that way gets a slice (`SLICE` borrows or `SLICE_TIME`, whichever
-//! ends first): its returns during the slice go the barging way (IDLE, at most one wake), so
-//! it may take the slot straight back, and only the return that ends the slice hands over.
+//! A thread handed a slot that way gets a slice (a count of borrows, sized so that each
+//! waiter's turn comes round within about `ROUND`): its returns during the slice go the
+//! barging way (IDLE, at most one wake), so it may take the slot straight back, and only the
+//! return that ends the slice hands over. While a woken waiter has yet to look, such a return
+//! takes no lock: the `WOKEN` bit in `waiting` says so, and the woken waiter's look will see
+//! the slot (see `sync_woken`).
 //! A thread that has handed its slot to a starving waiter queues at its next borrow instead
 //! of taking a slot another slice holder just left IDLE: the back of the line, not a barge.
 //! Without slices, every borrow under starvation paid a futex wake and a context switch (at
 //! 10,000 threads, a hand-off per borrow); with them, one per slice. A slice's returns take
-//! the same path as returns when no one starves, and a thread that queues at once follows a
-//! failed scan's path, so the no-lost-wake-up argument below covers both (loom runs with
-//! slices off: those paths are the ones its models check).
+//! the same path as returns when no one starves (or stop short of its lock, above), and a
+//! thread that queues at once follows a failed scan's path, so the no-lost-wake-up argument
+//! below covers them. Loom runs slices' returns (their sizes and clocks are not modelled) in
+//! `loom_a_hand_off_to_the_woken_waiter_passes_its_look_on`.
 //!
 //! No return ever waits for another thread to make progress: it takes the queue's mutex only
 //! while someone waits, for a few instructions, and never spins.
@@ -399,6 +403,26 @@ impl Ticket<'_> {
 /// waiter's own state are whole again: waking another waiter, dropping this waiter's waker.
 /// Either may panic.
 #[must_use = "a wake left for later must be run"]
+/// The wakes a return owes, made after the queue's lock: the waiter handed a slot (if any),
+/// then a head woken to look at an IDLE slot.
+struct Woken {
+    handed: Option<Wake>,
+    next: Option<Wake>,
+}
+
+impl Woken {
+    fn wake(self) {
+        // The handed waiter first: it holds a slot, and a panic in the other wake (a task's
+        // waker is user code) must not leave it asleep.
+        if let Some(w) = self.handed {
+            w.wake();
+        }
+        if let Some(w) = self.next {
+            w.wake();
+        }
+    }
+}
+
 struct Later {
     wake: Option<Wake>,
     old: Option<Wake>,
@@ -418,12 +442,30 @@ impl Later {
 
 /// The count of waiters, the hint that the head starves, and the queue.
 pub(crate) struct Waiters {
-    /// Borrowers queued; see the module docs.
-    pub(crate) waiting: AtomicUsize,
+    /// Borrowers queued, times [`ONE_WAITER`], plus [`WOKEN`] while a woken waiter has not
+    /// looked yet (see the module docs). One word, so a returner's one read-modify-write reads
+    /// both. Changed only under `queue`'s lock; read by [`Waiters::count`].
+    waiting: AtomicUsize,
     /// The head waiter has waited past `fair_after`: returners hand over instead of marking
     /// IDLE. A hint read without the lock; the lock's holder decides.
     starving: AtomicBool,
+    /// Wall nanoseconds per borrow in the last slice that ended (0: none yet); sizes the next
+    /// slice (`slice_len`). Written once per slice.
+    borrow_ns: AtomicU64,
     queue: Mutex<WaitQueue>,
+}
+
+/// `Waiters::waiting`'s unit: one queued borrower.
+const ONE_WAITER: usize = 2;
+/// `Waiters::waiting`'s low bit: a waiter was woken and has not looked at the slots yet, so
+/// it will (the queue's `woken`, readable without the lock).
+const WOKEN: usize = 1;
+
+impl Waiters {
+    /// Borrowers queued now.
+    pub(crate) fn count(&self, order: std::sync::atomic::Ordering) -> usize {
+        self.waiting.load(order) / ONE_WAITER
+    }
 }
 
 /// The slots and the queue of waiters.
@@ -472,6 +514,7 @@ impl<C> Core<C> {
             q: CachePadded::new(Waiters {
                 waiting: AtomicUsize::new(0),
                 starving: AtomicBool::new(false),
+                borrow_ns: AtomicU64::new(0),
                 queue: Mutex::new(WaitQueue::new()),
             }),
             fair_after_thread,
@@ -600,7 +643,7 @@ impl<C> Core<C> {
         // The room check, here rather than before the lock: every change of the count is made
         // under this lock, so this read is exact, and the count shares the lock's lines, so it
         // costs no trip of its own to a line the returners write.
-        let waiting = self.q.waiting.load(Relaxed);
+        let waiting = self.q.count(Relaxed);
         if waiting >= max_waiters {
             drop(q);
             // Dropped outside the lock: a waker's drop is user code.
@@ -610,7 +653,7 @@ impl<C> Core<C> {
         let id = q.push(wake, due, mailbox);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
-        self.q.waiting.fetch_add(1, SeqCst);
+        self.q.waiting.fetch_add(ONE_WAITER, SeqCst);
         Ok(id)
     }
 
@@ -640,6 +683,7 @@ impl<C> Core<C> {
             // It is looking now: the next return may wake someone (maybe this waiter again).
             if q.woken == id {
                 q.woken = NIL;
+                self.sync_woken(&q);
             }
             old
         };
@@ -698,14 +742,35 @@ impl<C> Core<C> {
     fn leave(&self, q: &mut WaitQueue, id: usize) -> Later {
         q.unlink(id);
         let old = q.release_entry(id);
-        self.q.waiting.fetch_sub(1, SeqCst);
+        self.q.waiting.fetch_sub(ONE_WAITER, SeqCst);
+        // WOKEN cleared (if this was the woken waiter) before the scan below: a return that
+        // skipped its wake because of it is seen by that scan.
+        self.sync_woken(q);
         self.update_starving(q);
         let wake = if q.head != NIL && self.any_idle() {
             q.wake_head()
         } else {
             None
         };
+        self.sync_woken(q);
         Later { wake, old }
+    }
+
+    /// Makes `waiting`'s [`WOKEN`] bit say whether `q` has a woken waiter that has not looked
+    /// (under the lock, after every change of `q.woken`). A read-modify-write, SeqCst: a
+    /// returner that read the bit set with its own RMW (`release`) skipped its wake, so the
+    /// RMW that clears it must come after in the word's order and be followed by a scan (the
+    /// woken waiter's look, or `leave`'s), which then sees that returner's IDLE slot.
+    fn sync_woken(&self, q: &WaitQueue) {
+        let woken = q.woken != NIL;
+        // Relaxed: the bit changes only under the lock, which the caller holds.
+        if (self.q.waiting.load(Relaxed) & WOKEN != 0) != woken {
+            if woken {
+                self.q.waiting.fetch_or(WOKEN, SeqCst);
+            } else {
+                self.q.waiting.fetch_and(!WOKEN, SeqCst);
+            }
+        }
     }
 
     /// Re-reads whether the (new) head has waited past the fairness bound.
@@ -718,12 +783,16 @@ impl<C> Core<C> {
         }
     }
 
-    /// Hands owned slot `i` to the head waiter (under the lock); false if no one is queued.
-    fn hand_to_head(&self, q: &mut WaitQueue, i: usize) -> Option<Option<Wake>> {
+    /// Hands owned slot `i` to the head waiter (under the lock); `None` if no one is queued.
+    /// Also wakes the next head if the one served was the woken waiter and a slot is IDLE:
+    /// returns that skipped their wake for it (`release`) counted on its look, which a
+    /// waiter handed a slot never takes.
+    fn hand_to_head(&self, q: &mut WaitQueue, i: usize) -> Option<Woken> {
         let head = q.head;
         if head == NIL {
             return None;
         }
+        let was_woken = q.woken == head;
         q.unlink(head);
         let mailbox = q.entries[head].mailbox;
         // Release: the connection put back happens before the waiter's acquire read. The
@@ -734,10 +803,19 @@ impl<C> Core<C> {
         // slot from the mailbox nor left the queue, and its `Wait`, pinned, is still alive
         // where it was queued (`Core::enqueue`).
         unsafe { (*mailbox).store(i, Release) };
-        let wake = q.release_entry(head);
-        self.q.waiting.fetch_sub(1, SeqCst);
+        let handed = q.release_entry(head);
+        self.q.waiting.fetch_sub(ONE_WAITER, SeqCst);
+        // WOKEN cleared (if the head was the woken waiter) before the scan below.
+        self.sync_woken(q);
         self.update_starving(q);
-        Some(wake)
+        let next = if was_woken && q.head != NIL && self.any_idle() {
+            let next = q.wake_head();
+            self.sync_woken(q);
+            next
+        } else {
+            None
+        };
+        Some(Woken { handed, next })
     }
 
     /// Returns owned slot `i`, which holds a usable connection: IDLE, waking at most one
@@ -757,10 +835,10 @@ impl<C> Core<C> {
             let strict = head_starving(&q);
             if strict {
                 // The slot stays BORROWED, now lent to the head: no one can barge.
-                let wake = self.hand_to_head(&mut q, i).flatten();
+                let woken = self.hand_to_head(&mut q, i);
                 queue_next(self);
                 drop(q);
-                if let Some(w) = wake {
+                if let Some(w) = woken {
                     w.wake();
                 }
                 return;
@@ -770,7 +848,15 @@ impl<C> Core<C> {
         // SeqCst swap, then a SeqCst RMW read of `waiting`: the returner's half of the
         // no-lost-wake-up argument; the swap also publishes the connection put back.
         self.slots[i].state.swap(IDLE, SeqCst);
-        if waiting_now(&self.q.waiting) == 0 {
+        let waiting = waiting_now(&self.q.waiting);
+        if waiting / ONE_WAITER == 0 {
+            return;
+        }
+        // A thread in its slice would take the lock below only to find a wake in flight and
+        // wake no one: at 10,000 threads and a 0 hold that was a lock per borrow. The woken
+        // waiter clears WOKEN with an RMW after this one and then scans, so it sees this IDLE
+        // slot (`sync_woken`).
+        if waiting & WOKEN != 0 && in_slice() {
             return;
         }
         let mut q = lock(&self.q.queue);
@@ -790,12 +876,14 @@ impl<C> Core<C> {
                 .is_ok()
             {
                 queue_next(self);
-                self.hand_to_head(&mut q, i).flatten()
+                self.hand_to_head(&mut q, i)
             } else {
                 None
             }
         } else {
-            q.wake_head()
+            let next = q.wake_head();
+            self.sync_woken(&q);
+            Some(Woken { handed: None, next })
         };
         drop(q);
         if let Some(w) = wake {
@@ -892,23 +980,37 @@ fn set_last_returned(i: usize) {
 }
 
 /// A slice: after a hand-off, a thread's returns go the barging way (IDLE, at most one wake;
-/// it may take the slot straight back) for up to `SLICE` borrows or `SLICE_TIME`, whichever
-/// ends first, and only the return that ends the slice hands over. So the hand-off's cost (a
-/// futex wake and a context switch for the thread it goes to) is paid once per slice instead
-/// of once per borrow. The count bounds a slice of short holds, the time a slice of long ones,
-/// so a waiter's turn comes round about as often either way (measured in docs/benchmarks.md,
-/// pool-scaling: with a 10 µs hold, a count alone left half of 10,000 threads without a turn
-/// in 2 s).
-pub(crate) const SLICE: u32 = 32;
-pub(crate) const SLICE_TIME: Duration = Duration::from_micros(50);
+/// it may take the slot straight back) for a number of borrows, and only the return that
+/// ends the slice hands over. So the hand-off's cost (a futex wake and a context switch for
+/// the thread it goes to) is paid once per slice instead of once per borrow.
+///
+/// The count is sized so that every waiter's turn comes round within about `ROUND`: the
+/// slice is worth `min(ROUND / waiting, MAX_TURN)` of wall time, in borrows at the rate the
+/// last slice on this core ran (`Waiters::borrow_ns`). A count, not a time: turns of equal
+/// counts are what keeps per-thread borrows equal (a time slice holds as many borrows as the
+/// OS lets it run). Few waiters get long slices (fewer hand-offs), many get short ones (the
+/// round stays bounded). Measured in docs/benchmarks.md, pool-scaling ("Threads: slices sized
+/// to the queue").
+pub(crate) const ROUND: Duration = Duration::from_millis(500);
+/// The longest slice, in wall time at the last measured rate; a slice also ends once it has
+/// run `2 * MAX_TURN`, whatever its count (for holds that grew since the rate was measured).
+pub(crate) const MAX_TURN: Duration = Duration::from_millis(1);
+/// The slice before any has been measured on a core.
+pub(crate) const FIRST_SLICE: u32 = 32;
 
 /// Where this thread stands with one core after a hand-off.
 #[cfg(not(loom))]
 #[derive(Clone, Copy)]
 enum Turn {
     None,
-    /// Handed a slot: this many borrows left in its slice, which ends at this time.
-    Slice(u32, Instant),
+    /// Handed a slot at `begun`: `left` borrows of its slice to go, `used` spent; it ends at
+    /// `end` whatever its count.
+    Slice {
+        left: u32,
+        used: u32,
+        begun: Instant,
+        end: Instant,
+    },
     /// Handed its slot to a starving waiter: its next blocking borrow queues at once.
     BackOfLine,
 }
@@ -936,25 +1038,65 @@ fn with_turn<C, R>(core: &Core<C>, f: impl FnOnce(Turn) -> (Turn, R)) -> R {
     })
 }
 
+/// The borrows in a slice that starts with `waiting` queued behind it, at `borrow_ns` wall
+/// nanoseconds per borrow (0: not measured yet).
+fn slice_len(borrow_ns: u64, waiting: usize) -> u32 {
+    if borrow_ns == 0 {
+        return FIRST_SLICE;
+    }
+    let budget = (ROUND.as_nanos() / waiting.max(1) as u128).min(MAX_TURN.as_nanos());
+    (budget / u128::from(borrow_ns)).clamp(1, u128::from(u32::MAX)) as u32
+}
+
 /// Starts a slice for this thread on `core`: it was just handed a slot after waiting.
 #[cfg(not(loom))]
 fn start_slice<C>(core: &Core<C>) {
-    let turn = match Instant::now().checked_add(SLICE_TIME) {
-        Some(end) => Turn::Slice(SLICE, end),
+    let begun = Instant::now();
+    // Relaxed, both: they size a slice; a stale value gives a slice of another length, never
+    // a wrong hand-off.
+    let left = slice_len(core.q.borrow_ns.load(Relaxed), core.q.count(Relaxed));
+    let turn = match begun.checked_add(2 * MAX_TURN) {
+        Some(end) => Turn::Slice {
+            left,
+            used: 0,
+            begun,
+            end,
+        },
         None => Turn::None,
     };
     with_turn(core, |_| (turn, ()));
 }
 
-/// Spends one return of this thread's slice on `core`; false when it has none there.
+/// Spends one return of this thread's slice on `core`; false when it has none there. The
+/// return that ends a slice records the slice's rate for the next one.
 #[cfg(not(loom))]
 #[inline]
 fn use_slice<C>(core: &Core<C>) -> bool {
     with_turn(core, |turn| match turn {
-        Turn::Slice(left, end) if left > 0 && Instant::now() < end => {
-            (Turn::Slice(left - 1, end), true)
+        // The clock is read every 8th return: at a 0 hold a read is a sizeable part of a
+        // borrow, and the time bound is a backstop, not the slice's measure.
+        Turn::Slice {
+            left,
+            used,
+            begun,
+            end,
+        } if left > 0 && (used % 8 != 0 || Instant::now() < end) => (
+            Turn::Slice {
+                left: left - 1,
+                used: used + 1,
+                begun,
+                end,
+            },
+            true,
+        ),
+        Turn::Slice { used, begun, .. } => {
+            // The slice held `used + 1` borrows (the handed one and those its returns kept).
+            let per = begun.elapsed().as_nanos() / u128::from(used + 1);
+            core.q
+                .borrow_ns
+                .store(per.clamp(1, u128::from(u64::MAX)) as u64, Relaxed);
+            (Turn::None, false)
         }
-        Turn::Slice(..) => (Turn::None, false),
         other => (other, false),
     })
 }
@@ -987,9 +1129,14 @@ fn must_queue<C>(_: &Core<C>) -> bool {
 #[cfg(loom)]
 fn start_slice<C>(_: &Core<C>) {}
 
+// Under loom a thread is in a slice for every return once its model says so: slices' sizes
+// and clocks are not what loom checks, the returns they make (which may skip the lock) are.
+#[cfg(loom)]
+loom::thread_local!(static LOOM_IN_SLICE: std::cell::Cell<bool> = std::cell::Cell::new(false));
+
 #[cfg(loom)]
 fn use_slice<C>(_: &Core<C>) -> bool {
-    false
+    LOOM_IN_SLICE.with(|s| s.get())
 }
 
 #[cfg(loom)]
@@ -1313,7 +1460,7 @@ mod loom_tests {
             total += unsafe { slot.with(|c| c.unwrap()) };
         }
         assert_eq!(total as usize, borrows, "every borrow got a connection");
-        assert_eq!(core.q.waiting.load(SeqCst), 0);
+        assert_eq!(core.q.count(SeqCst), 0);
         let q = lock(&core.q.queue);
         assert_eq!(q.head, NIL, "the queue is empty");
         assert_eq!(q.woken, NIL);
@@ -1331,6 +1478,70 @@ mod loom_tests {
                 h.join().unwrap();
             }
             check_all_idle(&core, borrowers);
+        });
+    }
+
+    /// A slice holder's return skips the lock while a waiter is woken, counting on that
+    /// waiter's look; then a strict return hands its slot to that same waiter, which therefore
+    /// never looks. The hand-off must wake the next waiter in its stead, or it sleeps beside
+    /// the IDLE slot: each waiter keeps its slot until both are served, so a wake not passed
+    /// on is a deadlock loom reports (it did, before `hand_to_head` passed it on).
+    #[test]
+    fn loom_a_hand_off_to_the_woken_waiter_passes_its_look_on() {
+        loom::model(|| {
+            let core = filled(2, Duration::ZERO);
+            let a = core.try_claim().expect("two idle slots");
+            let b = core.try_claim().expect("two idle slots");
+            let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let (core, served) = (core.clone(), served.clone());
+                    thread::spawn(move || {
+                        let o = claim_blocking(&core, None, usize::MAX)
+                            .expect("no deadline, no room limit");
+                        touch(&core, &o);
+                        let (n, cv) = &*served;
+                        let mut n = n.lock().unwrap();
+                        *n += 1;
+                        cv.notify_all();
+                        while *n < 2 {
+                            n = cv.wait(n).unwrap();
+                        }
+                        drop(n);
+                        core.release(o);
+                    })
+                })
+                .collect();
+            while core.q.count(SeqCst) < 2 {
+                thread::yield_now();
+            }
+            // The slice holder: returns `a` (IDLE, waking the head), takes it back if it is
+            // still IDLE, and returns it again (skipping the lock if the head has not looked).
+            let holder = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    LOOM_IN_SLICE.with(|s| s.set(true));
+                    touch(&core, &a);
+                    core.release(a);
+                    if let Some(o) = core.try_claim() {
+                        touch(&core, &o);
+                        core.release(o);
+                    }
+                })
+            };
+            // Not in a slice: a strict return, straight to the head.
+            touch(&core, &b);
+            core.release(b);
+            holder.join().unwrap();
+            for w in waiters {
+                w.join().unwrap();
+            }
+            let q = lock(&core.q.queue);
+            assert_eq!(q.head, NIL, "the queue is empty");
+            drop(q);
+            for slot in core.slots.iter() {
+                assert_eq!(slot.state.load(SeqCst), IDLE, "a slot was lost");
+            }
         });
     }
 
@@ -1385,7 +1596,7 @@ mod loom_tests {
                 })
                 .collect();
             // Both wait (or will) before the returns: queue them first.
-            while core.q.waiting.load(SeqCst) < 2 {
+            while core.q.count(SeqCst) < 2 {
                 thread::yield_now();
             }
             touch(&core, &a);
@@ -1628,7 +1839,7 @@ mod loom_tests {
             assert!(!(reclaimed && served), "a reclaimed slot is lent to no one");
             let state = core.slots[0].state.load(SeqCst);
             assert_eq!(state, if returned { IDLE } else { EMPTY });
-            assert_eq!(core.q.waiting.load(SeqCst), 0);
+            assert_eq!(core.q.count(SeqCst), 0);
         });
     }
 }

@@ -32,7 +32,7 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             let needed = {
                 let open = inner.open.load(Ordering::Acquire);
                 open < inner.core.limit()
-                    && (open < inner.min_size() || inner.core.q.waiting.load(Ordering::Acquire) > 0)
+                    && (open < inner.min_size() || inner.core.q.count(Ordering::Acquire) > 0)
             };
             if !needed {
                 None

@@ -677,7 +677,7 @@ impl<M: Manager> Pool<M> {
             open: inner.open.load(Ordering::Relaxed),
             idle,
             borrowed,
-            waiting: core.q.waiting.load(Ordering::Relaxed),
+            waiting: core.q.count(Ordering::Relaxed),
             borrows: core.slots.iter().map(|s| load(&s.borrows)).sum(),
             waits: wait_histogram_us.iter().sum(),
             timeouts: load(&c.timeouts),
