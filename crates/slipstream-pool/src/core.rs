@@ -1452,6 +1452,33 @@ mod loom_tests {
         })
     }
 
+    /// Two threads that each borrow (blocking) and keep their slot until both are served:
+    /// a wake not passed on to the second is then a deadlock loom reports.
+    fn spawn_waiters_holding_until_both_served(
+        core: &Arc<Core<u32>>,
+    ) -> Vec<thread::JoinHandle<()>> {
+        let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
+        (0..2)
+            .map(|_| {
+                let (core, served) = (core.clone(), served.clone());
+                thread::spawn(move || {
+                    let o = claim_blocking(&core, None, usize::MAX)
+                        .expect("no deadline, no room limit");
+                    touch(&core, &o);
+                    let (n, cv) = &*served;
+                    let mut n = n.lock().unwrap();
+                    *n += 1;
+                    cv.notify_all();
+                    while *n < 2 {
+                        n = cv.wait(n).unwrap();
+                    }
+                    drop(n);
+                    core.release(o);
+                })
+            })
+            .collect()
+    }
+
     fn check_all_idle(core: &Core<u32>, borrows: usize) {
         let mut total = 0;
         for slot in core.slots.iter() {
@@ -1492,26 +1519,7 @@ mod loom_tests {
             let core = filled(2, Duration::ZERO);
             let a = core.try_claim().expect("two idle slots");
             let b = core.try_claim().expect("two idle slots");
-            let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
-            let waiters: Vec<_> = (0..2)
-                .map(|_| {
-                    let (core, served) = (core.clone(), served.clone());
-                    thread::spawn(move || {
-                        let o = claim_blocking(&core, None, usize::MAX)
-                            .expect("no deadline, no room limit");
-                        touch(&core, &o);
-                        let (n, cv) = &*served;
-                        let mut n = n.lock().unwrap();
-                        *n += 1;
-                        cv.notify_all();
-                        while *n < 2 {
-                            n = cv.wait(n).unwrap();
-                        }
-                        drop(n);
-                        core.release(o);
-                    })
-                })
-                .collect();
+            let waiters = spawn_waiters_holding_until_both_served(&core);
             while core.q.count(SeqCst) < 2 {
                 thread::yield_now();
             }
@@ -1575,26 +1583,7 @@ mod loom_tests {
             let core = filled(2, Duration::MAX);
             let a = core.try_claim().expect("two idle slots");
             let b = core.try_claim().expect("two idle slots");
-            let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
-            let waiters: Vec<_> = (0..2)
-                .map(|_| {
-                    let (core, served) = (core.clone(), served.clone());
-                    thread::spawn(move || {
-                        let o = claim_blocking(&core, None, usize::MAX)
-                            .expect("no deadline, no room limit");
-                        touch(&core, &o);
-                        let (n, cv) = &*served;
-                        let mut n = n.lock().unwrap();
-                        *n += 1;
-                        cv.notify_all();
-                        while *n < 2 {
-                            n = cv.wait(n).unwrap();
-                        }
-                        drop(n);
-                        core.release(o);
-                    })
-                })
-                .collect();
+            let waiters = spawn_waiters_holding_until_both_served(&core);
             // Both wait (or will) before the returns: queue them first.
             while core.q.count(SeqCst) < 2 {
                 thread::yield_now();
