@@ -23,6 +23,18 @@ use slipstream_testkit::CountingAllocator;
 
 /// A single-threaded runtime: every client's work, including tokio-postgres's connection
 /// task, runs on this thread, so its CPU time is the clients' CPU time.
+/// A comma-separated list from the environment (an experiment's subset, for a focused look);
+/// `None` when the variable is unset.
+pub(crate) fn env_list(name: &str) -> Option<Vec<String>> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    )
+}
+
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()

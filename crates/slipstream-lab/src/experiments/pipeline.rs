@@ -10,8 +10,8 @@ use futures_util::future::{join_all, try_join_all};
 use slipstream_pg::{PipelineMode, PipelineOptions};
 use slipstream_testkit::DelayProxy;
 
-use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
-use crate::{Context, ExperimentResult, Series, Table};
+use super::{Stopwatch, env_list, runtime, tcp_target, via_proxy, without_tls};
+use crate::{Context, ExperimentResult, Series, Summary, Table, paired_ratios};
 
 pub(crate) const TITLE: &str =
     "Pipelining: read-only, DML and OLTP-mix workloads at injected round-trip times";
@@ -159,15 +159,31 @@ impl Peer {
     }
 }
 
-/// One measured cell: a workload, an RTT, a client and a mode.
+/// One measured cell: a workload, an RTT, a client and a mode, measured once per round.
 struct Cell {
     workload: Workload,
     rtt_us: u64,
     peer: Peer,
     mode: Mode,
+    /// One run per round, in round order (a cell's runs pair with its twin's by index).
+    runs: Vec<Run>,
+}
+
+/// One run of a cell: statements completed, the time they took and the client CPU they cost.
+struct Run {
     ops: u64,
     wall: Duration,
     cpu: Duration,
+}
+
+impl Run {
+    fn ops_per_s(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn cpu_us_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
 }
 
 impl Cell {
@@ -192,26 +208,81 @@ impl Cell {
         }
     }
 
-    fn ops_per_s(&self) -> f64 {
-        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    fn rates(&self) -> Vec<f64> {
+        self.runs.iter().map(Run::ops_per_s).collect()
     }
 
+    /// Median over the rounds.
+    fn ops_per_s(&self) -> f64 {
+        Summary::of(&self.rates()).p50
+    }
+
+    /// Median over the rounds.
     fn cpu_us_per_op(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+        let cpu: Vec<f64> = self.runs.iter().map(Run::cpu_us_per_op).collect();
+        Summary::of(&cpu).p50
+    }
+
+    /// This cell's rate over `other`'s: the median of the per-round ratios, so that the
+    /// machine's drift between rounds cancels within each pair.
+    fn over(&self, other: &Cell) -> f64 {
+        paired_ratios(&other.rates(), &self.rates()).p50
     }
 }
 
+/// The cells of one workload at one RTT, in the order a round runs them.
+const SHAPES: [(Peer, Mode); 11] = [
+    (Peer::Slipstream, Mode::Plain),
+    (Peer::Slipstream, Mode::Batch),
+    (Peer::Slipstream, Mode::BatchContinue),
+    (Peer::Slipstream, Mode::Window),
+    (Peer::Slipstream, Mode::WindowContinue),
+    (Peer::Slipstream, Mode::BatchContinueModule),
+    (Peer::Slipstream, Mode::WindowContinueModule),
+    (Peer::TokioPostgres, Mode::Plain),
+    (Peer::TokioPostgres, Mode::Batch),
+    (Peer::Pgbench, Mode::Plain),
+    (Peer::Pgbench, Mode::Batch),
+];
+
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
-    let rtts_us: &[u64] = if ctx.quick {
-        &[0, 1000]
+    let mut rtts_us: Vec<u64> = if ctx.quick {
+        vec![0, 1000]
     } else {
-        &[0, 200, 1000, 5000]
+        vec![0, 200, 1000, 5000]
     };
+    // A subset, for a focused look: SLIPSTREAM_PIPELINE_RTTS=0,1000 (µs) and
+    // SLIPSTREAM_PIPELINE_WORKLOADS=readonly1,readonly8,dml,mix.
+    if let Some(list) = env_list("SLIPSTREAM_PIPELINE_RTTS") {
+        rtts_us = list
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "SLIPSTREAM_PIPELINE_RTTS must be microseconds separated by commas: {e}"
+                )
+            })?;
+    }
+    let mut workloads = Workload::ALL.to_vec();
+    if let Some(list) = env_list("SLIPSTREAM_PIPELINE_WORKLOADS") {
+        workloads.retain(|w| list.iter().any(|s| s == w.key()));
+        if workloads.is_empty() {
+            anyhow::bail!(
+                "SLIPSTREAM_PIPELINE_WORKLOADS names none of readonly1, readonly8, dml, mix"
+            );
+        }
+    }
+    let rtts_us = &rtts_us[..];
     let cell_time = Duration::from_millis(if ctx.quick { 250 } else { 2000 });
+    // Every cell once per round, the rounds interleaved: a 2 s cell on 2 vCPUs varies by
+    // about 20%, so one run cannot decide a ratio; the median of three paired ones can.
+    let rounds = if ctx.quick { 1 } else { 3 };
     let pgbench_secs = if ctx.quick { 1 } else { 2 };
     let mut r = ExperimentResult::new("pipeline", TITLE, ctx.quick);
     r.param("rtts_us", format!("{rtts_us:?}"));
     r.param("seconds_per_cell", cell_time.as_secs_f64());
+    r.param("rounds", rounds);
     r.param("batch_statements", BATCH);
     r.param("dml_loops_per_pipelined_transaction", DML_LOOPS);
     r.param("sessions", SESSIONS);
@@ -250,53 +321,62 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             let proxied = via_proxy(&url, proxy.port());
             (Some(proxy), proxied)
         };
-        for workload in Workload::ALL {
-            for (peer, mode) in [
-                (Peer::Slipstream, Mode::Plain),
-                (Peer::Slipstream, Mode::Batch),
-                (Peer::Slipstream, Mode::BatchContinue),
-                (Peer::Slipstream, Mode::Window),
-                (Peer::Slipstream, Mode::WindowContinue),
-                (Peer::Slipstream, Mode::BatchContinueModule),
-                (Peer::Slipstream, Mode::WindowContinueModule),
-                (Peer::TokioPostgres, Mode::Plain),
-                (Peer::TokioPostgres, Mode::Batch),
-            ] {
-                if mode.with_module() && module.is_err() {
-                    continue;
+        for &workload in &workloads {
+            let first = cells.len();
+            for round in 0..rounds {
+                // Odd rounds run the cells in reverse, so no cell always follows the same one.
+                let mut order = SHAPES.to_vec();
+                if round % 2 == 1 {
+                    order.reverse();
                 }
-                let (ops, t) = rt
-                    .block_on(measure(&url, workload, peer, mode, cell_time))
-                    .with_context(|| {
-                        format!("{} {} at RTT {rtt_us} us", peer.label(), mode.key())
-                    })?;
-                cells.push(Cell {
-                    workload,
-                    rtt_us,
-                    peer,
-                    mode,
-                    ops,
-                    wall: t.wall,
-                    cpu: t.cpu,
-                });
-            }
-            if pgbench.is_some() {
-                for mode in [Mode::Plain, Mode::Batch] {
-                    match run_pgbench(&url, workload, mode, pgbench_secs, rtt_us) {
-                        Ok((ops, wall, cpu)) => cells.push(Cell {
+                for shape in order {
+                    let run = match shape {
+                        (Peer::Pgbench, _) if pgbench.is_none() => continue,
+                        (Peer::Pgbench, mode) => {
+                            match run_pgbench(&url, workload, mode, pgbench_secs, rtt_us) {
+                                Ok(run) => run,
+                                Err(e) => {
+                                    let note = format!(
+                                        "pgbench {} {} at RTT {rtt_us} us skipped: {e:#}",
+                                        workload.key(),
+                                        mode.key()
+                                    );
+                                    if !r.notes.contains(&note) {
+                                        r.notes.push(note);
+                                    }
+                                    continue;
+                                }
+                            }
+                        }
+                        (peer, mode) => {
+                            if mode.with_module() && module.is_err() {
+                                continue;
+                            }
+                            let (ops, t) = rt
+                                .block_on(measure(&url, workload, peer, mode, cell_time))
+                                .with_context(|| {
+                                    format!("{} {} at RTT {rtt_us} us", peer.label(), mode.key())
+                                })?;
+                            Run {
+                                ops,
+                                wall: t.wall,
+                                cpu: t.cpu,
+                            }
+                        }
+                    };
+                    let (peer, mode) = shape;
+                    match cells[first..]
+                        .iter_mut()
+                        .find(|c: &&mut Cell| c.peer == peer && c.mode == mode)
+                    {
+                        Some(c) => c.runs.push(run),
+                        None => cells.push(Cell {
                             workload,
                             rtt_us,
-                            peer: Peer::Pgbench,
+                            peer,
                             mode,
-                            ops,
-                            wall,
-                            cpu,
+                            runs: vec![run],
                         }),
-                        Err(e) => r.notes.push(format!(
-                            "pgbench {} {} at RTT {rtt_us} us skipped: {e:#}",
-                            workload.key(),
-                            mode.key()
-                        )),
                     }
                 }
             }
@@ -307,11 +387,11 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .push("pgbench was not found: its rows are missing".into());
     }
     r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
-    report(&mut r, &cells, rtts_us);
+    report(&mut r, &cells, rtts_us, rounds);
     Ok(r)
 }
 
-fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
+fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usize) {
     let find = |w: Workload, rtt: u64, p: Peer, m: Mode| {
         cells
             .iter()
@@ -323,18 +403,20 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
         "client",
         "mode",
         "statements/s",
+        "min … max",
         "speed-up",
         "client CPU us/stmt",
     ]);
     for c in cells {
         let plain = find(c.workload, c.rtt_us, c.peer, Mode::Plain);
-        let speedup = plain.map(|p| c.ops_per_s() / p.ops_per_s());
+        let speedup = plain.map(|p| c.over(p));
         table.row(vec![
             c.workload.label().into(),
             format!("{}", c.rtt_us as f64 / 1000.0),
             c.peer.label().into(),
             c.mode_label().into(),
             format!("{:.0}", c.ops_per_s()),
+            Summary::of(&c.rates()).range(0),
             speedup.map_or("-".into(), |s| format!("{s:.1}x")),
             format!("{:.2}", c.cpu_us_per_op()),
         ]);
@@ -358,10 +440,8 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
         if c.mode.continues()
             && let Some(abort) = find(c.workload, c.rtt_us, c.peer, c.mode.abort_twin())
         {
-            r.ratios.insert(
-                format!("{key}_over_abort"),
-                (c.ops_per_s() / abort.ops_per_s()).max(1e-9),
-            );
+            r.ratios
+                .insert(format!("{key}_over_abort"), c.over(abort).max(1e-9));
         }
     }
     r.table = table;
@@ -388,7 +468,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
                             w.key(),
                             peer.key()
                         ),
-                        (ours.ops_per_s() / theirs.ops_per_s()).max(1e-9),
+                        ours.over(theirs).max(1e-9),
                     );
                 }
             }
@@ -404,7 +484,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
     ) {
         r.ratios.insert(
             format!("readonly1_window_rtt{}us_over_loopback", far.rtt_us),
-            (far.ops_per_s() / loopback.ops_per_s()).max(1e-9),
+            far.over(loopback).max(1e-9),
         );
     }
 
@@ -445,6 +525,11 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64]) {
          (extension/pipeline_flush: the server flushes once per pipelined burst instead of at every \
          Sync); every other cell ran with the server's own flushing.",
         PipelineOptions::new().get_max_in_flight()
+    ));
+    r.notes.push(format!(
+        "each cell ran once per round, {rounds} round(s), interleaved (odd rounds in reverse order); \
+         statements/s and CPU are medians over the rounds, and every ratio (speed-up, `*_over_abort`, \
+         head-to-head) is the median of the per-round ratios"
     ));
     r.notes.push(
         "RTT 0 is the direct loopback connection; other RTTs go through the testkit's delay proxy (see \
@@ -879,7 +964,7 @@ fn run_pgbench(
     mode: Mode,
     secs: u64,
     rtt_us: u64,
-) -> anyhow::Result<(u64, Duration, Duration)> {
+) -> anyhow::Result<Run> {
     let pipelined = mode == Mode::Batch;
     let (start, end) = if pipelined {
         ("\\startpipeline\n", "\\endpipeline\n")
@@ -986,7 +1071,11 @@ fn run_pgbench(
     let wall = Duration::from_secs_f64(statements as f64 / rate);
     // CPU per statement over everything pgbench ran, first transactions included.
     let cpu_share = statements as f64 / (all_transactions * per_tx as u64).max(1) as f64;
-    Ok((statements, wall, cpu.mul_f64(cpu_share)))
+    Ok(Run {
+        ops: statements,
+        wall,
+        cpu: cpu.mul_f64(cpu_share),
+    })
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
+use super::env_list;
+
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
 use crate::{Context, ExperimentResult, Table};
 
@@ -687,16 +689,6 @@ fn measure_one(
 }
 
 /// A comma-separated list from environment variable `name`, if set.
-fn env_list(name: &str) -> Option<Vec<String>> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-    )
-}
-
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (mut counts, mut pg_counts, timing): (Vec<usize>, Vec<usize>, Timing) = if ctx.quick {
         (
