@@ -165,12 +165,14 @@ struct Cell {
     rtt_us: u64,
     peer: Peer,
     mode: Mode,
-    /// One run per round, in round order (a cell's runs pair with its twin's by index).
+    /// One run per round that completed (a pgbench run can fail and be skipped).
     runs: Vec<Run>,
 }
 
 /// One run of a cell: statements completed, the time they took and the client CPU they cost.
 struct Run {
+    /// The round it ran in: a cell's runs pair with another cell's by round.
+    round: usize,
     ops: u64,
     wall: Duration,
     cpu: Duration,
@@ -224,9 +226,18 @@ impl Cell {
     }
 
     /// This cell's rate over `other`'s: the median of the per-round ratios, so that the
-    /// machine's drift between rounds cancels within each pair.
+    /// machine's drift between rounds cancels within each pair (rounds only one of them
+    /// completed are left out).
     fn over(&self, other: &Cell) -> f64 {
-        paired_ratios(&other.rates(), &self.rates()).p50
+        let (theirs, ours): (Vec<f64>, Vec<f64>) = other
+            .runs
+            .iter()
+            .filter_map(|o| {
+                let mine = self.runs.iter().find(|m| m.round == o.round)?;
+                Some((o.ops_per_s(), mine.ops_per_s()))
+            })
+            .unzip();
+        paired_ratios(&theirs, &ours).p50
     }
 }
 
@@ -333,7 +344,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                     let run = match shape {
                         (Peer::Pgbench, _) if pgbench.is_none() => continue,
                         (Peer::Pgbench, mode) => {
-                            match run_pgbench(&url, workload, mode, pgbench_secs, rtt_us) {
+                            match run_pgbench(&url, workload, mode, pgbench_secs, rtt_us, round) {
                                 Ok(run) => run,
                                 Err(e) => {
                                     let note = format!(
@@ -358,6 +369,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                                     format!("{} {} at RTT {rtt_us} us", peer.label(), mode.key())
                                 })?;
                             Run {
+                                round,
                                 ops,
                                 wall: t.wall,
                                 cpu: t.cpu,
@@ -964,6 +976,7 @@ fn run_pgbench(
     mode: Mode,
     secs: u64,
     rtt_us: u64,
+    round: usize,
 ) -> anyhow::Result<Run> {
     let pipelined = mode == Mode::Batch;
     let (start, end) = if pipelined {
@@ -1072,6 +1085,7 @@ fn run_pgbench(
     // CPU per statement over everything pgbench ran, first transactions included.
     let cpu_share = statements as f64 / (all_transactions * per_tx as u64).max(1) as f64;
     Ok(Run {
+        round,
         ops: statements,
         wall,
         cpu: cpu.mul_f64(cpu_share),
@@ -1081,6 +1095,40 @@ fn run_pgbench(
 #[cfg(test)]
 mod tests {
     use super::super::via_proxy;
+    use super::*;
+
+    fn cell(mode: Mode, rates: &[(usize, u64)]) -> Cell {
+        Cell {
+            workload: Workload::ReadOnly,
+            rtt_us: 0,
+            peer: Peer::Slipstream,
+            mode,
+            runs: rates
+                .iter()
+                .map(|&(round, ops)| Run {
+                    round,
+                    ops,
+                    wall: Duration::from_secs(1),
+                    cpu: Duration::ZERO,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn ratios_pair_runs_of_the_same_round_and_take_the_median() {
+        // Per round: 50/100, 60/200, 90/100.
+        let continues = cell(Mode::BatchContinue, &[(0, 50), (1, 60), (2, 90)]);
+        let aborts = cell(Mode::Batch, &[(0, 100), (1, 200), (2, 100)]);
+        // Ratios 0.5, 0.3, 0.9: the median is 0.5, where the ratio of medians would be 0.6.
+        assert_eq!(continues.over(&aborts), 0.5);
+        assert_eq!(continues.ops_per_s(), 60.0);
+        // A round the twin missed (a failed pgbench run) is left out, not paired with another.
+        // Rounds 1 and 2 pair as 60/200 and 90/100; paired by position they would be 50/200
+        // and 60/100.
+        let gappy = cell(Mode::Batch, &[(1, 200), (2, 100)]);
+        assert_eq!(continues.over(&gappy), 0.3);
+    }
 
     #[test]
     fn connection_strings_are_pointed_at_the_proxy() {
