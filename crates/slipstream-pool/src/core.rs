@@ -1374,6 +1374,8 @@ fn park_for(_: Option<Duration>) {
     crate::sync::park();
 }
 
+// The `unwrap`s and `expect`s below are the models' own checks: a panic is a model failing
+// (loom then reports the interleaving). No user input or socket reaches this module.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use loom::sync::Arc;
@@ -1427,6 +1429,15 @@ mod loom_tests {
         core
     }
 
+    /// A filled two-slot core with both slots claimed (a fresh core's slots are all IDLE, so
+    /// both claims succeed).
+    fn both_claimed(fair_after: Duration) -> (Arc<Core<u32>>, Owned, Owned) {
+        let core = filled(2, fair_after);
+        let a = core.try_claim().expect("two idle slots");
+        let b = core.try_claim().expect("two idle slots");
+        (core, a, b)
+    }
+
     /// Touches the connection in owned slot `o` (loom flags any concurrent access to the
     /// cell).
     fn touch(core: &Core<u32>, o: &Owned) {
@@ -1453,12 +1464,13 @@ mod loom_tests {
     }
 
     /// Two threads that each borrow (blocking) and keep their slot until both are served:
-    /// a wake not passed on to the second is then a deadlock loom reports.
+    /// a wake not passed on to the second is then a deadlock loom reports. Returns once both
+    /// are queued, so the caller's returns come after they wait.
     fn spawn_waiters_holding_until_both_served(
         core: &Arc<Core<u32>>,
     ) -> Vec<thread::JoinHandle<()>> {
         let served = Arc::new((loom::sync::Mutex::new(0usize), loom::sync::Condvar::new()));
-        (0..2)
+        let waiters = (0..2)
             .map(|_| {
                 let (core, served) = (core.clone(), served.clone());
                 thread::spawn(move || {
@@ -1476,7 +1488,11 @@ mod loom_tests {
                     core.release(o);
                 })
             })
-            .collect()
+            .collect::<Vec<_>>();
+        while core.q.count(SeqCst) < 2 {
+            thread::yield_now();
+        }
+        waiters
     }
 
     fn check_all_idle(core: &Core<u32>, borrows: usize) {
@@ -1516,13 +1532,8 @@ mod loom_tests {
     #[test]
     fn loom_a_hand_off_to_the_woken_waiter_passes_its_look_on() {
         loom::model(|| {
-            let core = filled(2, Duration::ZERO);
-            let a = core.try_claim().expect("two idle slots");
-            let b = core.try_claim().expect("two idle slots");
+            let (core, a, b) = both_claimed(Duration::ZERO);
             let waiters = spawn_waiters_holding_until_both_served(&core);
-            while core.q.count(SeqCst) < 2 {
-                thread::yield_now();
-            }
             // The slice holder: returns `a` (IDLE, waking the head), takes it back if it is
             // still IDLE, and returns it again (skipping the lock if the head has not looked).
             let holder = {
@@ -1580,14 +1591,8 @@ mod loom_tests {
     #[test]
     fn loom_a_served_waiter_passes_the_wake_on() {
         loom::model(|| {
-            let core = filled(2, Duration::MAX);
-            let a = core.try_claim().expect("two idle slots");
-            let b = core.try_claim().expect("two idle slots");
+            let (core, a, b) = both_claimed(Duration::MAX);
             let waiters = spawn_waiters_holding_until_both_served(&core);
-            // Both wait (or will) before the returns: queue them first.
-            while core.q.count(SeqCst) < 2 {
-                thread::yield_now();
-            }
             touch(&core, &a);
             core.release(a);
             touch(&core, &b);
@@ -1758,9 +1763,7 @@ mod loom_tests {
     #[test]
     fn loom_two_waiters_two_returners_strict() {
         loom::model(|| {
-            let core = filled(2, Duration::ZERO);
-            let a = core.try_claim().expect("two idle slots");
-            let b = core.try_claim().expect("two idle slots");
+            let (core, a, b) = both_claimed(Duration::ZERO);
             let task = {
                 let core = core.clone();
                 thread::spawn(move || {

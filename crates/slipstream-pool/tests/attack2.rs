@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::{Numbers, numbers, two_workers};
+use common::{Numbers, join_threads, numbers, two_workers};
 use slipstream_pool::{Pool, PoolError};
 
 /// The whole test's bound: a lost wake-up shows as this timeout, not a hang.
@@ -162,18 +162,7 @@ fn threads_and_tasks_with_cancelled_borrows_lose_no_slot_and_no_wake_up() {
             .await
             .unwrap_or_else(|_| panic!("tasks hung: {:?}", pool.stats()));
     });
-    let deadline = Instant::now() + LIMIT;
-    for t in threads {
-        while !t.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "a thread hung in get_blocking: {:?}",
-                pool.stats()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        t.join().unwrap();
-    }
+    join_threads(&pool, threads, Instant::now() + LIMIT);
     let failures = failures.lock().unwrap().clone();
     assert!(failures.is_empty(), "borrows failed: {failures:?}");
     assert!(

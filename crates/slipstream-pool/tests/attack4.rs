@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{Holds, Numbers, all_back, numbers, two_workers, until_waiting};
+use common::{Holds, Numbers, all_back, join_threads, numbers, two_workers, until_waiting};
 use slipstream_pool::{Pool, PoolError, Pooled};
 
 /// Builds the pool and waits (bounded) until its `min_size` connections are open; unlike
@@ -245,18 +245,7 @@ fn storm(
                 .unwrap();
         }
     });
-    let deadline = Instant::now() + LIMIT;
-    for t in threads {
-        while !t.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "a thread hung in get_blocking: {:?}",
-                pool.stats()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        t.join().unwrap();
-    }
+    join_threads(&pool, threads, Instant::now() + LIMIT);
     let s = rt.block_on(all_back(&pool));
     let other = tally.other.lock().unwrap().clone();
     assert!(other.is_empty(), "borrows failed: {other:?}");

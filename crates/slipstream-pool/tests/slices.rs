@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{all_back, numbers, two_workers};
+use common::{all_back, join_threads, numbers, two_workers};
 use slipstream_pool::Pool;
 
 /// A lost wake-up shows as this bound passing, not as a hang.
@@ -63,21 +63,8 @@ fn storm(threads: usize, slots: usize) {
         .collect();
     std::thread::sleep(storm_length());
     stop.store(true, Ordering::Relaxed);
-    let deadline = Instant::now() + LIMIT;
-    let mut none = 0;
-    for h in handles {
-        while !h.is_finished() {
-            assert!(
-                Instant::now() < deadline,
-                "a thread hung in get_blocking: {:?}",
-                pool.stats()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if h.join().expect("a borrower panicked") == 0 {
-            none += 1;
-        }
-    }
+    let counts = join_threads(&pool, handles, Instant::now() + LIMIT);
+    let none = counts.iter().filter(|&&n| n == 0).count();
     let s = rt.block_on(all_back(&pool));
     assert_eq!(s.borrows, served.load(Ordering::Relaxed), "{s:?}");
     assert_eq!(s.waiting, 0, "{s:?}");

@@ -126,6 +126,29 @@ pub async fn all_back<M: Manager>(pool: &Pool<M>) -> slipstream_pool::Stats {
     s
 }
 
+/// Joins OS threads that borrow with `get_blocking`, each by `deadline`; a thread still running
+/// then is a hang, reported with the pool's stats. Returns what each thread returned, in order.
+pub fn join_threads<M: Manager, T>(
+    pool: &Pool<M>,
+    threads: Vec<std::thread::JoinHandle<T>>,
+    deadline: Instant,
+) -> Vec<T> {
+    threads
+        .into_iter()
+        .map(|t| {
+            while !t.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "a thread hung in get_blocking: {:?}",
+                    pool.stats()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            t.join().expect("a borrower thread panicked")
+        })
+        .collect()
+}
+
 /// A connection that is just a number (its opening order): the core's behaviour, no database.
 pub struct Numbers(pub AtomicU64);
 impl Manager for Numbers {
