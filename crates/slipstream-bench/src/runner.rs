@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
@@ -209,8 +210,9 @@ struct Shared {
     /// The progress line's figures, warm-up included.
     live: Arc<Live>,
     /// Per user: the type + 1 of a recorded transaction in flight, 0 when none (for the
-    /// censored counts).
-    busy: Vec<AtomicU32>,
+    /// censored counts). A line each: every transaction writes its user's cell twice, and
+    /// users on different threads sharing a line made each write a cache-line transfer.
+    busy: Vec<CachePadded<AtomicU32>>,
     /// Open loop only.
     queue: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, usize)>>>,
 }
@@ -260,7 +262,9 @@ pub async fn run<S: Future + Send>(
         stop_signal,
         plan: plan.clone(),
         live: live.clone(),
-        busy: (0..user_count).map(|_| AtomicU32::new(0)).collect(),
+        busy: (0..user_count)
+            .map(|_| CachePadded::new(AtomicU32::new(0)))
+            .collect(),
         queue: queue_rx,
     });
 

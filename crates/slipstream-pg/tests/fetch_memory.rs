@@ -15,7 +15,7 @@ const OVERHEAD: usize = 512 * 1024;
 /// Streams `SELECT id, data FROM wide ORDER BY id` and returns the peak heap growth while doing
 /// it, and the widest row.
 async fn peak_while_streaming(c: &mut Client, fetch: FetchSize) -> (usize, usize) {
-    let base = CountingAllocator::reset_peak();
+    let growth = CountingAllocator::measure();
     let mut rows = c
         .query_stream_with("SELECT id, data FROM wide ORDER BY id", &[], fetch)
         .await
@@ -27,7 +27,10 @@ async fn peak_while_streaming(c: &mut Client, fetch: FetchSize) -> (usize, usize
     }
     drop(rows);
     assert_eq!(n, 2130, "{fetch}");
-    (CountingAllocator::peak() - base, widest)
+    (
+        growth.peak().expect("the counting allocator is installed"),
+        widest,
+    )
 }
 
 #[tokio::test(flavor = "current_thread")]

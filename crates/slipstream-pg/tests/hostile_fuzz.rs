@@ -290,9 +290,9 @@ fn case() -> impl Strategy<Value = Case> {
 async fn run_case(case: &Case) -> Result<(), String> {
     let script = case.script();
     let sent = script.len();
-    let base = CountingAllocator::reset_peak();
+    let growth = CountingAllocator::measure();
     let outcome = harness::exercise(script, case.call).await?;
-    let peak = CountingAllocator::peak().saturating_sub(base);
+    let peak = growth.peak().expect("the counting allocator is installed");
     if peak > allowed(sent) {
         return Err(format!(
             "the heap grew by {peak} bytes for {sent} bytes from the server (allowed {})",

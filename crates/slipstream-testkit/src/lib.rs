@@ -3,7 +3,7 @@
 //! - [`Cluster`]: a private cluster in a temporary directory on a free port, removed on drop.
 //!   Fast: `initdb` runs once per machine into a cached template that each cluster copies.
 //! - [`Embedded`]: the CLI's persistent local cluster (`slipstream db start`).
-//! - [`CountingAllocator`]: live and peak heap bytes, for memory figures.
+//! - [`CountingAllocator`]: how far the heap grows over a piece of work, for memory figures.
 //! - [`DelayProxy`]: a TCP proxy adding latency per direction and cutting or stalling
 //!   connections on command; [`measure_overhead`] says what it adds by itself.
 //!
@@ -29,7 +29,7 @@ mod install;
 mod pin;
 mod proxy;
 
-pub use alloc::CountingAllocator;
+pub use alloc::{CountingAllocator, HeapGrowth};
 pub use cluster::{Cluster, ClusterBuilder};
 pub use embedded::{Embedded, Status};
 pub use error::Error;

@@ -4,9 +4,10 @@
 
 use anyhow::Context as _;
 use slipstream_pg::FetchSize;
+use slipstream_testkit::CountingAllocator;
 
 use super::fetch_table::{WIDE_SPACING, ensure_fetch_memory_test};
-use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
+use super::{Stopwatch, bytes_cell, runtime, without_tls};
 use crate::{Context, ExperimentResult, Table};
 
 pub(crate) const TITLE: &str = "Fetch memory: fixed row counts versus byte mode with a cap";
@@ -46,7 +47,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         for fetch in settings {
             // A fresh connection each time: nothing a previous setting left allocated counts.
             let mut c = slipstream_pg::connect(&url).await?;
-            let meter = HeapMeter::start();
+            let growth = CountingAllocator::measure();
             let sw = Stopwatch::start();
             let mut stream = c.query_stream_with(SQL, &[], fetch).await?;
             let (mut n, mut widest) = (0usize, 0usize);
@@ -61,7 +62,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             measured.push((
                 fetch,
                 t.wall.as_secs_f64(),
-                meter.peak_bytes(),
+                growth.peak(),
                 round_trips,
                 widest,
             ));
@@ -72,7 +73,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             let (mut tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             tokio::spawn(connection);
             let stmt = tp.prepare(SQL).await?;
-            let meter = HeapMeter::start();
+            let growth = CountingAllocator::measure();
             let sw = Stopwatch::start();
             let tx = tp.transaction().await?;
             let portal = tx.bind(&stmt, &[]).await?;
@@ -90,7 +91,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 n == narrow as usize,
                 "tokio-postgres read {n} rows of {narrow}"
             );
-            peers.push((per_fetch, t.wall.as_secs_f64(), meter.peak_bytes()));
+            peers.push((per_fetch, t.wall.as_secs_f64(), growth.peak()));
         }
         anyhow::Ok((measured, peers, server_version))
     })?;

@@ -4,9 +4,10 @@
 
 use anyhow::Context as _;
 use slipstream_pg::FetchSize;
+use slipstream_testkit::CountingAllocator;
 
 use super::fetch_table::ensure_fetch_test;
-use super::{HeapMeter, Stopwatch, bytes_cell, runtime, without_tls};
+use super::{Stopwatch, bytes_cell, runtime, without_tls};
 use crate::{Context, ExperimentResult, Series, Summary, Table, placement};
 
 pub(crate) const TITLE: &str = "Fetch size: rows per round trip, time and client memory";
@@ -195,7 +196,7 @@ async fn read_slipstream(
     setting: Setting,
     rows: i32,
 ) -> anyhow::Result<Read> {
-    let meter = HeapMeter::start();
+    let growth = CountingAllocator::measure();
     let sw = Stopwatch::start();
     let (n, round_trips) = match setting {
         Setting::All => (consume(c.query(SQL, &[]).await?.iter())?, None),
@@ -217,7 +218,7 @@ async fn read_slipstream(
     anyhow::ensure!(n == rows as usize, "slipstream-pg read {n} rows of {rows}");
     Ok(Read {
         seconds: t.wall.as_secs_f64(),
-        heap: meter.peak_bytes(),
+        heap: growth.peak(),
         round_trips,
     })
 }
@@ -245,7 +246,7 @@ async fn read_tokio_postgres(
         Setting::Rows(n) => Some(n as i32),
         Setting::All => None,
     };
-    let meter = HeapMeter::start();
+    let growth = CountingAllocator::measure();
     let sw = Stopwatch::start();
     let mut n = 0;
     let decode = |row: &tokio_postgres::Row| -> anyhow::Result<()> {
@@ -281,7 +282,7 @@ async fn read_tokio_postgres(
     anyhow::ensure!(n == rows as usize, "tokio-postgres read {n} rows of {rows}");
     Ok(Some(Read {
         seconds: t.wall.as_secs_f64(),
-        heap: meter.peak_bytes(),
+        heap: growth.peak(),
         round_trips: None,
     }))
 }

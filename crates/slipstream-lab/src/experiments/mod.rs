@@ -19,7 +19,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use cpu_time::ThreadTime;
-use slipstream_testkit::CountingAllocator;
 
 /// A single-threaded runtime: every client's work, including tokio-postgres's connection
 /// task, runs on this thread, so its CPU time is the clients' CPU time.
@@ -68,25 +67,6 @@ impl Stopwatch {
             wall: self.wall.elapsed(),
             cpu: self.cpu.elapsed(),
         }
-    }
-}
-
-/// Peak heap growth over a piece of work, read from the counting allocator the `slipstream`
-/// binary installs. `None` where it is not installed (e.g. in this crate's unit tests).
-pub(crate) struct HeapMeter {
-    base: usize,
-}
-
-impl HeapMeter {
-    pub(crate) fn start() -> HeapMeter {
-        HeapMeter {
-            base: CountingAllocator::reset_peak(),
-        }
-    }
-
-    pub(crate) fn peak_bytes(&self) -> Option<usize> {
-        (CountingAllocator::current() > 0)
-            .then(|| CountingAllocator::peak().saturating_sub(self.base))
     }
 }
 
