@@ -509,16 +509,10 @@ fn tight_re_borrowers_do_not_starve_waiters() {
         }
         failures
     });
-    let deadline = Instant::now() + LIMIT;
-    while !waiter_thread.is_finished() {
-        assert!(
-            Instant::now() < deadline,
-            "the waiting thread hung: {:?}",
-            pool.stats()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let thread_failures = waiter_thread.join().unwrap();
+    let [thread_failures] = join_threads(&pool, vec![waiter_thread], Instant::now() + LIMIT)[..]
+    else {
+        unreachable!("join_threads returns one result per thread")
+    };
     stop.store(true, Ordering::Relaxed);
     let hogged: u64 = hogs.into_iter().map(|h| h.join().unwrap()).sum();
     eprintln!("hogs borrowed {hogged} times; {:?}", pool.stats());

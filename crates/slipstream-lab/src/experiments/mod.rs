@@ -20,8 +20,6 @@ use std::time::Duration;
 
 use cpu_time::ThreadTime;
 
-/// A single-threaded runtime: every client's work, including tokio-postgres's connection
-/// task, runs on this thread, so its CPU time is the clients' CPU time.
 /// A comma-separated list from the environment (an experiment's subset, for a focused look);
 /// `None` when the variable is unset.
 pub(crate) fn env_list(name: &str) -> Option<Vec<String>> {
@@ -34,6 +32,8 @@ pub(crate) fn env_list(name: &str) -> Option<Vec<String>> {
     )
 }
 
+/// A single-threaded runtime: every client's work, including tokio-postgres's connection
+/// task, runs on this thread, so its CPU time is the clients' CPU time.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()

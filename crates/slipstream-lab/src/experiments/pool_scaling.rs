@@ -688,7 +688,6 @@ fn measure_one(
     }
 }
 
-/// A comma-separated list from environment variable `name`, if set.
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (mut counts, mut pg_counts, timing): (Vec<usize>, Vec<usize>, Timing) = if ctx.quick {
         (
