@@ -9,7 +9,7 @@ use postgres_protocol::message::frontend;
 use postgres_types::{ToSql, Type};
 
 use crate::connect::unexpected;
-use crate::connection::Owed;
+use crate::connection::{Common, Owed};
 use crate::param_types::{self, Wire};
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
@@ -513,11 +513,24 @@ impl Client {
         self.conn.finish_request(Owed::Extended).await?;
         let mut reply = Reply::new(plan.columns(), true);
         loop {
-            // Most messages of a multi-row reply are already buffered: take them without the
-            // await machinery.
-            let message = match self.conn.recv_buffered()? {
-                Some(m) => m,
-                None => self.conn.recv().await?,
+            // Nearly every reply is these few kinds, taken in place from the read buffer.
+            let message = match self.conn.next_common() {
+                Common::Ack => continue,
+                Common::NoData => Message::NoData,
+                Common::Row(body) => Message::DataRow(body),
+                Common::Complete(tag) => {
+                    reply.complete(tag);
+                    continue;
+                }
+                Common::Ready => break,
+                Common::Partial => {
+                    self.conn.read_more().await?;
+                    continue;
+                }
+                Common::Other => match self.conn.recv_buffered()? {
+                    Some(m) => m,
+                    None => self.conn.recv().await?,
+                },
             };
             match message {
                 Message::ReadyForQuery(_) => break,
@@ -798,6 +811,13 @@ impl Reply {
         &self.columns
     }
 
+    /// Takes the statement's `CommandComplete`.
+    pub(crate) fn complete(&mut self, tag: CommandTag) {
+        self.rolled_back = tag.rolled_back;
+        self.ends_transaction = tag.ends_transaction;
+        self.affected = tag.affected;
+    }
+
     /// Takes the next message of the reply. An error means the server broke the protocol.
     pub(crate) fn apply(&mut self, message: Message) -> Result<Step, Error> {
         match message {
@@ -814,11 +834,7 @@ impl Reply {
                 }
             }
             Message::CommandComplete(body) => {
-                let tag = body.tag();
-                self.rolled_back = matches!(tag, Ok("ROLLBACK"));
-                self.ends_transaction =
-                    matches!(tag, Ok("COMMIT" | "ROLLBACK" | "PREPARE TRANSACTION"));
-                self.affected = rows_affected(tag);
+                self.complete(body.tag().map_or(CommandTag::default(), CommandTag::parse));
                 return Ok(Step::Done);
             }
             Message::EmptyQueryResponse => return Ok(Step::Done),
@@ -924,11 +940,66 @@ fn encode_bind(
     }
 }
 
+/// What a `CommandComplete`'s tag says. A tag that is not UTF-8 says nothing (the default).
+#[derive(Default)]
+pub(crate) struct CommandTag {
+    /// The row count at its end (see [`rows_affected`]).
+    pub(crate) affected: u64,
+    /// `ROLLBACK`: what a `COMMIT` of a failed transaction answers.
+    pub(crate) rolled_back: bool,
+    /// `COMMIT`, `ROLLBACK` or `PREPARE TRANSACTION`: the work before it is settled either way.
+    pub(crate) ends_transaction: bool,
+}
+
+impl CommandTag {
+    pub(crate) fn parse(tag: &str) -> CommandTag {
+        CommandTag {
+            affected: rows_affected(Ok(tag)),
+            rolled_back: tag == "ROLLBACK",
+            ends_transaction: matches!(tag, "COMMIT" | "ROLLBACK" | "PREPARE TRANSACTION"),
+        }
+    }
+}
+
 /// The row count at the end of a command tag (`INSERT 0 5`, `UPDATE 2`, `SELECT 3`, `COPY 9`),
 /// or 0 for tags without one.
 pub(crate) fn rows_affected(tag: std::io::Result<&str>) -> u64 {
-    tag.ok()
-        .and_then(|t| t.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    let Ok(tag) = tag else { return 0 };
+    // A byte search: `rsplit(' ')` cost a `SELECT 1` about 150 instructions (issue 21).
+    let last = match tag.as_bytes().iter().rposition(|&b| b == b' ') {
+        Some(i) => &tag[i + 1..],
+        None => tag,
+    };
+    last.parse().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_tag_says_its_row_count_and_whether_it_ends_a_transaction() {
+        for (tag, affected) in [
+            ("SELECT 1", 1),
+            ("INSERT 0 5", 5),
+            ("UPDATE 0", 0),
+            ("COPY 18446744073709551615", u64::MAX),
+            ("MERGE 3", 3),
+            ("BEGIN", 0),
+            ("", 0),
+            ("SELECT ", 0),
+            ("SELECT 18446744073709551616", 0),
+        ] {
+            assert_eq!(CommandTag::parse(tag).affected, affected, "{tag:?}");
+        }
+        let ends = |t: &str| {
+            let c = CommandTag::parse(t);
+            (c.ends_transaction, c.rolled_back)
+        };
+        assert_eq!(ends("COMMIT"), (true, false));
+        assert_eq!(ends("ROLLBACK"), (true, true));
+        assert_eq!(ends("PREPARE TRANSACTION"), (true, false));
+        assert_eq!(ends("BEGIN"), (false, false));
+        assert_eq!(rows_affected(Err(std::io::Error::other("not UTF-8"))), 0);
+    }
 }
