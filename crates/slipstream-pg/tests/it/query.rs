@@ -234,3 +234,94 @@ async fn connection_parameters_reach_the_server() {
     );
     c.close().await.unwrap();
 }
+
+/// The reply reader against another client on a real server: results of every size around
+/// the read buffer's 16 KiB chunks and the 64 KiB past which a row gets its own buffer (the
+/// fast path leaves those to the general reader), NULLs, notices between rows, row counts of
+/// DML, and a `DISCARD ALL` between two runs of a cached statement. tokio-postgres must see the
+/// same values and counts.
+#[tokio::test]
+async fn replies_of_every_size_read_as_another_client_reads_them() {
+    let (cluster, mut c) = super::setup().await;
+    let (peer, conn) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            cluster.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    c.batch_execute(
+        "CREATE TABLE sizes (id int PRIMARY KEY, v text);
+         CREATE FUNCTION noisy(i int) RETURNS int LANGUAGE plpgsql AS
+           $$ BEGIN IF i % 3 = 0 THEN RAISE NOTICE 'row %', i; END IF; RETURN i; END $$",
+    )
+    .await
+    .unwrap();
+    let notices = Arc::new(Mutex::new(0));
+    let seen = notices.clone();
+    c.set_notice_handler(move |_| *seen.lock().unwrap() += 1);
+    // Widths around 16 KiB (a read's chunk) and 64 KiB (a message's own buffer), and small.
+    let widths = [
+        0, 1, 7, 16_370, 16_384, 16_400, 65_520, 65_536, 65_540, 70_000, 200_000,
+    ];
+    for (id, w) in widths.iter().enumerate() {
+        let n = c
+            .execute(
+                "INSERT INTO sizes VALUES ($1, CASE WHEN $2 = 0 THEN NULL ELSE repeat('x', $2) END)",
+                &[&(id as i32), &(*w as i32)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    let queries = [
+        "SELECT id, v FROM sizes ORDER BY id",
+        "SELECT id, v FROM sizes WHERE id < $1 ORDER BY id",
+        "SELECT noisy(id), v FROM sizes WHERE id < $1 ORDER BY id",
+        "SELECT g, repeat('y', g * 997) FROM generate_series(1, $1) g",
+    ];
+    for round in 0..3 {
+        for (q, sql) in queries.iter().enumerate() {
+            for limit in [0i32, 1, 5, widths.len() as i32, 90] {
+                let params: Vec<&(dyn postgres_types::ToSql + Sync)> = match q {
+                    0 => vec![],
+                    _ => vec![&limit],
+                };
+                let ours: Vec<(i32, Option<String>)> = c
+                    .query(*sql, &params)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+                    .collect();
+                let theirs: Vec<(i32, Option<String>)> = peer
+                    .query(*sql, &params)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect();
+                assert_eq!(ours, theirs, "round {round}, {sql} with {limit}");
+            }
+        }
+        let ours = c
+            .execute("UPDATE sizes SET v = v WHERE id >= $1", &[&(round * 3)])
+            .await
+            .unwrap();
+        let theirs = peer
+            .execute("UPDATE sizes SET v = v WHERE id >= $1", &[&(round * 3)])
+            .await
+            .unwrap();
+        assert_eq!(ours, theirs, "round {round}: rows updated");
+        // Every cached statement is gone on the server: the next round must prepare afresh.
+        c.execute("DISCARD ALL", &[]).await.unwrap();
+    }
+    assert!(
+        *notices.lock().unwrap() > 0,
+        "the notices between rows were never seen"
+    );
+    assert!(c.is_reusable());
+}
