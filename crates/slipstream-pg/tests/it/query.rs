@@ -271,7 +271,7 @@ async fn replies_of_every_size_read_as_another_client_reads_them() {
         let n = c
             .execute(
                 "INSERT INTO sizes VALUES ($1, CASE WHEN $2 = 0 THEN NULL ELSE repeat('x', $2) END)",
-                &[&(id as i32), &(*w as i32)],
+                &[&(id as i32), w],
             )
             .await
             .unwrap();
