@@ -43,6 +43,22 @@ async fn setup() -> (Cluster, Client) {
     (cluster, client)
 }
 
+/// A tokio-postgres connection to `cluster`, the other client differential tests compare with;
+/// its connection task runs on the test's runtime.
+async fn peer(cluster: &Cluster) -> tokio_postgres::Client {
+    let (peer, conn) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            cluster.port()
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("tokio-postgres connects");
+    tokio::spawn(conn);
+    peer
+}
+
 /// A cluster behind a zero-delay proxy (which counts round trips), and a client connected
 /// through it with extra connection parameters `params` (`key=value&...`).
 async fn behind_proxy(

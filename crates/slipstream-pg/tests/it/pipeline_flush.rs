@@ -204,16 +204,7 @@ async fn another_client_gets_the_same_results_through_the_module() {
     let mut admin = slipstream_pg::connect(&cluster.url()).await.unwrap();
     schemas(&mut admin, &["peer", "stock"]).await;
     let mut stock = session(&cluster, "stock", false).await;
-    let (peer, conn) = tokio_postgres::connect(
-        &format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            cluster.port()
-        ),
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let peer = super::peer(&cluster).await;
     peer.batch_execute("LOAD 'pipeline_flush'; SET search_path = peer")
         .await
         .unwrap();

@@ -243,16 +243,7 @@ async fn connection_parameters_reach_the_server() {
 #[tokio::test]
 async fn replies_of_every_size_read_as_another_client_reads_them() {
     let (cluster, mut c) = super::setup().await;
-    let (peer, conn) = tokio_postgres::connect(
-        &format!(
-            "host=127.0.0.1 port={} user=postgres dbname=postgres",
-            cluster.port()
-        ),
-        tokio_postgres::NoTls,
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let peer = super::peer(&cluster).await;
     c.batch_execute(
         "CREATE TABLE sizes (id int PRIMARY KEY, v text);
          CREATE FUNCTION noisy(i int) RETURNS int LANGUAGE plpgsql AS
