@@ -498,7 +498,7 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Err(self.poison(e)),
             }
-            std::future::poll_fn(|cx| self.poll_read_more(cx, 0)).await?;
+            self.read_more().await?;
         }
     }
 
@@ -847,8 +847,7 @@ impl Connection {
                 // Every reply path passes here, so this is the one place that sees a user's
                 // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
                 if body.tag().is_ok_and(is_discard_all) {
-                    self.statements_discarded = true;
-                    self.functions_discarded = true;
+                    self.forget_prepared();
                 }
                 return Ok(Some(Message::CommandComplete(body)));
             }
@@ -938,63 +937,69 @@ impl Connection {
     ///
     /// A single pass with no await: `read_reply` spent about 2,000 instructions per `SELECT 1`
     /// parsing, dispatching and awaiting its four small messages one by one (issue 21).
-    pub(crate) fn next_common(&mut self) -> Common {
+    pub(crate) fn next_common(&mut self) -> Result<Common, Error> {
         #[cfg(test)]
         if GENERAL_ONLY.get() {
-            return Common::Other;
+            return Ok(Common::Other);
         }
         if self.owed.len() != 1 {
-            return Common::Other;
+            return Ok(Common::Other);
         }
         let Some(len) = self.pending_len() else {
-            return Common::Partial;
+            return Ok(Common::Partial);
         };
         if len > BIG_MESSAGE {
-            return Common::Other;
+            return Ok(Common::Other);
         }
         if len > self.rbuf.len() {
-            return Common::Partial;
+            return Ok(Common::Partial);
         }
         let tag = self.rbuf[0];
+        let mut discards = false;
         let common = match (tag, len) {
             (b'1' | b'2', 5) => Common::Ack,
             (b'n', 5) => Common::NoData,
             (b'Z', 6) if matches!(self.rbuf[5], b'I' | b'T' | b'E') => Common::Ready,
-            // The tag, its NUL and nothing after it, as the parser requires.
-            (b'C', 6..) => match self.rbuf[5..len].split_last() {
-                Some((0, text)) if !text.contains(&0) => match std::str::from_utf8(text) {
-                    Ok(text) => {
-                        if is_discard_all(text) {
-                            self.statements_discarded = true;
-                            self.functions_discarded = true;
-                        }
-                        Common::Complete(CommandTag::parse(text))
-                    }
-                    Err(_) => return Common::Other,
-                },
-                _ => return Common::Other,
+            (b'C', 6..) => match command_tag(&self.rbuf[5..len]) {
+                Some(text) => {
+                    discards = is_discard_all(text);
+                    Common::Complete(CommandTag::parse(text))
+                }
+                None => return Ok(Common::Other),
             },
             // A column count is all the parser reads; the values are the row's to check.
             (b'D', 7..) => {
                 self.count_flush(len, false);
                 return match Message::parse(&mut self.rbuf) {
-                    Ok(Some(Message::DataRow(body))) => Common::Row(body),
-                    // Unreachable: the message is whole and long enough for its count.
-                    _ => Common::Other,
+                    Ok(Some(Message::DataRow(body))) => Ok(Common::Row(body)),
+                    // The message is whole and holds its count, so the parser cannot refuse
+                    // it; if it ever did, its bytes are gone and the connection is out of step.
+                    Ok(_) => Err(self.poison(invalid(tag, &"not a whole row"))),
+                    Err(e) => Err(self.poison(invalid(tag, &e))),
                 };
             }
-            _ => return Common::Other,
+            _ => return Ok(Common::Other),
         };
+        if discards {
+            self.forget_prepared();
+        }
         self.count_flush(len, tag == b'Z');
         if let Common::Ready = common {
             self.ready_for_query(self.rbuf[5]);
         }
         self.rbuf.advance(len);
-        common
+        Ok(common)
     }
 
-    /// Reads what the socket has into `rbuf`, after [`Connection::next_common`] found only
-    /// part of a message there. Cancel-safe, as `poll_read_more` is.
+    /// The session's prepared statements are gone (`DISCARD ALL`, `DEALLOCATE ALL`): the
+    /// statement cache and the memopt function OIDs must forget theirs before their next use.
+    fn forget_prepared(&mut self) {
+        self.statements_discarded = true;
+        self.functions_discarded = true;
+    }
+
+    /// Reads what the socket has into `rbuf`, once what is there holds no whole message (no
+    /// receive low-water mark). Cancel-safe, as `poll_read_more` is.
     pub(crate) async fn read_more(&mut self) -> Result<(), Error> {
         std::future::poll_fn(|cx| self.poll_read_more(cx, 0)).await
     }
@@ -1151,6 +1156,15 @@ pub(crate) enum Common {
     Other,
     /// Part of a message.
     Partial,
+}
+
+/// The text of a `CommandComplete` body: the tag, its NUL and nothing after it (as the parser
+/// requires), and UTF-8. `None` for anything else, which the general reader then reports.
+fn command_tag(body: &[u8]) -> Option<&str> {
+    match body.split_last() {
+        Some((0, text)) if !text.contains(&0) => std::str::from_utf8(text).ok(),
+        _ => None,
+    }
 }
 
 /// A command tag after which the session has no prepared statements left: every cache of

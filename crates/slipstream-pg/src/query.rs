@@ -514,7 +514,7 @@ impl Client {
         let mut reply = Reply::new(plan.columns(), true);
         loop {
             // Nearly every reply is these few kinds, taken in place from the read buffer.
-            let message = match self.conn.next_common() {
+            let message = match self.conn.next_common()? {
                 Common::Ack => continue,
                 Common::NoData => Message::NoData,
                 Common::Row(body) => Message::DataRow(body),
