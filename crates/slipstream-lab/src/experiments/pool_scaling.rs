@@ -27,7 +27,7 @@ use crossbeam_utils::CachePadded;
 use super::env_list;
 
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
-use crate::{Context, ExperimentResult, Table};
+use crate::{Context, ExperimentResult, Table, paired_ratios};
 
 pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
 
@@ -598,6 +598,29 @@ impl Kind {
     }
 }
 
+/// One measurement in a round of a point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Step {
+    /// Pool `which` (an index into [`Kind::pools`]) at the point's T.
+    Pool(usize),
+    /// Our pool at the first T: the twin of our run at the last T, for flatness.
+    Twin,
+}
+
+/// The measurements of round `rep` of a point: each pool in turn, a different one first in
+/// each round; with `twin`, our pool's twin at the first T right after our run.
+fn round(rep: usize, twin: bool) -> Vec<Step> {
+    let mut steps = Vec::with_capacity(4);
+    for k in 0..3 {
+        let which = (rep + k) % 3;
+        steps.push(Step::Pool(which));
+        if twin && which == 0 {
+            steps.push(Step::Twin);
+        }
+    }
+    steps
+}
+
 /// One run of pool `which` (an index into [`Kind::pools`]) on a fresh pool.
 fn measure_one(
     rt: &tokio::runtime::Runtime,
@@ -772,15 +795,29 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             &counts
         };
         for &hold in holds {
-            let mut ours_by_t = Vec::new();
+            // Flatness pairs each of our runs at the last T with one at the first T right
+            // beside it (`Step::Twin`): the points themselves run minutes apart in the full
+            // form, longer than the VM's fast and slow phases last, so a ratio of their
+            // medians measured the phase as much as the pool.
+            let first_t = ts.first().copied().unwrap_or(0);
+            let flat_pairs = kind != Kind::Postgres && ts.len() > 1;
+            let (mut last_rates, mut twin_rates) = (Vec::new(), Vec::new());
             for &t in ts {
+                let twin = flat_pairs && Some(&t) == ts.last();
                 let mut runs: [Vec<Run>; 3] = Default::default();
                 for rep in 0..REPS {
-                    // Interleaved: each pool in turn, a different one first in each round.
-                    for k in 0..3 {
-                        let which = (rep + k) % 3;
-                        runs[which].push(measure_one(&rt, &url, kind, which, t, hold, timing)?);
+                    for step in round(rep, twin) {
+                        match step {
+                            Step::Pool(which) => runs[which]
+                                .push(measure_one(&rt, &url, kind, which, t, hold, timing)?),
+                            Step::Twin => twin_rates.push(
+                                measure_one(&rt, &url, kind, 0, first_t, hold, timing)?.per_sec,
+                            ),
+                        }
                     }
+                }
+                if twin {
+                    last_rates = runs[0].iter().map(|r| r.per_sec).collect();
                 }
                 let medians: Vec<Run> = runs
                     .into_iter()
@@ -819,20 +856,18 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 r.ratios
                     .insert(format!("{prefix}_borrowers_with_none"), ours.zero as f64);
                 r.ratios.insert(format!("{prefix}_jain"), ours.jain);
-                ours_by_t.push(ours.per_sec);
                 all.extend(medians.into_iter().map(|m| (kind, hold, m)));
             }
-            if let (Some(&first), Some(&last)) = (ours_by_t.first(), ours_by_t.last()) {
-                if first > 0.0 && kind != Kind::Postgres {
-                    r.ratios.insert(
-                        format!(
-                            "{}_{}slipstream_flatness_last_over_first",
-                            kind.key(),
-                            hold.key()
-                        ),
-                        last / first,
-                    );
-                }
+            if flat_pairs {
+                let flat = paired_ratios(&twin_rates, &last_rates);
+                let key = format!(
+                    "{}_{}slipstream_flatness_last_over_first",
+                    kind.key(),
+                    hold.key()
+                );
+                r.ratios.insert(key.clone(), flat.p50);
+                r.ratios.insert(format!("{key}_min"), flat.min);
+                r.ratios.insert(format!("{key}_max"), flat.max);
             }
         }
     }
@@ -850,6 +885,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         }
     }
     r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness from per-borrower counters over a {:.1} s window after a {:.1} s warm-up (the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread", timing.window.as_secs_f64(), timing.warmup.as_secs_f64()));
+    r.notes.push(format!("flatness (`*_flatness_last_over_first` in the JSON, with its _min and _max): in each of the {REPS} rounds at the last T, our pool also runs at the first T right after its run there; the ratio is the median of those paired rounds' ratios, so both sides of each pair ran in the same phase of the machine"));
     r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
     r.notes.push("the connection is a trivial in-memory value (the same for every pool); hold 0: threads return at once, tasks hold across one yield_now; hold 10 µs: a busy spin while holding (tasks then also yield once); 2 tokio worker threads".into());
@@ -860,6 +896,36 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_round_runs_each_pool_once_and_the_twin_right_after_ours() {
+        for rep in 0..REPS {
+            let plain = round(rep, false);
+            for twin in [false, true] {
+                let steps = round(rep, twin);
+                for which in 0..3 {
+                    let n = steps.iter().filter(|s| **s == Step::Pool(which)).count();
+                    assert_eq!(n, 1, "round {rep}: pool {which} runs {n} times");
+                }
+                let twins = steps.iter().filter(|s| **s == Step::Twin).count();
+                assert_eq!(twins, usize::from(twin), "round {rep}: {twins} twins");
+                if twin {
+                    let ours = steps.iter().position(|s| *s == Step::Pool(0));
+                    assert_eq!(
+                        steps.get(ours.map_or(usize::MAX, |i| i + 1)),
+                        Some(&Step::Twin),
+                        "round {rep}: the twin does not follow our run: {steps:?}"
+                    );
+                    // The peers keep the order they have without the twin.
+                    let without: Vec<Step> =
+                        steps.iter().copied().filter(|s| *s != Step::Twin).collect();
+                    assert_eq!(without, plain);
+                }
+            }
+        }
+        let firsts: Vec<Step> = (0..3).map(|rep| round(rep, false)[0]).collect();
+        assert_eq!(firsts, [Step::Pool(0), Step::Pool(1), Step::Pool(2)]);
+    }
 
     #[test]
     fn wait_buckets_are_ordered_and_tight() {
