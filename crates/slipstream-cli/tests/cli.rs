@@ -280,6 +280,17 @@ fn article_001_experiments_print_their_tables_and_ratios() {
         result["ratios"]["tasks_t100_slipstream_borrowers_with_none"],
         0.0
     );
+    // Flatness is the median of paired rounds, inside the range of the pairs.
+    for kind in ["tasks", "threads"] {
+        let flat = |end: &str| {
+            result["ratios"][format!("{kind}_slipstream_flatness_last_over_first{end}")].as_f64()
+        };
+        let (min, mid, max) = (flat("_min"), flat(""), flat("_max"));
+        assert!(
+            matches!((min, mid, max), (Some(a), Some(b), Some(c)) if 0.0 < a && a <= b && b <= c),
+            "{kind} flatness: {min:?} <= {mid:?} <= {max:?}"
+        );
+    }
 
     let (out, result) = run_quick(&cluster, "connect");
     assert!(out.contains("SCRAM") && out.contains("pooled"), "{out}");
