@@ -8,6 +8,11 @@
 //!
 //! Bounded by default; the long form: `SLIPSTREAM_DIFF_CASES=20000 cargo test -p slipstream-pg
 //! --lib common_reply`.
+//!
+//! A `#[cfg(test)]` module: its `unwrap`s and `expect`s are the test's own checks (the fake
+//! server's bind and socket option on 127.0.0.1, its scripted startup, `get_raw` of an index
+//! below the row's `len()`, the runtime). No user input or real socket reaches them; a panic
+//! here is the test failing.
 
 use std::time::Duration;
 
