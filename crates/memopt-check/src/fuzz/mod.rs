@@ -91,8 +91,9 @@ impl Config {
                 .filter(|f| !f.is_empty())
                 .inspect(|f| {
                     assert!(
-                        ["returning", "triggers", "ddl"].contains(&f.as_str()),
-                        "MEMOPT_FUZZ_SKIP: unknown feature {f:?}; use returning, triggers or ddl"
+                        ["returning", "triggers", "ddl", "client"].contains(&f.as_str()),
+                        "MEMOPT_FUZZ_SKIP: unknown feature {f:?}; use returning, triggers, ddl \
+                         or client"
                     )
                 })
                 .collect(),

@@ -24,8 +24,9 @@ pub(crate) enum Kind {
     /// the normal plan (`slow_rows`). The FunctionCall runs on a snapshot of its own, so a
     /// key is judged only where both normal-plan reads agree: the row did not change around
     /// the lookup (a row deleted and inserted again with equal values in between would be
-    /// the one false alarm: `x` and the random `v` make that unlikely). A lookup that differs
-    /// from both agreeing reads is a mismatch.
+    /// the one false alarm: `x` and the random `v` make that unlikely) and no DDL changed the
+    /// table's shape in between ([`Shape`]). A lookup that differs from both agreeing reads is
+    /// a mismatch.
     Client { keys: Vec<i64>, pipelined: bool },
 }
 
@@ -161,6 +162,20 @@ impl Conn {
         pipelined: bool,
         out: &mut Outcome,
     ) -> Result<(), Error> {
+        self.client_read_around(keys, pipelined, out, async |_| ())
+            .await
+    }
+
+    /// [`Conn::client_read`], calling `between` after the first normal-plan read
+    /// ([`Around::BeforeLookup`]) and after the lookup ([`Around::AfterLookup`]): a test's way
+    /// to commit DDL or writes from another session exactly there.
+    pub(crate) async fn client_read_around(
+        &mut self,
+        keys: &[i64],
+        pipelined: bool,
+        out: &mut Outcome,
+        mut between: impl AsyncFnMut(Around),
+    ) -> Result<(), Error> {
         let t = match &self.table {
             Some(t) => t.clone(),
             None => {
@@ -170,6 +185,7 @@ impl Conn {
             }
         };
         let before = self.slow_rows(keys).await?;
+        between(Around::BeforeLookup).await;
         let fast: Vec<Cells> = if pipelined {
             let mut p = self.client.pipeline();
             let mut ops = Vec::with_capacity(keys.len());
@@ -191,30 +207,21 @@ impl Conn {
             }
             fast
         };
+        between(Around::AfterLookup).await;
         let after = self.slow_rows(keys).await?;
-        for (i, k) in keys.iter().enumerate() {
-            if before[i] != after[i] {
-                continue; // changed around the lookup: no verdict
-            }
-            out.reads += 1;
-            if fast[i] != before[i] && out.mismatch.is_none() {
-                out.mismatch = Some(format!(
-                    "memopt.get(t, {k}) by FunctionCall{} returned {:?}, the normal plan {:?} \
-                     before and after it",
-                    if pipelined { " (pipelined run)" } else { "" },
-                    fast[i],
-                    before[i]
-                ));
-            }
-        }
+        judge(keys, pipelined, &before, &fast, &after, out);
         Ok(())
     }
 
-    /// Each key's row by the normal plan, as raw column values (`None`: no row). The row is
-    /// read as one composite (`record_send`, which leaves dropped columns out as the fast
-    /// lookup's reply does) and split here: a set-returning function of `t` fails once a
-    /// column of `t` was dropped. The CASE keeps memopt's node out of it as well.
-    async fn slow_rows(&mut self, keys: &[i64]) -> Result<Vec<Cells>, Error> {
+    /// Each key's row by the normal plan, as raw column values (`None`: no row), and the
+    /// table's shape on the same snapshot. The row is read as one composite (`record_send`,
+    /// which leaves dropped columns out as the fast lookup's reply does) and split here: a
+    /// set-returning function of `t` fails once a column of `t` was dropped. The CASE keeps
+    /// memopt's node out of it as well.
+    ///
+    /// The statement holds its lock on `t` from before its snapshot is taken, so the shape it
+    /// reads from the catalog is the one its rows were formed with.
+    async fn slow_rows(&mut self, keys: &[i64]) -> Result<SlowRead, Error> {
         self.client
             .batch_execute("SET memopt.enabled = off")
             .await?;
@@ -222,7 +229,9 @@ impl Conn {
             .client
             .query(
                 "SELECT (SELECT t FROM t WHERE CASE WHEN pg_get_indexdef(to_regclass('t_pkey')) \
-                 LIKE '%(a)' THEN a = u.k ELSE b = u.k END) \
+                 LIKE '%(a)' THEN a = u.k ELSE b = u.k END), \
+                 (SELECT relnatts FROM pg_class WHERE oid = 't'::regclass), \
+                 to_regclass('t_pkey')::oid \
                  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(k, o) ORDER BY u.o",
                 &[&keys],
             )
@@ -230,9 +239,90 @@ impl Conn {
         let reset = self.client.batch_execute("RESET memopt.enabled").await;
         let rows = rows?;
         reset?;
-        rows.iter()
+        let shape = match rows.first() {
+            Some(r) => Some(Shape {
+                attributes: r.get(1)?,
+                primary_key: r.get(2)?,
+            }),
+            None => None,
+        };
+        let rows = rows
+            .iter()
             .map(|r| Ok(r.get_raw(0)?.map(record_cells)))
-            .collect()
+            .collect::<Result<_, Error>>()?;
+        Ok(SlowRead { rows, shape })
+    }
+}
+
+/// Where [`Conn::client_read_around`] calls its hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Around {
+    /// After the first normal-plan read, before the lookup.
+    BeforeLookup,
+    /// After the lookup, before the second normal-plan read.
+    AfterLookup,
+}
+
+/// What fixes the meaning of a stored row apart from its values: the attribute numbers in use
+/// (`relnatts` only grows: every ADD COLUMN raises it, a DROP leaves it) and the primary key's
+/// index (a new OID each time the key moves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    attributes: i16,
+    primary_key: Option<u32>,
+}
+
+/// One normal-plan read of a client step's keys.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SlowRead {
+    rows: Vec<Cells>,
+    /// `None` when there were no keys.
+    shape: Option<Shape>,
+}
+
+/// The verdict on a client lookup between two normal-plan reads. A key is judged only where
+/// both reads agree and the table's shape did not change around the lookup: DDL committed
+/// after the first read and undone before the second (a column added then dropped, the key
+/// moved and moved back) gives the lookup a row the reads around it never saw, rightly.
+fn judge(
+    keys: &[i64],
+    pipelined: bool,
+    before: &SlowRead,
+    fast: &[Cells],
+    after: &SlowRead,
+    out: &mut Outcome,
+) {
+    if before.shape != after.shape {
+        return; // DDL around the lookup: no verdict
+    }
+    let counts = [before.rows.len(), fast.len(), after.rows.len()];
+    if counts.iter().any(|&n| n != keys.len()) {
+        out.mismatch.get_or_insert_with(|| {
+            format!(
+                "{} keys looked up by FunctionCall gave {counts:?} answers (normal plan, \
+                 memopt, normal plan): one per key was expected",
+                keys.len()
+            )
+        });
+        return;
+    }
+    for (k, ((b, f), a)) in keys
+        .iter()
+        .zip(before.rows.iter().zip(fast).zip(&after.rows))
+    {
+        if b != a {
+            continue; // changed around the lookup: no verdict
+        }
+        out.reads += 1;
+        if f != b && out.mismatch.is_none() {
+            out.mismatch = Some(format!(
+                "memopt.get(t, {k}) by FunctionCall{} returned {:?}, the normal plan {:?} \
+                 before and after it",
+                if pipelined { " (pipelined run)" } else { "" },
+                f,
+                b
+            ));
+        }
     }
 }
 
@@ -364,4 +454,169 @@ pub(crate) fn render(steps: &[Step]) -> String {
         }
     }
     out
+}
+
+/// The judge of client lookups, against a real server: DDL committed around a lookup by
+/// another session gives the lookup a row neither normal-plan read saw, which is no mismatch.
+/// Errors are returned, not unwrapped: a failed set-up fails the test with its message.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Fallible = Result<(), Box<dyn std::error::Error>>;
+    const KEYS: i32 = 20;
+
+    /// A cluster with the fuzzer's schema, a fuzzer connection and a second session.
+    async fn setup()
+    -> Result<(slipstream_testkit::Cluster, Conn, Client), Box<dyn std::error::Error>> {
+        let cluster = crate::cluster(&[])?;
+        let mut other = slipstream_pg::connect(&cluster.url()).await?;
+        other
+            .batch_execute(&super::super::schema::setup(KEYS))
+            .await?;
+        let conn = Conn::connect(&cluster.url()).await?;
+        Ok((cluster, conn, other))
+    }
+
+    /// `client_read_around` with `sql[0]` committed by the other session before the lookup
+    /// and `sql[1]` after it, both lookup paths.
+    async fn read_around(
+        conn: &mut Conn,
+        other: &mut Client,
+        keys: &[i64],
+        pipelined: bool,
+        sql: [&str; 2],
+    ) -> Result<Outcome, Error> {
+        let mut out = Outcome::default();
+        let mut failed = None;
+        conn.client_read_around(keys, pipelined, &mut out, async |at| {
+            let sql = if at == Around::BeforeLookup {
+                sql[0]
+            } else {
+                sql[1]
+            };
+            if let Err(e) = other.batch_execute(sql).await {
+                failed.get_or_insert(e);
+            }
+        })
+        .await?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_column_added_and_dropped_around_a_lookup_is_no_mismatch() -> Fallible {
+        let (_cluster, mut conn, mut other) = setup().await?;
+        let keys = [3, 7, 12];
+        for pipelined in [false, true] {
+            // The lookup's table is resolved while y exists, as in the run that failed.
+            other
+                .batch_execute("ALTER TABLE t ADD COLUMN y text DEFAULT 'y1'")
+                .await?;
+            let out = read_around(&mut conn, &mut other, &keys, pipelined, ["", ""]).await?;
+            assert_eq!((out.reads, &out.mismatch), (3, &None));
+            other.batch_execute("ALTER TABLE t DROP COLUMN y").await?;
+            // y comes back for the lookup only: it sees a column neither read around it saw.
+            let out = read_around(
+                &mut conn,
+                &mut other,
+                &keys,
+                pipelined,
+                [
+                    "ALTER TABLE t ADD COLUMN y text DEFAULT 'y61'",
+                    "ALTER TABLE t DROP COLUMN y",
+                ],
+            )
+            .await?;
+            assert_eq!(
+                (out.reads, &out.mismatch),
+                (0, &None),
+                "pipelined: {pipelined}"
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_primary_key_moved_and_back_around_a_lookup_is_no_mismatch() -> Fallible {
+        let (_cluster, mut conn, mut other) = setup().await?;
+        // Key 3 of b is the row of a = 18: the lookup, by b, returns another row.
+        let out = read_around(
+            &mut conn,
+            &mut other,
+            &[3],
+            true,
+            [
+                "ALTER TABLE t DROP CONSTRAINT t_pkey, ADD CONSTRAINT t_pkey PRIMARY KEY (b)",
+                "ALTER TABLE t DROP CONSTRAINT t_pkey, ADD CONSTRAINT t_pkey PRIMARY KEY (a)",
+            ],
+        )
+        .await?;
+        assert_eq!((out.reads, &out.mismatch), (0, &None));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn without_ddl_every_unchanged_key_is_judged() -> Fallible {
+        let (_cluster, mut conn, mut other) = setup().await?;
+        let out = read_around(&mut conn, &mut other, &[1, 2, 40], false, ["", ""]).await?;
+        assert_eq!((out.reads, &out.mismatch), (3, &None));
+        // A row written around the lookup is left out; the others are judged.
+        let out = read_around(
+            &mut conn,
+            &mut other,
+            &[1, 2, 40],
+            true,
+            ["", "UPDATE t SET x = x + 1 WHERE a = 2"],
+        )
+        .await?;
+        assert_eq!((out.reads, &out.mismatch), (2, &None));
+        Ok(())
+    }
+
+    fn read(rows: Vec<Cells>, attributes: i16) -> SlowRead {
+        SlowRead {
+            rows,
+            shape: Some(Shape {
+                attributes,
+                primary_key: Some(16400),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_lookup_that_differs_from_both_agreeing_reads_is_a_mismatch() {
+        let row = |v: u8| Some(vec![Some(vec![0, 0, 0, 1]), Some(vec![v])]);
+        let mut out = Outcome::default();
+        let (before, after) = (read(vec![row(1), row(2)], 5), read(vec![row(1), row(2)], 5));
+        judge(&[1, 2], true, &before, &[row(1), row(9)], &after, &mut out);
+        assert_eq!(out.reads, 2);
+        assert!(
+            out.mismatch
+                .as_deref()
+                .is_some_and(|m| m.starts_with("memopt.get(t, 2) by FunctionCall (pipelined run)")),
+            "{:?}",
+            out.mismatch
+        );
+        // The same lookup with the shape changed around it: no verdict.
+        let mut out = Outcome::default();
+        judge(
+            &[1, 2],
+            true,
+            &before,
+            &[row(1), row(9)],
+            &read(vec![row(1), row(2)], 6),
+            &mut out,
+        );
+        assert_eq!((out.reads, out.mismatch), (0, None));
+        // One answer missing is reported, never skipped.
+        let mut out = Outcome::default();
+        judge(&[1, 2], false, &before, &[row(1)], &after, &mut out);
+        assert!(
+            out.mismatch
+                .is_some_and(|m| m.contains("[2, 1, 2] answers"))
+        );
+    }
 }
