@@ -40,7 +40,11 @@
 //! barging way (IDLE, at most one wake), so it may take the slot straight back, and only the
 //! return that ends the slice hands over. While a woken waiter has yet to look, such a return
 //! takes no lock: the `WOKEN` bit in `waiting` says so, and the woken waiter's look will see
-//! the slot (see `sync_woken`).
+//! the slot (see `sync_woken`). A blocked thread woken at the head of a starving queue that
+//! finds nothing stays the woken waiter and dozes: it parks for at most `DOZE` (0.5 ms) and
+//! looks again, so slice returns keep taking no lock and waking no one, and a slot they left
+//! IDLE is found within a doze once its holder stops borrowing. Before, each such return
+//! woke the head only for it to lose the slot to the slice holder and park again.
 //! A thread that has handed its slot to a starving waiter queues at its next borrow instead
 //! of taking a slot another slice holder just left IDLE: the back of the line, not a barge.
 //! Without slices, every borrow under starvation paid a futex wake and a context switch (at
@@ -65,7 +69,9 @@
 //! - a slot is lent to at most one holder at a time (the cell is never accessed concurrently);
 //! - a returned slot is either IDLE or handed to exactly one waiter, never lost;
 //! - a waiter whose slot was handed to it is woken, and one that gives up (a timeout, a
-//!   dropped future) returns a slot handed to it meanwhile and passes its wake-up on.
+//!   dropped future) returns a slot handed to it meanwhile and passes its wake-up on;
+//! - a dozing head finds a slot left IDLE by returns that skipped their wake for it (loom
+//!   models its timed park as a yield: it may run again before anyone unparks it).
 
 use std::future::Future;
 use std::marker::PhantomPinned;
@@ -657,19 +663,27 @@ impl<C> Core<C> {
         Ok(id)
     }
 
-    /// Looks for a slot for queued waiter `t`: one handed to it (`Some(true)`), else an IDLE
-    /// one it claims (`Some(false)`); either is left in `t.got`. `None`: none; the waiter
-    /// keeps its place (and `waker`, if given, is the one woken next).
-    fn poll_served(&self, t: &mut Ticket<'_>, id: usize, waker: Option<&Waker>) -> Option<bool> {
+    /// Looks for a slot for queued waiter `t`: one handed to it (`Ok(true)`), else an IDLE
+    /// one it claims (`Ok(false)`); either is left in `t.got`. `Err(doze)`: none; the waiter
+    /// keeps its place (and `waker`, if given, is the one woken next). `doze`: it is a
+    /// blocked thread dozing at the head of a starving queue, which must look again within
+    /// [`DOZE`] without being woken (see [`Core::poll_served`]'s body).
+    fn poll_served(
+        &self,
+        t: &mut Ticket<'_>,
+        id: usize,
+        waker: Option<&Waker>,
+    ) -> Result<bool, bool> {
         // Served: the returner already freed the entry; no lock.
         if t.take_given() {
-            return Some(true);
+            return Ok(true);
         }
+        let mut doze = false;
         let old = {
             let mut q = lock(&self.q.queue);
             // Served between the read above and the lock.
             if t.take_given() {
-                return Some(true);
+                return Ok(true);
             }
             // The new waker is cloned before anything changes (a clone is user code and may
             // panic); the old one is dropped after the lock.
@@ -680,17 +694,36 @@ impl<C> Core<C> {
                 },
                 None => None,
             };
-            // It is looking now: the next return may wake someone (maybe this waiter again).
             if q.woken == id {
-                q.woken = NIL;
-                self.sync_woken(&q);
+                if waker.is_none() && q.head == id && head_starving(&q) {
+                    // Dozing: a blocked thread at the head of a starving queue stays the woken
+                    // waiter, so returns in a slice keep skipping their lock and wake (their
+                    // slots are the head's to find), and it looks again after each `DOZE`
+                    // (its caller parks with that timeout) until it is handed a slot or
+                    // leaves. Without this, each such return woke it only to lose the slot
+                    // to the slice holder: two context switches per turn at 10,000 threads
+                    // (docs/benchmarks.md, pool-scaling). The RMW stands in for
+                    // `sync_woken`'s: a return that read WOKEN set with an earlier RMW is
+                    // seen by the scan below, a later one by the next look.
+                    waiting_now(&self.q.waiting);
+                    doze = true;
+                } else {
+                    // It is looking now: the next return may wake someone (maybe this waiter
+                    // again).
+                    q.woken = NIL;
+                    self.sync_woken(&q);
+                }
             }
             old
         };
         // The waiter is still queued and its state true: a panic here leaves nothing behind
         // that its `Wait`'s drop does not clean up.
         drop(old);
-        self.look(t, id).then_some(false)
+        if self.look(t, id) {
+            Ok(false)
+        } else {
+            Err(doze)
+        }
     }
 
     /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
@@ -1198,6 +1231,10 @@ pub(crate) fn claim_blocking<C>(
     if let Some(i) = begun.map_err(Refused::Full)? {
         return Ok(i);
     }
+    // The next doze's length when the last look found nothing while dozing: doubled after
+    // each doze that ended with nothing (slots held long), back to `DOZE` otherwise.
+    let mut doze = None;
+    let mut nap = DOZE;
     loop {
         let left = match deadline {
             Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -1206,12 +1243,22 @@ pub(crate) fn claim_blocking<C>(
             },
             None => None,
         };
-        park_for(left);
-        if let Some((i, handed)) = wait.as_mut().poll_slot(None) {
-            if handed {
-                start_slice(core);
+        park_for(left, doze);
+        match wait.as_mut().poll_slot(None) {
+            Ok((i, handed)) => {
+                if handed {
+                    start_slice(core);
+                }
+                return Ok(i);
             }
-            return Ok(i);
+            Err(true) => {
+                doze = Some(nap);
+                nap = (nap * 2).min(MAX_DOZE);
+            }
+            Err(false) => {
+                doze = None;
+                nap = DOZE;
+            }
         }
     }
 }
@@ -1306,12 +1353,13 @@ impl<'a, C> Wait<'a, C> {
     }
 
     /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
-    /// woken next. `Some((slot, handed))`: it got one (and is done).
-    fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Option<(Owned, bool)> {
+    /// woken next. `Ok((slot, handed))`: it got one (and is done). `Err(doze)`: not yet;
+    /// `doze` (blocked threads only): look again within [`DOZE`] even if not woken.
+    fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Result<(Owned, bool), bool> {
         let (core, mut t, _) = self.parts();
         // A slot got by a poll that then panicked (a waker's code), polled again.
         if let Some(i) = t.got.take() {
-            return Some((i, false));
+            return Ok((i, false));
         }
         // Every caller stops polling once it has its slot (an `async fn`, `claim_blocking`),
         // as the `Future` contract asks: no entry here is a bug in this crate, not a user's.
@@ -1319,7 +1367,8 @@ impl<'a, C> Wait<'a, C> {
             panic!("a wait polled after it completed");
         };
         let handed = core.poll_served(&mut t, id, waker)?;
-        t.got.take().map(|i| (i, handed))
+        // `poll_served` left the slot in `got`.
+        t.got.take().map(|i| (i, handed)).ok_or(false)
     }
 
     /// Gives up waiting; `Some`: a slot handed over meanwhile, now the caller's.
@@ -1336,7 +1385,10 @@ impl<C> Future for Wait<'_, C> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Owned, usize>> {
         let got = if self.started {
-            self.as_mut().poll_slot(Some(cx.waker())).map(|(i, _)| i)
+            self.as_mut()
+                .poll_slot(Some(cx.waker()))
+                .ok()
+                .map(|(i, _)| i)
         } else {
             match self.as_mut().begin(Wake::Task(cx.waker().clone())) {
                 Ok(got) => got,
@@ -1361,17 +1413,34 @@ impl<C> Drop for Wait<'_, C> {
     }
 }
 
+/// How long a dozing head waiter ([`Core::poll_served`]) first sleeps between its looks: a
+/// slot that a slice holder's return left IDLE waits about this long for it (once the holder
+/// stops borrowing; while it borrows, the slice's end hands over and wakes the head at once).
+/// Tried at 0.5 to 4 ms (docs/benchmarks.md, pool-scaling): the shortest was best.
+pub(crate) const DOZE: Duration = Duration::from_micros(500);
+/// The longest doze: each doze that ends with nothing doubles the next, up to this, so a head
+/// beside slots held for seconds wakes 250 times a second, not 2,000.
+pub(crate) const MAX_DOZE: Duration = Duration::from_millis(4);
+
+/// Parks the calling thread until unparked or `left` has passed, and for at most `doze`.
 #[cfg(not(loom))]
-fn park_for(left: Option<Duration>) {
-    match left {
-        Some(d) => std::thread::park_timeout(d),
-        None => std::thread::park(),
+fn park_for(left: Option<Duration>, doze: Option<Duration>) {
+    match (left, doze) {
+        (Some(d), Some(z)) => std::thread::park_timeout(d.min(z)),
+        (None, Some(z)) | (Some(z), None) => std::thread::park_timeout(z),
+        (None, None) => std::thread::park(),
     }
 }
 
+/// Under loom a deadline's timeout is not modelled (the models set none), and a doze's is a
+/// yield: the thread may run again before anyone unparks it, as its timer would let it.
 #[cfg(loom)]
-fn park_for(_: Option<Duration>) {
-    crate::sync::park();
+fn park_for(_: Option<Duration>, doze: Option<Duration>) {
+    if doze.is_some() {
+        crate::sync::yield_now();
+    } else {
+        crate::sync::park();
+    }
 }
 
 // The `unwrap`s and `expect`s below are the models' own checks: a panic is a model failing
@@ -1414,8 +1483,8 @@ mod loom_tests {
             .queue(Wake::Thread(crate::sync::current_thread()))
             .expect("no room limit");
         match w.as_mut().poll_slot(None) {
-            Some((i, _)) => Some(i),
-            None => w.as_mut().cancel(),
+            Ok((i, _)) => Some(i),
+            Err(_) => w.as_mut().cancel(),
         }
     }
 
@@ -1561,6 +1630,32 @@ mod loom_tests {
             for slot in core.slots.iter() {
                 assert_eq!(slot.state.load(SeqCst), IDLE, "a slot was lost");
             }
+        });
+    }
+
+    /// A slice holder returns its slot (IDLE, waking the head) and borrows it back, then
+    /// returns it once more and stops: that last return may skip its wake, since the head,
+    /// woken and starving, dozes (looks again after `DOZE`, here a yield). The head must
+    /// still get the slot: a doze that were an untimed park would sleep beside the IDLE slot,
+    /// a deadlock loom reports.
+    #[test]
+    fn loom_a_dozing_head_finds_the_slot_a_slice_left_idle() {
+        loom::model(|| {
+            let core = filled(1, Duration::ZERO);
+            let a = core.try_claim().expect("one idle slot");
+            let waiter = spawn_blocking_borrower(&core);
+            while core.q.count(SeqCst) < 1 {
+                thread::yield_now();
+            }
+            LOOM_IN_SLICE.with(|s| s.set(true));
+            touch(&core, &a);
+            core.release(a);
+            let again = core.try_claim().map(|o| {
+                touch(&core, &o);
+                core.release(o);
+            });
+            waiter.join().unwrap();
+            check_all_idle(&core, 2 + again.is_some() as usize);
         });
     }
 
@@ -1721,8 +1816,8 @@ mod loom_tests {
             // Its first poll races the hand-off and the next waiter's queueing.
             let o = loop {
                 match a.as_mut().poll_slot(Some(&waker)) {
-                    Some((o, _)) => break o,
-                    None => loom::thread::park(),
+                    Ok((o, _)) => break o,
+                    Err(_) => loom::thread::park(),
                 }
             };
             touch(&core, &o);

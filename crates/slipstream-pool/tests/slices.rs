@@ -1,6 +1,7 @@
 //! Attacks on threads' slices (the turns a starving pool gives a thread it hands a slot to,
 //! sized to the queue) and on the returns inside a slice that skip the queue's lock while a
-//! woken waiter has yet to look: many threads on few slots with a 0 hold, the shape of
+//! woken waiter has yet to look (or a dozing head will look again after its timed park):
+//! many threads on few slots with a 0 hold, the shape of
 //! pool-scaling's 10,000 threads, must all finish once told to stop, with nothing lost.
 //! `SLIPSTREAM_ATTACK_LONG=1` runs each storm for 20 s instead of 2 s.
 
