@@ -41,9 +41,10 @@
 //! return that ends the slice hands over. While a woken waiter has yet to look, such a return
 //! takes no lock: the `WOKEN` bit in `waiting` says so, and the woken waiter's look will see
 //! the slot (see `sync_woken`). A blocked thread woken at the head of a starving queue that
-//! finds nothing stays the woken waiter and dozes: it parks for at most `DOZE` (0.5 ms) and
-//! looks again, so slice returns keep taking no lock and waking no one, and a slot they left
-//! IDLE is found within a doze once its holder stops borrowing. Before, each such return
+//! finds nothing stays the woken waiter and dozes: it parks with a timeout (`DOZE`, 0.5 ms,
+//! doubled after each doze that finds nothing, up to `MAX_DOZE`, 4 ms) and looks again, so
+//! slice returns keep taking no lock and waking no one, and a slot they left IDLE is found
+//! within a doze once its holder stops borrowing. Before, each such return
 //! woke the head only for it to lose the slot to the slice holder and park again.
 //! A thread that has handed its slot to a starving waiter queues at its next borrow instead
 //! of taking a slot another slice holder just left IDLE: the back of the line, not a barge.
@@ -666,8 +667,8 @@ impl<C> Core<C> {
     /// Looks for a slot for queued waiter `t`: one handed to it (`Ok(true)`), else an IDLE
     /// one it claims (`Ok(false)`); either is left in `t.got`. `Err(doze)`: none; the waiter
     /// keeps its place (and `waker`, if given, is the one woken next). `doze`: it is a
-    /// blocked thread dozing at the head of a starving queue, which must look again within
-    /// [`DOZE`] without being woken (see [`Core::poll_served`]'s body).
+    /// blocked thread dozing at the head of a starving queue, which must look again after a
+    /// timed park ([`DOZE`] to [`MAX_DOZE`]) without being woken (see this function's body).
     fn poll_served(
         &self,
         t: &mut Ticket<'_>,
@@ -698,8 +699,8 @@ impl<C> Core<C> {
                 if waker.is_none() && q.head == id && head_starving(&q) {
                     // Dozing: a blocked thread at the head of a starving queue stays the woken
                     // waiter, so returns in a slice keep skipping their lock and wake (their
-                    // slots are the head's to find), and it looks again after each `DOZE`
-                    // (its caller parks with that timeout) until it is handed a slot or
+                    // slots are the head's to find), and it looks again after each doze
+                    // (its caller parks with a timeout) until it is handed a slot or
                     // leaves. Without this, each such return woke it only to lose the slot
                     // to the slice holder: two context switches per turn at 10,000 threads
                     // (docs/benchmarks.md, pool-scaling). The RMW stands in for
@@ -1354,7 +1355,7 @@ impl<'a, C> Wait<'a, C> {
 
     /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
     /// woken next. `Ok((slot, handed))`: it got one (and is done). `Err(doze)`: not yet;
-    /// `doze` (blocked threads only): look again within [`DOZE`] even if not woken.
+    /// `doze` (blocked threads only): look again after a timed park even if not woken.
     fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Result<(Owned, bool), bool> {
         let (core, mut t, _) = self.parts();
         // A slot got by a poll that then panicked (a waker's code), polled again.

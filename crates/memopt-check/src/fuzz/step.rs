@@ -21,12 +21,9 @@ pub(crate) enum Kind {
     Split { fast: String, slow: String },
     /// Keys looked up by the client's fast path (`Client::memopt_get` per key, or pipelined
     /// `Pipeline::memopt_get`s coalesced into one `get_many`: issue 22), between two reads of
-    /// the normal plan (`slow_rows`). The FunctionCall runs on a snapshot of its own, so a
-    /// key is judged only where both normal-plan reads agree: the row did not change around
-    /// the lookup (a row deleted and inserted again with equal values in between would be
-    /// the one false alarm: `x` and the random `v` make that unlikely) and no DDL changed the
-    /// table's shape in between ([`Shape`]). A lookup that differs from both agreeing reads is
-    /// a mismatch.
+    /// the normal plan (`slow_rows`). The FunctionCall runs on a snapshot of its own, judged
+    /// as [`judge`] says: every key when no transaction ended between the two reads, else
+    /// only keys whose row both reads found alike, with the table's shape unchanged.
     Client { keys: Vec<i64>, pipelined: bool },
 }
 
@@ -219,8 +216,11 @@ impl Conn {
     /// set-returning function of `t` fails once a column of `t` was dropped. The CASE keeps
     /// memopt's node out of it as well.
     ///
-    /// The statement holds its lock on `t` from before its snapshot is taken, so the shape it
-    /// reads from the catalog is the one its rows were formed with.
+    /// Outside a transaction block the statement takes its snapshot after it has locked `t`
+    /// (Bind locks, the portal's start takes the snapshot), so the shape it reads from the
+    /// catalog is the one its rows were formed with; inside one, the lock taken by the first
+    /// read holds until the end, so both reads see one shape. `pg_current_snapshot` is the
+    /// statement's own snapshot.
     async fn slow_rows(&mut self, keys: &[i64]) -> Result<SlowRead, Error> {
         self.client
             .batch_execute("SET memopt.enabled = off")
@@ -231,7 +231,7 @@ impl Conn {
                 "SELECT (SELECT t FROM t WHERE CASE WHEN pg_get_indexdef(to_regclass('t_pkey')) \
                  LIKE '%(a)' THEN a = u.k ELSE b = u.k END), \
                  (SELECT relnatts FROM pg_class WHERE oid = 't'::regclass), \
-                 to_regclass('t_pkey')::oid \
+                 to_regclass('t_pkey')::oid, pg_current_snapshot()::text \
                  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(k, o) ORDER BY u.o",
                 &[&keys],
             )
@@ -239,18 +239,25 @@ impl Conn {
         let reset = self.client.batch_execute("RESET memopt.enabled").await;
         let rows = rows?;
         reset?;
-        let shape = match rows.first() {
-            Some(r) => Some(Shape {
-                attributes: r.get(1)?,
-                primary_key: r.get(2)?,
-            }),
-            None => None,
+        let (shape, snapshot) = match rows.first() {
+            Some(r) => (
+                Some(Shape {
+                    attributes: r.get(1)?,
+                    primary_key: r.get(2)?,
+                }),
+                Snapshot::parse(r.get(3)?),
+            ),
+            None => (None, None),
         };
         let rows = rows
             .iter()
             .map(|r| Ok(r.get_raw(0)?.map(record_cells)))
             .collect::<Result<_, Error>>()?;
-        Ok(SlowRead { rows, shape })
+        Ok(SlowRead {
+            rows,
+            shape,
+            snapshot,
+        })
     }
 }
 
@@ -272,18 +279,60 @@ pub(crate) struct Shape {
     primary_key: Option<u32>,
 }
 
+/// A read's MVCC snapshot (`pg_current_snapshot`): transactions from `xmax` on, and those in
+/// `running`, had not ended when it was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    xmax: u64,
+    running: Vec<u64>,
+}
+
+impl Snapshot {
+    /// `xmin:xmax:xip,...` as PostgreSQL prints a snapshot; `None` if it is not one.
+    fn parse(text: &str) -> Option<Snapshot> {
+        let mut parts = text.split(':');
+        let _xmin: u64 = parts.next()?.parse().ok()?;
+        let xmax = parts.next()?.parse().ok()?;
+        let running = match parts.next()? {
+            "" => Vec::new(),
+            xip => xip
+                .split(',')
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?,
+        };
+        parts.next().is_none().then_some(Snapshot { xmax, running })
+    }
+
+    /// No transaction ended between `self` and `later`: every snapshot taken in between sees
+    /// what both see. `xmax` is the latest ended transaction's id plus one, so it moves when
+    /// any transaction ends; one that began before `self` and ends before `later` leaves
+    /// the running set.
+    fn quiet_until(&self, later: &Snapshot) -> bool {
+        self.xmax == later.xmax && self.running.iter().all(|x| later.running.contains(x))
+    }
+}
+
 /// One normal-plan read of a client step's keys.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SlowRead {
     rows: Vec<Cells>,
     /// `None` when there were no keys.
     shape: Option<Shape>,
+    /// `None` when there were no keys (or it did not parse: then no window counts as quiet).
+    snapshot: Option<Snapshot>,
 }
 
-/// The verdict on a client lookup between two normal-plan reads. A key is judged only where
-/// both reads agree and the table's shape did not change around the lookup: DDL committed
-/// after the first read and undone before the second (a column added then dropped, the key
-/// moved and moved back) gives the lookup a row the reads around it never saw, rightly.
+/// The verdict on a client lookup between two normal-plan reads.
+///
+/// When no transaction ended between the two reads, the lookup's snapshot (taken in between)
+/// sees what they see: every key is judged. Otherwise only a key whose row both reads found
+/// alike, with the table's shape unchanged, is judged:
+/// - DDL committed after the first read and undone before the second (a column added then
+///   dropped, the key moved and moved back) rightly gives the lookup a row neither read saw;
+/// - a key with no row in either read may have been inserted and deleted by others around
+///   the lookup (or refilled by TRUNCATE), which the lookup then rightly finds;
+/// - a row changed and changed back to equal values in between would be the one false alarm
+///   left (`x` and the random `v` make it unlikely).
 fn judge(
     keys: &[i64],
     pipelined: bool,
@@ -292,7 +341,11 @@ fn judge(
     after: &SlowRead,
     out: &mut Outcome,
 ) {
-    if before.shape != after.shape {
+    let quiet = match (&before.snapshot, &after.snapshot) {
+        (Some(b), Some(a)) => b.quiet_until(a),
+        _ => false,
+    };
+    if !quiet && before.shape != after.shape {
         return; // DDL around the lookup: no verdict
     }
     let counts = [before.rows.len(), fast.len(), after.rows.len()];
@@ -310,8 +363,8 @@ fn judge(
         .iter()
         .zip(before.rows.iter().zip(fast).zip(&after.rows))
     {
-        if b != a {
-            continue; // changed around the lookup: no verdict
+        if b != a || (!quiet && b.is_none()) {
+            continue; // changed, or may have, around the lookup: no verdict
         }
         out.reads += 1;
         if f != b && out.mismatch.is_none() {
@@ -469,7 +522,8 @@ mod tests {
     /// A cluster with the fuzzer's schema, a fuzzer connection and a second session.
     async fn setup()
     -> Result<(slipstream_testkit::Cluster, Conn, Client), Box<dyn std::error::Error>> {
-        let cluster = crate::cluster(&[])?;
+        // No autovacuum: its transactions would end inside the windows the tests call quiet.
+        let cluster = crate::cluster(&[("autovacuum", "off")])?;
         let mut other = slipstream_pg::connect(&cluster.url()).await?;
         other
             .batch_execute(&super::super::schema::setup(KEYS))
@@ -559,11 +613,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn without_ddl_every_unchanged_key_is_judged() -> Fallible {
+    async fn in_a_quiet_window_every_key_is_judged_else_only_rows_alike() -> Fallible {
         let (_cluster, mut conn, mut other) = setup().await?;
+        // Nothing ends between the reads: key 40 (no row) is judged too.
         let out = read_around(&mut conn, &mut other, &[1, 2, 40], false, ["", ""]).await?;
         assert_eq!((out.reads, &out.mismatch), (3, &None));
-        // A row written around the lookup is left out; the others are judged.
+        // A row written around the lookup is left out, and so is the key without a row (a
+        // row may have come and gone); key 1, alike in both reads, is judged.
         let out = read_around(
             &mut conn,
             &mut other,
@@ -572,25 +628,86 @@ mod tests {
             ["", "UPDATE t SET x = x + 1 WHERE a = 2"],
         )
         .await?;
-        assert_eq!((out.reads, &out.mismatch), (2, &None));
+        assert_eq!((out.reads, &out.mismatch), (1, &None));
         Ok(())
     }
 
-    fn read(rows: Vec<Cells>, attributes: i16) -> SlowRead {
+    #[tokio::test]
+    async fn a_row_inserted_and_deleted_around_a_lookup_is_no_mismatch() -> Fallible {
+        let (_cluster, mut conn, mut other) = setup().await?;
+        for pipelined in [false, true] {
+            let out = read_around(
+                &mut conn,
+                &mut other,
+                &[40],
+                pipelined,
+                [
+                    "INSERT INTO t (a, b, v, p) VALUES (40, -19, 'i40', 1)",
+                    "DELETE FROM t WHERE a = 40",
+                ],
+            )
+            .await?;
+            assert_eq!(
+                (out.reads, &out.mismatch),
+                (0, &None),
+                "pipelined: {pipelined}"
+            );
+        }
+        Ok(())
+    }
+
+    /// A read of `rows` with `attributes` in the table, its snapshot `xmax` with `running`.
+    fn read(rows: Vec<Cells>, attributes: i16, xmax: u64, running: &[u64]) -> SlowRead {
         SlowRead {
             rows,
             shape: Some(Shape {
                 attributes,
                 primary_key: Some(16400),
             }),
+            snapshot: Some(Snapshot {
+                xmax,
+                running: running.to_vec(),
+            }),
         }
+    }
+
+    #[test]
+    fn snapshots_parse_and_a_window_is_quiet_only_if_nothing_ended() {
+        let s = |t: &str| Snapshot::parse(t);
+        assert_eq!(
+            s("740:752:740,745"),
+            Some(Snapshot {
+                xmax: 752,
+                running: vec![740, 745]
+            })
+        );
+        assert_eq!(
+            s("752:752:"),
+            Some(Snapshot {
+                xmax: 752,
+                running: vec![]
+            })
+        );
+        for bad in ["", "1:2", "1:2:3:4", "a:2:", "1:2:3,x"] {
+            assert_eq!(s(bad), None, "{bad:?}");
+        }
+        let quiet = |a: &str, b: &str| s(a).zip(s(b)).map(|(a, b)| a.quiet_until(&b));
+        assert_eq!(quiet("740:752:740,745", "740:752:740,745"), Some(true));
+        // A transaction that began meanwhile and still runs: quiet.
+        assert_eq!(quiet("740:752:740,745", "740:752:740,745,752"), Some(true));
+        // One that was running ended (745), or a new one ended (xmax moved): not quiet.
+        assert_eq!(quiet("740:752:740,745", "740:752:740"), Some(false));
+        assert_eq!(quiet("740:752:740,745", "740:754:740,745,752"), Some(false));
     }
 
     #[test]
     fn a_lookup_that_differs_from_both_agreeing_reads_is_a_mismatch() {
         let row = |v: u8| Some(vec![Some(vec![0, 0, 0, 1]), Some(vec![v])]);
         let mut out = Outcome::default();
-        let (before, after) = (read(vec![row(1), row(2)], 5), read(vec![row(1), row(2)], 5));
+        let (before, after) = (
+            read(vec![row(1), row(2)], 5, 10, &[]),
+            read(vec![row(1), row(2)], 5, 11, &[]),
+        );
         judge(&[1, 2], true, &before, &[row(1), row(9)], &after, &mut out);
         assert_eq!(out.reads, 2);
         assert!(
@@ -607,10 +724,21 @@ mod tests {
             true,
             &before,
             &[row(1), row(9)],
-            &read(vec![row(1), row(2)], 6),
+            &read(vec![row(1), row(2)], 6, 11, &[]),
             &mut out,
         );
         assert_eq!((out.reads, out.mismatch), (0, None));
+        // A key with no row in either read that the lookup finds: a mismatch when nothing
+        // ended in between, no verdict otherwise (a row may have come and gone).
+        for (xmax, verdict) in [(10, true), (11, false)] {
+            let mut out = Outcome::default();
+            let (before, after) = (read(vec![None], 5, 10, &[]), read(vec![None], 5, xmax, &[]));
+            judge(&[7], false, &before, &[row(7)], &after, &mut out);
+            assert_eq!(
+                (out.reads, out.mismatch.is_some()),
+                (verdict as u64, verdict)
+            );
+        }
         // One answer missing is reported, never skipped.
         let mut out = Outcome::default();
         judge(&[1, 2], false, &before, &[row(1)], &after, &mut out);
