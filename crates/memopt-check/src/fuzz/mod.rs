@@ -188,7 +188,9 @@ impl fmt::Display for Failure {
             writeln!(f, "the replay of the reproducer shows, at {m}")?;
         }
         writeln!(f, "---- schema ----\n{}", self.schema.trim())?;
-        write!(f, "---- steps ----\n{}", self.reproducer)
+        writeln!(f, "---- steps ----\n{}", self.reproducer.trim_end())?;
+        // Again at the end: a CI log cut to its tail still names the mismatch.
+        write!(f, "---- end: seed {}: {}", self.seed, self.message)
     }
 }
 
@@ -334,4 +336,29 @@ pub async fn run(config: &Config) -> Result<Report, Failure> {
         errors,
         duration,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Failure;
+
+    #[test]
+    fn a_failure_names_its_seed_and_mismatch_first_and_last() {
+        let failure = Failure {
+            seed: 42,
+            message: "key 108: memopt (108, y61) against the normal plan (108)".into(),
+            reproducer: "s1: BEGIN\ns1: SELECT ...\n".into(),
+            reproduced: None,
+            schema: "CREATE TABLE t (k bigint PRIMARY KEY)".into(),
+        };
+        let text = failure.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        let last = text.lines().last().unwrap_or_default();
+        for line in [first, last] {
+            assert!(
+                line.contains("seed 42") && line.contains("key 108: memopt (108, y61)"),
+                "{line:?} in\n{text}"
+            );
+        }
+    }
 }
