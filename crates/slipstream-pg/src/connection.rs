@@ -187,6 +187,9 @@ pub(crate) struct Connection {
     broken: Option<String>,
     /// Bytes went to the socket since its last flush (matters for TLS only).
     unflushed: bool,
+    /// A write of `poll_exchange` failed: what to report once the replies already on their
+    /// way have been read (see `Connection::write_failed`).
+    write_error: Option<Error>,
     /// The socket's receive low-water mark (`SO_RCVLOWAT`) as last set: 1 except while a
     /// pipeline waits for replies it knows are due (see `Connection::set_rcvlowat`).
     rcvlowat: usize,
@@ -240,6 +243,7 @@ impl Connection {
             owed: VecDeque::new(),
             broken: None,
             unflushed: false,
+            write_error: None,
             rcvlowat: 1,
             since_ready: 0,
             flush_bytes: 0,
@@ -271,7 +275,8 @@ impl Connection {
     }
 
     pub(crate) fn is_broken(&self) -> bool {
-        self.broken.is_some()
+        // A failed write that the exchange has not yet read past is as final as a poison.
+        self.broken.is_some() || self.write_error.is_some()
     }
 
     pub(crate) fn check_usable(&self) -> Result<(), Error> {
@@ -653,20 +658,16 @@ impl Connection {
         loop {
             while !self.wbuf.is_empty() {
                 match Pin::new(&mut self.socket).poll_write(cx, &self.wbuf) {
-                    Poll::Ready(Ok(0)) => {
-                        return Poll::Ready(Err(self.poison(Error::closed(
-                            "server closed the connection while we were writing",
-                        ))));
-                    }
+                    Poll::Ready(Ok(0)) => self.write_failed(Error::closed(
+                        "server closed the connection while we were writing",
+                    )),
                     Poll::Ready(Ok(n)) => {
                         self.wbuf.advance(n);
                         self.written += n as u64;
                         self.unflushed = true;
                     }
                     Poll::Ready(Err(e)) => {
-                        return Poll::Ready(Err(
-                            self.poison(Error::io("could not send data to the server", e))
-                        ));
+                        self.write_failed(Error::io("could not send data to the server", e));
                     }
                     Poll::Pending => break,
                 }
@@ -676,9 +677,7 @@ impl Connection {
                 match Pin::new(&mut self.socket).poll_flush(cx) {
                     Poll::Ready(Ok(())) => self.unflushed = false,
                     Poll::Ready(Err(e)) => {
-                        return Poll::Ready(Err(
-                            self.poison(Error::io("could not send data to the server", e))
-                        ));
+                        self.write_failed(Error::io("could not send data to the server", e));
                     }
                     Poll::Pending => {}
                 }
@@ -692,10 +691,27 @@ impl Connection {
                 Ok(None) => {}
                 Err(e) => return Poll::Ready(Err(self.poison(e))),
             }
-            if let Err(e) = ready!(self.poll_read_more(cx, due())) {
+            // After a failed write no mark: the reads left are the last ones.
+            let due = if self.write_error.is_some() { 0 } else { due() };
+            if let Err(e) = ready!(self.poll_read_more(cx, due)) {
                 return Poll::Ready(Err(e));
             }
         }
+    }
+
+    /// A write of [`Connection::poll_exchange`] failed with `e`: the bytes not yet sent are
+    /// dropped (they can never go), and the exchange goes on reading. A server that ends a
+    /// connection (a FATAL error, a terminated backend) has often answered part of a pipeline
+    /// first, and those replies, and its own error, sit in our receive buffer: reported as
+    /// "did not complete", an operation that ran and committed could be retried by its caller.
+    /// So they are read first, and `e` is the connection's error only once the stream ends
+    /// (libpq's `pqSendSome` reads on after a failed send for the same reason). No read waits
+    /// for ever on this: on TCP every write error (a reset, a broken pipe, a timeout) also ends
+    /// the receiving side, and a Unix socket whose peer is gone reads what was left, then EOF.
+    fn write_failed(&mut self, e: Error) {
+        self.write_error.get_or_insert(e);
+        self.wbuf.clear();
+        self.unflushed = false;
     }
 
     /// Reads what the socket has into `rbuf`. The end of the stream or an I/O error poisons
@@ -710,12 +726,23 @@ impl Connection {
             return Poll::Ready(Err(e));
         }
         self.make_room();
+        // After a failed write (`write_failed`), the stream's end is reported as that write.
         match ready!(pin!(self.socket.read_buf(&mut self.rbuf)).poll(cx)) {
-            Ok(0) => Poll::Ready(Err(self.poison(closed_by_server(&self.rbuf)))),
+            Ok(0) => {
+                let e = match self.write_error.take() {
+                    Some(e) => e,
+                    None => closed_by_server(&self.rbuf),
+                };
+                Poll::Ready(Err(self.poison(e)))
+            }
             Ok(_) => Poll::Ready(Ok(())),
-            Err(e) => Poll::Ready(Err(
-                self.poison(Error::io("could not receive data from the server", e))
-            )),
+            Err(e) => {
+                let e = match self.write_error.take() {
+                    Some(w) => w,
+                    None => Error::io("could not receive data from the server", e),
+                };
+                Poll::Ready(Err(self.poison(e)))
+            }
         }
     }
 

@@ -29,6 +29,11 @@ enum Step {
     RecvSyncs(usize),
     /// Writes these bytes one per write, with Nagle off: each its own segment.
     Trickle(Vec<u8>),
+    /// Waits this long.
+    Pause(Duration),
+    /// Ends the connection with a reset (`SO_LINGER` 0), as a backend that exits with input
+    /// unread does: the client's next write fails.
+    Reset,
 }
 
 /// The caller's bound on each call: every case must end well before it.
@@ -102,6 +107,12 @@ async fn run(s: &mut TcpStream, step: Step) -> std::io::Result<()> {
             s.write_all(&auth(11, first.as_bytes())).await?;
         }
         Step::Send(bytes) => s.write_all(&bytes).await?,
+        Step::Pause(d) => tokio::time::sleep(d).await,
+        Step::Reset => {
+            s.set_zero_linger()?;
+            // The caller's stream is dropped when the script ends; stop here so it is.
+            return Err(std::io::ErrorKind::ConnectionReset.into());
+        }
     }
     Ok(())
 }
@@ -735,6 +746,57 @@ async fn a_connection_closed_mid_pipeline_fails_every_operation_in_flight() {
         );
     }
     assert!(c.is_broken());
+}
+
+#[tokio::test]
+async fn replies_before_a_reset_are_results_though_the_next_write_fails() {
+    // The server answers the first two operations, ends with a FATAL error and resets the
+    // connection (a backend that exits, as on `pg_terminate_backend` or a COPY in a pipeline).
+    // The client writes a third operation before it reads: that write fails, and the two
+    // replies in its receive buffer must still be results, not "did not complete": those
+    // operations ran, and a caller told otherwise may run a write twice.
+    let fatal = msg(b'E', b"SFATAL\0C57P01\0Mterminating connection\0\0");
+    let replies = [select_reply("0"), select_reply("1"), fatal].concat();
+    let mut c = connected(
+        vec![
+            Step::RecvSyncs(2),
+            Step::Pause(Duration::from_secs(1)),
+            Step::Send(replies),
+            Step::Reset,
+        ],
+        false,
+    )
+    .await;
+    let results = tokio::time::timeout(LIMIT, async {
+        let mut p = c.pipeline_with(crate::continue_on_error());
+        p.query("SELECT a", &[]).await.unwrap();
+        let second = p.query("SELECT a", &[]).await.unwrap();
+        // Sent; no reply yet (the server pauses), so nothing is read.
+        let early = tokio::time::timeout(Duration::from_millis(50), p.process(&second)).await;
+        assert!(
+            early.is_err(),
+            "answered before the server's pause: {early:?}"
+        );
+        // The replies and the reset arrive while nobody reads.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        p.query("SELECT a", &[]).await.unwrap();
+        p.end().await
+    })
+    .await
+    .expect("the pipeline ends instead of hanging");
+    assert_eq!(results.len(), 3);
+    for (i, r) in results.iter().take(2).enumerate() {
+        match r {
+            Ok(Output::Rows(rows)) => {
+                assert_eq!(rows[0].get::<_, &str>(0).unwrap(), i.to_string())
+            }
+            other => panic!("operation {i} was answered before the reset: {other:?}"),
+        }
+    }
+    let err = results[2].as_ref().expect_err("never sent");
+    assert!(err.is_closed(), "{err}");
+    assert!(err.to_string().contains("terminating connection"), "{err}");
+    closed_after(&mut c).await;
 }
 
 #[tokio::test]
