@@ -167,8 +167,23 @@ fn identical_order_entry_runs_are_never_called_credibly_different() {
     assert_eq!(first.unit, Unit::Run);
     eprintln!("three a side, runs 1-6:\n{}", show(&first));
     if f.runs == 6 {
-        let ((types, _), (any, _)) = alarms(&first);
-        assert_eq!((types, any), (0, 0), "{}", show(&first));
+        // Calibrated means at most about 5% false alarms per row, not none: over the ten or
+        // so rows compared here, one alarm now and then is what a calibrated compare gives
+        // (CI saw one: browse-products p99, B/A 1.06-1.36, every mean row undecided). Two
+        // or more, or any per-type mean, is not: a compare as miscalibrated as the old
+        // default (20-44% per row in the full form) fails this about four times in five.
+        let ((types, _), (any, compared)) = alarms(&first);
+        assert_eq!(
+            types,
+            0,
+            "a per-type mean called different:\n{}",
+            show(&first)
+        );
+        assert!(
+            any <= 1,
+            "{any} of {compared} rows called different:\n{}",
+            show(&first)
+        );
         return;
     }
 
