@@ -710,6 +710,9 @@ impl Connection {
     /// the receiving side, and a Unix socket whose peer is gone reads what was left, then EOF.
     fn write_failed(&mut self, e: Error) {
         self.write_error.get_or_insert(e);
+        // Counted as written: `written + wbuf.len()` stays the stream position a pipeline
+        // keeps its operations' ends in (`Pipeline::flush_through` splits `wbuf` by it).
+        self.written += self.wbuf.len() as u64;
         self.wbuf.clear();
         self.unflushed = false;
     }
