@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 
-.PHONY: demo test loom bench fmt lint clean
+.PHONY: demo test loom miri bench fmt lint clean
 
 # The demo's pk-lookup experiment needs the memopt extension installed into the server, and its
 # pipeline experiment the pipeline_flush module for the cells that name it; where that is not
@@ -33,6 +33,11 @@ test:
 loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p slipstream-pool --release --lib loom
+
+# The pool's unsafe thread-local reference cache under Miri: needs a nightly toolchain with the
+# miri component (`rustup component add --toolchain nightly miri`), so not part of `make test`.
+miri:
+	CARGO_TARGET_DIR=target/miri $(CARGO) +nightly miri test -p slipstream-pool --lib local_ref
 
 # Full benchmark runs: not part of CI. Figures go to docs/benchmarks.md.
 bench:

@@ -37,6 +37,8 @@ mod error;
 mod get;
 mod labels;
 #[cfg(not(loom))]
+mod local_ref;
+#[cfg(not(loom))]
 mod maintenance;
 mod manager;
 #[cfg(not(loom))]

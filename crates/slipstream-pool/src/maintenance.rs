@@ -18,6 +18,10 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
     loop {
         let pause = {
             let Some(inner) = pool.upgrade() else { return };
+            // Relaxed: a late look only runs one more pass, which opens nothing (below).
+            if inner.closed.load(Ordering::Relaxed) {
+                return;
+            }
             let now = inner.tick();
             inner.reap(now);
             if inner.reclaims {
@@ -40,7 +44,15 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                 match inner.manager.connect().await {
                     Ok(conn) => {
                         backoff = Duration::ZERO;
+                        let i = slot.index();
                         inner.install(slot, conn);
+                        // Opened while the last handle went: closed at once (the SeqCst load
+                        // pairs with `shut_down`'s, as in `put_back`).
+                        if inner.closed.load(Ordering::SeqCst) {
+                            if let Some(o) = inner.core.claim_idle(i) {
+                                inner.close(o);
+                            }
+                        }
                     }
                     Err(e) => {
                         inner.core.vacate(slot);

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -81,6 +81,8 @@ impl<M: Manager> Builder<M> {
             generation: AtomicU64::new(0),
             attachments: (0..capacity).map(|_| Attachment::default()).collect(),
             runtime: tokio::runtime::Handle::current(),
+            handles: AtomicUsize::new(1),
+            closed: AtomicBool::new(false),
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
         inner.opener.notify_one();
@@ -118,8 +120,24 @@ pub struct Pool<M: Manager> {
 
 impl<M: Manager> Clone for Pool<M> {
     fn clone(&self) -> Self {
+        // Relaxed: as `Arc::clone`; a new handle comes from a live one, so the count is not
+        // zero meanwhile.
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
         Pool {
             inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<M: Manager> Drop for Pool<M> {
+    /// The last handle shuts the pool down: its connections close (idle ones now, lent ones
+    /// as they return) and its task ends. Guards still lent, and threads' cached references
+    /// (`local_ref`), keep its memory until they let go.
+    fn drop(&mut self) {
+        // AcqRel, as `Arc`'s drop: the shutdown sees what every other handle did before its
+        // own drop.
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.shut_down();
         }
     }
 }
@@ -190,6 +208,13 @@ pub(crate) struct Inner<M: Manager> {
     pub(crate) attachments: Box<[Attachment]>,
     /// Where resets and blocking validations run.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// [`Pool`] handles alive. Not the `Arc`'s count: guards and threads' cached references
+    /// (`local_ref`) hold the `Arc` too, so its memory may outlive the last handle, and the
+    /// connections must not.
+    pub(crate) handles: AtomicUsize,
+    /// Set by the last handle's drop: no borrower can come any more, so every connection
+    /// closes (idle ones at once, lent ones on return) and the opener ends.
+    pub(crate) closed: AtomicBool,
 }
 
 impl<M: Manager> Inner<M> {
@@ -231,12 +256,34 @@ impl<M: Manager> Inner<M> {
     /// Puts connection `conn` back into owned slot `o` and releases the slot: to a waiter, or
     /// IDLE.
     pub(crate) fn put_back(&self, o: Owned, conn: Box<Held<M::Connection>>) {
+        let i = o.index();
         // The cell is empty while the connection is lent.
         self.core.conn(&o, |c| *c = Some(conn));
-        self.core.slots[o.index()]
+        self.core.slots[i]
             .returned_ms
             .store(self.now(), Ordering::Relaxed);
         self.core.release(o);
+        // SeqCst, after the release's SeqCst swap to IDLE: pairs with `shut_down`'s store and
+        // scan, so either this load sees the pool closed or that scan sees this slot IDLE.
+        // (No one waits once it is closed, so the release did not hand the slot over.)
+        if self.closed.load(Ordering::SeqCst) {
+            if let Some(o) = self.core.claim_idle(i) {
+                self.close(o);
+            }
+        }
+    }
+
+    /// The last handle is gone: closes the idle connections and ends the opener; lent ones
+    /// close on return ([`Inner::put_back`]).
+    fn shut_down(&self) {
+        // SeqCst: see `put_back`.
+        self.closed.store(true, Ordering::SeqCst);
+        for i in 0..self.core.slots.len() {
+            if let Some(o) = self.core.claim_idle(i) {
+                self.close(o);
+            }
+        }
+        self.opener.notify_one();
     }
 }
 
@@ -773,7 +820,7 @@ impl<M: Manager> Pool<M> {
         } else {
             Lent::Owned(o)
         };
-        Pooled::new(self.inner.clone(), held, lent)
+        Pooled::new(crate::local_ref::take(&self.inner), held, lent)
     }
 
     /// Wakes the opener when a waiting borrower could use another connection; with every

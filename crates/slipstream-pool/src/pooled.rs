@@ -1,6 +1,7 @@
 //! The borrowed-connection guard, and what happens when it is dropped.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -25,7 +26,10 @@ use crate::{Labels, Manager};
 /// # Ok(()) }
 /// ```
 pub struct Pooled<M: Manager> {
-    pool: Arc<Inner<M>>,
+    /// The pool, kept alive while the connection is lent. Taken from the borrowing thread's
+    /// cached reference and given to the returning thread's ([`crate::local_ref`]): not
+    /// dropped with the guard but handed on in `drop`.
+    pool: ManuallyDrop<Arc<Inner<M>>>,
     /// The connection and this borrow's state; `None` once dropped.
     held: Option<Box<Held<M::Connection>>>,
 }
@@ -73,7 +77,7 @@ impl<M: Manager> Pooled<M> {
         // `discard` is false here: a discarded connection is closed, never put back.
         held.lent = Some(lent);
         Pooled {
-            pool,
+            pool: ManuallyDrop::new(pool),
             held: Some(held),
         }
     }
@@ -170,6 +174,17 @@ impl<M: Manager> DerefMut for Pooled<M> {
 
 impl<M: Manager> Drop for Pooled<M> {
     fn drop(&mut self) {
+        self.give_back();
+        // SAFETY: `drop` runs once, and `pool` is not used after this line.
+        let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
+        crate::local_ref::keep(pool);
+    }
+}
+
+impl<M: Manager> Pooled<M> {
+    /// Returns the connection to its slot, or closes it: everything the guard's drop does
+    /// but handing on its reference to the pool.
+    fn give_back(&mut self) {
         let Some(mut held) = self.held.take() else {
             return;
         };
@@ -215,7 +230,7 @@ impl<M: Manager> Drop for Pooled<M> {
         } else if pool.manager.needs_reset(&held.conn) {
             // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
             // the slot stays owned, and so out of reach of borrowers, until it is done.
-            let pool = pool.clone();
+            let pool = Arc::clone(pool);
             self.pool.runtime.spawn(async move {
                 let mut held = held;
                 if pool.manager.reset(&mut held.conn).await {

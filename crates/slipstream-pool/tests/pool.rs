@@ -13,6 +13,14 @@ struct Conn {
     id: u64,
     in_use: AtomicBool,
     broken: AtomicBool,
+    /// Counts this connection's close (its drop) in the manager's counters.
+    counts: Arc<Counting>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.counts.closed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Conn {
@@ -29,10 +37,12 @@ impl Conn {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Counting {
     next: AtomicU64,
     refuse: AtomicBool,
+    /// Connections dropped (closed).
+    closed: AtomicU64,
 }
 
 /// The manager: shares its counters with the test.
@@ -53,6 +63,7 @@ impl Manager for Mgr {
             id: self.0.next.fetch_add(1, Ordering::Relaxed),
             in_use: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            counts: self.0.clone(),
         })
     }
     fn is_broken(&self, conn: &Conn) -> bool {
@@ -277,6 +288,39 @@ async fn a_broken_connection_is_closed_on_return_and_replaced() {
     assert_ne!(conn.id, first);
     let s = pool.stats();
     assert_eq!((s.closed_broken, s.opened, s.open), (1, 2, 1));
+}
+
+/// The last handle closes the pool's connections (idle ones at once, a lent one on its
+/// return, none opened again), although guards and this thread's cached reference to the pool
+/// (returns keep one, so a borrow clones no shared count) keep its memory alive.
+#[tokio::test]
+async fn dropping_the_last_handle_closes_every_connection() {
+    let (pool, counts) = pool(3);
+    let held = [
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+        pool.get().await.unwrap(),
+    ];
+    let [a, b, lent] = held;
+    // Returned on this thread: it now caches a reference to the pool.
+    drop((a, b));
+    let closed = || counts.closed.load(Ordering::Relaxed);
+    drop(pool.clone());
+    assert_eq!(closed(), 0, "another handle lives: nothing closes");
+    drop(pool);
+    assert_eq!(
+        closed(),
+        2,
+        "the idle connections close with the last handle"
+    );
+    drop(lent);
+    assert_eq!(closed(), 3, "the lent one closes as it comes back");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        counts.next.load(Ordering::Relaxed),
+        3,
+        "nothing opened since"
+    );
 }
 
 #[tokio::test]
