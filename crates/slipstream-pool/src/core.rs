@@ -19,7 +19,8 @@
 //! A borrower that finds no IDLE slot rescans a few times (spinning, then yielding), and only
 //! then queues an entry in the wait queue (a slab under a mutex: entries are reused, so a wait
 //! allocates nothing once the queue has grown to the most waiters seen), counts itself in
-//! `waiting` and scans once more before it sleeps. A returner that hands a slot over puts it
+//! `waiting` and, if it is the head, scans once more before it sleeps (a waiter behind
+//! another leaves that to the head: see `Wait::begin`). A returner that hands a slot over puts it
 //! in the waiter's mailbox and frees the entry, so a served waiter reads its mailbox and takes
 //! no lock. The mailbox is in the waiter's own pinned node ([`Wait`]: a task's future, or on a
 //! blocked thread's stack), which the entry points at: the node's drop leaves the queue under
@@ -36,9 +37,17 @@
 //! one can barge) until the head has waited less than the bound.
 //!
 //! A thread handed a slot that way gets a slice (a count of borrows, sized so that each
-//! waiter's turn comes round within about `ROUND`): its returns during the slice go the
-//! barging way (IDLE, at most one wake), so it may take the slot straight back, and only the
-//! return that ends the slice hands over. While a woken waiter has yet to look, such a return
+//! waiter's turn comes round within about `ROUND`, the sizing corrected by the rounds
+//! measured: `next_scale`): its returns during the slice go the barging way (IDLE, at most
+//! one wake), so it takes the slot straight back, and only the return that ends the slice
+//! hands over. While a waiter starves, that IDLE slot is its slice holder's alone: a thread's
+//! blocking borrow then queues at once unless it is in its slice, and then claims only the
+//! slot it returned (`Core::try_claim_blocking`); a waiter queued behind the head does not
+//! scan; and a dozing head (below) claims only a slot it saw IDLE and unborrowed on two looks
+//! a doze apart (`Core::look_twice`), which then starts its turn. Before, any scan took such a
+//! slot in the moment between its holder's return and next borrow, and the holder, its slice
+//! cut short, queued and took the next holder's slot on its own look: thousands of cut
+//! slices a second at 10,000 threads, and turns of unequal length. While a woken waiter has yet to look, such a return
 //! takes no lock: the `WOKEN` bit in `waiting` says so, and the woken waiter's look will see
 //! the slot (see `sync_woken`). A blocked thread woken at the head of a starving queue that
 //! finds nothing stays the woken waiter and dozes: it parks with a timeout (`DOZE`, 0.5 ms,
@@ -53,7 +62,8 @@
 //! the same path as returns when no one starves (or stop short of its lock, above), and a
 //! thread that queues at once follows a failed scan's path, so the no-lost-wake-up argument
 //! below covers them. Loom runs slices' returns (their sizes and clocks are not modelled) in
-//! `loom_a_hand_off_to_the_woken_waiter_passes_its_look_on`.
+//! `loom_a_hand_off_to_the_woken_waiter_passes_its_look_on` and
+//! `loom_a_waiter_is_served_when_slice_holders_stop`.
 //!
 //! No return ever waits for another thread to make progress: it takes the queue's mutex only
 //! while someone waits, for a few instructions, and never spins.
@@ -64,7 +74,11 @@
 //! reads the waiter's count (it wakes or hands over), or it comes earlier, and the waiter's
 //! RMW reads from its release sequence, so the returner's IDLE store happens before the
 //! waiter's scan, which therefore sees IDLE (or a later borrower's claim). No wake-up is lost,
-//! and the scan needs only loads, with a CAS on the IDLE slots it finds.
+//! and the scan needs only loads, with a CAS on the IDLE slots it finds. A waiter queued
+//! behind another skips that scan: the waiters ahead were counted before it, so such a
+//! return either read them and woke the head (or found a woken waiter yet to look), or came
+//! before the head's own scan; a head that leaves or is handed a slot wakes the next one if a
+//! slot is IDLE (`leave`, `hand_to_head`), so the slot is found by whoever is head.
 //!
 //! Invariants (what loom checks):
 //! - a slot is lent to at most one holder at a time (the cell is never accessed concurrently);
@@ -82,7 +96,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread};
+use crate::sync::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Cell, Mutex, Ordering::*, Thread,
+};
 
 pub(crate) const EMPTY: u8 = 0;
 pub(crate) const OPENING: u8 = 1;
@@ -385,6 +401,8 @@ pub(crate) struct Ticket<'w> {
     /// A slot this waiter owns and has not yet passed to its caller.
     got: &'w mut Option<Owned>,
     mailbox: &'w AtomicUsize,
+    /// A dozing head's last look: the first IDLE slot it saw and that slot's borrow count.
+    seen: &'w mut Option<(usize, u64)>,
 }
 
 impl Ticket<'_> {
@@ -459,6 +477,10 @@ pub(crate) struct Waiters {
     /// Wall nanoseconds per borrow in the last slice that ended (0: none yet); sizes the next
     /// slice (`slice_len`). Written once per slice.
     borrow_ns: AtomicU64,
+    /// The factor on slices' lengths (an `f32`'s bits) that makes a round of the queue last
+    /// [`ROUND`]: learnt from how long the threads handed a slot waited (`next_scale`).
+    /// Written once per slice.
+    round_scale: AtomicU32,
     queue: Mutex<WaitQueue>,
 }
 
@@ -522,6 +544,7 @@ impl<C> Core<C> {
                 waiting: AtomicUsize::new(0),
                 starving: AtomicBool::new(false),
                 borrow_ns: AtomicU64::new(0),
+                round_scale: AtomicU32::new(1.0f32.to_bits()),
                 queue: Mutex::new(WaitQueue::new()),
             }),
             fair_after_thread,
@@ -545,8 +568,8 @@ impl<C> Core<C> {
     /// [`Core::try_claim`] for a borrower that will queue if it finds nothing: none while a
     /// waiter starves, without looking. Returns then hand slots straight to the queue's head,
     /// so a scan would read every slot's line (written by the other workers) to find nothing
-    /// but a slot in flight, which the scan after queueing finds. (Not for a thread's blocking
-    /// borrow: a thread in its slice takes back the slot it left IDLE.)
+    /// but a slot in flight, which the scan after queueing finds. (For a thread's blocking
+    /// borrow, see [`Core::try_claim_blocking`].)
     #[inline]
     pub(crate) fn try_claim_unless_starving(&self) -> Option<Owned> {
         // Relaxed: a hint; missing an IDLE slot here only sends the borrower to queue.
@@ -554,6 +577,39 @@ impl<C> Core<C> {
             return None;
         }
         self.scan()
+    }
+
+    /// [`Core::try_claim`] for a thread's blocking borrow. While a waiter starves, only a
+    /// thread in its slice claims, and only the slot it last returned: every other slot that
+    /// is IDLE then is another slice holder's, between its return and its next borrow, and
+    /// taking it would cut that slice short (its holder then queued, and its own first look
+    /// took yet another holder's slot: measured, a cascade of several thousand cut slices a
+    /// second at 10,000 threads, docs/benchmarks.md, pool-scaling). Everyone else queues.
+    #[inline]
+    pub(crate) fn try_claim_blocking(&self) -> Option<Owned> {
+        // Relaxed: a hint; a stale "starving" sends the borrower to queue (whose look finds
+        // an IDLE slot if no one starves), a stale "not starving" lets it barge once.
+        if self.q.starving.load(Relaxed) {
+            return self.reclaim_own();
+        }
+        self.scan()
+    }
+
+    /// The slot this thread last returned, if it is in a slice here and the slot is IDLE.
+    fn reclaim_own(&self) -> Option<Owned> {
+        if !in_slice_here(self) {
+            return None;
+        }
+        let i = last_returned();
+        if i >= self.limit() {
+            return None;
+        }
+        // SeqCst, as in `scan`.
+        self.slots[i]
+            .state
+            .compare_exchange(IDLE, BORROWED, SeqCst, Relaxed)
+            .is_ok()
+            .then_some(Owned(i))
     }
 
     #[inline]
@@ -626,9 +682,10 @@ impl<C> Core<C> {
     }
 
     /// Queues a waiter woken by `wake`, with `mailbox` (empty) for a returner to hand it a
-    /// slot: its entry's id. It then calls [`Core::poll_served`] until served, or
-    /// [`Core::cancel`]. Only [`Wait`] calls it, with the mailbox inside itself.
-    /// `Err(waiting)`: `max_waiters` already wait, so it is not queued.
+    /// slot: its entry's id, and whether it queued behind another waiter. It then calls
+    /// [`Core::poll_served`] until served, or [`Core::cancel`]. Only [`Wait`] calls it, with
+    /// the mailbox inside itself. `Err(waiting)`: `max_waiters` already wait, so it is not
+    /// queued.
     ///
     /// # Safety
     /// `mailbox` must stay where it is, alive, until the waiter is served (its mailbox read
@@ -640,7 +697,7 @@ impl<C> Core<C> {
         wake: Wake,
         mailbox: &AtomicUsize,
         max_waiters: usize,
-    ) -> Result<usize, usize> {
+    ) -> Result<(usize, bool), usize> {
         let bound = match wake {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
@@ -657,15 +714,17 @@ impl<C> Core<C> {
             drop(wake);
             return Err(waiting);
         }
+        let behind = q.head != NIL;
         let id = q.push(wake, due, mailbox);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(ONE_WAITER, SeqCst);
-        Ok(id)
+        Ok((id, behind))
     }
 
-    /// Looks for a slot for queued waiter `t`: one handed to it (`Ok(true)`), else an IDLE
-    /// one it claims (`Ok(false)`); either is left in `t.got`. `Err(doze)`: none; the waiter
+    /// Looks for a slot for queued waiter `t`: one handed to it, or claimed by it as a dozing
+    /// head ([`Core::look_twice`]), either of which starts its turn (`Ok(true)`), else an
+    /// IDLE one it claims (`Ok(false)`); the slot is left in `t.got`. `Err(doze)`: none; the waiter
     /// keeps its place (and `waker`, if given, is the one woken next). `doze`: it is a
     /// blocked thread dozing at the head of a starving queue, which must look again after a
     /// timed park ([`DOZE`] to [`MAX_DOZE`]) without being woken (see this function's body).
@@ -720,11 +779,45 @@ impl<C> Core<C> {
         // The waiter is still queued and its state true: a panic here leaves nothing behind
         // that its `Wait`'s drop does not clean up.
         drop(old);
+        if doze {
+            // A slot a dozing head claims is its turn, as a hand-off would have been.
+            return if self.look_twice(t, id) {
+                Ok(true)
+            } else {
+                Err(true)
+            };
+        }
+        *t.seen = None;
         if self.look(t, id) {
             Ok(false)
         } else {
             Err(doze)
         }
+    }
+
+    /// A dozing head's look: it claims a slot only if it saw it IDLE, with the same borrow
+    /// count, on its last look too (`t.seen`, at least a doze ago). Otherwise the slot is
+    /// most likely a slice holder's, between its return and its next borrow, and taking it
+    /// would cut that slice short; a slot whose holder stopped borrowing stays IDLE and
+    /// unborrowed, and is taken on the next look. (The count is the pool's, stamped at each
+    /// lend; where nothing stamps it, as in the loom models, a second look claims.)
+    fn look_twice(&self, t: &mut Ticket<'_>, id: usize) -> bool {
+        let mut first = None;
+        for i in 0..self.limit() {
+            // Relaxed, both: what was seen only decides whether to try the claim, and the
+            // claim's SeqCst CAS decides.
+            if self.slots[i].state.load(Relaxed) != IDLE {
+                continue;
+            }
+            let stamp = self.slots[i].borrows.load(Relaxed);
+            if *t.seen == Some((i, stamp)) && self.claim_for(t, id, i) {
+                *t.seen = None;
+                return true;
+            }
+            first.get_or_insert((i, stamp));
+        }
+        *t.seen = first;
+        false
     }
 
     /// A queued waiter's scan for an IDLE slot, right after [`Core::enqueue`] (its waker is
@@ -738,20 +831,37 @@ impl<C> Core<C> {
         let Some(i) = self.scan() else {
             return false;
         };
+        self.leave_with(t, id, i);
+        true
+    }
+
+    /// Claims slot `i` if it is IDLE, for queued waiter `t`, which then leaves the queue with
+    /// it (or with one handed over meanwhile); false: the slot was not IDLE.
+    fn claim_for(&self, t: &mut Ticket<'_>, id: usize, i: usize) -> bool {
+        match self.claim_idle(i) {
+            Some(o) => {
+                self.leave_with(t, id, o);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Queued waiter `t` claimed slot `i`: it leaves the queue with it, in `t.got`.
+    fn leave_with(&self, t: &mut Ticket<'_>, id: usize, i: Owned) {
         let mut q = lock(&self.q.queue);
         if t.take_given() {
             // Handed one while claiming another: keep the handed one (already in `t.got`,
             // so a panic in the release's wake loses neither), release the other.
             drop(q);
             self.release(i);
-            return true;
+            return;
         }
         *t.got = Some(i);
         *t.id = None;
         let later = self.leave(&mut q, id);
         drop(q);
         later.run();
-        true
     }
 
     /// Gives up waiting (a timeout, a dropped future); a slot handed over meanwhile is left in
@@ -1013,19 +1123,34 @@ fn set_last_returned(i: usize) {
     LAST.with(|n| n.set(i));
 }
 
+/// The slot this thread last returned (`usize::MAX`: none yet).
+#[cfg(not(loom))]
+#[inline]
+fn last_returned() -> usize {
+    LAST.with(|n| n.get())
+}
+
 /// A slice: after a hand-off, a thread's returns go the barging way (IDLE, at most one wake;
 /// it may take the slot straight back) for a number of borrows, and only the return that
 /// ends the slice hands over. So the hand-off's cost (a futex wake and a context switch for
 /// the thread it goes to) is paid once per slice instead of once per borrow.
 ///
 /// The count is sized so that every waiter's turn comes round within about `ROUND`: the
-/// slice is worth `min(ROUND / waiting, MAX_TURN)` of wall time, in borrows at the rate the
-/// last slice on this core ran (`Waiters::borrow_ns`). A count, not a time: turns of equal
-/// counts are what keeps per-thread borrows equal (a time slice holds as many borrows as the
-/// OS lets it run). Few waiters get long slices (fewer hand-offs), many get short ones (the
-/// round stays bounded). Measured in docs/benchmarks.md, pool-scaling ("Threads: slices sized
-/// to the queue").
-pub(crate) const ROUND: Duration = Duration::from_millis(500);
+/// slice is worth `min(ROUND * scale / waiting, MAX_TURN)` of wall time, in borrows at the
+/// rate the last slice on this core ran (`Waiters::borrow_ns`), where `scale` is learnt from
+/// the rounds measured (`next_scale`). A count, not a time: turns of equal counts are what
+/// keeps per-thread borrows equal (a time slice holds as many borrows as the OS lets it run).
+/// Few waiters get long slices (fewer hand-offs), many get short ones (the round stays
+/// bounded).
+///
+/// Why a second: each turn costs a hand-off (at 10,000 threads on two CPUs, about 40 µs of
+/// the machine's time, measured), so a round of 10,000 turns costs a fifth of the machine
+/// per second of round at a 0 hold: 0.3 s rounds held the rate to 0.6-0.75x of 10 threads,
+/// 1 s rounds to about 0.8x, and 1.5 s no better; a round of a second still gives every
+/// thread two turns in any two seconds (Jain's index over 2 s windows 0.97-0.99, against
+/// 0.89 at 1.5 s). Measured in docs/benchmarks.md, pool-scaling ("Threads: turns that
+/// no one cuts short").
+pub(crate) const ROUND: Duration = Duration::from_secs(1);
 /// The longest slice, in wall time at the last measured rate; a slice also ends once it has
 /// run `2 * MAX_TURN`, whatever its count (for holds that grew since the rate was measured).
 pub(crate) const MAX_TURN: Duration = Duration::from_millis(1);
@@ -1074,21 +1199,56 @@ fn with_turn<C, R>(core: &Core<C>, f: impl FnOnce(Turn) -> (Turn, R)) -> R {
 
 /// The borrows in a slice that starts with `waiting` queued behind it, at `borrow_ns` wall
 /// nanoseconds per borrow (0: not measured yet).
-fn slice_len(borrow_ns: u64, waiting: usize) -> u32 {
+/// `scale` is the round's correction ([`next_scale`]). Also whether the length is held at
+/// [`MAX_TURN`] (the correction then has nothing to act on).
+fn slice_len(borrow_ns: u64, waiting: usize, scale: f32) -> (u32, bool) {
     if borrow_ns == 0 {
-        return FIRST_SLICE;
+        return (FIRST_SLICE, true);
     }
-    let budget = (ROUND.as_nanos() / waiting.max(1) as u128).min(MAX_TURN.as_nanos());
-    (budget / u128::from(borrow_ns)).clamp(1, u128::from(u32::MAX)) as u32
+    let want = ROUND.as_nanos() as f64 * f64::from(scale) / waiting.max(1) as f64;
+    let capped = want >= MAX_TURN.as_nanos() as f64;
+    let budget = want.min(MAX_TURN.as_nanos() as f64);
+    // A float to integer cast saturates: at least one borrow, at most `u32::MAX`.
+    ((budget / borrow_ns as f64).max(1.0) as u32, capped)
 }
 
-/// Starts a slice for this thread on `core`: it was just handed a slot after waiting.
+/// How much of a round's error one hand-off corrects, spread over the waiters: a round holds
+/// about `waiting` hand-offs, and a change shows in the waits a round later, so correcting
+/// half the error per round converges without overshooting.
+const ROUND_GAIN: f32 = 0.5;
+/// The correction's range: slices from a sixteenth to sixteen times `ROUND / waiting`.
+const MAX_SCALE: f32 = 16.0;
+
+/// The correction after a thread was handed a slot having waited `waited` with `waiting`
+/// behind it. A thread queues at the back after its turn, so its wait is about one round of
+/// the queue, and the slices' lengths set the round: `ROUND / waiting` of wall time each
+/// would give a round of `ROUND` only if one slice ran at a time, but several slots' slices
+/// run at once (as many as there are CPUs for them, or slots), by an amount the pool cannot
+/// know. Measured without it: rounds of 0.3 s for a 0.5 s `ROUND` at 10,000 threads on two
+/// CPUs, so twice the hand-offs needed (docs/benchmarks.md, pool-scaling).
+fn next_scale(scale: f32, waited: Duration, waiting: usize) -> f32 {
+    let error = (ROUND.as_secs_f32() / waited.as_secs_f32().max(1e-6)).ln();
+    // A wait far off (a first turn, a burst of arrivals) moves the scale by at most e^2 in a
+    // round.
+    let step = ROUND_GAIN * error.clamp(-2.0, 2.0) / waiting.max(1) as f32;
+    (scale.ln() + step).exp().clamp(1.0 / MAX_SCALE, MAX_SCALE)
+}
+
+/// Starts a slice for this thread on `core`: it was just handed a slot after waiting since
+/// `queued`.
 #[cfg(not(loom))]
-fn start_slice<C>(core: &Core<C>) {
+fn start_slice<C>(core: &Core<C>, queued: Instant) {
     let begun = Instant::now();
-    // Relaxed, both: they size a slice; a stale value gives a slice of another length, never
-    // a wrong hand-off.
-    let left = slice_len(core.q.borrow_ns.load(Relaxed), core.q.count(Relaxed));
+    // Relaxed, all: they size a slice; a stale value gives a slice of another length, never
+    // a wrong hand-off. Two threads' updates of the scale may race and one be lost: a step
+    // lost of the many a round takes.
+    let waiting = core.q.count(Relaxed);
+    let scale = f32::from_bits(core.q.round_scale.load(Relaxed));
+    let (left, capped) = slice_len(core.q.borrow_ns.load(Relaxed), waiting, scale);
+    if !capped && waiting > 0 {
+        let next = next_scale(scale, begun.saturating_duration_since(queued), waiting);
+        core.q.round_scale.store(next.to_bits(), Relaxed);
+    }
     let turn = match begun.checked_add(2 * MAX_TURN) {
         Some(end) => Turn::Slice {
             left,
@@ -1135,6 +1295,19 @@ fn use_slice<C>(core: &Core<C>) -> bool {
     })
 }
 
+/// Whether this thread is in a slice on `core` (with borrows left or not: the borrow after its
+/// last counted return is still its own, and that borrow's return ends the slice).
+#[cfg(not(loom))]
+#[inline]
+fn in_slice_here<C>(core: &Core<C>) -> bool {
+    with_turn(core, |turn| (turn, matches!(turn, Turn::Slice { .. })))
+}
+
+#[cfg(loom)]
+fn in_slice_here<C>(_: &Core<C>) -> bool {
+    LOOM_IN_SLICE.with(|s| s.get())
+}
+
 /// This thread handed its slot to a starving waiter of `core`: its next blocking borrow there
 /// queues at once.
 #[cfg(not(loom))]
@@ -1161,7 +1334,7 @@ fn must_queue<C>(_: &Core<C>) -> bool {
 }
 
 #[cfg(loom)]
-fn start_slice<C>(_: &Core<C>) {}
+fn start_slice<C>(_: &Core<C>, _: Instant) {}
 
 // Under loom a thread is in a slice for every return once its model says so: slices' sizes
 // and clocks are not what loom checks, the returns they make (which may skip the lock) are.
@@ -1178,8 +1351,20 @@ fn scan_start() -> usize {
     0
 }
 
+// Under loom the scan always starts at slot 0 (the models are small), but a slice holder's
+// claim of the slot it returned is modelled.
 #[cfg(loom)]
-fn set_last_returned(_: usize) {}
+loom::thread_local!(static LOOM_LAST: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX));
+
+#[cfg(loom)]
+fn set_last_returned(i: usize) {
+    LOOM_LAST.with(|n| n.set(i));
+}
+
+#[cfg(loom)]
+fn last_returned() -> usize {
+    LOOM_LAST.with(|n| n.get())
+}
 
 /// Rescans before queueing: a few spins, then a few yields (each a chance for a holder to
 /// return). Bounded: past this the borrower queues and sleeps.
@@ -1214,13 +1399,17 @@ pub(crate) fn claim_blocking<C>(
     max_waiters: usize,
 ) -> Result<Owned, Refused> {
     // A thread that just handed its slot to a starving waiter goes to the back of the line
-    // rather than taking a slot that a slice holder's return left IDLE.
+    // rather than taking a slot that a slice holder's return left IDLE; while a waiter
+    // starves, so does everyone but a slice holder taking back its own slot.
     if !must_queue(core) {
-        if let Some(i) = core.try_claim() {
+        if let Some(i) = core.try_claim_blocking() {
             return Ok(i);
         }
-        if let Some(i) = claim_spinning(core) {
-            return Ok(i);
+        // Relaxed: a hint, as in `try_claim_blocking`.
+        if !core.q.starving.load(Relaxed) {
+            if let Some(i) = claim_spinning(core) {
+                return Ok(i);
+            }
         }
     }
     // The waiter's node on this thread's stack: pinned, and its drop (on a panic too) leaves
@@ -1232,6 +1421,8 @@ pub(crate) fn claim_blocking<C>(
     if let Some(i) = begun.map_err(Refused::Full)? {
         return Ok(i);
     }
+    // When it queued: a slice's length learns from the wait (`next_scale`).
+    let queued = Instant::now();
     // The next doze's length when the last look found nothing while dozing: doubled after
     // each doze that ended with nothing (slots held long), back to `DOZE` otherwise.
     let mut doze = None;
@@ -1246,9 +1437,9 @@ pub(crate) fn claim_blocking<C>(
         };
         park_for(left, doze);
         match wait.as_mut().poll_slot(None) {
-            Ok((i, handed)) => {
-                if handed {
-                    start_slice(core);
+            Ok((i, turn)) => {
+                if turn {
+                    start_slice(core, queued);
                 }
                 return Ok(i);
             }
@@ -1292,6 +1483,8 @@ pub(crate) struct Wait<'a, C> {
     /// A slot got and not yet passed to the caller: set only while user code (a waker) runs
     /// between the two, so the drop returns it if that code panics.
     got: Option<Owned>,
+    /// What a dozing head saw IDLE on its last look ([`Core::look_twice`]).
+    seen: Option<(usize, u64)>,
     /// Queued once: polled again after completing is a caller's bug.
     started: bool,
     /// Refused a place when this many wait already.
@@ -1306,6 +1499,7 @@ impl<'a, C> Wait<'a, C> {
             mailbox: AtomicUsize::new(NONE),
             id: None,
             got: None,
+            seen: None,
             started: false,
             max_waiters,
             _pinned: PhantomPinned,
@@ -1322,13 +1516,14 @@ impl<'a, C> Wait<'a, C> {
             id: &mut this.id,
             got: &mut this.got,
             mailbox: &this.mailbox,
+            seen: &mut this.seen,
         };
         (this.core, t, &mut this.started)
     }
 
     /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
-    /// `Ok(entry id)`; `Err(waiting)`: the queue is full.
-    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<usize, usize> {
+    /// `Ok((entry id, behind another waiter))`; `Err(waiting)`: the queue is full.
+    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(usize, bool), usize> {
         let max_waiters = self.max_waiters;
         let (core, t, started) = self.parts();
         assert!(!*started, "a wait queues once");
@@ -1336,15 +1531,25 @@ impl<'a, C> Wait<'a, C> {
         // SAFETY: the node is pinned, so the mailbox stays where it is; its drop (`Drop`
         // below: pinned memory is dropped before it is reused) cancels while `id` is set, and
         // `id` is set from here (no user code runs in between) until the entry is freed.
-        let id = unsafe { core.enqueue(wake, t.mailbox, max_waiters) }?;
+        let (id, behind) = unsafe { core.enqueue(wake, t.mailbox, max_waiters) }?;
         *t.id = Some(id);
-        Ok(id)
+        Ok((id, behind))
     }
 
-    /// Queues and scans once more; `Some`: it got a slot (and is done). `Err(waiting)`: the
-    /// queue is full.
+    /// Queues, and scans once more if it is the head; `Some`: it got a slot (and is done).
+    /// `Err(waiting)`: the queue is full.
+    ///
+    /// A waiter queued behind another does not scan: a slot a return left IDLE without
+    /// seeing this waiter counted was either seen by the waiters ahead (the head's own scan
+    /// after queueing, or a wake the return gave the head), or is found by the head a leave
+    /// or a hand-off wakes (`leave`, `hand_to_head`). Its scan would only take a slot the
+    /// head is about to look at, or that a slice holder is between two borrows of: a barge
+    /// past the whole queue.
     fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
-        let id = self.as_mut().queue(wake)?;
+        let (id, behind) = self.as_mut().queue(wake)?;
+        if behind {
+            return Ok(None);
+        }
         let (core, mut t, _) = self.parts();
         Ok(if core.look(&mut t, id) {
             t.got.take()
@@ -1354,7 +1559,8 @@ impl<'a, C> Wait<'a, C> {
     }
 
     /// Looks for a slot after a wake ([`Core::poll_served`]); `waker`, if given, is the one
-    /// woken next. `Ok((slot, handed))`: it got one (and is done). `Err(doze)`: not yet;
+    /// woken next. `Ok((slot, turn))`: it got one (and is done); `turn`: handed over, or
+    /// claimed as a dozing head, so a thread starts a slice. `Err(doze)`: not yet;
     /// `doze` (blocked threads only): look again after a timed park even if not woken.
     fn poll_slot(self: Pin<&mut Self>, waker: Option<&Waker>) -> Result<(Owned, bool), bool> {
         let (core, mut t, _) = self.parts();
@@ -1446,6 +1652,130 @@ fn park_for(_: Option<Duration>, doze: Option<Duration>) {
 
 // The `unwrap`s and `expect`s below are the models' own checks: a panic is a model failing
 // (loom then reports the interleaving). No user input or socket reaches this module.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// While a waiter starves, a slot that a slice holder's return left IDLE stays its
+    /// holder's: another thread's blocking borrow queues instead of taking it (before, any
+    /// borrower's scan took it, cutting the slice short, measured as a cascade of thousands a
+    /// second at 10,000 threads).
+    #[test]
+    fn while_a_waiter_starves_only_a_slice_holder_takes_back_its_own_slot() {
+        let core = Core::<u32>::with_fairness(2, 2, Duration::ZERO, Duration::ZERO);
+        while let Some(o) = core.claim_empty() {
+            core.conn(&o, |c| *c = Some(0));
+            core.opened(o);
+        }
+        let a = core.try_claim().expect("two idle slots");
+        let b = core.try_claim().expect("two idle slots");
+        {
+            // Two waiters, as tasks that no one polls: nothing looks at the slots but the test.
+            let mut first = std::pin::pin!(Wait::new(&core, usize::MAX));
+            let mut second = std::pin::pin!(Wait::new(&core, usize::MAX));
+            for w in [first.as_mut(), second.as_mut()] {
+                w.queue(Wake::Task(Waker::noop().clone()))
+                    .expect("no room limit");
+            }
+            // A strict return (not in a slice): `a` goes to the first, and the second starves.
+            core.release(a);
+            assert!(core.q.starving.load(SeqCst), "the second waiter starves");
+            // This thread, in a slice, returns `b`: IDLE, but its own to take back.
+            start_slice(&core, Instant::now());
+            let mine = b.index();
+            core.release(b);
+            let other = std::thread::scope(|s| {
+                s.spawn(|| core.try_claim_blocking().map(|o| o.index()))
+                    .join()
+                    .unwrap()
+            });
+            assert_eq!(
+                other, None,
+                "a thread not in a slice took the slice holder's slot"
+            );
+            let again = core
+                .try_claim_blocking()
+                .expect("the slice holder takes its slot back");
+            assert_eq!(again.index(), mine);
+            with_turn(&core, |_| (Turn::None, ()));
+            core.release(again);
+        }
+        // The waiters' drops gave back what they were handed.
+        assert!(core.slots.iter().all(|s| s.state.load(SeqCst) == IDLE));
+    }
+
+    #[test]
+    fn a_round_of_the_right_length_leaves_the_scale_alone() {
+        assert_eq!(next_scale(1.0, ROUND, 1000), 1.0);
+        assert!(
+            next_scale(1.0, ROUND * 2, 1000) < 1.0,
+            "too long a round: shorter slices"
+        );
+        assert!(
+            next_scale(1.0, ROUND / 2, 1000) > 1.0,
+            "too short: longer slices"
+        );
+    }
+
+    /// The correction's loop as the pool runs it: a round holds `waiting` hand-offs, each
+    /// thread's wait is the round that slices of the last round's scale made, and the true
+    /// round is the scale times what it would be at 1 (here 0.3 s, as measured at 10,000
+    /// threads before the correction, or 3 s). It must settle within a few rounds on
+    /// `ROUND`, without swinging past it.
+    #[test]
+    fn the_scale_settles_on_rounds_of_round() {
+        for unscaled in [0.3, 3.0] {
+            let waiting = 10_000;
+            let mut scale = 1.0f32;
+            let mut rounds = Vec::new();
+            for _ in 0..8 {
+                let round = Duration::from_secs_f32(unscaled * scale);
+                for _ in 0..waiting {
+                    scale = next_scale(scale, round, waiting);
+                }
+                rounds.push(round.as_secs_f32());
+            }
+            let last = rounds[rounds.len() - 1];
+            assert!((last - 1.0).abs() < 0.05, "{unscaled}: rounds {rounds:?}");
+            let overshoot = if unscaled < 1.0 {
+                rounds.iter().any(|&r| r > 1.05)
+            } else {
+                rounds.iter().any(|&r| r < 0.95)
+            };
+            assert!(!overshoot, "{unscaled}: rounds {rounds:?}");
+        }
+    }
+
+    #[test]
+    fn the_scale_stays_in_its_range() {
+        let mut scale = 1.0;
+        for _ in 0..100 {
+            scale = next_scale(scale, Duration::from_nanos(1), 1);
+        }
+        assert_eq!(scale, MAX_SCALE);
+        for _ in 0..100 {
+            scale = next_scale(scale, Duration::from_secs(3600), 1);
+        }
+        assert_eq!(scale, 1.0 / MAX_SCALE);
+    }
+
+    #[test]
+    fn a_slice_is_a_share_of_the_round_up_to_the_longest_turn() {
+        assert_eq!(
+            slice_len(0, 10, 1.0),
+            (FIRST_SLICE, true),
+            "nothing measured yet"
+        );
+        // 1 s over 10,000 waiters: 100 µs, at 100 ns a borrow.
+        assert_eq!(slice_len(100, 10_000, 1.0), (1_000, false));
+        assert_eq!(slice_len(100, 10_000, 2.0), (2_000, false));
+        // 1 s over 100 waiters is 10 ms: held at the longest turn, 1 ms.
+        assert_eq!(slice_len(100, 100, 1.0), (10_000, true));
+        // A hold longer than the turn still gets one borrow.
+        assert_eq!(slice_len(10_000_000, 10_000, 1.0), (1, false));
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_tests {
     use loom::sync::Arc;
@@ -1612,7 +1942,7 @@ mod loom_tests {
                     LOOM_IN_SLICE.with(|s| s.set(true));
                     touch(&core, &a);
                     core.release(a);
-                    if let Some(o) = core.try_claim() {
+                    if let Some(o) = core.try_claim_blocking() {
                         touch(&core, &o);
                         core.release(o);
                     }
@@ -1651,12 +1981,47 @@ mod loom_tests {
             LOOM_IN_SLICE.with(|s| s.set(true));
             touch(&core, &a);
             core.release(a);
-            let again = core.try_claim().map(|o| {
+            let again = core.try_claim_blocking().map(|o| {
                 touch(&core, &o);
                 core.release(o);
             });
             waiter.join().unwrap();
             check_all_idle(&core, 2 + again.is_some() as usize);
+        });
+    }
+
+    /// Two slice holders each return their slot and take it back once (while the waiter
+    /// starves, only their own: `try_claim_blocking`), then return it for good, while a
+    /// waiter queues (at once, if it sees the queue starving): whether a return woke it or
+    /// skipped the wake, it must get a slot once they stop, from a wake, a look or a dozing
+    /// head's second look.
+    #[test]
+    fn loom_a_waiter_is_served_when_slice_holders_stop() {
+        loom::model(|| {
+            let (core, a, b) = both_claimed(Duration::ZERO);
+            let again = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+            let waiter = spawn_blocking_borrower(&core);
+            let holders: Vec<_> = [a, b]
+                .into_iter()
+                .map(|o| {
+                    let (core, again) = (core.clone(), again.clone());
+                    thread::spawn(move || {
+                        LOOM_IN_SLICE.with(|s| s.set(true));
+                        touch(&core, &o);
+                        core.release(o);
+                        if let Some(o) = core.try_claim_blocking() {
+                            again.fetch_add(1, SeqCst);
+                            touch(&core, &o);
+                            core.release(o);
+                        }
+                    })
+                })
+                .collect();
+            for h in holders {
+                h.join().unwrap();
+            }
+            waiter.join().unwrap();
+            check_all_idle(&core, 3 + again.load(SeqCst));
         });
     }
 

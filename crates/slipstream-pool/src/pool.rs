@@ -566,7 +566,7 @@ impl<M: Manager> Pool<M> {
     pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
         // As in `get`: the fast path inlined into the caller, where the guard stays in
         // registers; the rest out of line.
-        match self.try_get() {
+        match self.inner.core.try_claim_blocking().map(|o| self.lend(o)) {
             Some(conn) if !self.needs_validation(&conn) => Ok(conn),
             first => {
                 drop(first);
@@ -602,7 +602,7 @@ impl<M: Manager> Pool<M> {
 
     fn claim_blocking(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if let Some(o) = inner.core.try_claim() {
+        if let Some(o) = inner.core.try_claim_blocking() {
             return Ok(self.lend(o));
         }
         let start = Instant::now();
