@@ -226,8 +226,31 @@ impl Hold {
 #[derive(Clone, Copy)]
 struct Timing {
     warmup: Duration,
+    /// Added to the warm-up per borrower (see [`WARMUP_PER_BORROWER`]).
+    warmup_per_borrower: Duration,
     window: Duration,
 }
+
+impl Timing {
+    /// The timing of a run with `borrowers`: the warm-up grows with them.
+    fn for_borrowers(self, borrowers: usize) -> Timing {
+        let more = self
+            .warmup_per_borrower
+            .saturating_mul(u32::try_from(borrowers).unwrap_or(u32::MAX));
+        Timing {
+            warmup: self.warmup.max(more),
+            ..self
+        }
+    }
+}
+
+/// The full form's warm-up per borrower, for every pool alike: 4 s at 10,000 borrowers, the
+/// half-second floor up to 1,250. A run starts every borrower at once from a barrier, a
+/// stampede a service in its steady state does not see, and a fair queue settles only after
+/// every borrower has had a few turns. Measured on slipstream-pool at 10,000 threads
+/// (docs/benchmarks.md, pool-scaling, "Threads: turns that no one cuts short"): 0.5 s of
+/// warm-up measured 0.735x of 10 threads, 4 s 0.823x, the rate still rising at 2.5 s.
+const WARMUP_PER_BORROWER: Duration = Duration::from_micros(400);
 
 /// One (pool, T, hold) run.
 #[derive(Clone)]
@@ -632,6 +655,7 @@ fn measure_one(
     timing: Timing,
 ) -> anyhow::Result<Run> {
     let name = kind.pools()[which];
+    let timing = timing.for_borrowers(borrowers);
     let ours = || {
         rt.block_on(async {
             slipstream_pool::Pool::builder(Ours)
@@ -718,6 +742,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             vec![10, 100],
             Timing {
                 warmup: Duration::from_millis(100),
+                warmup_per_borrower: Duration::ZERO,
                 window: Duration::from_millis(200),
             },
         )
@@ -727,6 +752,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             vec![10, 100, 1000],
             Timing {
                 warmup: Duration::from_millis(500),
+                warmup_per_borrower: WARMUP_PER_BORROWER,
                 window: Duration::from_secs(2),
             },
         )
@@ -759,6 +785,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("connections", CONNECTIONS);
     r.param("runs_per_point", REPS);
     r.param("warmup_seconds", timing.warmup.as_secs_f64());
+    r.param(
+        "warmup_per_borrower_us",
+        timing.warmup_per_borrower.as_secs_f64() * 1e6,
+    );
     r.param("window_seconds", timing.window.as_secs_f64());
     r.environment = slipstream_bench::capture_environment(&ctx.url, None);
 
@@ -884,7 +914,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             ));
         }
     }
-    r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness from per-borrower counters over a {:.1} s window after a {:.1} s warm-up (the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread", timing.window.as_secs_f64(), timing.warmup.as_secs_f64()));
+    r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness from per-borrower counters over a {:.1} s window after a warm-up of {:.1} s or {:.1} ms per borrower, whichever is longer (every borrower starts at once; the queue's steady state comes after; the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread", timing.window.as_secs_f64(), timing.warmup.as_secs_f64(), timing.warmup_per_borrower.as_secs_f64() * 1e3));
     r.notes.push(format!("flatness (`*_flatness_last_over_first` in the JSON, with its _min and _max): in each of the {REPS} rounds at the last T, our pool also runs at the first T right after its run there; the ratio is the median of those paired rounds' ratios, so both sides of each pair ran in the same phase of the machine"));
     r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
@@ -896,6 +926,26 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warm_up_grows_with_the_borrowers_above_its_floor() {
+        let t = Timing {
+            warmup: Duration::from_millis(500),
+            warmup_per_borrower: WARMUP_PER_BORROWER,
+            window: Duration::from_secs(2),
+        };
+        assert_eq!(t.for_borrowers(10).warmup, Duration::from_millis(500));
+        assert_eq!(t.for_borrowers(10_000).warmup, Duration::from_secs(4));
+        assert_eq!(t.for_borrowers(10_000).window, Duration::from_secs(2));
+        let quick = Timing {
+            warmup_per_borrower: Duration::ZERO,
+            ..t
+        };
+        assert_eq!(
+            quick.for_borrowers(10_000).warmup,
+            Duration::from_millis(500)
+        );
+    }
 
     #[test]
     fn every_round_runs_each_pool_once_and_the_twin_right_after_ours() {
