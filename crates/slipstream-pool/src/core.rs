@@ -1214,8 +1214,12 @@ fn slice_len(borrow_ns: u64, waiting: usize, scale: f32) -> (u32, bool) {
 
 /// How much of a round's error one hand-off corrects, spread over the waiters: a round holds
 /// about `waiting` hand-offs, and a change shows in the waits a round later, so correcting
-/// half the error per round converges without overshooting.
+/// half the error per round converges without overshooting. Rounds too long are corrected
+/// in full ([`ROUND_GAIN_LONG`]): a round past twice `ROUND` leaves threads with no turn in a
+/// two-second window (seen when the VM's speed halved), and a full correction per round,
+/// with one round's delay, still does not swing past.
 const ROUND_GAIN: f32 = 0.5;
+const ROUND_GAIN_LONG: f32 = 1.0;
 /// The correction's range: slices from a sixteenth to sixteen times `ROUND / waiting`.
 const MAX_SCALE: f32 = 16.0;
 
@@ -1230,7 +1234,12 @@ fn next_scale(scale: f32, waited: Duration, waiting: usize) -> f32 {
     let error = (ROUND.as_secs_f32() / waited.as_secs_f32().max(1e-6)).ln();
     // A wait far off (a first turn, a burst of arrivals) moves the scale by at most e^2 in a
     // round.
-    let step = ROUND_GAIN * error.clamp(-2.0, 2.0) / waiting.max(1) as f32;
+    let gain = if error < 0.0 {
+        ROUND_GAIN_LONG
+    } else {
+        ROUND_GAIN
+    };
+    let step = gain * error.clamp(-2.0, 2.0) / waiting.max(1) as f32;
     (scale.ln() + step).exp().clamp(1.0 / MAX_SCALE, MAX_SCALE)
 }
 
