@@ -11,8 +11,9 @@
 //!   that was 80 MiB of cache misses on every pool's borrows);
 //! - the rate and the fairness come from the counters' change over a measuring window that
 //!   starts after a warm-up and ends before `stop` (the drain after stop is not counted);
-//! - every point runs [`REPS`] times, the pools interleaved (rotating which goes first), and
-//!   the median run by rate is reported, with the range of the rates.
+//! - every point runs [`REPS`] rounds, each running every pool once (rotating which goes
+//!   first); the median run by rate is reported, with the range of the rates and the waits of
+//!   all runs, and ratios between pools pair the runs of one round (see [`Point::of`]).
 //!
 //! Tasks hold the connection across one `yield_now`: a task that never yields while holding
 //! keeps its worker thread and starves the rest, and the benchmark would measure nothing.
@@ -27,7 +28,7 @@ use crossbeam_utils::CachePadded;
 use super::env_list;
 
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
-use crate::{Context, ExperimentResult, Table, paired_ratios};
+use crate::{Context, ExperimentResult, Summary, Table, paired_ratios};
 
 pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
 
@@ -62,6 +63,14 @@ impl Waits {
         let ns = (d.as_nanos() as u64).max(1);
         self.max_ns = self.max_ns.max(ns);
         self.buckets[bucket(ns)] += 1;
+    }
+
+    /// Adds `other`'s waits to these.
+    fn merge(&mut self, other: &Waits) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.max_ns = self.max_ns.max(other.max_ns);
     }
 
     /// The wait at quantile `q`, in microseconds (the bucket's upper edge).
@@ -269,8 +278,9 @@ struct Run {
 }
 
 impl Run {
-    /// The run's table row; `ours` is slipstream-pool's rate at the same point.
-    fn cells(&self, kind: &str, hold: Hold, ours: f64) -> Vec<String> {
+    /// The run's table row; `ours_over` is slipstream-pool's rate over this pool's, paired by
+    /// round.
+    fn cells(&self, kind: &str, hold: Hold, ours_over: f64) -> Vec<String> {
         let range = match (self.rates.first(), self.rates.last()) {
             (Some(lo), Some(hi)) => format!("{lo:.0} … {hi:.0}"),
             _ => String::new(),
@@ -289,8 +299,79 @@ impl Run {
             self.zero.to_string(),
             format!("{} … {}", self.min, self.max),
             format!("{:.3}", self.jain),
-            format!("{:.2}x", ours / self.per_sec.max(1e-9)),
+            format!("{ours_over:.2}x"),
         ]
+    }
+}
+
+/// One point's runs reduced to what is reported: per pool, the median run by rate carrying the
+/// waits of all its runs, and slipstream-pool's rate over each pool's paired by round.
+struct Point {
+    /// Per pool (slipstream-pool first): the median run by rate, with `rates` holding all its
+    /// runs' rates in order, its `waits` merged over every run and its failures summed.
+    medians: Vec<Run>,
+    /// Per pool: the median over rounds of slipstream-pool's rate over that pool's in the same
+    /// round (1 for slipstream-pool itself).
+    ours_over: Vec<f64>,
+    /// slipstream-pool's rate over the best eligible peer's in each round, summarized over the
+    /// rounds; `None` when no peer is eligible.
+    ours_over_best: Option<Summary>,
+}
+
+impl Point {
+    /// `runs[pool][round]`, slipstream-pool first, every pool run once per round. With
+    /// `fair_only`, a peer that left a borrower with no borrow in any of its runs is not
+    /// eligible as the best peer.
+    ///
+    /// Ratios pair the runs of one round, which ran minutes apart from other rounds' but
+    /// seconds apart from each other: this VM's speed moves by up to 2x between minutes, so a
+    /// ratio of medians taken from different rounds measured the machine's phase as much as
+    /// the pools (a 0.92x at 500 tasks, 2026-11-26, from medians one phase apart). The tail
+    /// waits come from all runs of a pool, three times the samples of the median run alone.
+    fn of(runs: [Vec<Run>; 3], fair_only: bool) -> Point {
+        let rates: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|rs| rs.iter().map(|r| r.per_sec).collect())
+            .collect();
+        let ours_over = rates
+            .iter()
+            .map(|theirs| paired_ratios(theirs, &rates[0]).p50)
+            .collect();
+        let eligible: Vec<&Vec<f64>> = rates[1..]
+            .iter()
+            .zip(&runs[1..])
+            .filter(|(_, rs)| !fair_only || rs.iter().all(|r| r.zero == 0))
+            .map(|(rates, _)| rates)
+            .collect();
+        let ours_over_best = (!eligible.is_empty()).then(|| {
+            let best: Vec<f64> = (0..rates[0].len())
+                .map(|i| eligible.iter().map(|p| p[i]).fold(0.0, f64::max))
+                .collect();
+            paired_ratios(&best, &rates[0])
+        });
+        let medians = runs
+            .into_iter()
+            .map(|mut rs| {
+                let rates = rs.iter().map(|x| x.per_sec).collect();
+                let mut waits = rs[0].waits.clone();
+                for other in &rs[1..] {
+                    waits.merge(&other.waits);
+                }
+                let failures = rs.iter().map(|x| x.failures).sum();
+                rs.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+                let mut m = rs.swap_remove(rs.len() / 2);
+                m.rates = rates;
+                m.rates.sort_by(f64::total_cmp);
+                m.waits = waits;
+                m.failures = failures;
+                m
+            })
+            .collect();
+        Point {
+            medians,
+            ours_over,
+            ours_over_best,
+        }
     }
 }
 
@@ -849,44 +930,28 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 if twin {
                     last_rates = runs[0].iter().map(|r| r.per_sec).collect();
                 }
-                let medians: Vec<Run> = runs
-                    .into_iter()
-                    .map(|mut rs| {
-                        rs.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-                        let rates = rs.iter().map(|x| x.per_sec).collect();
-                        let mut m = rs.swap_remove(rs.len() / 2);
-                        m.rates = rates;
-                        m.failures += rs.iter().map(|x| x.failures).sum::<u64>();
-                        m
-                    })
-                    .collect();
-                let ours = &medians[0];
-                for run in &medians {
-                    table.row(run.cells(kind.label(), hold, ours.per_sec));
+                // Against the best peer that left nobody with nothing (throughput bought by
+                // starving borrowers does not count); with real connections, every peer.
+                let point = Point::of(runs, kind != Kind::Postgres);
+                for (run, ratio) in point.medians.iter().zip(&point.ours_over) {
+                    table.row(run.cells(kind.label(), hold, *ratio));
                 }
+                let ours = &point.medians[0];
                 let prefix = format!("{}_{}t{t}_slipstream", kind.key(), hold.key());
-                let peers = medians[1..].iter();
-                let best = if kind == Kind::Postgres {
-                    peers.map(|p| p.per_sec).fold(0.0, f64::max)
-                } else {
-                    // Against the best peer that left nobody with nothing.
-                    peers
-                        .filter(|p| p.zero == 0)
-                        .map(|p| p.per_sec)
-                        .fold(0.0, f64::max)
-                };
-                if best > 0.0 {
+                if let Some(best) = point.ours_over_best {
                     let name = if kind == Kind::Postgres {
                         format!("postgres_t{t}_slipstream_over_best_peer")
                     } else {
                         format!("{prefix}_over_best_fair_peer")
                     };
-                    r.ratios.insert(name, ours.per_sec / best);
+                    r.ratios.insert(format!("{name}_min"), best.min);
+                    r.ratios.insert(format!("{name}_max"), best.max);
+                    r.ratios.insert(name, best.p50);
                 }
                 r.ratios
                     .insert(format!("{prefix}_borrowers_with_none"), ours.zero as f64);
                 r.ratios.insert(format!("{prefix}_jain"), ours.jain);
-                all.extend(medians.into_iter().map(|m| (kind, hold, m)));
+                all.extend(point.medians.into_iter().map(|m| (kind, hold, m)));
             }
             if flat_pairs {
                 let flat = paired_ratios(&twin_rates, &last_rates);
@@ -914,12 +979,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             ));
         }
     }
-    r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness from per-borrower counters over a {:.1} s window after a warm-up of {:.1} s or {:.1} ms per borrower, whichever is longer (every borrower starts at once; the queue's steady state comes after; the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread", timing.window.as_secs_f64(), timing.warmup.as_secs_f64(), timing.warmup_per_borrower.as_secs_f64() * 1e3));
+    r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness of that run from per-borrower counters over a {:.1} s window after a warm-up of {:.1} s or {:.1} ms per borrower, whichever is longer (every borrower starts at once; the queue's steady state comes after; the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread, merged over the point's runs", timing.window.as_secs_f64(), timing.warmup.as_secs_f64(), timing.warmup_per_borrower.as_secs_f64() * 1e3));
     r.notes.push(format!("flatness (`*_flatness_last_over_first` in the JSON, with its _min and _max): in each of the {REPS} rounds at the last T, our pool also runs at the first T right after its run there; the ratio is the median of those paired rounds' ratios, so both sides of each pair ran in the same phase of the machine"));
     r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
     r.notes.push("the connection is a trivial in-memory value (the same for every pool); hold 0: threads return at once, tasks hold across one yield_now; hold 10 µs: a busy spin while holding (tasks then also yield once); 2 tokio worker threads".into());
-    r.notes.push("'slipstream / this' compares borrows/s; the ratios in the JSON compare against the best peer that left no borrower with nothing (throughput bought by starving borrowers does not count)".into());
+    r.notes.push("'slipstream / this' compares borrows/s, run against run within each round (the median over rounds: the rounds run minutes apart, in different phases of the machine); the ratios in the JSON compare the same way against the round's best peer that left no borrower with nothing in any run (throughput bought by starving borrowers does not count), with their _min and _max over rounds".into());
     Ok(r)
 }
 
@@ -1018,6 +1083,65 @@ mod tests {
         assert_eq!(run.waits.max_ns, 900_000);
         assert_eq!(run.waits.buckets.iter().sum::<u64>(), 2);
         assert!((run.jain - 1.0 / 3.0).abs() < 1e-9);
+    }
+
+    fn run(per_sec: f64, zero: usize, wait_us: u64) -> Run {
+        let mut waits = Waits::new();
+        waits.record(Duration::from_micros(wait_us));
+        Run {
+            pool: "x",
+            borrowers: 10,
+            per_sec,
+            rates: Vec::new(),
+            waits,
+            zero,
+            min: 0,
+            max: 0,
+            jain: 1.0,
+            failures: 1,
+        }
+    }
+
+    #[test]
+    fn a_point_pairs_its_ratios_by_round_and_keeps_every_runs_waits() {
+        // The machine ran fast in rounds 0 and 2 and slow in round 1; slipstream-pool ties the
+        // fair peer in every round. The medians alone (150 against 200) would say 0.75x.
+        let point = Point::of(
+            [
+                vec![run(200.0, 0, 1), run(100.0, 0, 2), run(150.0, 0, 900)],
+                vec![run(200.0, 0, 1), run(100.0, 0, 1), run(200.0, 0, 1)],
+                vec![run(400.0, 3, 1), run(400.0, 0, 1), run(400.0, 0, 1)],
+            ],
+            true,
+        );
+        let best = point.ours_over_best.expect("one peer is fair");
+        assert_eq!((best.min, best.p50, best.max), (0.75, 1.0, 1.0));
+        assert_eq!(point.ours_over, vec![1.0, 1.0, 0.375]);
+        let ours = &point.medians[0];
+        assert_eq!(ours.per_sec, 150.0);
+        assert_eq!(ours.rates, vec![100.0, 150.0, 200.0]);
+        assert_eq!(ours.failures, 3);
+        assert_eq!(ours.waits.buckets.iter().sum::<u64>(), 3);
+        assert_eq!(ours.waits.max_ns, 900_000);
+        // Without the fairness rule the starving peer is the best one.
+        let any = Point::of(
+            [
+                vec![run(1.0, 0, 1); 3],
+                vec![run(1.0, 0, 1); 3],
+                vec![run(4.0, 1, 1); 3],
+            ],
+            false,
+        );
+        assert_eq!(any.ours_over_best.map(|b| b.p50), Some(0.25));
+        let none = Point::of(
+            [
+                vec![run(1.0, 0, 1); 3],
+                vec![run(1.0, 2, 1); 3],
+                vec![run(4.0, 1, 1); 3],
+            ],
+            true,
+        );
+        assert!(none.ours_over_best.is_none());
     }
 
     #[test]
