@@ -174,76 +174,113 @@ impl<M: Manager> DerefMut for Pooled<M> {
 
 impl<M: Manager> Drop for Pooled<M> {
     fn drop(&mut self) {
-        self.give_back();
-        // SAFETY: `drop` runs once, and `pool` is not used after this line.
+        // Taken before any user code runs (the manager's `is_broken` or `needs_reset`, the
+        // connection's drop): if that code panics, unwinding drops this `Arc`, where a
+        // reference left in the `ManuallyDrop` field would never be released and the pool's
+        // memory would outlive every handle, guard and thread.
+        // SAFETY: `drop` runs once, and `self.pool` is not used after this line.
         let pool = unsafe { ManuallyDrop::take(&mut self.pool) };
+        if let Some(held) = self.held.take() {
+            give_back(&pool, held);
+        }
         crate::local_ref::keep(pool);
     }
 }
 
-impl<M: Manager> Pooled<M> {
-    /// Returns the connection to its slot, or closes it: everything the guard's drop does
-    /// but handing on its reference to the pool.
-    fn give_back(&mut self) {
-        let Some(mut held) = self.held.take() else {
-            return;
-        };
-        // Always `Some` (`Pooled::new` sets it); a guard without one owns no slot.
-        let Some(lent) = held.lent.take() else {
-            return;
-        };
-        let pool = &self.pool;
-        let slot = &pool.core.slots[held.slot];
-        let owned = match lent {
-            Lent::Owned(o) => o,
-            Lent::Leased(l) => match pool.core.end_lease(l) {
-                Some(o) => o,
-                // Reclaimed: the slot is no longer this guard's, and the connection was aborted.
-                None => return,
-            },
-        };
-        let i = owned.index();
-        let now = pool.now();
-        let lent_for = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
-        slot.busy_ms.store(
-            slot.busy_ms.load(Ordering::Relaxed) + lent_for,
-            Ordering::Relaxed,
-        );
-        if pool.watches_leaks {
-            pool.attachments[i].borrow_site.returned(i);
+/// Returns the connection in `held` to its slot, or closes it: everything a guard's drop does
+/// but handing on its reference to the pool.
+fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>>) {
+    // Always `Some` (`Pooled::new` sets it); a guard without one owns no slot.
+    let Some(lent) = held.lent.take() else {
+        return;
+    };
+    let slot = &pool.core.slots[held.slot];
+    let owned = match lent {
+        Lent::Owned(o) => o,
+        Lent::Leased(l) => match pool.core.end_lease(l) {
+            Some(o) => o,
+            // Reclaimed: the slot is no longer this guard's, and the connection was aborted.
+            None => return,
+        },
+    };
+    let i = owned.index();
+    let returning = Returning::new(pool, owned);
+    let now = pool.now();
+    let lent_for = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
+    slot.busy_ms.store(
+        slot.busy_ms.load(Ordering::Relaxed) + lent_for,
+        Ordering::Relaxed,
+    );
+    if pool.watches_leaks {
+        pool.attachments[i].borrow_site.returned(i);
+    }
+    let c = &pool.counters;
+    // Closed rather than put back, counted by why.
+    let closed = if held.discard || pool.manager.is_broken(&held.conn) {
+        Some(&c.closed_broken)
+    } else if pool.expired(i, now) {
+        Some(&c.retired)
+    } else if i >= pool.core.limit() {
+        Some(&c.resized_away)
+    } else {
+        None
+    };
+    if let Some(counter) = closed {
+        counter.fetch_add(1, Ordering::Relaxed);
+        drop(held);
+        pool.free(returning.done());
+    } else if pool.manager.needs_reset(&held.conn) {
+        // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
+        // the slot stays owned, and so out of reach of borrowers, until it is done.
+        let owned = returning.done();
+        let task_pool = Arc::clone(pool);
+        pool.runtime.spawn(async move {
+            let pool = task_pool;
+            let mut held = held;
+            let returning = Returning::new(&pool, owned);
+            if pool.manager.reset(&mut held.conn).await {
+                pool.counters.resets.fetch_add(1, Ordering::Relaxed);
+                pool.put_back(returning.done(), held);
+            } else {
+                pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
+                drop(held);
+                pool.free(returning.done());
+            }
+        });
+    } else {
+        pool.put_back(returning.done(), held);
+    }
+}
+
+/// A slot being returned, freed for the opener if this is dropped before [`Returning::done`]:
+/// a panic in the manager's or the connection's code during a return closes that connection
+/// (unwinding drops it) and must not take the slot out of the pool for good.
+struct Returning<'a, M: Manager> {
+    pool: &'a Inner<M>,
+    owned: Option<Owned>,
+}
+
+impl<'a, M: Manager> Returning<'a, M> {
+    fn new(pool: &'a Inner<M>, owned: Owned) -> Returning<'a, M> {
+        Returning {
+            pool,
+            owned: Some(owned),
         }
-        let c = &pool.counters;
-        // Closed rather than put back, counted by why.
-        let closed = if held.discard || pool.manager.is_broken(&held.conn) {
-            Some(&c.closed_broken)
-        } else if pool.expired(i, now) {
-            Some(&c.retired)
-        } else if i >= pool.core.limit() {
-            Some(&c.resized_away)
-        } else {
-            None
-        };
-        if let Some(counter) = closed {
-            counter.fetch_add(1, Ordering::Relaxed);
-            drop(held);
-            pool.free(owned);
-        } else if pool.manager.needs_reset(&held.conn) {
-            // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
-            // the slot stays owned, and so out of reach of borrowers, until it is done.
-            let pool = Arc::clone(pool);
-            self.pool.runtime.spawn(async move {
-                let mut held = held;
-                if pool.manager.reset(&mut held.conn).await {
-                    pool.counters.resets.fetch_add(1, Ordering::Relaxed);
-                    pool.put_back(owned, held);
-                } else {
-                    pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
-                    drop(held);
-                    pool.free(owned);
-                }
-            });
-        } else {
-            pool.put_back(owned, held);
+    }
+
+    /// The slot, for the caller to put back or free.
+    fn done(mut self) -> Owned {
+        // The expect cannot fire: `owned` is `Some` from `new` until `done` consumes `self`.
+        self.owned
+            .take()
+            .expect("a Returning gives its slot up once")
+    }
+}
+
+impl<M: Manager> Drop for Returning<'_, M> {
+    fn drop(&mut self) {
+        if let Some(o) = self.owned.take() {
+            self.pool.free(o);
         }
     }
 }

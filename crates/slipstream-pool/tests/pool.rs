@@ -43,6 +43,8 @@ struct Counting {
     refuse: AtomicBool,
     /// Connections dropped (closed).
     closed: AtomicU64,
+    /// `is_broken` panics, as user code may.
+    panic_in_is_broken: AtomicBool,
 }
 
 /// The manager: shares its counters with the test.
@@ -67,6 +69,10 @@ impl Manager for Mgr {
         })
     }
     fn is_broken(&self, conn: &Conn) -> bool {
+        assert!(
+            !self.0.panic_in_is_broken.load(Ordering::Relaxed),
+            "is_broken panics, as the test asked"
+        );
         conn.broken.load(Ordering::Relaxed)
     }
 }
@@ -321,6 +327,48 @@ async fn dropping_the_last_handle_closes_every_connection() {
         3,
         "nothing opened since"
     );
+}
+
+/// A panic in the manager's code while a guard returns its connection (here `is_broken`)
+/// closes that connection and frees its slot for a new one; and once the handle, the guard
+/// and the thread are gone, so is the pool (the manager's reference to the test's counters).
+/// Failed before: the guard's reference to the pool was released only after the return's user
+/// code, so the panic leaked the pool for good (found by an attacker); the slot was lost too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_panic_while_returning_loses_neither_the_slot_nor_the_pool() {
+    let m = Arc::new(Counting::default());
+    let pool = Pool::builder(Mgr(m.clone()))
+        .max_size(1)
+        .borrow_timeout(Duration::from_secs(5))
+        .build();
+    let counts = m.clone();
+    let borrower = std::thread::spawn(move || {
+        let conn = pool.get_blocking().expect("an idle pool lends");
+        counts.panic_in_is_broken.store(true, Ordering::Relaxed);
+        let returned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(conn)));
+        counts.panic_in_is_broken.store(false, Ordering::Relaxed);
+        assert!(returned.is_err(), "is_broken panicked");
+        assert_eq!(
+            counts.closed.load(Ordering::Relaxed),
+            1,
+            "closed on the way"
+        );
+        // Its slot is free: with max_size 1, this is a new connection, not a timeout.
+        let again = pool.get_blocking().expect("the slot came back");
+        assert_eq!(again.id, 1);
+    });
+    borrower.join().expect("the borrower's checks");
+    let start = std::time::Instant::now();
+    // The pool's task lets go of it as it ends.
+    while Arc::strong_count(&m) > 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the pool's memory is still held: {} references to its manager's counters",
+            Arc::strong_count(&m)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(m.closed.load(Ordering::Relaxed), 2);
 }
 
 #[tokio::test]
