@@ -46,13 +46,8 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                         backoff = Duration::ZERO;
                         let i = slot.index();
                         inner.install(slot, conn);
-                        // Opened while the last handle went: closed at once (the SeqCst load
-                        // pairs with `shut_down`'s, as in `put_back`).
-                        if inner.closed.load(Ordering::SeqCst) {
-                            if let Some(o) = inner.core.claim_idle(i) {
-                                inner.close(o);
-                            }
-                        }
+                        // Opened while the last handle went: closed at once.
+                        inner.close_if_shut(i);
                     }
                     Err(e) => {
                         inner.core.vacate(slot);
@@ -161,7 +156,8 @@ impl<M: Manager> Inner<M> {
                 self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
                 self.close(o);
             } else {
-                self.core.release(o);
+                // Kept; `shut_down` may have passed this slot while it was claimed here.
+                self.release_open(o);
             }
         }
     }
@@ -233,4 +229,61 @@ fn jittered_ms(lifetime: Duration, slot: usize) -> u64 {
     // A multiplicative hash of the slot index, mapped onto the last tenth of the lifetime.
     let spread = (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1023
     ms - ms / 10 * spread / 1023
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+
+    use crate::{Manager, Pool};
+
+    /// Counts the closes (drops) of its connections.
+    struct Closes(Arc<AtomicUsize>);
+
+    struct Conn(Arc<AtomicUsize>);
+
+    impl Drop for Conn {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    impl Manager for Closes {
+        type Connection = Conn;
+        type Error = std::io::Error;
+        async fn connect(&self) -> Result<Conn, std::io::Error> {
+            Ok(Conn(self.0.clone()))
+        }
+    }
+
+    /// The reaper claims an idle connection to look at it, and puts it back when it keeps it
+    /// (idle too long, but at `min_size`). If the last handle went in between, `shut_down`'s
+    /// scan passed the claimed slot: the connection put back must close then, or it stays open
+    /// as long as anything keeps the pool's memory (a guard, a thread's spare reference).
+    /// Replayed here by marking the pool closed, as that scan does, before the reaper runs.
+    /// Failed before `reap` put it back through `release_open` (found by an attacker).
+    #[tokio::test]
+    async fn a_connection_the_reaper_keeps_after_the_last_handle_went_is_closed() {
+        let closes = Arc::new(AtomicUsize::new(0));
+        let pool = Pool::builder(Closes(closes.clone()))
+            .max_size(1)
+            .min_size(1)
+            .idle_timeout(Duration::from_millis(1))
+            .build();
+        let start = Instant::now();
+        while pool.stats().open < 1 {
+            assert!(start.elapsed() < Duration::from_secs(5), "min_size opened");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let inner = Arc::clone(&pool.inner);
+        inner.closed.store(true, SeqCst);
+        // Idle long past the timeout; kept, since it is the last one.
+        inner.reap(inner.now() + 60_000);
+        assert_eq!(closes.load(SeqCst), 1, "the kept connection is still open");
+        assert_eq!(inner.open.load(SeqCst), 0);
+        drop(pool);
+        assert_eq!(closes.load(SeqCst), 1, "closed once");
+    }
 }

@@ -262,7 +262,22 @@ impl<M: Manager> Inner<M> {
         self.core.slots[i]
             .returned_ms
             .store(self.now(), Ordering::Relaxed);
+        self.release_open(o);
+    }
+
+    /// Releases owned slot `o`, its open connection in the cell: to a waiter, or IDLE, and
+    /// closed at once if the pool was shut down meanwhile.
+    pub(crate) fn release_open(&self, o: Owned) {
+        let i = o.index();
         self.core.release(o);
+        self.close_if_shut(i);
+    }
+
+    /// Closes slot `i`'s connection, just made IDLE by the caller, if the last handle has
+    /// gone: `shut_down`'s scan may have passed the slot while the caller owned it. Every path
+    /// that makes an open slot IDLE (a return, the reaper keeping a connection, the opener
+    /// installing one) ends here, or the connection stays open as long as the pool's memory.
+    pub(crate) fn close_if_shut(&self, i: usize) {
         // SeqCst, after the release's SeqCst swap to IDLE: pairs with `shut_down`'s store and
         // scan, so either this load sees the pool closed or that scan sees this slot IDLE.
         // (No one waits once it is closed, so the release did not hand the slot over.)
@@ -274,9 +289,9 @@ impl<M: Manager> Inner<M> {
     }
 
     /// The last handle is gone: closes the idle connections and ends the opener; lent ones
-    /// close on return ([`Inner::put_back`]).
+    /// close on return ([`Inner::close_if_shut`]).
     fn shut_down(&self) {
-        // SeqCst: see `put_back`.
+        // SeqCst: see `close_if_shut`.
         self.closed.store(true, Ordering::SeqCst);
         for i in 0..self.core.slots.len() {
             if let Some(o) = self.core.claim_idle(i) {
