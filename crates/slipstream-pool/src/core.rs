@@ -595,12 +595,14 @@ impl<C> Core<C> {
         self.scan()
     }
 
-    /// The slot this thread last returned, if it is in a slice here and the slot is IDLE.
+    /// The slot this thread last returned, if it is in a slice here, the slot is IDLE and no
+    /// one has borrowed it since. (A slot of another pool's, or one the dozing head took while
+    /// this thread stopped mid-slice and that is now another slice holder's, is not its own.)
     fn reclaim_own(&self) -> Option<Owned> {
         if !in_slice_here(self) {
             return None;
         }
-        let i = last_returned();
+        let i = last_returned(self)?;
         if i >= self.limit() {
             return None;
         }
@@ -967,7 +969,7 @@ impl<C> Core<C> {
     /// Never waits on another thread's progress.
     pub(crate) fn release(&self, o: Owned) {
         let Owned(i) = o;
-        set_last_returned(i);
+        set_last_returned(self, i);
         // A thread in its slice returns as if no one starved: IDLE, at most one wake. Asked at
         // most once (it spends a borrow of the slice), and only under contention: the
         // uncontended return reads no thread-local.
@@ -1102,7 +1104,13 @@ fn waiting_now(waiting: &AtomicUsize) -> usize {
 }
 
 #[cfg(not(loom))]
-thread_local!(static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) });
+thread_local!(
+    /// The slot this thread last returned: (its core's address, the slot, the slot's borrow
+    /// count then). The count is stamped at each lend, so an unchanged count says no one has
+    /// borrowed the slot since.
+    static LAST: std::cell::Cell<(usize, usize, u64)> =
+        const { std::cell::Cell::new((0, usize::MAX, 0)) }
+);
 
 /// Where this thread's next scan starts: the slot it last returned (HikariCP's thread-local
 /// list: that slot is likely still IDLE and its line still in this core's cache); a thread
@@ -1112,22 +1120,29 @@ thread_local!(static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new
 #[inline]
 fn scan_start() -> usize {
     LAST.with(|n| match n.get() {
-        usize::MAX => n as *const _ as usize >> 6,
-        i => i,
+        (_, usize::MAX, _) => n as *const _ as usize >> 6,
+        // Of any pool: a hint where to start.
+        (_, i, _) => i,
     })
 }
 
 #[cfg(not(loom))]
 #[inline]
-fn set_last_returned(i: usize) {
-    LAST.with(|n| n.set(i));
+fn set_last_returned<C>(core: &Core<C>, i: usize) {
+    // Relaxed: this thread's own stamp, from its own lend.
+    let stamp = core.slots[i].borrows.load(Relaxed);
+    LAST.with(|n| n.set((core as *const _ as usize, i, stamp)));
 }
 
-/// The slot this thread last returned (`usize::MAX`: none yet).
+/// The slot this thread last returned to `core`, if it did and no one has borrowed it since.
 #[cfg(not(loom))]
 #[inline]
-fn last_returned() -> usize {
-    LAST.with(|n| n.get())
+fn last_returned<C>(core: &Core<C>) -> Option<usize> {
+    let (at, i, stamp) = LAST.with(|n| n.get());
+    // Relaxed: a changed count rules the slot out; an unchanged one lets the caller try its
+    // CAS, which decides.
+    (at == core as *const _ as usize && core.slots.get(i)?.borrows.load(Relaxed) == stamp)
+        .then_some(i)
 }
 
 /// A slice: after a hand-off, a thread's returns go the barging way (IDLE, at most one wake;
@@ -1366,13 +1381,13 @@ fn scan_start() -> usize {
 loom::thread_local!(static LOOM_LAST: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX));
 
 #[cfg(loom)]
-fn set_last_returned(i: usize) {
+fn set_last_returned<C>(_: &Core<C>, i: usize) {
     LOOM_LAST.with(|n| n.set(i));
 }
 
 #[cfg(loom)]
-fn last_returned() -> usize {
-    LOOM_LAST.with(|n| n.get())
+fn last_returned<C>(_: &Core<C>) -> Option<usize> {
+    Some(LOOM_LAST.with(|n| n.get())).filter(|&i| i != usize::MAX)
 }
 
 /// Rescans before queueing: a few spins, then a few yields (each a chance for a holder to
@@ -1711,6 +1726,90 @@ mod tests {
         }
         // The waiters' drops gave back what they were handed.
         assert!(core.slots.iter().all(|s| s.state.load(SeqCst) == IDLE));
+    }
+
+    /// Three slots, two waiters starving behind a strict hand-off of the first; `f` runs with
+    /// the third waiter still starving and the other two slots lent to the test.
+    fn starving_with_two_lent(f: impl FnOnce(&Core<u32>, Owned, Owned)) {
+        let core = Core::<u32>::with_fairness(3, 3, Duration::ZERO, Duration::ZERO);
+        while let Some(o) = core.claim_empty() {
+            core.conn(&o, |c| *c = Some(0));
+            core.opened(o);
+        }
+        let lent: Vec<Owned> = (0..3).filter_map(|_| core.try_claim()).collect();
+        let [x, y, z] = <[Owned; 3]>::try_from(lent).ok().expect("three idle slots");
+        {
+            let mut waiters = [
+                std::pin::pin!(Wait::new(&core, usize::MAX)),
+                std::pin::pin!(Wait::new(&core, usize::MAX)),
+            ];
+            for w in waiters.iter_mut() {
+                w.as_mut()
+                    .queue(Wake::Task(Waker::noop().clone()))
+                    .expect("no room limit");
+            }
+            core.release(x);
+            assert!(core.q.starving.load(SeqCst), "the second waiter starves");
+            f(&core, y, z);
+            with_turn(&core, |_| (Turn::None, ()));
+        }
+    }
+
+    /// A slice holder's slot that someone borrowed since (the dozing head, say, while the
+    /// holder stopped mid-slice) is that borrower's now, between two of its borrows: taking it
+    /// "back" would cut the new holder's turn short. (Before, any IDLE slot at the index this
+    /// thread last returned was taken.)
+    #[test]
+    fn a_slice_holder_does_not_take_back_a_slot_borrowed_since() {
+        starving_with_two_lent(|core, y, z| {
+            start_slice(core, Instant::now());
+            let mine = y.index();
+            core.release(y);
+            // Lent to another and returned: the pool stamps each lend.
+            core.slots[mine].borrows.fetch_add(1, SeqCst);
+            assert!(
+                core.q.starving.load(SeqCst),
+                "the second waiter still starves"
+            );
+            assert!(
+                core.try_claim_blocking().is_none(),
+                "took back a slot borrowed by another since"
+            );
+            core.release(z);
+        });
+    }
+
+    /// The slot index this thread last returned to another pool says nothing of this one: a
+    /// slice holder here must not take this pool's slot at that index, another slice holder's.
+    #[test]
+    fn a_slice_holder_does_not_take_a_slot_at_the_index_it_returned_in_another_pool() {
+        starving_with_two_lent(|core, y, z| {
+            let theirs = y.index();
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    start_slice(core, Instant::now());
+                    core.release(y);
+                });
+            });
+            start_slice(core, Instant::now());
+            core.release(z);
+            let other = Core::<u32>::new(3, 3);
+            while let Some(o) = other.claim_empty() {
+                other.conn(&o, |c| *c = Some(0));
+                other.opened(o);
+            }
+            let o = other.claim_idle(theirs).expect("idle in the other pool");
+            other.release(o);
+            assert!(
+                core.q.starving.load(SeqCst),
+                "the second waiter still starves"
+            );
+            let got = core.try_claim_blocking().map(|o| o.index());
+            assert_ne!(got, Some(theirs), "took another slice holder's slot");
+            if let Some(i) = got {
+                core.release(Owned(i));
+            }
+        });
     }
 
     #[test]
