@@ -1728,8 +1728,9 @@ mod tests {
         assert!(core.slots.iter().all(|s| s.state.load(SeqCst) == IDLE));
     }
 
-    /// Three slots, two waiters starving behind a strict hand-off of the first; `f` runs with
-    /// the third waiter still starving and the other two slots lent to the test.
+    /// Three slots, two waiters queued and the first served by a strict hand-off of one slot;
+    /// `f` runs with the second waiter still starving and the other two slots lent to the
+    /// test.
     fn starving_with_two_lent(f: impl FnOnce(&Core<u32>, Owned, Owned)) {
         let core = Core::<u32>::with_fairness(3, 3, Duration::ZERO, Duration::ZERO);
         while let Some(o) = core.claim_empty() {

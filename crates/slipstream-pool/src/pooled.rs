@@ -204,7 +204,7 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
         },
     };
     let i = owned.index();
-    let returning = Returning::new(pool, owned);
+    let returning = Returning::new(&**pool, owned);
     let now = pool.now();
     let lent_for = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
     slot.busy_ms.store(
@@ -231,20 +231,20 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
         pool.free(returning.done());
     } else if pool.manager.needs_reset(&held.conn) {
         // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
-        // the slot stays owned, and so out of reach of borrowers, until it is done.
-        let owned = returning.done();
-        let task_pool = Arc::clone(pool);
+        // the slot stays owned, and so out of reach of borrowers, until it is done. The task
+        // carries the slot in a `Returning`, so a task dropped before it ends (the runtime
+        // shut down, even before its first poll; a panic in the reset) frees the slot.
+        let returning = Returning::new(Arc::clone(pool), returning.done());
         pool.runtime.spawn(async move {
-            let pool = task_pool;
             let mut held = held;
-            let returning = Returning::new(&pool, owned);
+            let pool = &returning.pool;
             if pool.manager.reset(&mut held.conn).await {
                 pool.counters.resets.fetch_add(1, Ordering::Relaxed);
-                pool.put_back(returning.done(), held);
+                returning.finish(|pool, o| pool.put_back(o, held));
             } else {
                 pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
                 drop(held);
-                pool.free(returning.done());
+                returning.finish(Inner::free);
             }
         });
     } else {
@@ -254,14 +254,15 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
 
 /// A slot being returned, freed for the opener if this is dropped before [`Returning::done`]:
 /// a panic in the manager's or the connection's code during a return closes that connection
-/// (unwinding drops it) and must not take the slot out of the pool for good.
-struct Returning<'a, M: Manager> {
-    pool: &'a Inner<M>,
+/// (unwinding drops it) and must not take the slot out of the pool for good. `P` is how it
+/// reaches the pool: a borrow in the guard's drop, an `Arc` in a reset task.
+struct Returning<M: Manager, P: Deref<Target = Inner<M>>> {
+    pool: P,
     owned: Option<Owned>,
 }
 
-impl<'a, M: Manager> Returning<'a, M> {
-    fn new(pool: &'a Inner<M>, owned: Owned) -> Returning<'a, M> {
+impl<M: Manager, P: Deref<Target = Inner<M>>> Returning<M, P> {
+    fn new(pool: P, owned: Owned) -> Returning<M, P> {
         Returning {
             pool,
             owned: Some(owned),
@@ -270,14 +271,25 @@ impl<'a, M: Manager> Returning<'a, M> {
 
     /// The slot, for the caller to put back or free.
     fn done(mut self) -> Owned {
-        // The expect cannot fire: `owned` is `Some` from `new` until `done` consumes `self`.
+        self.take()
+    }
+
+    /// Gives the slot to `f` (to put back or free) with the pool it belongs to.
+    fn finish(mut self, f: impl FnOnce(&Inner<M>, Owned)) {
+        let o = self.take();
+        f(&self.pool, o)
+    }
+
+    fn take(&mut self) -> Owned {
+        // The expect cannot fire: `owned` is `Some` from `new` until `done` or `finish`
+        // consumes `self`.
         self.owned
             .take()
             .expect("a Returning gives its slot up once")
     }
 }
 
-impl<M: Manager> Drop for Returning<'_, M> {
+impl<M: Manager, P: Deref<Target = Inner<M>>> Drop for Returning<M, P> {
     fn drop(&mut self) {
         if let Some(o) = self.owned.take() {
             self.pool.free(o);

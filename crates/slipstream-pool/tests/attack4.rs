@@ -790,6 +790,44 @@ fn waiters_on_a_runtime_shut_down_give_up_their_places() {
     });
 }
 
+/// A [`Numbers`] connection that always needs a reset on return, which takes one poll.
+struct AlwaysReset(Numbers);
+impl slipstream_pool::Manager for AlwaysReset {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        slipstream_pool::Manager::connect(&self.0).await
+    }
+    fn needs_reset(&self, _: &u64) -> bool {
+        true
+    }
+}
+
+/// A connection returned for a reset after the pool's runtime has shut down: the reset task is
+/// dropped unpolled, and its slot must be freed (the connection closed), not left lent to no
+/// one for good. (Before, the task carried the bare slot, and dropping it lost the slot.)
+#[test]
+fn a_reset_the_shut_down_runtime_never_runs_frees_its_slot() {
+    let rt = runtime();
+    let pool = rt.block_on(async {
+        let pool = Pool::builder(AlwaysReset(numbers()))
+            .max_size(1)
+            .min_size(1)
+            .build();
+        common::until(LIMIT, "the pool opens", || pool.stats(), |s| s.open == 1).await;
+        pool
+    });
+    let held = pool.try_get().expect("one idle connection");
+    drop(rt);
+    drop(held);
+    let s = pool.stats();
+    assert_eq!(
+        (s.open, s.idle, s.borrowed),
+        (0, 0, 0),
+        "the slot of a reset that never ran is still held: {s:?}"
+    );
+}
+
 /// Reclaims (abandoned timeout, time-to-live) racing waiters and returns: tasks and threads
 /// borrow with cancellations, some holding past the timers (their connections are taken back
 /// and reopened while they still hold the old object). No connection is lent to two holders,
