@@ -206,6 +206,8 @@ struct Entry {
     mailbox: *const AtomicUsize,
     /// When it has waited past its fairness bound.
     due: Due,
+    /// An async task (else a blocked thread): while one is queued, threads get no slices.
+    task: bool,
     wake: Option<Wake>,
 }
 
@@ -251,6 +253,8 @@ struct WaitQueue {
     tail: usize,
     /// The entry woken and not yet looked at the slots: at most one wake is in flight.
     woken: usize,
+    /// Queued entries that are tasks.
+    tasks: usize,
 }
 
 // SAFETY: the only field that is not `Send` is each entry's `mailbox` pointer, to an
@@ -267,12 +271,15 @@ impl WaitQueue {
             head: NIL,
             tail: NIL,
             woken: NIL,
+            tasks: 0,
         }
     }
 
     /// Queues a waiter at the tail: its entry's id.
     fn push(&mut self, wake: Wake, due: Due, mailbox: *const AtomicUsize) -> usize {
         let tail = self.tail;
+        let task = matches!(wake, Wake::Task(_));
+        self.tasks += usize::from(task);
         let id = match self.free.pop() {
             Some(id) => {
                 let e = &mut self.entries[id];
@@ -281,6 +288,7 @@ impl WaitQueue {
                 e.next = NIL;
                 e.queued = true;
                 e.due = due;
+                e.task = task;
                 e.wake = Some(wake);
                 id
             }
@@ -291,6 +299,7 @@ impl WaitQueue {
                     queued: true,
                     mailbox,
                     due,
+                    task,
                     wake: Some(wake),
                 });
                 self.entries.len() - 1
@@ -318,6 +327,7 @@ impl WaitQueue {
         e.queued = false;
         e.prev = NIL;
         e.next = NIL;
+        self.tasks -= usize::from(e.task);
         if self.woken == id {
             self.woken = NIL;
         }
@@ -474,6 +484,10 @@ pub(crate) struct Waiters {
     /// The head waiter has waited past `fair_after`: returners hand over instead of marking
     /// IDLE. A hint read without the lock; the lock's holder decides.
     starving: AtomicBool,
+    /// A task is queued: a thread handed a slot then gets one borrow, not a slice, since a
+    /// task's turn is one borrow and slices would give threads hundreds of times the tasks'
+    /// share (`start_slice`). A hint read without the lock, stored under it when it changes.
+    tasks_queued: AtomicBool,
     /// Wall nanoseconds per borrow in the last slice that ended (0: none yet); sizes the next
     /// slice (`slice_len`). Written once per slice.
     borrow_ns: AtomicU64,
@@ -543,6 +557,7 @@ impl<C> Core<C> {
             q: CachePadded::new(Waiters {
                 waiting: AtomicUsize::new(0),
                 starving: AtomicBool::new(false),
+                tasks_queued: AtomicBool::new(false),
                 borrow_ns: AtomicU64::new(0),
                 round_scale: AtomicU32::new(1.0f32.to_bits()),
                 queue: Mutex::new(WaitQueue::new()),
@@ -718,6 +733,7 @@ impl<C> Core<C> {
         }
         let behind = q.head != NIL;
         let id = q.push(wake, due, mailbox);
+        self.update_tasks_queued(&q);
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(ONE_WAITER, SeqCst);
@@ -893,6 +909,7 @@ impl<C> Core<C> {
         // skipped its wake because of it is seen by that scan.
         self.sync_woken(q);
         self.update_starving(q);
+        self.update_tasks_queued(q);
         let wake = if q.head != NIL && self.any_idle() {
             q.wake_head()
         } else {
@@ -916,6 +933,15 @@ impl<C> Core<C> {
             } else {
                 self.q.waiting.fetch_and(!WOKEN, SeqCst);
             }
+        }
+    }
+
+    /// Re-reads whether a task is queued (after the queue's entries changed).
+    fn update_tasks_queued(&self, q: &WaitQueue) {
+        let queued = q.tasks > 0;
+        // Relaxed: a hint that sizes turns; stored only when it changes, as `starving` is.
+        if self.q.tasks_queued.load(Relaxed) != queued {
+            self.q.tasks_queued.store(queued, Relaxed);
         }
     }
 
@@ -954,6 +980,7 @@ impl<C> Core<C> {
         // WOKEN cleared (if the head was the woken waiter) before the scan below.
         self.sync_woken(q);
         self.update_starving(q);
+        self.update_tasks_queued(q);
         let next = if was_woken && q.head != NIL && self.any_idle() {
             let next = q.wake_head();
             self.sync_woken(q);
@@ -1262,6 +1289,12 @@ fn next_scale(scale: f32, waited: Duration, waiting: usize) -> f32 {
 /// `queued`.
 #[cfg(not(loom))]
 fn start_slice<C>(core: &Core<C>, queued: Instant) {
+    // A task's turn is one borrow; while one waits, so is a thread's (the round's scale is
+    // left alone: it learns from rounds of slices).
+    if core.q.tasks_queued.load(Relaxed) {
+        with_turn(core, |_| (Turn::None, ()));
+        return;
+    }
     let begun = Instant::now();
     // Relaxed, all: they size a slice; a stale value gives a slice of another length, never
     // a wrong hand-off. Two threads' updates of the scale may race and one be lost: a step
@@ -1694,11 +1727,13 @@ mod tests {
         let a = core.try_claim().expect("two idle slots");
         let b = core.try_claim().expect("two idle slots");
         {
-            // Two waiters, as tasks that no one polls: nothing looks at the slots but the test.
+            // Two waiters, as threads that never look (their wakes unpark this thread, which
+            // does not park): nothing looks at the slots but the test. Threads, since a
+            // queued task would deny this thread its slice.
             let mut first = std::pin::pin!(Wait::new(&core, usize::MAX));
             let mut second = std::pin::pin!(Wait::new(&core, usize::MAX));
             for w in [first.as_mut(), second.as_mut()] {
-                w.queue(Wake::Task(Waker::noop().clone()))
+                w.queue(Wake::Thread(std::thread::current()))
                     .expect("no room limit");
             }
             // A strict return (not in a slice): `a` goes to the first, and the second starves.
@@ -1728,9 +1763,9 @@ mod tests {
         assert!(core.slots.iter().all(|s| s.state.load(SeqCst) == IDLE));
     }
 
-    /// Three slots, two waiters queued and the first served by a strict hand-off of one slot;
-    /// `f` runs with the second waiter still starving and the other two slots lent to the
-    /// test.
+    /// Three slots, two waiters (threads that never look) queued and the first served by a
+    /// strict hand-off of one slot; `f` runs with the second waiter still starving and the
+    /// other two slots lent to the test.
     fn starving_with_two_lent(f: impl FnOnce(&Core<u32>, Owned, Owned)) {
         let core = Core::<u32>::with_fairness(3, 3, Duration::ZERO, Duration::ZERO);
         while let Some(o) = core.claim_empty() {
@@ -1746,7 +1781,7 @@ mod tests {
             ];
             for w in waiters.iter_mut() {
                 w.as_mut()
-                    .queue(Wake::Task(Waker::noop().clone()))
+                    .queue(Wake::Thread(std::thread::current()))
                     .expect("no room limit");
             }
             core.release(x);
@@ -2286,7 +2321,15 @@ mod loom_tests {
             a.as_mut()
                 .queue(Wake::Task(waker.clone()))
                 .expect("no room limit");
-            let returner = spawn_return(&core, held);
+            let returned = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
+            let returner = {
+                let (core, returned) = (core.clone(), returned.clone());
+                thread::spawn(move || {
+                    touch(&core, &held);
+                    core.release(held);
+                    returned.store(true, SeqCst);
+                })
+            };
             let next = spawn_blocking_borrower(&core);
             // Its first poll races the hand-off and the next waiter's queueing.
             let o = loop {
@@ -2297,6 +2340,13 @@ mod loom_tests {
             };
             touch(&core, &o);
             core.release(o);
+            // Served by a poll that found the mailbox filled, this thread may still be owed
+            // the returner's wake (it wakes after it unlocks). Loom resumes a thread blocked in
+            // `join` when it is unparked, and then fails its own check, where std's `join`
+            // ignores an unpark: so no `join` until the returner is past its wake.
+            while !returned.load(SeqCst) {
+                loom::thread::yield_now();
+            }
             returner.join().unwrap();
             next.join().unwrap();
             check_all_idle(&core, 3);

@@ -82,3 +82,109 @@ fn many_threads_few_slots_zero_hold_all_finish() {
 fn ten_thousand_threads_six_slots_zero_hold_all_finish() {
     storm(10_000, 6);
 }
+
+/// Tasks and threads on one starving pool take turns of the same size: a thread handed a slot
+/// while a task waits gets one borrow, not a slice. Before (session 31's attacker), a thread's
+/// turn was a slice of up to 2 ms and a task's one borrow, and 300 threads with 100 tasks on
+/// 2 slots gave each task 10 borrows in 4 s against 6,361 for each thread. Counted over a
+/// window that starts once every borrower has borrowed, so start-up does not weigh.
+#[test]
+fn tasks_and_threads_on_a_starving_pool_get_turns_alike() {
+    const THREADS: usize = 300;
+    const TASKS: usize = 100;
+    let rt = two_workers();
+    let pool: Pool<_> = rt.block_on(async {
+        let pool = Pool::builder(numbers()).max_size(2).min_size(2).build();
+        common::until(LIMIT, "the pool opens", || pool.stats(), |s| s.open >= 2).await;
+        pool
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let counting = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (pool, stop, counting, started) = (
+                pool.clone(),
+                stop.clone(),
+                counting.clone(),
+                started.clone(),
+            );
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let (mut mine, mut first) = (0u64, true);
+                    while !stop.load(Ordering::Relaxed) {
+                        drop(pool.get_blocking().expect("no timeout is set"));
+                        if std::mem::take(&mut first) {
+                            started.fetch_add(1, Ordering::Relaxed);
+                        }
+                        mine += u64::from(counting.load(Ordering::Relaxed));
+                    }
+                    mine
+                })
+                .expect("spawn a borrower")
+        })
+        .collect();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (pool, stop, counting, started) = (
+                pool.clone(),
+                stop.clone(),
+                counting.clone(),
+                started.clone(),
+            );
+            rt.spawn(async move {
+                let (mut mine, mut first) = (0u64, true);
+                while !stop.load(Ordering::Relaxed) {
+                    let c = pool.get().await.expect("no timeout is set");
+                    tokio::task::yield_now().await;
+                    drop(c);
+                    if std::mem::take(&mut first) {
+                        started.fetch_add(1, Ordering::Relaxed);
+                    }
+                    mine += u64::from(counting.load(Ordering::Relaxed));
+                }
+                mine
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + LIMIT;
+    while started.load(Ordering::Relaxed) < (THREADS + TASKS) as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "not every borrower got a first borrow: {:?}",
+            pool.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    counting.store(true, Ordering::Relaxed);
+    std::thread::sleep(storm_length());
+    counting.store(false, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let by_thread = join_threads(&pool, threads, deadline);
+    let by_task: Vec<u64> = rt.block_on(async {
+        let mut counts = Vec::new();
+        for t in tasks {
+            let n = tokio::time::timeout_at(deadline.into(), t)
+                .await
+                .expect("a task hung in get")
+                .expect("a borrower task panicked");
+            counts.push(n);
+        }
+        counts
+    });
+    rt.block_on(all_back(&pool));
+    let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
+    let (threads_mean, tasks_mean) = (mean(&by_thread), mean(&by_task));
+    eprintln!("{tasks_mean:.0} borrows per task, {threads_mean:.0} per thread");
+    let starved = by_thread
+        .iter()
+        .chain(&by_task)
+        .filter(|&&n| n == 0)
+        .count();
+    assert_eq!(starved, 0, "borrowers with no borrow in the window");
+    assert!(
+        tasks_mean >= 0.5 * threads_mean && threads_mean >= 0.5 * tasks_mean,
+        "turns differ by kind: {tasks_mean:.0} borrows per task, {threads_mean:.0} per thread"
+    );
+}
