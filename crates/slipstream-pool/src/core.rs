@@ -1848,6 +1848,41 @@ mod tests {
         });
     }
 
+    /// The hint that a task waits follows the queue whichever way a task leaves it (served by
+    /// a hand-off, or giving up), and a thread left queued does not hold it: a hint stuck on
+    /// would deny threads their slices for good.
+    #[test]
+    fn the_task_hint_follows_the_queue_whichever_way_a_task_leaves() {
+        let core = Core::<u32>::with_fairness(1, 1, Duration::ZERO, Duration::ZERO);
+        let o = core.claim_empty().expect("one empty slot");
+        core.conn(&o, |c| *c = Some(0));
+        core.opened(o);
+        let held = core.try_claim().expect("one idle slot");
+        let task = || Wake::Task(Waker::noop().clone());
+        let hint = || core.q.tasks_queued.load(SeqCst);
+        {
+            let mut a = std::pin::pin!(Wait::new(&core, usize::MAX));
+            let mut b = std::pin::pin!(Wait::new(&core, usize::MAX));
+            a.as_mut().queue(task()).expect("no room limit");
+            assert!(hint(), "a task is queued");
+            b.as_mut()
+                .queue(Wake::Thread(std::thread::current()))
+                .expect("no room limit");
+            core.release(held);
+            assert!(!hint(), "the task was handed the slot; only a thread waits");
+            let (got, _) = a.as_mut().poll_slot(None).expect("handed the slot");
+            {
+                let mut c = std::pin::pin!(Wait::new(&core, usize::MAX));
+                c.as_mut().queue(task()).expect("no room limit");
+                assert!(hint(), "a task is queued again");
+            }
+            assert!(!hint(), "the task gave up its place");
+            core.release(got);
+        }
+        assert!(!hint());
+        assert!(core.slots.iter().all(|s| s.state.load(SeqCst) == IDLE));
+    }
+
     #[test]
     fn a_round_of_the_right_length_leaves_the_scale_alone() {
         assert_eq!(next_scale(1.0, ROUND, 1000), 1.0);
