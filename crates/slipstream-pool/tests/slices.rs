@@ -98,27 +98,17 @@ fn tasks_and_threads_on_a_starving_pool_get_turns_alike() {
         common::until(LIMIT, "the pool opens", || pool.stats(), |s| s.open >= 2).await;
         pool
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let counting = Arc::new(AtomicBool::new(false));
-    let started = Arc::new(AtomicU64::new(0));
+    let window = Window::default();
     let threads: Vec<_> = (0..THREADS)
         .map(|_| {
-            let (pool, stop, counting, started) = (
-                pool.clone(),
-                stop.clone(),
-                counting.clone(),
-                started.clone(),
-            );
+            let (pool, window) = (pool.clone(), window.clone());
             std::thread::Builder::new()
                 .stack_size(64 * 1024)
                 .spawn(move || {
                     let (mut mine, mut first) = (0u64, true);
-                    while !stop.load(Ordering::Relaxed) {
+                    while window.running() {
                         drop(pool.get_blocking().expect("no timeout is set"));
-                        if std::mem::take(&mut first) {
-                            started.fetch_add(1, Ordering::Relaxed);
-                        }
-                        mine += u64::from(counting.load(Ordering::Relaxed));
+                        mine += window.borrowed(&mut first);
                     }
                     mine
                 })
@@ -127,29 +117,21 @@ fn tasks_and_threads_on_a_starving_pool_get_turns_alike() {
         .collect();
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let (pool, stop, counting, started) = (
-                pool.clone(),
-                stop.clone(),
-                counting.clone(),
-                started.clone(),
-            );
+            let (pool, window) = (pool.clone(), window.clone());
             rt.spawn(async move {
                 let (mut mine, mut first) = (0u64, true);
-                while !stop.load(Ordering::Relaxed) {
+                while window.running() {
                     let c = pool.get().await.expect("no timeout is set");
                     tokio::task::yield_now().await;
                     drop(c);
-                    if std::mem::take(&mut first) {
-                        started.fetch_add(1, Ordering::Relaxed);
-                    }
-                    mine += u64::from(counting.load(Ordering::Relaxed));
+                    mine += window.borrowed(&mut first);
                 }
                 mine
             })
         })
         .collect();
     let deadline = Instant::now() + LIMIT;
-    while started.load(Ordering::Relaxed) < (THREADS + TASKS) as u64 {
+    while window.started.load(Ordering::Relaxed) < (THREADS + TASKS) as u64 {
         assert!(
             Instant::now() < deadline,
             "not every borrower got a first borrow: {:?}",
@@ -157,10 +139,10 @@ fn tasks_and_threads_on_a_starving_pool_get_turns_alike() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    counting.store(true, Ordering::Relaxed);
+    window.counting.store(true, Ordering::Relaxed);
     std::thread::sleep(storm_length());
-    counting.store(false, Ordering::Relaxed);
-    stop.store(true, Ordering::Relaxed);
+    window.counting.store(false, Ordering::Relaxed);
+    window.stop.store(true, Ordering::Relaxed);
     let by_thread = join_threads(&pool, threads, deadline);
     let by_task: Vec<u64> = rt.block_on(async {
         let mut counts = Vec::new();
@@ -187,4 +169,28 @@ fn tasks_and_threads_on_a_starving_pool_get_turns_alike() {
         tasks_mean >= 0.5 * threads_mean && threads_mean >= 0.5 * tasks_mean,
         "turns differ by kind: {tasks_mean:.0} borrows per task, {threads_mean:.0} per thread"
     );
+}
+
+/// What the borrowers of a counted window share: when to stop, whether the window is open,
+/// and how many have borrowed at least once.
+#[derive(Clone, Default)]
+struct Window {
+    stop: Arc<AtomicBool>,
+    counting: Arc<AtomicBool>,
+    started: Arc<AtomicU64>,
+}
+
+impl Window {
+    fn running(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// After each borrow: 1 if the window is open (to count), and the borrower's first
+    /// borrow (`first`) marks it started.
+    fn borrowed(&self, first: &mut bool) -> u64 {
+        if std::mem::take(first) {
+            self.started.fetch_add(1, Ordering::Relaxed);
+        }
+        u64::from(self.counting.load(Ordering::Relaxed))
+    }
 }
