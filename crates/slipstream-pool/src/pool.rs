@@ -83,6 +83,7 @@ impl<M: Manager> Builder<M> {
             runtime: tokio::runtime::Handle::current(),
             handles: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
+            shut: Notify::new(),
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
         inner.opener.notify_one();
@@ -215,6 +216,9 @@ pub(crate) struct Inner<M: Manager> {
     /// Set by the last handle's drop: no borrower can come any more, so every connection
     /// closes (idle ones at once, lent ones on return) and the opener ends.
     pub(crate) closed: AtomicBool,
+    /// Notified (all waiters) when `closed` is set: a reset in progress gives up and closes
+    /// its connection, which a hung reset would otherwise keep open with the pool's memory.
+    pub(crate) shut: Notify,
 }
 
 impl<M: Manager> Inner<M> {
@@ -288,11 +292,24 @@ impl<M: Manager> Inner<M> {
         }
     }
 
+    /// Returns once the last handle has gone (at once if it has).
+    pub(crate) async fn until_shut(&self) {
+        let notified = self.shut.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Enabled before the flag is read: a `shut_down` after the read notifies it.
+        notified.as_mut().enable();
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        notified.await;
+    }
+
     /// The last handle is gone: closes the idle connections and ends the opener; lent ones
     /// close on return ([`Inner::close_if_shut`]).
     fn shut_down(&self) {
         // SeqCst: see `close_if_shut`.
         self.closed.store(true, Ordering::SeqCst);
+        self.shut.notify_waiters();
         for i in 0..self.core.slots.len() {
             if let Some(o) = self.core.claim_idle(i) {
                 self.close(o);

@@ -4,7 +4,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::core::{Lease, Owned};
 use crate::pool::Inner;
@@ -214,18 +214,7 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
     if pool.watches_leaks {
         pool.attachments[i].borrow_site.returned(i);
     }
-    let c = &pool.counters;
-    // Closed rather than put back, counted by why.
-    let closed = if held.discard || pool.manager.is_broken(&held.conn) {
-        Some(&c.closed_broken)
-    } else if pool.expired(i, now) {
-        Some(&c.retired)
-    } else if i >= pool.core.limit() {
-        Some(&c.resized_away)
-    } else {
-        None
-    };
-    if let Some(counter) = closed {
+    if let Some(counter) = must_close(pool, &held, i, now) {
         counter.fetch_add(1, Ordering::Relaxed);
         drop(held);
         pool.free(returning.done());
@@ -238,17 +227,59 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
         pool.runtime.spawn(async move {
             let mut held = held;
             let pool = &returning.pool;
-            if pool.manager.reset(&mut held.conn).await {
-                pool.counters.resets.fetch_add(1, Ordering::Relaxed);
-                returning.finish(|pool, o| pool.put_back(o, held));
-            } else {
-                pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
-                drop(held);
-                returning.finish(Inner::free);
+            // The last handle's going ends a reset still running (one that hangs would keep
+            // the connection open, and the pool's memory, for as long as it hangs).
+            let reset = tokio::select! {
+                ok = pool.manager.reset(&mut held.conn) => Some(ok),
+                () = pool.until_shut() => None,
+            };
+            match reset {
+                Some(true) => {
+                    pool.counters.resets.fetch_add(1, Ordering::Relaxed);
+                    // Asked again: a resize or an eviction may have come during the reset,
+                    // and the slot is handed over, not re-checked, once released.
+                    match must_close(pool, &held, i, pool.now()) {
+                        Some(counter) => {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            drop(held);
+                            returning.finish(Inner::free);
+                        }
+                        None => returning.finish(|pool, o| pool.put_back(o, held)),
+                    }
+                }
+                Some(false) => {
+                    pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
+                    drop(held);
+                    returning.finish(Inner::free);
+                }
+                None => {
+                    drop(held);
+                    returning.finish(Inner::free);
+                }
             }
         });
     } else {
         pool.put_back(returning.done(), held);
+    }
+}
+
+/// Why the connection in `held`, back from a borrow of slot `i`, must close rather than go
+/// back into service, as the counter of that reason; `None`: it may go back.
+fn must_close<'p, M: Manager>(
+    pool: &'p Inner<M>,
+    held: &Held<M::Connection>,
+    i: usize,
+    now: u64,
+) -> Option<&'p AtomicU64> {
+    let c = &pool.counters;
+    if held.discard || pool.manager.is_broken(&held.conn) {
+        Some(&c.closed_broken)
+    } else if pool.expired(i, now) {
+        Some(&c.retired)
+    } else if i >= pool.core.limit() {
+        Some(&c.resized_away)
+    } else {
+        None
     }
 }
 
