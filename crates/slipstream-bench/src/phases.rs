@@ -233,6 +233,10 @@ impl Plan {
             });
             at = end;
         }
+        anyhow::ensure!(
+            Duration::try_from_secs_f64(at).is_ok(),
+            "the ramp-up and stages add up to {at:.0} s, longer than a run can be timed; give shorter stages"
+        );
         Ok(Plan {
             segments,
             open,
@@ -240,7 +244,8 @@ impl Plan {
         })
     }
 
-    /// The measured length: ramp-up plus stages.
+    /// The measured length: ramp-up plus stages (checked to fit a `Duration` when the plan
+    /// was made).
     pub(crate) fn total(&self) -> Duration {
         Duration::from_secs_f64(self.segments.last().map_or(0.0, |s| s.end))
     }

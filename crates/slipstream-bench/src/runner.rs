@@ -175,6 +175,15 @@ impl RunConfig {
             workload.name()
         );
         workload.check().map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            Instant::now()
+                .checked_add(self.warmup)
+                .and_then(|t| t.checked_add(plan.total()))
+                .and_then(|t| t.checked_add(self.grace))
+                .is_some(),
+            "the warm-up, the run ({:?}) and the grace period add up to more than the clock can count; give a shorter --duration, --warmup or --grace",
+            plan.total()
+        );
         Ok(plan)
     }
 }
@@ -370,17 +379,32 @@ pub async fn run<S: Future + Send>(
     }
     let measured = closed_at.saturating_duration_since(window.from);
 
-    // Drain: users finish what the window gave them, within the grace period.
-    let drained = tokio::time::timeout(config.grace, async {
+    // Drain: users finish what the window gave them, within the grace period, or until a
+    // Ctrl-C (the first one, if the window ended on its own) cuts it short. (`stop` is
+    // polled only if it has not completed: an async block must not be polled again.)
+    let drain = tokio::time::timeout(config.grace, async {
         while users.join_next().await.is_some() {}
-    })
-    .await
-    .is_ok();
+    });
+    let drained = if interrupted {
+        drain.await.is_ok()
+    } else {
+        tokio::select! {
+            r = drain => r.is_ok(),
+            _ = &mut stop => {
+                interrupted = true;
+                false
+            }
+        }
+    };
     shared.stop.store(true, Ordering::Release);
     let _ = shared.stop_signal.send(true);
     let mut unfinished = 0;
     if !drained {
-        // Censored at the grace limit: in flight, or (open loop) still queued.
+        // Censored at the grace limit (or the Ctrl-C): what was in flight. The users are shut
+        // down first, so none records a transaction counted here, or takes one from the queue
+        // after it is emptied below. (A user's busy flag and its record change with no await
+        // between them, so an aborted user's flag says what it had in hand.)
+        users.shutdown().await;
         for b in &shared.busy {
             let k = b.load(Ordering::Acquire);
             if k > 0 {
@@ -388,18 +412,22 @@ pub async fn run<S: Future + Send>(
                 unfinished += 1;
             }
         }
-        if let Some(q) = &shared.queue
-            && let Ok(mut rx) = q.try_lock()
-        {
-            while let Ok((_, kind)) = rx.try_recv() {
+    }
+    if let Some(a) = arrivals {
+        let _ = a.join();
+    }
+    // Open loop: arrivals still queued were never served, whether the grace ran out or the
+    // users left on a Ctrl-C; those of the window are censored. Read after the users and the
+    // arrivals have stopped, so the count is exact.
+    if let Some(q) = &shared.queue
+        && let Ok(mut rx) = q.try_lock()
+    {
+        while let Ok((intended, kind)) = rx.try_recv() {
+            if intended >= window.from {
                 recorder.censor(kind);
                 unfinished += 1;
             }
         }
-        users.shutdown().await;
-    }
-    if let Some(a) = arrivals {
-        let _ = a.join();
     }
     drop(threads);
     drop(progress);
@@ -760,8 +788,12 @@ fn spawn_arrivals(
             let mut rng = SmallRng::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_5A5A);
             let mut next = t0;
             let mut measured = 0u64;
-            loop {
-                next += Duration::from_secs_f64(gap.sample(&mut rng));
+            // A gap no clock can hold (a rate near zero) is past any window's end.
+            while let Some(n) = Duration::try_from_secs_f64(gap.sample(&mut rng))
+                .ok()
+                .and_then(|g| next.checked_add(g))
+            {
+                next = n;
                 if next >= window.to || shared.stop.load(Ordering::Acquire) {
                     break;
                 }

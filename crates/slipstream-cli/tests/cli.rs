@@ -522,6 +522,51 @@ fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     assert!(page.contains("<svg") && page.contains("latency by percentile"));
 }
 
+/// A Ctrl-C after the window, while the run drains (a 20 s statement in flight, `--grace
+/// 60s`), ends the drain: the statement is censored, the result written, the exit status 130.
+/// Before (session 32's attacker), only the window listened for it: the run went on until the
+/// statement ended, and a second Ctrl-C was ignored too (exit 0, 15.5 s later).
+#[test]
+fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slow.toml");
+    std::fs::write(
+        &file,
+        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(20)\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(["bench", file.to_str().unwrap(), "-u", "1", "-d", "1s"])
+        .args(["-w", "0s", "--grace", "60s", "-q"])
+        .args(["--url", &cluster.url(), "-o", out.to_str().unwrap()])
+        .env("SLIPSTREAM_HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Connected within a second or two, then a 1 s window: draining by now.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(10),
+        "the Ctrl-C during the drain was ignored for {:?}: {}",
+        sent.elapsed(),
+        text(&o)
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(run["interrupted"], true);
+    assert_eq!(run["unfinished"], 1, "the statement in flight is censored");
+    assert_eq!(run["transactions"][0]["censored"], 1);
+}
+
 #[test]
 fn a_bad_workload_file_is_named_with_its_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,154 @@
+//! Runs cut short and runs that cannot be timed (found by session 32's attacker; no database:
+//! the transactions sleep or do nothing). Every arrival of an open-loop window ends in a
+//! count, whether a Ctrl-C or the grace limit stops the run; a duration or rate no clock can
+//! hold is an error or an empty schedule, never a panic.
+
+use std::future::pending;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
+};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Sleeps for its milliseconds (0: returns at once), then succeeds.
+struct Sleep(u64);
+
+impl Transaction for Sleep {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        if self.0 > 0 {
+            tokio::time::sleep(Duration::from_millis(self.0)).await;
+        }
+        Ok(())
+    }
+}
+
+fn sleeping(ms: u64) -> Workload {
+    Workload::new("sleep")
+        .transaction("sleep", 1, move || Sleep(ms))
+        .without_database()
+}
+
+/// Every arrival of the window, counted: done (ok or failed) or censored.
+fn accounted(run: &BenchRun) -> u64 {
+    run.transactions
+        .iter()
+        .map(|t| t.ok + t.failed + t.censored)
+        .sum()
+}
+
+fn arrivals(run: &BenchRun) -> u64 {
+    run.schedule.as_ref().expect("an open-loop run").arrivals
+}
+
+/// Stopped (a Ctrl-C) with a backlog queued: one user serves 20 ms transactions at 500
+/// arrivals a second. The queued arrivals are censored. Before, the users left the queue on
+/// the stop, the drain then finished, and the queue was censored only when the grace ran out:
+/// 250 arrivals, 24 counted.
+#[test]
+fn a_run_stopped_with_arrivals_queued_censors_them() {
+    let mut c = RunConfig::new(None);
+    (c.threads, c.users, c.seed) = (1, 1, 9);
+    c.rate = Some(500.0);
+    c.duration = Duration::from_secs(30);
+    let run = rt()
+        .block_on(async {
+            let stop = tokio::time::sleep(Duration::from_millis(500));
+            bench::run(&sleeping(20), &c, stop).await
+        })
+        .unwrap();
+    assert!(run.interrupted);
+    assert!(run.unfinished > 0, "a backlog was queued");
+    assert_eq!(
+        accounted(&run),
+        arrivals(&run),
+        "arrivals lost without a trace"
+    );
+}
+
+/// The grace limit ends a run with a backlog while users are still running: each arrival is
+/// counted once. Before, the in-flight and the queue were read while users still ran, so a
+/// transaction could be censored and then recorded as done too (or taken from the emptied
+/// queue and lost): one seed in five counted 3 arrivals twice.
+#[test]
+fn the_grace_limit_with_a_backlog_counts_every_arrival_once() {
+    let mut wrong = Vec::new();
+    for seed in 0..5 {
+        let mut c = RunConfig::new(None);
+        (c.threads, c.users, c.seed) = (2, 8, seed);
+        c.rate = Some(20_000.0);
+        c.duration = Duration::from_millis(300);
+        c.grace = Duration::from_millis(50);
+        let run = rt()
+            .block_on(bench::run(&sleeping(1), &c, pending::<()>()))
+            .unwrap();
+        if accounted(&run) != arrivals(&run) {
+            wrong.push((seed, arrivals(&run), accounted(&run)));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "(seed, arrivals, ok + failed + censored): {wrong:?}"
+    );
+}
+
+/// A duration the parser accepts but no clock can add: a clear error. Before: a panic,
+/// "overflow when adding duration to instant".
+#[test]
+fn a_duration_too_long_to_time_is_an_error() {
+    let mut c = RunConfig::new(None);
+    c.duration = bench::parse_duration("3000000000000000h").expect("a number with a unit");
+    let e = rt()
+        .block_on(bench::run(&sleeping(0), &c, pending::<()>()))
+        .expect_err("refused");
+    assert!(e.to_string().contains("shorter"), "{e}");
+}
+
+/// Stages that each fit but together do not: a clear error. Before: a panic, "cannot convert
+/// float seconds to Duration".
+#[test]
+fn stages_too_long_together_are_an_error() {
+    let s: bench::Stage = "10000000000000000000s:1".parse().expect("a stage");
+    let mut c = RunConfig::new(None);
+    c.stages = vec![s, s];
+    let e = rt()
+        .block_on(bench::run(&sleeping(0), &c, pending::<()>()))
+        .expect_err("refused");
+    assert!(e.to_string().contains("shorter stages"), "{e}");
+}
+
+/// A rate so low that the first gap overflows any clock: no arrival, and no panicking
+/// thread. Before, the arrival thread panicked ("cannot convert float seconds to Duration")
+/// and the run still reported success.
+#[test]
+fn a_rate_near_zero_schedules_nothing_and_panics_nowhere() {
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    let previous = std::panic::take_hook();
+    // The hook is the process's: count only the arrival thread's panics, not other tests'.
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() == Some("bench-arrivals") {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        previous(info);
+    }));
+    let mut c = RunConfig::new(None);
+    c.rate = Some(1e-300);
+    c.duration = Duration::from_millis(300);
+    let run = rt()
+        .block_on(bench::run(&sleeping(0), &c, pending::<()>()))
+        .expect("an empty schedule is a run");
+    assert_eq!(
+        PANICS.load(Ordering::SeqCst),
+        0,
+        "the arrival thread panicked"
+    );
+    assert_eq!(arrivals(&run), 0);
+}
