@@ -78,7 +78,12 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
     let Some(&origin) = starts.iter().min() else {
         anyhow::bail!("no runs to merge");
     };
-    let seconds = first.intervals.seconds.max(1e-9);
+    anyhow::ensure!(
+        first.intervals.seconds.is_finite() && first.intervals.seconds > 0.0,
+        "{first_label}: its intervals are {} s long; a result's intervals have a positive length (a corrupt file?)",
+        first.intervals.seconds
+    );
+    let seconds = first.intervals.seconds;
     // Seconds from the earliest start, and that in whole intervals.
     let offsets_s: Vec<f64> = starts
         .iter()
@@ -88,6 +93,21 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
         .iter()
         .map(|o| (o / seconds).round() as usize)
         .collect();
+    // Load generators that ran together start within a run's length of each other (and a
+    // minute of clock skew): a merge of runs further apart is a mistake, and its series
+    // would be mostly empty intervals (from files days apart, gigabytes of them).
+    let longest = parts
+        .iter()
+        .flat_map(|(_, r)| r.intervals.per_transaction.values().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    let allowed = longest + (60.0 / seconds).ceil() as usize;
+    for ((label, _), (shift, offset)) in parts.iter().zip(shifts.iter().zip(&offsets_s)) {
+        anyhow::ensure!(
+            *shift <= allowed,
+            "cannot merge runs that did not run together: {label} started {offset:.0} s after the earliest; merge combines load generators that ran at the same time"
+        );
+    }
 
     let mut out = first.clone();
     out.schema_version = RUN_SCHEMA_VERSION;
@@ -95,7 +115,7 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
         .1
         .started_at
         .clone();
-    out.users = parts.iter().map(|(_, r)| r.users).sum();
+    out.users = sum(parts, "users", |r| r.users as u64)? as usize;
     out.load = match first.load {
         Load::Closed => Load::Closed,
         Load::Open { .. } => Load::Open {
@@ -117,7 +137,7 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
     out.warmup_s = parts.iter().map(|(_, r)| r.warmup_s).fold(0.0, f64::max);
     out.grace_s = parts.iter().map(|(_, r)| r.grace_s).fold(0.0, f64::max);
     out.interrupted = parts.iter().any(|(_, r)| r.interrupted);
-    out.unfinished = parts.iter().map(|(_, r)| r.unfinished).sum();
+    out.unfinished = sum(parts, "unfinished", |r| r.unfinished)?;
     for (_, r) in parts {
         if r.think != out.think {
             out.think = "differs between the merged runs".into();
@@ -218,11 +238,16 @@ fn merge_type(name: &str, weight: u32, parts: &[(String, BenchRun)]) -> anyhow::
         let Some(p) = r.transactions.iter().find(|p| p.name == name) else {
             continue;
         };
-        t.ok += p.ok;
-        t.failed += p.failed;
-        t.censored += p.censored;
+        let what = |field: &str| format!("{field} of {name} in {label}");
+        add(&mut t.ok, p.ok, &what("ok"))?;
+        add(&mut t.failed, p.failed, &what("failed"))?;
+        add(&mut t.censored, p.censored, &what("censored"))?;
         for (code, n) in &p.failures {
-            *t.failures.entry(code.clone()).or_default() += n;
+            add(
+                t.failures.entry(code.clone()).or_default(),
+                *n,
+                &what(&format!("failures {code}")),
+            )?;
         }
         for (code, m) in &p.failure_messages {
             t.failure_messages
@@ -238,6 +263,27 @@ fn merge_type(name: &str, weight: u32, parts: &[(String, BenchRun)]) -> anyhow::
     t.percentile_curve = curve(&hist);
     t.histogram = encode(&hist);
     Ok(t)
+}
+
+/// Adds `n` to `total`; an overflow is a corrupt file's, named by `what`.
+fn add(total: &mut u64, n: u64, what: &str) -> anyhow::Result<()> {
+    *total = total
+        .checked_add(n)
+        .ok_or_else(|| anyhow::anyhow!("the merged {what} overflows a count: a corrupt file?"))?;
+    Ok(())
+}
+
+/// The parts' `field`, added with [`add`].
+fn sum(
+    parts: &[(String, BenchRun)],
+    what: &str,
+    field: impl Fn(&BenchRun) -> u64,
+) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for (label, r) in parts {
+        add(&mut total, field(r), &format!("{what} in {label}"))?;
+    }
+    Ok(total)
 }
 
 /// Adds series shifted by whole intervals.

@@ -368,6 +368,42 @@ fn version_1_results_are_read_but_not_merged() {
     assert!(err.contains("update slipstream"), "{err}");
 }
 
+/// Hostile or mismatched files given to a merge: a clear error, never a panic or an
+/// allocation the size of the gap between them (found by session 32's attacker: a file
+/// started in 1971 asked for 42 GB, intervals of 0 s for 48 GB, and a count of `u64::MAX`
+/// panicked on the addition).
+#[test]
+fn a_merge_of_corrupt_or_unrelated_runs_is_an_error() {
+    let w = Workload::new("noop")
+        .without_database()
+        .transaction("ping", 1, || NoDb);
+    let mut c = RunConfig::new(None);
+    c.duration = Duration::from_millis(200);
+    c.threads = 1;
+    let run = run_on_own_runtime(w, c);
+    let merge = |a: BenchRun, b: BenchRun| {
+        bench::merge(&[("a.json".into(), a), ("b.json".into(), b)])
+            .unwrap_err()
+            .to_string()
+    };
+
+    let mut stale = run.clone();
+    stale.started_at = "1971-01-01T00:00:00Z".into();
+    let err = merge(run.clone(), stale);
+    assert!(err.contains("did not run together"), "{err}");
+
+    let (mut zero_a, mut zero_b) = (run.clone(), run.clone());
+    zero_a.intervals.seconds = 0.0;
+    zero_b.intervals.seconds = 0.0;
+    let err = merge(zero_a, zero_b);
+    assert!(err.contains("positive length"), "{err}");
+
+    let mut huge = run.clone();
+    huge.transactions[0].ok = u64::MAX;
+    let err = merge(run.clone(), huge);
+    assert!(err.contains("overflows"), "{err}");
+}
+
 struct NoDb;
 impl Transaction for NoDb {
     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
