@@ -336,11 +336,22 @@ impl BenchRun {
                 }
             );
         }
-        serde_json::from_value(value).map_err(|e| {
+        let run: BenchRun = serde_json::from_value(value).map_err(|e| {
             anyhow::anyhow!(
                 "{} is a bench result with a missing or malformed field: {e}",
                 path.display()
             )
-        })
+        })?;
+        // Every percentile the report shows is read from these: a corrupt one is an error
+        // here, not blank figures later.
+        for t in &run.transactions {
+            crate::histogram::decode(&t.histogram, &t.name).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e}; the file is corrupt, re-run the benchmark",
+                    path.display()
+                )
+            })?;
+        }
+        Ok(run)
     }
 }

@@ -362,6 +362,17 @@ fn version_1_results_are_read_but_not_merged() {
         .to_string();
     assert!(err.contains("version 1") && err.contains("re-run"), "{err}");
 
+    // A corrupt histogram is named when the file is read (before, `report` showed blank
+    // percentiles and exited 0; found by session 32's attacker).
+    let mut corrupt = serde_json::to_value(&run).unwrap();
+    corrupt["transactions"][0]["histogram"] = "not a histogram".into();
+    std::fs::write(&path, serde_json::to_vec(&corrupt).unwrap()).unwrap();
+    let err = BenchRun::read_json(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("histogram of ping") && err.contains("corrupt"),
+        "{err}"
+    );
+
     v["schema_version"] = 99.into();
     std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
     let err = BenchRun::read_json(&path).unwrap_err().to_string();
