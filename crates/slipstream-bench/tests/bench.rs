@@ -1,21 +1,16 @@
 //! The workload runner against real clusters: Order Entry's transactions and invariants, the
 //! mix, failures by SQLSTATE, reconnecting, and open-loop latency under a server stall.
 
+mod common;
+
 use std::future::pending;
 use std::time::Duration;
 
+use common::rt;
 use slipstream_bench::{
     self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload, order_entry,
 };
 use slipstream_testkit::{Cluster, DelayProxy};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn config(url: &str, users: usize, secs: f64) -> RunConfig {
     let mut c = RunConfig::new(Some(url.into()));

@@ -3,21 +3,16 @@
 //! count, whether a Ctrl-C or the grace limit stops the run; a duration or rate no clock can
 //! hold is an error or an empty schedule, never a panic.
 
+mod common;
+
 use std::future::pending;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::rt;
 use slipstream_bench::{
     self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
 };
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Sleeps for its milliseconds (0: returns at once), then succeeds.
 struct Sleep(u64);

@@ -2,21 +2,16 @@
 //! change the user count and are reported on their own, users run on the threads asked for,
 //! and a run stopped during its ramp-up still returns a result.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::future::pending;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::rt;
 use slipstream_bench::{self as bench, RunConfig, Session, Transaction, TxError, Workload};
 use slipstream_testkit::Cluster;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Every start: (user, when, the OS thread it ran on).
 type Starts = Arc<Mutex<Vec<(usize, Instant, String)>>>;

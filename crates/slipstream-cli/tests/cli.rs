@@ -461,6 +461,26 @@ name = "select"
 sql = "SELECT :n::int + 1"
 "#;
 
+/// Starts `slipstream bench WORKLOAD ARGS` against `cluster`, writing `out` (its home beside
+/// `out`), with its output piped: for a test that signals it.
+fn spawn_bench(
+    workload: &std::path::Path,
+    args: &[&str],
+    cluster: &Cluster,
+    out: &std::path::Path,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .arg("bench")
+        .arg(workload)
+        .args(args)
+        .args(["--url", &cluster.url(), "-o", out.to_str().unwrap()])
+        .env("SLIPSTREAM_HOME", out.parent().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     let _machine = loads_the_machine();
@@ -472,23 +492,7 @@ fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     let file = dir.path().join("select.toml");
     std::fs::write(&file, SELECT_WORKLOAD).unwrap();
     let out = dir.path().join("run.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
-        .args([
-            "bench",
-            file.to_str().unwrap(),
-            "-u",
-            "2",
-            "-d",
-            "60s",
-            "-w",
-            "0s",
-        ])
-        .args(["--url", &cluster.url(), "-o", out.to_str().unwrap()])
-        .env("SLIPSTREAM_HOME", dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_bench(&file, &["-u", "2", "-d", "60s", "-w", "0s"], &cluster, &out);
     std::thread::sleep(std::time::Duration::from_secs(2));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     let started = std::time::Instant::now();
@@ -540,15 +544,8 @@ fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
     )
     .unwrap();
     let out = dir.path().join("run.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
-        .args(["bench", file.to_str().unwrap(), "-u", "1", "-d", "1s"])
-        .args(["-w", "0s", "--grace", "60s", "-q"])
-        .args(["--url", &cluster.url(), "-o", out.to_str().unwrap()])
-        .env("SLIPSTREAM_HOME", dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = ["-u", "1", "-d", "1s", "-w", "0s", "--grace", "60s", "-q"];
+    let child = spawn_bench(&file, &args, &cluster, &out);
     // Connected within a second or two, then a 1 s window: draining by now.
     std::thread::sleep(std::time::Duration::from_secs(4));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
