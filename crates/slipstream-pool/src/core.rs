@@ -206,7 +206,8 @@ struct Entry {
     mailbox: *const AtomicUsize,
     /// When it has waited past its fairness bound.
     due: Due,
-    /// An async task (else a blocked thread): while one is queued, threads get no slices.
+    /// An async task (else a blocked thread): while one is queued, returns hand over and
+    /// threads get no slices (`head_starving`, `start_slice`).
     task: bool,
     wake: Option<Wake>,
 }
@@ -1114,7 +1115,6 @@ impl<C> Core<C> {
     }
 }
 
-/// The head waiter has waited past its fairness bound.
 /// Whether returns must hand over: the head has waited past its bound, or a task is queued
 /// (a task's bound is none, and a thread head within its bound would otherwise let running
 /// threads barge past every task behind it: with 20 threads and 100 tasks on two slots, 7
