@@ -733,12 +733,11 @@ impl<C> Core<C> {
             return Err(waiting);
         }
         let behind = q.head != NIL;
-        let task = matches!(wake, Wake::Task(_));
         let id = q.push(wake, due, mailbox);
-        if task {
-            // Returns hand over from now on (`head_starving`), and threads stop barging.
-            self.update_tasks_queued(&q);
-            self.update_starving(&q);
+        if q.entries[id].task {
+            // Returns hand over from now on (`head_starving`), and threads stop barging. (A
+            // thread's entry changes neither hint.)
+            self.update_hints(&q);
         }
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
@@ -914,8 +913,7 @@ impl<C> Core<C> {
         // WOKEN cleared (if this was the woken waiter) before the scan below: a return that
         // skipped its wake because of it is seen by that scan.
         self.sync_woken(q);
-        self.update_starving(q);
-        self.update_tasks_queued(q);
+        self.update_hints(q);
         let wake = if q.head != NIL && self.any_idle() {
             q.wake_head()
         } else {
@@ -942,8 +940,10 @@ impl<C> Core<C> {
         }
     }
 
-    /// Re-reads whether a task is queued (after the queue's entries changed).
-    fn update_tasks_queued(&self, q: &WaitQueue) {
+    /// Re-reads both hints after the queue's entries changed: whether the head starves, and
+    /// whether a task is queued.
+    fn update_hints(&self, q: &WaitQueue) {
+        self.update_starving(q);
         let queued = q.tasks > 0;
         // Relaxed: a hint that sizes turns; stored only when it changes, as `starving` is.
         if self.q.tasks_queued.load(Relaxed) != queued {
@@ -985,8 +985,7 @@ impl<C> Core<C> {
         self.q.waiting.fetch_sub(ONE_WAITER, SeqCst);
         // WOKEN cleared (if the head was the woken waiter) before the scan below.
         self.sync_woken(q);
-        self.update_starving(q);
-        self.update_tasks_queued(q);
+        self.update_hints(q);
         let next = if was_woken && q.head != NIL && self.any_idle() {
             let next = q.wake_head();
             self.sync_woken(q);
@@ -1716,8 +1715,10 @@ fn park_for(_: Option<Duration>, doze: Option<Duration>) {
     }
 }
 
-// The `unwrap`s and `expect`s below are the models' own checks: a panic is a model failing
-// (loom then reports the interleaving). No user input or socket reaches this module.
+// The `unwrap`s and `expect`s in the two test modules below (the unit tests and the loom
+// models) are the tests' own checks: a panic is a test failing (under loom, with the
+// interleaving reported). Both are compiled only for tests; no user input or socket reaches
+// them.
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::core::{Lease, Owned};
 use crate::pool::Inner;
@@ -214,10 +214,8 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
     if pool.watches_leaks {
         pool.attachments[i].borrow_site.returned(i);
     }
-    if let Some(counter) = must_close(pool, &held, i, now) {
-        counter.fetch_add(1, Ordering::Relaxed);
-        drop(held);
-        pool.free(returning.done());
+    if must_close(pool, &held, i, now) {
+        returning.close(held);
     } else if pool.manager.needs_reset(&held.conn) {
         // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
         // the slot stays owned, and so out of reach of borrowers, until it is done. The task
@@ -233,29 +231,24 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
                 ok = pool.manager.reset(&mut held.conn) => Some(ok),
                 () = pool.until_shut() => None,
             };
-            match reset {
+            let keep = match reset {
                 Some(true) => {
                     pool.counters.resets.fetch_add(1, Ordering::Relaxed);
                     // Asked again: a resize or an eviction may have come during the reset,
                     // and the slot is handed over, not re-checked, once released.
-                    match must_close(pool, &held, i, pool.now()) {
-                        Some(counter) => {
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            drop(held);
-                            returning.finish(Inner::free);
-                        }
-                        None => returning.finish(|pool, o| pool.put_back(o, held)),
-                    }
+                    !must_close(pool, &held, i, pool.now())
                 }
                 Some(false) => {
                     pool.counters.failed_resets.fetch_add(1, Ordering::Relaxed);
-                    drop(held);
-                    returning.finish(Inner::free);
+                    false
                 }
-                None => {
-                    drop(held);
-                    returning.finish(Inner::free);
-                }
+                // Shut down: no one can borrow it, and no count is read any more.
+                None => false,
+            };
+            if keep {
+                returning.finish(|pool, o| pool.put_back(o, held));
+            } else {
+                returning.close(held);
             }
         });
     } else {
@@ -263,24 +256,21 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
     }
 }
 
-/// Why the connection in `held`, back from a borrow of slot `i`, must close rather than go
-/// back into service, as the counter of that reason; `None`: it may go back.
-fn must_close<'p, M: Manager>(
-    pool: &'p Inner<M>,
-    held: &Held<M::Connection>,
-    i: usize,
-    now: u64,
-) -> Option<&'p AtomicU64> {
+/// Whether the connection in `held`, back from a borrow of slot `i`, must close rather than
+/// go back into service; if so, the reason is counted.
+fn must_close<M: Manager>(pool: &Inner<M>, held: &Held<M::Connection>, i: usize, now: u64) -> bool {
     let c = &pool.counters;
-    if held.discard || pool.manager.is_broken(&held.conn) {
-        Some(&c.closed_broken)
+    let why = if held.discard || pool.manager.is_broken(&held.conn) {
+        &c.closed_broken
     } else if pool.expired(i, now) {
-        Some(&c.retired)
+        &c.retired
     } else if i >= pool.core.limit() {
-        Some(&c.resized_away)
+        &c.resized_away
     } else {
-        None
-    }
+        return false;
+    };
+    why.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// A slot being returned, freed for the opener if this is dropped before [`Returning::done`]:
@@ -309,6 +299,12 @@ impl<M: Manager, P: Deref<Target = Inner<M>>> Returning<M, P> {
     fn finish(mut self, f: impl FnOnce(&Inner<M>, Owned)) {
         let o = self.take();
         f(&self.pool, o)
+    }
+
+    /// Closes the connection `held` and frees the slot for the opener.
+    fn close(self, held: Box<Held<M::Connection>>) {
+        drop(held);
+        self.finish(Inner::free);
     }
 
     fn take(&mut self) -> Owned {
