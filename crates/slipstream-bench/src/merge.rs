@@ -10,7 +10,9 @@
 //! - intervals are aligned by wall-clock start: a part that started k intervals after the
 //!   earliest one has its series shifted by k (rounded to the nearest interval), then added;
 //! - the measured window is the span from the earliest start to the latest end;
-//! - users add; open-loop rates add.
+//! - users add; open-loop rates add;
+//! - stages add by position (runs of the same phases; a part cut short by a Ctrl-C has
+//!   fewer), each from the earliest part's start to the latest part's end.
 //!
 //! Runs of different workloads, interval lengths or load models are refused, and so are
 //! version-1 files (they hold no histograms to add).
@@ -21,6 +23,7 @@ use hdrhistogram::Histogram;
 use slipstream_stats::Suff;
 
 use crate::histogram::{self, decode, encode};
+use crate::phases::{StageResult, StageTx};
 use crate::recorder::{curve, percentiles};
 use crate::run_result::{
     BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, RUN_SCHEMA_VERSION, Schedule,
@@ -215,6 +218,7 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
         schedule_lag: add_series(&lag, "the schedule lag")?,
     };
     out.schedule = merge_schedule(parts)?;
+    out.stages = merge_stages(parts, &offsets_s)?;
     Ok(out)
 }
 
@@ -254,7 +258,15 @@ fn merge_type(name: &str, weight: u32, parts: &[(String, BenchRun)]) -> anyhow::
                 .entry(code.clone())
                 .or_insert_with(|| m.clone());
         }
-        t.statements.add(&p.statements);
+        t.statements = t
+            .statements
+            .checked_add(&p.statements)
+            .ok_or_else(|| overflow(&what("statements")))?;
+        check_suff(
+            &t.latency_stats.sufficient,
+            &p.latency_stats.sufficient,
+            &what("latency"),
+        )?;
         t.latency_stats.merge(&p.latency_stats);
         let h = decode(&p.histogram, &format!("{name} in {label}"))?;
         histogram::add(&mut hist, &h)?;
@@ -267,9 +279,17 @@ fn merge_type(name: &str, weight: u32, parts: &[(String, BenchRun)]) -> anyhow::
 
 /// Adds `n` to `total`; an overflow is a corrupt file's, named by `what`.
 fn add(total: &mut u64, n: u64, what: &str) -> anyhow::Result<()> {
-    *total = total
-        .checked_add(n)
-        .ok_or_else(|| anyhow::anyhow!("the merged {what} overflows a count: a corrupt file?"))?;
+    *total = total.checked_add(n).ok_or_else(|| overflow(what))?;
+    Ok(())
+}
+
+fn overflow(what: &str) -> anyhow::Error {
+    anyhow::anyhow!("the merged {what} overflows a count: a corrupt file?")
+}
+
+/// Whether `o`'s count adds to `total`'s (`Suff::merge` adds unchecked).
+fn check_suff(total: &Suff, o: &Suff, what: &str) -> anyhow::Result<()> {
+    total.n.checked_add(o.n).ok_or_else(|| overflow(what))?;
     Ok(())
 }
 
@@ -308,8 +328,9 @@ fn add_intervals(ivs: &[&Interval], what: &str) -> anyhow::Result<Interval> {
     let mut failed = 0;
     let mut hist = histogram::new();
     for iv in ivs {
+        check_suff(&sufficient, &iv.sufficient, what)?;
         sufficient.merge(&iv.sufficient);
-        failed += iv.failed;
+        add(&mut failed, iv.failed, what)?;
         anyhow::ensure!(
             iv.sufficient.n == 0 || !iv.histogram.is_empty(),
             "an interval of {what} holds no histogram (a schema version 1 result?); re-run it with this slipstream"
@@ -352,13 +373,93 @@ fn merge_schedule(parts: &[(String, BenchRun)]) -> anyhow::Result<Option<Schedul
             lag_ms: Default::default(),
             lag_histogram: String::new(),
         });
-        o.arrivals += s.arrivals;
-        o.late += s.late;
+        add(&mut o.arrivals, s.arrivals, &format!("arrivals in {label}"))?;
+        add(&mut o.late, s.late, &format!("late arrivals in {label}"))?;
         o.late_after_ms = o.late_after_ms.max(s.late_after_ms);
     }
     if let Some(o) = out.as_mut() {
         o.lag_ms = percentiles(&hist, hist.mean() / 1e3);
         o.lag_histogram = encode(&hist);
+    }
+    Ok(out)
+}
+
+/// The parts' stages added by position. Parts must have run the same phases: a stage's name
+/// differing between them is an error. Each stage runs from the earliest part's start to the
+/// latest part's end (seconds from the merged start); users and rates add.
+fn merge_stages(
+    parts: &[(String, BenchRun)],
+    offsets_s: &[f64],
+) -> anyhow::Result<Vec<StageResult>> {
+    let count = parts.iter().map(|(_, r)| r.stages.len()).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut merged: Option<StageResult> = None;
+        // Per type, in the order first seen: (successes' histogram, their latency sum in ms).
+        let mut sums: Vec<(Histogram<u64>, f64)> = Vec::new();
+        for ((label, r), offset) in parts.iter().zip(offsets_s) {
+            let Some(s) = r.stages.get(i) else { continue };
+            let m = merged.get_or_insert_with(|| StageResult {
+                index: i,
+                name: s.name.clone(),
+                start_s: offset + s.start_s,
+                end_s: offset + s.end_s,
+                users: s.users.map(|_| 0),
+                rate: s.rate.map(|_| 0.0),
+                transactions: Vec::new(),
+            });
+            anyhow::ensure!(
+                m.name == s.name,
+                "cannot merge the stages of runs with different phases: stage {i} is {:?} in one part and {:?} in {label}",
+                m.name,
+                s.name
+            );
+            m.start_s = m.start_s.min(offset + s.start_s);
+            m.end_s = m.end_s.max(offset + s.end_s);
+            if let (Some(total), Some(u)) = (m.users.as_mut(), s.users) {
+                *total = total
+                    .checked_add(u)
+                    .ok_or_else(|| overflow(&format!("users of {} in {label}", s.name)))?;
+            }
+            if let (Some(total), Some(r)) = (m.rate.as_mut(), s.rate) {
+                *total += r;
+            }
+            for tx in &s.transactions {
+                let what = format!("{} in {} of {label}", tx.name, s.name);
+                anyhow::ensure!(
+                    tx.ok == 0 || !tx.histogram.is_empty(),
+                    "{label} holds no latency histograms for its stages (written before they were saved), so its stages cannot be added; re-run it with this slipstream"
+                );
+                let j = match m.transactions.iter().position(|t| t.name == tx.name) {
+                    Some(j) => j,
+                    None => {
+                        m.transactions.push(StageTx {
+                            name: tx.name.clone(),
+                            ok: 0,
+                            failed: 0,
+                            latency_ms: Default::default(),
+                            histogram: String::new(),
+                        });
+                        sums.push((histogram::new(), 0.0));
+                        m.transactions.len() - 1
+                    }
+                };
+                let t = &mut m.transactions[j];
+                add(&mut t.ok, tx.ok, &format!("ok of {what}"))?;
+                add(&mut t.failed, tx.failed, &format!("failed of {what}"))?;
+                let (hist, sum_ms) = &mut sums[j];
+                histogram::add(hist, &decode(&tx.histogram, &what)?)?;
+                *sum_ms += tx.latency_ms.mean * tx.ok as f64;
+            }
+        }
+        if let Some(mut m) = merged {
+            for (t, (hist, sum_ms)) in m.transactions.iter_mut().zip(&sums) {
+                let mean = if t.ok > 0 { sum_ms / t.ok as f64 } else { 0.0 };
+                t.latency_ms = percentiles(hist, mean);
+                t.histogram = encode(hist);
+            }
+            out.push(m);
+        }
     }
     Ok(out)
 }

@@ -136,6 +136,10 @@ pub struct StageTx {
     pub failed: u64,
     /// Latency of the successful ones (ms).
     pub latency_ms: Percentiles,
+    /// Their HDR histogram (µs; V2 deflate, base64; empty when none succeeded), so the stages
+    /// of several load generators add (`slipstream report --merge`).
+    #[serde(default)]
+    pub histogram: String,
 }
 
 impl StageResult {
@@ -384,6 +388,7 @@ impl Plan {
                             ok: c.ok,
                             failed: c.failed,
                             latency_ms: percentiles(&c.hist, c.sum_ms),
+                            histogram: crate::histogram::encode(&c.hist),
                         }
                     })
                     .collect(),
@@ -395,7 +400,8 @@ impl Plan {
 /// Per stage and type: an HDR histogram of successful latencies, and counts.
 pub(crate) struct StageTotals {
     /// Segment end times (s from the start of measuring); a sample goes to the first segment
-    /// ending after it, the last one taking the stragglers finished in the drain.
+    /// ending after it. A straggler, finished in the drain, goes to the segment the window
+    /// ended in: the last one, or the one a Ctrl-C cut short.
     ends: Vec<f64>,
     /// `cells[segment][kind]`.
     cells: Vec<Vec<Cell>>,
@@ -426,17 +432,28 @@ impl StageTotals {
         StageTotals { ends, cells }
     }
 
-    /// Records one transaction that ended `end` after the start of measuring.
-    pub(crate) fn record(&mut self, kind: usize, end: Duration, latency: Duration, failed: bool) {
+    /// Records one transaction that ended `end` after the start of measuring, in a window
+    /// that ends at `window_end` (when known).
+    pub(crate) fn record(
+        &mut self,
+        kind: usize,
+        end: Duration,
+        window_end: Option<Duration>,
+        latency: Duration,
+        failed: bool,
+    ) {
         if self.ends.is_empty() {
             return;
         }
         let t = end.as_secs_f64();
-        let seg = self
-            .ends
-            .iter()
-            .position(|&e| t < e)
-            .unwrap_or(self.ends.len() - 1);
+        let seg = match window_end {
+            Some(w) if end >= w => {
+                let w = w.as_secs_f64();
+                self.ends.iter().position(|&e| w <= e)
+            }
+            _ => self.ends.iter().position(|&e| t < e),
+        }
+        .unwrap_or(self.ends.len() - 1);
         let c = &mut self.cells[seg][kind];
         if failed {
             c.failed += 1;

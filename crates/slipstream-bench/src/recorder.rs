@@ -150,6 +150,12 @@ struct Totals {
     raw_error: Option<String>,
     /// Per-stage figures (phases.rs), when the runner asked for them.
     stages: Option<StageTotals>,
+    /// Where the measuring window ends, from its start: the planned length once the run
+    /// starts, lowered to the moment of a Ctrl-C. A sample that ends at or after it is the
+    /// drain's: it goes to `after`, never to an interval of the window.
+    window_end: Option<Duration>,
+    /// Per type: the drain's completions (`Intervals::after_window`).
+    after: Vec<IntervalTotals>,
 }
 
 /// The run's shared record.
@@ -196,6 +202,7 @@ impl Recorder {
                 statements: StatementCounts::default(),
             })
             .collect();
+        let after = (0..names.len()).map(|_| IntervalTotals::new()).collect();
         Ok(Recorder {
             names,
             late_after,
@@ -210,6 +217,8 @@ impl Recorder {
                 raw,
                 raw_error: None,
                 stages: None,
+                window_end: None,
+                after,
             }),
         })
     }
@@ -241,6 +250,25 @@ impl Recorder {
         self.lock().stages.take()
     }
 
+    /// The window's planned length, known before the first sample: completions at or after
+    /// it are the drain's.
+    pub(crate) fn plan_window(&self, length: Duration) {
+        let mut t = self.lock();
+        t.window_end = Some(t.window_end.map_or(length, |e| e.min(length)));
+    }
+
+    /// Closes the window that started at `from` now, or at `to` if that came first, and
+    /// returns when. The time is read under the lock every flush takes, so each sample
+    /// absorbed before this ended before it, and each absorbed after it is compared with it:
+    /// the split between the window and the drain is exact, however late users flush.
+    pub(crate) fn close_window(&self, from: Instant, to: Instant) -> Instant {
+        let mut t = self.lock();
+        let closed = Instant::now().min(to);
+        let at = closed.saturating_duration_since(from);
+        t.window_end = Some(t.window_end.map_or(at, |e| e.min(at)));
+        closed
+    }
+
     pub(crate) fn add_arrivals(&self, n: u64) {
         self.lock().arrivals += n;
     }
@@ -259,17 +287,22 @@ impl Recorder {
         let kinds = self.names.len();
         for s in batch.drain(..) {
             let k = s.kind as usize;
+            let drained = t.window_end.is_some_and(|e| s.end >= e);
             if let Some(st) = t.stages.as_mut() {
-                st.record(k, s.end, s.latency, s.failure.is_some());
+                st.record(k, s.end, t.window_end, s.latency, s.failure.is_some());
             }
             let ms = s.latency.as_secs_f64() * 1e3;
             let second = s.end.as_secs() as usize;
-            if t.intervals.len() <= second {
-                t.intervals.resize_with(second + 1, || {
-                    (0..kinds).map(|_| IntervalTotals::new()).collect()
-                });
-            }
-            let iv = &mut t.intervals[second][k];
+            let iv = if drained {
+                &mut t.after[k]
+            } else {
+                if t.intervals.len() <= second {
+                    t.intervals.resize_with(second + 1, || {
+                        (0..kinds).map(|_| IntervalTotals::new()).collect()
+                    });
+                }
+                &mut t.intervals[second][k]
+            };
             let kt = &mut t.kinds[k];
             match &s.failure {
                 None => {
@@ -294,14 +327,17 @@ impl Recorder {
             if let Some(late_after) = self.late_after {
                 let lag_us = (s.lag.as_micros() as u64).max(1);
                 let _ = t.lag.record(lag_us);
-                if t.lag_intervals.len() <= second {
-                    t.lag_intervals.resize_with(second + 1, IntervalTotals::new);
-                }
-                let li = &mut t.lag_intervals[second];
-                li.sufficient.add(lag_us as f64 / 1e3);
-                li.record(lag_us);
                 if s.lag > late_after {
                     t.late += 1;
+                }
+                // The lag per interval is the window's, as the latencies are.
+                if !drained {
+                    if t.lag_intervals.len() <= second {
+                        t.lag_intervals.resize_with(second + 1, IntervalTotals::new);
+                    }
+                    let li = &mut t.lag_intervals[second];
+                    li.sufficient.add(lag_us as f64 / 1e3);
+                    li.record(lag_us);
                 }
             }
             if let Some(w) = t.raw.as_mut() {
@@ -375,8 +411,10 @@ impl Recorder {
                 histogram: encode(&k.hist),
             })
             .collect();
-        // An interval that started before the end of the window counts; later ones hold only
-        // stragglers and would show a false drop in throughput: they go to `after_window`.
+        // Once the window is known (`window_end`), the drain's completions are already apart.
+        // Without it, an interval that started before the end of the window counts, and later
+        // ones, which hold only stragglers and would show a false drop in throughput, go to
+        // `after_window`.
         let keep = (measured.as_secs_f64().ceil() as usize).max(1);
         let mut per_transaction = BTreeMap::new();
         let mut after_window = BTreeMap::new();
@@ -385,6 +423,7 @@ impl Recorder {
                 .map(|i| t.intervals[i][k].result())
                 .collect();
             let mut after = IntervalTotals::new();
+            after.add(&t.after[k]);
             for iv in t.intervals.iter().skip(keep) {
                 after.add(&iv[k]);
             }

@@ -335,6 +335,7 @@ pub async fn run<S: Future + Send>(
         to: t0 + config.warmup + plan.total(),
     };
     let started_at = chrono::Utc::now() + config.warmup;
+    recorder.plan_window(plan.total());
     let _ = go_tx.send(Go::Run(window));
     let arrivals = match queue_tx {
         Some(tx) => Some(spawn_arrivals(shared.clone(), tx, config.seed, t0, window)?),
@@ -372,7 +373,7 @@ pub async fn run<S: Future + Send>(
         _ = tokio::time::sleep_until(window.to.into()) => {}
         _ = &mut stop => interrupted = true,
     }
-    let closed_at = Instant::now().min(window.to);
+    let closed_at = recorder.close_window(window.from, window.to);
     if interrupted {
         shared.stop.store(true, Ordering::Release);
         let _ = shared.stop_signal.send(true);
@@ -877,12 +878,17 @@ mod tests {
         assert_eq!(light.failures.get("40001"), Some(&light.failed));
         assert_eq!(light.statements.rollbacks, light.failed);
         assert_eq!(heavy.latency_stats.sufficient.n, heavy.ok);
-        // The intervals hold every recorded transaction once.
+        // The intervals and the drain hold every recorded transaction once.
         let in_intervals: u64 = run.intervals.per_transaction["heavy"]
             .iter()
             .map(|i| i.sufficient.n)
             .sum();
-        assert_eq!(in_intervals, heavy.ok);
+        let drained = run
+            .intervals
+            .after_window
+            .get("heavy")
+            .map_or(0, |i| i.sufficient.n);
+        assert_eq!(in_intervals + drained, heavy.ok);
         assert!(!run.interrupted);
         assert_eq!(run.unfinished, 0);
         assert!((run.measured_s - 0.5).abs() < 0.01, "{}", run.measured_s);

@@ -107,6 +107,18 @@ impl StatementCounts {
         self.rollbacks += o.rollbacks;
     }
 
+    /// The sum, or `None` when a count overflows (merging corrupt result files).
+    pub(crate) fn checked_add(&self, o: &StatementCounts) -> Option<StatementCounts> {
+        Some(StatementCounts {
+            selects: self.selects.checked_add(o.selects)?,
+            inserts: self.inserts.checked_add(o.inserts)?,
+            updates: self.updates.checked_add(o.updates)?,
+            deletes: self.deletes.checked_add(o.deletes)?,
+            commits: self.commits.checked_add(o.commits)?,
+            rollbacks: self.rollbacks.checked_add(o.rollbacks)?,
+        })
+    }
+
     /// All statements.
     pub fn total(&self) -> u64 {
         self.selects + self.inserts + self.updates + self.deletes + self.commits + self.rollbacks

@@ -413,6 +413,100 @@ fn a_merge_of_corrupt_or_unrelated_runs_is_an_error() {
     huge.transactions[0].ok = u64::MAX;
     let err = merge(run.clone(), huge);
     assert!(err.contains("overflows"), "{err}");
+
+    // Counts that were added unchecked until session 33 (a panic in debug, a wrap in release).
+    type Corrupt = (&'static str, fn(&mut BenchRun));
+    let corrupt: [Corrupt; 4] = [
+        ("statements", |r| {
+            r.transactions[0].statements.selects = u64::MAX
+        }),
+        ("latency", |r| {
+            r.transactions[0].latency_stats.sufficient.n = u64::MAX
+        }),
+        ("an interval's failures", |r| {
+            let iv = &mut r.intervals.per_transaction.get_mut("ping").unwrap()[0];
+            iv.failed = u64::MAX;
+        }),
+        ("a stage's count", |r| {
+            r.stages[0].transactions[0].ok = u64::MAX
+        }),
+    ];
+    for (what, corrupt) in corrupt {
+        let mut huge = run.clone();
+        corrupt(&mut huge);
+        let err = bench::merge(&[("a.json".into(), huge.clone()), ("b.json".into(), huge)])
+            .map(|_| "merged".to_string())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(err.contains("overflows"), "{what}: {err}");
+    }
+}
+
+/// Two load generators that ran the same stages: the merged stages are the sums of the
+/// parts' (counts, users, and the latency histograms), stage by stage. Before, the merged
+/// `stages[]` was the first file's alone. Parts of different phases are refused.
+#[test]
+fn the_stages_of_two_load_generators_add() {
+    let w = || {
+        Workload::new("noop")
+            .without_database()
+            .transaction("ping", 1, || NoDb)
+    };
+    let config = |seed: u64, users: usize| {
+        let mut c = RunConfig::new(None);
+        c.threads = 1;
+        c.seed = seed;
+        c.warmup = Duration::ZERO;
+        c.stages = vec![
+            format!("300ms:{users}").parse().unwrap(),
+            format!("300ms:{}", users + 1).parse().unwrap(),
+        ];
+        c
+    };
+    let a = std::thread::spawn(move || run_on_own_runtime(w(), config(1, 1)));
+    let b = run_on_own_runtime(w(), config(2, 2));
+    let a = a.join().unwrap();
+    let all = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), b.clone())]).unwrap();
+    assert_eq!(all.stages.len(), 2);
+    for (i, s) in all.stages.iter().enumerate() {
+        let (pa, pb) = (&a.stages[i].transactions[0], &b.stages[i].transactions[0]);
+        let t = &s.transactions[0];
+        assert_eq!(
+            (t.ok, t.failed),
+            (pa.ok + pb.ok, pa.failed + pb.failed),
+            "stage {i}"
+        );
+        assert_eq!(
+            hist(&t.histogram).len(),
+            t.ok,
+            "stage {i}'s histogram holds its successes"
+        );
+        assert_eq!(
+            s.users,
+            Some(a.stages[i].users.unwrap() + b.stages[i].users.unwrap())
+        );
+        let (lo, hi) = (
+            pa.latency_ms.p50.min(pb.latency_ms.p50),
+            pa.latency_ms.p50.max(pb.latency_ms.p50),
+        );
+        // HDR's 3 significant digits: a merged median may sit one bucket outside the parts'.
+        assert!(
+            t.latency_ms.p50 >= lo * 0.999 && t.latency_ms.p50 <= hi * 1.001,
+            "stage {i}: {} not in {lo}..{hi}",
+            t.latency_ms.p50
+        );
+    }
+    let by_stage: u64 = all.stages.iter().map(|s| s.transactions[0].ok).sum();
+    assert_eq!(by_stage, all.transactions[0].ok);
+
+    let mut other = b.clone();
+    other.stages[0].name = "ramp-up".into();
+    let err = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), other)]).unwrap_err();
+    assert!(err.to_string().contains("different phases"), "{err}");
+
+    let mut old = b;
+    old.stages[0].transactions[0].histogram.clear();
+    let err = bench::merge(&[("a.json".into(), a), ("b.json".into(), old)]).unwrap_err();
+    assert!(err.to_string().contains("re-run it"), "{err}");
 }
 
 struct NoDb;
