@@ -204,7 +204,7 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
         },
     };
     let i = owned.index();
-    let returning = Returning::new(&**pool, owned);
+    let returning = Returning::new(&**pool, owned, Abandoned::Return);
     let now = pool.now();
     let lent_for = now.saturating_sub(slot.borrowed_ms.load(Ordering::Relaxed));
     slot.busy_ms.store(
@@ -221,7 +221,7 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
         // the slot stays owned, and so out of reach of borrowers, until it is done. The task
         // carries the slot in a `Returning`, so a task dropped before it ends (the runtime
         // shut down, even before its first poll; a panic in the reset) frees the slot.
-        let returning = Returning::new(Arc::clone(pool), returning.done());
+        let returning = Returning::new(Arc::clone(pool), returning.done(), Abandoned::Reset);
         pool.runtime.spawn(async move {
             let mut held = held;
             let pool = &returning.pool;
@@ -280,13 +280,24 @@ fn must_close<M: Manager>(pool: &Inner<M>, held: &Held<M::Connection>, i: usize,
 struct Returning<M: Manager, P: Deref<Target = Inner<M>>> {
     pool: P,
     owned: Option<Owned>,
+    abandoned: Abandoned,
+}
+
+/// Which count a connection closed by a [`Returning`] dropped unfinished goes to.
+#[derive(Clone, Copy)]
+enum Abandoned {
+    /// The manager's code panicked in a return: `closed_broken`, as when it says so.
+    Return,
+    /// The reset panicked, or its task was dropped (the runtime shut down): `failed_resets`.
+    Reset,
 }
 
 impl<M: Manager, P: Deref<Target = Inner<M>>> Returning<M, P> {
-    fn new(pool: P, owned: Owned) -> Returning<M, P> {
+    fn new(pool: P, owned: Owned, abandoned: Abandoned) -> Returning<M, P> {
         Returning {
             pool,
             owned: Some(owned),
+            abandoned,
         }
     }
 
@@ -319,6 +330,12 @@ impl<M: Manager, P: Deref<Target = Inner<M>>> Returning<M, P> {
 impl<M: Manager, P: Deref<Target = Inner<M>>> Drop for Returning<M, P> {
     fn drop(&mut self) {
         if let Some(o) = self.owned.take() {
+            let c = &self.pool.counters;
+            match self.abandoned {
+                Abandoned::Return => &c.closed_broken,
+                Abandoned::Reset => &c.failed_resets,
+            }
+            .fetch_add(1, Ordering::Relaxed);
             self.pool.free(o);
         }
     }

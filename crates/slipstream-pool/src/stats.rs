@@ -42,7 +42,8 @@ pub struct Stats {
     pub opened: u64,
     /// Failed attempts to open one.
     pub connect_failures: u64,
-    /// Connections closed on return because the manager said they were broken.
+    /// Connections closed on return because the manager said they were broken (or its code
+    /// panicked during the return).
     pub closed_broken: u64,
     /// Idle connections that failed validation before a borrow (and were closed).
     pub failed_validation: u64,
@@ -58,7 +59,8 @@ pub struct Stats {
     pub reclaimed_ttl: u64,
     /// Returned connections reset ([`crate::Manager::reset`]) before being lent again.
     pub resets: u64,
-    /// Resets that failed (the connection was closed).
+    /// Resets that failed, panicked or were cut off by the runtime's shutdown (the connection
+    /// was closed).
     pub failed_resets: u64,
     /// Labeled borrows that configured the connection they got.
     pub label_configures: u64,

@@ -353,6 +353,8 @@ async fn a_panic_while_returning_loses_neither_the_slot_nor_the_pool() {
             1,
             "closed on the way"
         );
+        // And counted (before session 33 it was not: the stats lost a close).
+        assert_eq!(pool.stats().closed_broken, 1, "the close is counted");
         // Its slot is free: with max_size 1, this is a new connection, not a timeout.
         let again = pool.get_blocking().expect("the slot came back");
         assert_eq!(again.id, 1);

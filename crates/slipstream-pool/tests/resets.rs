@@ -200,3 +200,40 @@ fn the_last_handle_going_ends_a_hung_reset() {
         probe.live.load(Ordering::SeqCst) == 0 && probe.dropped.load(Ordering::SeqCst)
     });
 }
+
+/// Every return needs a reset, and the reset panics, as user code may.
+struct PanickingReset(AtomicU64);
+
+impl slipstream_pool::Manager for PanickingReset {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(self.0.fetch_add(1, Ordering::SeqCst))
+    }
+    fn needs_reset(&self, _: &u64) -> bool {
+        true
+    }
+    async fn reset(&self, _: &mut u64) -> bool {
+        panic!("the reset panics, as the test asked")
+    }
+}
+
+/// A reset that panics closes its connection, frees its slot, and counts as a failed reset.
+/// Before, the close was counted nowhere in the pool's stats.
+#[test]
+fn a_reset_that_panics_is_counted_and_frees_its_slot() {
+    let rt = two_workers();
+    let pool = rt.block_on(async {
+        Pool::builder(PanickingReset(AtomicU64::new(0)))
+            .max_size(1)
+            .build()
+    });
+    let first = rt.block_on(pool.get()).expect("an empty pool opens one");
+    assert_eq!(*first, 0);
+    drop(first);
+    wait_for("the failed reset is counted", || {
+        pool.stats().failed_resets == 1
+    });
+    let again = rt.block_on(pool.get()).expect("the slot came back");
+    assert_eq!(*again, 1, "a new connection in the freed slot");
+}
