@@ -67,21 +67,46 @@ fn nines(p: f64) -> f64 {
 
 fn render(title: &str, series: &[Series], scale: XScale) -> anyhow::Result<String> {
     anyhow::ensure!(!series.is_empty(), "nothing to chart");
-    let x_of = |x: f64| if scale == XScale::Nines { nines(x) } else { x };
-    let xs = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| x_of(p.0)));
-    let (x_min, x_max) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
-    let y_max = series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1))
-        .fold(0.0f64, f64::max);
+    // Only points that can be drawn: a result file's numbers are input, and a NaN, an
+    // infinity or a percentile outside 0-100 would make the axes' ranges meaningless (and
+    // plotters' tick search loop for good on an infinite one).
+    let drawable = |s: &Series| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .filter(|p| scale == XScale::Linear || (0.0..=100.0).contains(&p.0))
+            .map(|p| match scale {
+                XScale::Nines => (nines(p.0), p.1),
+                XScale::Linear => *p,
+            })
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect()
+    };
+    let lines: Vec<Vec<(f64, f64)>> = series.iter().map(drawable).collect();
+    let all = || lines.iter().flatten();
+    let (x_min, x_max) = match all().next() {
+        None => (
+            0.0,
+            if scale == XScale::Nines {
+                MAX_NINES
+            } else {
+                1.0
+            },
+        ),
+        Some(_) => all().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        }),
+    };
+    let y_max = all().map(|p| p.1).fold(0.0f64, f64::max);
     let x_span = if x_max > x_min {
         (x_min, x_max)
     } else {
         (x_min - 1.0, x_min + 1.0)
     };
     let y_top = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+    anyhow::ensure!(
+        (x_span.1 - x_span.0).is_finite() && x_span.1 > x_span.0 && y_top.is_finite(),
+        "cannot chart {title:?}: its values are too large to draw (x {x_min:e} to {x_max:e}, y up to {y_max:e})"
+    );
 
     let mut svg = String::new();
     {
@@ -107,9 +132,8 @@ fn render(title: &str, series: &[Series], scale: XScale) -> anyhow::Result<Strin
                 .x_labels(MAX_NINES as usize + 1);
         }
         mesh.draw().map_err(draw_err)?;
-        for (i, s) in series.iter().enumerate() {
+        for (i, (s, points)) in series.iter().zip(&lines).enumerate() {
             let color = COLORS[i % COLORS.len()];
-            let points: Vec<(f64, f64)> = s.points.iter().map(|p| (x_of(p.0), p.1)).collect();
             chart
                 .draw_series(LineSeries::new(
                     points.iter().copied(),
@@ -275,4 +299,47 @@ pub fn posterior_chart_svg(
         root.present().map_err(draw_err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(points: Vec<(f64, f64)>) -> Vec<Series> {
+        vec![Series {
+            name: "a".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            points,
+        }]
+    }
+
+    /// A result file's numbers reach the charts: none may panic or hang them (found by
+    /// session 33's attacker: percentiles above 100 panicked the label formatter, and an axis
+    /// end that overflowed to infinity looped in plotters' tick search for good).
+    #[test]
+    fn hostile_points_are_left_out_or_refused_never_a_panic_or_a_hang() {
+        let svg = percentile_chart_svg("p", &one(vec![(200.0, 1.0), (300.0, 2.0)]))
+            .expect("no drawable point: empty axes");
+        assert!(svg.contains("<svg"));
+        let svg = percentile_chart_svg("p", &one(vec![(50.0, 1.0), (f64::NAN, 2.0), (99.0, 3.0)]))
+            .expect("the NaN is left out");
+        assert!(svg.contains("<svg"));
+        let huge = [
+            one(vec![(1.0, 1.7e308), (2.0, 1.7e308)]),
+            one(vec![(-1.7e308, 1.0), (1.7e308, 2.0)]),
+        ];
+        for s in &huge {
+            let e = line_chart_svg("t", s).expect_err("too large to draw");
+            assert!(e.to_string().contains("too large"), "{e}");
+        }
+        let e = percentile_chart_svg("p", &one(vec![(50.0, 1e308), (99.0, 1.7e308)]))
+            .expect_err("too large to draw");
+        assert!(e.to_string().contains("too large"), "{e}");
+        line_chart_svg(
+            "t",
+            &one(vec![(f64::INFINITY, 1.0), (1.0, 2.0), (2.0, 3.0)]),
+        )
+        .expect("the infinity is left out");
+    }
 }

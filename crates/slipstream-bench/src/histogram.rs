@@ -45,6 +45,17 @@ pub(crate) fn encode(h: &Histogram<u64>) -> String {
     }
 }
 
+/// HdrHistogram's V2 cookies (word size 8), as its serializers write them.
+const V2_COOKIE: u32 = 0x1c84_9303 | 0x10;
+const V2_DEFLATE_COOKIE: u32 = 0x1c84_9304 | 0x10;
+/// A V2 histogram's header before its counts.
+const V2_HEADER: usize = 40;
+/// The most a histogram may take once inflated. A 3-digit histogram of microseconds over
+/// u64's whole range is under a megabyte; the bound keeps a hostile file from making the
+/// reader allocate what its header claims (hdrhistogram sizes its buffer from the header's
+/// payload length, up to 4 GiB, before reading a byte of it).
+const MAX_INFLATED: usize = 16 << 20;
+
 /// Reads what [`encode`] wrote; `what` names the histogram in the error.
 pub(crate) fn decode(text: &str, what: &str) -> anyhow::Result<Histogram<u64>> {
     if text.is_empty() {
@@ -53,13 +64,48 @@ pub(crate) fn decode(text: &str, what: &str) -> anyhow::Result<Histogram<u64>> {
     let bytes = STANDARD
         .decode(text)
         .map_err(|e| anyhow::anyhow!("the histogram of {what} is not valid base64: {e}"))?;
+    let inner = inflate(&bytes).map_err(|why| {
+        anyhow::anyhow!("the histogram of {what} is not an HdrHistogram V2 histogram: {why}")
+    })?;
     let mut h: Histogram<u64> = Deserializer::new()
-        .deserialize(&mut &bytes[..])
+        .deserialize(&mut &inner[..])
         .map_err(|e| {
-            anyhow::anyhow!("the histogram of {what} is not an HdrHistogram V2 histogram: {e:?}")
+            anyhow::anyhow!("the histogram of {what} is not an HdrHistogram V2 histogram: {e}")
         })?;
     h.auto(true);
     Ok(h)
+}
+
+/// The uncompressed V2 histogram inside a V2 deflate one, checked to hold the counts its
+/// header claims, within [`MAX_INFLATED`].
+fn inflate(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let word = |b: &[u8], at: usize| {
+        b.get(at..at + 4)
+            .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    if word(bytes, 0) != Some(V2_DEFLATE_COOKIE) {
+        return Err("it does not start with the V2 deflate cookie".into());
+    }
+    let mut inner = Vec::new();
+    flate2::read::ZlibDecoder::new(&bytes[8.min(bytes.len())..])
+        .take(MAX_INFLATED as u64 + 1)
+        .read_to_end(&mut inner)
+        .map_err(|e| format!("its compressed bytes do not inflate: {e}"))?;
+    if inner.len() > MAX_INFLATED {
+        return Err(format!("it inflates to more than {MAX_INFLATED} bytes"));
+    }
+    if word(&inner, 0) != Some(V2_COOKIE) || inner.len() < V2_HEADER {
+        return Err("its inflated bytes are not a V2 histogram".into());
+    }
+    let claimed = word(&inner, 4).unwrap_or(0) as usize;
+    let held = inner.len() - V2_HEADER;
+    if claimed > held {
+        return Err(format!(
+            "its header claims {claimed} bytes of counts and it holds {held}"
+        ));
+    }
+    Ok(inner)
 }
 
 /// Adds `from` into `into` (both auto-resizing, so ranges always fit).
@@ -95,5 +141,32 @@ mod tests {
         assert!(err.contains("histogram of x"), "{err}");
         let err = decode("AAAA", "y").unwrap_err().to_string();
         assert!(err.contains("V2"), "{err}");
+    }
+
+    /// A valid deflate stream whose V2 header claims 4 GiB of counts, in 80 bytes of base64:
+    /// an error, with no allocation of what it claims (found by session 33's attacker:
+    /// hdrhistogram sized its buffer from the claim, 4.2 GB and 3-4 s before failing).
+    #[test]
+    fn a_header_that_claims_more_than_it_holds_is_refused_before_allocating() {
+        use std::io::Write as _;
+        let mut h = new();
+        h.record(100).unwrap();
+        let mut plain = Vec::new();
+        hdrhistogram::serialization::V2Serializer::new()
+            .serialize(&h, &mut plain)
+            .unwrap();
+        plain[4..8].copy_from_slice(&0xFFFF_FFF0u32.to_be_bytes());
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&plain).unwrap();
+        let z = z.finish().unwrap();
+        let mut bytes = V2_DEFLATE_COOKIE.to_be_bytes().to_vec();
+        bytes.extend((z.len() as u32).to_be_bytes());
+        bytes.extend(z);
+        let text = STANDARD.encode(&bytes);
+        // The claim is checked before hdrhistogram reads the header (and sizes its buffer).
+        let err = decode(&text, "bomb").unwrap_err().to_string();
+        assert!(err.contains("claims 4294967280 bytes"), "{err}");
+        // The same histogram, honest, still reads.
+        assert_eq!(decode(&encode(&h), "honest").unwrap(), h);
     }
 }

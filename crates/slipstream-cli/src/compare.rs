@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use slipstream_bench::BenchRun;
-use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot};
+use slipstream_bench::compare::{
+    Direction, Metric, Outcome, Report, Row, compare_sides, figure_stem, plot,
+};
 use slipstream_lab::Table;
 use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
 
@@ -56,13 +58,25 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         say(&text)?;
     }
     if let Some(dir) = &args.plot {
+        // Each row its own files: two names can map to one stem (`a/b` and `a_b`, or a type
+        // named `all types` and the whole mix's row), and one must not overwrite the other.
+        let mut used = std::collections::HashSet::new();
         for r in &report.rows {
             if let Outcome::Compared(c) = &r.outcome {
                 let name = match r.metric {
                     Metric::Mean => r.scope().to_string(),
                     m => format!("{}-{}", r.scope(), m.to_string().replace(' ', "-")),
                 };
-                plot(dir, &name.replace(' ', "-"), c)?;
+                let stem = figure_stem(&name.replace(' ', "-"));
+                let stem = (1..)
+                    .map(|k| match k {
+                        1 => stem.clone(),
+                        k => format!("{stem}-{k}"),
+                    })
+                    .find(|s| !used.contains(s))
+                    .unwrap_or(stem);
+                used.insert(stem.clone());
+                plot(dir, &stem, c)?;
             }
         }
         eprintln!("wrote figures into {}", dir.display());

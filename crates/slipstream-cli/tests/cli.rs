@@ -769,6 +769,32 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     );
     assert!(plots.join("select-ratio.svg").exists() && plots.join("select-means.svg").exists());
 
+    // A name from a result file is input: `../escaped` stays inside `--plot`'s directory.
+    // Before (session 33's attacker), the figures were written one directory up.
+    let mut hostile = Vec::new();
+    for (i, out) in outs[..2].iter().enumerate() {
+        let json = std::fs::read_to_string(out).unwrap();
+        let path = dir.path().join(format!("hostile{i}.json"));
+        std::fs::write(&path, json.replace("\"select\"", "\"../escaped\"")).unwrap();
+        hostile.push(path);
+    }
+    let inner = dir.path().join("deep").join("plots");
+    std::fs::create_dir_all(&inner).unwrap();
+    let o = slipstream(
+        &[
+            "compare",
+            hostile[0].to_str().unwrap(),
+            hostile[1].to_str().unwrap(),
+            "--plot",
+            inner.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let escaped = dir.path().join("deep").join("escaped-ratio.svg");
+    assert!(!escaped.exists(), "a figure was written outside --plot");
+    assert!(inner.join("_._escaped-ratio.svg").exists(), "{}", text(&o));
+
     // Different workloads: a warning, each side's type named, and nothing compared.
     let o = slipstream(
         &[
