@@ -11,6 +11,10 @@ use serde::Deserialize;
 
 /// Characters of a random string when the file names none.
 const ALPHANUMERIC: &str = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+/// The longest random string: PostgreSQL's limit for a text value (1 GB), in characters.
+const MAX_STRING: usize = 1 << 30;
+/// The most decimals a gaussian value can mean: an f64 holds 17 significant digits.
+const MAX_DECIMALS: u32 = 17;
 
 /// A generator as written in a workload file (`dist = "..."` picks the variant).
 #[derive(Debug, Clone, Deserialize)]
@@ -68,12 +72,16 @@ pub(crate) enum Generator {
     },
     Zipfian {
         min: i64,
+        max: i64,
         zipf: Zipf<f64>,
     },
     Gaussian {
         normal: Normal<f64>,
+        /// The bounds rounded inwards to `decimals`.
         min: f64,
         max: f64,
+        /// 10^decimals.
+        scale: f64,
         decimals: usize,
     },
     Sequence {
@@ -107,10 +115,22 @@ impl Generator {
                 if min > max {
                     return Err(format!("zipfian: min {min} is larger than max {max}"));
                 }
-                let n = (max - min) as f64 + 1.0;
+                // An infinite exponent makes the sampler's accept test NaN: it never accepts,
+                // and the user spins for good.
+                if !exponent.is_finite() {
+                    return Err(format!(
+                        "zipfian: exponent {exponent} (use a finite value >= 0)"
+                    ));
+                }
+                // In i128: the full i64 range's width overflows an i64.
+                let n = (*max as i128 - *min as i128) as f64 + 1.0;
                 let zipf = Zipf::new(n, *exponent)
                     .map_err(|e| format!("zipfian: exponent {exponent}: {e} (use a value >= 0)"))?;
-                Generator::Zipfian { min: *min, zipf }
+                Generator::Zipfian {
+                    min: *min,
+                    max: *max,
+                    zipf,
+                }
             }
             ParamSpec::Gaussian {
                 mean,
@@ -119,26 +139,65 @@ impl Generator {
                 max,
                 decimals,
             } => {
+                if !mean.is_finite() {
+                    return Err(format!("gaussian: mean {mean} (use a finite number)"));
+                }
+                if !(sd.is_finite() && *sd >= 0.0) {
+                    return Err(format!("gaussian: sd {sd} (use a finite value >= 0)"));
+                }
                 let normal = Normal::new(*mean, *sd)
                     .map_err(|e| format!("gaussian: sd {sd}: {e} (use a finite value >= 0)"))?;
-                let (lo, hi) = (
-                    min.unwrap_or(f64::NEG_INFINITY),
-                    max.unwrap_or(f64::INFINITY),
-                );
+                for (what, v) in [("min", min), ("max", max)] {
+                    if v.is_some_and(|v| !v.is_finite()) {
+                        return Err(format!(
+                            "gaussian: {what} {} (use a finite number, or leave it out)",
+                            v.unwrap_or_default()
+                        ));
+                    }
+                }
+                if *decimals > MAX_DECIMALS {
+                    return Err(format!(
+                        "gaussian: decimals {decimals} (at most {MAX_DECIMALS}: an f64 holds no more)"
+                    ));
+                }
+                // The bounds as the values are written, rounded inwards: a value rounded to
+                // `decimals` and then held within these stays within min..max.
+                let scale = 10f64.powi(*decimals as i32);
+                let lo = min.map_or(f64::NEG_INFINITY, |m| (m * scale).ceil() / scale);
+                let hi = max.map_or(f64::INFINITY, |m| (m * scale).floor() / scale);
+                if min.zip(*max).is_some_and(|(a, b)| a > b) {
+                    return Err(format!(
+                        "gaussian: min {} is larger than max {}",
+                        min.unwrap_or_default(),
+                        max.unwrap_or_default()
+                    ));
+                }
                 if lo > hi {
-                    return Err(format!("gaussian: min {lo} is larger than max {hi}"));
+                    return Err(format!(
+                        "gaussian: no value with {decimals} decimals lies within min {} and max {}",
+                        min.unwrap_or_default(),
+                        max.unwrap_or_default()
+                    ));
                 }
                 Generator::Gaussian {
                     normal,
                     min: lo,
                     max: hi,
+                    scale,
                     decimals: *decimals as usize,
                 }
             }
-            ParamSpec::Sequence { start, step } => Generator::Sequence {
-                next: AtomicI64::new(*start),
-                step: *step,
-            },
+            ParamSpec::Sequence { start, step } => {
+                if *step == 0 {
+                    return Err(
+                        "sequence: step 0 repeats one value (use a step other than 0)".into(),
+                    );
+                }
+                Generator::Sequence {
+                    next: AtomicI64::new(*start),
+                    step: *step,
+                }
+            }
             ParamSpec::String {
                 min_len,
                 max_len,
@@ -149,6 +208,11 @@ impl Generator {
                         "string: min_len {min_len} is larger than max_len {max_len}"
                     ));
                 }
+                if *max_len > MAX_STRING {
+                    return Err(format!(
+                        "string: max_len {max_len} (at most {MAX_STRING}: PostgreSQL's limit for a text value is 1 GB)"
+                    ));
+                }
                 let alphabet: Vec<char> = alphabet
                     .as_deref()
                     .unwrap_or(ALPHANUMERIC)
@@ -156,6 +220,12 @@ impl Generator {
                     .collect();
                 if alphabet.is_empty() {
                     return Err("string: the alphabet is empty".into());
+                }
+                if alphabet.contains(&'\0') {
+                    return Err(
+                        "string: the alphabet holds a NUL, which no PostgreSQL text value can"
+                            .into(),
+                    );
                 }
                 Generator::String {
                     min_len: *min_len,
@@ -167,6 +237,11 @@ impl Generator {
                 if values.is_empty() {
                     return Err("choice: values is empty".into());
                 }
+                if values.iter().any(|v| v.contains('\0')) {
+                    return Err(
+                        "choice: a value holds a NUL, which no PostgreSQL text value can".into(),
+                    );
+                }
                 Generator::Choice {
                     values: values.clone(),
                 }
@@ -174,30 +249,41 @@ impl Generator {
         })
     }
 
-    /// Draws one value as text, appending it to `out`.
-    pub(crate) fn draw(&self, rng: &mut SmallRng, out: &mut String) {
+    /// Draws one value as text, appending it to `out`; the error says why none can be drawn
+    /// (a sequence that has run out of i64).
+    pub(crate) fn draw(&self, rng: &mut SmallRng, out: &mut String) -> Result<(), String> {
         use std::fmt::Write;
         match self {
             Generator::Uniform { min, max } => {
                 let _ = write!(out, "{}", rng.random_range(*min..=*max));
             }
-            Generator::Zipfian { min, zipf } => {
-                // Zipf draws ranks 1..=n as floats.
-                let rank = zipf.sample(rng) as i64;
-                let _ = write!(out, "{}", min + rank - 1);
+            Generator::Zipfian { min, max, zipf } => {
+                // Zipf draws ranks 1..=n as floats (n rounded to an f64 over wide ranges).
+                let rank = zipf.sample(rng) as i128;
+                let v = (*min as i128 + rank - 1).clamp(*min as i128, *max as i128);
+                let _ = write!(out, "{v}");
             }
             Generator::Gaussian {
                 normal,
                 min,
                 max,
+                scale,
                 decimals,
             } => {
-                let x = normal.sample(rng).clamp(*min, *max);
+                // Rounded first, then held within the rounded bounds: formatting after a clamp
+                // could round a value out of them (0.5 to 0 with min 0.5).
+                let x = ((normal.sample(rng) * scale).round() / scale).clamp(*min, *max);
                 let _ = write!(out, "{x:.decimals$}");
             }
             Generator::Sequence { next, step } => {
-                // Relaxed: only uniqueness matters, which the RMW gives on its own.
-                let _ = write!(out, "{}", next.fetch_add(*step, Ordering::Relaxed));
+                // Relaxed: only uniqueness matters, which the RMW gives on its own. Checked:
+                // wrapping would repeat values the docs promise unique.
+                let v = next
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_add(*step))
+                    .map_err(|last| {
+                        format!("the sequence ran out at {last}: its next value would overflow an i64 (start it lower)")
+                    })?;
+                let _ = write!(out, "{v}");
             }
             Generator::String {
                 min_len,
@@ -211,6 +297,7 @@ impl Generator {
                 out.push_str(&values[rng.random_range(0..values.len())]);
             }
         }
+        Ok(())
     }
 }
 
@@ -226,7 +313,7 @@ mod tests {
         (0..n)
             .map(|_| {
                 let mut s = String::new();
-                g.draw(&mut rng, &mut s);
+                g.draw(&mut rng, &mut s).unwrap();
                 s
             })
             .collect()
@@ -307,5 +394,126 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("exponent"), "{e}");
+    }
+
+    /// Specs that hung, panicked, aborted or drew out of range before session 33 (found by
+    /// its attacker): each is refused when the file is read, saying why.
+    #[test]
+    fn hostile_specs_are_refused_when_read() {
+        let refused = |spec: ParamSpec, why: &str| {
+            let e = Generator::new(&spec).expect_err(why);
+            assert!(e.contains(why), "{e}");
+        };
+        // Hung: the sampler never accepted.
+        refused(
+            ParamSpec::Zipfian {
+                min: 1,
+                max: 10,
+                exponent: f64::INFINITY,
+            },
+            "finite",
+        );
+        let gaussian = |mean: f64, sd: f64, min: Option<f64>, max: Option<f64>, decimals: u32| {
+            ParamSpec::Gaussian {
+                mean,
+                sd,
+                min,
+                max,
+                decimals,
+            }
+        };
+        // Panicked in `clamp`, and in the formatter.
+        refused(gaussian(0.0, 1.0, Some(f64::NAN), Some(10.0), 0), "min NaN");
+        refused(gaussian(0.0, 1.0, None, None, 70_000), "at most 17");
+        // Sent NaN or inf to the server, or took a negative sd.
+        refused(gaussian(f64::NAN, 1.0, None, None, 0), "mean NaN");
+        refused(gaussian(f64::INFINITY, 1.0, None, None, 0), "mean inf");
+        refused(gaussian(0.0, -1.0, None, None, 0), "sd -1");
+        // No whole number lies in 0.4..0.6: it drew 0 and 1.
+        refused(
+            gaussian(0.5, 1.0, Some(0.4), Some(0.6), 0),
+            "no value with 0 decimals",
+        );
+        // Aborted the process on the allocation.
+        refused(
+            ParamSpec::String {
+                min_len: 1_000_000_000_000,
+                max_len: 1_000_000_000_000,
+                alphabet: None,
+            },
+            "at most",
+        );
+        refused(ParamSpec::Sequence { start: 5, step: 0 }, "step 0");
+        refused(
+            ParamSpec::Choice {
+                values: vec!["a\0b".into()],
+            },
+            "NUL",
+        );
+        refused(
+            ParamSpec::String {
+                min_len: 1,
+                max_len: 2,
+                alphabet: Some("a\0".into()),
+            },
+            "NUL",
+        );
+    }
+
+    /// Rounding no longer leaves the bounds: with min 0.5 and max 9.5 at 0 decimals, values
+    /// are 1 to 9 (before: 0 and 10 too, rounding half to even after the clamp).
+    #[test]
+    fn rounded_values_stay_within_the_bounds() {
+        let v: Vec<f64> = draws(
+            ParamSpec::Gaussian {
+                mean: 0.0,
+                sd: 100.0,
+                min: Some(0.5),
+                max: Some(9.5),
+                decimals: 0,
+            },
+            2_000,
+        )
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+        assert!(
+            v.iter().all(|x| (1.0..=9.0).contains(x)),
+            "{:?}",
+            v.iter().find(|x| !(1.0..=9.0).contains(*x))
+        );
+        assert!(
+            v.contains(&1.0) && v.contains(&9.0),
+            "both ends are reached"
+        );
+        // A zipfian over the whole i64 range stays in it (its width overflowed an i64).
+        for v in draws(
+            ParamSpec::Zipfian {
+                min: i64::MIN,
+                max: i64::MAX,
+                exponent: 1.0,
+            },
+            100,
+        ) {
+            v.parse::<i64>().expect("an i64");
+        }
+    }
+
+    /// A sequence that would wrap is an error for the transaction, not a repeated value.
+    #[test]
+    fn a_sequence_that_runs_out_says_so() {
+        let g = Generator::new(&ParamSpec::Sequence {
+            start: i64::MAX - 1,
+            step: 1,
+        })
+        .unwrap();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut out = String::new();
+        g.draw(&mut rng, &mut out).unwrap();
+        assert_eq!(out, (i64::MAX - 1).to_string());
+        let e = g
+            .draw(&mut rng, &mut out)
+            .expect_err("the next one overflows");
+        assert!(e.contains("ran out"), "{e}");
     }
 }

@@ -38,6 +38,7 @@ pub mod chart;
 pub mod compare;
 pub mod context;
 mod environment;
+mod file_name;
 mod generators;
 mod histogram;
 mod merge;
@@ -60,6 +61,7 @@ pub use chart::{
     Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
 };
 pub use environment::{Environment, capture as capture_environment, redact};
+pub use file_name::file_stem;
 pub use merge::merge;
 pub use phases::{Stage, StageLoad, StageResult, StageTx, stage_table};
 pub use progress::Style;
@@ -67,7 +69,7 @@ pub use run_result::{
     BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, Percentiles, RUN_SCHEMA,
     RUN_SCHEMA_OLDEST_READABLE, RUN_SCHEMA_VERSION, Schedule, TxResult,
 };
-pub use runner::{DEFAULT_GRACE, RunConfig, run};
+pub use runner::{DEFAULT_GRACE, MAX_USERS, RunConfig, run};
 pub use table::Table;
 pub use think::{ThinkTime, parse_duration};
 pub use transaction::{Session, StatementCounts, Transaction, TxError};

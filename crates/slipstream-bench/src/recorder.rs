@@ -161,6 +161,8 @@ struct Totals {
 /// The run's shared record.
 pub(crate) struct Recorder {
     names: Vec<String>,
+    /// The names as CSV fields (quoted when they hold a comma, a quote or a line break).
+    csv_names: Vec<String>,
     /// Open loop: lateness threshold. `None` for closed loop (no schedule to keep).
     late_after: Option<Duration>,
     totals: Mutex<Totals>,
@@ -203,8 +205,16 @@ impl Recorder {
             })
             .collect();
         let after = (0..names.len()).map(|_| IntervalTotals::new()).collect();
+        let csv_names = names
+            .iter()
+            .map(|n| match n.contains([',', '"', '\n', '\r']) {
+                true => format!("\"{}\"", n.replace('"', "\"\"")),
+                false => n.clone(),
+            })
+            .collect();
         Ok(Recorder {
             names,
+            csv_names,
             late_after,
             totals: Mutex::new(Totals {
                 kinds,
@@ -344,7 +354,7 @@ impl Recorder {
                 let r = writeln!(
                     w,
                     "{},{},{},{},{},{}",
-                    self.names[k],
+                    self.csv_names[k],
                     s.user,
                     s.end.as_micros(),
                     s.latency.as_micros(),
@@ -711,5 +721,44 @@ mod sealing_tests {
         let h = histogram::decode(&first.histogram, "first").unwrap();
         assert_eq!(h.len(), 3);
         assert!((first.p50_ms - 2.0).abs() < 0.01, "{first:?}");
+    }
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    /// A type named with a comma or a quote (the Rust API allows any name) is one CSV field.
+    /// Before, names were written unquoted, adding columns (session 33's attacker).
+    #[test]
+    fn names_are_quoted_as_csv_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.csv");
+        let r = Arc::new(
+            Recorder::new(vec!["a,b".into(), "say \"hi\"".into()], None, Some(&path)).unwrap(),
+        );
+        {
+            let mut log = UserLog::new(r.clone());
+            for kind in 0..2 {
+                let s = Sample {
+                    kind,
+                    user: 0,
+                    end: Duration::from_millis(1),
+                    latency: Duration::from_millis(1),
+                    lag: Duration::ZERO,
+                    failure: None,
+                };
+                log.push(s, Instant::now());
+            }
+        }
+        r.finish(
+            &[("a,b".into(), 1), ("say \"hi\"".into(), 1)],
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "\"a,b\",0,1000,1000,0,");
+        assert_eq!(lines[2], "\"say \"\"hi\"\"\",0,1000,1000,0,");
     }
 }

@@ -153,6 +153,14 @@ impl RunConfig {
         anyhow::ensure!(self.users >= 1, "--users must be at least 1");
         anyhow::ensure!(self.threads >= 1, "--threads must be at least 1");
         let plan = self.plan()?;
+        // Each user is a connection and a task with its own state: past PostgreSQL's own
+        // reach, a count is a typo, and honouring it would exhaust memory before the first
+        // connect could fail.
+        anyhow::ensure!(
+            plan.users() <= MAX_USERS,
+            "{} users asked for (by --users or a stage); at most {MAX_USERS} are supported, each with its own connection",
+            plan.users()
+        );
         if plan.is_open() {
             anyhow::ensure!(
                 self.think == ThinkTime::NONE,
@@ -187,6 +195,9 @@ impl RunConfig {
         Ok(plan)
     }
 }
+
+/// The most users a run may have.
+pub const MAX_USERS: usize = 100_000;
 
 /// The clock of one run.
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +235,9 @@ struct Shared {
     busy: Vec<CachePadded<AtomicU32>>,
     /// Open loop only.
     queue: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, usize)>>>,
+    /// The first user that panicked, and why: the run then fails rather than report the
+    /// survivors' figures as the whole.
+    panicked: std::sync::Mutex<Option<String>>,
 }
 
 /// Runs `workload` as configured until the window ends or `stop` completes (Ctrl-C), and
@@ -275,6 +289,7 @@ pub async fn run<S: Future + Send>(
             .map(|_| CachePadded::new(AtomicU32::new(0)))
             .collect(),
         queue: queue_rx,
+        panicked: std::sync::Mutex::new(None),
     });
 
     let capture = match &config.url {
@@ -310,7 +325,21 @@ pub async fn run<S: Future + Send>(
                 };
                 let _ = ready.send(Ok(version)).await;
                 drop(ready);
-                user_main(shared, user, session, txs, go).await;
+                // A panic (in a transaction's code, or ours) ends only this user: caught here
+                // and kept, so the run can say so instead of reporting fewer users' work.
+                let main =
+                    std::panic::AssertUnwindSafe(user_main(shared.clone(), user, session, txs, go));
+                if let Err(panic) = futures_util::FutureExt::catch_unwind(main).await {
+                    let why = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".into());
+                    let mut first = shared.panicked.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert(format!("user {user} panicked: {why}"));
+                    shared.stop.store(true, Ordering::Release);
+                    let _ = shared.stop_signal.send(true);
+                }
             },
             threads.handle(user),
         );
@@ -369,9 +398,12 @@ pub async fn run<S: Future + Send>(
     // The window: until its end, or until stopped.
     let mut interrupted = false;
     tokio::pin!(stop);
+    // A user that panicked stops the run early too (it fails below).
+    let mut halted = shared.stop_signal.subscribe();
     tokio::select! {
         _ = tokio::time::sleep_until(window.to.into()) => {}
         _ = &mut stop => interrupted = true,
+        _ = halted.wait_for(|s| *s) => interrupted = true,
     }
     let closed_at = recorder.close_window(window.from, window.to);
     if interrupted {
@@ -443,6 +475,16 @@ pub async fn run<S: Future + Send>(
         },
         None => None,
     };
+    if let Some(why) = shared
+        .panicked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        anyhow::bail!(
+            "{why}; the run is stopped and no result is written, since it would miss that user's work (a bug in the transaction's code, or in slipstream: please report it)"
+        );
+    }
     let weights = workload.weights();
     let finished = recorder.finish(&weights, measured)?;
     let stages = recorder
@@ -730,26 +772,36 @@ async fn run_one(
         );
         shared.busy[user].store(0, Ordering::Release);
     }
-    if result.is_err() {
-        repair(shared, user, session, txs).await;
+    // The rollback a repair sends is the transaction's statement too.
+    if result.is_err() && repair(shared, user, session, txs).await && recorded {
+        let rollback = crate::transaction::StatementCounts {
+            rollbacks: 1,
+            ..Default::default()
+        };
+        log.recorded.statements(kind, &rollback);
     }
 }
 
 /// Rolls back a transaction left open by a failure, and reconnects (and re-runs `init`) when
 /// the connection broke. A failed reconnect leaves the session without a client; its next
-/// transaction fails with `client:no-connection` and the reconnect is tried again.
+/// transaction fails with `client:no-connection` and the reconnect is tried again. True when
+/// it rolled a transaction back.
 async fn repair(
     shared: &Shared,
     user: usize,
     session: &mut Session,
     txs: &mut [Box<dyn DynTransaction>],
-) {
-    let Some(url) = &shared.url else { return };
+) -> bool {
+    let Some(url) = &shared.url else {
+        return false;
+    };
+    let mut rolled_back = false;
     let broken = match session.client_slot() {
         Some(c) if c.is_broken() => true,
         Some(c) => {
             if c.transaction_status() != TransactionStatus::Idle {
-                c.simple_query("ROLLBACK").await.is_err()
+                rolled_back = c.simple_query("ROLLBACK").await.is_ok();
+                !rolled_back
             } else {
                 false
             }
@@ -757,7 +809,7 @@ async fn repair(
         None => true,
     };
     if !broken || shared.stop.load(Ordering::Acquire) {
-        return;
+        return rolled_back;
     }
     *session.client_slot() = None;
     match connect_user(url, user).await {
@@ -770,6 +822,7 @@ async fn repair(
         // Back off so a down server is not hammered by every user in a tight loop.
         Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
     }
+    rolled_back
 }
 
 /// Open loop: draws arrivals at the plan's highest rate and keeps each with probability

@@ -22,9 +22,10 @@ impl Table {
         }
     }
 
-    /// Appends a row.
+    /// Appends a row. A control character in a cell (a newline, an escape sequence) is kept
+    /// escaped, as `\n` or `\u{1b}`: it would break the table's lines or drive the terminal.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(printable).collect());
     }
 
     /// Renders with aligned columns: text left, numbers right.
@@ -91,6 +92,45 @@ pub fn push_table(html: &mut String, t: &Table) {
     html.push_str("</table>\n");
 }
 
+/// `s` with every control character escaped (`\n`, `\u{1b}`).
+///
+/// ```
+/// assert_eq!(slipstream_bench::table::printable("a\nb\u{1b}[2J".into()), "a\\nb\\u{1b}[2J");
+/// ```
+pub fn printable(s: String) -> String {
+    if !s.chars().any(char::is_control) {
+        return s;
+    }
+    s.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_default().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
+}
+
+/// As [`printable`], keeping line breaks and tabs: for text of several lines.
+///
+/// ```
+/// assert_eq!(slipstream_bench::table::printable_lines("a\tb\n\u{7}"), "a\tb\n\\u{7}");
+/// ```
+pub fn printable_lines(s: &str) -> String {
+    s.split_inclusive('\n')
+        .map(|line| {
+            let (body, end) = match line.strip_suffix('\n') {
+                Some(b) => (b, "\n"),
+                None => (line, ""),
+            };
+            let kept: String = body
+                .split('\t')
+                .map(|part| printable(part.to_string()))
+                .collect::<Vec<_>>()
+                .join("\t");
+            kept + end
+        })
+        .collect()
+}
+
 /// Escapes text for HTML.
 pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -112,5 +152,21 @@ mod tests {
             t.render(),
             "client      ops/s\n----------  -----\nslipstream  23456\ntp              9"
         );
+    }
+
+    /// A name with a newline or an escape sequence (from a result file) keeps the table's
+    /// lines and drives no terminal (found by session 33's attackers).
+    #[test]
+    fn control_characters_in_cells_are_escaped() {
+        let mut t = Table::new(&["transaction", "count"]);
+        t.row(vec!["a\nb\u{1b}[2J".into(), "1".into()]);
+        let text = t.render();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            !text.contains('\u{1b}') && text.contains("a\\nb\\u{1b}[2J"),
+            "{text}"
+        );
+        let lines = printable_lines("v\u{1b}[31m\r\n\tx\n");
+        assert_eq!(lines, "v\\u{1b}[31m\\r\n\tx\n");
     }
 }

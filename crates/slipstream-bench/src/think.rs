@@ -50,7 +50,8 @@ impl ThinkTime {
         } else if self.min == self.max {
             self.min
         } else {
-            let span = (self.max - self.min).as_nanos() as u64;
+            // Saturating: a span past u64 nanoseconds (584 years) wrapped to almost nothing.
+            let span = u64::try_from((self.max - self.min).as_nanos()).unwrap_or(u64::MAX);
             self.min + Duration::from_nanos(rng.random_range(0..=span))
         }
     }
@@ -154,5 +155,10 @@ mod tests {
         }
         assert!("5ms..1ms".parse::<ThinkTime>().is_err());
         assert_eq!(ThinkTime::NONE.draw(&mut rng), Duration::ZERO);
+        // A span past u64 nanoseconds: draws spread over it, not over its wrapped remainder
+        // (before, about 8.8 µs: session 33's attacker).
+        let long = ThinkTime::new(Duration::ZERO, Duration::from_secs(18_446_744_074)).unwrap();
+        let most = (0..100).map(|_| long.draw(&mut rng)).max().unwrap();
+        assert!(most > Duration::from_secs(1_000_000), "{most:?}");
     }
 }

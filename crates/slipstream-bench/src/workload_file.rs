@@ -179,8 +179,31 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
                 format!("transaction `{}` is defined twice", tx.name),
             ));
         }
+        // A name goes into tables, CSV lines and file names: one that is blank or holds a
+        // control character (a newline, an escape sequence) would break or forge them.
+        if tx.name.trim().is_empty() || tx.name.chars().any(char::is_control) {
+            return Err(at(
+                t.span(),
+                format!(
+                    "transaction name {:?} is blank or holds a control character; use printable text",
+                    tx.name
+                ),
+            ));
+        }
         let mut sources: Vec<&Spanned<String>> = tx.sql.iter().collect();
         sources.extend(tx.statements.iter());
+        if let Some(empty) = sources
+            .iter()
+            .find(|s| s.get_ref().trim().trim_matches(';').trim().is_empty())
+        {
+            return Err(at(
+                empty.span(),
+                format!(
+                    "transaction `{}` has an empty statement, which would count as a success without running anything",
+                    tx.name
+                ),
+            ));
+        }
         if sources.is_empty() {
             return Err(at(
                 t.span(),
@@ -257,15 +280,72 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Replaces `:name` with `$1`, `$2`, ... (one number per distinct name) and returns the names
-/// in number order. Skips `::` casts, quoted literals and identifiers, and `--` comments.
+/// in number order. Skips what PostgreSQL does not read as SQL text: `::` casts, quoted
+/// literals and identifiers (`E'...'` with its backslash escapes too), dollar-quoted strings,
+/// and `--` and (nested) `/* */` comments.
 fn bind_names(sql: &str) -> (String, Vec<String>) {
     let mut out = String::with_capacity(sql.len());
     let mut names: Vec<String> = Vec::new();
     let chars: Vec<char> = sql.chars().collect();
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
         match c {
+            // An escape string: a backslash takes the next character, a quote too.
+            '\'' if i > 0
+                && matches!(chars[i - 1], 'E' | 'e')
+                && (i < 2 || !ident(chars[i - 2])) =>
+            {
+                out.push(c);
+                i += 1;
+                while i < chars.len() {
+                    out.push(chars[i]);
+                    if chars[i] == '\\' && i + 1 < chars.len() {
+                        out.push(chars[i + 1]);
+                        i += 2;
+                        continue;
+                    }
+                    i += 1;
+                    if chars[i - 1] == '\'' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.get(i + 1) == Some(&'*') => {
+                // Block comments nest in PostgreSQL.
+                let mut depth = 0;
+                while i < chars.len() {
+                    if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                        depth += 1;
+                        out.push_str("/*");
+                        i += 2;
+                    } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                        depth -= 1;
+                        out.push_str("*/");
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        out.push(chars[i]);
+                        i += 1;
+                    }
+                }
+            }
+            '$' if (i == 0 || !ident(chars[i - 1])) && dollar_tag(&chars[i..]).is_some() => {
+                // `$tag$ ... $tag$`: copied whole, up to the same tag.
+                let tag = dollar_tag(&chars[i..]).unwrap_or_default();
+                out.extend(&chars[i..i + tag.len()]);
+                i += tag.len();
+                while i < chars.len() && !chars[i..].starts_with(&tag) {
+                    out.push(chars[i]);
+                    i += 1;
+                }
+                let close = tag.len().min(chars.len() - i);
+                out.extend(&chars[i..i + close]);
+                i += close;
+            }
             '\'' | '"' => {
                 // Copy through the closing quote (a doubled quote stays inside).
                 out.push(c);
@@ -291,12 +371,13 @@ fn bind_names(sql: &str) -> (String, Vec<String>) {
             }
             ':' if chars
                 .get(i + 1)
-                .is_some_and(|n| n.is_ascii_alphabetic() || *n == '_') =>
+                .is_some_and(|n| n.is_alphabetic() || *n == '_') =>
             {
+                // Letters as PostgreSQL's identifiers take them, non-ASCII too: `:kéy` is one
+                // name, not `:k` and then `éy`.
                 let start = i + 1;
                 let mut end = start;
-                while end < chars.len() && (chars[end].is_ascii_alphanumeric() || chars[end] == '_')
-                {
+                while end < chars.len() && ident(chars[end]) {
                     end += 1;
                 }
                 let name: String = chars[start..end].iter().collect();
@@ -317,6 +398,15 @@ fn bind_names(sql: &str) -> (String, Vec<String>) {
         }
     }
     (out, names)
+}
+
+/// The opening `$tag$` (or `$$`) of a dollar-quoted string at the start of `chars`.
+fn dollar_tag(chars: &[char]) -> Option<Vec<char>> {
+    let end = chars[1..].iter().position(|&c| c == '$')? + 1;
+    let tag = &chars[1..end];
+    let valid = tag.is_empty()
+        || (!tag[0].is_ascii_digit() && tag.iter().all(|&c| c.is_alphanumeric() || c == '_'));
+    valid.then(|| chars[..=end].to_vec())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -413,7 +503,9 @@ impl Transaction for FileTransaction {
     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
         for (value, &g) in self.values.iter_mut().zip(&self.plan.uses) {
             value.clear();
-            self.gens[g].draw(s.rng(), value);
+            self.gens[g]
+                .draw(s.rng(), value)
+                .map_err(|why| TxError::new("client:parameter", why))?;
         }
         let mut counts = StatementCounts::default();
         let result = run_plan(&self.plan, &self.values, s, &mut counts).await;
@@ -428,18 +520,22 @@ async fn run_plan(
     s: &mut Session,
     counts: &mut StatementCounts,
 ) -> Result<(), TxError> {
-    let client = s.client()?;
     if plan.atomic {
-        client.simple_query("BEGIN").await?;
+        s.client()?.simple_query("BEGIN").await?;
     }
-    for st in &plan.statements {
+    for (i, st) in plan.statements.iter().enumerate() {
+        // The intra-transaction think time, between steps (not counted in the latency).
+        if i > 0 {
+            s.think().await;
+        }
+        let client = s.client()?;
         let texts: Vec<Text<'_>> = st.args.iter().map(|&i| Text(&values[i])).collect();
         let params: Vec<&(dyn ToSql + Sync)> = texts.iter().map(|t| t as _).collect();
         client.query(st.sql.as_str(), &params).await?;
         st.kind.count(counts);
     }
     if plan.atomic {
-        client.simple_query("COMMIT").await?;
+        s.client()?.simple_query("COMMIT").await?;
         counts.commits += 1;
     }
     Ok(())
@@ -493,6 +589,52 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
         match parse(text, "w.toml") {
             Ok(_) => panic!("parsed: {text}"),
             Err(e) => e,
+        }
+    }
+
+    /// What PostgreSQL does not read as SQL text keeps its colons (found by session 33's
+    /// attacker: each of these was bound as a parameter, and every run failed with 42P18, or a
+    /// file was refused for a name in a comment).
+    #[test]
+    fn comments_dollar_quotes_and_escape_strings_keep_their_colons() {
+        for sql in [
+            "SELECT /* :k */ 1",
+            "SELECT /* a /* nested :k */ still :k */ 1",
+            "SELECT $$:k$$",
+            "SELECT $tag$ :k $ $$ :k $tag$",
+            "SELECT E'\\':k'",
+            "SELECT 1 /* see :note */",
+        ] {
+            let (out, names) = bind_names(sql);
+            assert_eq!((out.as_str(), names.len()), (sql, 0), "{sql}");
+        }
+        let (out, names) = bind_names("SELECT $x$:a$x$, :b, e'\\'' || :c");
+        assert_eq!(out, "SELECT $x$:a$x$, $1, e'\\'' || $2");
+        assert_eq!(names, ["b", "c"]);
+        // A non-ASCII name is one name.
+        let (out, names) = bind_names("SELECT :kéy");
+        assert_eq!(
+            (out.as_str(), names),
+            ("SELECT $1", vec!["kéy".to_string()])
+        );
+    }
+
+    /// Names that would break a table, a CSV line or a terminal, and statements that run
+    /// nothing, are refused when the file is read (session 33's attacker: an empty `sql`
+    /// counted 800 successes a second).
+    #[test]
+    fn blank_or_control_names_and_empty_statements_are_refused() {
+        for name in ["", " ", "line1\\nline2", "esc\\u001b[2J"] {
+            let e = error(&format!(
+                "name = \"x\"\n[[transaction]]\nname = \"{name}\"\nsql = \"SELECT 1\"\n"
+            ));
+            assert!(e.contains("control character"), "{name:?}: {e}");
+        }
+        for sql in ["", "   ", ";", " ; "] {
+            let e = error(&format!(
+                "name = \"x\"\n[[transaction]]\nname = \"a\"\nsql = \"{sql}\"\n"
+            ));
+            assert!(e.contains("empty statement"), "{sql:?}: {e}");
         }
     }
 

@@ -257,3 +257,42 @@ fn order_entry_without_its_schema_says_how_to_load_it() {
         .unwrap_err();
     assert!(err.to_string().contains("--setup"), "{err}");
 }
+
+/// A workload file's `intra_think` pauses between a transaction's statements, and a failed
+/// atomic transaction counts the rollback the runner sends. Before (session 33's attacker),
+/// the think time was recorded in the result and never applied (3,512 transactions a second
+/// at 1 user where 50 ms would allow 20), and the rollbacks counted 0.
+#[test]
+fn a_files_intra_think_is_applied_and_its_rollbacks_counted() {
+    let cluster = Cluster::start().unwrap();
+    let file = bench::workload_file::parse(
+        r#"
+name = "steps"
+intra_think = "40ms"
+[[transaction]]
+name = "thinks"
+statements = ["SELECT 1", "SELECT 2"]
+[[transaction]]
+name = "fails"
+statements = ["SELECT 1", "SELECT 1/0"]
+"#,
+        "steps.toml",
+    )
+    .unwrap();
+    let mut c = config(&cluster.url(), 1, 1.0);
+    c.warmup = Duration::ZERO;
+    c.intra_think = file.intra_think.expect("the file's intra_think");
+    let r = run(&file.workload, &c);
+    let (thinks, fails) = (&r.transactions[0], &r.transactions[1]);
+    let done = thinks.ok + thinks.failed + fails.ok + fails.failed;
+    // Each transaction thinks 40 ms once: at most 25 in a second at 1 user.
+    assert!((1..=30).contains(&done), "{done} transactions in 1 s");
+    assert_eq!(fails.ok, 0);
+    assert_eq!(
+        fails.statements.rollbacks, fails.failed,
+        "{:?}",
+        fails.statements
+    );
+    // Not counted in the latency: the think is left out.
+    assert!(thinks.latency_ms.p50 < 40.0, "{:?}", thinks.latency_ms);
+}

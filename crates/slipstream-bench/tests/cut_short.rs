@@ -147,3 +147,55 @@ fn a_rate_near_zero_schedules_nothing_and_panics_nowhere() {
     );
     assert_eq!(arrivals(&run), 0);
 }
+
+/// Panics in its fifth execution on each user.
+struct PanicsLater(u32);
+
+impl Transaction for PanicsLater {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        self.0 += 1;
+        assert!(self.0 < 5, "the transaction panics, as the test asked");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Ok(())
+    }
+}
+
+/// A user whose transaction panics fails the run, early, naming the user and the panic.
+/// Before (session 33's attacker), the user vanished, the others ran on, and the result was
+/// written with exit 0 as if fewer users had been asked for.
+#[test]
+fn a_user_that_panics_fails_the_run() {
+    let w = Workload::new("panics")
+        .transaction("p", 1, || PanicsLater(0))
+        .without_database();
+    let mut c = RunConfig::new(None);
+    (c.threads, c.users) = (1, 2);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let e = rt()
+        .block_on(bench::run(&w, &c, pending::<()>()))
+        .expect_err("the run fails");
+    assert!(
+        e.to_string().contains("panicked: the transaction panics"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the run went on for its 30 s"
+    );
+}
+
+/// A user count no server could serve is refused before anything is allocated for it.
+/// Before, 10^8 users asked for 12.8 GB and aborted, and u64::MAX panicked.
+#[test]
+fn more_users_than_supported_are_refused() {
+    for users in [bench::MAX_USERS + 1, usize::MAX] {
+        let mut c = RunConfig::new(None);
+        c.users = users;
+        let e = rt()
+            .block_on(bench::run(&sleeping(0), &c, pending::<()>()))
+            .expect_err("refused");
+        assert!(e.to_string().contains("at most 100000"), "{e}");
+    }
+}

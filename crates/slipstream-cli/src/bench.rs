@@ -198,9 +198,12 @@ fn command_line() -> Vec<String> {
     args
 }
 
+/// `NAME-DATE.json` in the current directory, the name made a safe file name: a workload
+/// file's `name` is input, and `../../x` or `/etc/x` must not choose where the result goes.
 fn default_out(workload: &str) -> PathBuf {
     PathBuf::from(format!(
-        "{workload}-{}.json",
+        "{}-{}.json",
+        slipstream_bench::file_stem(workload),
         chrono::Utc::now().format("%Y%m%d-%H%M%S")
     ))
 }
@@ -281,4 +284,21 @@ pub fn report(
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod out_tests {
+    use super::*;
+
+    /// A workload named like a path writes its result in the current directory, under a
+    /// flat name. Before (session 33's attacker), `../../x` and `/tmp/a/b/x` chose the
+    /// directory, and it was created.
+    #[test]
+    fn the_default_result_file_stays_in_the_current_directory() {
+        for name in ["../../../tmp/escaped", "/tmp/abs/deep/x", "", "a\0b"] {
+            let out = default_out(name);
+            assert_eq!(out.components().count(), 1, "{name:?} -> {}", out.display());
+            assert!(!out.to_string_lossy().starts_with('.'), "{}", out.display());
+        }
+    }
 }

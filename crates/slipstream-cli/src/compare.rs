@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use slipstream_bench::BenchRun;
-use slipstream_bench::compare::{
-    Direction, Metric, Outcome, Report, Row, compare_sides, figure_stem, plot,
-};
+use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot};
 use slipstream_lab::Table;
 use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
 
@@ -67,7 +65,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
                     Metric::Mean => r.scope().to_string(),
                     m => format!("{}-{}", r.scope(), m.to_string().replace(' ', "-")),
                 };
-                let stem = figure_stem(&name.replace(' ', "-"));
+                let stem = slipstream_bench::file_stem(&name.replace(' ', "-"));
                 let stem = (1..)
                     .map(|k| match k {
                         1 => stem.clone(),

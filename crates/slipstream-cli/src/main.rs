@@ -158,7 +158,11 @@ fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()>
 }
 
 /// Prints a line to stdout, surfacing a closed pipe as an error `main` treats as success.
+/// Control characters other than line breaks and tabs are printed escaped: names and
+/// messages come from result and workload files, and an escape sequence in one could clear
+/// the screen or overwrite a verdict.
 pub(crate) fn say(text: &str) -> anyhow::Result<()> {
+    let text = slipstream_bench::table::printable_lines(text);
     writeln!(std::io::stdout(), "{text}").context("writing to stdout")
 }
 

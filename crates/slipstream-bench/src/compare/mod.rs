@@ -558,37 +558,11 @@ fn failures(
     })
 }
 
-/// A file name stem for `name` that stays in the directory it is joined to: letters, digits,
-/// `-`, `_` and `.` are kept, anything else (a path separator, a space, a control character)
-/// becomes `_`, and a leading `.` too. Names come from result files, which are input: a
-/// transaction named `../x` must not write outside `--plot`'s directory.
-///
-/// ```
-/// use slipstream_bench::compare::figure_stem;
-/// assert_eq!(figure_stem("new order"), "new_order");
-/// assert_eq!(figure_stem("../../etc/x"), "_._.._etc_x");
-/// ```
-pub fn figure_stem(name: &str) -> String {
-    let mut stem: String = name
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
-            _ => '_',
-        })
-        .collect();
-    if stem.is_empty() {
-        stem.push('_');
-    } else if stem.starts_with('.') {
-        stem.replace_range(..1, "_");
-    }
-    stem
-}
-
 /// Writes, for a compared row, `STEM-means.svg` (the posterior of both means) and
 /// `STEM-ratio.svg` (B / A with its HDI and the ROPE) into `dir`, where STEM is
-/// [`figure_stem`]`(name)`: nothing is written outside `dir`.
+/// [`file_stem`](crate::file_stem)`(name)`: nothing is written outside `dir`.
 pub fn plot(dir: &Path, name: &str, c: &Comparison) -> anyhow::Result<()> {
-    let name = figure_stem(name);
+    let name = crate::file_stem(name);
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("could not create {}: {e}", dir.display()))?;
     let means = posterior_chart_svg(

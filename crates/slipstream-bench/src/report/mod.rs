@@ -50,15 +50,17 @@ pub fn table(runs: &[Labeled]) -> Table {
             }
         }
     }
-    for name in names.iter().copied().chain(std::iter::once("all")) {
+    // The totals row is `None`: a type may itself be named `all`.
+    for name in names.iter().copied().map(Some).chain([None]) {
         for l in runs {
             let r = &l.run;
             let secs = r.measured_s.max(f64::MIN_POSITIVE);
-            let mut row = vec![name.to_string()];
+            let mut row = vec![name.unwrap_or("all").to_string()];
             if several {
                 row.push(l.label.clone());
             }
-            if name == "all" {
+            let tx = name.map(|n| r.transactions.iter().find(|t| t.name == n));
+            if tx.is_none() {
                 let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
                 let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
                 let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
@@ -73,7 +75,7 @@ pub fn table(runs: &[Labeled]) -> Table {
                     blank(p.map(|p| p.p99)),
                     ms(all_stats(r).max),
                 ]);
-            } else if let Some(tx) = r.transactions.iter().find(|t| t.name == name) {
+            } else if let Some(Some(tx)) = tx {
                 let p = &tx.latency_ms;
                 // No success, no latency: a blank, not a 0 that reads as "fast".
                 let lat = |v: f64| if tx.ok > 0 { ms(v) } else { "-".into() };
