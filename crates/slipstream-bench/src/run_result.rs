@@ -233,8 +233,8 @@ pub struct Intervals {
     pub seconds: f64,
     /// For each transaction type, one entry per interval from the start of measuring.
     pub per_transaction: BTreeMap<String, Vec<Interval>>,
-    /// For each transaction type, everything that ended after the last interval: work started
-    /// in the window and finished during the drain. These are in the type's totals; keeping
+    /// For each transaction type, everything that ended at or after the window's end: work
+    /// started in the window and finished during the drain. These are in the type's totals; keeping
     /// them out of the series avoids a false drop (a half-empty last interval), and keeping
     /// them here lets the intervals plus this add up to the totals.
     #[serde(default)]
@@ -306,29 +306,42 @@ impl BenchRun {
     /// # Ok::<(), anyhow::Error>(())
     /// ```
     pub fn read_json(path: &Path) -> anyhow::Result<BenchRun> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;
-        let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        let text = String::from_utf8(bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not UTF-8 text (byte {} is not): a result file is JSON; is it another kind of file?",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            )
+        })?;
+        // The schema first, from a struct of two fields: serde skips the rest without building
+        // it (a `serde_json::Value` of the whole file took 17 times the file's size).
+        #[derive(Deserialize)]
+        struct Header {
+            schema: Option<String>,
+            schema_version: Option<u64>,
+        }
+        let header: Header = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{} is not valid JSON ({e}); is it truncated or corrupt? Re-run the benchmark to get a new one",
                 path.display()
             )
         })?;
-        let schema = value.get("schema").and_then(|s| s.as_str());
-        if schema != Some(RUN_SCHEMA) {
+        if header.schema.as_deref() != Some(RUN_SCHEMA) {
             anyhow::bail!(
                 "{} is not a slipstream bench result (schema {:?}, expected {RUN_SCHEMA:?})",
                 path.display(),
-                schema.unwrap_or("missing")
+                header.schema.as_deref().unwrap_or("missing")
             );
         }
-        let version = value.get("schema_version").and_then(|v| v.as_u64());
+        let version = header.schema_version;
         let readable = u64::from(RUN_SCHEMA_OLDEST_READABLE)..=u64::from(RUN_SCHEMA_VERSION);
         if !version.is_some_and(|v| readable.contains(&v)) {
             anyhow::bail!(
-                "{} has schema version {:?}; this slipstream reads versions {RUN_SCHEMA_OLDEST_READABLE} to {RUN_SCHEMA_VERSION}{}",
+                "{} has schema version {}; this slipstream reads versions {RUN_SCHEMA_OLDEST_READABLE} to {RUN_SCHEMA_VERSION}{}",
                 path.display(),
-                version,
+                version.map_or("(missing)".to_string(), |v| v.to_string()),
                 if version.is_some_and(|v| v > u64::from(RUN_SCHEMA_VERSION)) {
                     " (the file is newer: update slipstream)"
                 } else {
@@ -336,22 +349,106 @@ impl BenchRun {
                 }
             );
         }
-        let run: BenchRun = serde_json::from_value(value).map_err(|e| {
+        let run: BenchRun = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{} is a bench result with a missing or malformed field: {e}",
                 path.display()
             )
         })?;
-        // Every percentile the report shows is read from these: a corrupt one is an error
-        // here, not blank figures later.
-        for t in &run.transactions {
-            crate::histogram::decode(&t.histogram, &t.name).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: {e}; the file is corrupt, re-run the benchmark",
-                    path.display()
-                )
-            })?;
-        }
+        run.check().map_err(|why| {
+            anyhow::anyhow!(
+                "{}: {why}; the file is corrupt or edited by hand, re-run the benchmark",
+                path.display()
+            )
+        })?;
         Ok(run)
+    }
+
+    /// What a result file must hold for its figures to mean anything: finite, non-negative
+    /// times; counts that add up without overflowing (reports and comparisons add them);
+    /// each type once; and, from version 2, histograms and statistics that hold exactly the
+    /// type's successes (every percentile shown is read from them).
+    fn check(&self) -> Result<(), String> {
+        let seconds = [
+            ("measured_s", self.measured_s),
+            ("duration_s", self.duration_s),
+            ("warmup_s", self.warmup_s),
+            ("grace_s", self.grace_s),
+        ];
+        for (what, v) in seconds {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{what} is {v}, not a time in seconds"));
+            }
+        }
+        if !(self.intervals.seconds.is_finite() && self.intervals.seconds > 0.0) {
+            return Err(format!(
+                "intervals.seconds is {}, not a positive length",
+                self.intervals.seconds
+            ));
+        }
+        if let Load::Open { rate } = self.load
+            && !(rate.is_finite() && rate >= 0.0)
+        {
+            return Err(format!("load.rate is {rate}, not a rate"));
+        }
+        let add = |total: u64, n: u64, what: &dyn Fn() -> String| {
+            total
+                .checked_add(n)
+                .ok_or_else(|| format!("{} overflows a count when added", what()))
+        };
+        let mut all = 0u64;
+        for (i, t) in self.transactions.iter().enumerate() {
+            if self.transactions[..i].iter().any(|o| o.name == t.name) {
+                return Err(format!("transaction {:?} is listed twice", t.name));
+            }
+            let what = || format!("the counts of {:?}", t.name);
+            all = add(all, t.ok, &what)?;
+            all = add(all, t.failed, &what)?;
+            all = add(all, t.censored, &what)?;
+            let p = &t.latency_ms;
+            for v in [p.mean, p.p50, p.p90, p.p95, p.p99, p.p999, p.max] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!("a latency of {:?} is {v} ms", t.name));
+                }
+            }
+            if self.schema_version >= 2 {
+                let h =
+                    crate::histogram::decode(&t.histogram, &t.name).map_err(|e| e.to_string())?;
+                if h.len() != t.ok || t.latency_stats.sufficient.n != t.ok {
+                    return Err(format!(
+                        "{:?} has {} successes, but its histogram holds {} and its statistics {}",
+                        t.name,
+                        t.ok,
+                        h.len(),
+                        t.latency_stats.sufficient.n
+                    ));
+                }
+            }
+        }
+        // One total over every type, so that any sum a report takes (a type's, a second's
+        // over all types) fits too.
+        let mut n = 0u64;
+        for (name, series) in &self.intervals.per_transaction {
+            let what = || format!("the intervals of {name:?}");
+            for iv in series.iter().chain(self.intervals.after_window.get(name)) {
+                n = add(n, iv.sufficient.n, &what)?;
+                n = add(n, iv.failed, &what)?;
+            }
+        }
+        let mut n = 0u64;
+        for s in &self.stages {
+            if !(s.start_s.is_finite() && s.end_s.is_finite() && s.end_s >= s.start_s) {
+                return Err(format!(
+                    "stage {:?} runs from {} s to {} s",
+                    s.name, s.start_s, s.end_s
+                ));
+            }
+            for t in &s.transactions {
+                let what = || format!("the counts of stage {:?}", s.name);
+                n = add(n, t.ok, &what)?;
+                n = add(n, t.failed, &what)?;
+            }
+        }
+        Ok(())
     }
 }

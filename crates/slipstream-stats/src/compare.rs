@@ -172,6 +172,16 @@ fn check(name: &str, g: &Suff) -> Result<(), CompareError> {
             g.n, g.sum, g.sum_ln
         )));
     }
+    // ln(mean) - mean(ln): zero exactly when every value is the same (Jensen), and the gamma
+    // model's shape then has no bound. The sampler wandered for ~20 s per row and ended in
+    // "the chains disagree" (found by session 33's attacker on a constant per-second series).
+    let n = g.n as f64;
+    if (g.sum / n).ln() - g.sum_ln / n < 1e-12 {
+        return Err(CompareError(format!(
+            "group {name}'s {} values are all the same: no spread to model; compare with another unit, or a longer run",
+            g.n
+        )));
+    }
     Ok(())
 }
 
@@ -327,6 +337,18 @@ pub(crate) fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values that never vary get an answer at once, not 20 s of sampling that ends in "the
+    /// chains disagree" (session 33's attacker, a constant per-second series).
+    #[test]
+    fn values_that_never_vary_are_refused_before_sampling() {
+        let same = Suff::of(&[5.0; 20]);
+        let varied = Suff::of(&(0..20).map(|i| 5.0 + f64::from(i)).collect::<Vec<_>>());
+        for (a, b) in [(&same, &varied), (&varied, &same)] {
+            let e = compare(a, b, &CompareSettings::default()).unwrap_err();
+            assert!(e.to_string().contains("all the same"), "{e}");
+        }
+    }
 
     #[test]
     fn a_failed_check_on_either_parameter_withholds_the_verdict() {

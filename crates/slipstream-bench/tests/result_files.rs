@@ -1,0 +1,119 @@
+//! Result files are input: `report`, `compare` and `merge` read them, and a corrupt or
+//! hand-edited one must be refused when read, naming what is wrong, rather than shown as
+//! confident figures (found by session 33's attacker: a count that wrapped hid a type and
+//! lowered the total, an empty histogram showed a 0 ms p99, a duplicated type was compared
+//! as one, a negative window gave an infinite TPS). No database: the transactions do nothing.
+
+mod common;
+
+use std::future::pending;
+use std::time::Duration;
+
+use common::rt;
+use serde_json::{Value, json};
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
+};
+
+struct NoOp;
+impl Transaction for NoOp {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        tokio::task::yield_now().await;
+        Ok(())
+    }
+}
+
+fn run() -> Value {
+    let w = Workload::new("noop")
+        .without_database()
+        .transaction("a", 1, || NoOp)
+        .transaction("b", 1, || NoOp);
+    let mut c = RunConfig::new(None);
+    c.duration = Duration::from_millis(300);
+    c.warmup = Duration::ZERO;
+    c.threads = 1;
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    serde_json::to_value(&run).unwrap()
+}
+
+fn read(dir: &std::path::Path, v: &Value) -> anyhow::Result<BenchRun> {
+    let path = dir.join("r.json");
+    std::fs::write(&path, serde_json::to_vec(v).unwrap()).unwrap();
+    BenchRun::read_json(&path)
+}
+
+#[test]
+fn corrupt_or_edited_results_are_refused_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = run();
+    read(dir.path(), &good).expect("an honest file reads");
+    type Edit = (&'static str, fn(&mut Value), &'static str);
+    let edits: [Edit; 10] = [
+        (
+            "a count that overflows the total",
+            |v| v["transactions"][1]["ok"] = json!(u64::MAX),
+            "overflows",
+        ),
+        (
+            "a histogram short of the successes",
+            |v| v["transactions"][0]["histogram"] = json!(""),
+            "successes",
+        ),
+        (
+            "statistics short of the successes",
+            |v| v["transactions"][0]["latency_stats"]["n"] = json!(0),
+            "successes",
+        ),
+        (
+            "a type listed twice",
+            |v| {
+                let a = v["transactions"][0].clone();
+                v["transactions"].as_array_mut().unwrap().push(a);
+            },
+            "twice",
+        ),
+        (
+            "a negative window",
+            |v| v["measured_s"] = json!(-5.0),
+            "measured_s",
+        ),
+        (
+            "intervals of no length",
+            |v| v["intervals"]["seconds"] = json!(0.0),
+            "positive length",
+        ),
+        (
+            "a negative percentile",
+            |v| v["transactions"][0]["latency_ms"]["p50"] = json!(-1.0),
+            "latency",
+        ),
+        (
+            "a stage that ends before it starts",
+            |v| v["stages"][0]["end_s"] = json!(-1.0),
+            "stage",
+        ),
+        (
+            "interval counts that overflow",
+            |v| v["intervals"]["per_transaction"]["a"][0]["failed"] = json!(u64::MAX),
+            "overflows",
+        ),
+        (
+            "a newer schema",
+            |v| v["schema_version"] = json!(3),
+            "schema version 3;",
+        ),
+    ];
+    for (what, edit, says) in edits {
+        let mut v = good.clone();
+        edit(&mut v);
+        let e = read(dir.path(), &v)
+            .map(|_| ())
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains(says), "{what}: {e}");
+    }
+    let path = dir.path().join("bytes.json");
+    std::fs::write(&path, b"{\"schema\": \"\xff\"}").unwrap();
+    let e = BenchRun::read_json(&path).unwrap_err().to_string();
+    assert!(e.contains("not UTF-8 text (byte 12"), "{e}");
+}
