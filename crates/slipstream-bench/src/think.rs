@@ -98,10 +98,26 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t == "0" {
         return Ok(Duration::ZERO);
     }
+    if t.starts_with('-') {
+        return Err(format!(
+            "duration `{t}` is negative; a duration is 0 or more (e.g. 30s)"
+        ));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    let mut after = unit.chars();
+    if !num.is_empty()
+        && matches!(after.next(), Some('e' | 'E'))
+        && after
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || c == '+' || c == '-')
+    {
+        return Err(format!(
+            "duration `{t}`: write the number without an exponent, with a unit: us, ms, s, m or h (e.g. 30s)"
+        ));
+    }
     let scale = match unit.trim() {
         "us" | "µs" => 1e-6,
         "ms" => 1e-3,
@@ -143,6 +159,14 @@ mod tests {
                 .contains("unknown unit")
         );
         assert!(parse_duration("ms").unwrap_err().contains("number"));
+        // Said as what they are, not as an unknown unit (session 33's attacker).
+        assert!(parse_duration("-1ms").unwrap_err().contains("negative"));
+        assert!(parse_duration("1e30s").unwrap_err().contains("exponent"));
+        assert!(
+            parse_duration("5 secs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
     }
 
     #[test]
