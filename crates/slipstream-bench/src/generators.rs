@@ -165,6 +165,16 @@ impl Generator {
                 let scale = 10f64.powi(*decimals as i32);
                 let lo = min.map_or(f64::NEG_INFINITY, |m| (m * scale).ceil() / scale);
                 let hi = max.map_or(f64::INFINITY, |m| (m * scale).floor() / scale);
+                // A bound times 10^decimals past f64's range rounds to infinity, which the
+                // server takes as float8 Infinity: refused rather than sent.
+                for (what, given, rounded) in [("min", min, lo), ("max", max, hi)] {
+                    if given.is_some() && !rounded.is_finite() {
+                        return Err(format!(
+                            "gaussian: {what} {} is too large to round to {decimals} decimals; give fewer decimals",
+                            given.unwrap_or_default()
+                        ));
+                    }
+                }
                 if min.zip(*max).is_some_and(|(a, b)| a > b) {
                     return Err(format!(
                         "gaussian: min {} is larger than max {}",
@@ -272,7 +282,10 @@ impl Generator {
             } => {
                 // Rounded first, then held within the rounded bounds: formatting after a clamp
                 // could round a value out of them (0.5 to 0 with min 0.5).
-                let x = ((normal.sample(rng) * scale).round() / scale).clamp(*min, *max);
+                let v = normal.sample(rng);
+                // A value too large to scale is sent unrounded (it has no digits to drop).
+                let r = (v * scale).round() / scale;
+                let x = if r.is_finite() { r } else { v }.clamp(*min, *max);
                 let _ = write!(out, "{x:.decimals$}");
             }
             Generator::Sequence { next, step } => {

@@ -174,6 +174,12 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
             "{origin}: no transactions; add at least one [[transaction]] with a name and sql"
         ));
     }
+    if let Some(why) = unprintable(&spec.name) {
+        return Err(format!(
+            "{origin}: the workload's name {:?} {why}",
+            spec.name
+        ));
+    }
     let mut workload = Workload::new(spec.name.clone());
     let mut seen = BTreeMap::new();
     for t in &spec.transaction {
@@ -184,23 +190,21 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
                 format!("transaction `{}` is defined twice", tx.name),
             ));
         }
-        // A name goes into tables, CSV lines and file names: one that is blank or holds a
-        // control character (a newline, an escape sequence) would break or forge them.
-        if tx.name.trim().is_empty() || tx.name.chars().any(char::is_control) {
+        if let Some(why) = unprintable(&tx.name) {
             return Err(at(
                 t.span(),
-                format!(
-                    "transaction name {:?} is blank or holds a control character; use printable text",
-                    tx.name
-                ),
+                format!("transaction name {:?} {why}", tx.name),
+            ));
+        }
+        if tx.name == "all" {
+            return Err(at(
+                t.span(),
+                "transaction name \"all\" is the report's row of all types; choose another".into(),
             ));
         }
         let mut sources: Vec<&Spanned<String>> = tx.sql.iter().collect();
         sources.extend(tx.statements.iter());
-        if let Some(empty) = sources
-            .iter()
-            .find(|s| s.get_ref().trim().trim_matches(';').trim().is_empty())
-        {
+        if let Some(empty) = sources.iter().find(|s| !has_sql(s.get_ref())) {
             return Err(at(
                 empty.span(),
                 format!(
@@ -277,6 +281,60 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         ramp_up,
         stages,
     })
+}
+
+/// Why `name` cannot name a workload or a transaction, if it cannot. A name goes into tables,
+/// CSV lines, file names and the terminal: a blank one reads as nothing, and a control or
+/// invisible formatting character (a newline, an escape sequence, a zero-width space, a
+/// right-to-left override) would break or forge what it is printed in.
+fn unprintable(name: &str) -> Option<&'static str> {
+    let invisible = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}')
+    };
+    if name.trim().is_empty() {
+        Some("is blank; use printable text")
+    } else if name.chars().any(invisible) {
+        Some("holds a control or invisible character; use printable text")
+    } else {
+        None
+    }
+}
+
+/// Whether `sql` holds anything but whitespace, semicolons and comments: a statement that
+/// runs nothing would count as a success.
+fn has_sql(sql: &str) -> bool {
+    let chars: Vec<char> = sql.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            c if c.is_whitespace() || c == ';' => i += 1,
+            '-' if chars.get(i + 1) == Some(&'-') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if chars.get(i + 1) == Some(&'*') => {
+                let mut depth = 0;
+                while i < chars.len() {
+                    if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            _ => return true,
+        }
+    }
+    false
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -630,9 +688,33 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             let e = error(&format!(
                 "name = \"x\"\n[[transaction]]\nname = \"{name}\"\nsql = \"SELECT 1\"\n"
             ));
-            assert!(e.contains("control character"), "{name:?}: {e}");
+            assert!(
+                e.contains("blank") || e.contains("control"),
+                "{name:?}: {e}"
+            );
         }
-        for sql in ["", "   ", ";", " ; "] {
+        // Invisible or look-alike names (this session's second attacker).
+        for name in ["all\\u200b", "x\\u2028y", "x\\u202eevil"] {
+            let e = error(&format!(
+                "name = \"x\"\n[[transaction]]\nname = \"{name}\"\nsql = \"SELECT 1\"\n"
+            ));
+            assert!(e.contains("invisible"), "{name:?}: {e}");
+        }
+        let e = error("name = \"x\"\n[[transaction]]\nname = \"all\"\nsql = \"SELECT 1\"\n");
+        assert!(e.contains("row of all types"), "{e}");
+        let e =
+            error("name = \"evil\\nline\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n");
+        assert!(e.contains("workload's name"), "{e}");
+        for sql in [
+            "",
+            "   ",
+            ";",
+            " ; ",
+            "; ; ;",
+            "-- nothing at all",
+            "/* :x */",
+            "/* a /* b */ */ ;",
+        ] {
             let e = error(&format!(
                 "name = \"x\"\n[[transaction]]\nname = \"a\"\nsql = \"{sql}\"\n"
             ));

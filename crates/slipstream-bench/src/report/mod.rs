@@ -137,7 +137,8 @@ pub fn describe(r: &BenchRun) -> Vec<String> {
     if let Some(c) = &r.context {
         lines.extend(context::lines(c));
     }
-    lines
+    // One line each, whatever a name from the file holds (a newline would forge a line).
+    lines.into_iter().map(crate::table::printable).collect()
 }
 
 /// [`describe`] without the context (the HTML page shows that apart).
