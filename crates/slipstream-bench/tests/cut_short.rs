@@ -9,28 +9,10 @@ use std::future::pending;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::rt;
+use common::{rt, sleeping};
 use slipstream_bench::{
     self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
 };
-
-/// Sleeps for its milliseconds (0: returns at once), then succeeds.
-struct Sleep(u64);
-
-impl Transaction for Sleep {
-    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
-        if self.0 > 0 {
-            tokio::time::sleep(Duration::from_millis(self.0)).await;
-        }
-        Ok(())
-    }
-}
-
-fn sleeping(ms: u64) -> Workload {
-    Workload::new("sleep")
-        .transaction("sleep", 1, move || Sleep(ms))
-        .without_database()
-}
 
 /// Every arrival of the window, counted: done (ok or failed) or censored.
 fn accounted(run: &BenchRun) -> u64 {

@@ -7,26 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::rt;
-use slipstream_bench::{
-    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
-};
-
-/// Sleeps for its milliseconds, then succeeds.
-struct Sleep(u64);
-
-impl Transaction for Sleep {
-    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
-        tokio::time::sleep(Duration::from_millis(self.0)).await;
-        Ok(())
-    }
-}
-
-fn sleeping(ms: u64) -> Workload {
-    Workload::new("sleep")
-        .transaction("sleep", 1, move || Sleep(ms))
-        .without_database()
-}
+use common::{rt, sleeping};
+use slipstream_bench::{self as bench, BenchRun, RunConfig};
 
 /// The raw CSV's completion times (µs from the start of measuring).
 fn raw_ends(path: &std::path::Path) -> Vec<u64> {
