@@ -49,6 +49,10 @@ fn a_run_stopped_with_arrivals_queued_censors_them() {
         arrivals(&run),
         "arrivals lost without a trace"
     );
+    // The summary says what the count holds: most never started, and no grace ran out.
+    // Before, it blamed the grace period alone (session 33's second attacker).
+    let said = bench::report::describe(&run).join("\n");
+    assert!(said.contains("queued and never started"), "{said}");
 }
 
 /// The grace limit ends a run with a backlog while users are still running: each arrival is

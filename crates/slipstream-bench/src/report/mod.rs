@@ -169,10 +169,23 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
             .filter(|t| t.censored > 0)
             .map(|t| format!("{} {}", t.name, t.censored))
             .collect();
+        // What the file can tell: a stop may have cut the drain short, and an open loop's
+        // censored count includes arrivals that never started.
+        let grace = r.grace_s;
+        let why = match (r.load, r.interrupted) {
+            (Load::Open { .. }, _) => format!(
+                "in flight, or queued and never started, when the run ended (a stop, or the {grace:.0} s grace period)"
+            ),
+            (Load::Closed, true) => format!(
+                "still running when the run was stopped, or after the {grace:.0} s grace period"
+            ),
+            (Load::Closed, false) => {
+                format!("still running after the {grace:.0} s grace period")
+            }
+        };
         lines.push(format!(
-            "{} transactions censored: still running after the {:.0} s grace period ({}); counted apart, in no latency figure",
+            "{} transactions censored: {why} ({}); counted apart, in no latency figure",
             r.unfinished,
-            r.grace_s,
             by.join(", ")
         ));
     }
