@@ -363,7 +363,7 @@ pub async fn run<S: Future + Send>(
         from: t0 + config.warmup,
         to: t0 + config.warmup + plan.total(),
     };
-    let started_at = chrono::Utc::now() + config.warmup;
+    let mut started_at = chrono::Utc::now() + config.warmup;
     recorder.plan_window(plan.total());
     let _ = go_tx.send(Go::Run(window));
     let arrivals = match queue_tx {
@@ -406,6 +406,11 @@ pub async fn run<S: Future + Send>(
         _ = halted.wait_for(|s| *s) => interrupted = true,
     }
     let closed_at = recorder.close_window(window.from, window.to);
+    if closed_at < window.from {
+        // Stopped in the warm-up: measuring never started, and the planned start lies in
+        // the future. The (empty) window is the moment of the stop.
+        started_at = chrono::Utc::now();
+    }
     if interrupted {
         shared.stop.store(true, Ordering::Release);
         let _ = shared.stop_signal.send(true);

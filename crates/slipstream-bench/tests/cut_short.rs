@@ -185,3 +185,24 @@ fn more_users_than_supported_are_refused() {
         assert!(e.to_string().contains("at most 100000"), "{e}");
     }
 }
+
+/// Stopped in the warm-up: nothing measured, and the result's start is not the planned one,
+/// which had not come (session 33's second attacker: it was written 3 s in the future).
+#[test]
+fn a_run_stopped_in_its_warm_up_started_measuring_no_later_than_the_stop() {
+    let mut c = RunConfig::new(None);
+    c.threads = 1;
+    c.warmup = Duration::from_secs(30);
+    let run = rt()
+        .block_on(async {
+            let stop = tokio::time::sleep(Duration::from_millis(200));
+            bench::run(&sleeping(1), &c, stop).await
+        })
+        .unwrap();
+    let started = chrono::DateTime::parse_from_rfc3339(&run.started_at).unwrap();
+    assert!(run.interrupted && run.measured_s == 0.0, "{run:?}");
+    assert!(
+        started <= chrono::Utc::now(),
+        "started_at {started} is in the future"
+    );
+}
