@@ -19,8 +19,8 @@
 //! keeps its worker thread and starves the rest, and the benchmark would measure nothing.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -464,14 +464,19 @@ fn threads<P: ThreadPool>(
     timing: Timing,
 ) -> anyhow::Result<Run> {
     let rec = Arc::new(Record::new(borrowers));
-    let start = Arc::new(Barrier::new(borrowers + 1));
+    // The start line is a flag and an unpark per thread, not a `Barrier`: a barrier's waiters
+    // all leave through one mutex, and 1,000 threads convoying on it behind busy borrowers
+    // took minutes on 2 cores. A park may return spuriously, hence the loop.
+    let go = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::with_capacity(borrowers);
     for me in 0..borrowers {
-        let (mine, line, pool) = (rec.clone(), start.clone(), pool.clone());
+        let (mine, line, pool) = (rec.clone(), go.clone(), pool.clone());
         let spawned = std::thread::Builder::new()
             .stack_size(64 * 1024)
             .spawn(move || {
-                line.wait();
+                while !line.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::park();
+                }
                 while !mine.stop.load(Relaxed) {
                     mine.done(me, pool.once(hold));
                 }
@@ -479,22 +484,16 @@ fn threads<P: ThreadPool>(
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
-                // Release the ones already waiting at the barrier before failing.
                 rec.stop.store(true, Relaxed);
-                for _ in me..borrowers {
-                    std::thread::spawn({
-                        let start = start.clone();
-                        move || {
-                            start.wait();
-                        }
-                    });
+                release(&go, &handles);
+                for h in handles {
+                    let _ = h.join();
                 }
-                start.wait();
                 return Err(anyhow::anyhow!("spawning borrower thread {me}: {e}"));
             }
         }
     }
-    start.wait();
+    release(&go, &handles);
     std::thread::sleep(timing.warmup);
     let (before, seconds, after) = window(&rec, timing);
     rec.stop.store(true, Relaxed);
@@ -503,6 +502,14 @@ fn threads<P: ThreadPool>(
             .map_err(|_| anyhow::anyhow!("a borrower thread panicked"))?;
     }
     Ok(summarize(name, seconds, &before, &rec, &after))
+}
+
+/// Lets the parked borrowers go.
+fn release(go: &AtomicBool, handles: &[std::thread::JoinHandle<()>]) {
+    go.store(true, std::sync::atomic::Ordering::Release);
+    for h in handles {
+        h.thread().unpark();
+    }
 }
 
 // ---- tasks ----
