@@ -35,7 +35,7 @@ use crossbeam_utils::CachePadded;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
-use slipstream_pg::{Client, TransactionStatus};
+use slipstream_pg::{CancelToken, Client, TransactionStatus};
 use tokio::sync::{mpsc, watch};
 
 use crate::phases::{Plan, Stage, StageTotals};
@@ -233,6 +233,10 @@ struct Shared {
     /// censored counts). A line each: every transaction writes its user's cell twice, and
     /// users on different threads sharing a line made each write a cache-line transfer.
     busy: Vec<CachePadded<AtomicU32>>,
+    /// Per user: how to cancel what its connection runs, so a transaction censored at the
+    /// grace limit does not run on in the server after the client has let it go. Replaced on
+    /// a reconnect; written only between a user's transactions, read after the users stopped.
+    cancel: Vec<std::sync::Mutex<Option<CancelToken>>>,
     /// Open loop only.
     queue: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, usize)>>>,
     /// The first user that panicked, and why: the run then fails rather than report the
@@ -288,6 +292,7 @@ pub async fn run<S: Future + Send>(
         busy: (0..user_count)
             .map(|_| CachePadded::new(AtomicU32::new(0)))
             .collect(),
+        cancel: (0..user_count).map(|_| Default::default()).collect(),
         queue: queue_rx,
         panicked: std::sync::Mutex::new(None),
     });
@@ -437,19 +442,23 @@ pub async fn run<S: Future + Send>(
     shared.stop.store(true, Ordering::Release);
     let _ = shared.stop_signal.send(true);
     let mut unfinished = 0;
+    let mut cancel_warning = None;
     if !drained {
         // Censored at the grace limit (or the Ctrl-C): what was in flight. The users are shut
         // down first, so none records a transaction counted here, or takes one from the queue
         // after it is emptied below. (A user's busy flag and its record change with no await
         // between them, so an aborted user's flag says what it had in hand.)
         users.shutdown().await;
-        for b in &shared.busy {
+        let mut in_flight = Vec::new();
+        for (user, b) in shared.busy.iter().enumerate() {
             let k = b.load(Ordering::Acquire);
             if k > 0 {
                 recorder.censor(k as usize - 1);
                 unfinished += 1;
+                in_flight.extend(token_of(&shared, user));
             }
         }
+        cancel_warning = cancel_all(in_flight).await;
     }
     if let Some(a) = arrivals {
         let _ = a.join();
@@ -470,7 +479,7 @@ pub async fn run<S: Future + Send>(
     drop(threads);
     drop(progress);
 
-    let context = match sampler {
+    let mut context = match sampler {
         Some(s) => match s.await {
             Ok(capture) => Some(capture.after().await),
             Err(e) => Some(crate::context::RunContext {
@@ -480,6 +489,12 @@ pub async fn run<S: Future + Send>(
         },
         None => None,
     };
+    if let Some(warning) = cancel_warning {
+        context
+            .get_or_insert_with(Default::default)
+            .warnings
+            .push(warning);
+    }
     if let Some(why) = shared
         .panicked
         .lock()
@@ -544,11 +559,50 @@ async fn prepare_user(
     let version = client
         .as_ref()
         .and_then(|c| c.parameter("server_version").map(str::to_owned));
+    set_token(shared, user, client.as_ref());
     let mut session = Session::new(user, client, intra, seed);
     let mut txs: Vec<Box<dyn DynTransaction>> =
         shared.workload.kinds.iter().map(|k| (k.make)()).collect();
     init_all(&shared.workload, &mut txs, &mut session).await?;
     Ok((session, txs, version))
+}
+
+fn set_token(shared: &Shared, user: usize, client: Option<&Client>) {
+    *shared.cancel[user]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = client.map(Client::cancel_token);
+}
+
+fn token_of(shared: &Shared, user: usize) -> Option<CancelToken> {
+    shared.cancel[user]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
+/// How many cancel requests are in flight at once, and how long they may take in all: a
+/// server that does not answer must not hold the run's end for long.
+const CANCEL_CONCURRENCY: usize = 16;
+const CANCEL_LIMIT: Duration = Duration::from_secs(5);
+
+/// Sends a cancel request for each token (the users' connections are closed by now, but a
+/// backend notices a closed socket only when it next writes, so a long statement would run
+/// on). Returns a warning for the run's context when any failed.
+async fn cancel_all(tokens: Vec<CancelToken>) -> Option<String> {
+    use futures_util::StreamExt as _;
+    let count = tokens.len();
+    let sent = futures_util::stream::iter(tokens)
+        .map(|t| async move { t.cancel().await.err().map(|e| e.to_string()) })
+        .buffer_unordered(CANCEL_CONCURRENCY)
+        .filter_map(|failed| async move { failed })
+        .collect::<Vec<_>>();
+    let (failed, why) = match tokio::time::timeout(CANCEL_LIMIT, sent).await {
+        Ok(failures) => (failures.len(), failures.into_iter().next()?),
+        Err(_) => (count, format!("not all done within {CANCEL_LIMIT:?}")),
+    };
+    Some(format!(
+        "{failed} of {count} cancel requests for transactions censored at the grace limit failed ({why}): their statements may still run on the server; check pg_stat_activity before the next run"
+    ))
 }
 
 async fn connect_user(url: &str, user: usize) -> anyhow::Result<Client> {
@@ -819,6 +873,7 @@ async fn repair(
     *session.client_slot() = None;
     match connect_user(url, user).await {
         Ok(client) => {
+            set_token(shared, user, Some(&client));
             *session.client_slot() = Some(client);
             if init_all(&shared.workload, txs, session).await.is_err() {
                 *session.client_slot() = None;

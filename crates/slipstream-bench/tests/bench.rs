@@ -296,3 +296,112 @@ statements = ["SELECT 1", "SELECT 1/0"]
     // Not counted in the latency: the think is left out.
     assert!(thinks.latency_ms.p50 < 40.0, "{:?}", thinks.latency_ms);
 }
+
+/// Backends still running the marked statement, other than the one asking.
+fn sleepers(client: &mut slipstream_pg::Client, rt: &tokio::runtime::Runtime, mark: &str) -> i64 {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%{mark}%' AND pid <> pg_backend_pid()"
+    );
+    rt.block_on(client.query_one(&sql, &[]))
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+/// Polls for up to 10 s until no backend runs the marked statement; the count left.
+fn sleepers_after_waiting(url: &str, mark: &str) -> i64 {
+    let rt = rt();
+    let mut client = rt.block_on(slipstream_pg::connect(url)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = sleepers(&mut client, &rt, mark);
+        if n == 0 || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A transaction censored at the grace limit is cancelled on the server: the client lets it
+/// go, but a backend notices a closed socket only when it next writes, so a 60 s statement ran
+/// on for a minute after the run and loaded whatever ran next. Fails before the cancel
+/// requests: both backends still sleep after 10 s.
+#[test]
+fn transactions_censored_at_the_grace_limit_are_cancelled_on_the_server() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let w = Workload::new("sleep").transaction("sleep", 1, || {
+        Sql("SELECT pg_sleep(60) /* censored-at-grace */")
+    });
+    let mut c = config(&url, 2, 0.3);
+    c.warmup = Duration::ZERO;
+    c.grace = Duration::from_millis(200);
+    let r = run(&w, &c);
+    assert_eq!(r.unfinished, 2, "both users were cut off in their sleep");
+    let warnings = r
+        .context
+        .as_ref()
+        .map(|c| c.warnings.clone())
+        .unwrap_or_default();
+    assert!(
+        !warnings.iter().any(|w| w.contains("cancel")),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        sleepers_after_waiting(&url, "censored-at-grace"),
+        0,
+        "a censored statement still runs on the server"
+    );
+}
+
+/// When the cancel requests do not reach the server, the result says so, with what to check,
+/// rather than leaving statements running unannounced, and the run still ends (within the
+/// cancels' 5 s limit).
+#[test]
+fn cancel_requests_that_fail_are_named_in_the_results_warnings() {
+    let cluster = Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = DelayProxy::start(target, Duration::ZERO).unwrap();
+    let proxied = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let w = Workload::new("sleep").transaction("sleep", 1, || {
+        Sql("SELECT pg_sleep(60) /* cancel-unreachable */")
+    });
+    let mut c = config(&proxied, 1, 0.3);
+    c.warmup = Duration::ZERO;
+    c.grace = Duration::from_millis(300);
+    let r = std::thread::scope(|scope| {
+        let running = scope.spawn(|| run(&w, &c));
+        // Once the statement runs, the proxy holds everything: the cancel request never
+        // arrives. (Closing the proxy would cut the user's connection and fail the
+        // transaction instead of censoring it.)
+        let rt = rt();
+        let mut client = rt.block_on(slipstream_pg::connect(&cluster.url())).unwrap();
+        while sleepers(&mut client, &rt, "cancel-unreachable") == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        proxy.set_stalled(true);
+        running.join().unwrap()
+    });
+    assert_eq!(r.unfinished, 1);
+    let warnings = r
+        .context
+        .as_ref()
+        .map(|c| c.warnings.clone())
+        .unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w.contains("1 of 1 cancel requests")
+            && w.contains("not all done within 5s")
+            && w.contains("pg_stat_activity")),
+        "{warnings:?}"
+    );
+    // The statement is left running; end it so the cluster stops at once.
+    let rt = rt();
+    let mut client = rt.block_on(slipstream_pg::connect(&cluster.url())).unwrap();
+    rt.block_on(client.simple_query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%cancel-unreachable%' AND pid <> pg_backend_pid()",
+    ))
+    .unwrap();
+}
