@@ -73,6 +73,14 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     if let Some(mix) = &args.mix {
         workload.apply_mix(mix).map_err(anyhow::Error::msg)?;
     }
+    check_file_settings(
+        &args,
+        FileSettings {
+            think: file_think.filter(|t| *t != slipstream_bench::ThinkTime::NONE),
+            ramp_up: file_ramp.is_some_and(|r| !r.is_zero()),
+            stages: &file_stages,
+        },
+    )?;
     let mut config = RunConfig::new(Some(url));
     let stages = if args.stages.is_empty() {
         file_stages
@@ -132,6 +140,64 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// What a workload file sets that the command line can also set.
+struct FileSettings<'a> {
+    think: Option<slipstream_bench::ThinkTime>,
+    ramp_up: bool,
+    stages: &'a [slipstream_bench::Stage],
+}
+
+/// Refuses flags that clash with what the workload file sets, naming the file's key: the
+/// runner's own checks name the flags (`--think`, `--stage`), which would send a user who set
+/// neither looking for them. A flag of the same kind overrides the file and clashes with
+/// nothing here.
+fn check_file_settings(args: &BenchArgs, file: FileSettings) -> anyhow::Result<()> {
+    let file_stages = args.stages.is_empty() && !file.stages.is_empty();
+    let stages = if file_stages {
+        file.stages
+    } else {
+        &args.stages
+    };
+    let open = args.rate.is_some()
+        || stages
+            .first()
+            .is_some_and(|s| matches!(s.load, slipstream_bench::StageLoad::Rate(_)));
+    if file_stages {
+        anyhow::ensure!(
+            args.duration.is_none(),
+            "the workload file's `stages` and --duration both set how long the run lasts; drop --duration (the run lasts the stages' sum), or give --stage to replace the file's stages"
+        );
+        anyhow::ensure!(
+            args.rate.is_none(),
+            "the workload file's `stages` and --rate both set the load; drop --rate, or give --stage D:rate=R to replace the file's stages"
+        );
+        anyhow::ensure!(
+            args.users.is_none() || open,
+            "the workload file's `stages` set the user count, and so does --users; drop --users, or give --stage to replace the file's stages"
+        );
+    }
+    if let (None, Some(think)) = (&args.think, file.think) {
+        anyhow::ensure!(
+            !open,
+            "the workload file's `think` ({think}) does not apply to an open-loop run ({}): arrivals are scheduled, not paced by users; give --think 0 to drop it for this run",
+            if args.rate.is_some() {
+                "--rate"
+            } else if file_stages {
+                "the file's rate stages"
+            } else {
+                "rate stages"
+            }
+        );
+    }
+    if args.ramp_up.is_none() && file.ramp_up {
+        anyhow::ensure!(
+            args.warmup.is_none_or(|w| w.is_zero()),
+            "the workload file's `ramp_up` and --warmup both keep the start out of the steady figures; the ramp-up is recorded as a stage of its own, so drop --warmup, or give --ramp-up 0 to drop the file's ramp-up"
+        );
+    }
+    Ok(())
 }
 
 async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun> {

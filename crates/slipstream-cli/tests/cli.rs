@@ -614,6 +614,64 @@ fn bad_phases_and_a_scale_without_setup_say_what_to_do() {
     }
 }
 
+/// What clashes with a setting from the workload file names the file's key, not a flag the
+/// user never gave. Before, each message said to drop `--think`, `--stage` or `--ramp-up`.
+#[test]
+fn clashes_with_a_workload_files_settings_name_the_files_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("paced.toml");
+    std::fs::write(
+        &file,
+        "name = \"paced\"\nthink = \"10ms\"\nramp_up = \"2s\"\nstages = [\"1s:4\"]\n\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    for (args, want) in [
+        (
+            vec!["-d", "10s"],
+            "the workload file's `stages` and --duration",
+        ),
+        (
+            vec!["--rate", "50"],
+            "the workload file's `stages` and --rate",
+        ),
+        (
+            vec!["-u", "3"],
+            "the workload file's `stages` set the user count",
+        ),
+        (
+            vec!["--stage", "1s:rate=50"],
+            "the workload file's `think` (10ms) does not apply",
+        ),
+        (
+            vec!["-w", "1s"],
+            "the workload file's `ramp_up` and --warmup",
+        ),
+    ] {
+        let mut all = vec!["bench", f, "--url", nowhere];
+        all.extend(args.iter().copied());
+        let o = slipstream(&all, dir.path());
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+    // Flags that replace the file's settings clash with nothing: the run gets as far as
+    // connecting.
+    let mut all = vec!["bench", f, "--url", nowhere];
+    all.extend([
+        "--stage",
+        "1s:rate=50",
+        "--think",
+        "0",
+        "--ramp-up",
+        "0",
+        "-w",
+        "1s",
+    ]);
+    let o = slipstream(&all, dir.path());
+    assert!(text(&o).contains("could not connect"), "{}", text(&o));
+}
+
 #[test]
 fn report_refuses_what_is_not_a_result() {
     let dir = tempfile::tempdir().unwrap();
