@@ -227,7 +227,8 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
         let mut statements = Vec::new();
         for s in sources {
-            let (sql, refs) = bind_names(s.get_ref());
+            let (sql, refs) = bind_names(s.get_ref())
+                .map_err(|e| at(s.span(), format!("transaction `{}` {e}", tx.name)))?;
             let mut args = Vec::new();
             for r in refs {
                 let g = index.get(r.as_str()).copied().ok_or_else(|| {
@@ -305,36 +306,55 @@ fn unprintable(name: &str) -> Option<&'static str> {
 /// runs nothing would count as a success.
 fn has_sql(sql: &str) -> bool {
     let chars: Vec<char> = sql.chars().collect();
-    let mut i = 0;
+    skip_blank(&chars, 0, |c| c == ';') < chars.len()
+}
+
+/// The index of the first character at or after `i` that is not whitespace, a comment, or
+/// one of `also`.
+fn skip_blank(chars: &[char], mut i: usize, also: impl Fn(char) -> bool) -> usize {
     while i < chars.len() {
-        match chars[i] {
-            c if c.is_whitespace() || c == ';' => i += 1,
-            '-' if chars.get(i + 1) == Some(&'-') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '/' if chars.get(i + 1) == Some(&'*') => {
-                let mut depth = 0;
-                while i < chars.len() {
-                    if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                        depth += 1;
-                        i += 2;
-                    } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                        depth -= 1;
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-            _ => return true,
+        if chars[i].is_whitespace() || also(chars[i]) {
+            i += 1;
+        } else if let Some(end) = comment_end(chars, i) {
+            i = end;
+        } else {
+            break;
         }
     }
-    false
+    i
+}
+
+/// Where the comment that starts at `i` ends (the index after it), if one starts there: a
+/// `--` comment runs to the end of its line, and `/* */` comments nest, as in PostgreSQL. An
+/// unclosed one runs to the end.
+fn comment_end(chars: &[char], i: usize) -> Option<usize> {
+    match (chars.get(i), chars.get(i + 1)) {
+        (Some('-'), Some('-')) => Some(
+            chars[i..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map_or(chars.len(), |n| i + n),
+        ),
+        (Some('/'), Some('*')) => {
+            let (mut j, mut depth) = (i, 0usize);
+            while j < chars.len() {
+                if chars[j] == '/' && chars.get(j + 1) == Some(&'*') {
+                    depth += 1;
+                    j += 2;
+                } else if chars[j] == '*' && chars.get(j + 1) == Some(&'/') {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        return Some(j);
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            Some(chars.len())
+        }
+        _ => None,
+    }
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -344,8 +364,8 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Replaces `:name` with `$1`, `$2`, ... (one number per distinct name) and returns the names
 /// in number order. Skips what PostgreSQL does not read as SQL text: `::` casts, quoted
 /// literals and identifiers (`E'...'` with its backslash escapes too), dollar-quoted strings,
-/// and `--` and (nested) `/* */` comments.
-fn bind_names(sql: &str) -> (String, Vec<String>) {
+/// and `--` and (nested) `/* */` comments. A positional `$1` of the file's own is an error.
+fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
     let mut out = String::with_capacity(sql.len());
     let mut names: Vec<String> = Vec::new();
     let mut numbers: HashMap<String, usize> = HashMap::new();
@@ -375,26 +395,10 @@ fn bind_names(sql: &str) -> (String, Vec<String>) {
                     }
                 }
             }
-            '/' if chars.get(i + 1) == Some(&'*') => {
-                // Block comments nest in PostgreSQL.
-                let mut depth = 0;
-                while i < chars.len() {
-                    if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
-                        depth += 1;
-                        out.push_str("/*");
-                        i += 2;
-                    } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
-                        depth -= 1;
-                        out.push_str("*/");
-                        i += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        out.push(chars[i]);
-                        i += 1;
-                    }
-                }
+            '-' | '/' if comment_end(&chars, i).is_some() => {
+                let end = comment_end(&chars, i).unwrap_or(chars.len());
+                out.extend(&chars[i..end]);
+                i = end;
             }
             '$' if (i == 0 || !ident(chars[i - 1])) && dollar_tag(&chars[i..]).is_some() => {
                 // `$tag$ ... $tag$`: copied whole, up to the same tag.
@@ -422,11 +426,17 @@ fn bind_names(sql: &str) -> (String, Vec<String>) {
                 }
                 i += 1;
             }
-            '-' if chars.get(i + 1) == Some(&'-') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    out.push(chars[i]);
-                    i += 1;
-                }
+            // A positional parameter of one's own would take a number `:name` gets too.
+            '$' if (i == 0 || !(ident(chars[i - 1]) || chars[i - 1] == '$'))
+                && chars.get(i + 1).is_some_and(char::is_ascii_digit) =>
+            {
+                let digits: String = chars[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect();
+                return Err(format!(
+                    "uses `${digits}`: parameters are named, `:name` for a generator in [params], and their numbers are given by the file"
+                ));
             }
             ':' if chars.get(i + 1) == Some(&':') => {
                 out.push_str("::");
@@ -457,7 +467,7 @@ fn bind_names(sql: &str) -> (String, Vec<String>) {
             }
         }
     }
-    (out, names)
+    Ok((out, names))
 }
 
 /// The opening `$tag$` (or `$$`) of a dollar-quoted string at the start of `chars`.
@@ -481,10 +491,11 @@ enum StatementKind {
 }
 
 impl StatementKind {
+    /// By the first word, after comments and opening parentheses (`(SELECT 1)`).
     fn of(sql: &str) -> StatementKind {
-        let word: String = sql
-            .trim_start()
-            .chars()
+        let chars: Vec<char> = sql.chars().collect();
+        let word: String = chars[skip_blank(&chars, 0, |c| c == '(')..]
+            .iter()
             .take_while(|c| c.is_ascii_alphabetic())
             .collect::<String>()
             .to_ascii_lowercase();
@@ -637,7 +648,8 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
     fn names_become_numbered_parameters() {
         let (sql, names) = bind_names(
             "SELECT :key::int, ':not', \"x:y\" -- :nor\nFROM t WHERE a = :b AND c = :key",
-        );
+        )
+        .unwrap();
         assert_eq!(
             sql,
             "SELECT $1::int, ':not', \"x:y\" -- :nor\nFROM t WHERE a = $2 AND c = $1"
@@ -665,18 +677,61 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             "SELECT E'\\':k'",
             "SELECT 1 /* see :note */",
         ] {
-            let (out, names) = bind_names(sql);
+            let (out, names) = bind_names(sql).unwrap();
             assert_eq!((out.as_str(), names.len()), (sql, 0), "{sql}");
         }
-        let (out, names) = bind_names("SELECT $x$:a$x$, :b, e'\\'' || :c");
+        let (out, names) = bind_names("SELECT $x$:a$x$, :b, e'\\'' || :c").unwrap();
         assert_eq!(out, "SELECT $x$:a$x$, $1, e'\\'' || $2");
         assert_eq!(names, ["b", "c"]);
         // A non-ASCII name is one name.
-        let (out, names) = bind_names("SELECT :kéy");
+        let (out, names) = bind_names("SELECT :kéy").unwrap();
         assert_eq!(
             (out.as_str(), names),
             ("SELECT $1", vec!["kéy".to_string()])
         );
+    }
+
+    /// A positional `$1` of the file's own is refused: `:name` numbers its parameters from
+    /// `$1`, so the two collided, and a `$1` alone had nothing bound to it (every run failed
+    /// with 08P01). Dollar quotes, quoted text, comments and identifiers with a `$` are not
+    /// parameters. Before, `bind_names` passed each of the first three through.
+    #[test]
+    fn a_positional_parameter_is_refused_where_postgresql_would_read_one() {
+        for sql in [
+            "SELECT $1",
+            "SELECT :a, $1",
+            "SELECT 1 WHERE x=$12",
+            "SELECT ($1)",
+        ] {
+            let e = bind_names(sql).unwrap_err();
+            assert!(e.contains("uses `$") && e.contains(":name"), "{sql}: {e}");
+        }
+        for sql in [
+            "SELECT '$1', \"a$1\", a$1, $$ $1 $$ -- $1",
+            "SELECT /* $1 */ $q$ $2 $q$",
+        ] {
+            assert!(bind_names(sql).is_ok(), "{sql}");
+        }
+        let e = error("name = \"x\"\n[[transaction]]\nname = \"t\"\nsql = \"SELECT $1\"\n");
+        assert!(
+            e.contains("w.toml:4") && e.contains("transaction `t` uses `$1`"),
+            "{e}"
+        );
+    }
+
+    /// A statement is counted by its first word after comments and parentheses. Before,
+    /// `-- c\nUPDATE` and `(SELECT 1)` counted as neither.
+    #[test]
+    fn a_statements_kind_is_read_past_comments_and_parentheses() {
+        for (sql, want) in [
+            ("-- note\nUPDATE t SET a = 1", "Update"),
+            ("/* a /* b */ */ delete from t", "Delete"),
+            ("((SELECT 1))", "Select"),
+            ("  insert into t values (1)", "Insert"),
+            ("VACUUM", "Other"),
+        ] {
+            assert_eq!(format!("{:?}", StatementKind::of(sql)), want, "{sql}");
+        }
     }
 
     /// Names that would break a table, a CSV line or a terminal, and statements that run
