@@ -430,10 +430,21 @@ impl BenchRun {
         let mut n = 0u64;
         for (name, series) in &self.intervals.per_transaction {
             let what = || format!("the intervals of {name:?}");
-            for iv in series.iter().chain(self.intervals.after_window.get(name)) {
+            for (i, iv) in series
+                .iter()
+                .chain(self.intervals.after_window.get(name))
+                .enumerate()
+            {
                 n = add(n, iv.sufficient.n, &what)?;
                 n = add(n, iv.failed, &what)?;
+                // Older files have none (an empty text); one that is there must hold the
+                // interval's successes, as `--merge` adds them.
+                let label = || format!("{name:?}'s interval {}", i + 1);
+                holds(&iv.histogram, iv.sufficient.n, &label)?;
             }
+        }
+        if let Some(s) = &self.schedule {
+            holds_some(&s.lag_histogram, &|| "the schedule's lag".to_string())?;
         }
         let mut n = 0u64;
         for s in &self.stages {
@@ -447,8 +458,34 @@ impl BenchRun {
                 let what = || format!("the counts of stage {:?}", s.name);
                 n = add(n, t.ok, &what)?;
                 n = add(n, t.failed, &what)?;
+                let label = || format!("stage {:?}'s {:?}", s.name, t.name);
+                holds(&t.histogram, t.ok, &label)?;
             }
         }
         Ok(())
     }
+}
+
+/// A histogram saved beside a count must decode and hold that many values (an empty text is
+/// a histogram older files did not save, or one of no values).
+fn holds(text: &str, n: u64, what: &dyn Fn() -> String) -> Result<(), String> {
+    if text.is_empty() {
+        return Ok(());
+    }
+    let h = crate::histogram::decode(text, &what()).map_err(|e| e.to_string())?;
+    if h.len() != n {
+        return Err(format!(
+            "{} counts {n} successes, but its histogram holds {}",
+            what(),
+            h.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A histogram saved with no count beside it must at least decode.
+fn holds_some(text: &str, what: &dyn Fn() -> String) -> Result<(), String> {
+    crate::histogram::decode(text, &what())
+        .map(drop)
+        .map_err(|e| e.to_string())
 }

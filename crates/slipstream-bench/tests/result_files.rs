@@ -48,7 +48,7 @@ fn corrupt_or_edited_results_are_refused_when_read() {
     let good = run();
     read(dir.path(), &good).expect("an honest file reads");
     type Edit = (&'static str, fn(&mut Value), &'static str);
-    let edits: [Edit; 10] = [
+    let edits: [Edit; 13] = [
         (
             "a count that overflows the total",
             |v| v["transactions"][1]["ok"] = json!(u64::MAX),
@@ -96,6 +96,29 @@ fn corrupt_or_edited_results_are_refused_when_read() {
             "interval counts that overflow",
             |v| v["intervals"]["per_transaction"]["a"][0]["failed"] = json!(u64::MAX),
             "overflows",
+        ),
+        // Interval and stage histograms: before, only `--merge` decoded them, so `report` and
+        // `compare` passed these.
+        (
+            "an interval histogram that is not base64",
+            |v| v["intervals"]["per_transaction"]["a"][0]["histogram"] = json!("!!"),
+            "interval 1 is not valid base64",
+        ),
+        (
+            "an interval histogram short of its successes",
+            |v| {
+                let n = &mut v["intervals"]["per_transaction"]["a"][0]["n"];
+                *n = json!(n.as_u64().unwrap() + 1);
+            },
+            "interval 1 counts",
+        ),
+        (
+            "a stage histogram short of its successes",
+            |v| {
+                let ok = &mut v["stages"][0]["transactions"][0]["ok"];
+                *ok = json!(ok.as_u64().unwrap() + 1);
+            },
+            "but its histogram holds",
         ),
         (
             "a newer schema",
