@@ -372,10 +372,18 @@ fn merge_schedule(parts: &[(String, BenchRun)]) -> anyhow::Result<Option<Schedul
             late_after_ms: s.late_after_ms,
             lag_ms: Default::default(),
             lag_histogram: String::new(),
+            never_started: Some(0),
         });
         add(&mut o.arrivals, s.arrivals, &format!("arrivals in {label}"))?;
         add(&mut o.late, s.late, &format!("late arrivals in {label}"))?;
         o.late_after_ms = o.late_after_ms.max(s.late_after_ms);
+        // Unknown in any part (an older file), unknown in the whole.
+        o.never_started = match (o.never_started, s.never_started) {
+            (Some(a), Some(b)) => Some(a.checked_add(b).ok_or_else(|| {
+                anyhow::anyhow!("the never-started arrivals in {label} overflow a count when added")
+            })?),
+            _ => None,
+        };
     }
     if let Some(o) = out.as_mut() {
         o.lag_ms = percentiles(&hist, hist.mean() / 1e3);

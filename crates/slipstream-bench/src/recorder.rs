@@ -146,6 +146,8 @@ struct Totals {
     lag: Histogram<u64>,
     late: u64,
     arrivals: u64,
+    /// Censored arrivals that were still queued, never started (open loop).
+    never_started: u64,
     raw: Option<BufWriter<File>>,
     raw_error: Option<String>,
     /// Per-stage figures (phases.rs), when the runner asked for them.
@@ -224,6 +226,7 @@ impl Recorder {
                 sealed_below: 0,
                 late: 0,
                 arrivals: 0,
+                never_started: 0,
                 raw,
                 raw_error: None,
                 stages: None,
@@ -288,6 +291,15 @@ impl Recorder {
     pub(crate) fn censor(&self, kind: usize) {
         if let Some(k) = self.lock().kinds.get_mut(kind) {
             k.censored += 1;
+        }
+    }
+
+    /// Censors an open-loop arrival of type `kind` that was still queued: it never started.
+    pub(crate) fn censor_queued(&self, kind: usize) {
+        let mut t = self.lock();
+        if let Some(k) = t.kinds.get_mut(kind) {
+            k.censored += 1;
+            t.never_started += 1;
         }
     }
 
@@ -460,6 +472,7 @@ impl Recorder {
             late_after_ms: late_after.as_secs_f64() * 1e3,
             lag_ms: percentiles(&t.lag, t.lag.mean() / 1e3),
             lag_histogram: encode(&t.lag),
+            never_started: Some(t.never_started),
         });
         Ok(Finished {
             transactions,

@@ -279,6 +279,11 @@ pub struct Schedule {
     /// The lag's HDR histogram (µs; V2 deflate, base64).
     #[serde(default)]
     pub lag_histogram: String,
+    /// Arrivals of the window still queued when the users stopped (a stop, or the grace
+    /// limit): never started, and part of `unfinished` (the rest of which was in flight).
+    /// Absent from files written before it was counted apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub never_started: Option<u64>,
 }
 
 impl BenchRun {
@@ -444,6 +449,14 @@ impl BenchRun {
             }
         }
         if let Some(s) = &self.schedule {
+            if let Some(q) = s.never_started
+                && q > self.unfinished
+            {
+                return Err(format!(
+                    "{q} arrivals never started, but only {} transactions are censored",
+                    self.unfinished
+                ));
+            }
             holds_some(&s.lag_histogram, &|| "the schedule's lag".to_string())?;
         }
         let mut n = 0u64;

@@ -471,7 +471,7 @@ pub async fn run<S: Future + Send>(
     {
         while let Ok((intended, kind)) = rx.try_recv() {
             if intended >= window.from {
-                recorder.censor(kind);
+                recorder.censor_queued(kind);
                 unfinished += 1;
             }
         }

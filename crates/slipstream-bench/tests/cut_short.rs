@@ -53,6 +53,21 @@ fn a_run_stopped_with_arrivals_queued_censors_them() {
     // Before, it blamed the grace period alone (session 33's second attacker).
     let said = bench::report::describe(&run).join("\n");
     assert!(said.contains("queued and never started"), "{said}");
+    // The queued ones are counted apart from the one in hand, which the drain finished.
+    let queued = run.schedule.as_ref().and_then(|s| s.never_started);
+    assert_eq!(
+        queued,
+        Some(run.unfinished),
+        "all censored arrivals were queued"
+    );
+    // A file that claims more never started than were censored is refused when read.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.json");
+    let mut v = serde_json::to_value(&run).unwrap();
+    v["schedule"]["never_started"] = serde_json::json!(run.unfinished + 1);
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let e = BenchRun::read_json(&path).unwrap_err().to_string();
+    assert!(e.contains("never started"), "{e}");
 }
 
 /// The grace limit ends a run with a backlog while users are still running: each arrival is
@@ -71,6 +86,12 @@ fn the_grace_limit_with_a_backlog_counts_every_arrival_once() {
         let run = rt()
             .block_on(bench::run(&sleeping(1), &c, pending::<()>()))
             .unwrap();
+        let queued = run.schedule.as_ref().and_then(|s| s.never_started);
+        assert!(
+            queued.is_some_and(|q| q <= run.unfinished && run.unfinished - q <= 8),
+            "at most the 8 users' transactions in flight: {queued:?} of {}",
+            run.unfinished
+        );
         if accounted(&run) != arrivals(&run) {
             wrong.push((seed, arrivals(&run), accounted(&run)));
         }

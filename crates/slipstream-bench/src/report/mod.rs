@@ -170,18 +170,26 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
             .map(|t| format!("{} {}", t.name, t.censored))
             .collect();
         // What the file can tell: a stop may have cut the drain short, and an open loop's
-        // censored count includes arrivals that never started.
+        // censored count includes arrivals that never started (counted apart in newer files).
         let grace = r.grace_s;
-        let why = match (r.load, r.interrupted) {
-            (Load::Open { .. }, _) => format!(
+        let ended = if r.interrupted {
+            format!("when the run was stopped, or after the {grace:.0} s grace period")
+        } else {
+            format!("after the {grace:.0} s grace period")
+        };
+        let queued = r.schedule.as_ref().and_then(|s| s.never_started);
+        let why = match (r.load, queued) {
+            (Load::Open { .. }, None) => format!(
                 "in flight, or queued and never started, when the run ended (a stop, or the {grace:.0} s grace period)"
             ),
-            (Load::Closed, true) => format!(
-                "still running when the run was stopped, or after the {grace:.0} s grace period"
-            ),
-            (Load::Closed, false) => {
-                format!("still running after the {grace:.0} s grace period")
+            (Load::Open { .. }, Some(q)) if q >= r.unfinished => {
+                "queued and never started when the users stopped".to_string()
             }
+            (Load::Open { .. }, Some(q)) if q > 0 => format!(
+                "{} still running {ended}, {q} queued and never started",
+                r.unfinished - q
+            ),
+            _ => format!("still running {ended}"),
         };
         lines.push(format!(
             "{} transactions censored: {why} ({}); counted apart, in no latency figure",
