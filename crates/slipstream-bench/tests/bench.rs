@@ -122,6 +122,17 @@ impl Transaction for Sql {
     }
 }
 
+/// A proxy in front of `cluster` (no delay), and the URL through it.
+fn proxied(cluster: &Cluster) -> (DelayProxy, String) {
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = DelayProxy::start(target, Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    (proxy, url)
+}
+
 #[test]
 fn failures_are_counted_by_sqlstate_and_a_dropped_connection_is_replaced() {
     let cluster = Cluster::start().unwrap();
@@ -160,12 +171,7 @@ fn failures_are_counted_by_sqlstate_and_a_dropped_connection_is_replaced() {
 #[test]
 fn open_loop_latency_includes_a_server_stall_and_closed_loop_hides_it() {
     let cluster = Cluster::start().unwrap();
-    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
-    let proxy = DelayProxy::start(target, Duration::ZERO).unwrap();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-        proxy.port()
-    );
+    let (proxy, url) = proxied(&cluster);
     let w = Workload::new("select-1").transaction("select-1", 1, || Sql("SELECT 1"));
     let stalled = |config: RunConfig| -> BenchRun {
         std::thread::scope(|scope| {
@@ -360,16 +366,11 @@ fn transactions_censored_at_the_grace_limit_are_cancelled_on_the_server() {
 #[test]
 fn cancel_requests_that_fail_are_named_in_the_results_warnings() {
     let cluster = Cluster::start().unwrap();
-    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
-    let proxy = DelayProxy::start(target, Duration::ZERO).unwrap();
-    let proxied = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-        proxy.port()
-    );
+    let (proxy, url) = proxied(&cluster);
     let w = Workload::new("sleep").transaction("sleep", 1, || {
         Sql("SELECT pg_sleep(60) /* cancel-unreachable */")
     });
-    let mut c = config(&proxied, 1, 0.3);
+    let mut c = config(&url, 1, 0.3);
     c.warmup = Duration::ZERO;
     c.grace = Duration::from_millis(300);
     let r = std::thread::scope(|scope| {
