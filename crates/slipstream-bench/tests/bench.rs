@@ -303,6 +303,13 @@ statements = ["SELECT 1", "SELECT 1/0"]
     assert!(thinks.latency_ms.p50 < 40.0, "{:?}", thinks.latency_ms);
 }
 
+fn warnings(r: &BenchRun) -> Vec<String> {
+    r.context
+        .as_ref()
+        .map(|c| c.warnings.clone())
+        .unwrap_or_default()
+}
+
 /// Backends still running the marked statement, other than the one asking.
 fn sleepers(client: &mut slipstream_pg::Client, rt: &tokio::runtime::Runtime, mark: &str) -> i64 {
     let sql = format!(
@@ -344,11 +351,7 @@ fn transactions_censored_at_the_grace_limit_are_cancelled_on_the_server() {
     c.grace = Duration::from_millis(200);
     let r = run(&w, &c);
     assert_eq!(r.unfinished, 2, "both users were cut off in their sleep");
-    let warnings = r
-        .context
-        .as_ref()
-        .map(|c| c.warnings.clone())
-        .unwrap_or_default();
+    let warnings = warnings(&r);
     assert!(
         !warnings.iter().any(|w| w.contains("cancel")),
         "{warnings:?}"
@@ -387,11 +390,7 @@ fn cancel_requests_that_fail_are_named_in_the_results_warnings() {
         running.join().unwrap()
     });
     assert_eq!(r.unfinished, 1);
-    let warnings = r
-        .context
-        .as_ref()
-        .map(|c| c.warnings.clone())
-        .unwrap_or_default();
+    let warnings = warnings(&r);
     assert!(
         warnings.iter().any(|w| w.contains("1 of 1 cancel requests")
             && w.contains("not all done within 5s")
