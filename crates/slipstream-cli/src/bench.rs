@@ -12,6 +12,9 @@ use crate::say;
 /// Exit status of a run stopped by Ctrl-C (128 + SIGINT), after its result was written.
 const INTERRUPTED: u8 = 130;
 
+/// A SIGINT this soon after the first is the same stop, not a second Ctrl-C.
+const SAME_STOP: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// What `bench` was asked to run.
 // Made once per run: boxing the parsed file would save nothing worth an indirection.
 #[allow(clippy::large_enum_variant)]
@@ -206,12 +209,18 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
         if tokio::signal::ctrl_c().await.is_err() {
             return std::future::pending().await;
         }
+        let first = std::time::Instant::now();
         eprintln!(
             "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to quit now)"
         );
-        tokio::spawn(async {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(i32::from(INTERRUPTED));
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                // One stop sent twice is not a second Ctrl-C: GNU `timeout -s INT` signals the
+                // process and then its group, microseconds apart, and quitting on that lost
+                // the result.
+                if first.elapsed() >= SAME_STOP {
+                    std::process::exit(i32::from(INTERRUPTED));
+                }
             }
         });
     };

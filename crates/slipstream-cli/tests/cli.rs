@@ -564,6 +564,76 @@ fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
     assert_eq!(run["transactions"][0]["censored"], 1);
 }
 
+/// One stop sent twice (GNU `timeout -s INT` signals the process and then its group) ends
+/// the window and writes the result, as one Ctrl-C does. Before, the second signal was taken
+/// for "quit now": exit 130 and no result file.
+#[test]
+fn a_stop_signalled_twice_at_once_still_writes_the_result() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Transactions of 1.5 s: the first signal's drain waits for the one in flight, so the
+    // second arrives while the run still goes on.
+    let file = dir.path().join("slow.toml");
+    std::fs::write(
+        &file,
+        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(1.5)\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run.json");
+    let args = ["-u", "1", "-d", "60s", "-w", "0s", "-q"];
+    let child = spawn_bench(&file, &args, &cluster, &out);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    // Late enough for the first to be taken and the "quit now" listener to be set.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    kill(pid, Signal::SIGINT).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&out).unwrap_or_else(|e| panic!("no result file ({e}): {}", text(&o))),
+    )
+    .unwrap();
+    assert_eq!(run["interrupted"], true);
+}
+
+/// A second Ctrl-C, a moment after the first, quits at once (docs/bench.md): a 20 s statement
+/// in flight is not waited for, and no result is written.
+#[test]
+fn a_second_ctrl_c_quits_at_once() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slow.toml");
+    std::fs::write(
+        &file,
+        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(20)\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("run.json");
+    let args = ["-u", "1", "-d", "60s", "-w", "0s", "--grace", "60s", "-q"];
+    let child = spawn_bench(&file, &args, &cluster, &out);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    kill(pid, Signal::SIGINT).unwrap();
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(5),
+        "quit after {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(!out.exists(), "a result was written");
+}
+
 #[test]
 fn a_bad_workload_file_is_named_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
