@@ -870,13 +870,17 @@ async fn repair(
     if !broken || shared.stop.load(Ordering::Acquire) {
         return rolled_back;
     }
+    // The token goes with its connection: a cancel for a backend gone would only be noise in
+    // the server's log.
     *session.client_slot() = None;
+    set_token(shared, user, None);
     match connect_user(url, user).await {
         Ok(client) => {
             set_token(shared, user, Some(&client));
             *session.client_slot() = Some(client);
             if init_all(&shared.workload, txs, session).await.is_err() {
                 *session.client_slot() = None;
+                set_token(shared, user, None);
             }
         }
         // Back off so a down server is not hammered by every user in a tight loop.
