@@ -16,9 +16,10 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "URL")]
     pub url: Option<String>,
 
-    /// State directory for the embedded cluster [default: $SLIPSTREAM_HOME, else the user's
-    /// data directory + /slipstream].
-    #[arg(long, global = true, value_name = "DIR", env = "SLIPSTREAM_HOME")]
+    /// State directory for the embedded cluster [default: $SLIPSTREAM_HOME if set and not
+    /// empty, else the user's data directory + /slipstream].
+    // Not clap's `env`: it takes an empty SLIPSTREAM_HOME for a missing `--home` value.
+    #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
     #[command(subcommand)]

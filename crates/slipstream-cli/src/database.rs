@@ -9,13 +9,18 @@ use slipstream_testkit::{Embedded, Status};
 const PG_VARS: [&str; 4] = ["PGHOST", "PGPORT", "PGDATABASE", "PGUSER"];
 
 /// The embedded cluster's state directory.
+/// `--home`, else `SLIPSTREAM_HOME` (an empty one is unset, as `DATABASE_URL` is), else the
+/// user's data directory + `/slipstream`.
 pub fn home(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    match flag {
-        Some(h) => Ok(h),
-        None => Ok(dirs::data_dir()
-            .context("no data directory for this user: set SLIPSTREAM_HOME or --home")?
-            .join("slipstream")),
+    if let Some(h) = flag {
+        return Ok(h);
     }
+    if let Some(h) = std::env::var_os("SLIPSTREAM_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h));
+    }
+    Ok(dirs::data_dir()
+        .context("no data directory for this user: set SLIPSTREAM_HOME or --home")?
+        .join("slipstream"))
 }
 
 /// Resolves the connection string for a command, starting the embedded cluster if nothing

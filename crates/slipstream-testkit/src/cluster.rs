@@ -12,6 +12,7 @@ use nix::unistd::Pid;
 
 use crate::Error;
 use crate::install::{Install, append_settings, base_dir, free_port, run, write_owned};
+use crate::postmaster::{LockFile, ProcessMark, lock_file};
 
 /// How long a server may take to become ready before we give up and show its log.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -419,13 +420,64 @@ impl Drop for Cluster {
 
 /// A fresh directory owned by the server's OS user for a cluster (`what` names it in errors),
 /// and the path its data directory will have.
+/// Marked with the process that made it (`OWNER_FILE`), so that a later process can tell a
+/// cluster whose test process was killed (SIGKILL skips `Drop`) and remove it (`sweep`).
 fn new_root(prefix: &str, what: &str) -> Result<(Install, tempfile::TempDir, PathBuf), Error> {
     let install = Install::find()?;
+    let base = base_dir()?;
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| sweep(&base));
     let root = tempfile::Builder::new()
         .prefix(prefix)
-        .tempdir_in(base_dir()?)
+        .tempdir_in(&base)
         .map_err(|e| Error::io(format!("could not create {what} directory"), e))?;
+    if let Some(me) = ProcessMark::current() {
+        let _ = std::fs::write(root.path().join(OWNER_FILE), me.to_text());
+    }
     install.owner().chown(root.path())?;
     let data = root.path().join("data");
     Ok((install, root, data))
+}
+
+/// The file in a cluster's directory naming the process that made it.
+const OWNER_FILE: &str = "owner";
+/// Prefixes of the directories `new_root` makes.
+const ROOT_PREFIXES: [&str; 2] = ["c-", "s-"];
+
+/// Removes the clusters whose making process has died without dropping them, stopping their
+/// servers first (immediate shutdown). A directory without an owner file (being made, or
+/// older) or whose server cannot be told for sure (`LockFile::Unknown`) is left alone.
+fn sweep(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !ROOT_PREFIXES
+            .iter()
+            .any(|p| name.to_string_lossy().starts_with(p))
+        {
+            continue;
+        }
+        let dir = entry.path();
+        let owner = std::fs::read_to_string(dir.join(OWNER_FILE))
+            .ok()
+            .and_then(|t| ProcessMark::parse(&t));
+        if owner.is_none_or(|o| o.is_alive()) {
+            continue;
+        }
+        match lock_file(&dir.join("data")) {
+            LockFile::Unknown => continue,
+            LockFile::Stale => {}
+            LockFile::Live { pid, .. } => {
+                let pid = Pid::from_raw(pid as i32);
+                let _ = kill(pid, Signal::SIGQUIT);
+                let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+                while kill(pid, None).is_ok() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

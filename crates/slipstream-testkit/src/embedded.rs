@@ -1,19 +1,41 @@
 //! The CLI's embedded cluster: a persistent local PostgreSQL under a state directory, started
 //! with `pg_ctl` so that it outlives the command that started it.
+//!
+//! What must stay true, whatever runs at once on one home (two `slipstream bench` load
+//! generators, a `db stop` beside a `sql`):
+//! - every command that reads or changes the cluster holds `embedded.lock` (an advisory
+//!   `flock`: exclusive to create, start, stop or destroy, shared to look), so two commands
+//!   never both create, both pick a port, or remove what the other is using;
+//! - "running" means a postmaster whose working directory is this data directory (the
+//!   postmaster lives in it), and the port is the one that postmaster wrote in
+//!   `postmaster.pid`: a PID reused by another process, a zombie, or a state file that names
+//!   another port cannot make a command report a server that is not there, or signal a
+//!   process that is not ours;
+//! - a data directory is never removed while a postmaster runs on it: a live one is adopted.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::Error;
 use crate::install::{Install, append_settings, free_port, run};
+use crate::postmaster::{LockFile, lock_file};
 
 /// The state file that records where the data lives and which port it uses.
 const STATE_FILE: &str = "embedded.conf";
+/// The lock every command on the home holds (see the module's doc).
+const LOCK_FILE: &str = "embedded.lock";
+/// The longest Unix socket path the kernel takes (`sun_path`, less its NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 /// A persistent local cluster managed by `slipstream db start|stop|status|url`.
 ///
 /// The state directory holds `embedded.conf` (data directory and port). The data directory is
 /// `<state>/pgdata`, except when running as root: the server then runs as `postgres`, which
 /// cannot enter root's home, so the data goes to `/var/tmp/slipstream-<uid>-<hash>/pgdata`.
+/// A relative state directory is taken from the current directory, once: the same relative
+/// name used from two directories is two clusters.
 ///
 /// ```no_run
 /// let db = slipstream_testkit::Embedded::new("/tmp/slipstream-home");
@@ -47,9 +69,13 @@ pub enum Status {
 }
 
 impl Embedded {
-    /// An embedded cluster under `home` (the state directory).
+    /// An embedded cluster under `home` (the state directory), made absolute against the
+    /// current directory.
     pub fn new(home: impl Into<PathBuf>) -> Embedded {
-        Embedded { home: home.into() }
+        let home = home.into();
+        Embedded {
+            home: std::path::absolute(&home).unwrap_or(home),
+        }
     }
 
     /// The state directory.
@@ -76,43 +102,22 @@ impl Embedded {
         Some((data?, port?))
     }
 
+    /// Written whole or not at all (a reader never sees half a file and takes the cluster
+    /// for not created).
     fn save_state(&self, data: &Path, port: u16) -> Result<(), Error> {
-        std::fs::write(
-            self.home.join(STATE_FILE),
-            format!("data={}\nport={port}\n", data.display()),
-        )
-        .map_err(|e| {
-            Error::io(
-                format!("could not write {}", self.home.join(STATE_FILE).display()),
-                e,
-            )
-        })
+        let path = self.home.join(STATE_FILE);
+        let temp = self.home.join(format!("{STATE_FILE}.new"));
+        std::fs::write(&temp, format!("data={}\nport={port}\n", data.display()))
+            .and_then(|()| std::fs::rename(&temp, &path))
+            .map_err(|e| Error::io(format!("could not write {}", path.display()), e))
     }
 
-    /// Whether the cluster exists and runs.
-    pub fn status(&self) -> Result<Status, Error> {
-        let Some((data, port)) = self.state() else {
-            return Ok(Status::NotCreated);
-        };
-        if !data.join("PG_VERSION").exists() {
-            return Ok(Status::NotCreated);
+    /// The home's lock, exclusive or shared, held until dropped; `None` (shared only) when the
+    /// home does not exist, so that looking creates nothing.
+    fn lock(&self, exclusive: bool) -> Result<Option<Flock<File>>, Error> {
+        if !exclusive && !self.home.is_dir() {
+            return Ok(None);
         }
-        let install = Install::find()?;
-        let out = install
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("status")
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Ok(Status::Running { data, port }),
-            _ => Ok(Status::Stopped { data }),
-        }
-    }
-
-    /// Starts the cluster, creating it first if needed, and returns its URL. Does nothing but
-    /// return the URL if it already runs.
-    pub fn start(&self) -> Result<String, Error> {
         std::fs::create_dir_all(&self.home).map_err(|e| {
             Error::io(
                 format!(
@@ -122,18 +127,79 @@ impl Embedded {
                 e,
             )
         })?;
-        let install = Install::find()?;
-        let (data, mut port) = match self.status()? {
-            Status::Running { port, .. } => return Ok(Embedded::url_for_port(port)),
-            Status::Stopped { data } => (data, self.state().map(|s| s.1).unwrap_or(0)),
-            Status::NotCreated => (self.create(&install)?, 0),
+        let path = self.home.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("could not open {}", path.display()), e))?;
+        let how = if exclusive {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockShared
         };
+        let locked = Flock::lock(file, how).map_err(|(_, errno)| {
+            Error::io(
+                format!("could not lock {}", path.display()),
+                std::io::Error::from(errno),
+            )
+        })?;
+        Ok(Some(locked))
+    }
+
+    /// Whether the cluster exists and runs.
+    pub fn status(&self) -> Result<Status, Error> {
+        let _lock = self.lock(false)?;
+        Ok(self.look())
+    }
+
+    /// [`Embedded::status`], under a lock the caller holds.
+    fn look(&self) -> Status {
+        let Some((data, _)) = self.state() else {
+            return Status::NotCreated;
+        };
+        if !data.join("PG_VERSION").exists() {
+            return Status::NotCreated;
+        }
+        match live_postmaster(&data) {
+            Some(port) => Status::Running { data, port },
+            None => Status::Stopped { data },
+        }
+    }
+
+    /// Starts the cluster, creating it first if needed, and returns its URL. Does nothing but
+    /// return the URL if it already runs.
+    pub fn start(&self) -> Result<String, Error> {
+        let _lock = self.lock(true)?;
+        let install = Install::find()?;
+        let data = match self.look() {
+            Status::Running { port, .. } => return Ok(Embedded::url_for_port(port)),
+            Status::Stopped { data } => data,
+            Status::NotCreated => {
+                let data = self.data_dir(&install)?;
+                // The state was lost (the home deleted) while its server ran on: take that
+                // server back rather than remove the data under it.
+                if let Some(port) = live_postmaster(&data) {
+                    self.save_state(&data, port)?;
+                    return Ok(Embedded::url_for_port(port));
+                }
+                self.create(&install, &data)?;
+                data
+            }
+        };
+        // A lock file that names a dead server, or a PID some other process has since been
+        // given, would stop PostgreSQL's own start while that PID lives. One that cannot be
+        // read for sure is left to PostgreSQL's check.
+        if lock_file(&data) == LockFile::Stale {
+            let _ = std::fs::remove_file(data.join("postmaster.pid"));
+        }
+        let mut port = self.state().map_or(0, |s| s.1);
         if port == 0 || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
             port = free_port()?;
         }
-        self.save_state(&data, port)?;
         let log = data.parent().unwrap_or(&data).join("server.log");
-        run(
+        let started = run(
             install
                 .command("pg_ctl")
                 .arg("-D")
@@ -144,49 +210,95 @@ impl Embedded {
                 .arg(format!("-p {port}"))
                 .arg("start"),
             "pg_ctl start",
-        )
-        .map_err(|e| Error::new(format!("{e}\nserver log: {}", log.display())))?;
+        );
+        if let Err(e) = started {
+            return Err(Error::new(format!(
+                "{e}\nthe server log ({}) says:\n{}\nif the data directory {} cannot be repaired, `slipstream db destroy` (with the same home) deletes it and the next start creates a new one",
+                log.display(),
+                log_tail(&log),
+                data.display()
+            )));
+        }
+        // The port the server took, from its own lock file.
+        let port = live_postmaster(&data).unwrap_or(port);
+        self.save_state(&data, port)?;
         Ok(Embedded::url_for_port(port))
     }
 
-    fn create(&self, install: &Install) -> Result<PathBuf, Error> {
-        let parent = if install.owner().is_switching() {
-            let mut hasher = std::hash::DefaultHasher::new();
-            std::hash::Hash::hash(&self.home, &mut hasher);
-            let dir = PathBuf::from(format!(
-                "/var/tmp/slipstream-{}-{:x}",
-                nix::unistd::geteuid().as_raw(),
-                std::hash::Hasher::finish(&hasher)
-            ));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::io(format!("could not create {}", dir.display()), e))?;
-            install.owner().chown(&dir)?;
-            dir
-        } else {
-            self.home.clone()
-        };
-        let data = parent.join("pgdata");
+    /// Where this home's data directory goes.
+    fn data_dir(&self, install: &Install) -> Result<PathBuf, Error> {
+        if !install.owner().is_switching() {
+            // pg_ctl starts the server through /bin/sh with these paths in double quotes.
+            if let Some(c) = self
+                .home
+                .to_string_lossy()
+                .chars()
+                .find(|c| matches!(c, '"' | '$' | '`' | '\\'))
+            {
+                return Err(Error::new(format!(
+                    "the state directory {} holds `{c}`, which pg_ctl would hand to /bin/sh when it starts the server; choose another with --home or SLIPSTREAM_HOME",
+                    self.home.display()
+                )));
+            }
+            return Ok(self.home.join("pgdata"));
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&self.home, &mut hasher);
+        Ok(PathBuf::from(format!(
+            "/var/tmp/slipstream-{}-{:x}",
+            nix::unistd::geteuid().as_raw(),
+            std::hash::Hasher::finish(&hasher)
+        ))
+        .join("pgdata"))
+    }
+
+    /// Makes `data` a fresh copy of the template (no postmaster runs on it: the caller
+    /// checked, under the lock).
+    fn create(&self, install: &Install, data: &Path) -> Result<(), Error> {
+        let parent = data.parent().unwrap_or(data).to_path_buf();
+        if install.owner().is_switching() {
+            std::fs::create_dir_all(&parent)
+                .map_err(|e| Error::io(format!("could not create {}", parent.display()), e))?;
+            install.owner().chown(&parent)?;
+        }
         if data.exists() {
-            std::fs::remove_dir_all(&data).map_err(|e| {
+            std::fs::remove_dir_all(data).map_err(|e| {
                 Error::io(format!("could not remove the stale {}", data.display()), e)
             })?;
         }
-        install.copy_template(&data)?;
+        install.copy_template(data)?;
+        // The CLI connects over TCP; a Unix socket goes beside the data only where its path
+        // fits and the setting's list syntax cannot split it, and otherwise there is none.
+        let socket = parent.display().to_string();
+        let socket_fits = socket.len() + "/.s.PGSQL.65535.lock".len() <= MAX_SOCKET_PATH
+            && !socket
+                .chars()
+                .any(|c| c == ',' || c == '"' || c.is_control());
         append_settings(
-            &data,
+            data,
             [
                 ("listen_addresses", "127.0.0.1".to_string()),
-                ("unix_socket_directories", parent.display().to_string()),
+                (
+                    "unix_socket_directories",
+                    if socket_fits { socket } else { String::new() },
+                ),
                 ("max_connections", "200".to_string()),
                 ("lc_messages", "C".to_string()),
             ],
-        )?;
-        Ok(data)
+        )
     }
 
     /// Stops the cluster (fast shutdown). Not an error if it is not running.
     pub fn stop(&self) -> Result<(), Error> {
-        if let Status::Running { data, .. } = self.status()? {
+        if !self.home.is_dir() {
+            return Ok(());
+        }
+        let _lock = self.lock(true)?;
+        self.stop_locked()
+    }
+
+    fn stop_locked(&self) -> Result<(), Error> {
+        if let Status::Running { data, .. } = self.look() {
             let install = Install::find()?;
             run(
                 install
@@ -202,7 +314,11 @@ impl Embedded {
 
     /// Stops the cluster and deletes its data and state. Not an error if none exists.
     pub fn destroy(&self) -> Result<(), Error> {
-        self.stop()?;
+        if !self.home.is_dir() {
+            return Ok(());
+        }
+        let _lock = self.lock(true)?;
+        self.stop_locked()?;
         if let Some((data, _)) = self.state() {
             if data.exists() {
                 std::fs::remove_dir_all(&data)
@@ -220,4 +336,26 @@ impl Embedded {
         }
         Ok(())
     }
+}
+
+/// The port of the postmaster running on `data`, if one does.
+fn live_postmaster(data: &Path) -> Option<u16> {
+    match lock_file(data) {
+        LockFile::Live { port, .. } => Some(port),
+        LockFile::Stale | LockFile::Unknown => None,
+    }
+}
+
+/// The lines of the server log that say why it stopped (FATAL, PANIC, ERROR), or its last
+/// lines.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let bad: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("FATAL") || l.contains("PANIC") || l.contains("ERROR"))
+        .collect();
+    let shown = if bad.is_empty() { &lines } else { &bad };
+    shown[shown.len().saturating_sub(5)..].join("\n")
 }

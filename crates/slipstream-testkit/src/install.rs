@@ -35,6 +35,15 @@ impl Install {
     /// Finds the binaries: `$SLIPSTREAM_PG_BINDIR`, then `pg_config --bindir`, then
     /// `/usr/lib/postgresql/<newest>/bin`.
     pub fn find() -> Result<Install, Error> {
+        if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR").filter(|d| !d.is_empty()) {
+            let dir = PathBuf::from(dir);
+            if !has_server(&dir) {
+                return Err(Error::new(format!(
+                    "SLIPSTREAM_PG_BINDIR is set to {}, which holds no initdb and postgres: point it at the directory that does (e.g. the output of `pg_config --bindir`), or unset it. Without PostgreSQL: {INSTALL_HINT}",
+                    dir.display()
+                )));
+            }
+        }
         let bindir = find_bindir().ok_or_else(|| {
             Error::new(format!(
                 "PostgreSQL server binaries (initdb, postgres) not found: {INSTALL_HINT}"
@@ -172,18 +181,36 @@ impl Owner {
     }
 }
 
-/// `$TMPDIR/slipstream-testkit`, world-traversable so the server's user can reach what is below.
+/// `$TMPDIR/slipstream-testkit-<euid>`: one per user, since the template in it belongs to the
+/// server's user (`postgres` for root, the user otherwise) and is private to it. Shared by
+/// every user, it held whichever user's template came first, and every other user's
+/// `initdb` then failed to move its own into place. Traversable by all, so that the server's
+/// user reaches what is below when root made it.
 pub(crate) fn base_dir() -> Result<PathBuf, Error> {
-    let base = std::env::temp_dir().join("slipstream-testkit");
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let base = std::env::temp_dir().join(format!("slipstream-testkit-{uid}"));
     std::fs::create_dir_all(&base)
         .map_err(|e| Error::io(format!("could not create {}", base.display()), e))?;
-    let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o1777));
+    let meta = std::fs::symlink_metadata(&base)
+        .map_err(|e| Error::io(format!("could not read {}", base.display()), e))?;
+    if meta.uid() != uid || !meta.is_dir() {
+        return Err(Error::new(format!(
+            "{} is not a directory of this user (uid {uid}): remove it, or set TMPDIR to another directory",
+            base.display()
+        )));
+    }
+    let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755));
     Ok(base)
 }
 
+fn has_server(dir: &Path) -> bool {
+    dir.join("initdb").is_file() && dir.join("postgres").is_file()
+}
+
 fn find_bindir() -> Option<PathBuf> {
-    let has_initdb = |d: &Path| d.join("initdb").is_file() && d.join("postgres").is_file();
-    if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR") {
+    let has_initdb = |d: &Path| has_server(d);
+    if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir)).filter(|d| has_initdb(d));
     }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {

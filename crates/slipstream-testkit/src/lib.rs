@@ -27,6 +27,7 @@ mod embedded;
 mod error;
 mod install;
 mod pin;
+mod postmaster;
 mod proxy;
 
 pub use alloc::{CountingAllocator, HeapGrowth};
