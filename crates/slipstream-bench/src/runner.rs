@@ -261,6 +261,32 @@ pub async fn run<S: Future + Send>(
     config: &RunConfig,
     stop: S,
 ) -> anyhow::Result<BenchRun> {
+    run_until(workload, config, stop, std::future::pending::<()>()).await
+}
+
+/// [`run`], with a second signal: `quit` ends the run at once, window or drain, without
+/// waiting out the grace period. What is in flight then is censored, and cancelled on the
+/// server, as at the grace limit. (The CLI's second Ctrl-C: a user who will not wait for the
+/// drain still gets the result, and no statement left running.)
+///
+/// ```no_run
+/// # async fn f() -> anyhow::Result<()> {
+/// use slipstream_bench::{RunConfig, order_entry};
+/// let config = RunConfig::new(Some("postgres://postgres@127.0.0.1/postgres".into()));
+/// let first = tokio::signal::ctrl_c();
+/// let second = async {
+///     tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+/// };
+/// let run = slipstream_bench::run_until(&order_entry::workload(), &config, first, second).await?;
+/// println!("{} unfinished", run.unfinished);
+/// # Ok(()) }
+/// ```
+pub async fn run_until<S: Future + Send, Q: Future + Send>(
+    workload: &Workload,
+    config: &RunConfig,
+    stop: S,
+    quit: Q,
+) -> anyhow::Result<BenchRun> {
     let plan = Arc::new(config.check(workload)?);
     let user_count = plan.users();
     let names: Vec<String> = workload.kinds.iter().map(|k| k.name.clone()).collect();
@@ -402,12 +428,15 @@ pub async fn run<S: Future + Send>(
 
     // The window: until its end, or until stopped.
     let mut interrupted = false;
+    let mut quitting = false;
     tokio::pin!(stop);
+    tokio::pin!(quit);
     // A user that panicked stops the run early too (it fails below).
     let mut halted = shared.stop_signal.subscribe();
     tokio::select! {
         _ = tokio::time::sleep_until(window.to.into()) => {}
         _ = &mut stop => interrupted = true,
+        _ = &mut quit => (interrupted, quitting) = (true, true),
         _ = halted.wait_for(|s| *s) => interrupted = true,
     }
     let closed_at = recorder.close_window(window.from, window.to);
@@ -423,17 +452,28 @@ pub async fn run<S: Future + Send>(
     let measured = closed_at.saturating_duration_since(window.from);
 
     // Drain: users finish what the window gave them, within the grace period, or until a
-    // Ctrl-C (the first one, if the window ended on its own) cuts it short. (`stop` is
-    // polled only if it has not completed: an async block must not be polled again.)
+    // Ctrl-C (the first one, if the window ended on its own) or `quit` cuts it short. (`stop`
+    // and `quit` are polled only if they have not completed: an async block must not be
+    // polled again.)
     let drain = tokio::time::timeout(config.grace, async {
         while users.join_next().await.is_some() {}
     });
-    let drained = if interrupted {
-        drain.await.is_ok()
+    let drained = if quitting {
+        drop(drain);
+        false
+    } else if interrupted {
+        tokio::select! {
+            r = drain => r.is_ok(),
+            _ = &mut quit => false,
+        }
     } else {
         tokio::select! {
             r = drain => r.is_ok(),
             _ = &mut stop => {
+                interrupted = true;
+                false
+            }
+            _ = &mut quit => {
                 interrupted = true;
                 false
             }

@@ -204,27 +204,44 @@ fn check_file_settings(args: &BenchArgs, file: FileSettings) -> anyhow::Result<(
 }
 
 async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun> {
-    // The first Ctrl-C ends the window (the result is still written); a second one quits.
-    let stop = async {
+    // The first Ctrl-C ends the window (the result is still written); a second one stops
+    // waiting for what is in flight (it is censored and cancelled on the server, and the
+    // result written); a third exits at once.
+    let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = async move {
         if tokio::signal::ctrl_c().await.is_err() {
             return std::future::pending().await;
         }
         let first = std::time::Instant::now();
         eprintln!(
-            "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to quit now)"
+            "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to stop waiting for them)"
         );
         tokio::spawn(async move {
+            let mut quit_tx = Some(quit_tx);
             while tokio::signal::ctrl_c().await.is_ok() {
                 // One stop sent twice is not a second Ctrl-C: GNU `timeout -s INT` signals the
-                // process and then its group, microseconds apart, and quitting on that lost
-                // the result.
-                if first.elapsed() >= SAME_STOP {
-                    std::process::exit(i32::from(INTERRUPTED));
+                // process and then its group, microseconds apart.
+                if first.elapsed() < SAME_STOP {
+                    continue;
+                }
+                match quit_tx.take() {
+                    Some(tx) => {
+                        eprintln!(
+                            "quitting: cancelling what is in flight on the server and writing the result (Ctrl-C again to exit now, without it)"
+                        );
+                        let _ = tx.send(());
+                    }
+                    None => std::process::exit(i32::from(INTERRUPTED)),
                 }
             }
         });
     };
-    slipstream_bench::run(workload, config, stop).await
+    let quit = async {
+        if quit_rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    slipstream_bench::run_until(workload, config, stop, quit).await
 }
 
 async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {

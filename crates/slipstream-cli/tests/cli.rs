@@ -600,25 +600,76 @@ fn a_stop_signalled_twice_at_once_still_writes_the_result() {
     assert_eq!(run["interrupted"], true);
 }
 
-/// A second Ctrl-C, a moment after the first, quits at once (docs/bench.md): a 20 s statement
-/// in flight is not waited for, and no result is written.
+/// Backends of `cluster` still running a statement marked `mark`.
+fn sleepers(cluster: &Cluster, mark: &str) -> usize {
+    let out = cluster
+        .psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%{mark}%' AND pid <> pg_backend_pid()"
+        ))
+        .unwrap();
+    out.trim().parse().unwrap()
+}
+
+/// Waits up to `limit` for no backend to run the marked statement; how many still do.
+fn sleepers_after(cluster: &Cluster, mark: &str, limit: std::time::Duration) -> usize {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let n = sleepers(cluster, mark);
+        if n == 0 || std::time::Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Starts a bench of two users each running a 40 s statement marked `mark` (`--grace 60s`,
+/// `url` or the cluster's), and waits until both sleep on the server.
+fn two_sleeping(
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    mark: &str,
+    url: Option<&str>,
+) -> (std::process::Child, std::path::PathBuf) {
+    let file = dir.join("slow.toml");
+    std::fs::write(
+        &file,
+        format!("name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(40) /* {mark} */\"\n"),
+    )
+    .unwrap();
+    let out = dir.join("run.json");
+    let url = url.map_or_else(|| cluster.url(), str::to_owned);
+    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .arg("bench")
+        .arg(&file)
+        .args(["-u", "2", "-d", "30s", "-w", "0s", "--grace", "60s", "-q"])
+        .args(["--url", &url, "-o", out.to_str().unwrap()])
+        .env("SLIPSTREAM_HOME", dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sleepers(cluster, mark) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started sleeping"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    (child, out)
+}
+
+/// A second Ctrl-C, a moment after the first, stops waiting for what is in flight: it is
+/// censored and cancelled on the server, and the result is written. Before (session 34's
+/// attacker), it exited at once: no result, and both 40 s statements still ran 10 s later.
 #[test]
-fn a_second_ctrl_c_quits_at_once() {
+fn a_second_ctrl_c_stops_waiting_and_cancels_what_is_in_flight() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("slow.toml");
-    std::fs::write(
-        &file,
-        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(20)\"\n",
-    )
-    .unwrap();
-    let out = dir.path().join("run.json");
-    let args = ["-u", "1", "-d", "60s", "-w", "0s", "--grace", "60s", "-q"];
-    let child = spawn_bench(&file, &args, &cluster, &out);
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (child, out) = two_sleeping(&cluster, dir.path(), "twice-stopped", None);
     let pid = Pid::from_raw(child.id() as i32);
     kill(pid, Signal::SIGINT).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(600));
@@ -626,12 +677,63 @@ fn a_second_ctrl_c_quits_at_once() {
     let sent = std::time::Instant::now();
     let o = child.wait_with_output().unwrap();
     assert!(
-        sent.elapsed() < std::time::Duration::from_secs(5),
-        "quit after {:?}",
+        sent.elapsed() < std::time::Duration::from_secs(10),
+        "still waiting {:?} after the second Ctrl-C",
+        sent.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&out).unwrap_or_else(|e| panic!("no result file ({e}): {}", text(&o))),
+    )
+    .unwrap();
+    assert_eq!(
+        run["unfinished"], 2,
+        "both statements in flight are censored"
+    );
+    let left = sleepers_after(
+        &cluster,
+        "twice-stopped",
+        std::time::Duration::from_secs(10),
+    );
+    assert_eq!(left, 0, "a censored statement still runs on the server");
+}
+
+/// A third Ctrl-C exits at once, even while the cancels wait on a server that does not
+/// answer (here a stalled proxy), and writes no result.
+#[test]
+fn a_third_ctrl_c_exits_at_once() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out) = two_sleeping(&cluster, dir.path(), "thrice-stopped", Some(&url));
+    // The cancels (through the proxy) will hang until their 5 s limit.
+    proxy.set_stalled(true);
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    kill(pid, Signal::SIGINT).unwrap();
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(2),
+        "exited {:?} after the third Ctrl-C",
         sent.elapsed()
     );
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     assert!(!out.exists(), "a result was written");
+    let _ = cluster.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%thrice-stopped%' AND pid <> pg_backend_pid()",
+    );
 }
 
 #[test]
