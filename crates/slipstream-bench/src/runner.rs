@@ -627,22 +627,43 @@ const CANCEL_LIMIT: Duration = Duration::from_secs(5);
 
 /// Sends a cancel request for each token (the users' connections are closed by now, but a
 /// backend notices a closed socket only when it next writes, so a long statement would run
-/// on). Returns a warning for the run's context when any failed.
+/// on). Returns a warning for the run's context when any failed or was not confirmed in time.
 async fn cancel_all(tokens: Vec<CancelToken>) -> Option<String> {
     use futures_util::StreamExt as _;
     let count = tokens.len();
+    // Kept outside the stream, so what finished is known when the time limit cuts it off.
+    let finished = std::sync::Mutex::new(Vec::<Option<String>>::new());
     let sent = futures_util::stream::iter(tokens)
         .map(|t| async move { t.cancel().await.err().map(|e| e.to_string()) })
         .buffer_unordered(CANCEL_CONCURRENCY)
-        .filter_map(|failed| async move { failed })
-        .collect::<Vec<_>>();
-    let (failed, why) = match tokio::time::timeout(CANCEL_LIMIT, sent).await {
-        Ok(failures) => (failures.len(), failures.into_iter().next()?),
-        Err(_) => (count, format!("not all done within {CANCEL_LIMIT:?}")),
-    };
-    Some(format!(
-        "{failed} of {count} cancel requests for transactions censored at the grace limit failed ({why}): their statements may still run on the server; check pg_stat_activity before the next run"
-    ))
+        .for_each(|outcome| {
+            finished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(outcome);
+            std::future::ready(())
+        });
+    let timed_out = tokio::time::timeout(CANCEL_LIMIT, sent).await.is_err();
+    let finished = finished.into_inner().unwrap_or_else(|p| p.into_inner());
+    let unconfirmed = count - finished.len();
+    let failures: Vec<String> = finished.into_iter().flatten().collect();
+    let mut parts = Vec::new();
+    if let Some(why) = failures.first() {
+        parts.push(format!("{} of {count} failed ({why})", failures.len()));
+    }
+    if timed_out && unconfirmed > 0 {
+        // A cancel is done when the server has read it, which it confirms by closing the
+        // connection: one not confirmed may still have worked.
+        parts.push(format!(
+            "{unconfirmed} of {count} were not confirmed within {CANCEL_LIMIT:?}"
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "cancel requests for transactions censored at the grace limit: {}; their statements may still run on the server: check pg_stat_activity before the next run",
+            parts.join(", ")
+        )
+    })
 }
 
 async fn connect_user(url: &str, user: usize) -> anyhow::Result<Client> {

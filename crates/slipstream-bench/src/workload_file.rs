@@ -370,7 +370,7 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
     let mut names: Vec<String> = Vec::new();
     let mut numbers: HashMap<String, usize> = HashMap::new();
     let chars: Vec<char> = sql.chars().collect();
-    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let ident = ident_char;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -470,12 +470,19 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
     Ok((out, names))
 }
 
+/// Whether PostgreSQL's lexer takes `c` into an identifier or a dollar-quote tag after its
+/// first character: ASCII letters and digits, `_`, and any non-ASCII character (the lexer
+/// takes every byte from 0x80 up, so `€`, `·` and combining marks too, which
+/// `char::is_alphanumeric` would not).
+fn ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii()
+}
+
 /// The opening `$tag$` (or `$$`) of a dollar-quoted string at the start of `chars`.
 fn dollar_tag(chars: &[char]) -> Option<Vec<char>> {
     let end = chars[1..].iter().position(|&c| c == '$')? + 1;
     let tag = &chars[1..end];
-    let valid = tag.is_empty()
-        || (!tag[0].is_ascii_digit() && tag.iter().all(|&c| c.is_alphanumeric() || c == '_'));
+    let valid = tag.is_empty() || (!tag[0].is_ascii_digit() && tag.iter().all(|&c| ident_char(c)));
     valid.then(|| chars[..=end].to_vec())
 }
 
@@ -694,7 +701,9 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
     /// A positional `$1` of the file's own is refused: `:name` numbers its parameters from
     /// `$1`, so the two collided, and a `$1` alone had nothing bound to it (every run failed
     /// with 08P01). Dollar quotes, quoted text, comments and identifiers with a `$` are not
-    /// parameters. Before, `bind_names` passed each of the first three through.
+    /// parameters. Before, `bind_names` passed each of the first three through. Non-ASCII
+    /// characters are identifier and tag characters, as in PostgreSQL's lexer (session 34's
+    /// attacker: `$€$ $1 $€$` and `x€$1` were refused; each runs in psql).
     #[test]
     fn a_positional_parameter_is_refused_where_postgresql_would_read_one() {
         for sql in [
@@ -709,6 +718,11 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
         for sql in [
             "SELECT '$1', \"a$1\", a$1, $$ $1 $$ -- $1",
             "SELECT /* $1 */ $q$ $2 $q$",
+            "SELECT $€$ costs $1 $€$ AS price",
+            "SELECT $😀$ $1 $😀$",
+            "SELECT $x·y$ $1 $x·y$",
+            "SELECT 1 AS x€$1",
+            "SELECT 1 AS cafe\u{301}$1",
         ] {
             assert!(bind_names(sql).is_ok(), "{sql}");
         }

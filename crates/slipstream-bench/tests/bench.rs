@@ -351,6 +351,9 @@ fn transactions_censored_at_the_grace_limit_are_cancelled_on_the_server() {
     c.grace = Duration::from_millis(200);
     let r = run(&w, &c);
     assert_eq!(r.unfinished, 2, "both users were cut off in their sleep");
+    // The grace period as given: it read "the 0 s grace period" (session 34's attacker).
+    let said = bench::report::describe(&r).join("\n");
+    assert!(said.contains("after the 200ms grace period"), "{said}");
     let warnings = warnings(&r);
     assert!(
         !warnings.iter().any(|w| w.contains("cancel")),
@@ -392,9 +395,10 @@ fn cancel_requests_that_fail_are_named_in_the_results_warnings() {
     assert_eq!(r.unfinished, 1);
     let warnings = warnings(&r);
     assert!(
-        warnings.iter().any(|w| w.contains("1 of 1 cancel requests")
-            && w.contains("not all done within 5s")
-            && w.contains("pg_stat_activity")),
+        warnings
+            .iter()
+            .any(|w| w.contains("1 of 1 were not confirmed within 5s")
+                && w.contains("pg_stat_activity")),
         "{warnings:?}"
     );
     // The statement is left running; end it so the cluster stops at once.

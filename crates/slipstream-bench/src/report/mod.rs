@@ -171,16 +171,20 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
             .collect();
         // What the file can tell: a stop may have cut the drain short, and an open loop's
         // censored count includes arrivals that never started (counted apart in newer files).
-        let grace = r.grace_s;
+        // Shown as given: `--grace 400ms` is not a "0 s" grace period.
+        let grace = format!(
+            "{:?}",
+            std::time::Duration::from_millis((r.grace_s * 1e3).round() as u64)
+        );
         let ended = if r.interrupted {
-            format!("when the run was stopped, or after the {grace:.0} s grace period")
+            format!("when the run was stopped, or after the {grace} grace period")
         } else {
-            format!("after the {grace:.0} s grace period")
+            format!("after the {grace} grace period")
         };
         let queued = r.schedule.as_ref().and_then(|s| s.never_started);
         let why = match (r.load, queued) {
             (Load::Open { .. }, None) => format!(
-                "in flight, or queued and never started, when the run ended (a stop, or the {grace:.0} s grace period)"
+                "in flight, or queued and never started, when the run ended (a stop, or the {grace} grace period)"
             ),
             (Load::Open { .. }, Some(q)) if q >= r.unfinished => {
                 "queued and never started when the users stopped".to_string()
