@@ -461,6 +461,19 @@ name = "select"
 sql = "SELECT :n::int + 1"
 "#;
 
+/// A workload file in `dir` of one type, `sleep`: `SELECT pg_sleep(SECONDS) /* MARK */`.
+fn sleeping_workload(dir: &std::path::Path, seconds: &str, mark: &str) -> std::path::PathBuf {
+    let file = dir.join("slow.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep({seconds}) /* {mark} */\"\n"
+        ),
+    )
+    .unwrap();
+    file
+}
+
 /// Starts `slipstream bench WORKLOAD ARGS` against `cluster`, writing `out` (its home beside
 /// `out`), with its output piped: for a test that signals it.
 fn spawn_bench(
@@ -537,12 +550,7 @@ fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
 
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("slow.toml");
-    std::fs::write(
-        &file,
-        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(20)\"\n",
-    )
-    .unwrap();
+    let file = sleeping_workload(dir.path(), "20", "drain");
     let out = dir.path().join("run.json");
     let args = ["-u", "1", "-d", "1s", "-w", "0s", "--grace", "60s", "-q"];
     let child = spawn_bench(&file, &args, &cluster, &out);
@@ -576,12 +584,7 @@ fn a_stop_signalled_twice_at_once_still_writes_the_result() {
     let dir = tempfile::tempdir().unwrap();
     // Transactions of 1.5 s: the first signal's drain waits for the one in flight, so the
     // second arrives while the run still goes on.
-    let file = dir.path().join("slow.toml");
-    std::fs::write(
-        &file,
-        "name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(1.5)\"\n",
-    )
-    .unwrap();
+    let file = sleeping_workload(dir.path(), "1.5", "twice");
     let out = dir.path().join("run.json");
     let args = ["-u", "1", "-d", "60s", "-w", "0s", "-q"];
     let child = spawn_bench(&file, &args, &cluster, &out);
@@ -630,12 +633,7 @@ fn two_sleeping(
     mark: &str,
     url: Option<&str>,
 ) -> (std::process::Child, std::path::PathBuf) {
-    let file = dir.join("slow.toml");
-    std::fs::write(
-        &file,
-        format!("name = \"slow\"\n[[transaction]]\nname = \"sleep\"\nsql = \"SELECT pg_sleep(40) /* {mark} */\"\n"),
-    )
-    .unwrap();
+    let file = sleeping_workload(dir, "40", mark);
     let out = dir.join("run.json");
     let url = url.map_or_else(|| cluster.url(), str::to_owned);
     let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))

@@ -141,6 +141,33 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
+/// A fresh home under a temporary directory, started (`db start`), with its cleanup (bind
+/// all three: the cleanup runs before the directory goes).
+fn started() -> (tempfile::TempDir, PathBuf, Cleanup) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut cleanup = Cleanup::new();
+    cleanup.home(&home, dir.path());
+    let o = slipstream(&["db", "start"], &home, dir.path());
+    assert!(o.status.success(), "{}", text(&o));
+    cleanup.remember(&home, dir.path());
+    (dir, home, cleanup)
+}
+
+/// `db start`, `sql SELECT 40 + 2` and `db destroy`, each through `run`; the first two must
+/// work.
+fn start_query_destroy(run: impl Fn(&[&str]) -> Output, what: &str) {
+    let o = run(&["db", "start"]);
+    let sql = run(&["sql", "SELECT 40 + 2"]);
+    let _ = run(&["db", "destroy"]);
+    assert!(o.status.success(), "{what}: {}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&sql.stdout).contains("42"),
+        "{what}: {}",
+        text(&sql)
+    );
+}
+
 /// Promise: two CLI processes started at the same moment with the same empty home both
 /// succeed, or one gets a clear error; never a cluster that later commands cannot use.
 ///
@@ -277,8 +304,8 @@ fn a_relative_home_used_from_another_directory_keeps_the_first_cluster() {
 /// ("could not create lock file "<rel>/.s.PGSQL.<port>.lock": No such file or directory").
 #[test]
 fn a_relative_home_works_for_a_non_root_user() {
-    let base = tempfile::tempdir().unwrap();
     let user = postgres_user();
+    let base = dir_for(&user);
     let as_user = |args: &[&str], home: &Path| -> Output {
         let mut c = cli(args, home, base.path());
         if is_root() {
@@ -288,32 +315,12 @@ fn a_relative_home_works_for_a_non_root_user() {
         }
         c.output().unwrap()
     };
-    if is_root() {
-        std::os::unix::fs::chown(
-            base.path(),
-            Some(user.uid.as_raw()),
-            Some(user.gid.as_raw()),
-        )
-        .unwrap();
-    }
     let rel = PathBuf::from("relhome");
     let abs = base.path().join(&rel);
     let mut cleanup = Cleanup::new();
     cleanup.data_prefixes.push(abs.display().to_string());
     cleanup.data_prefixes.push(rel.display().to_string()); // `-D relhome/pgdata`
-    let o = as_user(&["db", "start"], &rel);
-    let sql = as_user(&["sql", "SELECT 40 + 2"], &rel);
-    let _ = as_user(&["db", "destroy"], &rel);
-    assert!(
-        o.status.success(),
-        "relative home as non-root: {}",
-        text(&o)
-    );
-    assert!(
-        String::from_utf8_lossy(&sql.stdout).contains("42"),
-        "{}",
-        text(&sql)
-    );
+    start_query_destroy(|args| as_user(args, &rel), "relative home as non-root");
 }
 
 /// Promise: "/var/tmp data dirs of an older home" and leftover servers. A home deleted while
@@ -323,13 +330,7 @@ fn a_relative_home_works_for_a_non_root_user() {
 /// command able to reach it.
 #[test]
 fn a_home_recreated_while_its_cluster_runs_leaves_no_server_behind() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&home, dir.path());
-    let o = slipstream(&["db", "start"], &home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&home, dir.path());
+    let (dir, home, _cleanup) = started();
     let data = data_dir(&home).unwrap();
     std::fs::remove_dir_all(&home).unwrap();
     let o = slipstream(&["db", "start"], &home, dir.path());
@@ -347,16 +348,8 @@ fn a_home_recreated_while_its_cluster_runs_leaves_no_server_behind() {
 /// expands `$HOME` and runs backquotes). A home path must never be run as a command.
 #[test]
 fn a_home_path_is_never_run_as_a_shell_command() {
-    let base = tempfile::tempdir().unwrap();
     let user = postgres_user();
-    if is_root() {
-        std::os::unix::fs::chown(
-            base.path(),
-            Some(user.uid.as_raw()),
-            Some(user.gid.as_raw()),
-        )
-        .unwrap();
-    }
+    let base = dir_for(&user);
     let home = base.path().join("h`touch pwned`");
     let mut cleanup = Cleanup::new();
     cleanup.data_prefixes.push(home.display().to_string());
@@ -390,13 +383,7 @@ fn a_home_path_is_never_run_as_a_shell_command() {
 /// `slipstream db destroy`.
 #[test]
 fn a_data_directory_that_cannot_start_says_what_to_do() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&home, dir.path());
-    let o = slipstream(&["db", "start"], &home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&home, dir.path());
+    let (dir, home, _cleanup) = started();
     assert!(
         slipstream(&["db", "stop"], &home, dir.path())
             .status
@@ -420,13 +407,7 @@ fn a_data_directory_that_cannot_start_says_what_to_do() {
 /// server behind it, and `db stop` signals the other process.
 #[test]
 fn a_stale_postmaster_pid_of_another_process_is_not_taken_for_the_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&home, dir.path());
-    let o = slipstream(&["db", "start"], &home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&home, dir.path());
+    let (dir, home, _cleanup) = started();
     let data = data_dir(&home).unwrap();
     assert!(
         slipstream(&["db", "stop"], &home, dir.path())
@@ -531,13 +512,7 @@ fn another_user_can_start_after_root_made_the_template() {
         return; // needs to act as two users
     }
     // Root's first start makes the template.
-    let dir = tempfile::tempdir().unwrap();
-    let root_home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&root_home, dir.path());
-    let o = slipstream(&["db", "start"], &root_home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&root_home, dir.path());
+    let (_dir, _root_home, mut cleanup) = started();
     // An ordinary user (not root, not postgres) on the same machine.
     let user = nix::unistd::User::from_name("nobody")
         .unwrap()
@@ -545,14 +520,9 @@ fn another_user_can_start_after_root_made_the_template() {
     let base = dir_for(&user);
     let home = base.path().join("home");
     cleanup.data_prefixes.push(home.display().to_string());
-    let o = as_user(cli(&["db", "start"], &home, base.path()), &user);
-    let sql = as_user(cli(&["sql", "SELECT 40 + 2"], &home, base.path()), &user);
-    let _ = as_user(cli(&["db", "destroy"], &home, base.path()), &user);
-    assert!(o.status.success(), "`db start` as nobody: {}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&sql.stdout).contains("42"),
-        "{}",
-        text(&sql)
+    start_query_destroy(
+        |args| as_user(cli(args, &home, base.path()), &user),
+        "as nobody",
     );
 }
 
@@ -571,19 +541,9 @@ fn a_long_home_works_for_a_non_root_user() {
     assert!(home.as_os_str().len() >= 100);
     let mut cleanup = Cleanup::new();
     cleanup.data_prefixes.push(home.display().to_string());
-    let o = as_user(cli(&["db", "start"], &home, base.path()), &user);
-    let sql = as_user(cli(&["sql", "SELECT 40 + 2"], &home, base.path()), &user);
-    let _ = as_user(cli(&["db", "destroy"], &home, base.path()), &user);
-    assert!(
-        o.status.success(),
-        "a {}-byte home: {}",
-        home.as_os_str().len(),
-        text(&o)
-    );
-    assert!(
-        String::from_utf8_lossy(&sql.stdout).contains("42"),
-        "{}",
-        text(&sql)
+    start_query_destroy(
+        |args| as_user(cli(args, &home, base.path()), &user),
+        &format!("a {}-byte home", home.as_os_str().len()),
     );
 }
 
@@ -596,13 +556,7 @@ fn a_long_home_works_for_a_non_root_user() {
 /// command fails with "Connection refused" until `db stop`.
 #[test]
 fn concurrent_starts_of_a_stopped_cluster_keep_its_url_right() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&home, dir.path());
-    let o = slipstream(&["db", "start"], &home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&home, dir.path());
+    let (dir, home, _cleanup) = started();
     let o = slipstream(
         &[
             "sql",
@@ -645,13 +599,7 @@ fn concurrent_starts_of_a_stopped_cluster_keep_its_url_right() {
 /// URL and exits 0 with nothing listening. Same cause as the stale-PID test above.
 #[test]
 fn a_start_right_after_kill_9_starts_the_server_or_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let mut cleanup = Cleanup::new();
-    cleanup.home(&home, dir.path());
-    let o = slipstream(&["db", "start"], &home, dir.path());
-    assert!(o.status.success(), "{}", text(&o));
-    cleanup.remember(&home, dir.path());
+    let (dir, home, _cleanup) = started();
     let data = data_dir(&home).unwrap();
     let pid: i32 = std::fs::read_to_string(data.join("postmaster.pid"))
         .unwrap()
