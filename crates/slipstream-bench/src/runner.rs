@@ -454,22 +454,17 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     // Drain: users finish what the window gave them, within the grace period, or until a
     // Ctrl-C (the first one, if the window ended on its own) or `quit` cuts it short. (`stop`
     // and `quit` are polled only if they have not completed: an async block must not be
-    // polled again.)
+    // polled again. `stop` has not when the window ended on its own, or on a panic.)
     let drain = tokio::time::timeout(config.grace, async {
         while users.join_next().await.is_some() {}
     });
     let drained = if quitting {
         drop(drain);
         false
-    } else if interrupted {
-        tokio::select! {
-            r = drain => r.is_ok(),
-            _ = &mut quit => false,
-        }
     } else {
         tokio::select! {
             r = drain => r.is_ok(),
-            _ = &mut stop => {
+            _ = &mut stop, if !interrupted => {
                 interrupted = true;
                 false
             }

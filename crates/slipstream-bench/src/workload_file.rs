@@ -373,6 +373,11 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
     let ident = ident_char;
     let mut i = 0;
     while i < chars.len() {
+        if let Some(end) = comment_end(&chars, i) {
+            out.extend(&chars[i..end]);
+            i = end;
+            continue;
+        }
         let c = chars[i];
         match c {
             // An escape string: a backslash takes the next character, a quote too.
@@ -394,11 +399,6 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
                         break;
                     }
                 }
-            }
-            '-' | '/' if comment_end(&chars, i).is_some() => {
-                let end = comment_end(&chars, i).unwrap_or(chars.len());
-                out.extend(&chars[i..end]);
-                i = end;
             }
             '$' if (i == 0 || !ident(chars[i - 1])) && dollar_tag(&chars[i..]).is_some() => {
                 // `$tag$ ... $tag$`: copied whole, up to the same tag.

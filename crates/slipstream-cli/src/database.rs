@@ -8,8 +8,7 @@ use slipstream_testkit::{Embedded, Status};
 /// The variables that, when any is set, mean "use the environment's server".
 const PG_VARS: [&str; 4] = ["PGHOST", "PGPORT", "PGDATABASE", "PGUSER"];
 
-/// The embedded cluster's state directory.
-/// `--home`, else `SLIPSTREAM_HOME` (an empty one is unset, as `DATABASE_URL` is), else the
+/// The embedded cluster's state directory: `--home`, else `SLIPSTREAM_HOME` (an empty one is unset, as `DATABASE_URL` is), else the
 /// user's data directory + `/slipstream`.
 pub fn home(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(h) = flag {

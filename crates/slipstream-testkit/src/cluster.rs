@@ -420,6 +420,7 @@ impl Drop for Cluster {
 
 /// A fresh directory owned by the server's OS user for a cluster (`what` names it in errors),
 /// and the path its data directory will have.
+///
 /// Marked with the process that made it (`OWNER_FILE`), so that a later process can tell a
 /// cluster whose test process was killed (SIGKILL skips `Drop`) and remove it (`sweep`).
 fn new_root(prefix: &str, what: &str) -> Result<(Install, tempfile::TempDir, PathBuf), Error> {

@@ -35,22 +35,8 @@ impl Install {
     /// Finds the binaries: `$SLIPSTREAM_PG_BINDIR`, then `pg_config --bindir`, then
     /// `/usr/lib/postgresql/<newest>/bin`.
     pub fn find() -> Result<Install, Error> {
-        if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR").filter(|d| !d.is_empty()) {
-            let dir = PathBuf::from(dir);
-            if !has_server(&dir) {
-                return Err(Error::new(format!(
-                    "SLIPSTREAM_PG_BINDIR is set to {}, which holds no initdb and postgres: point it at the directory that does (e.g. the output of `pg_config --bindir`), or unset it. Without PostgreSQL: {INSTALL_HINT}",
-                    dir.display()
-                )));
-            }
-        }
-        let bindir = find_bindir().ok_or_else(|| {
-            Error::new(format!(
-                "PostgreSQL server binaries (initdb, postgres) not found: {INSTALL_HINT}"
-            ))
-        })?;
         Ok(Install {
-            bindir,
+            bindir: find_bindir()?,
             owner: Owner::detect()?,
         })
     }
@@ -208,25 +194,38 @@ fn has_server(dir: &Path) -> bool {
     dir.join("initdb").is_file() && dir.join("postgres").is_file()
 }
 
-fn find_bindir() -> Option<PathBuf> {
-    let has_initdb = |d: &Path| has_server(d);
+/// `$SLIPSTREAM_PG_BINDIR` when set (and then it must hold the binaries: a wrong one is named,
+/// not passed over), else `pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`.
+fn find_bindir() -> Result<PathBuf, Error> {
     if let Some(dir) = std::env::var_os("SLIPSTREAM_PG_BINDIR").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir)).filter(|d| has_initdb(d));
+        let dir = PathBuf::from(dir);
+        if has_server(&dir) {
+            return Ok(dir);
+        }
+        return Err(Error::new(format!(
+            "SLIPSTREAM_PG_BINDIR is set to {}, which holds no initdb and postgres: point it at the directory that does (e.g. the output of `pg_config --bindir`), or unset it. Without PostgreSQL: {INSTALL_HINT}",
+            dir.display()
+        )));
     }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if out.status.success() && has_initdb(&dir) {
-            return Some(dir);
+        if out.status.success() && has_server(&dir) {
+            return Ok(dir);
         }
     }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
+        .into_iter()
+        .flatten()
         .filter_map(|e| e.ok())
         .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
-        .filter(|(_, d)| has_initdb(d))
+        .filter(|(_, d)| has_server(d))
         .collect();
     versions.sort();
-    versions.pop().map(|(_, d)| d)
+    versions.pop().map(|(_, d)| d).ok_or_else(|| {
+        Error::new(format!(
+            "PostgreSQL server binaries (initdb, postgres) not found: {INSTALL_HINT}"
+        ))
+    })
 }
 
 /// Runs a command to completion; a failure carries its output.

@@ -20,7 +20,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -474,7 +477,7 @@ fn threads<P: ThreadPool>(
         let spawned = std::thread::Builder::new()
             .stack_size(64 * 1024)
             .spawn(move || {
-                while !line.load(std::sync::atomic::Ordering::Acquire) {
+                while !line.load(Acquire) {
                     std::thread::park();
                 }
                 while !mine.stop.load(Relaxed) {
@@ -506,7 +509,7 @@ fn threads<P: ThreadPool>(
 
 /// Lets the parked borrowers go.
 fn release(go: &AtomicBool, handles: &[std::thread::JoinHandle<()>]) {
-    go.store(true, std::sync::atomic::Ordering::Release);
+    go.store(true, Release);
     for h in handles {
         h.thread().unpark();
     }
@@ -604,7 +607,7 @@ fn tasks<P: TaskPool>(
         let (rec, go, started, pool) = (rec.clone(), go.clone(), started.clone(), pool.clone());
         handles.push(rt.spawn(async move {
             let notified = go.notified();
-            if !started.load(std::sync::atomic::Ordering::Acquire) {
+            if !started.load(Acquire) {
                 notified.await;
             }
             while !rec.stop.load(Relaxed) {
@@ -615,7 +618,7 @@ fn tasks<P: TaskPool>(
     }
     // Let every task reach its start line.
     std::thread::sleep(Duration::from_millis(20));
-    started.store(true, std::sync::atomic::Ordering::Release);
+    started.store(true, Release);
     go.notify_waiters();
     std::thread::sleep(timing.warmup);
     let (before, seconds, after) = window(&rec, timing);
