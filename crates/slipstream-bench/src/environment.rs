@@ -47,10 +47,10 @@ pub fn capture(url: &str, server_version: Option<String>) -> Environment {
 /// Removes a password from a URL or key=value connection string.
 pub fn redact(url: &str) -> String {
     if let Some(rest) = url.split_once("://") {
-        if let Some((userinfo, after)) = rest.1.split_once('@') {
-            if let Some((user, _)) = userinfo.split_once(':') {
-                return format!("{}://{user}:***@{after}", rest.0);
-            }
+        if let Some((userinfo, after)) = rest.1.split_once('@')
+            && let Some((user, _)) = userinfo.split_once(':')
+        {
+            return format!("{}://{user}:***@{after}", rest.0);
         }
         return url.to_string();
     }

@@ -181,16 +181,17 @@ impl Client {
         };
         let plan = stream.start(sql, prepared, params, use_cache).await?;
         let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
-        if plan.is_cached() && stale {
-            if let Some(e) = stream.reply.error.take() {
-                stream.client.stale(&plan, e, in_transaction)?;
-                stream.start(sql, None, params, use_cache).await?;
-            }
+        if plan.is_cached()
+            && stale
+            && let Some(e) = stream.reply.error.take()
+        {
+            stream.client.stale(&plan, e, in_transaction)?;
+            stream.start(sql, None, params, use_cache).await?;
         }
-        if stream.buffer.is_empty() {
-            if let Some(e) = stream.reply.error.take() {
-                return Err(e);
-            }
+        if stream.buffer.is_empty()
+            && let Some(e) = stream.reply.error.take()
+        {
+            return Err(e);
         }
         Ok(stream)
     }

@@ -1471,10 +1471,10 @@ pub(crate) fn claim_blocking<C>(
             return Ok(i);
         }
         // Relaxed: a hint, as in `try_claim_blocking`.
-        if !core.q.starving.load(Relaxed) {
-            if let Some(i) = claim_spinning(core) {
-                return Ok(i);
-            }
+        if !core.q.starving.load(Relaxed)
+            && let Some(i) = claim_spinning(core)
+        {
+            return Ok(i);
         }
     }
     // The waiter's node on this thread's stack: pinned, and its drop (on a panic too) leaves

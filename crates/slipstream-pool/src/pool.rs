@@ -285,10 +285,10 @@ impl<M: Manager> Inner<M> {
         // SeqCst, after the release's SeqCst swap to IDLE: pairs with `shut_down`'s store and
         // scan, so either this load sees the pool closed or that scan sees this slot IDLE.
         // (No one waits once it is closed, so the release did not hand the slot over.)
-        if self.closed.load(Ordering::SeqCst) {
-            if let Some(o) = self.core.claim_idle(i) {
-                self.close(o);
-            }
+        if self.closed.load(Ordering::SeqCst)
+            && let Some(o) = self.core.claim_idle(i)
+        {
+            self.close(o);
         }
     }
 
@@ -386,10 +386,10 @@ impl<M: Manager> Pool<M> {
     ) -> Result<Pooled<M>, PoolError> {
         // `get`'s first try found no idle connection: no need to look again at once.
         let mut scanned = first.is_none();
-        if let Some(conn) = first {
-            if let Some(conn) = self.validated(conn).await {
-                return Ok(conn);
-            }
+        if let Some(conn) = first
+            && let Some(conn) = self.validated(conn).await
+        {
+            return Ok(conn);
         }
         let mut deadline = Deadline::Unset;
         loop {
@@ -537,10 +537,8 @@ impl<M: Manager> Pool<M> {
     /// "full" is said only after a scan found no idle connection).
     async fn claim(&self, deadline: &mut Deadline, scanned: bool) -> Result<Pooled<M>, PoolError> {
         let inner = &self.inner;
-        if !scanned {
-            if let Some(o) = inner.core.try_claim() {
-                return Ok(self.lend(o));
-            }
+        if !scanned && let Some(o) = inner.core.try_claim() {
+            return Ok(self.lend(o));
         }
         let start = Instant::now();
         let deadline = deadline.from(start, inner.config.borrow_timeout);
@@ -563,10 +561,8 @@ impl<M: Manager> Pool<M> {
             Ok(Err(waiting)) => {
                 // "Full" only after a scan found no idle connection: `get`'s first try skips
                 // its scan while a waiter starves.
-                if scanned {
-                    if let Some(o) = inner.core.try_claim() {
-                        return Ok(self.lend(o));
-                    }
+                if scanned && let Some(o) = inner.core.try_claim() {
+                    return Ok(self.lend(o));
                 }
                 Err(self.full_error(waiting))
             }

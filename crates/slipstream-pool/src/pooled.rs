@@ -148,10 +148,10 @@ impl<M: Manager> Pooled<M> {
         let held = self.held();
         let slot = &self.pool.core.slots[held.slot];
         // A holder whose borrow was reclaimed no longer owns the slot: leave its times alone.
-        if let Some(Lent::Leased(l)) = &held.lent {
-            if slot.lease.load(Ordering::Relaxed) != l.value() {
-                return;
-            }
+        if let Some(Lent::Leased(l)) = &held.lent
+            && slot.lease.load(Ordering::Relaxed) != l.value()
+        {
+            return;
         }
         slot.active_ms.store(self.pool.now(), Ordering::Relaxed);
     }

@@ -126,7 +126,7 @@ fn threads_and_tasks_with_cancelled_borrows_lose_no_slot_and_no_wake_up() {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    if (i + t) % 3 == 0 {
+                    if (i + t).is_multiple_of(3) {
                         let polls = 1 + (i % 4) as usize;
                         let r = DropAfter {
                             fut: Box::pin(pool.get()),

@@ -56,7 +56,7 @@ async fn leak_warning_never_fires_for_borrows_returned_in_time_under_churn() {
                 }
                 drop(conn);
                 longest.fetch_max(since.elapsed().as_micros() as u64, Ordering::Relaxed);
-                if n % 7 == 0 {
+                if n.is_multiple_of(7) {
                     // Let slots sit idle past the threshold now and then.
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -72,12 +72,12 @@ async fn leak_warning_never_fires_for_borrows_returned_in_time_under_churn() {
                 let conn = pool.get_blocking().unwrap();
                 let since = Instant::now();
                 n += 1;
-                if (n + t) % 4 == 0 {
+                if (n + t).is_multiple_of(4) {
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 drop(conn);
                 longest.fetch_max(since.elapsed().as_micros() as u64, Ordering::Relaxed);
-                if n % 11 == 0 {
+                if n.is_multiple_of(11) {
                     std::thread::sleep(Duration::from_millis(3));
                 }
             }
@@ -1100,10 +1100,10 @@ async fn published_metrics_agree_with_stats_and_the_histogram_holds_only_waits()
     // Let any late histogram sample land, then drain it.
     tokio::time::sleep(Duration::from_millis(50)).await;
     for (key, _, _, value) in snapshotter().snapshot().into_vec() {
-        if let DebugValue::Histogram(h) = value {
-            if key.key().labels().any(|l| l.value() == "attack3") {
-                samples.set(samples.get() + h.len());
-            }
+        if let DebugValue::Histogram(h) = value
+            && key.key().labels().any(|l| l.value() == "attack3")
+        {
+            samples.set(samples.get() + h.len());
         }
     }
     let stats_after = pool.stats();

@@ -405,10 +405,11 @@ async fn entry_reuse_under_churn_follows_fifo_and_loses_nothing() {
                 drop(queue.remove(k));
             }
             _ => {
-                if held.len() + unread.len() < MAX && queue.is_empty() {
-                    if let Some(c) = pool.try_get() {
-                        held.push(c);
-                    }
+                if held.len() + unread.len() < MAX
+                    && queue.is_empty()
+                    && let Some(c) = pool.try_get()
+                {
+                    held.push(c);
                 }
             }
         }

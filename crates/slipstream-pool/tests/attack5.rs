@@ -436,12 +436,12 @@ fn mass_cancellation_racing_returns_loses_nothing() {
             while !fs.is_empty() {
                 k = (k * 7919 + 13) % fs.len().max(1);
                 let mut f = fs.swap_remove(k % fs.len());
-                if k % 3 == 0 {
+                if k.is_multiple_of(3) {
                     // Re-polled before the drop: maybe served, then dropped unused.
                     let _ = poll_with(f.as_mut(), Waker::noop());
                 }
                 drop(f);
-                if k % 5 == 0 && fs.len() > 100 {
+                if k.is_multiple_of(5) && fs.len() > 100 {
                     // A new borrower takes a freed entry at once (LIFO reuse).
                     let mut g: GetFut<'_> = Box::pin(pool.get());
                     let _ = poll_with(g.as_mut(), Waker::noop());

@@ -384,10 +384,10 @@ impl Cluster {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 let _ = writeln!(file, "{line}");
-                if line.contains(READY_LINE) {
-                    if let Some(tx) = ready_tx.take() {
-                        let _ = tx.send(true);
-                    }
+                if line.contains(READY_LINE)
+                    && let Some(tx) = ready_tx.take()
+                {
+                    let _ = tx.send(true);
                 }
             }
             if let Some(tx) = ready_tx.take() {

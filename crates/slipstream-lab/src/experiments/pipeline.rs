@@ -730,10 +730,10 @@ impl Slip {
                 while Instant::now() < deadline {
                     for _ in 0..BATCH {
                         ring.push_back(p.query(&self.select, &[&next_id(&mut rng)]).await?);
-                        if ring.len() > 2 * window {
-                            if let Some(op) = ring.pop_front() {
-                                std::hint::black_box(p.process(&op).await?);
-                            }
+                        if ring.len() > 2 * window
+                            && let Some(op) = ring.pop_front()
+                        {
+                            std::hint::black_box(p.process(&op).await?);
                         }
                     }
                     p.sync();

@@ -66,15 +66,14 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         }
         let mut measured = Vec::new();
         for p in plan {
-            if let Some(p) = p {
-                if let Err(e) = placement::apply(p, &backends) {
+            if let Some(p) = p
+                && let Err(e) = placement::apply(p, &backends) {
                     placement::release(&backends);
                     pin_note = Some(format!("could not fix CPU placement ({e}); measured unpinned"));
                     measured.clear();
                     measured.push(measure(&mut slip, &slip_stmt, &tp, &tp_stmt, rounds, "unpinned").await?);
                     break;
                 }
-            }
             let name = p.map_or("unpinned", |p| p.name);
             measured.push(measure(&mut slip, &slip_stmt, &tp, &tp_stmt, rounds, name).await?);
         }

@@ -77,7 +77,7 @@ fn block(seed: u64) -> Vec<Step> {
             2 => format!(
                 "INSERT INTO m VALUES ({k}, 'i{k}', {k}) ON CONFLICT (id) DO UPDATE SET n = -1"
             ),
-            3 if k % 2 == 0 => format!("UPDATE w SET v = v + {k} WHERE k = 'a'"),
+            3 if k.is_multiple_of(2) => format!("UPDATE w SET v = v + {k} WHERE k = 'a'"),
             3 => format!("UPDATE g SET v = v * 2 WHERE id = {}", k / 2),
             _ => format!("INSERT INTO w VALUES ('c', {k}) ON CONFLICT (k) DO UPDATE SET v = 0"),
         }));
