@@ -7,13 +7,8 @@ use slipstream_bench::report::{self, Labeled};
 use slipstream_bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
 
 use crate::cli::BenchArgs;
+use crate::interrupt::{INTERRUPTED, SAME_STOP};
 use crate::say;
-
-/// Exit status of a run stopped by Ctrl-C (128 + SIGINT), after its result was written.
-const INTERRUPTED: u8 = 130;
-
-/// A SIGINT this soon after the first is the same stop, not a second Ctrl-C.
-const SAME_STOP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What `bench` was asked to run.
 // Made once per run: boxing the parsed file would save nothing worth an indirection.

@@ -34,6 +34,9 @@ pub enum Command {
     #[command(subcommand)]
     Db(DbCommand),
     /// Run SQL and print the result as a table.
+    ///
+    /// Ctrl-C cancels the statement on the server, rolling back its transaction, and exits with
+    /// status 130; a second Ctrl-C exits at once without waiting for the cancel.
     Sql {
         /// One or more ;-separated statements.
         query: String,

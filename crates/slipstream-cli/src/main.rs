@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod compare;
 mod database;
+mod interrupt;
 mod sql;
 
 use std::io::Write;
@@ -44,14 +45,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Db(cmd) => db(cmd, cli.home),
         Command::Sql { query } => {
             let url = database::resolve(cli.url, cli.home)?;
-            let reply = runtime()?.block_on(async {
-                let mut client = slipstream_pg::connect(&url).await?;
-                let reply = client.simple_query(&query).await?;
-                client.close().await?;
-                anyhow::Ok(reply)
-            })?;
-            say(&sql::render(&reply)?)?;
-            Ok(ExitCode::SUCCESS)
+            match runtime()?.block_on(sql::run(&url, &query))? {
+                sql::Ran::Done(reply) => {
+                    say(&sql::render(&reply)?)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                sql::Ran::Interrupted(what) => {
+                    eprintln!("slipstream: {what}");
+                    Ok(ExitCode::from(interrupt::INTERRUPTED))
+                }
+            }
         }
         Command::Lab(LabCommand::List) => {
             let mut t = slipstream_lab::Table::new(&["experiment", "measures", "reproduces"]);

@@ -734,6 +734,106 @@ fn a_third_ctrl_c_exits_at_once() {
     );
 }
 
+/// Starts `slipstream sql` running `sql` (which carries `mark`) against `url`, and waits until
+/// the statement runs on the server.
+fn sql_running(
+    cluster: &Cluster,
+    url: &str,
+    sql: &str,
+    mark: &str,
+    home: &std::path::Path,
+) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(["sql", sql, "--url", url])
+        .env("SLIPSTREAM_HOME", home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sleepers(cluster, mark) < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the statement never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
+/// Ctrl-C during `slipstream sql` cancels the statement on the server, as psql's does. Before,
+/// the process died at once and the server ran the statement to its end: the INSERT below
+/// committed its row 4 s later, after the user had stopped it.
+#[test]
+fn ctrl_c_during_sql_cancels_the_statement_on_the_server() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    cluster.psql("CREATE TABLE stopped (n int)").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let child = sql_running(
+        &cluster,
+        &cluster.url(),
+        "INSERT INTO stopped SELECT 1 FROM pg_sleep(4) /* sql-ctrl-c */",
+        "sql-ctrl-c",
+        home.path(),
+    );
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(text(&o).contains("cancelled on the server"), "{}", text(&o));
+    let left = sleepers_after(&cluster, "sql-ctrl-c", std::time::Duration::from_secs(10));
+    assert_eq!(left, 0, "the statement still runs on the server");
+    let rows = cluster.psql("SELECT count(*) FROM stopped").unwrap();
+    assert_eq!(rows.trim(), "0", "the interrupted INSERT committed");
+}
+
+/// A second Ctrl-C exits at once, even while the cancel waits on a server that does not answer
+/// (a stalled proxy), and says the statement may still run.
+#[test]
+fn a_second_ctrl_c_during_sql_exits_at_once() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let home = tempfile::tempdir().unwrap();
+    let child = sql_running(
+        &cluster,
+        &url,
+        "SELECT pg_sleep(30) /* sql-twice */",
+        "sql-twice",
+        home.path(),
+    );
+    proxy.set_stalled(true);
+    let pid = Pid::from_raw(child.id() as i32);
+    kill(pid, Signal::SIGINT).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    kill(pid, Signal::SIGINT).unwrap();
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(2),
+        "exited {:?} after the second Ctrl-C",
+        sent.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(
+        text(&o).contains("Ctrl-C again to exit now"),
+        "{}",
+        text(&o)
+    );
+    let _ = cluster.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%sql-twice%' AND pid <> pg_backend_pid()",
+    );
+}
+
 #[test]
 fn a_bad_workload_file_is_named_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
