@@ -497,9 +497,6 @@ fn spawn_bench(
 #[test]
 fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     let _machine = loads_the_machine();
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("select.toml");
@@ -507,13 +504,8 @@ fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     let out = dir.path().join("run.json");
     let child = spawn_bench(&file, &["-u", "2", "-d", "60s", "-w", "0s"], &cluster, &out);
     std::thread::sleep(std::time::Duration::from_secs(2));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let started = std::time::Instant::now();
-    let o = child.wait_with_output().unwrap();
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(15),
-        "slow to stop"
-    );
+    let (o, after) = ctrl_c(child, 1);
+    assert!(after < std::time::Duration::from_secs(15), "slow to stop");
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(run["schema"], "slipstream-lab/bench-run");
@@ -545,9 +537,6 @@ fn ctrl_c_during_a_bench_leaves_a_valid_result() {
 /// statement ended, and a second Ctrl-C was ignored too (exit 0, 15.5 s later).
 #[test]
 fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = sleeping_workload(dir.path(), "20", "drain");
@@ -556,13 +545,10 @@ fn ctrl_c_during_the_drain_ends_it_and_writes_the_result() {
     let child = spawn_bench(&file, &args, &cluster, &out);
     // Connected within a second or two, then a 1 s window: draining by now.
     std::thread::sleep(std::time::Duration::from_secs(4));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let sent = std::time::Instant::now();
-    let o = child.wait_with_output().unwrap();
+    let (o, after) = ctrl_c(child, 1);
     assert!(
-        sent.elapsed() < std::time::Duration::from_secs(10),
-        "the Ctrl-C during the drain was ignored for {:?}: {}",
-        sent.elapsed(),
+        after < std::time::Duration::from_secs(10),
+        "the Ctrl-C during the drain was ignored for {after:?}: {}",
         text(&o)
     );
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
@@ -601,6 +587,36 @@ fn a_stop_signalled_twice_at_once_still_writes_the_result() {
     )
     .unwrap();
     assert_eq!(run["interrupted"], true);
+}
+
+/// Sends `child` Ctrl-C `times` times, 600 ms apart (farther than one stop sent twice), then
+/// waits for it; its output, and how long it ran on after the last Ctrl-C.
+fn ctrl_c(child: std::process::Child, times: usize) -> (Output, std::time::Duration) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let pid = Pid::from_raw(child.id() as i32);
+    for i in 0..times {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(600));
+        }
+        kill(pid, Signal::SIGINT).unwrap();
+    }
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    (o, sent.elapsed())
+}
+
+/// A delay proxy in front of `cluster`, and a URL through it: stalled, it leaves a cancel
+/// request hanging.
+fn proxied(cluster: &Cluster) -> (slipstream_testkit::DelayProxy, String) {
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    (proxy, url)
 }
 
 /// Backends of `cluster` still running a statement marked `mark`.
@@ -662,22 +678,13 @@ fn two_sleeping(
 /// attacker), it exited at once: no result, and both 40 s statements still ran 10 s later.
 #[test]
 fn a_second_ctrl_c_stops_waiting_and_cancels_what_is_in_flight() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (child, out) = two_sleeping(&cluster, dir.path(), "twice-stopped", None);
-    let pid = Pid::from_raw(child.id() as i32);
-    kill(pid, Signal::SIGINT).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    kill(pid, Signal::SIGINT).unwrap();
-    let sent = std::time::Instant::now();
-    let o = child.wait_with_output().unwrap();
+    let (o, after) = ctrl_c(child, 2);
     assert!(
-        sent.elapsed() < std::time::Duration::from_secs(10),
-        "still waiting {:?} after the second Ctrl-C",
-        sent.elapsed()
+        after < std::time::Duration::from_secs(10),
+        "still waiting {after:?} after the second Ctrl-C"
     );
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let run: serde_json::Value = serde_json::from_slice(
@@ -700,32 +707,16 @@ fn a_second_ctrl_c_stops_waiting_and_cancels_what_is_in_flight() {
 /// answer (here a stalled proxy), and writes no result.
 #[test]
 fn a_third_ctrl_c_exits_at_once() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
-    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
-    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-        proxy.port()
-    );
+    let (proxy, url) = proxied(&cluster);
     let dir = tempfile::tempdir().unwrap();
     let (child, out) = two_sleeping(&cluster, dir.path(), "thrice-stopped", Some(&url));
     // The cancels (through the proxy) will hang until their 5 s limit.
     proxy.set_stalled(true);
-    let pid = Pid::from_raw(child.id() as i32);
-    kill(pid, Signal::SIGINT).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    kill(pid, Signal::SIGINT).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    kill(pid, Signal::SIGINT).unwrap();
-    let sent = std::time::Instant::now();
-    let o = child.wait_with_output().unwrap();
+    let (o, after) = ctrl_c(child, 3);
     assert!(
-        sent.elapsed() < std::time::Duration::from_secs(2),
-        "exited {:?} after the third Ctrl-C",
-        sent.elapsed()
+        after < std::time::Duration::from_secs(2),
+        "exited {after:?} after the third Ctrl-C"
     );
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     assert!(!out.exists(), "a result was written");
@@ -766,9 +757,6 @@ fn sql_running(
 /// committed its row 4 s later, after the user had stopped it.
 #[test]
 fn ctrl_c_during_sql_cancels_the_statement_on_the_server() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
     cluster.psql("CREATE TABLE stopped (n int)").unwrap();
     let home = tempfile::tempdir().unwrap();
@@ -779,8 +767,7 @@ fn ctrl_c_during_sql_cancels_the_statement_on_the_server() {
         "sql-ctrl-c",
         home.path(),
     );
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let (o, _) = ctrl_c(child, 1);
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     assert!(text(&o).contains("cancelled on the server"), "{}", text(&o));
     let left = sleepers_after(&cluster, "sql-ctrl-c", std::time::Duration::from_secs(10));
@@ -793,16 +780,8 @@ fn ctrl_c_during_sql_cancels_the_statement_on_the_server() {
 /// (a stalled proxy), and says the statement may still run.
 #[test]
 fn a_second_ctrl_c_during_sql_exits_at_once() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
     let cluster = Cluster::start().unwrap();
-    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
-    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
-    let url = format!(
-        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-        proxy.port()
-    );
+    let (proxy, url) = proxied(&cluster);
     let home = tempfile::tempdir().unwrap();
     let child = sql_running(
         &cluster,
@@ -812,16 +791,10 @@ fn a_second_ctrl_c_during_sql_exits_at_once() {
         home.path(),
     );
     proxy.set_stalled(true);
-    let pid = Pid::from_raw(child.id() as i32);
-    kill(pid, Signal::SIGINT).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    kill(pid, Signal::SIGINT).unwrap();
-    let sent = std::time::Instant::now();
-    let o = child.wait_with_output().unwrap();
+    let (o, after) = ctrl_c(child, 2);
     assert!(
-        sent.elapsed() < std::time::Duration::from_secs(2),
-        "exited {:?} after the second Ctrl-C",
-        sent.elapsed()
+        after < std::time::Duration::from_secs(2),
+        "exited {after:?} after the second Ctrl-C"
     );
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     assert!(
