@@ -71,6 +71,16 @@ pub enum Host {
 }
 
 impl Host {
+    /// libpq's default: the Unix socket directory if it exists, else `localhost`.
+    pub(crate) fn default_for_machine() -> Host {
+        let socket_dir = std::path::Path::new(DEFAULT_SOCKET_DIR);
+        if socket_dir.is_dir() {
+            Host::Unix(socket_dir.to_path_buf())
+        } else {
+            Host::Tcp("localhost".into())
+        }
+    }
+
     pub(crate) fn parse(s: &str) -> Host {
         if s.starts_with('/') {
             Host::Unix(PathBuf::from(s))
@@ -114,8 +124,10 @@ pub struct Config {
     pub(crate) password: Option<Vec<u8>>,
     pub(crate) dbname: Option<String>,
     pub(crate) application_name: Option<String>,
+    pub(crate) fallback_application_name: Option<String>,
     pub(crate) options: Option<String>,
-    pub(crate) connect_timeout: Option<Duration>,
+    /// `Some(None)`: given as 0 (wait forever), which keeps `PGCONNECT_TIMEOUT` out.
+    pub(crate) connect_timeout: Option<Option<Duration>>,
     pub(crate) ssl_mode: Option<SslMode>,
     pub(crate) ssl_root_cert: Option<PathBuf>,
     pub(crate) ssl_cert: Option<PathBuf>,
@@ -186,7 +198,7 @@ impl Config {
     }
     /// How long one connection attempt (TCP/socket, TLS, authentication) may take per host.
     pub fn connect_timeout(mut self, timeout: Duration) -> Config {
-        self.connect_timeout = Some(timeout);
+        self.connect_timeout = Some(Some(timeout));
         self
     }
     /// Whether and how to use TLS.
@@ -403,7 +415,7 @@ impl Config {
     }
     /// The connect timeout, if set.
     pub fn get_connect_timeout(&self) -> Option<Duration> {
-        self.connect_timeout
+        self.connect_timeout.flatten()
     }
     /// The TLS mode (default [`SslMode::Prefer`], or [`SslMode::VerifyFull`] with
     /// `sslrootcert=system`, as in libpq 16).
@@ -438,10 +450,22 @@ impl Config {
     /// # Ok::<(), slipstream_pg::Error>(())
     /// ```
     pub fn apply_env(self) -> Result<Config, Error> {
-        self.apply_vars(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        self.apply_vars(|name| std::env::var(name).ok())
     }
 
+    /// As libpq, a variable set to the empty string counts as given (`PGHOST=` is the default
+    /// host, `PGCONNECT_TIMEOUT=` an error), and a parameter given empty is, for the ones where
+    /// libpq reads empty as "not set" (user, password, dbname, the files), the default.
     fn apply_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+        // libpq connects to PGHOSTADDR; ignoring it would connect somewhere else.
+        if !self.is_set("host")
+            && let Some(addr) = var("PGHOSTADDR").filter(|v| !v.is_empty())
+        {
+            return Err(Error::config(format!(
+                "PGHOSTADDR={addr} is set, but slipstream-pg does not support hostaddr: set \
+                 PGHOST={addr} (or host= in the connection string) instead, or unset PGHOSTADDR"
+            )));
+        }
         for (param, env) in ENV_VARS {
             if self.is_set(param) {
                 continue;
@@ -458,20 +482,22 @@ impl Config {
     /// (else `localhost`), port 5432, the OS user, dbname = user.
     pub(crate) fn with_defaults(mut self) -> Config {
         if self.hosts.is_empty() {
-            let socket_dir = std::path::Path::new(DEFAULT_SOCKET_DIR);
-            self.hosts.push(if socket_dir.is_dir() {
-                Host::Unix(socket_dir.to_path_buf())
-            } else {
-                Host::Tcp("localhost".into())
-            });
+            self.hosts.push(Host::default_for_machine());
         }
-        if self.user.is_none() {
-            self.user = std::env::var("USER")
-                .ok()
-                .or_else(|| std::env::var("LOGNAME").ok());
+        // libpq: an empty user, password or dbname is not set. The user defaults to the
+        // effective uid's name, as libpq's getpwuid does, not $USER (which su and containers
+        // leave pointing elsewhere, or unset).
+        if self.user.as_deref().is_none_or(str::is_empty) {
+            self.user = os_user();
         }
-        if self.dbname.is_none() {
+        if self.password.as_deref().is_some_and(<[u8]>::is_empty) {
+            self.password = None;
+        }
+        if self.dbname.as_deref().is_none_or(str::is_empty) {
             self.dbname = self.user.clone();
+        }
+        if self.application_name.is_none() {
+            self.application_name = self.fallback_application_name.take();
         }
         self
     }
@@ -549,6 +575,14 @@ impl Config {
     }
 }
 
+/// The effective user's name from the password database, as libpq's `pg_fe_getauthname`.
+fn os_user() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
 /// Where Debian's (and most distributions') PostgreSQL puts its Unix socket.
 pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
@@ -617,7 +651,7 @@ mod tests {
         assert_eq!(c.user.as_deref(), Some("me"));
         assert_eq!(c.password.as_deref(), Some(&b"envpw"[..]));
         assert_eq!(
-            c.connect_timeout,
+            c.get_connect_timeout(),
             Some(Duration::from_secs(2)),
             "libpq raises 1 s to 2 s"
         );

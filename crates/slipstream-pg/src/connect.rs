@@ -49,14 +49,20 @@ pub async fn connect(conninfo: &str) -> Result<Client, Error> {
 /// ```
 pub async fn connect_config(config: &Config) -> Result<Client, Error> {
     let config = config.clone().with_defaults();
-    let tls = tls::client_config(&config)?;
     let mut targets = config.targets()?;
+    // libpq never uses TLS on a Unix socket, so a socket-only list needs no certificates.
+    let tls = if targets.iter().any(|(h, _)| matches!(h, Host::Tcp(_))) {
+        tls::client_config(&config)?
+    } else {
+        None
+    };
     let random = config.get_load_balance_hosts() == LoadBalanceHosts::Random;
     if random {
         routing::shuffle(&mut targets);
     }
     let passfile = pgpass::path(config.passfile.as_deref());
-    let mut last_error = None;
+    let mut last_error: Option<Error> = None;
+    let mut earlier = Vec::new();
     let attrs = config.get_target_session_attrs();
     for &want in attrs.passes() {
         for (host, port) in &targets {
@@ -82,7 +88,7 @@ pub async fn connect_config(config: &Config) -> Result<Client, Error> {
                     }
                 }
             };
-            let result = match config.connect_timeout {
+            let result = match config.get_connect_timeout() {
                 Some(limit) => match tokio::time::timeout(limit, attempt).await {
                     Ok(r) => r,
                     Err(_) => Err(Error::timeout(format!(
@@ -94,15 +100,31 @@ pub async fn connect_config(config: &Config) -> Result<Client, Error> {
             };
             match result {
                 Ok(client) => return Ok(client),
-                // A wrong password is final: trying the next host with it helps no one.
-                Err(e) if e.kind() == crate::ErrorKind::Authentication => {
-                    return Err(e.context(describe(host, *port)));
+                Err(e) if is_final(&e) => return Err(e.context(describe(host, *port))),
+                Err(e) => {
+                    if let Some(previous) = last_error.replace(e.context(describe(host, *port))) {
+                        earlier.push(previous.to_string());
+                    }
                 }
-                Err(e) => last_error = Some(e.context(describe(host, *port))),
             }
         }
     }
-    Err(last_error.unwrap_or_else(|| Error::config("no host to connect to")))
+    // The last host's error, with every earlier host's reason above it.
+    Err(last_error
+        .map(|e| e.after(&earlier))
+        .unwrap_or_else(|| Error::config("no host to connect to")))
+}
+
+/// Whether a host's failure ends the whole attempt, as in libpq: the server answered and
+/// refused (a wrong password, a database that does not exist, too many connections), or the
+/// client refused the server's authentication request. Only "cannot connect now" (a server
+/// starting up, shutting down or in recovery without hot standby) moves on to the next host,
+/// as do failures to reach or talk to a server at all.
+fn is_final(e: &Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => db.code() != crate::SqlState::CANNOT_CONNECT_NOW,
+        None => e.kind() == crate::ErrorKind::Authentication,
+    }
 }
 
 fn describe(host: &Host, port: u16) -> String {
@@ -117,6 +139,9 @@ fn describe(host: &Host, port: u16) -> String {
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// One host's connection. Under `sslmode=prefer` a TLS connection that failed, in its
+/// handshake or because the server refused it (`hostnossl` only, say), is tried once more
+/// without TLS, as libpq does (`allow` is taken as `prefer`).
 async fn connect_host(
     config: &Config,
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -125,6 +150,44 @@ async fn connect_host(
     shuffle_addresses: bool,
     passfile: Option<&std::path::Path>,
 ) -> Result<Client, Error> {
+    let prefer = config.get_ssl_mode() == crate::SslMode::Prefer;
+    match connect_host_once(config, tls, host, port, shuffle_addresses, passfile).await {
+        Err(Failure {
+            over_tls: true,
+            error,
+        }) if prefer => connect_host_once(config, None, host, port, shuffle_addresses, passfile)
+            .await
+            .map_err(|f| {
+                f.error
+                    .context(format!("over TLS: {error}; then without TLS"))
+            }),
+        r => r.map_err(|f| f.error),
+    }
+}
+
+/// A host's failure, and whether it came over an established TLS session.
+struct Failure {
+    error: Error,
+    over_tls: bool,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure {
+            error,
+            over_tls: false,
+        }
+    }
+}
+
+async fn connect_host_once(
+    config: &Config,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    host: &Host,
+    port: u16,
+    shuffle_addresses: bool,
+    passfile: Option<&std::path::Path>,
+) -> Result<Client, Failure> {
     let (socket, target, tls_target) = match host {
         Host::Unix(dir) => {
             let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
@@ -139,12 +202,28 @@ async fn connect_host(
             set_keepalives(&stream, config)?;
             match tls {
                 Some(tls) => {
-                    let server_name = tls::server_name(name)?;
+                    let mode = config.get_ssl_mode();
+                    // Only verify-full checks the name; the others need some name for rustls,
+                    // and the address reached serves (no SNI is sent for an address), so a
+                    // host written `127.1` connects as it does with libpq.
+                    let server_name = match tls::server_name(name) {
+                        Err(_) if mode != crate::SslMode::VerifyFull => {
+                            rustls::pki_types::ServerName::IpAddress(addr.ip().into())
+                        }
+                        r => r?,
+                    };
                     let tls_target = TlsTarget {
                         config: tls,
                         server_name,
                     };
-                    let socket = negotiate_tls(stream, &tls_target, config.get_ssl_mode()).await?;
+                    // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
+                    let socket =
+                        negotiate_tls(stream, &tls_target, mode)
+                            .await
+                            .map_err(|error| Failure {
+                                over_tls: mode == crate::SslMode::Prefer,
+                                error,
+                            })?;
                     let used = socket.is_tls().then_some(tls_target);
                     (socket, CancelTarget::Tcp(addr), used)
                 }
@@ -164,16 +243,22 @@ async fn connect_host(
         ),
         _ => None,
     };
+    let over_tls = socket.is_tls();
     let mut conn = Connection::new(socket);
-    let (process_id, secret_key) =
-        startup(&mut conn, config, host, port, passfile, end_point).await?;
+    let (process_id, secret_key) = startup(&mut conn, config, host, port, passfile, end_point)
+        .await
+        .map_err(|error| Failure {
+            // libpq retries after the server's refusal, not after the client's own.
+            over_tls: over_tls && error.as_db_error().is_some(),
+            error,
+        })?;
     conn.startup_done();
     let cancel = CancelToken {
         target,
         tls: tls_target,
         process_id,
         secret_key,
-        connect_timeout: config.connect_timeout,
+        connect_timeout: config.get_connect_timeout(),
     };
     Ok(Client::new(
         conn,
@@ -292,10 +377,9 @@ async fn startup(
     passfile: Option<&std::path::Path>,
     end_point: Option<Result<Vec<u8>, String>>,
 ) -> Result<(i32, i32), Error> {
-    let user = config
-        .user
-        .as_deref()
-        .ok_or_else(|| Error::config("no user name: set user=..., PGUSER or USER"))?;
+    let user = config.user.as_deref().ok_or_else(|| {
+        Error::config("no user name: set user=... or PGUSER (this OS user has no name)")
+    })?;
     let mut params: Vec<(&str, &str)> = vec![("user", user), ("client_encoding", "UTF8")];
     if let Some(db) = &config.dbname {
         params.push(("database", db));

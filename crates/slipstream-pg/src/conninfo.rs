@@ -1,6 +1,7 @@
 //! Parsing connection strings: libpq's URL form (`postgres://user:pass@host:port/db?k=v`) and
 //! its `key=value` form, into a [`Config`].
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -13,21 +14,25 @@ impl Config {
     /// Sets one libpq parameter by its keyword.
     pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
         match key {
+            // libpq's lists: an empty entry is the default host or port (`host=,db2`,
+            // `port=5433,`), and a value given empty (`host=''`) is one default entry, which
+            // keeps PGHOST out as any given value does.
             "host" => {
                 self.hosts = value
                     .split(',')
-                    .filter(|h| !h.is_empty())
-                    .map(Host::parse)
+                    .map(|h| {
+                        if h.is_empty() {
+                            Host::default_for_machine()
+                        } else {
+                            Host::parse(h)
+                        }
+                    })
                     .collect();
             }
             "port" => {
                 self.ports = value
                     .split(',')
-                    .map(|p| {
-                        p.trim().parse::<u16>().map_err(|_| {
-                            Error::config(format!("invalid port `{p}`: expected a number 1-65535"))
-                        })
-                    })
+                    .map(port_entry)
                     .collect::<Result<_, _>>()?;
             }
             "user" => self.user = Some(value.into()),
@@ -41,23 +46,24 @@ impl Config {
                         "invalid connect_timeout `{value}`: expected whole seconds"
                     ))
                 })?;
-                // libpq: zero or negative means wait forever; 1 is raised to 2.
-                self.connect_timeout = (secs > 0).then(|| Duration::from_secs(secs.max(2) as u64));
+                // libpq: zero or negative means wait forever (and that, once given, keeps
+                // PGCONNECT_TIMEOUT out); 1 is raised to 2.
+                self.connect_timeout =
+                    Some((secs > 0).then(|| Duration::from_secs(secs.max(2) as u64)));
             }
             "sslmode" => self.ssl_mode = Some(value.parse()?),
-            "sslrootcert" => self.ssl_root_cert = Some(value.into()),
-            "sslcert" => self.ssl_cert = Some(value.into()),
-            "sslkey" => self.ssl_key = Some(value.into()),
+            // Empty is libpq's "not set": the default file under ~/.postgresql.
+            "sslrootcert" => self.ssl_root_cert = non_empty(value).map(PathBuf::from),
+            "sslcert" => self.ssl_cert = non_empty(value).map(PathBuf::from),
+            "sslkey" => self.ssl_key = non_empty(value).map(PathBuf::from),
             "keepalives" => {
-                self.keepalives = Some(match value.trim() {
-                    "1" => true,
-                    "0" => false,
-                    _ => {
-                        return Err(Error::config(format!(
-                            "invalid keepalives `{value}`: use 1 or 0"
-                        )));
-                    }
-                })
+                // libpq: any integer, non-zero meaning on.
+                let n: i64 = value.trim().parse().map_err(|_| {
+                    Error::config(format!(
+                        "invalid keepalives `{value}`: use 1 (on) or 0 (off)"
+                    ))
+                })?;
+                self.keepalives = Some(n != 0);
             }
             "keepalives_idle" => self.keepalives_idle = Some(seconds("keepalives_idle", value)?),
             "keepalives_interval" => {
@@ -94,11 +100,15 @@ impl Config {
                 })?)
             }
             // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here.
-            "client_encoding" | "fallback_application_name" => {}
+            "client_encoding" => {}
+            "fallback_application_name" => self.fallback_application_name = Some(value.into()),
             "target_session_attrs" => self.target_session_attrs = Some(value.parse()?),
             "load_balance_hosts" => self.load_balance_hosts = Some(value.parse()?),
-            "passfile" => self.passfile = Some(value.into()),
-            "require_auth" => self.require_auth = Some(value.parse()?),
+            // Empty is libpq's "not set": ~/.pgpass, and any method.
+            "passfile" => self.passfile = non_empty(value).map(PathBuf::from),
+            "require_auth" => {
+                self.require_auth = non_empty(value).map(str::parse).transpose()?;
+            }
             "channel_binding" => self.channel_binding = Some(value.parse()?),
             // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq built without
             // GSSAPI does; `require` is refused rather than silently not applied.
@@ -109,7 +119,8 @@ impl Config {
                      dbname, application_name, options, connect_timeout, sslmode, sslrootcert, sslcert, sslkey, \
                      keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
                      statement_cache_size, fetch_size, max_result_buffer, target_session_attrs, \
-                     load_balance_hosts, passfile, require_auth, channel_binding, gssencmode)"
+                     load_balance_hosts, passfile, require_auth, channel_binding, gssencmode, \
+                     client_encoding, fallback_application_name)"
                 )));
             }
         }
@@ -140,14 +151,24 @@ impl Config {
                 config.password = Some(percent_decode_str(p).collect());
             }
         }
-        for part in hostlist.split(',').filter(|p| !p.is_empty()) {
-            let (host, port) = split_host_port(part)?;
-            if !host.is_empty() {
-                config.hosts.push(Host::parse(&decode(host)?));
+        // As libpq: the hosts and the ports written after them make two comma lists, position
+        // by position (an entry left out is empty: the default), each set only if it says
+        // anything. So `h1,h2:7777` gives h1 the default port, and two port-less hosts both
+        // get 5432 (PGPORT applies only where no port list is set at all).
+        let (mut hosts, mut ports) = (Vec::new(), Vec::new());
+        if !hostlist.is_empty() {
+            for part in hostlist.split(',') {
+                let (host, port) = split_host_port(part)?;
+                hosts.push(host);
+                ports.push(port.unwrap_or(""));
             }
-            if let Some(port) = port {
-                config.set_port_entry(port)?;
-            }
+        }
+        let (hosts, ports) = (hosts.join(","), ports.join(","));
+        if !hosts.is_empty() {
+            config.set("host", &decode(&hosts)?)?;
+        }
+        if !ports.is_empty() {
+            config.set("port", &decode(&ports)?)?;
         }
         if !path.is_empty() {
             config.dbname = Some(decode(path)?);
@@ -176,52 +197,42 @@ impl Config {
         Ok(config)
     }
 
-    fn set_port_entry(&mut self, port: &str) -> Result<(), Error> {
-        let p = port.parse::<u16>().map_err(|_| {
-            Error::config(format!("invalid port `{port}`: expected a number 1-65535"))
-        })?;
-        self.ports.push(p);
-        Ok(())
-    }
-
     fn parse_key_value(s: &str) -> Result<Config, Error> {
         let mut config = Config::new();
         let mut chars = s.chars().peekable();
         loop {
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            while chars.next_if(is_space).is_some() {}
             if chars.peek().is_none() {
                 break;
             }
             let mut key = String::new();
-            while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+            while let Some(c) = chars.next_if(|c| *c != '=' && !is_space(c)) {
                 key.push(c);
             }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            while chars.next_if(is_space).is_some() {}
             if chars.next() != Some('=') {
                 return Err(Error::config(format!(
                     "missing `=` after `{key}` in connection string: expected key=value pairs"
                 )));
             }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            while chars.next_if(is_space).is_some() {}
             let mut value = String::new();
             if chars.next_if_eq(&'\'').is_some() {
+                let unterminated = || {
+                    Error::config(format!(
+                        "unterminated quoted value for `{key}` in connection string"
+                    ))
+                };
                 loop {
                     match chars.next() {
                         Some('\'') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c) => value.push(c),
-                            None => break,
-                        },
+                        Some('\\') => value.push(chars.next().ok_or_else(unterminated)?),
                         Some(c) => value.push(c),
-                        None => {
-                            return Err(Error::config(format!(
-                                "unterminated quoted value for `{key}` in connection string"
-                            )));
-                        }
+                        None => return Err(unterminated()),
                     }
                 }
             } else {
-                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                while let Some(c) = chars.next_if(|c| !is_space(c)) {
                     if c == '\\' {
                         if let Some(escaped) = chars.next() {
                             value.push(escaped);
@@ -235,6 +246,31 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// libpq's separator in `key=value` strings: C's `isspace` in the C locale. Unicode spaces (a
+/// no-break space, U+2028) are part of a value there, as they must be here: splitting on them
+/// would let a value that was checked for spaces carry another parameter.
+fn is_space(c: &char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r')
+}
+
+/// One entry of a port list: empty is the default port, as in libpq.
+fn port_entry(p: &str) -> Result<u16, Error> {
+    let p = p.trim();
+    if p.is_empty() {
+        return Ok(crate::config::DEFAULT_PORT);
+    }
+    match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(Error::config(format!(
+            "invalid port `{p}`: expected a number 1-65535"
+        ))),
+    }
+}
+
+fn non_empty(value: &str) -> Option<&str> {
+    (!value.is_empty()).then_some(value)
 }
 
 /// A byte count as PostgreSQL writes memory settings: `65536`, `65536B`, `64kB`, `4MB`, `1GB`
@@ -293,7 +329,13 @@ fn split_host_port(s: &str) -> Result<(&str, Option<&str>), Error> {
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| Error::config(format!("unterminated `[` in host `{s}`")))?;
-        return Ok((host, after.strip_prefix(':')));
+        return match after.strip_prefix(':') {
+            Some(port) => Ok((host, Some(port))),
+            None if after.is_empty() => Ok((host, None)),
+            None => Err(Error::config(format!(
+                "unexpected `{after}` after the IPv6 address in host `{s}`: expected `:port`, `,`, `/` or the end"
+            ))),
+        };
     }
     Ok(match s.rsplit_once(':') {
         Some((h, p)) => (h, Some(p)),
@@ -337,7 +379,7 @@ mod tests {
         assert_eq!(c.dbname.as_deref(), Some("my db"));
         assert_eq!(c.get_ssl_mode(), SslMode::VerifyFull);
         assert_eq!(c.application_name.as_deref(), Some("x"));
-        assert_eq!(c.connect_timeout, Some(Duration::from_secs(7)));
+        assert_eq!(c.get_connect_timeout(), Some(Duration::from_secs(7)));
     }
 
     #[test]
@@ -387,6 +429,52 @@ mod tests {
         assert_eq!(c.password.as_deref(), Some(&br"it's a \ secret"[..]));
         assert_eq!(c.options.as_deref(), Some("-c search_path=a"));
         assert_eq!(c.ports, vec![5433]);
+    }
+
+    #[test]
+    fn lists_follow_libpq_position_by_position() {
+        let c: Config = "postgres://a,b:7777/db".parse().unwrap();
+        assert_eq!(
+            c.targets().unwrap(),
+            vec![(Host::Tcp("a".into()), 5432), (Host::Tcp("b".into()), 7777)],
+            "a URL's port belongs to the host it follows"
+        );
+        let c: Config = "postgres://a,b/db".parse().unwrap();
+        assert_eq!(
+            c.ports,
+            vec![5432, 5432],
+            "two port-less hosts: the port list is set"
+        );
+        let c: Config = "postgres://a/db".parse().unwrap();
+        assert!(
+            c.ports.is_empty(),
+            "one port-less host leaves the port to PGPORT"
+        );
+        let c: Config = "host=a,b port=7777,".parse().unwrap();
+        assert_eq!(
+            c.ports,
+            vec![7777, 5432],
+            "an empty port entry is the default"
+        );
+        let c: Config = "host=,b port=1,2".parse().unwrap();
+        assert_eq!(c.hosts.len(), 2, "an empty host entry is the default host");
+        assert_eq!(c.hosts[0], Host::default_for_machine());
+        let c: Config = "host=''".parse().unwrap();
+        assert_eq!(c.hosts, vec![Host::default_for_machine()]);
+        assert!("port=0".parse::<Config>().is_err());
+        assert!("postgres://[::1]junk:6000/db".parse::<Config>().is_err());
+        assert!("application_name='abc\\".parse::<Config>().is_err());
+    }
+
+    #[test]
+    fn only_ascii_whitespace_separates_pairs() {
+        let c: Config = "user=nobody\u{a0}user=postgres".parse().unwrap();
+        assert_eq!(c.user.as_deref(), Some("nobody\u{a0}user=postgres"));
+        let c: Config = "user=a\x0bdbname=b".parse().unwrap();
+        assert_eq!(
+            (c.user.as_deref(), c.dbname.as_deref()),
+            (Some("a"), Some("b"))
+        );
     }
 
     #[test]

@@ -265,6 +265,16 @@ impl Error {
     }
 
     /// Prefixes the message with where the failure happened (e.g. the host being tried).
+    /// The failures that came before this one, each on its own line above it (libpq's way of
+    /// reporting every host it tried).
+    pub(crate) fn after(mut self, earlier: &[String]) -> Error {
+        if !earlier.is_empty() {
+            let mine = self.0.message.take().unwrap_or_default();
+            self.0.message = Some(format!("{}\n{mine}", earlier.join("\n")));
+        }
+        self
+    }
+
     pub(crate) fn context(mut self, context: impl fmt::Display) -> Error {
         self.0.message = Some(match self.0.message.take() {
             Some(m) => format!("{context}: {m}"),

@@ -3,12 +3,13 @@
 //! | sslmode     | TLS                     | certificate check                              |
 //! |-------------|-------------------------|------------------------------------------------|
 //! | disable     | never                   | -                                              |
-//! | prefer      | if the server offers it | none                                           |
+//! | prefer      | if the server offers it | chain only if a root certificate is configured; a failed handshake retries without TLS |
 //! | require     | always                  | chain only if a root certificate is configured |
 //! | verify-ca   | always                  | chain to `sslrootcert`                         |
 //! | verify-full | always                  | chain, and the certificate names the host      |
 //!
-//! The root certificate defaults to `~/.postgresql/root.crt`, as in libpq. `sslrootcert=system`
+//! The root certificate defaults to `~/.postgresql/root.crt`, and the client certificate and
+//! key to `~/.postgresql/postgresql.crt` and `.key` when that certificate exists, as in libpq. `sslrootcert=system`
 //! trusts the operating system's CAs instead (as libpq 16 does: found the way OpenSSL finds them,
 //! `SSL_CERT_FILE` / `SSL_CERT_DIR` first, via `rustls-native-certs`) and then demands
 //! `verify-full`: a public CA signs certificates for anyone, so only the name check makes the
@@ -50,10 +51,12 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
     let root_path = config.ssl_root_cert.clone().or_else(default_root_cert);
     let check = match mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer => Check::Nothing,
-        // libpq: "if a root CA file exists, sslmode=require behaves like verify-ca".
-        SslMode::Require if root_path.as_deref().is_some_and(Path::exists) => Check::Chain,
-        SslMode::Require => Check::Nothing,
+        // libpq: "if a root CA file exists, sslmode=require behaves like verify-ca"; so does
+        // prefer, whose failed handshake is then tried again without TLS (connect.rs).
+        SslMode::Prefer | SslMode::Require if root_path.as_deref().is_some_and(Path::exists) => {
+            Check::Chain
+        }
+        SslMode::Prefer | SslMode::Require => Check::Nothing,
         SslMode::VerifyCa => Check::Chain,
         SslMode::VerifyFull => Check::ChainAndName,
     };
@@ -94,7 +97,17 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
             builder.with_webpki_verifier(webpki)
         }
     };
-    let tls = match (&config.ssl_cert, &config.ssl_key) {
+    // libpq's defaults: ~/.postgresql/postgresql.crt if it exists, with the key given or
+    // ~/.postgresql/postgresql.key.
+    let cert = config
+        .ssl_cert
+        .clone()
+        .or_else(|| default_file("postgresql.crt").filter(|p| p.exists()));
+    let key = match (&cert, &config.ssl_key) {
+        (Some(_), None) => default_file("postgresql.key"),
+        (_, key) => key.clone(),
+    };
+    let tls = match (&cert, &key) {
         (Some(cert), Some(key)) => {
             let certs = load_certs(cert)?;
             let key = rustls_pemfile::private_key(&mut BufReader::new(open(key)?))
@@ -111,8 +124,15 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
                 )
             })?
         }
-        (Some(_), None) | (None, Some(_)) => {
-            return Err(Error::config("sslcert and sslkey must be given together"));
+        (Some(_), None) => {
+            return Err(Error::config(
+                "sslcert needs its key: set sslkey (HOME is not set, so there is no default ~/.postgresql/postgresql.key)",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::config(
+                "sslkey was given without sslcert (and ~/.postgresql/postgresql.crt does not exist): set sslcert too",
+            ));
         }
         (None, None) => builder.with_no_client_auth(),
     };
@@ -136,7 +156,12 @@ fn mode_name(mode: SslMode) -> &'static str {
 }
 
 fn default_root_cert() -> Option<PathBuf> {
-    std::env::var_os("HOME").map(|home| Path::new(&home).join(".postgresql/root.crt"))
+    default_file("root.crt")
+}
+
+/// A file in `~/.postgresql`, where libpq looks for certificates and keys by default.
+fn default_file(name: &str) -> Option<PathBuf> {
+    std::env::var_os("HOME").map(|home| Path::new(&home).join(".postgresql").join(name))
 }
 
 fn open(path: &Path) -> Result<File, Error> {

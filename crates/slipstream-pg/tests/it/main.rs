@@ -2,6 +2,7 @@
 
 mod attack;
 mod attack2;
+mod attack_connect;
 mod auth;
 mod cancel;
 mod cancellation;
