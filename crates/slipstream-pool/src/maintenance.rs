@@ -41,6 +41,8 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             if !needed {
                 None
             } else if let Some(slot) = inner.core.claim_empty() {
+                // Held from the claim: a connect that succeeds stays held until it is freed.
+                inner.held.fetch_add(1, Ordering::AcqRel);
                 match inner.manager.connect().await {
                     Ok(conn) => {
                         backoff = Duration::ZERO;
@@ -50,6 +52,7 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                         inner.close_if_shut(i);
                     }
                     Err(e) => {
+                        inner.held.fetch_sub(1, Ordering::AcqRel);
                         inner.core.vacate(slot);
                         inner
                             .counters

@@ -77,6 +77,12 @@ struct ServerState {
     last_error: Mutex<Option<String>>,
     /// Woken when it is marked down: borrowers waiting on its sub-pool pick another server.
     went_down: Notify,
+    /// A probe of it is under way (each runs as a task of its own: a host that never answers
+    /// holds up only its own probe, not the others' failover).
+    probing: AtomicBool,
+    /// When a down server is probed next, and the back-off after that: the monitor's and its
+    /// probe tasks' only.
+    schedule: Mutex<(Instant, Duration)>,
 }
 
 impl ServerState {
@@ -275,8 +281,17 @@ struct Shared {
     /// that are up (a failover may have promoted one that nobody has talked to since).
     reprobe_roles: AtomicBool,
     /// The last rebalance held part of `max_size` back for connections still open on down or
-    /// drained servers: the monitor rebalances again until none is (whoever rebalanced).
+    /// drained servers, or above a serving server's share: the monitor rebalances again until
+    /// none is (whoever rebalanced).
     held_back: AtomicBool,
+    /// Woken after every monitor pass: borrows of a pool whose servers were not reached yet
+    /// wait for it.
+    looked: Notify,
+    /// Set when the monitor task is dropped with the pool still in use: the runtime the pool
+    /// was built on has shut down, and with it every task that opens connections.
+    runtime_gone: Arc<AtomicBool>,
+    /// The sub-pools' borrow timeout: bounds `get_blocking`'s wait for its answer.
+    borrow_timeout: Duration,
     /// The runtime the pool was built on (`get_blocking` runs its borrow there).
     runtime: tokio::runtime::Handle,
 }
@@ -363,6 +378,23 @@ impl PgPoolBuilder {
             .config
             .per_host()
             .map_err(|e| PoolError::Config(e.to_string()))?;
+        // Every sub-pool allocates slots for the whole limit (a resize may give it all).
+        let asked = self.pool.max_size.max(self.pool.resize_limit);
+        if asked > MAX_CONNECTIONS {
+            return Err(PoolError::Config(format!(
+                "max_size / resize_limit {asked} is more than a pool can hold ({MAX_CONNECTIONS} \
+                 connections across its servers; PostgreSQL itself serves a few thousand)"
+            )));
+        }
+        let mut names: Vec<String> = configs.iter().map(server_name).collect();
+        names.sort();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(PoolError::Config(format!(
+                "server {} is listed twice: list each host:port once (a pool routes and drains \
+                 by that name)",
+                twice[0]
+            )));
+        }
         if self.pool.max_size < configs.len() {
             return Err(PoolError::Config(format!(
                 "max_size {} is below the {} servers listed: each server needs at least one \
@@ -381,6 +413,13 @@ impl PgPoolBuilder {
             .into_iter()
             .enumerate()
             .map(|(i, config)| {
+                // Every connect bounded as a probe is: a sub-pool's one opener waits on its
+                // connect, so a server that accepts and never answers would stop it for good
+                // (it also reaps and reclaims), and the sub-pool would never lend again.
+                let config = match config.get_connect_timeout() {
+                    Some(_) => config,
+                    None => config.connect_timeout(PROBE_TIMEOUT),
+                };
                 let state = Arc::new(ServerState {
                     name: server_name(&config),
                     role: AtomicU8::new(UNKNOWN),
@@ -390,6 +429,8 @@ impl PgPoolBuilder {
                     outstanding: AtomicUsize::new(0),
                     last_error: Mutex::new(None),
                     went_down: Notify::new(),
+                    probing: AtomicBool::new(false),
+                    schedule: Mutex::new((Instant::now(), FIRST_PROBE_INTERVAL)),
                 });
                 let manager = ServerManager {
                     pg: PgManager::new(config.clone()).reset_on_return(self.reset),
@@ -420,9 +461,18 @@ impl PgPoolBuilder {
             monitor,
             reprobe_roles: AtomicBool::new(false),
             held_back: AtomicBool::new(false),
+            looked: Notify::new(),
+            runtime_gone: Arc::new(AtomicBool::new(false)),
+            borrow_timeout: self.pool.borrow_timeout,
             runtime: tokio::runtime::Handle::current(),
         });
-        tokio::spawn(monitor_task(Arc::downgrade(&shared)));
+        let weak = Arc::downgrade(&shared);
+        let gone = RuntimeGone(Some(shared.runtime_gone.clone()));
+        tokio::spawn(async move {
+            monitor_task(weak).await;
+            // Ended because the pool was dropped, not with its runtime.
+            gone.disarm();
+        });
         Ok(PgPool { shared })
     }
 
@@ -563,13 +613,21 @@ impl PgPool {
         self.shared.runtime.spawn(async move {
             let _ = tx.send(pool.get(role).await);
         });
-        rx.recv().unwrap_or_else(|_| {
-            Err(PoolError::Config(
-                "the runtime the pool was built on has shut down; build the pool on a runtime \
-                 that outlives its borrowers"
-                    .to_string(),
-            ))
-        })
+        // Bounded: called from a task of the pool's own runtime (which the docs forbid), this
+        // thread blocks the very worker that would answer, and the answer never comes.
+        let limit = self
+            .shared
+            .borrow_timeout
+            .saturating_add(Duration::from_secs(1));
+        match rx.recv_timeout(limit) {
+            Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(runtime_gone()),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(PoolError::Config(format!(
+                "get_blocking had no answer from the pool's runtime within {limit:?}: if it was \
+                 called from a task of that runtime, it blocked the worker that would answer; \
+                 use `pool.get(role).await` there"
+            ))),
+        }
     }
 
     /// The common borrow: the fast path takes an idle connection of the least-loaded server
@@ -586,11 +644,38 @@ impl PgPool {
         F: Fn(&'a Pool<ServerManager>) -> Fut,
         Fut: std::future::Future<Output = Result<Pooled<ServerManager>, PoolError>>,
     {
+        if self.shared.runtime_gone.load(Ordering::Acquire) {
+            return Err(runtime_gone());
+        }
+        let mut first_look = None;
         loop {
-            let server = self.pick(role).ok_or_else(|| self.no_server(role))?;
+            let Some(server) = self.pick(role) else {
+                // Servers the monitor has not looked at yet (a pool just built, e.g. by the
+                // registry): wait for its first look (bounded as a probe is), not NoServer.
+                let deadline = *first_look.get_or_insert_with(|| Instant::now() + PROBE_TIMEOUT);
+                let looked = self.shared.looked.notified();
+                let mut looked = std::pin::pin!(looked);
+                looked.as_mut().enable();
+                if self.pick(role).is_none() {
+                    if !self.unreached() || Instant::now() >= deadline {
+                        return Err(self.no_server(role));
+                    }
+                    let _ = tokio::time::timeout_at(deadline.into(), looked).await;
+                }
+                continue;
+            };
             let state = &server.state;
+            let picked_as = state.role();
+            // The server's role may have changed while the connection was on its way: a new
+            // connection learns a restart as a standby (the manager records it), a returned one
+            // a promotion. Such a connection goes back and the borrow picks again, so a
+            // Role::Primary borrower never gets a standby, nor a Role::Standby one a primary.
+            let fits = |conn: PgPooled| (state.role() == picked_as).then_some(conn);
             if let Some(conn) = any_idle.then(|| server.take_idle()).flatten() {
-                return Ok(conn);
+                match fits(conn) {
+                    Some(conn) => return Ok(conn),
+                    None => continue,
+                }
             }
             // Listen for the server going down before looking at it, so a mark-down between
             // the look and the wait is not missed.
@@ -603,7 +688,9 @@ impl PgPool {
             let counted = server.count();
             tokio::select! {
                 conn = get(&server.pool) => {
-                    return Ok(PgPooled { conn: conn?, _counted: counted });
+                    if let Some(conn) = fits(PgPooled { conn: conn?, _counted: counted }) {
+                        return Ok(conn);
+                    }
                 }
                 // Its sub-pool will not serve this borrow: pick again (cancelling the wait
                 // loses nothing).
@@ -703,13 +790,31 @@ impl PgPool {
             }
             Role::PreferStandby => Some(ServerRole::Primary),
         };
-        serving(want)
+        // Two primaries at once (a standby promoted while the old primary still runs): writes
+        // go to the first in the host list only, as libpq's read-write does with the list in
+        // order, so one pool's writes never split over two diverging servers.
+        let first_primary = (want == Some(ServerRole::Primary))
+            .then(|| serving(want).next().map(|s| s as *const Server))
+            .flatten();
+        serving(want).filter(move |s| first_primary.is_none_or(|p| std::ptr::eq(*s, p)))
     }
 
     /// The serving server of `role` with the fewest outstanding borrows.
     fn pick(&self, role: Role) -> Option<&Server> {
         self.candidates(role)
             .min_by_key(|s| s.state.outstanding.load(Ordering::Relaxed))
+    }
+
+    /// Whether some server has not been reached yet, nor found down.
+    fn unreached(&self) -> bool {
+        self.shared.servers.iter().any(|s| {
+            !s.state.up.load(Ordering::Relaxed)
+                && s.state
+                    .last_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_none()
+        })
     }
 
     fn no_server(&self, role: Role) -> PoolError {
@@ -845,24 +950,26 @@ fn share(max_size: usize, n: usize, i: usize) -> usize {
 /// The monitor: probes servers that are down or suspected (a connection to them broke), marks
 /// them down or up, and rebalances the sub-pools' shares. Ends when the pool is dropped.
 async fn monitor_task(shared: Weak<Shared>) {
-    let n = match shared.upgrade() {
-        Some(s) => s.servers.len(),
-        None => return,
-    };
-    let mut next_probe = vec![Instant::now(); n];
-    let mut interval = vec![FIRST_PROBE_INTERVAL; n];
     // While no serving server is a primary, the roles of those up are probed again (a
     // failover promotes a standby nobody may talk to), backing off like down servers' probes.
     let mut next_role_probe = Instant::now();
     let mut role_interval = FIRST_PROBE_INTERVAL;
+    let mut last_asked = Instant::now() - FIRST_PROBE_INTERVAL;
     loop {
         let Some(pool) = shared.upgrade() else { return };
-        let mut changed = false;
         let no_primary = !pool
             .servers
             .iter()
             .any(|s| s.state.serving() && s.state.role() == ServerRole::Primary);
-        let asked = pool.reprobe_roles.swap(false, Ordering::Relaxed);
+        // A borrow that found no server of its role asks for the roles at once, but at most
+        // once per FIRST_PROBE_INTERVAL: a caller retrying a failing borrow in a loop must not
+        // turn into a connection storm on the servers.
+        let asked = pool.reprobe_roles.load(Ordering::Relaxed)
+            && Instant::now() >= last_asked + FIRST_PROBE_INTERVAL;
+        if asked {
+            pool.reprobe_roles.store(false, Ordering::Relaxed);
+            last_asked = Instant::now();
+        }
         let roles_due = asked || (no_primary && Instant::now() >= next_role_probe);
         if roles_due {
             next_role_probe = Instant::now() + role_interval;
@@ -873,48 +980,36 @@ async fn monitor_task(shared: Weak<Shared>) {
         }
         for (i, server) in pool.servers.iter().enumerate() {
             let state = &server.state;
-            let up = state.up.load(Ordering::Relaxed);
-            let suspect = state.suspect.swap(false, Ordering::Relaxed);
-            let due = !up && Instant::now() >= next_probe[i];
-            let unknown = up && state.role() == ServerRole::Unknown;
-            if !(due || suspect || unknown || (up && roles_due)) {
+            if state.probing.load(Ordering::Acquire) {
                 continue;
             }
-            match probe(&server.config).await {
-                Ok(role) => {
-                    state.role.store(role, Ordering::Relaxed);
-                    interval[i] = FIRST_PROBE_INTERVAL;
-                    if !up {
-                        state.up.store(true, Ordering::Relaxed);
-                        changed = true;
-                    }
-                }
-                Err(e) => {
-                    *state.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    if up {
-                        state.up.store(false, Ordering::Relaxed);
-                        state.went_down.notify_waiters();
-                        changed = true;
-                    }
-                    next_probe[i] = Instant::now() + interval[i];
-                    interval[i] = (interval[i] * 2).min(MAX_PROBE_INTERVAL);
-                }
-            }
+            let up = state.up.load(Ordering::Relaxed);
+            let suspect = state.suspect.swap(false, Ordering::Relaxed);
+            let due = !up && Instant::now() >= lock(&state.schedule).0;
+            let unknown = up && state.role() == ServerRole::Unknown;
+            let how = if due || suspect || unknown {
+                Probe::Connect
+            } else if up && roles_due {
+                Probe::Role
+            } else {
+                continue;
+            };
+            state.probing.store(true, Ordering::Release);
+            tokio::spawn(probe_task(shared.clone(), i, how));
         }
         // Connections still open on a down or drained server hold back part of max_size (see
         // `rebalance_shares`): give it out again as they close, rechecking soon while any is
         // (what this pass's rebalance found, not the flag it started from).
-        let held_back = if changed || pool.held_back.load(Ordering::Relaxed) {
-            rebalance_shares(&pool)
-        } else {
-            false
-        };
+        let held_back = pool.held_back.load(Ordering::Relaxed) && rebalance_shares(&pool);
         let mut wait = pool
             .servers
             .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.state.up.load(Ordering::Relaxed))
-            .map(|(i, _)| next_probe[i].saturating_duration_since(Instant::now()))
+            .filter(|s| !s.state.up.load(Ordering::Relaxed))
+            .map(|s| {
+                lock(&s.state.schedule)
+                    .0
+                    .saturating_duration_since(Instant::now())
+            })
             .min()
             .unwrap_or(MAX_PROBE_INTERVAL);
         if held_back {
@@ -923,18 +1018,146 @@ async fn monitor_task(shared: Weak<Shared>) {
         if no_primary {
             wait = wait.min(next_role_probe.saturating_duration_since(Instant::now()));
         }
+        if pool.reprobe_roles.load(Ordering::Relaxed) {
+            wait = wait
+                .min((last_asked + FIRST_PROBE_INTERVAL).saturating_duration_since(Instant::now()));
+        }
         let monitor = pool.monitor.clone();
         drop(pool);
         let _ = tokio::time::timeout(wait.max(Duration::from_millis(1)), monitor.notified()).await;
     }
 }
 
+/// Sets its flag when dropped armed: the monitor task was dropped mid-run, which happens only
+/// when its runtime shuts down.
+struct RuntimeGone(Option<Arc<AtomicBool>>);
+
+impl RuntimeGone {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RuntimeGone {
+    fn drop(&mut self) {
+        if let Some(flag) = &self.0 {
+            flag.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// What a borrow of a pool whose runtime has shut down says.
+fn runtime_gone() -> PoolError {
+    PoolError::Config(
+        "the runtime the pool was built on has shut down; build the pool on a runtime \
+         that outlives its borrowers"
+            .to_string(),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One probe of server `i`, applied to its state; then the shares are rebalanced if it went
+/// up or down, borrows waiting for a first look are woken, and so is the monitor.
+async fn probe_task(shared: Weak<Shared>, i: usize, how: Probe) {
+    let Some(pool) = shared.upgrade() else { return };
+    let server = &pool.servers[i];
+    let result = probe_server(server, how).await;
+    let state = &server.state;
+    let up = state.up.load(Ordering::Relaxed);
+    let mut changed = false;
+    match result {
+        Probed::Role(role) => {
+            state.role.store(role, Ordering::Relaxed);
+            lock(&state.schedule).1 = FIRST_PROBE_INTERVAL;
+            if !up {
+                state.up.store(true, Ordering::Relaxed);
+                changed = true;
+            }
+        }
+        // Every connection of its share is lent: their returns report a promotion.
+        Probed::Skipped => {}
+        // Up, only full: marking it down would close its working connections.
+        Probed::Full(e) if up => *lock(&state.last_error) = Some(e),
+        Probed::Full(e) | Probed::Down(e) => {
+            *lock(&state.last_error) = Some(e);
+            if up {
+                state.up.store(false, Ordering::Relaxed);
+                state.went_down.notify_waiters();
+                changed = true;
+            }
+            let mut schedule = lock(&state.schedule);
+            *schedule = (
+                Instant::now() + schedule.1,
+                (schedule.1 * 2).min(MAX_PROBE_INTERVAL),
+            );
+        }
+    }
+    state.probing.store(false, Ordering::Release);
+    if changed {
+        rebalance_shares(&pool);
+    }
+    pool.looked.notify_waiters();
+    pool.monitor.notify_one();
+}
+
+/// The most connections a pool is built for, across its servers.
+const MAX_CONNECTIONS: usize = 1 << 16;
+
 /// How long a probe may take when the connection string sets no `connect_timeout` (an
 /// unreachable host would otherwise hold the monitor for the OS's TCP timeout, minutes).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Opens and closes one connection to learn whether the server is up, and its role.
-async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
+/// How the monitor looks at a server.
+#[derive(Clone, Copy)]
+enum Probe {
+    /// A connection of its own: the server is down, suspected, or its role unknown.
+    Connect,
+    /// Up: only its role, over an idle connection of its sub-pool (no connection beyond
+    /// max_size), or a connection of its own if its share has room for one.
+    Role,
+}
+
+enum Probed {
+    Role(u8),
+    Skipped,
+    /// Refused for too many connections: up, but full.
+    Full(String),
+    Down(String),
+}
+
+async fn probe_server(server: &Server, how: Probe) -> Probed {
+    if let Probe::Role = how {
+        if let Some(mut conn) = server.pool.try_get() {
+            let limit = server.config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
+            // Asked, not read from `in_hot_standby`: an idle connection's report predates a
+            // promotion it has not run a statement since.
+            let asked =
+                tokio::time::timeout(limit, conn.query_one("SELECT pg_is_in_recovery()", &[]));
+            if let Ok(Ok(row)) = asked.await
+                && let Ok(standby) = row.get::<_, bool>(0)
+            {
+                return Probed::Role(if standby { STANDBY } else { PRIMARY });
+            }
+            // A failure here is the connection's: the return breaks it and suspects the server.
+            return Probed::Skipped;
+        }
+        if server.pool.held_count() >= server.pool.max_size() {
+            return Probed::Skipped;
+        }
+    }
+    match probe(&server.config).await {
+        Ok(role) => Probed::Role(role),
+        Err((e, true)) => Probed::Full(e),
+        Err((e, false)) => Probed::Down(e),
+    }
+}
+
+/// Opens and closes one connection to learn whether the server is up, and its role. The
+/// error says whether the server refused only for having too many connections.
+async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool)> {
     let limit = config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
     let attempt = async {
         let mut conn = slipstream_pg::connect_config(config).await?;
@@ -943,8 +1166,11 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, String> {
         role
     };
     match tokio::time::timeout(limit, attempt).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {limit:?}")),
+        Ok(result) => result.map_err(|e| {
+            let full = e.code() == Some(slipstream_pg::SqlState::TOO_MANY_CONNECTIONS);
+            (e.to_string(), full)
+        }),
+        Err(_) => Err((format!("no answer within {limit:?}"), false)),
     }
 }
 
@@ -973,22 +1199,19 @@ fn rebalance_shares(shared: &Shared) -> bool {
     // One look at who serves: a drain or mark-up meanwhile is this function's next caller's.
     let serving: Vec<bool> = shared.servers.iter().map(|s| s.state.serving()).collect();
     let count = serving.iter().filter(|&&s| s).count();
-    let held_elsewhere: usize = shared
-        .servers
+    let held: Vec<usize> = shared.servers.iter().map(|s| s.pool.held_count()).collect();
+    let held_elsewhere: usize = held
         .iter()
         .zip(&serving)
         .filter(|&(_, &serves)| !serves)
-        .map(|(s, _)| s.pool.open_count())
+        .map(|(h, _)| h)
         .sum();
     let available = shared
         .max_size
         .load(Ordering::Relaxed)
         .saturating_sub(held_elsewhere);
-    shared
-        .held_back
-        .store(held_elsewhere > 0, Ordering::Relaxed);
     let mut i = 0;
-    let sizes: Vec<usize> = serving
+    let even: Vec<usize> = serving
         .iter()
         .map(|&serves| {
             if serves {
@@ -999,6 +1222,28 @@ fn rebalance_shares(shared: &Shared) -> bool {
             }
         })
         .collect();
+    // A serving server holding more than its even share (its share just shrank: another came
+    // back, or was resumed) keeps the surplus until those connections return and close; the
+    // others share what is left, so the connections open never pass max_size meanwhile.
+    let over: Vec<bool> = (0..even.len())
+        .map(|k| serving[k] && held[k] > even[k])
+        .collect();
+    let held_over: usize = (0..even.len()).filter(|&k| over[k]).map(|k| held[k]).sum();
+    let under = (0..even.len()).filter(|&k| serving[k] && !over[k]).count();
+    let rest = available.saturating_sub(held_over);
+    let mut j = 0;
+    let sizes: Vec<usize> = (0..even.len())
+        .map(|k| {
+            if !serving[k] || over[k] {
+                even[k]
+            } else {
+                j += 1;
+                share(rest, under, j - 1).min(even[k])
+            }
+        })
+        .collect();
+    let held_back = held_elsewhere > 0 || over.iter().any(|&o| o);
+    shared.held_back.store(held_back, Ordering::Relaxed);
     // Shrink first, then grow: the sum of the shares never passes max_size on the way.
     for grow in [false, true] {
         for (s, &size) in shared.servers.iter().zip(&sizes) {
@@ -1007,5 +1252,5 @@ fn rebalance_shares(shared: &Shared) -> bool {
             }
         }
     }
-    held_elsewhere > 0
+    held_back
 }

@@ -73,6 +73,7 @@ impl<M: Manager> Builder<M> {
             }),
             config,
             open: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
             opener: Notify::new(),
             last_connect_error: Mutex::new(None),
             counters: Counters::default(),
@@ -190,6 +191,11 @@ pub(crate) struct Inner<M: Manager> {
     pub(crate) min_size: AtomicUsize,
     /// Slots holding a connection (IDLE or BORROWED); the opener fills EMPTY ones.
     pub(crate) open: AtomicUsize,
+    /// Slots with a connection or a connect under way (`open` plus at most the opener's one):
+    /// a connect's server-side connection may already exist, so a multi-server pool counts it
+    /// against `max_size`. One counter, so that a connect ending is never seen twice or not at
+    /// all (two counters read one after the other can be).
+    pub(crate) held: AtomicUsize,
     /// Wakes the opener: a borrower began waiting, or a connection was closed.
     pub(crate) opener: Notify,
     /// The metric handles, when [`Config::metrics_name`] is set.
@@ -253,6 +259,7 @@ impl<M: Manager> Inner<M> {
         self.attachments[i].set_abort(None);
         self.attachments[i].set_labels(Arc::default());
         self.open.fetch_sub(1, Ordering::AcqRel);
+        self.held.fetch_sub(1, Ordering::AcqRel);
         self.core.vacate(o);
         self.opener.notify_one();
     }
@@ -716,9 +723,10 @@ impl<M: Manager> Pool<M> {
         self.inner.opener.notify_one();
     }
 
-    /// Connections open now (what [`Pool::stats`] reports, without walking the slots).
-    pub(crate) fn open_count(&self) -> usize {
-        self.inner.open.load(Ordering::Relaxed)
+    /// Connections open now and connects under way: what this pool may hold on its server
+    /// a moment from now, for a multi-server pool's share of `max_size`.
+    pub(crate) fn held_count(&self) -> usize {
+        self.inner.held.load(Ordering::Acquire)
     }
 
     /// The current maximum size (as [`Pool::stats`] reports it).

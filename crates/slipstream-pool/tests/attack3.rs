@@ -663,6 +663,9 @@ async fn standby_promoted_beside_a_running_primary_stops_taking_standby_borrows(
                     break;
                 }
             }
+            // The pool learned the promotion first (a connection returned by another borrow,
+            // or a connection it got reported the change): no more standby.
+            Err(PoolError::NoServer { .. }) => break,
             Err(e) => panic!("{e}"),
         }
         assert!(
@@ -739,9 +742,10 @@ async fn a_stale_connection_does_not_flip_a_promoted_server_back_to_standby() {
         "{:?}",
         pool.servers()
     );
-    // Writers borrow and return without a statement (e.g. a request that failed validation
-    // before touching the database): spread over both primaries, the promoted server's other,
-    // older connections come out and go back.
+    // Borrowers take and return without a statement (e.g. a request that failed validation
+    // before touching the database): spread over both primaries (Role::Any: Role::Primary
+    // goes to the first listed of two primaries), the promoted server's other, older
+    // connections come out and go back.
     for round in 0..3 {
         let s = pool.servers();
         assert_eq!(
@@ -749,7 +753,7 @@ async fn a_stale_connection_does_not_flip_a_promoted_server_back_to_standby() {
             slipstream_pool::ServerRole::Primary,
             "before round {round}: {s:?}"
         );
-        let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| pool.get(Role::Primary)))
+        let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| pool.get(Role::Any)))
             .await
             .into_iter()
             .map(Result::unwrap)
@@ -840,8 +844,16 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
         t.await.unwrap();
     }
     eprintln!("most shares sampled summed: {most_shares} (max_size 5)");
+    // A server's connections above its share after the other came back are held back from
+    // the other until they close (the reaper closes idle ones within its period).
+    common::until(
+        Duration::from_secs(5),
+        "the shares add up to max_size again",
+        || common::shares_total(&pool),
+        |&total| total == 5,
+    )
+    .await;
     let s = pool.servers();
-    assert_eq!(common::shares_total(&pool), 5, "{s:?}");
     assert!(
         s.iter()
             .all(|s| s.outstanding == 0 && s.stats.borrowed == 0),
