@@ -457,10 +457,9 @@ impl Config {
     /// host, `PGCONNECT_TIMEOUT=` an error), and a parameter given empty is, for the ones where
     /// libpq reads empty as "not set" (user, password, dbname, the files), the default.
     fn apply_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
-        // libpq connects to PGHOSTADDR; ignoring it would connect somewhere else.
-        if !self.is_set("host")
-            && let Some(addr) = var("PGHOSTADDR").filter(|v| !v.is_empty())
-        {
+        // libpq connects to PGHOSTADDR (with or without a host, which then only names the
+        // server); ignoring it would connect somewhere else.
+        if let Some(addr) = var("PGHOSTADDR").filter(|v| !v.is_empty()) {
             return Err(Error::config(format!(
                 "PGHOSTADDR={addr} is set, but slipstream-pg does not support hostaddr: set \
                  PGHOST={addr} (or host= in the connection string) instead, or unset PGHOSTADDR"

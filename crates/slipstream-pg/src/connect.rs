@@ -248,8 +248,14 @@ async fn connect_host_once(
     let (process_id, secret_key) = startup(&mut conn, config, host, port, passfile, end_point)
         .await
         .map_err(|error| Failure {
-            // libpq retries after the server's refusal, not after the client's own.
-            over_tls: over_tls && error.as_db_error().is_some(),
+            // Retried without TLS: the server's refusal of the TLS session itself (pg_hba has
+            // no `hostssl` line for it: SQLSTATE 28000 while authenticating), never one that
+            // comes after credentials were sent or accepted. A wrong password, a database
+            // that does not exist or a role's connection limit is the same without TLS, and
+            // the retry would send the password again, in clear (libpq does; we do not).
+            over_tls: over_tls
+                && error.kind() == crate::ErrorKind::Authentication
+                && error.code() == Some(crate::SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
             error,
         })?;
     conn.startup_done();

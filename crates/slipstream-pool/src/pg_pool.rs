@@ -613,8 +613,14 @@ impl PgPool {
         self.shared.runtime.spawn(async move {
             let _ = tx.send(pool.get(role).await);
         });
-        // Bounded: called from a task of the pool's own runtime (which the docs forbid), this
-        // thread blocks the very worker that would answer, and the answer never comes.
+        // Called inside the pool's own runtime (which the docs forbid from its tasks), this
+        // thread may block the very worker that would answer, and the answer never comes: the
+        // wait is bounded there. A thread outside it waits for the borrow's own answer.
+        let inside = tokio::runtime::Handle::try_current()
+            .is_ok_and(|here| here.id() == self.shared.runtime.id());
+        if !inside {
+            return rx.recv().unwrap_or_else(|_| Err(runtime_gone()));
+        }
         let limit = self
             .shared
             .borrow_timeout
@@ -623,8 +629,8 @@ impl PgPool {
             Ok(result) => result,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(runtime_gone()),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(PoolError::Config(format!(
-                "get_blocking had no answer from the pool's runtime within {limit:?}: if it was \
-                 called from a task of that runtime, it blocked the worker that would answer; \
+                "get_blocking had no answer from the pool's runtime within {limit:?}; it was \
+                 called inside that runtime, where it can block the worker that would answer: \
                  use `pool.get(role).await` there"
             ))),
         }
@@ -650,14 +656,18 @@ impl PgPool {
         let mut first_look = None;
         loop {
             let Some(server) = self.pick(role) else {
-                // Servers the monitor has not looked at yet (a pool just built, e.g. by the
-                // registry): wait for its first look (bounded as a probe is), not NoServer.
-                let deadline = *first_look.get_or_insert_with(|| Instant::now() + PROBE_TIMEOUT);
+                // A pool just built (e.g. by the registry), none of whose servers the monitor
+                // has reached yet: wait for its first look (within the borrow timeout and a
+                // probe's), not NoServer. Once any server is up, a role none serves fails at
+                // once, as promised.
+                let deadline = *first_look.get_or_insert_with(|| {
+                    Instant::now() + self.shared.borrow_timeout.min(PROBE_TIMEOUT)
+                });
                 let looked = self.shared.looked.notified();
                 let mut looked = std::pin::pin!(looked);
                 looked.as_mut().enable();
                 if self.pick(role).is_none() {
-                    if !self.unreached() || Instant::now() >= deadline {
+                    if !self.none_reached() || Instant::now() >= deadline {
                         return Err(self.no_server(role));
                     }
                     let _ = tokio::time::timeout_at(deadline.into(), looked).await;
@@ -805,16 +815,12 @@ impl PgPool {
             .min_by_key(|s| s.state.outstanding.load(Ordering::Relaxed))
     }
 
-    /// Whether some server has not been reached yet, nor found down.
-    fn unreached(&self) -> bool {
-        self.shared.servers.iter().any(|s| {
-            !s.state.up.load(Ordering::Relaxed)
-                && s.state
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_none()
-        })
+    /// Whether no server is up yet and some has not been reached, nor found down: the
+    /// monitor's first look is still to come.
+    fn none_reached(&self) -> bool {
+        let servers = &self.shared.servers;
+        !servers.iter().any(|s| s.state.up.load(Ordering::Relaxed))
+            && servers.iter().any(|s| lock(&s.state.last_error).is_none())
     }
 
     fn no_server(&self, role: Role) -> PoolError {

@@ -29,7 +29,7 @@ const WHERE: &str =
 
 /// libpq's verdict: `Ok("port|user|db")` or `Err(stderr)`. No PG* variable of this process
 /// leaks in; `env` is added; HOME points nowhere so that no ~/.pgpass is read by accident.
-async fn libpq(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
+pub(super) async fn libpq(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
     let mut cmd = tokio::process::Command::new("timeout");
     cmd.args(["6", "psql", "-X", "-w", "-At", "-c", WHERE, "-d", conninfo]);
     scrub_env(cmd.as_std_mut(), env);
@@ -127,7 +127,7 @@ async fn ours(conninfo: &str) -> Result<String, String> {
 
 /// slipstream's verdict with environment variables, in a child process (this test binary,
 /// running only `child_connect`), so that no other test sees them.
-async fn ours_env(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
+pub(super) async fn ours_env(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
     let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "attack_connect::child_connect",
@@ -172,7 +172,7 @@ async fn child_connect() {
     println!("ATTACK_RESULT {}", text.replace('\n', " "));
 }
 
-fn landed(port: u16, user: &str) -> String {
+pub(super) fn landed(port: u16, user: &str) -> String {
     format!("{port}|{user}|postgres")
 }
 
@@ -181,7 +181,7 @@ fn landed(port: u16, user: &str) -> String {
 /// A directory of symlinked sockets: `<dir>/.s.PGSQL.<alias>` -> the socket of `cluster`. A
 /// Unix-socket "host" whose ports we choose freely, so that which port libpq and slipstream
 /// pair with which host shows as which server they land on.
-fn socket_alias_dir(links: &[(u16, &Cluster)]) -> tempfile::TempDir {
+pub(super) fn socket_alias_dir(links: &[(u16, &Cluster)]) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("atk")
         .tempdir_in("/tmp")

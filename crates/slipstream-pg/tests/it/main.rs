@@ -3,6 +3,7 @@
 mod attack;
 mod attack2;
 mod attack_connect;
+mod attack_connect2;
 mod auth;
 mod cancel;
 mod cancellation;
