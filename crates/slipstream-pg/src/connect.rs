@@ -67,14 +67,14 @@ pub async fn connect_config(config: &Config) -> Result<Client, Error> {
     for &want in attrs.passes() {
         for (host, port) in &targets {
             let attempt = async {
-                let mut client = connect_host(
-                    &config,
-                    tls.clone(),
+                let mut client = HostAttempt {
+                    config: &config,
                     host,
-                    *port,
-                    random,
-                    passfile.as_deref(),
-                )
+                    port: *port,
+                    shuffle_addresses: random,
+                    passfile: passfile.as_deref(),
+                }
+                .connect(tls.clone())
                 .await?;
                 match routing::mismatch(&mut client, want).await? {
                     None => Ok(client),
@@ -139,30 +139,13 @@ fn describe(host: &Host, port: u16) -> String {
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// One host's connection. Under `sslmode=prefer` a TLS connection that failed, in its
-/// handshake or because the server refused it (`hostnossl` only, say), is tried once more
-/// without TLS, as libpq does (`allow` is taken as `prefer`).
-async fn connect_host(
-    config: &Config,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    host: &Host,
+/// One host of the list, as the connection tries it.
+struct HostAttempt<'a> {
+    config: &'a Config,
+    host: &'a Host,
     port: u16,
     shuffle_addresses: bool,
-    passfile: Option<&std::path::Path>,
-) -> Result<Client, Error> {
-    let prefer = config.get_ssl_mode() == crate::SslMode::Prefer;
-    match connect_host_once(config, tls, host, port, shuffle_addresses, passfile).await {
-        Err(Failure {
-            over_tls: true,
-            error,
-        }) if prefer => connect_host_once(config, None, host, port, shuffle_addresses, passfile)
-            .await
-            .map_err(|f| {
-                f.error
-                    .context(format!("over TLS: {error}; then without TLS"))
-            }),
-        r => r.map_err(|f| f.error),
-    }
+    passfile: Option<&'a std::path::Path>,
 }
 
 /// A host's failure, and whether it came over an established TLS session.
@@ -180,98 +163,117 @@ impl From<Error> for Failure {
     }
 }
 
-async fn connect_host_once(
-    config: &Config,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    host: &Host,
-    port: u16,
-    shuffle_addresses: bool,
-    passfile: Option<&std::path::Path>,
-) -> Result<Client, Failure> {
-    let (socket, target, tls_target) = match host {
-        Host::Unix(dir) => {
-            let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
-            let s = UnixStream::connect(&path).await.map_err(|e| {
-                Error::io("could not connect", e)
+impl HostAttempt<'_> {
+    /// One host's connection. Under `sslmode=prefer` a TLS connection that failed, in its
+    /// handshake or because the server refused it (`hostnossl` only, say), is tried once more
+    /// without TLS, as libpq does (`allow` is taken as `prefer`).
+    async fn connect(&self, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Client, Error> {
+        let prefer = self.config.get_ssl_mode() == crate::SslMode::Prefer;
+        match self.once(tls).await {
+            Err(Failure {
+                over_tls: true,
+                error,
+            }) if prefer => self.once(None).await.map_err(|f| {
+                f.error
+                    .context(format!("over TLS: {error}; then without TLS"))
+            }),
+            r => r.map_err(|f| f.error),
+        }
+    }
+
+    async fn once(&self, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Client, Failure> {
+        let HostAttempt {
+            config,
+            host,
+            port,
+            shuffle_addresses,
+            passfile,
+        } = *self;
+        let (socket, target, tls_target) =
+            match host {
+                Host::Unix(dir) => {
+                    let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
+                    let s = UnixStream::connect(&path).await.map_err(|e| {
+                        Error::io("could not connect", e)
                     .hint("is the server running locally and accepting connections on that socket?")
-            })?;
-            (Socket::Unix(s), CancelTarget::Unix(path), None)
-        }
-        Host::Tcp(name) => {
-            let (stream, addr) = tcp_connect(name, port, shuffle_addresses).await?;
-            set_keepalives(&stream, config)?;
-            match tls {
-                Some(tls) => {
-                    let mode = config.get_ssl_mode();
-                    // Only verify-full checks the name; the others need some name for rustls,
-                    // and the address reached serves (no SNI is sent for an address), so a
-                    // host written `127.1` connects as it does with libpq.
-                    let server_name = match tls::server_name(name) {
-                        Err(_) if mode != crate::SslMode::VerifyFull => {
-                            rustls::pki_types::ServerName::IpAddress(addr.ip().into())
-                        }
-                        r => r?,
-                    };
-                    let tls_target = TlsTarget {
-                        config: tls,
-                        server_name,
-                    };
-                    // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
-                    let socket =
-                        negotiate_tls(stream, &tls_target, mode)
-                            .await
-                            .map_err(|error| Failure {
-                                over_tls: mode == crate::SslMode::Prefer,
-                                error,
-                            })?;
-                    let used = socket.is_tls().then_some(tls_target);
-                    (socket, CancelTarget::Tcp(addr), used)
+                    })?;
+                    (Socket::Unix(s), CancelTarget::Unix(path), None)
                 }
-                None => (Socket::Tcp(stream), CancelTarget::Tcp(addr), None),
-            }
-        }
-    };
-    // Computed before the socket moves into the connection; used only if SCRAM-SHA-256-PLUS is.
-    let end_point = match &socket {
-        Socket::Tls(tls) => Some(
-            tls.get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .ok_or_else(|| "the server presented no certificate".to_string())
-                .and_then(|cert| end_point::tls_server_end_point(cert)),
-        ),
-        _ => None,
-    };
-    let over_tls = socket.is_tls();
-    let mut conn = Connection::new(socket);
-    let (process_id, secret_key) = startup(&mut conn, config, host, port, passfile, end_point)
-        .await
-        .map_err(|error| Failure {
-            // Retried without TLS: the server's refusal of the TLS session itself (pg_hba has
-            // no `hostssl` line for it: SQLSTATE 28000 while authenticating), never one that
-            // comes after credentials were sent or accepted. A wrong password, a database
-            // that does not exist or a role's connection limit is the same without TLS, and
-            // the retry would send the password again, in clear (libpq does; we do not).
-            over_tls: over_tls
-                && error.kind() == crate::ErrorKind::Authentication
-                && error.code() == Some(crate::SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
-            error,
-        })?;
-    conn.startup_done();
-    let cancel = CancelToken {
-        target,
-        tls: tls_target,
-        process_id,
-        secret_key,
-        connect_timeout: config.get_connect_timeout(),
-    };
-    Ok(Client::new(
-        conn,
-        NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-        cancel,
-        config,
-    ))
+                Host::Tcp(name) => {
+                    let (stream, addr) = tcp_connect(name, port, shuffle_addresses).await?;
+                    set_keepalives(&stream, config)?;
+                    match tls {
+                        Some(tls) => {
+                            let mode = config.get_ssl_mode();
+                            // Only verify-full checks the name; the others need some name for rustls,
+                            // and the address reached serves (no SNI is sent for an address), so a
+                            // host written `127.1` connects as it does with libpq.
+                            let server_name = match tls::server_name(name) {
+                                Err(_) if mode != crate::SslMode::VerifyFull => {
+                                    rustls::pki_types::ServerName::IpAddress(addr.ip().into())
+                                }
+                                r => r?,
+                            };
+                            let tls_target = TlsTarget {
+                                config: tls,
+                                server_name,
+                            };
+                            // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
+                            let socket = negotiate_tls(stream, &tls_target, mode).await.map_err(
+                                |error| Failure {
+                                    over_tls: mode == crate::SslMode::Prefer,
+                                    error,
+                                },
+                            )?;
+                            let used = socket.is_tls().then_some(tls_target);
+                            (socket, CancelTarget::Tcp(addr), used)
+                        }
+                        None => (Socket::Tcp(stream), CancelTarget::Tcp(addr), None),
+                    }
+                }
+            };
+        // Computed before the socket moves into the connection; used only if SCRAM-SHA-256-PLUS is.
+        let end_point = match &socket {
+            Socket::Tls(tls) => Some(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .ok_or_else(|| "the server presented no certificate".to_string())
+                    .and_then(|cert| end_point::tls_server_end_point(cert)),
+            ),
+            _ => None,
+        };
+        let over_tls = socket.is_tls();
+        let mut conn = Connection::new(socket);
+        let (process_id, secret_key) = startup(&mut conn, config, host, port, passfile, end_point)
+            .await
+            .map_err(|error| Failure {
+                // Retried without TLS: the server's refusal of the TLS session itself (pg_hba has
+                // no `hostssl` line for it: SQLSTATE 28000 while authenticating), never one that
+                // comes after credentials were sent or accepted. A wrong password, a database
+                // that does not exist or a role's connection limit is the same without TLS, and
+                // the retry would send the password again, in clear (libpq does; we do not).
+                over_tls: over_tls
+                    && error.kind() == crate::ErrorKind::Authentication
+                    && error.code() == Some(crate::SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
+                error,
+            })?;
+        conn.startup_done();
+        let cancel = CancelToken {
+            target,
+            tls: tls_target,
+            process_id,
+            secret_key,
+            connect_timeout: config.get_connect_timeout(),
+        };
+        Ok(Client::new(
+            conn,
+            NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            cancel,
+            config,
+        ))
+    }
 }
 
 /// Connects to the first of `host`'s addresses that answers; with `shuffle`

@@ -265,90 +265,7 @@ fn tempfile_dir() -> std::path::PathBuf {
 /// same 53300. See the next test for the per-role limit, which comes after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_full_tls_only_server_under_default_sslmode_max_connections() {
-    let (crt, key) = self_signed();
-    let a = Cluster::start().unwrap();
-    let b = Cluster::builder()
-        .file("server.crt", &crt)
-        .file("server.key", &key)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
-        .setting("max_connections", "3")
-        .setting("superuser_reserved_connections", "0")
-        .hba("local all all trust\nhost all all 127.0.0.1/32 reject\n")
-        .start()
-        .unwrap();
-    // hostssl only for TCP (the reject line above is replaced: psql's setup used the socket).
-    std::fs::write(
-        b.data_dir().join("pg_hba.conf"),
-        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
-    )
-    .unwrap();
-    b.psql("SELECT pg_reload_conf()").unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let one = |port: u16| format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
-    let other = (
-        slipstream_pg::connect(&one(b.port())).await.unwrap(),
-        slipstream_pg::connect(&one(b.port())).await.unwrap(),
-    );
-    let pool = PgPool::builder(
-        format!(
-            "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres",
-            a.port(),
-            b.port()
-        )
-        .parse()
-        .unwrap(),
-    )
-    .pool_config(slipstream_pool::Config {
-        max_size: 4,
-        borrow_timeout: Duration::from_secs(3),
-        ..slipstream_pool::Config::default()
-    })
-    .build_ready()
-    .await
-    .unwrap();
-    let names: Vec<String> = pool.servers().into_iter().map(|s| s.name).collect();
-    assert!(pool.servers()[1].up);
-    let x = tokio::time::timeout(T, pool.get(Role::Any))
-        .await
-        .unwrap()
-        .unwrap();
-    let mut y = tokio::time::timeout(T, pool.get(Role::Any))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_ne!(x.server(), y.server());
-    let on_b = if y.server() == names[1] {
-        &mut y
-    } else {
-        panic!("{:?}", pool.servers())
-    };
-    on_b.batch_execute("SELECT 1").await.unwrap();
-    let p2 = pool.clone();
-    let more = tokio::spawn(async move {
-        let f = (
-            tokio::time::timeout(Duration::from_secs(10), p2.get(Role::Any)),
-            tokio::time::timeout(Duration::from_secs(10), p2.get(Role::Any)),
-        );
-        let (r1, r2) = tokio::join!(f.0, f.1);
-        (r1.unwrap().map(|_| ()), r2.unwrap().map(|_| ()))
-    });
-    let more = tokio::time::timeout(T, more).await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let s = pool.servers();
-    drop(x);
-    drop(y);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let after = pool.servers();
-    assert!(
-        s[1].up && after[1].stats.open >= 1,
-        "B, full but answering, was marked down and its healthy lent connection closed on \
-         return: during {:?}; after the return {:?}; borrows {more:?}",
-        s[1],
-        after[1]
-    );
-    drop(other);
+    full_server_case("hostssl", Full::MaxConnections).await;
 }
 
 /// Promise (docs/pool.md, Failover; commit 40bb2e7): "A server that refuses for too many
@@ -373,46 +290,69 @@ async fn holds_full_tls_only_server_under_default_sslmode_max_connections() {
 /// Observed: B is marked down, its healthy lent connection closed on return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn break_role_connection_limit_on_tls_only_server_marks_it_down() {
-    role_limit_case("hostssl").await;
+    full_server_case("hostssl", Full::RoleLimit).await;
 }
 
 /// Control for the test above: the same with `host` (TLS or not) in pg_hba. The plain retry
 /// meets the same 53300 and B is kept, full. HELD: so it is the retry that breaks it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_role_connection_limit_when_plain_is_allowed() {
-    role_limit_case("host").await;
+    full_server_case("host", Full::RoleLimit).await;
 }
 
-async fn role_limit_case(kind: &str) {
+/// How server B is full.
+enum Full {
+    /// `max_connections` reached ("too many clients already", before authentication).
+    MaxConnections,
+    /// The pool's role at its CONNECTION LIMIT (checked after AuthenticationOk).
+    RoleLimit,
+}
+
+/// A and B, B with TLS and `kind` (`hostssl` or `host`) for TCP in pg_hba, made full as `full`
+/// says while another client holds 2 of its connections; a pool over both (max_size 4) holds
+/// one borrow on each and asks for two more: B must stay up, its lent connection kept.
+async fn full_server_case(kind: &str, full: Full) {
     let (crt, key) = self_signed();
     let a = Cluster::start().unwrap();
-    let b = Cluster::builder()
+    let mut b = Cluster::builder()
         .file("server.crt", &crt)
         .file("server.key", &key)
         .setting("ssl", "on")
         .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
+        .setting("ssl_key_file", "server.key");
+    if let Full::MaxConnections = full {
+        b = b
+            .setting("max_connections", "3")
+            .setting("superuser_reserved_connections", "0");
+    }
+    let b = b
         .hba("local all all trust\nhost all all 127.0.0.1/32 reject\n")
         .start()
         .unwrap();
-    // hostssl only for TCP (the reject line above is replaced: psql's setup used the socket).
+    // `kind` only for TCP (the reject line above is replaced: psql's setup used the socket).
     std::fs::write(
         b.data_dir().join("pg_hba.conf"),
         format!("local all all trust\n{kind} all all 127.0.0.1/32 trust\n"),
     )
     .unwrap();
     b.psql("SELECT pg_reload_conf()").unwrap();
-    b.psql("CREATE ROLE app LOGIN CONNECTION LIMIT 3").unwrap();
-    a.psql("CREATE ROLE app LOGIN").unwrap();
+    let user = match full {
+        Full::MaxConnections => "postgres",
+        Full::RoleLimit => {
+            b.psql("CREATE ROLE app LOGIN CONNECTION LIMIT 3").unwrap();
+            a.psql("CREATE ROLE app LOGIN").unwrap();
+            "app"
+        }
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let one = |port: u16| format!("host=127.0.0.1 port={port} user=app dbname=postgres");
+    let one = |port: u16| format!("host=127.0.0.1 port={port} user={user} dbname=postgres");
     let other = (
         slipstream_pg::connect(&one(b.port())).await.unwrap(),
         slipstream_pg::connect(&one(b.port())).await.unwrap(),
     );
     let pool = PgPool::builder(
         format!(
-            "host=127.0.0.1,127.0.0.1 port={},{} user=app dbname=postgres",
+            "host=127.0.0.1,127.0.0.1 port={},{} user={user} dbname=postgres",
             a.port(),
             b.port()
         )

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use slipstream_testkit::Cluster;
+
+use super::tls::{pki, tls_cluster_with as tls_cluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -920,46 +922,6 @@ async fn break_empty_pgconnect_timeout_is_ignored() {
 }
 
 // ---- TLS ----------------------------------------------------------------------------------
-
-struct Pki {
-    ca_pem: String,
-    cert_pem: String,
-    key_pem: String,
-}
-
-/// A test CA and a server certificate for `localhost` only.
-fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "attack CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let server_key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let cert = params.signed_by(&server_key, &ca).unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        cert_pem: cert.pem(),
-        key_pem: server_key.serialize_pem(),
-    }
-}
-
-fn tls_cluster(pki: &Pki, hba: &str) -> Cluster {
-    Cluster::builder()
-        .file("server.crt", &pki.cert_pem)
-        .file("server.key", &pki.key_pem)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
-        .hba(hba)
-        .start()
-        .unwrap()
-}
 
 /// Promise: sslmode `prefer` (the default) and `allow` "as libpq". Server: ssl=on, but
 /// pg_hba.conf only has `hostnossl` for TCP (a common setup: TLS terminated elsewhere).

@@ -5,47 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use slipstream_testkit::Cluster;
+
+use super::tls::{pki, tls_cluster_with as tls_cluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-struct Pki {
-    cert_pem: String,
-    key_pem: String,
-}
-
-fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "attack2 CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let server_key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let cert = params.signed_by(&server_key, &ca).unwrap();
-    Pki {
-        cert_pem: cert.pem(),
-        key_pem: server_key.serialize_pem(),
-    }
-}
-
-fn tls_cluster(pki: &Pki, hba: &str) -> Cluster {
-    Cluster::builder()
-        .file("server.crt", &pki.cert_pem)
-        .file("server.key", &pki.key_pem)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
-        .hba(hba)
-        .start()
-        .unwrap()
-}
 
 /// A TCP relay in front of `port` that records every byte the client sends, and counts
 /// connections. What a passive eavesdropper on the client's network sees.

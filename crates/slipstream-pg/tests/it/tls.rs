@@ -2,14 +2,14 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 use slipstream_pg::ErrorKind;
 use slipstream_testkit::Cluster;
 
-struct Pki {
-    ca_pem: String,
-    cert_pem: String,
-    key_pem: String,
+pub(super) struct Pki {
+    pub(super) ca_pem: String,
+    pub(super) cert_pem: String,
+    pub(super) key_pem: String,
 }
 
 /// A test CA and a server certificate for `localhost` only.
-fn pki() -> Pki {
+pub(super) fn pki() -> Pki {
     pki_signed_with(&rcgen::PKCS_ECDSA_P256_SHA256)
 }
 
@@ -36,13 +36,21 @@ fn pki_signed_with(alg: &'static rcgen::SignatureAlgorithm) -> Pki {
 }
 
 fn tls_cluster(pki: &Pki) -> Cluster {
+    tls_cluster_with(
+        pki,
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    )
+}
+
+/// A cluster with TLS on, serving `pki`'s certificate, with `hba` as its pg_hba.conf.
+pub(super) fn tls_cluster_with(pki: &Pki, hba: &str) -> Cluster {
     Cluster::builder()
         .file("server.crt", &pki.cert_pem)
         .file("server.key", &pki.key_pem)
         .setting("ssl", "on")
         .setting("ssl_cert_file", "server.crt")
         .setting("ssl_key_file", "server.key")
-        .hba("local all all trust\nhostssl all all 127.0.0.1/32 trust\n")
+        .hba(hba)
         .start()
         .unwrap()
 }
