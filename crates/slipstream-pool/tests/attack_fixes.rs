@@ -409,3 +409,83 @@ async fn full_server_case(kind: &str, full: Full) {
     );
     drop(other);
 }
+
+/// Polls a future at most `polls` times, then drops it: the borrower's cancellation at that
+/// await point.
+struct DropAfter<F> {
+    inner: std::pin::Pin<Box<F>>,
+    polls: usize,
+}
+
+impl<F: std::future::Future> std::future::Future for DropAfter<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        if self.polls == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.polls -= 1;
+        match self.inner.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            // The last allowed poll: dropped now, at the await it reached.
+            std::task::Poll::Pending if self.polls == 0 => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// Promise (general): a dropped borrow never leaves the pool inconsistent. The first-look
+/// wait (a pool just built, no server reached yet) and what follows it: a borrow dropped at
+/// each of its polls in turn, on a fresh pool each time, leaves no borrow counted against the
+/// server, and the pool then lends its whole max_size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrow_dropped_at_every_poll_of_a_new_pool_leaves_nothing_behind() {
+    let cluster = Cluster::start().unwrap();
+    let url = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    let mut completed = false;
+    for k in 1..=64 {
+        let pool = PgPool::builder(url.parse().unwrap())
+            .max_size(2)
+            .build()
+            .unwrap();
+        let outcome = tokio::time::timeout(
+            T,
+            DropAfter {
+                inner: Box::pin(pool.get(Role::Primary)),
+                polls: k,
+            },
+        )
+        .await
+        .unwrap_or_else(|_| panic!("a borrow polled {k} times hung"));
+        if let Some(result) = outcome {
+            result.unwrap();
+            completed = true;
+        }
+        let s = pool.servers();
+        assert_eq!(s[0].outstanding, 0, "dropped at poll {k}: {s:?}");
+        let both = tokio::time::timeout(T, async {
+            (
+                pool.get(Role::Primary).await.unwrap(),
+                pool.get(Role::Primary).await.unwrap(),
+            )
+        })
+        .await
+        .unwrap_or_else(|_| panic!("after a borrow dropped at poll {k}, max_size not lent"));
+        drop(both);
+        if completed {
+            assert!(
+                k > 1,
+                "the first borrow completed at its first poll: nothing was dropped"
+            );
+            eprintln!("dropped at polls 1..{k}, completed at poll {k}");
+            return;
+        }
+    }
+    panic!("the first borrow never completed within 64 polls");
+}
