@@ -78,7 +78,7 @@ pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
         }
         Err(e) if cancel_sent && e.code() == Some(SqlState::QUERY_CANCELED) => {
             Ok(Ran::Interrupted(format!(
-                "cancelled on the server, nothing of it committed: {e}"
+                "cancelled on the server, its transaction rolled back: {e}"
             )))
         }
         Err(e) => Err(e.into()),

@@ -148,17 +148,17 @@ struct HostAttempt<'a> {
     passfile: Option<&'a std::path::Path>,
 }
 
-/// A host's failure, and whether it came over an established TLS session.
+/// A host's failure, and whether `sslmode=prefer` tries the host again without TLS.
 struct Failure {
     error: Error,
-    over_tls: bool,
+    retry_without_tls: bool,
 }
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         Failure {
             error,
-            over_tls: false,
+            retry_without_tls: false,
         }
     }
 }
@@ -168,12 +168,11 @@ impl HostAttempt<'_> {
     /// handshake or because the server refused it (`hostnossl` only, say), is tried once more
     /// without TLS, as libpq does (`allow` is taken as `prefer`).
     async fn connect(&self, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Client, Error> {
-        let prefer = self.config.get_ssl_mode() == crate::SslMode::Prefer;
         match self.once(tls).await {
             Err(Failure {
-                over_tls: true,
+                retry_without_tls: true,
                 error,
-            }) if prefer => self.once(None).await.map_err(|f| {
+            }) => self.once(None).await.map_err(|f| {
                 f.error
                     .context(format!("over TLS: {error}; then without TLS"))
             }),
@@ -221,7 +220,7 @@ impl HostAttempt<'_> {
                             // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
                             let socket = negotiate_tls(stream, &tls_target, mode).await.map_err(
                                 |error| Failure {
-                                    over_tls: mode == crate::SslMode::Prefer,
+                                    retry_without_tls: mode == crate::SslMode::Prefer,
                                     error,
                                 },
                             )?;
@@ -244,7 +243,7 @@ impl HostAttempt<'_> {
             ),
             _ => None,
         };
-        let over_tls = socket.is_tls();
+        let prefer_tls = socket.is_tls() && config.get_ssl_mode() == crate::SslMode::Prefer;
         let mut conn = Connection::new(socket);
         let (process_id, secret_key) = startup(&mut conn, config, host, port, passfile, end_point)
             .await
@@ -254,7 +253,7 @@ impl HostAttempt<'_> {
                 // comes after credentials were sent or accepted. A wrong password, a database
                 // that does not exist or a role's connection limit is the same without TLS, and
                 // the retry would send the password again, in clear (libpq does; we do not).
-                over_tls: over_tls
+                retry_without_tls: prefer_tls
                     && error.kind() == crate::ErrorKind::Authentication
                     && error.code() == Some(crate::SqlState::INVALID_AUTHORIZATION_SPECIFICATION),
                 error,

@@ -101,11 +101,7 @@ impl ServerState {
 
     fn describe(&self) -> String {
         let up = self.up.load(Ordering::Relaxed);
-        let why = self
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let why = lock(&self.last_error).clone();
         if self.draining.load(Ordering::Relaxed) {
             return format!("{} drained", self.name);
         }
@@ -180,11 +176,7 @@ impl Manager for ServerManager {
                 Ok(conn)
             }
             Err(e) => {
-                *self
-                    .state
-                    .last_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                *lock(&self.state.last_error) = Some(e.to_string());
                 self.suspect();
                 Err(e)
             }
@@ -488,13 +480,9 @@ impl PgPoolBuilder {
         let start = Instant::now();
         loop {
             let states = pool.shared.servers.iter().map(|s| &s.state);
-            let settled = states.clone().all(|s| {
-                s.up.load(Ordering::Relaxed)
-                    || s.last_error
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .is_some()
-            });
+            let settled = states
+                .clone()
+                .all(|s| s.up.load(Ordering::Relaxed) || lock(&s.last_error).is_some());
             let any_up = states.clone().any(|s| s.up.load(Ordering::Relaxed));
             if (settled && any_up) || start.elapsed() >= timeout {
                 return if any_up {
@@ -803,10 +791,12 @@ impl PgPool {
         // Two primaries at once (a standby promoted while the old primary still runs): writes
         // go to the first in the host list only, as libpq's read-write does with the list in
         // order, so one pool's writes never split over two diverging servers.
-        let first_primary = (want == Some(ServerRole::Primary))
-            .then(|| serving(want).next().map(|s| s as *const Server))
-            .flatten();
-        serving(want).filter(move |s| first_primary.is_none_or(|p| std::ptr::eq(*s, p)))
+        let most = if want == Some(ServerRole::Primary) {
+            1
+        } else {
+            usize::MAX
+        };
+        serving(want).take(most)
     }
 
     /// The serving server of `role` with the fewest outstanding borrows.
@@ -1061,6 +1051,8 @@ fn runtime_gone() -> PoolError {
     )
 }
 
+/// A lock that a panic while it was held does not poison: every value under these locks is
+/// whole after any single write.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -1201,7 +1193,7 @@ fn rebalance(shared: &Shared) {
 /// sub-pools' tasks it had woken there (the openers that would close that connection) and,
 /// with the other worker parked, every timer: borrows hung past their timeout (issue 19).
 fn rebalance_shares(shared: &Shared) -> bool {
-    let _one_at_a_time = shared.rebalancing.lock().unwrap_or_else(|p| p.into_inner());
+    let _one_at_a_time = lock(&shared.rebalancing);
     // One look at who serves: a drain or mark-up meanwhile is this function's next caller's.
     let serving: Vec<bool> = shared.servers.iter().map(|s| s.state.serving()).collect();
     let count = serving.iter().filter(|&&s| s).count();
