@@ -7,7 +7,7 @@ use slipstream_bench::report::{self, Labeled};
 use slipstream_bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
 
 use crate::cli::BenchArgs;
-use crate::interrupt::{INTERRUPTED, SAME_STOP};
+use crate::interrupt::{CANCEL_WAIT, Cancelled, CtrlC, INTERRUPTED, SAME_STOP};
 use crate::say;
 
 /// What `bench` was asked to run.
@@ -38,8 +38,12 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if args.setup {
-        runtime.block_on(setup(&source, &url, args.scale.unwrap_or(0.1)))?;
-        return Ok(ExitCode::SUCCESS);
+        return runtime.block_on(setup(
+            &source,
+            &args.workload,
+            &url,
+            args.scale.unwrap_or(0.1),
+        ));
     }
     if let Some(scale) = args.scale {
         anyhow::bail!(
@@ -239,19 +243,19 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
     slipstream_bench::run_until(workload, config, stop, quit).await
 }
 
-async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {
-    match source {
+/// Loads the workload's schema. A Ctrl-C cancels the load on the server: closing the
+/// connections alone would leave an index build (or the file's own SQL) running to its end.
+async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow::Result<ExitCode> {
+    let mut ctrl_c = CtrlC::listen()?;
+    let ran = match source {
         Source::OrderEntry => {
-            let r = order_entry::setup(url, scale, |line| eprintln!("{line}")).await?;
-            let rows: Vec<String> = r.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
-            say(&format!(
-                "Order Entry loaded at scale {} in {:.1} s (load {:.1} s, indexes {:.1} s): {}",
-                r.sizes.scale,
-                r.total.as_secs_f64(),
-                r.load.as_secs_f64(),
-                r.index.as_secs_f64(),
-                rows.join(", ")
-            ))
+            let cancel = order_entry::SetupCancel::default();
+            let load =
+                order_entry::setup_with_cancel(url, scale, |line| eprintln!("{line}"), &cancel);
+            let ran = ctrl_c
+                .cancelling("the Order Entry load", load, cancel.cancel())
+                .await;
+            ran.map(|r| r.map(|r| loaded(&r)))
         }
         Source::File(f) => {
             let sql = f.setup.as_deref().ok_or_else(|| {
@@ -260,14 +264,57 @@ async fn setup(source: &Source, url: &str, scale: f64) -> anyhow::Result<()> {
                     f.workload.name()
                 )
             })?;
-            let mut client = slipstream_pg::connect(url).await?;
-            client
-                .batch_execute(sql)
-                .await
-                .map_err(|e| anyhow::anyhow!("the workload's setup SQL failed: {e}"))?;
-            say(&format!("workload {} set up", f.workload.name()))
+            let Some(client) = ctrl_c.or(slipstream_pg::connect(url)).await else {
+                eprintln!("slipstream: setup interrupted while connecting; nothing ran");
+                return Ok(ExitCode::from(INTERRUPTED));
+            };
+            let mut client = client?;
+            let token = client.cancel_token();
+            let ran = ctrl_c
+                .cancelling("the setup SQL", client.batch_execute(sql), token.cancel())
+                .await;
+            ran.map(|r| {
+                r.map(|()| format!("workload {} set up", f.workload.name()))
+                    .map_err(|e| anyhow::anyhow!("the workload's setup SQL failed: {e}"))
+            })
         }
-    }
+    };
+    let again = format!("run `slipstream bench {workload} --setup` again before a run");
+    let stopped = match ran {
+        Cancelled::Ran(done) => {
+            say(&done?)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cancelled::AfterCancel(Ok(done)) => {
+            eprintln!("the setup had finished before the cancel reached the server");
+            say(&done)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cancelled::AfterCancel(Err(e)) => {
+            format!("setup cancelled on the server ({e:#}); {again}")
+        }
+        Cancelled::NotSent(e) => format!(
+            "could not cancel the setup ({e}); it may still be running on the server (see pg_stat_activity); {again}"
+        ),
+        Cancelled::NotEnded => format!(
+            "the server took the cancel but the setup had not ended {CANCEL_WAIT:?} later; it may still be running (see pg_stat_activity); {again}"
+        ),
+    };
+    eprintln!("slipstream: {stopped}");
+    Ok(ExitCode::from(INTERRUPTED))
+}
+
+/// The line that reports a finished Order Entry load.
+fn loaded(r: &order_entry::SetupReport) -> String {
+    let rows: Vec<String> = r.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    format!(
+        "Order Entry loaded at scale {} in {:.1} s (load {:.1} s, indexes {:.1} s): {}",
+        r.sizes.scale,
+        r.total.as_secs_f64(),
+        r.load.as_secs_f64(),
+        r.index.as_secs_f64(),
+        rows.join(", ")
+    )
 }
 
 /// The command line, with the value of a `--url` (which may hold a password) redacted.

@@ -1,7 +1,105 @@
 //! What every command does with Ctrl-C in common.
 
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
 /// Exit status of a command stopped by Ctrl-C (128 + SIGINT).
 pub const INTERRUPTED: u8 = 130;
 
 /// A SIGINT this soon after the first is the same stop, not a second Ctrl-C.
-pub const SAME_STOP: std::time::Duration = std::time::Duration::from_millis(250);
+pub const SAME_STOP: Duration = Duration::from_millis(250);
+
+/// How long cancelled work may take to end on the server before we stop waiting.
+pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// Ctrl-C, listened for from creation: from then on SIGINT no longer kills the process, so
+/// work on the server is cancelled, not left running behind a dead client (a `CREATE INDEX`
+/// or `pg_sleep` runs to its end, and commits, when only its socket closes).
+pub struct CtrlC(Signal);
+
+/// How work run by [`CtrlC::cancelling`] ended.
+pub enum Cancelled<T> {
+    /// No Ctrl-C came: its own output.
+    Ran(T),
+    /// A Ctrl-C came, the cancel was sent, and the work then ended, cancelled or (when it had
+    /// already finished) not: its output says which.
+    AfterCancel(T),
+    /// The cancel request could not be sent; the work may still run on the server.
+    NotSent(slipstream_pg::Error),
+    /// The server took the cancel but the work had not ended [`CANCEL_WAIT`] later.
+    NotEnded,
+}
+
+impl<T> Cancelled<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Cancelled<U> {
+        match self {
+            Cancelled::Ran(t) => Cancelled::Ran(f(t)),
+            Cancelled::AfterCancel(t) => Cancelled::AfterCancel(f(t)),
+            Cancelled::NotSent(e) => Cancelled::NotSent(e),
+            Cancelled::NotEnded => Cancelled::NotEnded,
+        }
+    }
+}
+
+impl CtrlC {
+    pub fn listen() -> anyhow::Result<Self> {
+        Ok(Self(signal(SignalKind::interrupt())?))
+    }
+
+    /// `work`'s output, or `None` if Ctrl-C came first (`work` is then dropped).
+    pub async fn or<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            out = work => Some(out),
+            _ = next(&mut self.0) => None,
+        }
+    }
+
+    /// Runs `work`. On Ctrl-C, sends `cancel` to the server and waits up to [`CANCEL_WAIT`]
+    /// for `work` to end, as psql does; `what` names the work on stderr. A second Ctrl-C
+    /// exits at once, leaving the work to the server.
+    pub async fn cancelling<T>(
+        &mut self,
+        what: &str,
+        work: impl Future<Output = T>,
+        cancel: impl Future<Output = Result<(), slipstream_pg::Error>>,
+    ) -> Cancelled<T> {
+        tokio::pin!(work);
+        tokio::select! {
+            out = &mut work => return Cancelled::Ran(out),
+            _ = next(&mut self.0) => {}
+        }
+        let pressed = Instant::now();
+        eprintln!("cancelling {what} on the server (Ctrl-C again to exit now, leaving it to run)");
+        let after_cancel = async {
+            if let Err(e) = cancel.await {
+                return Cancelled::NotSent(e);
+            }
+            match tokio::time::timeout(CANCEL_WAIT, &mut work).await {
+                Ok(out) => Cancelled::AfterCancel(out),
+                Err(_) => Cancelled::NotEnded,
+            }
+        };
+        let second = async {
+            loop {
+                next(&mut self.0).await;
+                // One stop sent twice (`timeout -s INT` signals the process and then its
+                // group) is not a second Ctrl-C.
+                if pressed.elapsed() >= SAME_STOP {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            c = after_cancel => c,
+            _ = second => std::process::exit(i32::from(INTERRUPTED)),
+        }
+    }
+}
+
+/// The next SIGINT; never, if the listener closed.
+async fn next(signal: &mut Signal) {
+    if signal.recv().await.is_none() {
+        std::future::pending::<()>().await;
+    }
+}

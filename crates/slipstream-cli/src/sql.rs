@@ -1,14 +1,9 @@
 //! `slipstream sql`: run SQL, print psql-style tables.
 
-use std::time::{Duration, Instant};
-
 use slipstream_lab::Table;
 use slipstream_pg::{SimpleQueryMessage, SqlState};
 
-use crate::interrupt::{INTERRUPTED, SAME_STOP};
-
-/// How long a cancelled statement may take to end on the server before we stop waiting.
-const CANCEL_WAIT: Duration = Duration::from_secs(10);
+use crate::interrupt::{CANCEL_WAIT, Cancelled, CtrlC};
 
 /// How a `slipstream sql` run ended.
 pub enum Ran {
@@ -22,52 +17,31 @@ pub enum Ran {
 /// cancels the statement on the server, as psql's does: a dead client alone would leave the
 /// server running it to its end, and committing it. A second Ctrl-C exits at once.
 pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
-    // Listening from the start takes SIGINT's default (exit) away for the whole run, so every
-    // Ctrl-C goes through here.
-    let first = tokio::signal::ctrl_c();
-    tokio::pin!(first);
-    let mut client = tokio::select! {
-        c = slipstream_pg::connect(url) => c?,
-        _ = &mut first => return Ok(Ran::Interrupted("interrupted while connecting".into())),
+    let mut ctrl_c = CtrlC::listen()?;
+    let Some(client) = ctrl_c.or(slipstream_pg::connect(url)).await else {
+        return Ok(Ran::Interrupted("interrupted while connecting".into()));
     };
+    let mut client = client?;
     let token = client.cancel_token();
-    let (reply, cancel_sent) = {
-        let statement = client.simple_query(query);
-        tokio::pin!(statement);
-        tokio::select! {
-            reply = &mut statement => (reply, false),
-            _ = &mut first => {
-                let pressed = Instant::now();
-                eprintln!(
-                    "cancelling the statement on the server (Ctrl-C again to exit now, leaving it to run)"
-                );
-                tokio::spawn(async move {
-                    while tokio::signal::ctrl_c().await.is_ok() {
-                        // One stop sent twice (`timeout -s INT` signals the process and then
-                        // its group) is not a second Ctrl-C.
-                        if pressed.elapsed() >= SAME_STOP {
-                            std::process::exit(i32::from(INTERRUPTED));
-                        }
-                    }
-                });
-                if let Err(e) = token.cancel().await {
-                    return Ok(Ran::Interrupted(format!(
-                        "could not cancel the statement ({e}); it may still be running on the server: see pg_stat_activity"
-                    )));
-                }
-                match tokio::time::timeout(CANCEL_WAIT, &mut statement).await {
-                    Ok(reply) => (reply, true),
-                    Err(_) => {
-                        return Ok(Ran::Interrupted(format!(
-                            "the server took the cancel but the statement had not ended {CANCEL_WAIT:?} later; it may still be running: see pg_stat_activity"
-                        )));
-                    }
-                }
-            }
-        }
-    };
+    let ran = ctrl_c
+        .cancelling("the statement", client.simple_query(query), token.cancel())
+        .await;
     // After a cancel the statement either stopped, or had ended before the request arrived:
     // then it stands, and its reply is shown.
+    let (reply, cancel_sent) = match ran {
+        Cancelled::Ran(reply) => (reply, false),
+        Cancelled::AfterCancel(reply) => (reply, true),
+        Cancelled::NotSent(e) => {
+            return Ok(Ran::Interrupted(format!(
+                "could not cancel the statement ({e}); it may still be running on the server: see pg_stat_activity"
+            )));
+        }
+        Cancelled::NotEnded => {
+            return Ok(Ran::Interrupted(format!(
+                "the server took the cancel but the statement had not ended {CANCEL_WAIT:?} later; it may still be running: see pg_stat_activity"
+            )));
+        }
+    };
     match reply {
         Ok(reply) => {
             if cancel_sent {

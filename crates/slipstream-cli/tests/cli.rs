@@ -807,6 +807,141 @@ fn a_second_ctrl_c_during_sql_exits_at_once() {
     );
 }
 
+/// Starts `slipstream bench WORKLOAD --setup ARGS` against `cluster`, its output piped: for a
+/// test that signals it.
+fn spawn_setup(
+    workload: &str,
+    args: &[&str],
+    cluster: &Cluster,
+    home: &std::path::Path,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(["bench", workload, "--setup", "--url", &cluster.url()])
+        .args(args)
+        .env("SLIPSTREAM_HOME", home)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 30 s until `count_sql` (a `SELECT count(*)`) counts at least one.
+fn wait_until_counted(cluster: &Cluster, count_sql: &str, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cluster.psql(count_sql).unwrap().trim() == "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Ctrl-C during `bench FILE --setup` cancels the file's setup SQL on the server. Before, the
+/// process died at once and the server ran the SQL to its end and committed it: the table
+/// below existed 4 s after the user had stopped the setup.
+#[test]
+fn ctrl_c_during_a_workload_setup_cancels_it_on_the_server() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("setup.toml");
+    std::fs::write(
+        &file,
+        "name = \"made\"\nsetup = \"CREATE TABLE made (n int); INSERT INTO made SELECT 1 FROM pg_sleep(4) /* setup-ctrl-c */\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let child = spawn_setup(file.to_str().unwrap(), &[], &cluster, dir.path());
+    wait_until_counted(
+        &cluster,
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%setup-ctrl-c%' AND state = 'active' AND pid <> pg_backend_pid()",
+        "the setup SQL running",
+    );
+    let (o, _) = ctrl_c(child, 1);
+    let left = sleepers_after(&cluster, "setup-ctrl-c", std::time::Duration::from_secs(10));
+    let made = cluster.psql("SELECT to_regclass('made') IS NULL").unwrap();
+    assert_eq!(
+        made.trim(),
+        "t",
+        "the interrupted setup committed its table"
+    );
+    assert_eq!(left, 0, "the setup SQL still runs on the server");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(
+        text(&o).contains("setup cancelled on the server"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("--setup` again"), "{}", text(&o));
+}
+
+/// Ctrl-C during `bench order-entry --setup` cancels the load on the server. Closing the
+/// connections alone ends a COPY, but not a statement that does not read from the client: a
+/// `CREATE INDEX`, or here the load's first statement waiting on a lock another session holds.
+/// Before, the process died at once and that statement went on waiting (then would have run
+/// and committed) behind the dead client.
+#[test]
+fn ctrl_c_during_the_order_entry_load_cancels_it_on_the_server() {
+    let cluster = Cluster::start().unwrap();
+    cluster
+        .psql("CREATE SCHEMA soe; CREATE TABLE soe.held (n int)")
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let holder = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args([
+            "sql",
+            "BEGIN; LOCK TABLE soe.held; SELECT pg_sleep(60) /* oe-holder */",
+            "--url",
+            &cluster.url(),
+        ])
+        .env("SLIPSTREAM_HOME", home.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until_counted(
+        &cluster,
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%oe-holder%' AND wait_event = 'PgSleep'",
+        "the lock holder sleeping",
+    );
+    let child = spawn_setup("order-entry", &["--scale", "0.01"], &cluster, home.path());
+    let waiting = "DROP SCHEMA IF EXISTS soe";
+    wait_until_counted(
+        &cluster,
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%{waiting}%' AND wait_event_type = 'Lock'"
+        ),
+        "the load waiting on the lock",
+    );
+    let (o, _) = ctrl_c(child, 1);
+    let left = sleepers_after(&cluster, waiting, std::time::Duration::from_secs(10));
+    let _ = cluster.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%oe-holder%' AND pid <> pg_backend_pid()",
+    );
+    let _ = holder.wait_with_output();
+    assert_eq!(left, 0, "the load's statement still waits on the server");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(
+        text(&o).contains("setup cancelled on the server"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("`slipstream bench order-entry --setup` again"),
+        "{}",
+        text(&o)
+    );
+    // Once the lock is gone, nothing of the stopped load runs late: the old schema stands.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let kept = cluster
+        .psql("SELECT to_regclass('soe.held') IS NOT NULL")
+        .unwrap();
+    assert_eq!(
+        kept.trim(),
+        "t",
+        "the stopped load dropped the schema after all"
+    );
+}
+
 #[test]
 fn a_bad_workload_file_is_named_with_its_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use slipstream_pg::{Client, CopyIn};
+use slipstream_pg::{CancelToken, Client, CopyIn};
 
 use super::names::{COUNTIES, COUNTRIES, FIRST_NAMES, LAST_NAMES, NLS, TOWNS};
 use super::schema::{INDEXES, TABLES, sequences};
@@ -100,12 +101,64 @@ pub(crate) fn list_price_cents(product: i32) -> i64 {
 /// # Ok(()) }
 /// ```
 pub async fn setup(url: &str, scale: f64, say: impl Fn(&str)) -> anyhow::Result<SetupReport> {
+    setup_with_cancel(url, scale, say, &SetupCancel::default()).await
+}
+
+/// The cancel keys of a running [`setup_with_cancel`]'s connections. Dropping the setup's
+/// future closes its connections, which ends a COPY on the server but not a `CREATE INDEX`:
+/// the server runs that to its end (minutes at a large scale) unless it is cancelled.
+///
+/// ```no_run
+/// # async fn f() -> anyhow::Result<()> {
+/// use slipstream_bench::order_entry::{SetupCancel, setup_with_cancel};
+/// let cancel = SetupCancel::default();
+/// let url = "postgres://postgres@127.0.0.1/postgres";
+/// tokio::select! {
+///     r = setup_with_cancel(url, 1.0, |line| eprintln!("{line}"), &cancel) => { r?; }
+///     _ = tokio::signal::ctrl_c() => cancel.cancel().await?,
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct SetupCancel(Arc<Mutex<Vec<CancelToken>>>);
+
+impl SetupCancel {
+    /// Asks the server to cancel whatever each of the setup's connections runs now; the
+    /// setup then fails with SQLSTATE 57014 (or has already ended). The first error, if a
+    /// request could not be sent; the others are still tried.
+    pub async fn cancel(&self) -> Result<(), slipstream_pg::Error> {
+        let tokens = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let sent = futures_util::future::join_all(tokens.iter().map(CancelToken::cancel)).await;
+        sent.into_iter().collect()
+    }
+
+    fn add(&self, token: CancelToken) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(token);
+    }
+}
+
+/// [`setup`], with each connection's cancel key put into `cancel` as it connects.
+pub async fn setup_with_cancel(
+    url: &str,
+    scale: f64,
+    say: impl Fn(&str),
+    cancel: &SetupCancel,
+) -> anyhow::Result<SetupReport> {
     let sizes = Sizes::for_scale(scale)?;
     let started = Instant::now();
     let connect = || async {
-        slipstream_pg::connect(url)
+        let client = slipstream_pg::connect(url)
             .await
-            .map_err(|e| anyhow::anyhow!("Order Entry setup could not connect: {e}"))
+            .map_err(|e| anyhow::anyhow!("Order Entry setup could not connect: {e}"))?;
+        cancel.add(client.cancel_token());
+        Ok::<_, anyhow::Error>(client)
     };
     let mut main = connect().await?;
     main.batch_execute(TABLES)

@@ -21,7 +21,7 @@ mod transactions;
 
 use slipstream_pg::Client;
 
-pub use load::{SetupReport, Sizes, setup};
+pub use load::{SetupCancel, SetupReport, Sizes, setup, setup_with_cancel};
 pub use schema::SCHEMA;
 use transactions::*;
 
