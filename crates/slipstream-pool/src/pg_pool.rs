@@ -58,6 +58,10 @@ const STANDBY: u8 = 2;
 /// `MAX_PROBE_INTERVAL`.
 const FIRST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// How often borrows that find no server of their role may have the roles asked: a
+/// promotion is found this soon after it happens, and a caller retrying such a borrow in a
+/// loop costs the servers one `pg_is_in_recovery()` per interval over an idle connection.
+const ASKED_PROBE_INTERVAL: Duration = Duration::from_millis(5);
 /// How often the monitor looks again while connections on a down or drained server hold part
 /// of `max_size` back (a return also wakes it).
 const HELD_BACK_RECHECK: Duration = Duration::from_millis(20);
@@ -950,7 +954,7 @@ async fn monitor_task(shared: Weak<Shared>) {
     // failover promotes a standby nobody may talk to), backing off like down servers' probes.
     let mut next_role_probe = Instant::now();
     let mut role_interval = FIRST_PROBE_INTERVAL;
-    let mut last_asked = Instant::now() - FIRST_PROBE_INTERVAL;
+    let mut last_asked = Instant::now() - ASKED_PROBE_INTERVAL;
     loop {
         let Some(pool) = shared.upgrade() else { return };
         let no_primary = !pool
@@ -958,10 +962,11 @@ async fn monitor_task(shared: Weak<Shared>) {
             .iter()
             .any(|s| s.state.serving() && s.state.role() == ServerRole::Primary);
         // A borrow that found no server of its role asks for the roles at once, but at most
-        // once per FIRST_PROBE_INTERVAL: a caller retrying a failing borrow in a loop must not
-        // turn into a connection storm on the servers.
+        // once per ASKED_PROBE_INTERVAL: a caller retrying a failing borrow in a loop must not
+        // turn into a storm on the servers (and a role probe opens no connection past the
+        // first: see `probe_server`).
         let asked = pool.reprobe_roles.load(Ordering::Relaxed)
-            && Instant::now() >= last_asked + FIRST_PROBE_INTERVAL;
+            && Instant::now() >= last_asked + ASKED_PROBE_INTERVAL;
         if asked {
             pool.reprobe_roles.store(false, Ordering::Relaxed);
             last_asked = Instant::now();
@@ -1016,7 +1021,7 @@ async fn monitor_task(shared: Weak<Shared>) {
         }
         if pool.reprobe_roles.load(Ordering::Relaxed) {
             wait = wait
-                .min((last_asked + FIRST_PROBE_INTERVAL).saturating_duration_since(Instant::now()));
+                .min((last_asked + ASKED_PROBE_INTERVAL).saturating_duration_since(Instant::now()));
         }
         let monitor = pool.monitor.clone();
         drop(pool);
@@ -1128,8 +1133,21 @@ enum Probed {
 
 async fn probe_server(server: &Server, how: Probe) -> Probed {
     if let Probe::Role = how {
-        if let Some(mut conn) = server.pool.try_get() {
-            let limit = server.config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
+        let limit = server.config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
+        let idle = match server.pool.try_get() {
+            Some(conn) => Some(conn),
+            None if server.pool.held_count() < server.pool.max_size() => {
+                // Opened through the sub-pool, within its share, and kept there idle: the
+                // next role probe asks over it instead of opening another (a borrow loop
+                // failing with NoServer asks for one every ASKED_PROBE_INTERVAL).
+                tokio::time::timeout(limit, server.pool.get())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            None => return Probed::Skipped,
+        };
+        if let Some(mut conn) = idle {
             // Asked, not read from `in_hot_standby`: an idle connection's report predates a
             // promotion it has not run a statement since.
             let asked =
@@ -1142,9 +1160,7 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
             // A failure here is the connection's: the return breaks it and suspects the server.
             return Probed::Skipped;
         }
-        if server.pool.held_count() >= server.pool.max_size() {
-            return Probed::Skipped;
-        }
+        // No connection through the sub-pool: a probe of its own says whether it is down.
     }
     match probe(&server.config).await {
         Ok(role) => Probed::Role(role),

@@ -405,6 +405,50 @@ async fn failing_primary_borrows_do_not_storm_the_servers_with_probes() {
     );
 }
 
+/// The same storm with room in the server's share: role probes are asked for every few
+/// milliseconds now (a promotion is found that soon), so each must not open a connection of
+/// its own. The first opens one through the sub-pool and the rest ask over it. Before, with
+/// the 100 ms limit, this loop made a probe connection about every 100 ms (20 in 2 s); with
+/// the 5 ms limit and a connection per probe it would make hundreds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_primary_borrows_with_room_in_the_share_open_one_connection() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let fwd = Forwarder::start(standby.port());
+    let pool = PgPool::builder(
+        hosts(&[fwd.port], "application_name=attack_storm")
+            .parse()
+            .unwrap(),
+    )
+    .max_size(2)
+    .build_ready()
+    .await
+    .unwrap();
+    let held = pool.get(Role::Standby).await.unwrap();
+    let before = fwd.accepts();
+    let start = Instant::now();
+    let mut failures = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        match tokio::time::timeout(T, pool.get(Role::Primary))
+            .await
+            .unwrap()
+        {
+            Err(PoolError::NoServer { .. }) => failures += 1,
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let probes = fwd.accepts() - before;
+    let open = pool.servers()[0].stats.open;
+    drop(held);
+    eprintln!("{failures} NoServer answers; {probes} connections opened; {open} open");
+    assert!(
+        probes <= 1 && open <= 2,
+        "{failures} failed Role::Primary borrows in 2 s made the pool open {probes} \
+         connections to the standby (max_size 2, one lent); {open} open at the end"
+    );
+}
+
 /// Counts the pool's backends (application_name attack_storm) on a server over one psql
 /// session kept open (a fresh psql per sample is too slow); the session ends when dropped.
 struct Sampler {
