@@ -355,6 +355,7 @@ fn demo_writes_a_report() {
         "fetch-size",
         "fetch-memory",
         "pool-scaling",
+        "failover",
     ] {
         assert!(
             html.contains(&format!("<h2 id=\"{experiment}\">")),
@@ -362,6 +363,27 @@ fn demo_writes_a_report() {
         );
     }
     assert!(out.join("roundtrip.json").exists() && out.join("connect.svg").exists());
+}
+
+/// `lab run failover`: every pool's writers write on the promoted standby within the run,
+/// and the table names each pool.
+#[test]
+fn failover_experiment_sees_every_pools_writers_on_the_new_primary() {
+    let _machine = loads_the_machine();
+    let cluster = Cluster::start().unwrap();
+    let (out, result) = run_quick(&cluster, "failover");
+    for (peer, key) in [
+        ("slipstream-pool", "slipstream"),
+        ("deadpool", "deadpool"),
+        ("bb8", "bb8"),
+    ] {
+        assert!(out.contains(peer), "{peer} missing from:\n{out}");
+        let back = result["ratios"][format!("{key}_all_writers_ms")].as_f64();
+        assert!(
+            back.is_some_and(|ms| ms > 0.0 && ms < 60_000.0),
+            "{key}'s writers did not all write on the new primary: {back:?}\n{out}"
+        );
+    }
 }
 
 #[test]

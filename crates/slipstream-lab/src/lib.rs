@@ -90,6 +90,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::pool_scaling::run,
     },
     Experiment {
+        name: "failover",
+        title: experiments::failover::TITLE,
+        source: "article 002's fast failover; vs deadpool and bb8 over tokio-postgres read-write",
+        run: experiments::failover::run,
+    },
+    Experiment {
         name: "order-entry",
         title: experiments::order_entry_demo::TITLE,
         source: "article 004's Swingbench Order Entry, run by slipstream bench",

@@ -2,10 +2,12 @@
 
 pub(crate) mod ab;
 pub(crate) mod connect;
+pub(crate) mod failover;
 pub(crate) mod fetch_memory;
 pub(crate) mod fetch_size;
 mod fetch_table;
 pub(crate) mod order_entry_demo;
+mod pg_peers;
 mod pgbench;
 pub(crate) mod pipeline;
 pub(crate) mod pk_lookup;

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use super::env_list;
+use super::pg_peers::{B8Pg, DeadPg};
 
 use crate::pool_peers::{B8, Dead, MutexPool, Ours, R2};
 use crate::{Context, ExperimentResult, Summary, Table, paired_ratios};
@@ -631,46 +632,6 @@ fn tasks<P: TaskPool>(
         anyhow::Ok(())
     })?;
     Ok(summarize(name, seconds, &before, &rec, &after))
-}
-
-// ---- real PostgreSQL connections: each pool with its usual client ----
-
-struct DeadPg(tokio_postgres::Config);
-impl deadpool::managed::Manager for DeadPg {
-    type Type = tokio_postgres::Client;
-    type Error = tokio_postgres::Error;
-    async fn create(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        let (client, connection) = self.0.connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        Ok(client)
-    }
-    async fn recycle(
-        &self,
-        c: &mut tokio_postgres::Client,
-        _: &deadpool::managed::Metrics,
-    ) -> deadpool::managed::RecycleResult<tokio_postgres::Error> {
-        if c.is_closed() {
-            return Err(deadpool::managed::RecycleError::message("closed"));
-        }
-        Ok(())
-    }
-}
-
-struct B8Pg(tokio_postgres::Config);
-impl bb8::ManageConnection for B8Pg {
-    type Connection = tokio_postgres::Client;
-    type Error = tokio_postgres::Error;
-    async fn connect(&self) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        let (client, connection) = self.0.connect(tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
-        Ok(client)
-    }
-    async fn is_valid(&self, _: &mut tokio_postgres::Client) -> Result<(), tokio_postgres::Error> {
-        Ok(())
-    }
-    fn has_broken(&self, c: &mut tokio_postgres::Client) -> bool {
-        c.is_closed()
-    }
 }
 
 /// What borrows: OS threads or tasks on the trivial connection, or tasks on real PostgreSQL.

@@ -1,0 +1,471 @@
+//! `failover`: writers run against a primary and its streaming standby; the primary stops
+//! and the standby is promoted. How long each pool's writers go without a primary, and how
+//! many of their statements fail: slipstream-pool's `PgPool` (`Role::Primary`) against
+//! deadpool and bb8 over tokio-postgres given the same two hosts with
+//! `target_session_attrs=read-write` (libpq's multi-host failover, as those clients do it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use slipstream_pool::{PgPool, Role};
+use slipstream_testkit::Cluster;
+
+use super::pg_peers::{B8Pg, DeadPg};
+use crate::{Context, ExperimentResult, Series, Summary, Table};
+
+pub(crate) const TITLE: &str = "Failover: the primary stops, its standby is promoted";
+
+/// Tasks writing at once, and each peer's pool size: every writer has a connection.
+const WRITERS: usize = 4;
+/// A writer's pause after each statement, ok or failed: the same pace for every pool, so a
+/// pool's recovery is seen within this much of when it happens.
+const PACE: Duration = Duration::from_millis(2);
+/// A statement (borrow included) that takes longer has failed.
+const OP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Takes a transaction id (refused on a standby) and says which server answered.
+const WRITE: &str = "SELECT current_setting('port')::int4 FROM (SELECT txid_current()) AS w";
+/// Width of the chart's bins.
+const BIN: Duration = Duration::from_millis(10);
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Peer {
+    Slipstream,
+    Deadpool,
+    Bb8,
+}
+
+const PEERS: [Peer; 3] = [Peer::Slipstream, Peer::Deadpool, Peer::Bb8];
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Slipstream => "slipstream-pool (PgPool, Role::Primary)",
+            Peer::Deadpool => "deadpool + tokio-postgres (read-write)",
+            Peer::Bb8 => "bb8 + tokio-postgres (read-write)",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Peer::Slipstream => "slipstream",
+            Peer::Deadpool => "deadpool",
+            Peer::Bb8 => "bb8",
+        }
+    }
+}
+
+enum Pool {
+    Slipstream(PgPool),
+    Deadpool(deadpool::managed::Pool<DeadPg>),
+    Bb8(bb8::Pool<B8Pg>),
+}
+
+impl Pool {
+    async fn build(peer: Peer, primary: u16, standby: u16) -> anyhow::Result<Pool> {
+        let hosts = format!(
+            "host=127.0.0.1,127.0.0.1 port={primary},{standby} user=postgres dbname=postgres connect_timeout=5"
+        );
+        Ok(match peer {
+            // Shares of max_size are even over the two servers: the primary's is WRITERS, as
+            // the peers' whole pool.
+            Peer::Slipstream => Pool::Slipstream(
+                PgPool::builder(format!("{hosts} sslmode=disable").parse()?)
+                    .max_size(2 * WRITERS)
+                    .build_ready()
+                    .await?,
+            ),
+            Peer::Deadpool => {
+                let config = format!("{hosts} target_session_attrs=read-write").parse()?;
+                Pool::Deadpool(
+                    deadpool::managed::Pool::builder(DeadPg(config))
+                        .max_size(WRITERS)
+                        .runtime(deadpool::Runtime::Tokio1)
+                        .build()?,
+                )
+            }
+            Peer::Bb8 => {
+                let config = format!("{hosts} target_session_attrs=read-write").parse()?;
+                Pool::Bb8(
+                    bb8::Pool::builder()
+                        .max_size(WRITERS as u32)
+                        .connection_timeout(OP_TIMEOUT)
+                        .test_on_check_out(false)
+                        .build(B8Pg(config))
+                        .await?,
+                )
+            }
+        })
+    }
+
+    /// One write: the port of the server that took it.
+    async fn write(&self) -> Result<i32, String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Pool::Slipstream(p) => {
+                let mut c = p.get(Role::Primary).await.map_err(|e| text(&e))?;
+                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
+                row.get(0).map_err(|e| text(&e))
+            }
+            Pool::Deadpool(p) => {
+                let c = p.get().await.map_err(|e| text(&e))?;
+                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
+                row.try_get(0).map_err(|e| text(&e))
+            }
+            Pool::Bb8(p) => {
+                let c = p.get().await.map_err(|e| text(&e))?;
+                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
+                row.try_get(0).map_err(|e| text(&e))
+            }
+        }
+    }
+}
+
+/// One statement's end, since the run's start, and the port that took it (`None`: failed).
+#[derive(Clone, Copy)]
+struct Op {
+    end: Duration,
+    port: Option<i32>,
+}
+
+/// A writer: statements at [`PACE`] until told to stop.
+async fn writer(
+    pool: Arc<Pool>,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+) -> (Vec<Op>, Option<String>) {
+    let (mut ops, mut first_error) = (Vec::new(), None);
+    while !stop.load(Relaxed) {
+        let port = match tokio::time::timeout(OP_TIMEOUT, pool.write()).await {
+            Ok(Ok(port)) => Some(port),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+                None
+            }
+            Err(_) => {
+                first_error.get_or_insert_with(|| format!("no answer within {OP_TIMEOUT:?}"));
+                None
+            }
+        };
+        ops.push(Op {
+            end: start.elapsed(),
+            port,
+        });
+        tokio::time::sleep(PACE).await;
+    }
+    (ops, first_error)
+}
+
+/// What one failover did to one pool's writers. Times are from the moment the primary was
+/// told to stop.
+struct Failover {
+    /// The primary's fast shutdown, until its process exited.
+    stopped: Duration,
+    /// The standby's promotion, seen from a session on it.
+    promoted: Duration,
+    /// The first write the new primary took.
+    first_write: Option<Duration>,
+    /// When the last writer had its first write on the new primary.
+    all_writers: Option<Duration>,
+    /// Writes that failed from the stop on.
+    failed: usize,
+    /// Writes per second before the stop.
+    rate_before: f64,
+    /// Writes per second on the new primary over the run's last second.
+    rate_after: f64,
+    /// The first failure's message, as a writer saw it.
+    first_error: Option<String>,
+    /// Successful writes per [`BIN`], by bin start relative to the stop (ms).
+    bins: Vec<(f64, f64)>,
+}
+
+/// Runs one failover for `peer` on a fresh primary and standby.
+fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover> {
+    let mut primary = Cluster::start().context("starting the primary")?;
+    let standby = primary
+        .start_standby()
+        .context("starting the standby (pg_basebackup)")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (pool, mut promoter) = rt.block_on(async {
+        let pool = Pool::build(peer, primary.port(), standby.port()).await?;
+        let promoter = slipstream_pg::connect(&super::without_tls(&standby.url())).await?;
+        anyhow::Ok((Arc::new(pool), promoter))
+    })?;
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|_| rt.spawn(writer(pool.clone(), start, stop.clone())))
+        .collect();
+    std::thread::sleep(before);
+
+    let fault = start.elapsed();
+    primary.stop().context("stopping the primary")?;
+    let stopped = start.elapsed() - fault;
+    // pg_promote(true) polls for the end of recovery every 100 ms; asking the session every
+    // millisecond dates the promotion closer.
+    let promoted = rt.block_on(async {
+        promoter.simple_query("SELECT pg_promote(false)").await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let row = promoter
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await?;
+            if !row.get::<_, bool>(0)? {
+                return anyhow::Ok(start.elapsed() - fault);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the standby was not promoted within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })?;
+    std::thread::sleep(after);
+    stop.store(true, Relaxed);
+    let done = rt.block_on(async {
+        let mut done = Vec::new();
+        for w in writers {
+            done.push(w.await?);
+        }
+        anyhow::Ok(done)
+    })?;
+    drop(pool);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(summarize(
+        &done,
+        standby.port(),
+        fault,
+        stopped,
+        promoted,
+        before,
+        after,
+    ))
+}
+
+fn summarize(
+    done: &[(Vec<Op>, Option<String>)],
+    standby: u16,
+    fault: Duration,
+    stopped: Duration,
+    promoted: Duration,
+    before: Duration,
+    after: Duration,
+) -> Failover {
+    let on_new = |o: &Op| o.port == Some(i32::from(standby)) && o.end >= fault;
+    let firsts: Vec<Option<Duration>> = done
+        .iter()
+        .map(|(ops, _)| ops.iter().find(|o| on_new(o)).map(|o| o.end - fault))
+        .collect();
+    let all_ops = || done.iter().flat_map(|(ops, _)| ops.iter());
+    let ok_between = |from: Duration, to: Duration| {
+        all_ops()
+            .filter(|o| o.port.is_some() && o.end >= from && o.end < to)
+            .count() as f64
+    };
+    let end = fault + after + promoted;
+    let last_second = end.saturating_sub(Duration::from_secs(1)).max(fault);
+    let mut bins = Vec::new();
+    let lead = Duration::from_millis(200).min(fault);
+    let mut t = fault - lead;
+    while t < end {
+        let n = ok_between(t, t + BIN);
+        bins.push(((t.as_secs_f64() - fault.as_secs_f64()) * 1e3, n));
+        t += BIN;
+    }
+    Failover {
+        stopped,
+        promoted,
+        first_write: firsts.iter().flatten().min().copied(),
+        all_writers: if firsts.iter().all(Option::is_some) {
+            firsts.iter().flatten().max().copied()
+        } else {
+            None
+        },
+        failed: all_ops()
+            .filter(|o| o.port.is_none() && o.end >= fault)
+            .count(),
+        rate_before: ok_between(Duration::ZERO, fault) / before.as_secs_f64(),
+        rate_after: all_ops()
+            .filter(|o| on_new(o) && o.end >= last_second)
+            .count() as f64
+            / (end - last_second).as_secs_f64().max(1e-3),
+        first_error: done.iter().find_map(|(_, e)| e.clone()),
+        bins,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let (rounds, before, after) = if ctx.quick {
+        (1, Duration::from_millis(500), Duration::from_secs(1))
+    } else {
+        (5, Duration::from_secs(1), Duration::from_secs(2))
+    };
+    let mut r = ExperimentResult::new("failover", TITLE, ctx.quick);
+    r.param("rounds", rounds);
+    r.param("writers", WRITERS);
+    r.param("pace_ms", ms(PACE));
+
+    // Rounds interleave the pools, each failover on a fresh primary and standby.
+    let mut runs: Vec<Vec<Failover>> = PEERS.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (i, &peer) in PEERS.iter().enumerate() {
+            runs[i].push(one(peer, before, after).with_context(|| format!("{peer:?}"))?);
+        }
+    }
+
+    let median = |v: Vec<f64>| Summary::of(&v).p50;
+    let opt_ms = |d: Option<Duration>| d.map_or(f64::NAN, ms);
+    let mut table = Table::new(&[
+        "pool + client",
+        "writes/s before",
+        "promoted, ms after the stop",
+        "first write on the new primary, ms",
+        "every writer back, ms",
+        "pool's own share, ms (first write - promoted)",
+        "failed writes",
+        "writes/s after",
+    ]);
+    let mut outage = Vec::new();
+    for (i, &peer) in PEERS.iter().enumerate() {
+        let f = &runs[i];
+        let first = median(f.iter().map(|f| opt_ms(f.first_write)).collect());
+        let all = median(f.iter().map(|f| opt_ms(f.all_writers)).collect());
+        let promoted = median(f.iter().map(|f| ms(f.promoted)).collect());
+        let own = median(
+            f.iter()
+                .map(|f| opt_ms(f.first_write) - ms(f.promoted))
+                .collect(),
+        );
+        let failed = median(f.iter().map(|f| f.failed as f64).collect());
+        table.row(vec![
+            peer.name().into(),
+            format!("{:.0}", median(f.iter().map(|f| f.rate_before).collect())),
+            format!("{promoted:.1}"),
+            format!("{first:.1}"),
+            format!("{all:.1}"),
+            format!("{own:.1}"),
+            format!("{failed:.0}"),
+            format!("{:.0}", median(f.iter().map(|f| f.rate_after).collect())),
+        ]);
+        r.ratios
+            .insert(format!("{}_first_write_ms", peer.key()), first);
+        r.ratios
+            .insert(format!("{}_all_writers_ms", peer.key()), all);
+        r.ratios
+            .insert(format!("{}_failed_writes", peer.key()), failed);
+        outage.push(all);
+        if let Some(e) = f.iter().find_map(|f| f.first_error.as_deref()) {
+            r.notes.push(format!(
+                "{}: the first failure a writer saw: {e}",
+                peer.name()
+            ));
+        }
+        r.notes.push(format!(
+            "{}: the primary's fast shutdown took {:.1} ms (median)",
+            peer.name(),
+            median(f.iter().map(|f| ms(f.stopped)).collect())
+        ));
+    }
+    for (i, &peer) in PEERS.iter().enumerate().skip(1) {
+        r.ratios.insert(
+            format!("{}_over_slipstream_every_writer_back", peer.key()),
+            outage[i] / outage[0].max(1e-9),
+        );
+    }
+    r.table = table;
+    r.series = PEERS
+        .iter()
+        .enumerate()
+        .map(|(i, &peer)| Series {
+            name: peer.name().into(),
+            x_label: "ms after the primary was told to stop".into(),
+            y_label: format!("writes per {} ms (first round)", BIN.as_millis()),
+            points: runs[i][0].bins.clone(),
+        })
+        .collect();
+    r.notes.push(format!(
+        "{WRITERS} tasks write (`SELECT txid_current()`, refused on a standby) every {} ms, after a failure too; \
+         each pool has {WRITERS} connections to the primary (PgPool: max_size {} shared evenly by the two servers)",
+        PACE.as_millis(),
+        2 * WRITERS
+    ));
+    r.notes.push("each failover runs on a fresh primary and streaming standby (private clusters, not the database under test): fast shutdown of the primary, then pg_promote() on the standby, dated by polling pg_is_in_recovery() every 1 ms".into());
+    r.notes.push("the peers reconnect through tokio-postgres's host list with target_session_attrs=read-write, as libpq's multi-host failover does; times are medians over the rounds, 'NaN' where a pool never wrote on the new primary".into());
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(ms: u64, port: Option<i32>) -> Op {
+        Op {
+            end: Duration::from_millis(ms),
+            port,
+        }
+    }
+
+    /// The times count from the stop, "every writer back" waits for the slowest writer's
+    /// first write on the new primary, and writes on the old primary or before the stop are
+    /// neither failures nor recoveries.
+    #[test]
+    fn a_failover_is_measured_from_the_stop_to_each_writers_first_write_on_the_new_primary() {
+        let (old, new) = (5432, 5433);
+        let done = vec![
+            (
+                vec![
+                    op(10, Some(old)),
+                    op(20, Some(old)),
+                    op(110, None),
+                    op(115, None),
+                    op(150, Some(new)),
+                    op(170, Some(new)),
+                ],
+                Some("terminating connection".to_string()),
+            ),
+            (
+                vec![op(50, Some(old)), op(120, None), op(200, Some(new))],
+                None,
+            ),
+        ];
+        let f = summarize(
+            &done,
+            new as u16,
+            Duration::from_millis(100),
+            Duration::from_millis(5),
+            Duration::from_millis(30),
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+        );
+        assert_eq!(f.first_write, Some(Duration::from_millis(50)));
+        assert_eq!(f.all_writers, Some(Duration::from_millis(100)));
+        assert_eq!(f.failed, 3);
+        assert!((f.rate_before - 30.0).abs() < 1e-9, "{}", f.rate_before);
+        assert_eq!(f.first_error.as_deref(), Some("terminating connection"));
+        // Bins from 100 ms before the stop (the run's start) to its end, 10 ms wide: the
+        // writes at 150 and 170 ms after the start land 50 and 70 ms after the stop.
+        let at = |ms: f64| f.bins.iter().find(|b| (b.0 - ms).abs() < 1e-6).unwrap().1;
+        assert_eq!(
+            (at(-100.0), at(-90.0), at(50.0), at(70.0), at(60.0)),
+            (0.0, 1.0, 1.0, 1.0, 0.0)
+        );
+    }
+
+    /// A writer that never wrote on the new primary leaves "every writer back" unmeasured.
+    #[test]
+    fn a_writer_that_never_comes_back_is_not_counted_as_back() {
+        let done = vec![(vec![op(150, Some(2))], None), (vec![op(150, None)], None)];
+        let d = Duration::from_millis(100);
+        let f = summarize(&done, 2, d, d, d, d, d);
+        assert_eq!(f.first_write, Some(Duration::from_millis(50)));
+        assert_eq!(f.all_writers, None);
+    }
+}
