@@ -355,15 +355,7 @@ async fn failing_primary_borrows_do_not_storm_the_servers_with_probes() {
     let primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
     let fwd = Forwarder::start(standby.port());
-    let pool = PgPool::builder(
-        hosts(&[fwd.port], "application_name=attack_storm")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(1)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = standby_only_pool(&fwd, 1).await;
     let held = pool.get(Role::Standby).await.unwrap();
     let before = fwd.accepts();
     let stop = Arc::new(AtomicBool::new(false));
@@ -378,18 +370,7 @@ async fn failing_primary_borrows_do_not_storm_the_servers_with_probes() {
             max
         })
     };
-    let start = Instant::now();
-    let mut failures = 0;
-    while start.elapsed() < Duration::from_secs(2) {
-        match tokio::time::timeout(T, pool.get(Role::Primary))
-            .await
-            .unwrap()
-        {
-            Err(PoolError::NoServer { .. }) => failures += 1,
-            other => panic!("{other:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let failures = fail_primary_borrows_for(&pool, Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
     let max_backends = sampler.join().unwrap();
     let probes = fwd.accepts() - before;
@@ -415,29 +396,10 @@ async fn failing_primary_borrows_with_room_in_the_share_open_one_connection() {
     let primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
     let fwd = Forwarder::start(standby.port());
-    let pool = PgPool::builder(
-        hosts(&[fwd.port], "application_name=attack_storm")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(2)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = standby_only_pool(&fwd, 2).await;
     let held = pool.get(Role::Standby).await.unwrap();
     let before = fwd.accepts();
-    let start = Instant::now();
-    let mut failures = 0;
-    while start.elapsed() < Duration::from_secs(2) {
-        match tokio::time::timeout(T, pool.get(Role::Primary))
-            .await
-            .unwrap()
-        {
-            Err(PoolError::NoServer { .. }) => failures += 1,
-            other => panic!("{other:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let failures = fail_primary_borrows_for(&pool, Duration::from_secs(2)).await;
     let probes = fwd.accepts() - before;
     let open = pool.servers()[0].stats.open;
     drop(held);
@@ -447,6 +409,38 @@ async fn failing_primary_borrows_with_room_in_the_share_open_one_connection() {
         "{failures} failed Role::Primary borrows in 2 s made the pool open {probes} \
          connections to the standby (max_size 2, one lent); {open} open at the end"
     );
+}
+
+/// A pool over one standby only (a read-replica pool) through `fwd`, its backends named
+/// attack_storm.
+async fn standby_only_pool(fwd: &Forwarder, max_size: usize) -> PgPool {
+    PgPool::builder(
+        hosts(&[fwd.port], "application_name=attack_storm")
+            .parse()
+            .unwrap(),
+    )
+    .max_size(max_size)
+    .build_ready()
+    .await
+    .unwrap()
+}
+
+/// Retries `get(Role::Primary)` every millisecond for `how_long`, each failing at once with
+/// NoServer (anything else panics); how many failed.
+async fn fail_primary_borrows_for(pool: &PgPool, how_long: Duration) -> usize {
+    let start = Instant::now();
+    let mut failures = 0;
+    while start.elapsed() < how_long {
+        match tokio::time::timeout(T, pool.get(Role::Primary))
+            .await
+            .unwrap()
+        {
+            Err(PoolError::NoServer { .. }) => failures += 1,
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    failures
 }
 
 /// Counts the pool's backends (application_name attack_storm) on a server over one psql
