@@ -409,3 +409,26 @@ fn cancel_requests_that_fail_are_named_in_the_results_warnings() {
     ))
     .unwrap();
 }
+
+/// A stopped Order Entry setup starts no further statement. A cancel request stops only the
+/// statement running when it arrives: one that lands between two (an index built, the next
+/// not begun) stops nothing, and the setup would go on to build the rest. Here the stop comes
+/// before the first statement, the one moment a test can pin down; before the stop flag the
+/// setup then loaded the whole schema.
+#[test]
+fn a_stopped_setup_starts_no_further_statement() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    let cancel = order_entry::SetupCancel::default();
+    rt.block_on(cancel.cancel()).unwrap();
+    let result = rt.block_on(order_entry::setup_with_cancel(&url, 0.01, |_| {}, &cancel));
+    let Err(err) = result else {
+        panic!("a stopped setup ran to its end")
+    };
+    assert!(err.to_string().contains("stopped"), "{err:#}");
+    let schema = cluster
+        .psql("SELECT to_regnamespace('soe') IS NULL")
+        .unwrap();
+    assert_eq!(schema.trim(), "t", "the stopped setup created the schema");
+}

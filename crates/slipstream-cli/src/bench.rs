@@ -253,7 +253,7 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
             let load =
                 order_entry::setup_with_cancel(url, scale, |line| eprintln!("{line}"), &cancel);
             let ran = ctrl_c
-                .cancelling("the Order Entry load", load, cancel.cancel())
+                .cancelling("the Order Entry load", load, || cancel.cancel())
                 .await;
             ran.map(|r| r.map(|r| loaded(&r)))
         }
@@ -271,7 +271,9 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
             let mut client = client?;
             let token = client.cancel_token();
             let ran = ctrl_c
-                .cancelling("the setup SQL", client.batch_execute(sql), token.cancel())
+                .cancelling("the setup SQL", client.batch_execute(sql), || {
+                    token.cancel()
+                })
                 .await;
             ran.map(|r| {
                 r.map(|()| format!("workload {} set up", f.workload.name()))

@@ -13,6 +13,9 @@ pub const SAME_STOP: Duration = Duration::from_millis(250);
 /// How long cancelled work may take to end on the server before we stop waiting.
 pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
+/// How often the cancel is sent again while the work has not ended.
+const CANCEL_AGAIN: Duration = Duration::from_secs(1);
+
 /// Ctrl-C, listened for from creation: from then on SIGINT no longer kills the process, so
 /// work on the server is cancelled, not left running behind a dead client (a `CREATE INDEX`
 /// or `pg_sleep` runs to its end, and commits, when only its socket closes).
@@ -55,15 +58,20 @@ impl CtrlC {
         }
     }
 
-    /// Runs `work`. On Ctrl-C, sends `cancel` to the server and waits up to [`CANCEL_WAIT`]
-    /// for `work` to end, as psql does; `what` names the work on stderr. A second Ctrl-C
-    /// exits at once, leaving the work to the server.
-    pub async fn cancelling<T>(
+    /// Runs `work`. On Ctrl-C, sends `cancel()` to the server and waits up to
+    /// [`CANCEL_WAIT`] for `work` to end, as psql does, sending it again every
+    /// [`CANCEL_AGAIN`]: a cancel request stops only what runs when it arrives, and one that
+    /// overtakes the statement it was meant for is lost. `what` names the work on stderr. A
+    /// second Ctrl-C exits at once, leaving the work to the server.
+    pub async fn cancelling<T, F>(
         &mut self,
         what: &str,
         work: impl Future<Output = T>,
-        cancel: impl Future<Output = Result<(), slipstream_pg::Error>>,
-    ) -> Cancelled<T> {
+        cancel: impl Fn() -> F,
+    ) -> Cancelled<T>
+    where
+        F: Future<Output = Result<(), slipstream_pg::Error>>,
+    {
         tokio::pin!(work);
         tokio::select! {
             out = &mut work => return Cancelled::Ran(out),
@@ -72,12 +80,19 @@ impl CtrlC {
         let pressed = Instant::now();
         eprintln!("cancelling {what} on the server (Ctrl-C again to exit now, leaving it to run)");
         let after_cancel = async {
-            if let Err(e) = cancel.await {
+            if let Err(e) = cancel().await {
                 return Cancelled::NotSent(e);
             }
-            match tokio::time::timeout(CANCEL_WAIT, &mut work).await {
-                Ok(out) => Cancelled::AfterCancel(out),
-                Err(_) => Cancelled::NotEnded,
+            let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+            loop {
+                let again = (tokio::time::Instant::now() + CANCEL_AGAIN).min(deadline);
+                match tokio::time::timeout_at(again, &mut work).await {
+                    Ok(out) => return Cancelled::AfterCancel(out),
+                    Err(_) if again >= deadline => return Cancelled::NotEnded,
+                    Err(_) => {
+                        let _ = cancel().await;
+                    }
+                }
             }
         };
         let second = async {

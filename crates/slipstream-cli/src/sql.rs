@@ -24,7 +24,9 @@ pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
     let mut client = client?;
     let token = client.cancel_token();
     let ran = ctrl_c
-        .cancelling("the statement", client.simple_query(query), token.cancel())
+        .cancelling("the statement", client.simple_query(query), || {
+            token.cancel()
+        })
         .await;
     // After a cancel the statement either stopped, or had ended before the request arrived:
     // then it stands, and its reply is shown.

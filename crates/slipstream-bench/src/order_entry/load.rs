@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -120,15 +121,26 @@ pub async fn setup(url: &str, scale: f64, say: impl Fn(&str)) -> anyhow::Result<
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Default)]
-pub struct SetupCancel(Arc<Mutex<Vec<CancelToken>>>);
+pub struct SetupCancel(Arc<Cancels>);
+
+#[derive(Default)]
+struct Cancels {
+    tokens: Mutex<Vec<CancelToken>>,
+    /// Set by `cancel`: the setup starts no statement after it. A cancel request stops only
+    /// the statement running when it arrives, so without this the setup would go on to its
+    /// next index build.
+    stopped: AtomicBool,
+}
 
 impl SetupCancel {
-    /// Asks the server to cancel whatever each of the setup's connections runs now; the
-    /// setup then fails with SQLSTATE 57014 (or has already ended). The first error, if a
-    /// request could not be sent; the others are still tried.
+    /// Stops the setup: it starts no further statement, and the server is asked to cancel
+    /// whatever each of its connections runs now; the setup then fails (or has already
+    /// ended). The first error, if a request could not be sent; the others are still tried.
     pub async fn cancel(&self) -> Result<(), slipstream_pg::Error> {
+        self.0.stopped.store(true, Ordering::SeqCst);
         let tokens = self
             .0
+            .tokens
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
@@ -138,9 +150,19 @@ impl SetupCancel {
 
     fn add(&self, token: CancelToken) {
         self.0
+            .tokens
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(token);
+    }
+
+    /// An error once [`SetupCancel::cancel`] was called: checked before every statement.
+    fn go_on(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.0.stopped.load(Ordering::SeqCst),
+            "the setup was stopped"
+        );
+        Ok(())
     }
 }
 
@@ -161,6 +183,7 @@ pub async fn setup_with_cancel(
         Ok::<_, anyhow::Error>(client)
     };
     let mut main = connect().await?;
+    cancel.go_on()?;
     main.batch_execute(TABLES)
         .await
         .map_err(|e| anyhow::anyhow!("creating the soe schema failed: {e}"))?;
@@ -171,9 +194,9 @@ pub async fn setup_with_cancel(
 
     let (mut a, mut b, mut c) = (connect().await?, connect().await?, connect().await?);
     let (customers, catalogue, orders) = tokio::try_join!(
-        load_customers(&mut a, sizes),
-        load_catalogue(&mut b, sizes),
-        load_orders(&mut c, &mut main, sizes),
+        load_customers(&mut a, sizes, cancel),
+        load_catalogue(&mut b, sizes, cancel),
+        load_orders(&mut c, &mut main, sizes, cancel),
     )?;
     let mut rows = BTreeMap::new();
     rows.extend(customers);
@@ -198,6 +221,7 @@ pub async fn setup_with_cancel(
                 let Some(sql) = INDEXES.get(i) else {
                     return Ok::<(), anyhow::Error>(());
                 };
+                cancel.go_on()?;
                 client
                     .batch_execute(sql)
                     .await
@@ -208,8 +232,10 @@ pub async fn setup_with_cancel(
     .await;
     results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
     let logons = rows.get("logon").copied().unwrap_or(0) as i64;
+    cancel.go_on()?;
     main.batch_execute(&sequences(sizes.customers, sizes.orders, logons))
         .await?;
+    cancel.go_on()?;
     main.execute(
         "INSERT INTO soe.meta (scale, customers, warehouses, products, sales_reps) VALUES ($1, $2, $3, $4, $5)",
         &[&sizes.scale, &sizes.customers, &sizes.warehouses, &sizes.products, &sizes.sales_reps],
@@ -220,6 +246,7 @@ pub async fn setup_with_cancel(
         "built indexes in {:.1} s; analyzing",
         index.as_secs_f64()
     ));
+    cancel.go_on()?;
     main.batch_execute(
         "ANALYZE soe.customers, soe.addresses, soe.card_details, soe.warehouses, \
          soe.product_information, soe.product_descriptions, soe.inventories, soe.orders, \
@@ -243,7 +270,12 @@ struct Batch<'c> {
 }
 
 impl<'c> Batch<'c> {
-    async fn open(client: &'c mut Client, table: &str) -> anyhow::Result<Batch<'c>> {
+    async fn open(
+        client: &'c mut Client,
+        cancel: &SetupCancel,
+        table: &str,
+    ) -> anyhow::Result<Batch<'c>> {
+        cancel.go_on()?;
         let copy = client
             .copy_in(&format!("COPY soe.{table} FROM STDIN"))
             .await
@@ -282,11 +314,15 @@ fn one<'a>(rng: &mut SmallRng, from: &[&'a str]) -> &'a str {
     from[rng.random_range(0..from.len())]
 }
 
-async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec<(String, u64)>> {
+async fn load_customers(
+    client: &mut Client,
+    sizes: Sizes,
+    cancel: &SetupCancel,
+) -> anyhow::Result<Vec<(String, u64)>> {
     let mut rng = SmallRng::seed_from_u64(1);
     let mut out = Vec::new();
     // One table at a time on this connection: customers, then their addresses, cards, logons.
-    let mut t = Batch::open(client, "customers").await?;
+    let mut t = Batch::open(client, cancel, "customers").await?;
     for id in 1..=sizes.customers {
         let (f, l) = (one(&mut rng, FIRST_NAMES), one(&mut rng, LAST_NAMES));
         let (lang, territory) = NLS[rng.random_range(0..NLS.len())];
@@ -302,7 +338,7 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
         t.row().await?;
     }
     out.push(("customers".into(), t.finish().await?));
-    let mut t = Batch::open(client, "addresses").await?;
+    let mut t = Batch::open(client, cancel, "addresses").await?;
     for id in 1..=sizes.customers {
         let _ = write!(
             t.text,
@@ -317,7 +353,7 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
         t.row().await?;
     }
     out.push(("addresses".into(), t.finish().await?));
-    let mut t = Batch::open(client, "card_details").await?;
+    let mut t = Batch::open(client, cancel, "card_details").await?;
     for id in 1..=sizes.customers {
         let _ = write!(
             t.text,
@@ -330,7 +366,7 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
         t.row().await?;
     }
     out.push(("card_details".into(), t.finish().await?));
-    let mut t = Batch::open(client, "logon").await?;
+    let mut t = Batch::open(client, cancel, "logon").await?;
     for id in 1..=sizes.customers {
         let _ = write!(
             t.text,
@@ -343,16 +379,20 @@ async fn load_customers(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
     Ok(out)
 }
 
-async fn load_catalogue(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec<(String, u64)>> {
+async fn load_catalogue(
+    client: &mut Client,
+    sizes: Sizes,
+    cancel: &SetupCancel,
+) -> anyhow::Result<Vec<(String, u64)>> {
     let mut rng = SmallRng::seed_from_u64(2);
     let mut out = Vec::new();
-    let mut t = Batch::open(client, "warehouses").await?;
+    let mut t = Batch::open(client, cancel, "warehouses").await?;
     for w in 1..=sizes.warehouses {
         let _ = write!(t.text, "{w}\tWarehouse {w}\t{}", 1000 + w % 100);
         t.row().await?;
     }
     out.push(("warehouses".into(), t.finish().await?));
-    let mut t = Batch::open(client, "product_information").await?;
+    let mut t = Batch::open(client, cancel, "product_information").await?;
     for p in 1..=sizes.products {
         let cents = list_price_cents(p);
         let _ = write!(
@@ -368,13 +408,13 @@ async fn load_catalogue(client: &mut Client, sizes: Sizes) -> anyhow::Result<Vec
         t.row().await?;
     }
     out.push(("product_information".into(), t.finish().await?));
-    let mut t = Batch::open(client, "product_descriptions").await?;
+    let mut t = Batch::open(client, cancel, "product_descriptions").await?;
     for p in 1..=sizes.products {
         let _ = write!(t.text, "{p}\tUS\tproduct {p}\tthe {p}th product, described");
         t.row().await?;
     }
     out.push(("product_descriptions".into(), t.finish().await?));
-    let mut t = Batch::open(client, "inventories").await?;
+    let mut t = Batch::open(client, cancel, "inventories").await?;
     for p in 1..=sizes.products {
         for w in 1..=sizes.warehouses {
             let _ = write!(t.text, "{p}\t{w}\t{}", rng.random_range(100..=1000));
@@ -390,10 +430,11 @@ async fn load_orders(
     orders_client: &mut Client,
     items_client: &mut Client,
     sizes: Sizes,
+    cancel: &SetupCancel,
 ) -> anyhow::Result<Vec<(String, u64)>> {
     let mut rng = SmallRng::seed_from_u64(3);
-    let mut orders = Batch::open(orders_client, "orders").await?;
-    let mut items = Batch::open(items_client, "order_items").await?;
+    let mut orders = Batch::open(orders_client, cancel, "orders").await?;
+    let mut items = Batch::open(items_client, cancel, "order_items").await?;
     for id in 1..=sizes.orders {
         let lines = rng.random_range(1..=MAX_LINES);
         let mut total = 0i64;
