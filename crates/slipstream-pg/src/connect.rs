@@ -1,7 +1,7 @@
 //! Opening a connection: socket, TLS negotiation, startup, authentication.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -179,58 +179,55 @@ impl HostAttempt<'_> {
             r => r.map_err(|f| f.error),
         }
     }
+    /// A TCP connection to `name`, with keepalives and, when `tls` is given, the TLS
+    /// negotiation of the connection's `sslmode`.
+    async fn tcp_socket(
+        &self,
+        name: &str,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Opened, Failure> {
+        let (stream, addr) = tcp_connect(name, self.port, self.shuffle_addresses).await?;
+        set_keepalives(&stream, self.config)?;
+        let Some(tls) = tls else {
+            return Ok((Socket::Tcp(stream), CancelTarget::Tcp(addr), None));
+        };
+        let mode = self.config.get_ssl_mode();
+        // Only verify-full checks the name; the others need some name for rustls, and the
+        // address reached serves (no SNI is sent for an address), so a host written `127.1`
+        // connects as it does with libpq.
+        let server_name = match tls::server_name(name) {
+            Err(_) if mode != crate::SslMode::VerifyFull => {
+                rustls::pki_types::ServerName::IpAddress(addr.ip().into())
+            }
+            r => r?,
+        };
+        let tls_target = TlsTarget {
+            config: tls,
+            server_name,
+        };
+        // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
+        let socket = negotiate_tls(stream, &tls_target, mode)
+            .await
+            .map_err(|error| Failure {
+                retry_without_tls: mode == crate::SslMode::Prefer,
+                error,
+            })?;
+        let used = socket.is_tls().then_some(tls_target);
+        Ok((socket, CancelTarget::Tcp(addr), used))
+    }
 
     async fn once(&self, tls: Option<Arc<rustls::ClientConfig>>) -> Result<Client, Failure> {
         let HostAttempt {
             config,
             host,
             port,
-            shuffle_addresses,
+            shuffle_addresses: _,
             passfile,
         } = *self;
-        let (socket, target, tls_target) =
-            match host {
-                Host::Unix(dir) => {
-                    let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
-                    let s = UnixStream::connect(&path).await.map_err(|e| {
-                        Error::io("could not connect", e)
-                    .hint("is the server running locally and accepting connections on that socket?")
-                    })?;
-                    (Socket::Unix(s), CancelTarget::Unix(path), None)
-                }
-                Host::Tcp(name) => {
-                    let (stream, addr) = tcp_connect(name, port, shuffle_addresses).await?;
-                    set_keepalives(&stream, config)?;
-                    match tls {
-                        Some(tls) => {
-                            let mode = config.get_ssl_mode();
-                            // Only verify-full checks the name; the others need some name for rustls,
-                            // and the address reached serves (no SNI is sent for an address), so a
-                            // host written `127.1` connects as it does with libpq.
-                            let server_name = match tls::server_name(name) {
-                                Err(_) if mode != crate::SslMode::VerifyFull => {
-                                    rustls::pki_types::ServerName::IpAddress(addr.ip().into())
-                                }
-                                r => r?,
-                            };
-                            let tls_target = TlsTarget {
-                                config: tls,
-                                server_name,
-                            };
-                            // Under prefer, a failure here is the handshake's (a refused TLS is `N`).
-                            let socket = negotiate_tls(stream, &tls_target, mode).await.map_err(
-                                |error| Failure {
-                                    retry_without_tls: mode == crate::SslMode::Prefer,
-                                    error,
-                                },
-                            )?;
-                            let used = socket.is_tls().then_some(tls_target);
-                            (socket, CancelTarget::Tcp(addr), used)
-                        }
-                        None => (Socket::Tcp(stream), CancelTarget::Tcp(addr), None),
-                    }
-                }
-            };
+        let (socket, target, tls_target) = match host {
+            Host::Unix(dir) => unix_socket(dir, port).await?,
+            Host::Tcp(name) => self.tcp_socket(name, tls).await?,
+        };
         // Computed before the socket moves into the connection; used only if SCRAM-SHA-256-PLUS is.
         let end_point = match &socket {
             Socket::Tls(tls) => Some(
@@ -470,4 +467,17 @@ pub(crate) fn message_name(message: &Message) -> &'static str {
         Message::RowDescription(_) => "RowDescription",
         _ => "other",
     }
+}
+
+/// An open socket, where a cancel request for it goes, and the TLS it uses, if any.
+type Opened = (Socket, CancelTarget, Option<TlsTarget>);
+
+/// A connection to the server's Unix socket for `port` in `dir`.
+async fn unix_socket(dir: &Path, port: u16) -> Result<Opened, Error> {
+    let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
+    let s = UnixStream::connect(&path).await.map_err(|e| {
+        Error::io("could not connect", e)
+            .hint("is the server running locally and accepting connections on that socket?")
+    })?;
+    Ok((Socket::Unix(s), CancelTarget::Unix(path), None))
 }
