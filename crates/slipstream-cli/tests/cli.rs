@@ -2,6 +2,7 @@
 
 use std::process::{Command, Output};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use slipstream_testkit::Cluster;
 
@@ -837,14 +838,31 @@ fn spawn_setup(
     cluster: &Cluster,
     home: &std::path::Path,
 ) -> std::process::Child {
+    spawn_setup_url(workload, args, &cluster.url(), home)
+}
+
+/// [`spawn_setup`] against `url`.
+fn spawn_setup_url(
+    workload: &str,
+    args: &[&str],
+    url: &str,
+    home: &std::path::Path,
+) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_slipstream"))
-        .args(["bench", workload, "--setup", "--url", &cluster.url()])
+        .args(["bench", workload, "--setup", "--url", url])
         .args(args)
         .env("SLIPSTREAM_HOME", home)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// One SIGINT to `child`, leaving it running.
+fn interrupt(child: &std::process::Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
 }
 
 /// Waits up to 30 s until `count_sql` (a `SELECT count(*)`) counts at least one.
@@ -961,6 +979,129 @@ fn ctrl_c_during_the_order_entry_load_cancels_it_on_the_server() {
         kept.trim(),
         "t",
         "the stopped load dropped the schema after all"
+    );
+}
+
+/// Promise (docs/bench.md, "During `--setup`"): "a Ctrl-C cancels the load on the server (as
+/// psql's does) and exits with 130 once the server has stopped it, saying to run `--setup`
+/// again".
+///
+/// Steps: an existing `soe` schema (a table `soe.held`). `bench order-entry --setup --scale
+/// 0.01` through a delay proxy that is stalled, so the load is still connecting. Ctrl-C
+/// once; 300 ms later the proxy delivers again (a slow network, or a server busy accepting).
+///
+/// What happened: the Ctrl-C came before the load's first connection had put its cancel key
+/// into `SetupCancel`, so `SetupCancel::cancel` sent nothing and said Ok; `CtrlC::cancelling`
+/// then waited for the load, which went on: it dropped the user's `soe` schema, loaded it
+/// all, and the command said "the setup had finished before the cancel reached the server"
+/// and exited 0. (`sql` and a workload file's setup wrap their connect in `CtrlC::or`; the
+/// Order Entry load does not.) Session 36's attacker; fixed by the stop flag the load checks
+/// before every statement. The same holds for a Ctrl-C while the load opens its three
+/// loading connections: the cancel goes only to the idle first connection.
+#[test]
+fn break_ctrl_c_while_the_order_entry_setup_connects_does_not_stop_it() {
+    let cluster = Cluster::start().unwrap();
+    cluster
+        .psql("CREATE SCHEMA soe; CREATE TABLE soe.held (n int)")
+        .unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    proxy.set_stalled(true);
+    let home = tempfile::tempdir().unwrap();
+    let child = spawn_setup_url("order-entry", &["--scale", "0.01"], &url, home.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while proxy.connection_count() == 0 {
+        assert!(Instant::now() < deadline, "the setup never connected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    interrupt(&child);
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.set_stalled(false);
+    let o = child.wait_with_output().unwrap();
+    let kept = cluster
+        .psql("SELECT to_regclass('soe.held') IS NOT NULL")
+        .unwrap();
+    let loaded = cluster
+        .psql("SELECT to_regclass('soe.meta') IS NOT NULL AND EXISTS (SELECT 1 FROM soe.meta)")
+        .unwrap_or_default();
+    eprintln!(
+        "exit {:?}; soe.held kept: {}; soe.meta loaded: {}\n{}",
+        o.status.code(),
+        kept.trim(),
+        loaded.trim(),
+        text(&o)
+    );
+    assert_eq!(
+        (o.status.code(), kept.trim()),
+        (Some(130), "t"),
+        "after a Ctrl-C the load ran on: exit {:?}, the user's soe schema dropped and \
+         loaded: {}\n{}",
+        o.status.code(),
+        loaded.trim(),
+        text(&o)
+    );
+}
+
+/// Promise: as above ("a Ctrl-C cancels the load on the server ... and exits with 130").
+///
+/// Steps: `bench order-entry --setup --scale 0.01` through a proxy adding 100 ms per round
+/// trip (a remote server). Once the load's first statement (the schema) has committed, and
+/// while it opens its three loading connections, Ctrl-C once.
+///
+/// What happened: `SetupCancel::cancel` sends one cancel to the keys it holds at that moment:
+/// only the first connection's, idle between statements, so the server ignores it. The
+/// connections opened afterwards, and every statement started after the request, are never
+/// cancelled: the load ran to its end and the command exited 0 ("the setup had finished
+/// before the cancel reached the server"), or, had it needed more than 10 s, exited 130
+/// with an index build left running behind the closed connection. Session 36's attacker;
+/// fixed by the stop flag.
+#[test]
+fn break_ctrl_c_between_the_loads_steps_does_not_stop_it() {
+    let cluster = Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, Duration::from_millis(100)).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let home = tempfile::tempdir().unwrap();
+    let child = spawn_setup_url("order-entry", &["--scale", "0.01"], &url, home.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The schema's statement has committed: soe.meta exists (empty until the load ends).
+    while cluster
+        .psql("SELECT to_regclass('soe.meta') IS NOT NULL")
+        .unwrap()
+        .trim()
+        != "t"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the setup never created its schema"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    interrupt(&child);
+    let o = child.wait_with_output().unwrap();
+    let loaded = cluster
+        .psql("SELECT EXISTS (SELECT 1 FROM soe.meta)")
+        .unwrap_or_default();
+    eprintln!(
+        "exit {:?}; soe.meta loaded: {}\n{}",
+        o.status.code(),
+        loaded.trim(),
+        text(&o)
+    );
+    assert_eq!(
+        (o.status.code(), loaded.trim()),
+        (Some(130), "f"),
+        "after a Ctrl-C the load ran on: exit {:?}\n{}",
+        o.status.code(),
+        text(&o)
     );
 }
 

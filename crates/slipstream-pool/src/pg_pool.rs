@@ -81,6 +81,9 @@ struct ServerState {
     last_error: Mutex<Option<String>>,
     /// Woken when it is marked down: borrowers waiting on its sub-pool pick another server.
     went_down: Notify,
+    /// Woken when its sub-pool fails to open a connection: a role probe waiting for one
+    /// stops waiting (the sub-pool retries with back-off) and probes on its own.
+    connect_failed: Notify,
     /// A probe of it is under way (each runs as a task of its own: a host that never answers
     /// holds up only its own probe, not the others' failover).
     probing: AtomicBool,
@@ -182,6 +185,7 @@ impl Manager for ServerManager {
             Err(e) => {
                 *lock(&self.state.last_error) = Some(e.to_string());
                 self.suspect();
+                self.state.connect_failed.notify_waiters();
                 Err(e)
             }
         }
@@ -425,6 +429,7 @@ impl PgPoolBuilder {
                     outstanding: AtomicUsize::new(0),
                     last_error: Mutex::new(None),
                     went_down: Notify::new(),
+                    connect_failed: Notify::new(),
                     probing: AtomicBool::new(false),
                     schedule: Mutex::new((Instant::now(), FIRST_PROBE_INTERVAL)),
                 });
@@ -1139,11 +1144,19 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
             None if server.pool.held_count() < server.pool.max_size() => {
                 // Opened through the sub-pool, within its share, and kept there idle: the
                 // next role probe asks over it instead of opening another (a borrow loop
-                // failing with NoServer asks for one every ASKED_PROBE_INTERVAL).
-                tokio::time::timeout(limit, server.pool.get())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
+                // failing with NoServer asks for one every ASKED_PROBE_INTERVAL). A failed
+                // open ends the wait (the sub-pool would retry with back-off, keeping a
+                // server that refuses "up" meanwhile): the probe of its own below then says
+                // whether the server is down. Listening before the borrow starts the open.
+                let failed = server.state.connect_failed.notified();
+                tokio::pin!(failed);
+                failed.as_mut().enable();
+                tokio::select! {
+                    conn = tokio::time::timeout(limit, server.pool.get()) => {
+                        conn.ok().and_then(Result::ok)
+                    }
+                    () = failed => None,
+                }
             }
             None => return Probed::Skipped,
         };

@@ -336,7 +336,14 @@ fn timeouts_racing_hand_offs_lose_no_slot() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // 2 s, or on until a borrow has timed out (once seen none in 2 s): the race must
+        // have happened for the check below to mean anything.
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(2)
+            || (pool.stats().timeouts == 0 && start.elapsed() < Duration::from_secs(10))
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             tokio::time::timeout(LIMIT, t)

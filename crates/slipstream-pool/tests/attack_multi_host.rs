@@ -1594,3 +1594,124 @@ async fn a_server_back_from_failover_does_not_open_past_max_size() {
             .collect::<Vec<_>>()
     );
 }
+
+/// Promise (docs/pool.md, "Failover"): a failed connect makes the monitor probe that server
+/// at once; if it cannot connect it is marked down and "a borrow for a role no server can
+/// serve fails at once with `PoolError::NoServer`"; the move "takes 1-2 ms after the server
+/// stops (connection refused; an unreachable host takes up to its `connect_timeout`)".
+///
+/// Steps: a pool over one primary, nothing borrowed yet (its sub-pool holds no connection).
+/// The server stops (connection refused from then on). A `Role::Standby` borrow fails with
+/// `NoServer`, which asks for a role probe. Then a `Role::Primary` borrow.
+///
+/// What happened: the role probe found no idle connection and room in the share, so it
+/// waited in the sub-pool's queue (`server.pool.get()` under a 5 s timeout) while the
+/// sub-pool's opener was refused again and again. Its `probing` flag kept the monitor from
+/// running the connect probe the refusals asked for, so the stopped server stayed "up" for
+/// the whole 5 s, and the `Role::Primary` borrow waited on it ~5 s instead of failing at
+/// once with `NoServer`. Before 7f02240 the role probe opened a probe connection of its
+/// own, was refused, and marked the server down at once. (Session 36's attacker; fixed by
+/// ending the probe's wait when the sub-pool's open fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn break_a_role_probe_waiting_in_the_sub_pool_keeps_a_stopped_server_up() {
+    let mut primary = Cluster::start().unwrap();
+    let pool = PgPool::builder(hosts(&[primary.port()], "").parse().unwrap())
+        .max_size(4)
+        .build_ready()
+        .await
+        .unwrap();
+    assert_eq!(pool.servers()[0].stats.open, 0, "{:?}", pool.servers());
+    primary.stop().unwrap();
+    // A borrow for a role no server serves: NoServer, and a role probe asked for.
+    match pool.get(Role::Standby).await {
+        Err(PoolError::NoServer { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(20), pool.get(Role::Primary))
+        .await
+        .expect("the borrow hung for 20 s");
+    let took = start.elapsed();
+    eprintln!("Role::Primary on a stopped server: {got:?} after {took:?}");
+    assert!(
+        matches!(got, Err(PoolError::NoServer { .. })) && took < Duration::from_millis(500),
+        "a Role::Primary borrow of a pool whose only server had stopped (connection refused) \
+         answered {got:?} after {took:?}, not NoServer at once; servers {:?}",
+        pool.servers()
+    );
+}
+
+/// Holds: with role probes asked every 5 ms (a `Role::Primary` loop failing with NoServer
+/// after the primary stopped), `Role::Standby` borrowers cancelled at every poll and others
+/// holding briefly, and resizes between 2 and 5: nothing lent is lost (outstanding and
+/// borrowed go back to 0), the connections open stay within max_size once returns settle,
+/// and no `Role::Primary` borrow gets the standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_cancelled_borrows_and_resizes_under_asked_probes() {
+    use std::future::Future;
+    use std::task::Poll;
+    let mut primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let pool = PgPool::builder(
+        hosts(&[primary.port(), standby.port()], "")
+            .parse()
+            .unwrap(),
+    )
+    .max_size(4)
+    .build_ready()
+    .await
+    .unwrap();
+    primary.stop().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for k in 0..3 {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                if k == 0 {
+                    match pool.get(Role::Primary).await {
+                        Err(PoolError::NoServer { .. }) => {}
+                        Ok(c) => panic!("Role::Primary got {}", c.server()),
+                        Err(e) => panic!("{e:?}"),
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                } else if n.is_multiple_of(2) {
+                    // Cancelled at its first poll.
+                    let mut f = Box::pin(pool.get(Role::Standby));
+                    let _ = std::future::poll_fn(|cx| {
+                        let _ = f.as_mut().poll(cx);
+                        Poll::Ready(())
+                    })
+                    .await;
+                    tokio::task::yield_now().await;
+                } else if let Ok(Ok(mut c)) =
+                    tokio::time::timeout(Duration::from_secs(10), pool.get(Role::Standby)).await
+                {
+                    let _ = c.simple_query("SELECT 1").await;
+                }
+            }
+        }));
+    }
+    for size in [2, 5, 3, 2, 5, 2, 4] {
+        pool.resize(size);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    common_until(
+        Duration::from_secs(5),
+        "nothing outstanding or lent, open within max_size",
+        || {
+            let s = pool.servers();
+            s.iter()
+                .all(|s| s.outstanding == 0 && s.stats.borrowed == 0)
+                && s.iter().map(|s| s.stats.open).sum::<usize>() <= 4
+        },
+    )
+    .await;
+}
