@@ -495,6 +495,10 @@ impl PgPoolBuilder {
             let any_up = states.clone().any(|s| s.up.load(Ordering::Relaxed));
             if (settled && any_up) || start.elapsed() >= timeout {
                 return if any_up {
+                    // A probe marks its server up before it rebalances the shares: without
+                    // this, a caller could see a server up with a share of 0 (seen under
+                    // load in `roles_route_balance_fail_over_and_rebalance`).
+                    rebalance_shares(&pool.shared);
                     Ok(pool)
                 } else {
                     Err(pool.no_server(Role::Any))
