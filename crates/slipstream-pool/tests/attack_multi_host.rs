@@ -189,15 +189,7 @@ fn backends(cluster: &Cluster, app: &str) -> usize {
 async fn a_primary_restarted_as_a_standby_is_not_lent_for_role_primary() {
     let mut primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(4)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 4).await;
     let s = pool.servers();
     assert_eq!(
         (s[0].role, s[1].role),
@@ -259,15 +251,7 @@ async fn a_black_hole_host_does_not_hold_up_failover_of_the_others() {
     let mut standby = primary.start_standby().unwrap();
     let hole = Forwarder::start(1);
     hole.set_black_hole(true);
-    let pool = PgPool::builder(
-        hosts(&[hole.port, primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(6)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[hole.port, primary.port(), standby.port()], 6).await;
     {
         let _warm = (
             pool.get(Role::Standby).await.unwrap(),
@@ -409,6 +393,15 @@ async fn failing_primary_borrows_with_room_in_the_share_open_one_connection() {
         "{failures} failed Role::Primary borrows in 2 s made the pool open {probes} \
          connections to the standby (max_size 2, one lent); {open} open at the end"
     );
+}
+
+/// A pool over the servers on `ports` (127.0.0.1), every one probed.
+async fn ready_pool(ports: &[u16], max_size: usize) -> PgPool {
+    PgPool::builder(hosts(ports, "").parse().unwrap())
+        .max_size(max_size)
+        .build_ready()
+        .await
+        .unwrap()
 }
 
 /// A pool over one standby only (a read-replica pool) through `fwd`, its backends named
@@ -564,15 +557,7 @@ async fn a_transaction_dropped_mid_statement_is_rolled_back() {
     let primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
     primary.psql("CREATE TABLE attack_tx (x int)").unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(2)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 2).await;
     for _ in 0..5 {
         let mut c = pool.get(Role::Primary).await.unwrap();
         c.batch_execute("BEGIN; INSERT INTO attack_tx VALUES (1)")
@@ -847,15 +832,7 @@ async fn a_full_server_is_not_marked_down_and_keeps_its_healthy_connections() {
 async fn a_standby_waiter_is_not_handed_a_connection_to_a_promoted_server() {
     let primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(4)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 4).await;
     let mut a = pool.get(Role::Standby).await.unwrap();
     let b = pool.get(Role::Standby).await.unwrap();
     let p2 = pool.clone();
@@ -965,15 +942,7 @@ async fn split_brain_does_not_spread_writes_over_two_primaries_silently() {
             == "1"
     })
     .await;
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(4)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 4).await;
     standby.psql("SELECT pg_promote(true, 30)").unwrap();
     // Any borrow that reads the new in_hot_standby teaches the pool (or the role probe does).
     match pool.get(Role::Standby).await {
@@ -1120,15 +1089,7 @@ async fn a_host_listed_twice_is_refused_or_merged() {
 async fn concurrent_borrowers_see_at_most_one_failure_per_idle_connection() {
     let primary = Cluster::start().unwrap();
     let mut standby = primary.start_standby().unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(8)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 8).await;
     {
         let held: Vec<_> =
             futures_util::future::join_all((0..4).map(|_| pool.get(Role::Standby))).await;
@@ -1464,15 +1425,7 @@ fn get_blocking_inside_the_pools_runtime_fails_instead_of_hanging() {
 async fn a_promotion_is_found_at_once_by_a_primary_borrow() {
     let mut primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(4)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 4).await;
     drop(pool.get(Role::Primary).await.unwrap());
     primary.stop().unwrap();
     // The pool learns the primary is down.
@@ -1653,15 +1606,7 @@ async fn holds_cancelled_borrows_and_resizes_under_asked_probes() {
     use std::task::Poll;
     let mut primary = Cluster::start().unwrap();
     let standby = primary.start_standby().unwrap();
-    let pool = PgPool::builder(
-        hosts(&[primary.port(), standby.port()], "")
-            .parse()
-            .unwrap(),
-    )
-    .max_size(4)
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = ready_pool(&[primary.port(), standby.port()], 4).await;
     primary.stop().unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
