@@ -145,7 +145,7 @@ struct HostAttempt<'a> {
     host: &'a Host,
     port: u16,
     shuffle_addresses: bool,
-    passfile: Option<&'a std::path::Path>,
+    passfile: Option<&'a Path>,
 }
 
 /// A host's failure, and whether `sslmode=prefer` tries the host again without TLS.
@@ -179,6 +179,7 @@ impl HostAttempt<'_> {
             r => r.map_err(|f| f.error),
         }
     }
+
     /// A TCP connection to `name`, with keepalives and, when `tls` is given, the TLS
     /// negotiation of the connection's `sslmode`.
     async fn tcp_socket(
@@ -221,8 +222,8 @@ impl HostAttempt<'_> {
             config,
             host,
             port,
-            shuffle_addresses: _,
             passfile,
+            ..
         } = *self;
         let (socket, target, tls_target) = match host {
             Host::Unix(dir) => unix_socket(dir, port).await?,

@@ -491,14 +491,10 @@ impl PgPoolBuilder {
             let states = pool.shared.servers.iter().map(|s| &s.state);
             let settled = states
                 .clone()
-                .all(|s| s.up.load(Ordering::Relaxed) || lock(&s.last_error).is_some());
-            let any_up = states.clone().any(|s| s.up.load(Ordering::Relaxed));
+                .all(|s| s.up.load(Ordering::Acquire) || lock(&s.last_error).is_some());
+            let any_up = states.clone().any(|s| s.up.load(Ordering::Acquire));
             if (settled && any_up) || start.elapsed() >= timeout {
                 return if any_up {
-                    // A probe marks its server up before it rebalances the shares: without
-                    // this, a caller could see a server up with a share of 0 (seen under
-                    // load in `roles_route_balance_fail_over_and_rebalance`).
-                    rebalance_shares(&pool.shared);
                     Ok(pool)
                 } else {
                     Err(pool.no_server(Role::Any))
@@ -858,7 +854,7 @@ impl PgPool {
             .map(|s| ServerInfo {
                 name: s.state.name.clone(),
                 role: s.state.role(),
-                up: s.state.up.load(Ordering::Relaxed),
+                up: s.state.up.load(Ordering::Acquire),
                 drained: s.state.draining.load(Ordering::Relaxed),
                 outstanding: s.state.outstanding.load(Ordering::Relaxed),
                 stats: s.pool.stats(),
@@ -1085,8 +1081,10 @@ async fn probe_task(shared: Weak<Shared>, i: usize, how: Probe) {
             state.role.store(role, Ordering::Relaxed);
             lock(&state.schedule).1 = FIRST_PROBE_INTERVAL;
             if !up {
-                state.up.store(true, Ordering::Relaxed);
-                changed = true;
+                // Its share first, then `up`, under the rebalance's lock: whoever sees it up
+                // sees its share (a server up with a share of 0 was seen under load, right
+                // after `build_ready`, in `roles_route_balance_fail_over_and_rebalance`).
+                mark_up(&pool, i);
             }
         }
         // Every connection of its share is lent: their returns report a promotion.
@@ -1226,9 +1224,27 @@ fn rebalance(shared: &Shared) {
 /// sub-pools' tasks it had woken there (the openers that would close that connection) and,
 /// with the other worker parked, every timer: borrows hung past their timeout (issue 19).
 fn rebalance_shares(shared: &Shared) -> bool {
+    rebalance_shares_and_mark_up(shared, None)
+}
+
+/// Marks server `i` up, after giving it its share (see `rebalance_shares`).
+fn mark_up(shared: &Shared, i: usize) {
+    rebalance_shares_and_mark_up(shared, Some(i));
+}
+
+/// `rebalance_shares`, counting server `coming_up` as up and marking it so once the shares
+/// are set, before the lock is released: no rebalance runs between the two.
+fn rebalance_shares_and_mark_up(shared: &Shared, coming_up: Option<usize>) -> bool {
     let _one_at_a_time = lock(&shared.rebalancing);
     // One look at who serves: a drain or mark-up meanwhile is this function's next caller's.
-    let serving: Vec<bool> = shared.servers.iter().map(|s| s.state.serving()).collect();
+    let serving: Vec<bool> = shared
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            s.state.serving() || (coming_up == Some(k) && !s.state.draining.load(Ordering::Relaxed))
+        })
+        .collect();
     let count = serving.iter().filter(|&&s| s).count();
     let held: Vec<usize> = shared.servers.iter().map(|s| s.pool.held_count()).collect();
     let held_elsewhere: usize = held
@@ -1282,6 +1298,11 @@ fn rebalance_shares(shared: &Shared) -> bool {
                 s.pool.resize(size);
             }
         }
+    }
+    if let Some(k) = coming_up {
+        // Release: pairs with the Acquire loads of `build_ready` and `servers`, which then
+        // see the share set above.
+        shared.servers[k].state.up.store(true, Ordering::Release);
     }
     held_back
 }

@@ -22,10 +22,6 @@ impl Manager for Numbers {
     }
 }
 
-fn open_total(pool: &PgPool) -> usize {
-    pool.servers().iter().map(|s| s.stats.open).sum()
-}
-
 /// Promise 5: a borrow returned before the leak threshold is never reported. Heavy churn
 /// (tasks and threads, 0-2 ms holds) against a 20 ms threshold for a few seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,7 +247,7 @@ async fn connections_open_never_exceed_max_size_across_a_drain() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!second.is_finished(), "{:?}", pool.servers());
-    assert!(open_total(&pool) <= 2, "{:?}", pool.servers());
+    assert!(common::open_total(&pool) <= 2, "{:?}", pool.servers());
     // The drained connection comes back and is closed; its part moves, the waiter gets it.
     drop(first);
     let y = tokio::time::timeout(Duration::from_secs(5), second)
@@ -260,7 +256,7 @@ async fn connections_open_never_exceed_max_size_across_a_drain() {
         .unwrap()
         .unwrap();
     assert_ne!(y.server(), drained);
-    let open = open_total(&pool);
+    let open = common::open_total(&pool);
     assert!(
         open <= 2,
         "{open} connections open on a max_size 2 pool: {:?}",
@@ -866,7 +862,7 @@ async fn standby_down_and_up_under_borrowers_keeps_shares_and_counts() {
     )
     .await;
     let s = pool.servers();
-    assert!(open_total(&pool) <= 5, "{s:?}");
+    assert!(common::open_total(&pool) <= 5, "{s:?}");
     let mut held = Vec::new();
     for _ in 0..5 {
         held.push(pool.get(Role::Any).await.unwrap());

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 use slipstream_pool::{PgPool, PoolError, Role};
 use slipstream_testkit::Cluster;
 
+mod common;
+
 const T: Duration = Duration::from_secs(20);
 
 /// A host that accepts TCP (the kernel's backlog) and never says a word.
@@ -15,20 +17,14 @@ fn black_hole() -> (std::net::TcpListener, u16) {
 }
 
 fn pool_over(primary: u16, hole: u16, borrow_timeout: Duration) -> PgPool {
-    PgPool::builder(
-        format!(
-            "host=127.0.0.1,127.0.0.1 port={primary},{hole} user=postgres dbname=postgres sslmode=disable"
-        )
-        .parse()
-        .unwrap(),
-    )
-    .max_size(2)
-    .pool_config(slipstream_pool::Config {
-        borrow_timeout,
-        ..Default::default()
-    })
-    .build()
-    .unwrap()
+    PgPool::builder(common::hosts(&[primary, hole], "").parse().unwrap())
+        .max_size(2)
+        .pool_config(slipstream_pool::Config {
+            borrow_timeout,
+            ..Default::default()
+        })
+        .build()
+        .unwrap()
 }
 
 /// Promise (docs/pool.md, Failover): "a borrow for a role no server can serve fails at once
@@ -116,23 +112,15 @@ async fn holds_resumed_server_gets_its_share_under_load() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let a = Cluster::start().unwrap();
     let b = Cluster::start().unwrap();
-    let pool = PgPool::builder(
-        format!(
-            "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
-            a.port(),
-            b.port()
-        )
-        .parse()
-        .unwrap(),
-    )
-    .max_size(4)
-    .pool_config(slipstream_pool::Config {
-        borrow_timeout: Duration::from_secs(1),
-        ..Default::default()
-    })
-    .build_ready()
-    .await
-    .unwrap();
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .max_size(4)
+        .pool_config(slipstream_pool::Config {
+            borrow_timeout: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
     let b_name = format!("127.0.0.1:{}", b.port());
     pool.drain(&b_name).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

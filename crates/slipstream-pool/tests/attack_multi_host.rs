@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use slipstream_pool::{PgPool, PoolError, Registry, Role, ServerRole};
 use slipstream_testkit::Cluster;
 
+mod common;
+use common::{hosts, open_total, shares_total as shares};
+
 const T: Duration = Duration::from_secs(10);
 
 /// A TCP forwarder on 127.0.0.1 to a server's port, on a runtime of its own: counts the
@@ -135,25 +138,6 @@ impl Drop for Forwarder {
             let _ = t.join();
         }
     }
-}
-
-fn hosts(ports: &[u16], extra: &str) -> String {
-    let h: Vec<&str> = ports.iter().map(|_| "127.0.0.1").collect();
-    let p: Vec<String> = ports.iter().map(u16::to_string).collect();
-    format!(
-        "host={} port={} user=postgres dbname=postgres sslmode=disable {extra}",
-        h.join(","),
-        p.join(",")
-    )
-}
-
-fn shares(pool: &PgPool) -> usize {
-    pool.servers().iter().map(|s| s.stats.max_size).sum()
-}
-
-#[allow(dead_code)]
-fn open_total(pool: &PgPool) -> usize {
-    pool.servers().iter().map(|s| s.stats.open).sum()
 }
 
 /// Backends on `cluster` whose application_name is `app` (psql's own session is not one).
@@ -728,11 +712,7 @@ async fn a_server_that_hangs_and_comes_back_lends_again() {
 }
 
 async fn common_until(limit: Duration, what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::until(limit, what, || (), |()| done()).await;
 }
 
 /// BREAK (Medium: a healthy server taken out, its working connections closed).

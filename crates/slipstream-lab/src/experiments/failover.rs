@@ -268,14 +268,18 @@ fn summarize(
     };
     let end = fault + after + promoted;
     let last_second = end.saturating_sub(Duration::from_secs(1)).max(fault);
-    let mut bins = Vec::new();
-    let lead = Duration::from_millis(200).min(fault);
-    let mut t = fault - lead;
-    while t < end {
-        let n = ok_between(t, t + BIN);
-        bins.push(((t.as_secs_f64() - fault.as_secs_f64()) * 1e3, n));
-        t += BIN;
+    // One pass over the writes into BIN-wide counts from `lead` before the stop to the end.
+    let first_bin = fault - Duration::from_millis(200).min(fault);
+    let width = BIN.as_nanos();
+    let mut counts = vec![0.0; (end - first_bin).as_nanos().div_ceil(width) as usize];
+    for o in all_ops().filter(|o| o.port.is_some() && o.end >= first_bin && o.end < end) {
+        counts[((o.end - first_bin).as_nanos() / width) as usize] += 1.0;
     }
+    let bins = counts
+        .into_iter()
+        .enumerate()
+        .map(|(k, n)| (ms(first_bin + BIN * k as u32) - ms(fault), n))
+        .collect();
     Failover {
         stopped,
         promoted,

@@ -41,16 +41,29 @@ pub async fn until_waiting<M: Manager>(pool: &Pool<M>, n: usize) {
 /// A PgPool URL over two independent primaries (no replication: for tests about shares and
 /// routing, where any role will do).
 pub fn two_primaries_url(a: &Cluster, b: &Cluster) -> String {
+    hosts(&[a.port(), b.port()], "")
+}
+
+/// A PgPool URL over the servers on `ports` of 127.0.0.1, as postgres without TLS, with
+/// `extra` parameters.
+pub fn hosts(ports: &[u16], extra: &str) -> String {
+    let h: Vec<&str> = ports.iter().map(|_| "127.0.0.1").collect();
+    let p: Vec<String> = ports.iter().map(u16::to_string).collect();
     format!(
-        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres sslmode=disable",
-        a.port(),
-        b.port()
+        "host={} port={} user=postgres dbname=postgres sslmode=disable {extra}",
+        h.join(","),
+        p.join(",")
     )
 }
 
 /// The sum of the servers' shares of `max_size`.
 pub fn shares_total(pool: &PgPool) -> usize {
     pool.servers().iter().map(|s| s.stats.max_size).sum()
+}
+
+/// The connections open over all the servers.
+pub fn open_total(pool: &PgPool) -> usize {
+    pool.servers().iter().map(|s| s.stats.open).sum()
 }
 
 /// Watches the holders of a pool's connections (numbered by the manager, below `ids`): each
