@@ -128,6 +128,30 @@ impl Client {
         self.conn.is_broken()
     }
 
+    /// Looks, without waiting and without sending anything, at what the server sent while the
+    /// connection sat idle, and says whether it is still usable (pgx's `CheckConn`). A server
+    /// that ends a session (a fast shutdown, `pg_terminate_backend`, an idle timeout) sends a
+    /// FATAL error and closes the socket: this reads them, marks the connection broken and
+    /// returns that error, so the next statement is not the one to find out. Notices,
+    /// notifications and parameter changes that arrived are handled as any call handles them.
+    ///
+    /// Costs no system call unless the socket has something to read. A connection with
+    /// replies still owed (a call dropped part-way) is left to its next call, which reads
+    /// them, and counts as usable here. A pool calls this before it lends an idle connection.
+    ///
+    /// ```no_run
+    /// # async fn f(mut client: slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// if let Err(e) = client.check_idle() {
+    ///     // The server closed it meanwhile ({e} says why): open a new connection.
+    ///     client = slipstream_pg::connect("postgres://app@db/orders").await?;
+    /// }
+    /// client.batch_execute("SELECT 1").await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn check_idle(&mut self) -> Result<(), Error> {
+        self.conn.check_idle()
+    }
+
     /// True if the connection can serve another user as it is: not broken, settled (no reply
     /// of a dropped call still owed, no dropped COPY pending), and not inside a transaction (a
     /// dropped [`crate::Transaction`] has its `ROLLBACK` queued ahead of the next request,

@@ -838,6 +838,40 @@ impl Connection {
         }
     }
 
+    /// Reads, without waiting, what the server sent while nothing was asked of it (see
+    /// `Client::check_idle`). A connection with replies owed is not idle: its next call reads
+    /// them, and this leaves it alone.
+    pub(crate) fn check_idle(&mut self) -> Result<(), Error> {
+        self.check_usable()?;
+        if !self.is_settled() {
+            return Ok(());
+        }
+        // A read that would wait registers this no-op waker with the I/O driver in place of
+        // none: nobody waits on an idle connection, and the next real wait registers its own.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            loop {
+                let message = match self.parse_buffered() {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(e) => return Err(self.poison(e)),
+                };
+                if let Some(m) = self.absorb_async(message)? {
+                    let name = crate::connect::message_name(&m);
+                    return Err(self.poison(Error::protocol(format!(
+                        "server sent an unexpected {name} message while the connection was idle"
+                    ))));
+                }
+            }
+            // Pending costs no system call when the driver has seen nothing arrive.
+            match self.poll_read_more(&mut cx, 0) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(e),
+            }
+        }
+    }
+
     /// Handles an asynchronous message and returns `None`, or returns any other message.
     fn absorb_async(&mut self, message: Message) -> Result<Option<Message>, Error> {
         match message {

@@ -66,10 +66,16 @@ where
         let mut this = self.project();
         if let Some(start) = this.start.take() {
             let pool: &'a Pool<M> = this.pool;
-            match pool.try_get_unless_starving() {
-                Some(conn) if !pool.needs_validation(&conn) => return Poll::Ready(Ok(conn)),
-                first => this.waiting.set(Some(start(pool, first))),
-            }
+            let first = match pool.try_get_unless_starving() {
+                Some(mut conn) => {
+                    if pool.lendable(&mut conn) {
+                        return Poll::Ready(Ok(conn));
+                    }
+                    Some(conn)
+                }
+                None => None,
+            };
+            this.waiting.set(Some(start(pool, first)));
         }
         poll_waiting(this.waiting, cx)
     }

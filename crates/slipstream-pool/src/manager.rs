@@ -53,6 +53,15 @@ pub trait Manager: Send + Sync + 'static {
         std::future::ready(true)
     }
 
+    /// A look at an idle connection about to be lent, without waiting: `true` if it is
+    /// closed (its server ended it while it sat idle), and the pool then closes it and the
+    /// borrow takes another. Called on every borrow of an idle connection, before
+    /// [`Manager::validate`], so it must be cheap and must not block; once it says `true` for
+    /// a connection the pool never asks again about it.
+    fn closed_while_idle(&self, _conn: &mut Self::Connection) -> bool {
+        false
+    }
+
     /// Checks a connection that sat idle longer than the pool's trust window
     /// ([`crate::Builder::validate_after`]) before it is lent (e.g. a round trip to the
     /// server). `false` closes it and the borrow takes another.

@@ -97,6 +97,13 @@ impl Manager for PgManager {
         conn.is_broken() || (self.reset == Reset::None && !conn.is_reusable())
     }
 
+    /// What the server sent while the connection sat idle, read without waiting
+    /// ([`Client::check_idle`]): a session it ended (a shutdown, a terminated backend, an idle
+    /// timeout) is not lent, so no borrower's first statement is the one to find out.
+    fn closed_while_idle(&self, conn: &mut Client) -> bool {
+        conn.check_idle().is_err()
+    }
+
     fn needs_reset(&self, conn: &Client) -> bool {
         match self.reset {
             Reset::None => false,

@@ -191,6 +191,15 @@ impl Manager for ServerManager {
         }
     }
 
+    fn closed_while_idle(&self, conn: &mut Client) -> bool {
+        let closed = self.pg.closed_while_idle(conn);
+        if closed {
+            // As for a connection that comes back broken: maybe the server is gone.
+            self.suspect();
+        }
+        closed
+    }
+
     fn is_broken(&self, conn: &Client) -> bool {
         if conn.is_broken() {
             // Maybe the server is gone: the monitor probes it now.
@@ -250,8 +259,9 @@ impl Server {
     /// An idle connection that needs no validation, if one is there now: the lock-free fast
     /// path of every borrow.
     fn take_idle(&self) -> Option<PgPooled> {
+        // `try_get` closes any it finds closed while idle. One that needs validating goes
+        // back; the caller's wait validates.
         let conn = self.pool.try_get()?;
-        // One that needs validating goes back; the caller's wait validates.
         (!self.pool.needs_validation(&conn)).then(|| self.lent(conn))
     }
 

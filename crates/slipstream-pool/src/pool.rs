@@ -510,11 +510,36 @@ impl<M: Manager> Pool<M> {
     /// Validates a connection idle longer than the trust window; `None` if it failed (it is
     /// closed on drop).
     async fn validated(&self, mut conn: Pooled<M>) -> Option<Pooled<M>> {
+        if !self.still_open(&mut conn) {
+            return None;
+        }
         if !self.needs_validation(&conn) || self.inner.manager.validate(&mut conn).await {
             return Some(conn);
         }
-        self.validation_failed(conn);
+        self.validation_failed(&mut conn);
         None
+    }
+
+    /// Whether a connection just claimed idle may be lent at once: still open
+    /// ([`Pool::still_open`]) and not due for validation. One that is not goes on to
+    /// [`Pool::validated`], which closes or validates it.
+    #[inline(always)]
+    pub(crate) fn lendable(&self, conn: &mut Pooled<M>) -> bool {
+        self.still_open(conn) && !self.needs_validation(conn)
+    }
+
+    /// False, and the connection marked to close as it drops, if the manager found it closed
+    /// while it sat idle ([`Manager::closed_while_idle`], asked once per connection).
+    #[inline(always)]
+    fn still_open(&self, conn: &mut Pooled<M>) -> bool {
+        if conn.is_discarded() {
+            return false;
+        }
+        if self.inner.manager.closed_while_idle(conn) {
+            self.validation_failed(conn);
+            return false;
+        }
+        true
     }
 
     #[inline]
@@ -530,7 +555,7 @@ impl<M: Manager> Pool<M> {
         idle >= window.as_millis() as u64
     }
 
-    fn validation_failed(&self, mut conn: Pooled<M>) {
+    fn validation_failed(&self, conn: &mut Pooled<M>) {
         self.inner
             .counters
             .failed_validation
@@ -601,13 +626,12 @@ impl<M: Manager> Pool<M> {
     pub fn get_blocking(&self) -> Result<Pooled<M>, PoolError> {
         // As in `get`: the fast path inlined into the caller, where the guard stays in
         // registers; the rest out of line.
-        match self.inner.core.try_claim_blocking().map(|o| self.lend(o)) {
-            Some(conn) if !self.needs_validation(&conn) => Ok(conn),
-            first => {
-                drop(first);
-                self.get_blocking_waiting()
-            }
+        if let Some(mut conn) = self.inner.core.try_claim_blocking().map(|o| self.lend(o))
+            && self.lendable(&mut conn)
+        {
+            return Ok(conn);
         }
+        self.get_blocking_waiting()
     }
 
     /// The rest of [`Pool::get_blocking`]: claims, waiting as needed, and validates.
@@ -615,7 +639,10 @@ impl<M: Manager> Pool<M> {
     fn get_blocking_waiting(&self) -> Result<Pooled<M>, PoolError> {
         let mut deadline = Deadline::Unset;
         loop {
-            let conn = self.claim_blocking(&mut deadline)?;
+            let mut conn = self.claim_blocking(&mut deadline)?;
+            if !self.still_open(&mut conn) {
+                continue;
+            }
             if !self.needs_validation(&conn) {
                 return Ok(conn);
             }
@@ -628,7 +655,7 @@ impl<M: Manager> Pool<M> {
             });
             match rx.recv() {
                 Ok((conn, true)) => return Ok(conn),
-                Ok((conn, false)) => self.validation_failed(conn),
+                Ok((mut conn, false)) => self.validation_failed(&mut conn),
                 // The runtime is gone (the connection went back with the dropped task).
                 Err(_) => return Err(self.timeout_error()),
             }
@@ -665,7 +692,13 @@ impl<M: Manager> Pool<M> {
     /// Borrows an idle connection if there is one, without waiting (and without validation).
     #[inline]
     pub fn try_get(&self) -> Option<Pooled<M>> {
-        self.inner.core.try_claim().map(|o| self.lend(o))
+        // Each connection found closed is closed as it drops, so this ends.
+        loop {
+            let mut conn = self.inner.core.try_claim().map(|o| self.lend(o))?;
+            if self.still_open(&mut conn) {
+                return Some(conn);
+            }
+        }
     }
 
     /// Changes the pool's maximum size at run time, up to its resize limit

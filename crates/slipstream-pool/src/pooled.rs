@@ -109,6 +109,11 @@ impl<M: Manager> Pooled<M> {
         self.held_mut().discard = true;
     }
 
+    /// True once [`Pooled::set_discard`] was called.
+    pub(crate) fn is_discarded(&self) -> bool {
+        self.held().discard
+    }
+
     /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection.
     pub fn labels(&self) -> Arc<Labels> {
         self.pool.attachments[self.slot()].labels()

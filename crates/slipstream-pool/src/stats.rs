@@ -45,7 +45,9 @@ pub struct Stats {
     /// Connections closed on return because the manager said they were broken (or its code
     /// panicked during the return).
     pub closed_broken: u64,
-    /// Idle connections that failed validation before a borrow (and were closed).
+    /// Idle connections that failed validation before a borrow, or that the manager found
+    /// closed by their server while idle ([`crate::Manager::closed_while_idle`]); each was
+    /// closed, not lent.
     pub failed_validation: u64,
     /// Connections closed because they reached their maximum lifetime.
     pub retired: u64,

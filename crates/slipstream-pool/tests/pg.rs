@@ -388,3 +388,79 @@ async fn with_validation_a_borrower_never_sees_a_connection_killed_by_a_restart(
     }
     assert_eq!(pool.stats().failed_validation, 2, "{:?}", pool.stats());
 }
+
+/// Ends `pid`'s session from another connection, then gives the runtime time to poll its I/O
+/// driver, as any running application's does between borrows.
+async fn terminate(cluster: &Cluster, pid: i32) {
+    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    killer
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .backend_gone_within(pid, Duration::from_secs(10))
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The server ends an idle connection's session (`pg_terminate_backend`; a shutdown or an
+/// idle timeout does the same): the pool does not lend it, so no borrower's first statement
+/// is the one to find out. Before the pool looked (`Manager::closed_while_idle`), each borrow
+/// path below lent the dead connection and its first statement failed with 57P01.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_session_ended_while_idle_is_not_lent() {
+    let cluster = Cluster::start().unwrap();
+    let pool = pool(&cluster, 1);
+    for (round, how) in ["get", "get_blocking", "try_get"].into_iter().enumerate() {
+        let pid = pool.get().await.unwrap().backend_pid();
+        terminate(&cluster, pid).await;
+        let mut conn = match how {
+            "get" => pool.get().await.unwrap(),
+            "get_blocking" => {
+                let p = pool.clone();
+                tokio::task::spawn_blocking(move || p.get_blocking())
+                    .await
+                    .unwrap()
+                    .unwrap()
+            }
+            _ => {
+                // The only connection was found closed: none idle now; the opener brings a
+                // fresh one.
+                assert!(pool.try_get().is_none(), "try_get lent a closed connection");
+                pool.get().await.unwrap()
+            }
+        };
+        assert_ne!(conn.backend_pid(), pid, "{how}");
+        conn.batch_execute("SELECT 1")
+            .await
+            .unwrap_or_else(|e| panic!("{how} lent a connection the server had closed: {e}"));
+        assert_eq!(pool.stats().failed_validation, round as u64 + 1, "{how}");
+    }
+}
+
+/// PgPool: the same, and the server stays in rotation (the probe that the closed connection
+/// asks for finds it up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_pool_does_not_lend_a_connection_whose_session_ended_while_idle() {
+    let cluster = Cluster::start().unwrap();
+    let pool = slipstream_pool::PgPool::builder(cluster.url().parse().unwrap())
+        .max_size(1)
+        .build_ready()
+        .await
+        .unwrap();
+    let pid = pool
+        .get(slipstream_pool::Role::Any)
+        .await
+        .unwrap()
+        .backend_pid();
+    terminate(&cluster, pid).await;
+    let mut conn = pool.get(slipstream_pool::Role::Any).await.unwrap();
+    assert_ne!(conn.backend_pid(), pid);
+    conn.batch_execute("SELECT 1")
+        .await
+        .expect("PgPool lent a connection the server had closed");
+    drop(conn);
+    assert!(pool.servers().iter().all(|s| s.up), "{:?}", pool.servers());
+}

@@ -125,6 +125,87 @@ async fn a_terminated_backend_mid_query_is_an_error_not_a_hang() {
     assert!(err.to_string().contains("terminat"), "says why: {err}");
 }
 
+/// Calls `check_idle` every millisecond, letting the runtime poll its I/O driver between
+/// looks as any running application's does, until it finds the connection closed (10 s).
+async fn until_check_idle_fails(c: &mut slipstream_pg::Client) -> slipstream_pg::Error {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Err(e) = c.check_idle() {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "check_idle never saw the server end the session"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The server ends a session while the connection sits idle: `check_idle` finds it, without
+/// sending anything, and says why; the next call fails as on any broken connection.
+#[tokio::test]
+async fn check_idle_finds_a_backend_terminated_while_idle() {
+    let (cluster, mut c) = super::setup().await;
+    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.check_idle().expect("a live idle connection");
+    let pid = c.backend_pid();
+    killer
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let err = until_check_idle_fails(&mut c).await;
+    assert_eq!(err.code(), Some(SqlState::ADMIN_SHUTDOWN), "{err}");
+    assert!(c.is_broken());
+    assert!(c.check_idle().is_err(), "it stays broken");
+    let err = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+    assert!(err.to_string().contains("terminat"), "says why: {err}");
+}
+
+/// What arrives on a live idle connection is taken in as any call takes it (a notification
+/// is queued), and a connection that still owes a dropped call's reply is left to its next
+/// call: `check_idle` never takes bytes a reply needs.
+#[tokio::test]
+async fn check_idle_keeps_notifications_and_leaves_owed_replies_alone() {
+    let (cluster, mut c) = super::setup().await;
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("LISTEN idle_check").await.unwrap();
+    other
+        .batch_execute("NOTIFY idle_check, 'while idle'")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        c.check_idle().expect("a live idle connection");
+        let n = c.take_notifications();
+        if !n.is_empty() {
+            break n;
+        }
+        assert!(Instant::now() < deadline, "the notification never came");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert_eq!(got[0].payload(), "while idle");
+
+    // A call dropped part-way: its reply arrives while nobody reads.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(20),
+        c.query_one("SELECT 7::int4, pg_sleep(0.2)", &[]),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call was still waiting");
+    for _ in 0..50 {
+        c.check_idle()
+            .expect("a connection with a reply owed is left alone");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = c.query_one("SELECT 8::int4", &[]).await.unwrap();
+    assert_eq!(
+        row.get::<_, i32>(0).unwrap(),
+        8,
+        "in step after the owed reply"
+    );
+}
+
 #[tokio::test]
 async fn a_restarted_server_gives_an_io_error_then_closed() {
     let (mut cluster, mut c) = super::setup().await;
