@@ -44,10 +44,13 @@ impl Table {
                 .enumerate()
                 .take(n)
                 .map(|(i, c)| {
+                    // Padded by hand: `format!`'s width panics past u16::MAX, and a cell
+                    // (a query's JSON, a long name) can be longer than that.
+                    let pad = " ".repeat(widths[i].saturating_sub(c.chars().count()));
                     if numeric(c) {
-                        format!("{c:>w$}", w = widths[i])
+                        format!("{pad}{c}")
                     } else {
-                        format!("{c:<w$}", w = widths[i])
+                        format!("{c}{pad}")
                     }
                 })
                 .collect();
@@ -168,5 +171,19 @@ mod tests {
         );
         let lines = printable_lines("v\u{1b}[31m\r\n\tx\n");
         assert_eq!(lines, "v\\u{1b}[31m\\r\n\tx\n");
+    }
+    /// A cell longer than 65,535 characters (`slipstream sql "SELECT repeat('x', 65536)"`)
+    /// is printed whole: `format!`'s width argument panicked past u16::MAX (session 37's
+    /// attacker).
+    #[test]
+    fn a_cell_longer_than_sixty_five_thousand_characters_is_printed() {
+        let mut t = Table::new(&["repeat", "n"]);
+        let long = "x".repeat(70_000);
+        t.row(vec![long.clone(), "1".into()]);
+        t.row(vec!["y".into(), "22".into()]);
+        let text = t.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], format!("{long}   1"));
+        assert_eq!(lines[3].len(), 70_000 + 2 + 2, "padded to the long cell");
     }
 }
