@@ -1,22 +1,185 @@
 //! Result files replaced whole: a reader never sees half a file.
 
-use std::path::Path;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Writes `bytes` to a temporary file beside `path` and renames it into place.
+use anyhow::{Context as _, bail};
+
+/// Writes `bytes` to `path`: to a temporary file beside it, renamed into place, so a reader
+/// never sees half a file. A symlink is followed (the file it points to is replaced, the link
+/// kept), and a path that is not a regular file (`/dev/stdout`, a FIFO) is written in place:
+/// renaming over it would replace the device or pipe with a file. A directory is refused.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("result.json");
+/// slipstream_bench::write_atomically(&path, b"{}")?;
+/// assert_eq!(std::fs::read(&path)?, b"{}");
+/// # anyhow::Ok(())
+/// ```
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
+    let file = match target(path)? {
+        Target::InPlace(p) => {
+            return std::fs::write(&p, bytes)
+                .with_context(|| format!("could not write {}", p.display()));
+        }
+        Target::Replace(p) => p,
+    };
+    let tmp = temporary_beside(&file)?;
+    let written = std::fs::write(&tmp, bytes)
+        .with_context(|| format!("could not write {}", file.display()))
+        .and_then(|()| {
+            std::fs::rename(&tmp, &file)
+                .with_context(|| format!("could not move the new {} into place", file.display()))
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Fails, saying why, if [`write_atomically`] could not write `path`: a directory, a
+/// directory that cannot be created or written to. For a check before a long run, so its
+/// result is not lost at the end. Creates the missing directories, as the write would.
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// assert!(slipstream_bench::check_writable(&dir.path().join("r.json")).is_ok());
+/// assert!(slipstream_bench::check_writable(dir.path()).is_err()); // a directory
+/// # anyhow::Ok(())
+/// ```
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    let file = match target(path)? {
+        // Opening a FIFO for writing waits for its reader: trust the path the user named.
+        Target::InPlace(_) => return Ok(()),
+        Target::Replace(p) => p,
+    };
+    let tmp = temporary_beside(&file)?;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
+
+/// Where a write to a path lands.
+enum Target {
+    /// A regular file, or none yet: replaced through a temporary file and a rename.
+    Replace(PathBuf),
+    /// Something else (a device, a FIFO, a socket): written in place.
+    InPlace(PathBuf),
+}
+
+/// Follows `path`'s symlinks (a dangling one too: the write creates the file it names).
+fn target(path: &Path) -> anyhow::Result<Target> {
+    let mut p = path.to_path_buf();
+    // Linux's own limit on symlinks followed in one lookup (ELOOP past it).
+    for _ in 0..40 {
+        let meta = match std::fs::symlink_metadata(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Replace(p)),
+            Err(e) => return Err(e).with_context(|| format!("could not look at {}", p.display())),
+            Ok(m) => m,
+        };
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            let link = std::fs::read_link(&p)
+                .with_context(|| format!("could not read the link {}", p.display()))?;
+            // A relative link is relative to its own directory; `join` keeps an absolute one.
+            p = p.parent().map_or(link.clone(), |dir| dir.join(&link));
+        } else if kind.is_dir() {
+            bail!(
+                "{} is a directory: give a file name, e.g. {}",
+                path.display(),
+                path.join("result.json").display()
+            );
+        } else if kind.is_file() {
+            return Ok(Target::Replace(p));
+        } else {
+            return Ok(Target::InPlace(p));
+        }
+    }
+    bail!("{}: too many levels of symbolic links", path.display())
+}
+
+/// A new name beside `file` (its directory created if missing), unique within this process
+/// and across processes.
+fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = file
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("could not create {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, bytes)
-        .map_err(|e| anyhow::anyhow!("could not write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .map_err(|e| anyhow::anyhow!("could not move {} into place: {e}", path.display()))
+    std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+    Ok(dir.join(format!(
+        ".{}.tmp-{}-{}",
+        file.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileTypeExt as _;
+
+    use super::*;
+
+    /// A symlink's target is replaced and the link kept; a FIFO is written in place, not
+    /// replaced by a file; a directory is refused before anything is written; and a failed
+    /// write leaves no temporary file behind (session 37's attacker: `-o link.json` replaced
+    /// the link, `-o /dev/full` replaced the device node with a JSON file, `-o /tmp` left
+    /// `/.tmp.tmp-PID` in `/`). A FIFO stands in for the devices, which a failing version of
+    /// this test would destroy.
+    #[test]
+    fn links_are_followed_and_special_files_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target.json");
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("target.json", &link).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+
+        // A dangling link: the file it names is created.
+        let dangling = dir.path().join("dangling.json");
+        std::os::unix::fs::symlink("made.json", &dangling).unwrap();
+        write_atomically(&dangling, b"made").unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("made.json")).unwrap(),
+            b"made"
+        );
+
+        // A FIFO (as `/dev/stdout` or a device would be): written through, still a FIFO.
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success(), "mkfifo");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_atomically(&fifo, b"through the pipe").unwrap();
+        // Before the join: had the FIFO been replaced, its reader would wait for ever.
+        assert!(fifo.symlink_metadata().unwrap().file_type().is_fifo());
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+
+        // A failed write names the path.
+        let err = write_atomically(&target.join("x.json"), b"x").unwrap_err();
+        assert!(format!("{err:#}").contains("target.json"), "{err:#}");
+
+        let err = write_atomically(dir.path(), b"x").unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err:#}");
+        assert!(check_writable(dir.path()).is_err());
+        assert!(check_writable(&dir.path().join("sub/new.json")).is_ok());
+
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
+    }
 }

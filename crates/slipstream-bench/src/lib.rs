@@ -56,7 +56,7 @@ mod transaction;
 mod workload;
 pub mod workload_file;
 
-pub use atomic_file::write_atomically;
+pub use atomic_file::{check_writable, write_atomically};
 pub use chart::{
     Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
 };

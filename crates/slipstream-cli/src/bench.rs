@@ -126,6 +126,8 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         Style::Auto
     };
     let out = args.out.unwrap_or_else(|| default_out(workload.name()));
+    // Before the run, not after it: a result that cannot be written is a run lost.
+    slipstream_bench::check_writable(&out)?;
 
     let mut run = runtime.block_on(run(&workload, &config))?;
     if let Some(c) = run.context.as_mut() {
@@ -375,6 +377,9 @@ pub fn report(
     html: Option<PathBuf>,
     merge_into: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    for out in html.iter().chain(&merge_into) {
+        slipstream_bench::check_writable(out)?;
+    }
     let mut runs = Vec::new();
     for f in &files {
         let run = BenchRun::read_json(f)?;

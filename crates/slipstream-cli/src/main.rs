@@ -71,6 +71,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             svg,
         }) => {
             slipstream_lab::find(&experiment)?;
+            for out in json.iter().chain(&svg) {
+                slipstream_lab::check_writable(out)?;
+            }
             let url = database::resolve(cli.url, cli.home)?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
             print_result(&result)?;
@@ -102,6 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(compare::EXIT_ERROR))
         }),
         Command::Demo { out, full } => {
+            slipstream_lab::check_writable(&out.join("index.html"))?;
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };
             let mut results = Vec::new();

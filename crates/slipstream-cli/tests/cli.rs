@@ -1155,6 +1155,29 @@ fn bad_phases_and_a_scale_without_setup_say_what_to_do() {
     }
 }
 
+/// An output that cannot be written is refused before the run, not after it (session 37's
+/// attacker: `bench -o /tmp` ran its whole window, then failed to move the result into place
+/// and left it as `/.tmp.tmp-PID`). Here the server does not exist: the error must be the
+/// output's, so nothing was tried first.
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let f = file.to_str().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    for args in [
+        vec!["bench", f, "--url", nowhere, "-o", d],
+        vec!["lab", "run", "runner", "--url", nowhere, "--json", d],
+        vec!["report", f, "--html", d],
+    ] {
+        let o = slipstream(&args, dir.path());
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains("is a directory"), "{args:?}: {}", text(&o));
+    }
+}
+
 /// What clashes with a setting from the workload file names the file's key, not a flag the
 /// user never gave. Before, each message said to drop `--think`, `--stage` or `--ramp-up`.
 #[test]

@@ -21,7 +21,9 @@ pub use experiment_result::{ExperimentResult, SCHEMA, SCHEMA_VERSION};
 pub use html_report::write_report;
 /// The result parts the lab shares with the workload runner: an [`ExperimentResult`] is made of
 /// them.
-pub use slipstream_bench::{Environment, Series, Table, line_chart, write_atomically};
+pub use slipstream_bench::{
+    Environment, Series, Table, check_writable, line_chart, write_atomically,
+};
 pub use summary::{Summary, noise_warning, paired_ratios};
 
 /// Where and how to run an experiment.
