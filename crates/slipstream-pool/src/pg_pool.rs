@@ -55,9 +55,12 @@ const PRIMARY: u8 = 1;
 const STANDBY: u8 = 2;
 
 /// How quickly a down server is retried: the first probe after this, doubling up to
-/// `MAX_PROBE_INTERVAL`.
+/// `MAX_PROBE_INTERVAL`. The cap is how late a restarted server can be found: at 2 s, a
+/// standby back after a 1 s outage took its first read 381 ms after it accepted connections
+/// (median, `lab run rebalance`). A refused connect every half second costs a down server
+/// nothing; an unreachable one is probed no faster than its connect timeout anyway.
 const FIRST_PROBE_INTERVAL: Duration = Duration::from_millis(100);
-const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+const MAX_PROBE_INTERVAL: Duration = Duration::from_millis(500);
 /// How often borrows that find no server of their role may have the roles asked: a
 /// promotion is found this soon after it happens, and a caller retrying such a borrow in a
 /// loop costs the servers one `pg_is_in_recovery()` per interval over an idle connection.
@@ -315,7 +318,7 @@ struct Shared {
 /// connections fail is probed at once; if it cannot be reached it is marked down: its idle
 /// connections close at once, lent ones as they are returned, borrowers go to the others, and
 /// its share of `max_size` moves to them. It is retried in the background (100 ms, doubling
-/// to 2 s); when it answers again the shares are rebalanced and borrows spread back to it.
+/// to 0.5 s); when it answers again the shares are rebalanced and borrows spread back to it.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
