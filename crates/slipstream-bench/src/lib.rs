@@ -67,7 +67,7 @@ pub use phases::{Stage, StageLoad, StageResult, StageTx, stage_table};
 pub use progress::Style;
 pub use run_result::{
     BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, Percentiles, RUN_SCHEMA,
-    RUN_SCHEMA_OLDEST_READABLE, RUN_SCHEMA_VERSION, Schedule, TxResult,
+    RUN_SCHEMA_OLDEST_READABLE, RUN_SCHEMA_VERSION, Schedule, TxResult, refuse_repeated_runs,
 };
 pub use runner::{DEFAULT_GRACE, MAX_USERS, RunConfig, run, run_until};
 pub use table::Table;

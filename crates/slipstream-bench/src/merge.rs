@@ -44,6 +44,8 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
     let Some((first_label, first)) = parts.first() else {
         anyhow::bail!("no runs to merge");
     };
+    let labelled: Vec<(&str, &BenchRun)> = parts.iter().map(|(l, r)| (l.as_str(), r)).collect();
+    crate::refuse_repeated_runs(&labelled)?;
     for (label, r) in parts {
         anyhow::ensure!(
             r.workload == first.workload,

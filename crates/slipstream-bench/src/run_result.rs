@@ -286,7 +286,50 @@ pub struct Schedule {
     pub never_started: Option<u64>,
 }
 
+/// Fails, naming both, if a run is given twice (`runs` are labelled, e.g. by file): counted
+/// twice, a run would double its transactions in a merge, and in a comparison it would pass
+/// for a second run that agrees exactly with the first, narrowing the verdict.
+///
+/// ```
+/// # fn f(a: &slipstream_bench::BenchRun) {
+/// let err = slipstream_bench::refuse_repeated_runs(&[("a1.json", a), ("a2.json", a)]).unwrap_err();
+/// assert!(err.to_string().contains("the same run"));
+/// # }
+/// ```
+pub fn refuse_repeated_runs(runs: &[(&str, &BenchRun)]) -> anyhow::Result<()> {
+    for (i, (label, run)) in runs.iter().enumerate() {
+        if let Some((first, _)) = runs[..i].iter().find(|(_, r)| r.same_run(run)) {
+            anyhow::bail!(
+                "{first} and {label} are the same run (started {}, seed {}): give each run once; \
+                 a copy counts as another run",
+                run.started_at,
+                run.seed
+            );
+        }
+    }
+    Ok(())
+}
+
 impl BenchRun {
+    /// True if `other` is this very run (the same file, or a copy of it): the same start,
+    /// seed and counts. Two load generators of one test started in the same second still
+    /// differ in their seeds or their counts.
+    ///
+    /// ```
+    /// # fn f(a: &slipstream_bench::BenchRun) {
+    /// assert!(a.same_run(&a.clone()));
+    /// # }
+    /// ```
+    pub fn same_run(&self, other: &BenchRun) -> bool {
+        let counts = |r: &BenchRun| -> Vec<(u64, u64)> {
+            r.transactions.iter().map(|t| (t.ok, t.failed)).collect()
+        };
+        self.started_at == other.started_at
+            && self.seed == other.seed
+            && self.workload == other.workload
+            && counts(self) == counts(other)
+    }
+
     /// Successful transactions per second over the measured window, all types.
     pub fn tps(&self) -> f64 {
         let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();

@@ -26,6 +26,17 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         files.iter().map(|f| BenchRun::read_json(f)).collect()
     };
     let (ra, rb) = (read(&a_files)?, read(&b_files)?);
+    let labels: Vec<String> = a_files
+        .iter()
+        .chain(&b_files)
+        .map(|f| f.display().to_string())
+        .collect();
+    let runs: Vec<(&str, &BenchRun)> = labels
+        .iter()
+        .map(String::as_str)
+        .zip(ra.iter().chain(&rb))
+        .collect();
+    slipstream_bench::refuse_repeated_runs(&runs)?;
     let settings = CompareSettings {
         rope: args.rope,
         sampler: SamplerSettings {

@@ -1174,7 +1174,11 @@ fn an_output_that_cannot_be_written_is_refused_before_the_run() {
     ] {
         let o = slipstream(&args, dir.path());
         assert!(!o.status.success(), "{args:?}");
-        assert!(text(&o).contains("is a directory"), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("is a directory"),
+            "{args:?}: {}",
+            text(&o)
+        );
     }
 }
 
@@ -1564,6 +1568,38 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
         dir.path(),
     );
     assert!(text(&o).contains("A = 2 run(s)"), "{}", text(&o));
+    // A run given twice (here through an overlapping glob, or a copy) is refused: it passed
+    // for a second run agreeing exactly with the first, and turned "nothing credible" into
+    // "credibly slower" (session 37's attacker); a merge doubled its counts.
+    let copy = dir.path().join("copy-of-a.json");
+    std::fs::copy(&outs[0], &copy).unwrap();
+    for args in [
+        vec!["compare", &glob("a*.json"), &p(0), "--", &p(1), &p(4)],
+        vec!["compare", &p(0), copy.to_str().unwrap(), "--", &p(1), &p(4)],
+        vec!["compare", &p(0), "--", &p(0)],
+    ] {
+        let o = slipstream(&args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("the same run"), "{args:?}: {}", text(&o));
+    }
+    let merged = dir.path().join("merged.json");
+    let o = slipstream(
+        &[
+            "report",
+            &p(0),
+            copy.to_str().unwrap(),
+            "--merge",
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("the same run"),
+        "{}",
+        text(&o)
+    );
+    assert!(!merged.exists());
 }
 
 /// Two types with different latency shapes, so a merged curve that averaged the parts'
