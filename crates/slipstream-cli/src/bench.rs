@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use slipstream_bench::report::{self, Labeled};
 use slipstream_bench::{BenchRun, RunConfig, Style, Workload, order_entry, workload_file};
+use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::BenchArgs;
 use crate::interrupt::{CANCEL_WAIT, Cancelled, CtrlC, INTERRUPTED, SAME_STOP};
@@ -207,19 +208,49 @@ fn check_file_settings(args: &BenchArgs, file: FileSettings) -> anyhow::Result<(
 async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun> {
     // The first Ctrl-C ends the window (the result is still written); a second one stops
     // waiting for what is in flight (it is censored and cancelled on the server, and the
-    // result written); a third exits at once.
+    // result written); a third exits at once. SIGTERM (a CI job's or a container's timeout,
+    // `kill`) does what two Ctrl-Cs do: whoever sent it may send SIGKILL soon, so the result
+    // is written without waiting for transactions in flight.
+    let mut term = signal(SignalKind::terminate())?;
     let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async move {
-        if tokio::signal::ctrl_c().await.is_err() {
-            return std::future::pending().await;
+        let mut quit_tx = Some(quit_tx);
+        let quit_now = |quit_tx: &mut Option<tokio::sync::oneshot::Sender<()>>| {
+            eprintln!(
+                "\nterminated: cancelling what is in flight on the server and writing the result"
+            );
+            if let Some(tx) = quit_tx.take() {
+                let _ = tx.send(());
+            }
+        };
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                if r.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            _ = term.recv() => return quit_now(&mut quit_tx),
         }
         let first = std::time::Instant::now();
         eprintln!(
             "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to stop waiting for them)"
         );
         tokio::spawn(async move {
-            let mut quit_tx = Some(quit_tx);
-            while tokio::signal::ctrl_c().await.is_ok() {
+            loop {
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => {
+                        if r.is_err() {
+                            return;
+                        }
+                    }
+                    _ = term.recv() => {
+                        if quit_tx.is_none() {
+                            std::process::exit(i32::from(INTERRUPTED));
+                        }
+                        quit_now(&mut quit_tx);
+                        continue;
+                    }
+                }
                 // One stop sent twice is not a second Ctrl-C: GNU `timeout -s INT` signals the
                 // process and then its group, microseconds apart.
                 if first.elapsed() < SAME_STOP {

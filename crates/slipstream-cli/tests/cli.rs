@@ -726,6 +726,39 @@ fn a_second_ctrl_c_stops_waiting_and_cancels_what_is_in_flight() {
     assert_eq!(left, 0, "a censored statement still runs on the server");
 }
 
+/// SIGTERM (a CI job's or a container's timeout) does what two Ctrl-Cs do: what is in flight
+/// is censored and cancelled on the server, and the result is written. Before (session 37's
+/// attacker), the process died with 143 and no result.
+#[test]
+fn sigterm_writes_the_result_without_waiting_for_what_is_in_flight() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, out) = two_sleeping(&cluster, dir.path(), "term-stopped", None);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let sent = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(10),
+        "still waiting {:?} after SIGTERM",
+        sent.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(text(&o).contains("terminated"), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&out).unwrap_or_else(|e| panic!("no result file ({e}): {}", text(&o))),
+    )
+    .unwrap();
+    assert_eq!(
+        run["unfinished"], 2,
+        "both statements in flight are censored"
+    );
+    let left = sleepers_after(&cluster, "term-stopped", std::time::Duration::from_secs(10));
+    assert_eq!(left, 0, "a censored statement still runs on the server");
+}
+
 /// A third Ctrl-C exits at once, even while the cancels wait on a server that does not
 /// answer (here a stalled proxy), and writes no result.
 #[test]
