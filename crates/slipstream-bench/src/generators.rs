@@ -2,7 +2,7 @@
 //! sequences, random strings and choices. Values are sent as text, so the server converts them
 //! to whatever type the statement needs (as psql and pgbench variables do).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -85,7 +85,9 @@ pub(crate) enum Generator {
         decimals: usize,
     },
     Sequence {
-        next: AtomicI64,
+        start: i64,
+        /// Values handed out so far: the next is `start + taken * step`.
+        taken: AtomicU64,
         step: i64,
     },
     String {
@@ -204,7 +206,8 @@ impl Generator {
                     );
                 }
                 Generator::Sequence {
-                    next: AtomicI64::new(*start),
+                    start: *start,
+                    taken: AtomicU64::new(0),
                     step: *step,
                 }
             }
@@ -288,14 +291,18 @@ impl Generator {
                 let x = if r.is_finite() { r } else { v }.clamp(*min, *max);
                 let _ = write!(out, "{x:.decimals$}");
             }
-            Generator::Sequence { next, step } => {
-                // Relaxed: only uniqueness matters, which the RMW gives on its own. Checked:
-                // wrapping would repeat values the docs promise unique.
-                let v = next
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_add(*step))
-                    .map_err(|last| {
-                        format!("the sequence ran out at {last}: its next value would overflow an i64 (start it lower)")
-                    })?;
+            Generator::Sequence { start, taken, step } => {
+                // Relaxed: only uniqueness matters, which the RMW gives on its own. A count,
+                // not the next value: the last value an i64 holds is handed out too (the
+                // next value's overflow used to refuse it). Checked: wrapping would repeat
+                // values the docs promise unique.
+                let k = taken.fetch_add(1, Ordering::Relaxed);
+                let v = i128::from(*start) + i128::from(k) * i128::from(*step);
+                let v = i64::try_from(v).map_err(|_| {
+                    format!(
+                        "the sequence ran out after {k} values from {start}: the next would overflow an i64 (start it lower)"
+                    )
+                })?;
                 let _ = write!(out, "{v}");
             }
             Generator::String {
@@ -512,21 +519,25 @@ mod tests {
         }
     }
 
-    /// A sequence that would wrap is an error for the transaction, not a repeated value.
+    /// A sequence hands out every value up to the last an i64 holds (`start =
+    /// 9223372036854775807` drew nothing before: session 37's attacker), and one that would
+    /// wrap is an error for the transaction, not a repeated value; downwards too.
     #[test]
     fn a_sequence_that_runs_out_says_so() {
-        let g = Generator::new(&ParamSpec::Sequence {
-            start: i64::MAX - 1,
-            step: 1,
-        })
-        .unwrap();
-        let mut rng = SmallRng::seed_from_u64(1);
-        let mut out = String::new();
-        g.draw(&mut rng, &mut out).unwrap();
-        assert_eq!(out, (i64::MAX - 1).to_string());
-        let e = g
-            .draw(&mut rng, &mut out)
-            .expect_err("the next one overflows");
-        assert!(e.contains("ran out"), "{e}");
+        for (start, step, last) in [(i64::MAX - 1, 1, i64::MAX), (i64::MIN + 3, -3, i64::MIN)] {
+            let g = Generator::new(&ParamSpec::Sequence { start, step }).unwrap();
+            let mut rng = SmallRng::seed_from_u64(1);
+            let mut drawn = Vec::new();
+            for _ in 0..2 {
+                let mut out = String::new();
+                g.draw(&mut rng, &mut out).unwrap();
+                drawn.push(out);
+            }
+            assert_eq!(drawn, [start.to_string(), last.to_string()]);
+            let e = g
+                .draw(&mut rng, &mut String::new())
+                .expect_err("the next one overflows");
+            assert!(e.contains("ran out"), "{e}");
+        }
     }
 }
