@@ -446,6 +446,7 @@ impl BenchRun {
         };
         let mut all = 0u64;
         for (i, t) in self.transactions.iter().enumerate() {
+            sums_hold(&t.latency_stats.sufficient, &|| format!("{:?}", t.name))?;
             if self.transactions[..i].iter().any(|o| o.name == t.name) {
                 return Err(format!("transaction {:?} is listed twice", t.name));
             }
@@ -473,6 +474,16 @@ impl BenchRun {
                 }
             }
         }
+        let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
+        // A window that held successes lasted at least their count at a billion a second: no
+        // client runs faster, and a smaller window (0, 1e-300) makes every rate absurd.
+        // (measured_s is finite and not negative here: checked above.)
+        if ok > 0 && self.measured_s < ok as f64 * 1e-9 {
+            return Err(format!(
+                "measured_s is {}, too short for its {ok} successes",
+                self.measured_s
+            ));
+        }
         // One total over every type, so that any sum a report takes (a type's, a second's
         // over all types) fits too.
         let mut n = 0u64;
@@ -485,6 +496,7 @@ impl BenchRun {
             {
                 n = add(n, iv.sufficient.n, &what)?;
                 n = add(n, iv.failed, &what)?;
+                sums_hold(&iv.sufficient, &|| format!("{name:?}'s interval {}", i + 1))?;
                 // Older files have none (an empty text); one that is there must hold the
                 // interval's successes, as `--merge` adds them.
                 let label = || format!("{name:?}'s interval {}", i + 1);
@@ -524,6 +536,32 @@ impl BenchRun {
 
 /// A histogram saved beside a count must decode and hold that many values (an empty text is
 /// a histogram older files did not save, or one of no values).
+/// Sufficient statistics a run could have recorded: sums of latencies and of their squares
+/// finite and not negative (a mean and a variance are read from them), the logarithms'
+/// finite.
+fn sums_hold(s: &Suff, label: &dyn Fn() -> String) -> Result<(), String> {
+    let ok = s.sum.is_finite()
+        && s.sum >= 0.0
+        && s.sum_sq.is_finite()
+        && s.sum_sq >= 0.0
+        && s.sum_ln.is_finite()
+        && s.sum_ln_sq.is_finite()
+        && s.sum_ln_sq >= 0.0;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}'s latency statistics are not sums a run records (sum {}, sum of squares {}, \
+             sum of logs {}, of their squares {})",
+            label(),
+            s.sum,
+            s.sum_sq,
+            s.sum_ln,
+            s.sum_ln_sq
+        ))
+    }
+}
+
 fn holds(text: &str, n: u64, what: &dyn Fn() -> String) -> Result<(), String> {
     if text.is_empty() {
         return Ok(());

@@ -48,7 +48,7 @@ fn corrupt_or_edited_results_are_refused_when_read() {
     let good = run();
     read(dir.path(), &good).expect("an honest file reads");
     type Edit = (&'static str, fn(&mut Value), &'static str);
-    let edits: [Edit; 13] = [
+    let edits: [Edit; 17] = [
         (
             "a count that overflows the total",
             |v| v["transactions"][1]["ok"] = json!(u64::MAX),
@@ -124,6 +124,28 @@ fn corrupt_or_edited_results_are_refused_when_read() {
             "a newer schema",
             |v| v["schema_version"] = json!(3),
             "schema version 3;",
+        ),
+        // Session 37's attacker: these read, and gave a TPS of `inf` or 300 digits, and a
+        // negative sum moved the "all" mean.
+        (
+            "transactions in a window of no length",
+            |v| v["measured_s"] = json!(0.0),
+            "measured_s",
+        ),
+        (
+            "transactions in a window of 1e-300 s",
+            |v| v["measured_s"] = json!(1e-300),
+            "measured_s",
+        ),
+        (
+            "a negative sum of latencies",
+            |v| v["transactions"][0]["latency_stats"]["sum"] = json!(-3.0),
+            "statistics",
+        ),
+        (
+            "a negative sum in an interval",
+            |v| v["intervals"]["per_transaction"]["a"][0]["sum_sq"] = json!(-1.0),
+            "statistics",
         ),
     ];
     for (what, edit, says) in edits {
