@@ -899,8 +899,8 @@ async fn run_one(
 
 /// Rolls back a transaction left open by a failure, and reconnects (and re-runs `init`) when
 /// the connection broke. A failed reconnect leaves the session without a client; its next
-/// transaction fails with `client:no-connection` and the reconnect is tried again. True when
-/// it rolled a transaction back.
+/// transaction fails with `client:no-connection`, whose message is the reconnect's error, and
+/// the reconnect is tried again. True when it rolled a transaction back.
 async fn repair(
     shared: &Shared,
     user: usize,
@@ -930,17 +930,21 @@ async fn repair(
     // the server's log.
     *session.client_slot() = None;
     set_token(shared, user, None);
-    match connect_user(url, user).await {
+    match slipstream_pg::connect(url).await {
         Ok(client) => {
             set_token(shared, user, Some(&client));
-            *session.client_slot() = Some(client);
-            if init_all(&shared.workload, txs, session).await.is_err() {
-                *session.client_slot() = None;
+            session.reconnected(Ok(client));
+            if let Err(e) = init_all(&shared.workload, txs, session).await {
                 set_token(shared, user, None);
+                session.reconnected(Err(format!("reconnect failed: {e}")));
             }
         }
-        // Back off so a down server is not hammered by every user in a tight loop.
-        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        Err(e) => {
+            // Kept for the next transaction's failure: the only place this error is reported.
+            session.reconnected(Err(format!("reconnect failed: {e}")));
+            // Back off so a down server is not hammered by every user in a tight loop.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     rolled_back
 }

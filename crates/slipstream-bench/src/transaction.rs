@@ -129,6 +129,10 @@ impl StatementCounts {
 /// think time.
 pub struct Session {
     client: Option<Client>,
+    /// Why `client` is `None` in a workload that has a database (the last reconnect's error),
+    /// so the failures that follow say what went wrong. `None` while connected, and always in
+    /// a workload run without a database.
+    lost: Option<String>,
     rng: SmallRng,
     counts: StatementCounts,
     think: ThinkTime,
@@ -151,6 +155,7 @@ impl Session {
     pub fn new(user: usize, client: Option<Client>, think: ThinkTime, seed: u64) -> Session {
         Session {
             client,
+            lost: None,
             rng: SmallRng::seed_from_u64(seed ^ (user as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
             counts: StatementCounts::default(),
             think,
@@ -159,7 +164,9 @@ impl Session {
         }
     }
 
-    /// The user's connection.
+    /// The user's connection. Fails with `client:no-connection` when there is none: in a
+    /// workload run without a database, or after a reconnect that failed (the message is its
+    /// error; the runner tries again after the failure).
     ///
     /// ```no_run
     /// # async fn f(s: &mut slipstream_bench::Session) -> Result<(), slipstream_bench::TxError> {
@@ -167,10 +174,12 @@ impl Session {
     /// # Ok(()) }
     /// ```
     pub fn client(&mut self) -> Result<&mut Client, TxError> {
+        let lost = &self.lost;
         self.client.as_mut().ok_or_else(|| {
             TxError::new(
                 "client:no-connection",
-                "this workload runs without a database connection",
+                lost.as_deref()
+                    .unwrap_or("this workload runs without a database connection"),
             )
         })
     }
@@ -210,6 +219,15 @@ impl Session {
 
     pub(crate) fn client_slot(&mut self) -> &mut Option<Client> {
         &mut self.client
+    }
+
+    /// Puts `client` in the session (a reconnect), or takes the session's away and keeps
+    /// `why` for the failures that follow until a reconnect works.
+    pub(crate) fn reconnected(&mut self, client: Result<Client, String>) {
+        (self.client, self.lost) = match client {
+            Ok(c) => (Some(c), None),
+            Err(why) => (None, Some(why)),
+        };
     }
 
     pub(crate) fn draw<R>(&mut self, f: impl FnOnce(&mut SmallRng) -> R) -> R {

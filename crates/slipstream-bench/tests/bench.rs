@@ -432,3 +432,30 @@ fn a_stopped_setup_starts_no_further_statement() {
         .unwrap();
     assert_eq!(schema.trim(), "t", "the stopped setup created the schema");
 }
+
+/// The server stops mid-run: the users' reconnects fail, and the failures that follow say
+/// why. Before, the connect error was dropped and each failure read "this workload runs
+/// without a database connection", which blamed the workload for a server that was gone.
+#[test]
+fn a_failed_reconnect_names_its_reason() {
+    let mut cluster = Cluster::start().unwrap();
+    let w = Workload::new("select-1").transaction("select-1", 1, || Sql("SELECT 1"));
+    let mut c = config(&cluster.url(), 2, 2.0);
+    c.grace = Duration::from_secs(1);
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            cluster.stop().unwrap();
+        });
+        run(&w, &c)
+    });
+    let t = &r.transactions[0];
+    assert!(t.ok > 0, "{t:?}");
+    let said = t
+        .failure_messages
+        .get("client:no-connection")
+        .unwrap_or_else(|| panic!("no failure for the lost connection: {t:?}"));
+    assert!(said.starts_with("reconnect failed: "), "{said}");
+    assert!(said.contains("connect"), "{said}");
+    assert!(!said.contains("without a database"), "{said}");
+}
