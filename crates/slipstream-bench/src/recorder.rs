@@ -146,7 +146,7 @@ struct Totals {
     lag: Histogram<u64>,
     late: u64,
     arrivals: u64,
-    /// Censored arrivals that were still queued, never started (open loop).
+    /// Censored arrivals that never started: still queued, or turned away (open loop).
     never_started: u64,
     raw: Option<BufWriter<File>>,
     raw_error: Option<String>,
@@ -294,12 +294,13 @@ impl Recorder {
         }
     }
 
-    /// Censors an open-loop arrival of type `kind` that was still queued: it never started.
-    pub(crate) fn censor_queued(&self, kind: usize) {
+    /// Censors `n` open-loop arrivals of type `kind` that never started: still queued when
+    /// the users stopped, or turned away by a full queue.
+    pub(crate) fn censor_queued(&self, kind: usize, n: u64) {
         let mut t = self.lock();
         if let Some(k) = t.kinds.get_mut(kind) {
-            k.censored += 1;
-            t.never_started += 1;
+            k.censored += n;
+            t.never_started += n;
         }
     }
 

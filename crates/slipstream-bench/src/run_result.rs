@@ -133,7 +133,7 @@ pub struct TxResult {
     /// Transactions of this type still running when the run stopped waiting (the grace
     /// period): their latency is right-censored at about `grace_s`, so they are counted here
     /// and not in `ok`, `failed` or any latency figure. Open-loop arrivals still queued then
-    /// are counted too.
+    /// are counted too, and those turned away by a full queue (`Schedule::never_started`).
     #[serde(default)]
     pub censored: u64,
     /// Statements run (by successful and failed transactions).
@@ -279,8 +279,9 @@ pub struct Schedule {
     /// The lag's HDR histogram (µs; V2 deflate, base64).
     #[serde(default)]
     pub lag_histogram: String,
-    /// Arrivals of the window still queued when the users stopped (a stop, or the grace
-    /// limit): never started, and part of `unfinished` (the rest of which was in flight).
+    /// Arrivals of the window that never started: still queued when the users stopped (a
+    /// stop, or the grace limit), or turned away because [`QUEUE_LIMIT`](crate::QUEUE_LIMIT)
+    /// arrivals were already waiting. Part of `unfinished` (the rest of which was in flight).
     /// Absent from files written before it was counted apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub never_started: Option<u64>,

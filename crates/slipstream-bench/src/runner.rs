@@ -17,7 +17,14 @@
 //! `(intended start, type)`; idle users take arrivals in order. A transaction's latency runs
 //! from its *intended* start, so time spent waiting for a free user (the server stalled, all
 //! users busy) is counted rather than omitted (Gil Tene's coordinated omission); the queueing
-//! part is also reported on its own as schedule lag. The arrival thread sleeps with
+//! part is also reported on its own as schedule lag.
+//!
+//! The queue holds at most [`QUEUE_LIMIT`] arrivals, so memory is bounded whatever the rate
+//! (unbounded, `-r 1e9` stored 0.7 GB a second until the run was killed). An arrival that
+//! finds it full is not stored but counted, per type, and censored as never started, like an
+//! arrival still queued at the end; the run then warns that the users could not keep up. The
+//! arrival thread never blocks on a full queue: blocking would leave the rest of the schedule
+//! undrawn, arrivals in no count at all. The arrival thread sleeps with
 //! `std::thread::sleep` (microseconds), not tokio's millisecond timer, so dispatch adds tens of
 //! microseconds, not up to a millisecond.
 //!
@@ -54,6 +61,12 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 const YIELD_EVERY: u32 = 64;
 /// Users connect this many at a time: enough to be quick, few enough not to storm the server.
 const CONNECT_CONCURRENCY: usize = 8;
+/// Open loop: the most arrivals waiting for a free user. About 26 bytes each in the channel's
+/// blocks, so about 27 MB at most. It is this large so that a legitimate backlog (a stall of tens
+/// of seconds at tens of thousands of arrivals a second) is kept and its latency measured: an
+/// arrival turned away is censored, in no latency figure, and turning away a stall's backlog
+/// would hide the stall.
+pub const QUEUE_LIMIT: usize = 1 << 20;
 
 /// How to run a workload.
 ///
@@ -237,8 +250,8 @@ struct Shared {
     /// grace limit does not run on in the server after the client has let it go. Replaced on
     /// a reconnect; written only between a user's transactions, read after the users stopped.
     cancel: Vec<std::sync::Mutex<Option<CancelToken>>>,
-    /// Open loop only.
-    queue: Option<tokio::sync::Mutex<mpsc::UnboundedReceiver<(Instant, usize)>>>,
+    /// Open loop only; at most [`QUEUE_LIMIT`] arrivals.
+    queue: Option<tokio::sync::Mutex<mpsc::Receiver<(Instant, usize)>>>,
     /// The first user that panicked, and why: the run then fails rather than report the
     /// survivors' figures as the whole.
     panicked: std::sync::Mutex<Option<String>>,
@@ -299,7 +312,7 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     let live = Arc::new(Live::new());
     let (queue_tx, queue_rx) = match plan.is_open() {
         true => {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::channel(QUEUE_LIMIT);
             (Some(tx), Some(tokio::sync::Mutex::new(rx)))
         }
         false => (None, None),
@@ -495,8 +508,31 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         }
         cancel_warning = cancel_all(in_flight).await;
     }
+    let mut warnings = Vec::new();
     if let Some(a) = arrivals {
-        let _ = a.join();
+        // A panic in the arrival thread is a bug; its arrivals are then in no count, which
+        // the warning below says as it says for a generator that fell behind.
+        let drawn = a.join().unwrap_or_else(|_| Drawn {
+            turned_away: Vec::new(),
+            reached: window.from,
+        });
+        let turned_away: u64 = drawn.turned_away.iter().sum();
+        for (kind, &n) in drawn.turned_away.iter().enumerate() {
+            recorder.censor_queued(kind, n);
+        }
+        unfinished += turned_away;
+        if turned_away > 0 {
+            warnings.push(format!(
+                "the users could not keep up with the rate asked for: {turned_away} arrivals of the window found {QUEUE_LIMIT} already waiting for a free user and never started (censored, and counted in never_started); lower --rate or add --users"
+            ));
+        }
+        if drawn.reached < closed_at {
+            warnings.push(format!(
+                "the load generator could not keep up with the rate asked for: when the run ended it had drawn the arrivals up to {:.3} s into the window, of {:.3} s measured; those after were never drawn and are in no count (arrivals included); lower --rate, or split it across load generators and --merge their results",
+                seconds_since(window.from, drawn.reached).max(0.0),
+                measured.as_secs_f64()
+            ));
+        }
     }
     // Open loop: arrivals still queued were never served, whether the grace ran out or the
     // users left on a Ctrl-C; those of the window are censored. Read after the users and the
@@ -506,7 +542,7 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     {
         while let Ok((intended, kind)) = rx.try_recv() {
             if intended >= window.from {
-                recorder.censor_queued(kind);
+                recorder.censor_queued(kind, 1);
                 unfinished += 1;
             }
         }
@@ -524,11 +560,12 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         },
         None => None,
     };
-    if let Some(warning) = cancel_warning {
+    warnings.extend(cancel_warning);
+    if !warnings.is_empty() {
         context
             .get_or_insert_with(Default::default)
             .warnings
-            .push(warning);
+            .extend(warnings);
     }
     if let Some(why) = shared
         .panicked
@@ -949,15 +986,24 @@ async fn repair(
     rolled_back
 }
 
+/// What the arrival thread drew that the queue does not hold.
+struct Drawn {
+    /// Per type: arrivals of the window that found the queue full, never started.
+    turned_away: Vec<u64>,
+    /// The intended time of the last arrival drawn: the window's end or past it, unless the
+    /// run stopped the thread while it was behind its schedule.
+    reached: Instant,
+}
+
 /// Open loop: draws arrivals at the plan's highest rate and keeps each with probability
 /// `rate(t) / highest` (thinning), so stages and the ramp-up's rise are exact Poisson processes.
 fn spawn_arrivals(
     shared: Arc<Shared>,
-    tx: mpsc::UnboundedSender<(Instant, usize)>,
+    tx: mpsc::Sender<(Instant, usize)>,
     seed: u64,
     t0: Instant,
     window: Window,
-) -> anyhow::Result<std::thread::JoinHandle<()>> {
+) -> anyhow::Result<std::thread::JoinHandle<Drawn>> {
     let rate = shared.plan.max_rate();
     let gap = Exp::new(rate).map_err(|e| anyhow::anyhow!("--rate {rate}: {e}"))?;
     let handle = std::thread::Builder::new()
@@ -966,11 +1012,17 @@ fn spawn_arrivals(
             let mut rng = SmallRng::seed_from_u64(seed.rotate_left(17) ^ 0xA5A5_5A5A);
             let mut next = t0;
             let mut measured = 0u64;
-            // A gap no clock can hold (a rate near zero) is past any window's end.
-            while let Some(n) = Duration::try_from_secs_f64(gap.sample(&mut rng))
-                .ok()
-                .and_then(|g| next.checked_add(g))
-            {
+            let mut turned_away = vec![0u64; shared.workload.kinds.len()];
+            loop {
+                let Some(n) = Duration::try_from_secs_f64(gap.sample(&mut rng))
+                    .ok()
+                    .and_then(|g| next.checked_add(g))
+                else {
+                    // A gap no clock can hold (a rate near zero) is past any window's end:
+                    // the schedule is drawn to its end.
+                    next = window.to;
+                    break;
+                };
                 next = n;
                 if next >= window.to || shared.stop.load(Ordering::Acquire) {
                     break;
@@ -984,14 +1036,26 @@ fn spawn_arrivals(
                     std::thread::sleep(next - now);
                 }
                 let kind = shared.picker.pick(&mut rng);
-                if next >= window.from {
+                let in_window = next >= window.from;
+                if in_window {
                     measured += 1;
                 }
-                if tx.send((next, kind)).is_err() {
-                    break;
+                match tx.try_send((next, kind)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        // A warm-up arrival is in no count, as when it is still queued at the end.
+                        if in_window {
+                            turned_away[kind] += 1;
+                        }
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => break,
                 }
             }
             shared.recorder.add_arrivals(measured);
+            Drawn {
+                turned_away,
+                reached: next,
+            }
         })?;
     Ok(handle)
 }
@@ -1093,6 +1157,23 @@ mod tests {
             "{done}"
         );
         assert!(matches!(run.load, Load::Open { rate } if rate == 2000.0));
+    }
+
+    /// A rate the users keep up with warns of nothing: the queue never fills, and the arrival
+    /// thread draws the whole schedule.
+    #[test]
+    fn open_loop_within_reach_warns_of_nothing() {
+        let mut config = RunConfig::new(None);
+        config.users = 2;
+        config.duration = Duration::from_millis(500);
+        config.rate = Some(2000.0);
+        config.seed = 13;
+        let run = rt()
+            .block_on(run(&noop_workload(), &config, std::future::pending::<()>()))
+            .unwrap();
+        assert_eq!(run.unfinished, 0);
+        assert_eq!(run.schedule.and_then(|s| s.never_started), Some(0));
+        assert_eq!(run.context.map(|c| c.warnings), None);
     }
 
     #[test]

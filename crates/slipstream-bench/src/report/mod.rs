@@ -170,7 +170,8 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
             .map(|t| format!("{} {}", t.name, t.censored))
             .collect();
         // What the file can tell: a stop may have cut the drain short, and an open loop's
-        // censored count includes arrivals that never started (counted apart in newer files).
+        // censored count includes arrivals that never started (counted apart in newer files),
+        // queued or turned away by a full queue (told apart only by the run's warning).
         // Shown as given: `--grace 400ms` is not a "0 s" grace period.
         let grace = format!(
             "{:?}",
@@ -187,10 +188,11 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
                 "in flight, or queued and never started, when the run ended (a stop, or the {grace} grace period)"
             ),
             (Load::Open { .. }, Some(q)) if q >= r.unfinished => {
-                "queued and never started when the users stopped".to_string()
+                "queued and never started when the users stopped, or turned away by a full queue"
+                    .to_string()
             }
             (Load::Open { .. }, Some(q)) if q > 0 => format!(
-                "{} still running {ended}, {q} queued and never started",
+                "{} still running {ended}, {q} queued and never started or turned away by a full queue",
                 r.unfinished - q
             ),
             _ => format!("still running {ended}"),
