@@ -72,7 +72,7 @@ impl ClusterBuilder {
     /// Creates and starts the cluster.
     pub fn start(self) -> Result<Cluster, Error> {
         let (install, root, data) = new_root("c-", "a cluster")?;
-        install.copy_template(&data)?;
+        install.copy_template(&data, |_| Ok(()))?;
         let socket_dir = root.path().to_path_buf();
         let mut settings: Vec<(String, String)> = BASE_SETTINGS
             .iter()

@@ -11,7 +11,10 @@
 //!   `postmaster.pid`: a PID reused by another process, a zombie, or a state file that names
 //!   another port cannot make a command report a server that is not there, or signal a
 //!   process that is not ours;
-//! - a data directory is never removed while a postmaster runs on it: a live one is adopted.
+//! - a data directory is never removed while a postmaster runs on it: a live one is adopted;
+//! - a data directory is whole or absent: the template is copied beside it and renamed into
+//!   place, so a start killed mid-copy (Ctrl-C) leaves nothing a later start uses or trips
+//!   over.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::Error;
-use crate::install::{Install, append_settings, free_port, run};
+use crate::install::{Install, append_settings, free_port, remove_interrupted_copies, run};
 use crate::postmaster::{LockFile, lock_file};
 
 /// The state file that records where the data lives and which port it uses.
@@ -261,12 +264,19 @@ impl Embedded {
                 .map_err(|e| Error::io(format!("could not create {}", parent.display()), e))?;
             install.owner().chown(&parent)?;
         }
+        // What an earlier start left: copies it was killed in the middle of, and a whole
+        // copy it did not get to record in the state file (no server runs on it). A copy
+        // whose `cp` is still dying may resist removal; it is in no one's way (each copy has
+        // its own name), and the next start or destroy takes it.
+        let _ = remove_interrupted_copies(data);
         if data.exists() {
             std::fs::remove_dir_all(data).map_err(|e| {
-                Error::io(format!("could not remove the stale {}", data.display()), e)
+                Error::new(format!(
+                    "could not remove {}, left by an earlier start that did not finish: {e}; run `slipstream db destroy` with the same home (or remove it by hand) and start again",
+                    data.display()
+                ))
             })?;
         }
-        install.copy_template(data)?;
         // The CLI connects over TCP; a Unix socket goes beside the data only where its path
         // fits and the setting's list syntax cannot split it, and otherwise there is none.
         let socket = parent.display().to_string();
@@ -274,18 +284,20 @@ impl Embedded {
             && !socket
                 .chars()
                 .any(|c| c == ',' || c == '"' || c.is_control());
-        append_settings(
-            data,
-            [
-                ("listen_addresses", "127.0.0.1".to_string()),
-                (
-                    "unix_socket_directories",
-                    if socket_fits { socket } else { String::new() },
-                ),
-                ("max_connections", "200".to_string()),
-                ("lc_messages", "C".to_string()),
-            ],
-        )
+        install.copy_template(data, |copy| {
+            append_settings(
+                copy,
+                [
+                    ("listen_addresses", "127.0.0.1".to_string()),
+                    (
+                        "unix_socket_directories",
+                        if socket_fits { socket } else { String::new() },
+                    ),
+                    ("max_connections", "200".to_string()),
+                    ("lc_messages", "C".to_string()),
+                ],
+            )
+        })
     }
 
     /// Stops the cluster (fast shutdown). Not an error if it is not running.

@@ -112,17 +112,123 @@ impl Install {
         }
     }
 
-    /// Copies the template into `dest` (which must not exist), owned by the server's user.
-    pub(crate) fn copy_template(&self, dest: &Path) -> Result<(), Error> {
+    /// Copies the template into `dest` (which must not exist), owned by the server's user;
+    /// `prepare` runs on the copy before it takes `dest`'s name.
+    ///
+    /// `dest` appears whole or not at all: the copy is made in a sibling directory named by
+    /// [`copy_prefix`] and renamed into place once `cp` and `prepare` are done. A process
+    /// killed mid-copy (Ctrl-C on `slipstream db start`) leaves that sibling, which no later
+    /// start uses; its `cp`, which would otherwise write on for a while as an orphan, dies with
+    /// it. [`remove_interrupted_copies`] clears such leftovers.
+    pub(crate) fn copy_template(
+        &self,
+        dest: &Path,
+        prepare: impl FnOnce(&Path) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let template = self.template()?;
+        let parent = dest.parent().unwrap_or(Path::new("."));
+        let staging = tempfile::Builder::new()
+            .prefix(&copy_prefix(dest))
+            .tempdir_in(parent)
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "could not create a directory in {} to copy the initdb template into",
+                        parent.display()
+                    ),
+                    e,
+                )
+            })?;
+        self.owner.chown(staging.path())?;
+        let copy = staging.path().join("data");
         let mut cp = Command::new("cp");
         self.owner.apply(&mut cp);
+        die_with_parent(&mut cp);
         run(
-            cp.arg("-a").arg(&template).arg(dest),
+            cp.arg("-a").arg(&template).arg(&copy),
             "copying the initdb template",
         )?;
-        Ok(())
+        prepare(&copy)?;
+        std::fs::rename(&copy, dest).map_err(|e| {
+            Error::io(
+                format!(
+                    "could not move the copy of the initdb template to {}",
+                    dest.display()
+                ),
+                e,
+            )
+        })
     }
+}
+
+/// The name prefix of the sibling directories [`Install::copy_template`] copies into, for a
+/// `dest` of that name.
+fn copy_prefix(dest: &Path) -> String {
+    let name = dest
+        .file_name()
+        .map_or_else(|| "data".into(), |n| n.to_string_lossy());
+    format!(".{name}.copy-")
+}
+
+/// Removes what interrupted copies into `dest` left beside it. Only for a caller that knows
+/// no copy into `dest` is under way (the embedded cluster's lock).
+pub(crate) fn remove_interrupted_copies(dest: &Path) -> Result<(), Error> {
+    let Some(parent) = dest.parent() else {
+        return Ok(());
+    };
+    let prefix = copy_prefix(dest);
+    let entries = match std::fs::read_dir(parent) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("could not list {}", parent.display()), e)),
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::new(format!(
+                    "could not remove {}, left by an interrupted copy of the initdb template: {e}; try again, or remove it by hand",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Has the kernel kill `cmd`'s process (SIGKILL) when the thread that spawns it ends. For
+/// work that is useless without us, such as a copy: an orphan `cp` would write on into a
+/// directory no one will use. The signal comes when the spawning *thread* ends, not the
+/// process; [`run`] waits for the child on that thread, so that is never before the child
+/// ends unless the whole process dies. A server that must outlive us is never spawned so.
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = nix::unistd::getpid();
+        // SAFETY: the closure runs in the forked child before exec, where only
+        // async-signal-safe calls are allowed: it makes two system calls (prctl, getppid)
+        // and builds an `io::Error` from an errno, none of which allocates or takes a lock.
+        // std runs it after switching to the server's user, which must stay so: a change of
+        // credentials clears the death signal.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)?;
+                // A parent that died before the line above sends no signal: give up now.
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
 }
 
 impl Owner {
