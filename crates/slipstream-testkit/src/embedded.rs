@@ -14,7 +14,8 @@
 //! - a data directory is never removed while a postmaster runs on it: a live one is adopted;
 //! - a data directory is whole or absent: the template is copied beside it and renamed into
 //!   place, so a start killed mid-copy (Ctrl-C) leaves nothing a later start uses or trips
-//!   over.
+//!   over, and destroy finds this home's data directory without the state file (such a start
+//!   never wrote one).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::Error;
-use crate::install::{Install, append_settings, free_port, remove_interrupted_copies, run};
+use crate::install::{Install, Owner, append_settings, free_port, remove_interrupted_copies, run};
 use crate::postmaster::{LockFile, lock_file};
 
 /// The state file that records where the data lives and which port it uses.
@@ -228,7 +229,7 @@ impl Embedded {
         Ok(Embedded::url_for_port(port))
     }
 
-    /// Where this home's data directory goes.
+    /// Where this home's data directory goes, refusing a home `pg_ctl` cannot take.
     fn data_dir(&self, install: &Install) -> Result<PathBuf, Error> {
         if !install.owner().is_switching() {
             // pg_ctl starts the server through /bin/sh with these paths in double quotes.
@@ -243,16 +244,23 @@ impl Embedded {
                     self.home.display()
                 )));
             }
-            return Ok(self.home.join("pgdata"));
+        }
+        Ok(self.data_location(install.owner()))
+    }
+
+    /// Where this home's data directory goes when the server runs as `owner`.
+    fn data_location(&self, owner: Owner) -> PathBuf {
+        if !owner.is_switching() {
+            return self.home.join("pgdata");
         }
         let mut hasher = std::hash::DefaultHasher::new();
         std::hash::Hash::hash(&self.home, &mut hasher);
-        Ok(PathBuf::from(format!(
+        PathBuf::from(format!(
             "/var/tmp/slipstream-{}-{:x}",
             nix::unistd::geteuid().as_raw(),
             std::hash::Hasher::finish(&hasher)
         ))
-        .join("pgdata"))
+        .join("pgdata")
     }
 
     /// Makes `data` a fresh copy of the template (no postmaster runs on it: the caller
@@ -311,15 +319,7 @@ impl Embedded {
 
     fn stop_locked(&self) -> Result<(), Error> {
         if let Status::Running { data, .. } = self.look() {
-            let install = Install::find()?;
-            run(
-                install
-                    .command("pg_ctl")
-                    .arg("-D")
-                    .arg(&data)
-                    .args(["-m", "fast", "-w", "stop"]),
-                "pg_ctl stop",
-            )?;
+            stop_server(&data)?;
         }
         Ok(())
     }
@@ -331,23 +331,66 @@ impl Embedded {
         }
         let _lock = self.lock(true)?;
         self.stop_locked()?;
-        if let Some((data, _)) = self.state() {
-            if data.exists() {
-                std::fs::remove_dir_all(&data)
-                    .map_err(|e| Error::io(format!("could not remove {}", data.display()), e))?;
+        // The data directory the state names, and the one this home's data goes to: a start
+        // killed before it wrote the state made the second, and nothing else names it. As
+        // root without a `postgres` user no start got as far as making one.
+        let mut dirs: Vec<PathBuf> = self.state().map(|(data, _)| data).into_iter().collect();
+        if let Ok(owner) = Owner::detect() {
+            let derived = self.data_location(owner);
+            if !dirs.contains(&derived) {
+                dirs.push(derived);
             }
-            // The /var/tmp parent made for root is ours alone; the state directory is the user's.
-            if let Some(parent) = data.parent().filter(|p| {
-                p.starts_with("/var/tmp")
-                    && p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("slipstream-"))
-            }) {
-                let _ = std::fs::remove_dir_all(parent);
-            }
-            let _ = std::fs::remove_file(self.home.join(STATE_FILE));
         }
-        Ok(())
+        for data in &dirs {
+            // Taken back by a start that found its state lost; not to be removed under it.
+            if live_postmaster(data).is_some() {
+                stop_server(data)?;
+            }
+            remove_data(data)?;
+        }
+        match std::fs::remove_file(self.home.join(STATE_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                format!("could not remove {}", self.home.join(STATE_FILE).display()),
+                e,
+            )),
+            _ => Ok(()),
+        }
     }
+}
+
+/// Stops the server running on `data` (fast shutdown).
+fn stop_server(data: &Path) -> Result<(), Error> {
+    let install = Install::find()?;
+    run(
+        install
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(data)
+            .args(["-m", "fast", "-w", "stop"]),
+        "pg_ctl stop",
+    )?;
+    Ok(())
+}
+
+/// Removes a data directory, what interrupted copies left beside it, and the /var/tmp parent
+/// made for root (ours alone; a state directory is the user's, and stays).
+fn remove_data(data: &Path) -> Result<(), Error> {
+    let var_tmp_parent = data.parent().filter(|p| {
+        p.starts_with("/var/tmp")
+            && p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("slipstream-"))
+    });
+    let doomed = var_tmp_parent.unwrap_or(data);
+    match std::fs::remove_dir_all(doomed) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::new(format!(
+                "could not remove {}: {e}; run `slipstream db destroy` again, or remove it by hand",
+                doomed.display()
+            )));
+        }
+        _ => {}
+    }
+    remove_interrupted_copies(data)
 }
 
 /// The port of the postmaster running on `data`, if one does.

@@ -232,7 +232,8 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 impl Owner {
-    fn detect() -> Result<Owner, Error> {
+    /// Fails only as root without a `postgres` OS user, where no server can run.
+    pub(crate) fn detect() -> Result<Owner, Error> {
         let uid = nix::unistd::geteuid();
         if !uid.is_root() {
             return Ok(Owner {
