@@ -696,7 +696,9 @@ fn a_start_interrupted_while_it_copies_leaves_nothing_in_the_way() {
 }
 
 /// Runs `db start` on `home` and sends it SIGINT `delay` after its `cp` of the template
-/// begins; returns once it has ended, whether the signal ended it.
+/// begins, if that `cp` still runs then; returns once the start has ended, whether it was
+/// interrupted. A start already past its copy is let through: interrupted in `pg_ctl start`
+/// it would leave a server starting where no state file names it, which is another race.
 fn interrupt_while_copying(home: &Path, cwd: &Path, delay: Duration) -> bool {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     let mut cmd = cli(&["db", "start"], home, cwd);
@@ -718,47 +720,72 @@ fn interrupt_while_copying(home: &Path, cwd: &Path, delay: Duration) -> bool {
     let pid = child.id();
     // The first start on a machine runs initdb for the template before it copies.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !has_child_named(pid, "cp") {
+    let not_interrupted = |child: Child| {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "`db start` failed:\n{}", text(&o));
+        false
+    };
+    let cp = loop {
+        if let Some(cp) = child_named(pid, "cp") {
+            break cp;
+        }
         if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
-            // The copy came and went between two looks: not an interrupted copy.
-            let o = child.wait_with_output().unwrap();
-            assert!(o.status.success(), "`db start` failed:\n{}", text(&o));
-            return false;
+            // The copy came and went between two looks.
+            return not_interrupted(child);
         }
         std::thread::sleep(Duration::from_millis(1));
-    }
+    };
     std::thread::sleep(delay);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    // Frozen, the start cannot move on from its copy between the look at `cp` and the
+    // SIGINT, which it dies of as it resumes, before it runs another instruction.
+    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    signal(nix::sys::signal::Signal::SIGSTOP).unwrap();
+    while !matches!(proc_stat(pid), Some((_, ref rest)) if rest.trim_start().starts_with(['T', 'Z']))
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let copying = parent_of_running(cp) == Some(pid);
+    if copying {
+        signal(nix::sys::signal::Signal::SIGINT).unwrap();
+    }
+    signal(nix::sys::signal::Signal::SIGCONT).unwrap();
+    if !copying {
+        return not_interrupted(child);
+    }
     let o = child.wait_with_output().unwrap();
-    assert!(
-        o.status.success() || o.status.signal() == Some(nix::libc::SIGINT),
-        "`db start` neither finished nor died of SIGINT ({}):\n{}",
+    assert_eq!(
+        o.status.signal(),
+        Some(nix::libc::SIGINT),
+        "`db start` did not die of SIGINT ({}):\n{}",
         o.status,
         text(&o)
     );
-    !o.status.success()
+    true
 }
 
-/// Whether process `parent` has a child whose command is `name`.
-fn has_child_named(parent: u32, name: &str) -> bool {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    procs.flatten().any(|p| {
-        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
-            return false;
-        };
-        // pid (comm) state ppid ...; comm may hold anything, so split at its last ')'.
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let comm = head.split_once('(').map_or("", |(_, c)| c);
-        comm == name && rest.split_whitespace().nth(1) == Some(&parent.to_string())
+/// A running child of process `parent` whose command is `name`.
+fn child_named(parent: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+        let (comm, _) = proc_stat(pid)?;
+        (comm == name && parent_of_running(pid) == Some(parent)).then_some(pid)
     })
+}
+
+/// The parent of process `pid`, if it runs (not a zombie).
+fn parent_of_running(pid: u32) -> Option<u32> {
+    let (_, rest) = proc_stat(pid)?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    (state != "Z").then(|| fields.next()?.parse().ok())?
+}
+
+/// The command name of process `pid` and the fields of its stat after it (state, ppid, ...).
+fn proc_stat(pid: u32) -> Option<(String, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...; comm may hold anything, so split at its last ')'.
+    let (head, rest) = stat.rsplit_once(')')?;
+    Some((head.split_once('(')?.1.to_string(), rest.to_string()))
 }
 
 /// Asserts that `db destroy` left nothing of the cluster whose data directory was `data`:
