@@ -19,6 +19,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 
@@ -30,6 +31,9 @@ use crate::postmaster::{LockFile, lock_file};
 const STATE_FILE: &str = "embedded.conf";
 /// The lock every command on the home holds (see the module's doc).
 const LOCK_FILE: &str = "embedded.lock";
+/// How long destroy waits for the `cp` of a start killed mid-copy to end. It is killed with
+/// that start and ends within milliseconds; the rest is slack for a loaded machine.
+const COPY_END_WAIT: Duration = Duration::from_secs(10);
 /// The longest Unix socket path the kernel takes (`sun_path`, less its NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -274,9 +278,9 @@ impl Embedded {
         }
         // What an earlier start left: copies it was killed in the middle of, and a whole
         // copy it did not get to record in the state file (no server runs on it). A copy
-        // whose `cp` is still dying may resist removal; it is in no one's way (each copy has
-        // its own name), and the next start or destroy takes it.
-        let _ = remove_interrupted_copies(data);
+        // whose `cp` is still ending is in no one's way (each copy has its own name) and is
+        // not waited for: the next start or destroy removes it.
+        let _ = remove_interrupted_copies(data, Duration::ZERO);
         if data.exists() {
             std::fs::remove_dir_all(data).map_err(|e| {
                 Error::new(format!(
@@ -375,6 +379,7 @@ fn stop_server(data: &Path) -> Result<(), Error> {
 /// Removes a data directory, what interrupted copies left beside it, and the /var/tmp parent
 /// made for root (ours alone; a state directory is the user's, and stays).
 fn remove_data(data: &Path) -> Result<(), Error> {
+    remove_interrupted_copies(data, COPY_END_WAIT)?;
     let var_tmp_parent = data.parent().filter(|p| {
         p.starts_with("/var/tmp")
             && p.file_name()
@@ -390,7 +395,7 @@ fn remove_data(data: &Path) -> Result<(), Error> {
         }
         _ => {}
     }
-    remove_interrupted_copies(data)
+    Ok(())
 }
 
 /// The port of the postmaster running on `data`, if one does.

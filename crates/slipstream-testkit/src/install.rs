@@ -1,10 +1,14 @@
 //! The local PostgreSQL installation: where its binaries are, which OS user runs the server, and
 //! a cached `initdb` template that makes new clusters cheap.
 
+use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::Error;
 
@@ -119,7 +123,8 @@ impl Install {
     /// [`copy_prefix`] and renamed into place once `cp` and `prepare` are done. A process
     /// killed mid-copy (Ctrl-C on `slipstream db start`) leaves that sibling, which no later
     /// start uses; its `cp`, which would otherwise write on for a while as an orphan, dies with
-    /// it. [`remove_interrupted_copies`] clears such leftovers.
+    /// it, and holds the sibling's [`COPY_LOCK`] until it has. [`remove_interrupted_copies`]
+    /// clears such leftovers.
     pub(crate) fn copy_template(
         &self,
         dest: &Path,
@@ -140,10 +145,25 @@ impl Install {
                 )
             })?;
         self.owner.chown(staging.path())?;
+        let lock_path = staging.path().join(COPY_LOCK);
+        let lock = File::create(&lock_path)
+            .map_err(|e| Error::io(format!("could not create {}", lock_path.display()), e))?;
+        let lock = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, errno)| {
+            Error::io(
+                format!("could not lock {}", lock_path.display()),
+                std::io::Error::from(errno),
+            )
+        })?;
+        let held = lock
+            .try_clone()
+            .map_err(|e| Error::io(format!("could not open {}", lock_path.display()), e))?;
         let copy = staging.path().join("data");
         let mut cp = Command::new("cp");
         self.owner.apply(&mut cp);
         die_with_parent(&mut cp);
+        // cp never reads its input: the descriptor is there so that the lock lives exactly
+        // as long as the last of us and cp (a descriptor shares its lock with its copies).
+        cp.stdin(held);
         run(
             cp.arg("-a").arg(&template).arg(&copy),
             "copying the initdb template",
@@ -170,9 +190,17 @@ fn copy_prefix(dest: &Path) -> String {
     format!(".{name}.copy-")
 }
 
+/// The file in a copy's directory that is locked (`flock`) while anything may write into the
+/// copy: taken before `cp` starts and held by it too, so that it is free only once both the
+/// process that copies and its `cp` have ended, however they ended.
+const COPY_LOCK: &str = "copying";
+
 /// Removes what interrupted copies into `dest` left beside it. Only for a caller that knows
-/// no copy into `dest` is under way (the embedded cluster's lock).
-pub(crate) fn remove_interrupted_copies(dest: &Path) -> Result<(), Error> {
+/// no copy into `dest` is under way (the embedded cluster's lock). A leftover whose `cp` has
+/// not yet ended (it dies with its command, a moment later) is waited for up to `wait`, and
+/// then is an error: removing a directory while something writes into it fails, or leaves
+/// what is written after.
+pub(crate) fn remove_interrupted_copies(dest: &Path, wait: Duration) -> Result<(), Error> {
     let Some(parent) = dest.parent() else {
         return Ok(());
     };
@@ -187,18 +215,53 @@ pub(crate) fn remove_interrupted_copies(dest: &Path) -> Result<(), Error> {
             continue;
         }
         let path = entry.path();
+        // Held until the directory is gone. No lock file: killed before it made one, so
+        // before its `cp` started.
+        let _quiet = match File::open(path.join(COPY_LOCK)) {
+            Ok(file) => Some(wait_for_lock(file, &path, wait)?),
+            Err(_) => None,
+        };
         match std::fs::remove_dir_all(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(Error::new(format!(
-                    "could not remove {}, left by an interrupted copy of the initdb template: {e}; try again, or remove it by hand",
+                    "could not remove {}, left by an interrupted copy of the initdb template: {e}; remove it by hand",
                     path.display()
                 )));
             }
         }
     }
     Ok(())
+}
+
+/// `file` locked exclusively, waiting up to `wait` for whoever holds it.
+fn wait_for_lock(file: File, copy: &Path, wait: Duration) -> Result<Flock<File>, Error> {
+    /// How often the lock is tried again: a killed `cp` ends within milliseconds.
+    const RETRY: Duration = Duration::from_millis(10);
+    let deadline = Instant::now() + wait;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = back;
+                std::thread::sleep(RETRY);
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(Error::new(format!(
+                    "{} is still being written by an interrupted copy of the initdb template (a `cp` that outlived the command that started it); try again once it has ended",
+                    copy.display()
+                )));
+            }
+            Err((_, errno)) => {
+                return Err(Error::io(
+                    format!("could not lock {}", copy.join(COPY_LOCK).display()),
+                    std::io::Error::from(errno),
+                ));
+            }
+        }
+    }
 }
 
 /// Has the kernel kill `cmd`'s process (SIGKILL) when the thread that spawns it ends. For
