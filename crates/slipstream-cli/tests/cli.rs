@@ -357,6 +357,7 @@ fn demo_writes_a_report() {
         "fetch-memory",
         "pool-scaling",
         "failover",
+        "rebalance",
     ] {
         assert!(
             html.contains(&format!("<h2 id=\"{experiment}\">")),
@@ -385,6 +386,26 @@ fn failover_experiment_sees_every_pools_writers_on_the_new_primary() {
             "{key}'s writers did not all write on the new primary: {back:?}\n{out}"
         );
     }
+}
+
+/// `lab run rebalance`: PgPool's readers read on the restarted standby again within the run,
+/// and every pool's failed reads are counted.
+#[test]
+fn rebalance_experiment_sees_pg_pools_readers_back_on_the_restarted_standby() {
+    let _machine = loads_the_machine();
+    let cluster = Cluster::start().unwrap();
+    let (out, result) = run_quick(&cluster, "rebalance");
+    for key in ["slipstream", "deadpool", "bb8"] {
+        let failed = result["ratios"][format!("{key}_failed_reads")].as_f64();
+        assert!(failed.is_some_and(|n| n >= 0.0), "{key}: {failed:?}\n{out}");
+    }
+    let back = result["ratios"]["slipstream_first_read_back_ms"].as_f64();
+    assert!(
+        back.is_some_and(|ms| (0.0..10_000.0).contains(&ms)),
+        "PgPool never read on the restarted standby: {back:?}\n{out}"
+    );
+    let share = result["ratios"]["slipstream_standby_share_after"].as_f64();
+    assert!(share.is_some_and(|s| s > 0.0), "{share:?}\n{out}");
 }
 
 #[test]

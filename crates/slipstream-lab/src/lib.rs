@@ -98,6 +98,12 @@ pub const EXPERIMENTS: &[Experiment] = &[
         run: experiments::failover::run,
     },
     Experiment {
+        name: "rebalance",
+        title: experiments::rebalance::TITLE,
+        source: "article 002's load balancing; vs deadpool and bb8 over tokio-postgres load_balance_hosts",
+        run: experiments::rebalance::run,
+    },
+    Experiment {
         name: "order-entry",
         title: experiments::order_entry_demo::TITLE,
         source: "article 004's Swingbench Order Entry, run by slipstream bench",

@@ -9,153 +9,21 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use slipstream_pool::{PgPool, Role};
 use slipstream_testkit::Cluster;
 
-use super::pg_peers::{B8Pg, DeadPg};
+use super::two_hosts::{Op, Ops, PEERS, Peer, Pool, Route, ms, paced};
 use crate::{Context, ExperimentResult, Series, Summary, Table};
 
 pub(crate) const TITLE: &str = "Failover: the primary stops, its standby is promoted";
 
 /// Tasks writing at once, and each peer's pool size: every writer has a connection.
 const WRITERS: usize = 4;
-/// A writer's pause after each statement, ok or failed: the same pace for every pool, so a
-/// pool's recovery is seen within this much of when it happens.
+/// A writer's pause after each statement, ok or failed.
 const PACE: Duration = Duration::from_millis(2);
-/// A statement (borrow included) that takes longer has failed.
-const OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Takes a transaction id (refused on a standby) and says which server answered.
 const WRITE: &str = "SELECT current_setting('port')::int4 FROM (SELECT txid_current()) AS w";
 /// Width of the chart's bins.
 const BIN: Duration = Duration::from_millis(10);
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Peer {
-    Slipstream,
-    Deadpool,
-    Bb8,
-}
-
-const PEERS: [Peer; 3] = [Peer::Slipstream, Peer::Deadpool, Peer::Bb8];
-
-impl Peer {
-    fn name(self) -> &'static str {
-        match self {
-            Peer::Slipstream => "slipstream-pool (PgPool, Role::Primary)",
-            Peer::Deadpool => "deadpool + tokio-postgres (read-write)",
-            Peer::Bb8 => "bb8 + tokio-postgres (read-write)",
-        }
-    }
-
-    fn key(self) -> &'static str {
-        match self {
-            Peer::Slipstream => "slipstream",
-            Peer::Deadpool => "deadpool",
-            Peer::Bb8 => "bb8",
-        }
-    }
-}
-
-enum Pool {
-    Slipstream(PgPool),
-    Deadpool(deadpool::managed::Pool<DeadPg>),
-    Bb8(bb8::Pool<B8Pg>),
-}
-
-impl Pool {
-    async fn build(peer: Peer, primary: u16, standby: u16) -> anyhow::Result<Pool> {
-        let hosts = format!(
-            "host=127.0.0.1,127.0.0.1 port={primary},{standby} user=postgres dbname=postgres connect_timeout=5"
-        );
-        Ok(match peer {
-            // Shares of max_size are even over the two servers: the primary's is WRITERS, as
-            // the peers' whole pool.
-            Peer::Slipstream => Pool::Slipstream(
-                PgPool::builder(format!("{hosts} sslmode=disable").parse()?)
-                    .max_size(2 * WRITERS)
-                    .build_ready()
-                    .await?,
-            ),
-            Peer::Deadpool => {
-                let config = format!("{hosts} target_session_attrs=read-write").parse()?;
-                Pool::Deadpool(
-                    deadpool::managed::Pool::builder(DeadPg(config))
-                        .max_size(WRITERS)
-                        .runtime(deadpool::Runtime::Tokio1)
-                        .build()?,
-                )
-            }
-            Peer::Bb8 => {
-                let config = format!("{hosts} target_session_attrs=read-write").parse()?;
-                Pool::Bb8(
-                    bb8::Pool::builder()
-                        .max_size(WRITERS as u32)
-                        .connection_timeout(OP_TIMEOUT)
-                        .test_on_check_out(false)
-                        .build(B8Pg(config))
-                        .await?,
-                )
-            }
-        })
-    }
-
-    /// One write: the port of the server that took it.
-    async fn write(&self) -> Result<i32, String> {
-        let text = |e: &dyn std::fmt::Display| e.to_string();
-        match self {
-            Pool::Slipstream(p) => {
-                let mut c = p.get(Role::Primary).await.map_err(|e| text(&e))?;
-                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
-                row.get(0).map_err(|e| text(&e))
-            }
-            Pool::Deadpool(p) => {
-                let c = p.get().await.map_err(|e| text(&e))?;
-                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
-                row.try_get(0).map_err(|e| text(&e))
-            }
-            Pool::Bb8(p) => {
-                let c = p.get().await.map_err(|e| text(&e))?;
-                let row = c.query_one(WRITE, &[]).await.map_err(|e| text(&e))?;
-                row.try_get(0).map_err(|e| text(&e))
-            }
-        }
-    }
-}
-
-/// One statement's end, since the run's start, and the port that took it (`None`: failed).
-#[derive(Clone, Copy)]
-struct Op {
-    end: Duration,
-    port: Option<i32>,
-}
-
-/// A writer: statements at [`PACE`] until told to stop.
-async fn writer(
-    pool: Arc<Pool>,
-    start: Instant,
-    stop: Arc<AtomicBool>,
-) -> (Vec<Op>, Option<String>) {
-    let (mut ops, mut first_error) = (Vec::new(), None);
-    while !stop.load(Relaxed) {
-        let port = match tokio::time::timeout(OP_TIMEOUT, pool.write()).await {
-            Ok(Ok(port)) => Some(port),
-            Ok(Err(e)) => {
-                first_error.get_or_insert(e);
-                None
-            }
-            Err(_) => {
-                first_error.get_or_insert_with(|| format!("no answer within {OP_TIMEOUT:?}"));
-                None
-            }
-        };
-        ops.push(Op {
-            end: start.elapsed(),
-            port,
-        });
-        tokio::time::sleep(PACE).await;
-    }
-    (ops, first_error)
-}
 
 /// What one failover did to one pool's writers. Times are from the moment the primary was
 /// told to stop.
@@ -191,14 +59,15 @@ fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover
         .enable_all()
         .build()?;
     let (pool, mut promoter) = rt.block_on(async {
-        let pool = Pool::build(peer, primary.port(), standby.port()).await?;
+        let pool =
+            Pool::build(peer, Route::Writes, primary.port(), standby.port(), WRITERS).await?;
         let promoter = slipstream_pg::connect(&super::without_tls(&standby.url())).await?;
         anyhow::Ok((Arc::new(pool), promoter))
     })?;
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..WRITERS)
-        .map(|_| rt.spawn(writer(pool.clone(), start, stop.clone())))
+        .map(|_| rt.spawn(paced(pool.clone(), WRITE, PACE, start, stop.clone())))
         .collect();
     std::thread::sleep(before);
 
@@ -247,7 +116,7 @@ fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover
 }
 
 fn summarize(
-    done: &[(Vec<Op>, Option<String>)],
+    done: &[Ops],
     standby: u16,
     fault: Duration,
     stopped: Duration,
@@ -302,10 +171,6 @@ fn summarize(
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (rounds, before, after) = if ctx.quick {
         (1, Duration::from_millis(500), Duration::from_secs(1))
@@ -346,7 +211,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let promoted = median(f.iter().map(|f| ms(f.promoted)).collect());
         let failed = median(f.iter().map(|f| f.failed as f64).collect());
         table.row(vec![
-            peer.name().into(),
+            peer.name(Route::Writes).into(),
             format!("{:.0}", median(f.iter().map(|f| f.rate_before).collect())),
             format!("{promoted:.1}"),
             format!("{first:.1}"),
@@ -367,7 +232,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         if let Some(e) = f.iter().find_map(|f| f.first_error.as_deref()) {
             r.notes.push(format!(
                 "{}: the first failure a writer saw: {e}",
-                peer.name()
+                peer.name(Route::Writes)
             ));
         }
     }
@@ -381,7 +246,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         .iter()
         .enumerate()
         .map(|(i, &peer)| Series {
-            name: peer.name().into(),
+            name: peer.name(Route::Writes).into(),
             x_label: "ms after the primary was told to stop".into(),
             y_label: format!("writes per {} ms (first round)", BIN.as_millis()),
             points: runs[i][0].bins.clone(),

@@ -13,9 +13,11 @@ pub(crate) mod pipeline;
 pub(crate) mod pk_lookup;
 pub(crate) mod pool_scaling;
 pub(crate) mod proxy;
+pub(crate) mod rebalance;
 pub(crate) mod roundtrip;
 pub(crate) mod runner_cost;
 pub(crate) mod statement_cache;
+mod two_hosts;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;

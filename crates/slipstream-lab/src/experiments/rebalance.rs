@@ -1,0 +1,348 @@
+//! `rebalance`: readers spread over a primary and its streaming standby; the standby stops,
+//! then starts again. How many reads fail, for how long, and how soon the restarted standby
+//! takes its share of the reads again: slipstream-pool's `PgPool` (`Role::Any`) against
+//! deadpool and bb8 over tokio-postgres given both hosts with `load_balance_hosts=random`
+//! (libpq 16's load balancing, as those clients do it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use slipstream_testkit::Cluster;
+
+use super::two_hosts::{Ops, PEERS, Peer, Pool, Route, ms, paced};
+use crate::{Context, ExperimentResult, Series, Summary, Table};
+
+pub(crate) const TITLE: &str = "Rebalance: a standby stops and comes back under readers";
+
+/// Tasks reading at once, and each pool's size: every reader has a connection.
+const READERS: usize = 8;
+/// A reader's pause after each statement, ok or failed.
+const PACE: Duration = Duration::from_millis(2);
+/// Says which server answered.
+const READ: &str = "SELECT current_setting('port')::int4";
+/// Width of the chart's bins, and the step of the window that dates "even again".
+const BIN: Duration = Duration::from_millis(10);
+/// The window in which the standby's share of the reads is looked at after its restart.
+const WINDOW: Duration = Duration::from_millis(100);
+/// The standby's share of the reads over a [`WINDOW`] that counts as "even again" (an even
+/// split is 0.5).
+const EVEN: f64 = 0.4;
+
+/// What one stop and restart of the standby did to one pool's readers.
+#[derive(Debug)]
+struct Rebalance {
+    /// The standby's share of the successful reads before it stopped.
+    share_before: f64,
+    /// Reads that failed from the stop on.
+    failed: usize,
+    /// The last failed read, after the stop.
+    last_failure: Option<Duration>,
+    /// The first read on the standby after its restart, from when it accepted connections.
+    first_back: Option<Duration>,
+    /// The end of the first [`WINDOW`] after the restart in which the standby took at least
+    /// [`EVEN`] of the reads, from the restart.
+    even_back: Option<Duration>,
+    /// The standby's share of the reads over the run's last second.
+    share_after: f64,
+    /// The first failure's message, as a reader saw it.
+    first_error: Option<String>,
+    /// Reads on the standby per [`BIN`], by bin start relative to the stop (ms).
+    bins: Vec<(f64, f64)>,
+}
+
+/// The moments of one run, from its start.
+#[derive(Clone, Copy)]
+struct Times {
+    /// The standby was told to stop.
+    stop: Duration,
+    /// The standby accepted connections again.
+    back: Duration,
+    /// The readers were told to stop.
+    end: Duration,
+}
+
+/// Runs one stop and restart for `peer` on a fresh primary and standby.
+fn one(peer: Peer, before: Duration, down: Duration, after: Duration) -> anyhow::Result<Rebalance> {
+    let primary = Cluster::start().context("starting the primary")?;
+    let mut standby = primary
+        .start_standby()
+        .context("starting the standby (pg_basebackup)")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let pool = rt.block_on(Pool::build(
+        peer,
+        Route::Reads,
+        primary.port(),
+        standby.port(),
+        READERS,
+    ))?;
+    let pool = Arc::new(pool);
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| rt.spawn(paced(pool.clone(), READ, PACE, start, stop.clone())))
+        .collect();
+    std::thread::sleep(before);
+    let stopped = start.elapsed();
+    standby.stop().context("stopping the standby")?;
+    std::thread::sleep(down);
+    standby.restart().context("starting the standby again")?;
+    let back = start.elapsed();
+    std::thread::sleep(after);
+    let end = start.elapsed();
+    stop.store(true, Relaxed);
+    let done = rt.block_on(async {
+        let mut done = Vec::new();
+        for r in readers {
+            done.push(r.await?);
+        }
+        anyhow::Ok(done)
+    })?;
+    drop(pool);
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(summarize(
+        &done,
+        standby.port(),
+        Times {
+            stop: stopped,
+            back,
+            end,
+        },
+    ))
+}
+
+fn summarize(done: &[Ops], standby: u16, t: Times) -> Rebalance {
+    let standby = Some(i32::from(standby));
+    let all = || done.iter().flat_map(|(ops, _)| ops.iter());
+    let ok_in = |from: Duration, to: Duration| {
+        all().filter(move |o| o.port.is_some() && o.end >= from && o.end < to)
+    };
+    let share = |from: Duration, to: Duration| {
+        let n = ok_in(from, to).count();
+        let on = ok_in(from, to).filter(|o| o.port == standby).count();
+        if n == 0 {
+            f64::NAN
+        } else {
+            on as f64 / n as f64
+        }
+    };
+    let failures = || all().filter(|o| o.port.is_none() && o.end >= t.stop);
+    let first_back = ok_in(t.back, t.end)
+        .filter(|o| o.port == standby)
+        .map(|o| o.end)
+        .min();
+    let even_back = (0..)
+        .map(|k| t.back + BIN * k)
+        .take_while(|from| *from + WINDOW <= t.end)
+        .find(|from| share(*from, *from + WINDOW) >= EVEN)
+        .map(|from| from + WINDOW - t.back);
+    let last_second = t.end.saturating_sub(Duration::from_secs(1)).max(t.back);
+    // One pass over the standby's reads into BIN-wide counts from 200 ms before the stop.
+    let first_bin = t.stop - Duration::from_millis(200).min(t.stop);
+    let width = BIN.as_nanos();
+    let mut counts = vec![0.0; (t.end - first_bin).as_nanos().div_ceil(width) as usize];
+    for o in ok_in(first_bin, t.end).filter(|o| o.port == standby) {
+        counts[((o.end - first_bin).as_nanos() / width) as usize] += 1.0;
+    }
+    Rebalance {
+        share_before: share(Duration::ZERO, t.stop),
+        failed: failures().count(),
+        last_failure: failures().map(|o| o.end - t.stop).max(),
+        first_back: first_back.map(|e| e - t.back),
+        even_back,
+        share_after: share(last_second, t.end),
+        first_error: done.iter().find_map(|(_, e)| e.clone()),
+        bins: counts
+            .into_iter()
+            .enumerate()
+            .map(|(k, n)| (ms(first_bin + BIN * k as u32) - ms(t.stop), n))
+            .collect(),
+    }
+}
+
+pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
+    let (rounds, before, down, after) = if ctx.quick {
+        (
+            1,
+            Duration::from_millis(500),
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+        )
+    } else {
+        (
+            5,
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+        )
+    };
+    let mut r = ExperimentResult::new("rebalance", TITLE, ctx.quick);
+    r.param("rounds", rounds);
+    r.param("readers", READERS);
+    r.param("pace_ms", ms(PACE));
+    r.param("down_ms", ms(down));
+
+    // Rounds interleave the pools, each on a fresh primary and standby.
+    let mut runs: Vec<Vec<Rebalance>> = PEERS.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (i, &peer) in PEERS.iter().enumerate() {
+            runs[i].push(one(peer, before, down, after).with_context(|| format!("{peer:?}"))?);
+        }
+    }
+
+    let median = |v: Vec<f64>| Summary::of(&v).p50;
+    let opt_ms = |d: Option<Duration>| d.map_or(f64::NAN, ms);
+    let mut table = Table::new(&[
+        "pool + client",
+        "standby's share before",
+        "failed reads",
+        "last failure, ms after the stop",
+        "first read on the restarted standby, ms",
+        "standby's share even again, ms",
+        "standby's share, last second",
+    ]);
+    for (i, &peer) in PEERS.iter().enumerate() {
+        let f = &runs[i];
+        let share_before = median(f.iter().map(|f| f.share_before).collect());
+        let failed = median(f.iter().map(|f| f.failed as f64).collect());
+        let last_failure = median(f.iter().map(|f| opt_ms(f.last_failure)).collect());
+        let first_back = median(f.iter().map(|f| opt_ms(f.first_back)).collect());
+        let even_back = median(f.iter().map(|f| opt_ms(f.even_back)).collect());
+        let share_after = median(f.iter().map(|f| f.share_after).collect());
+        table.row(vec![
+            peer.name(Route::Reads).into(),
+            format!("{share_before:.2}"),
+            format!("{failed:.0}"),
+            format!("{last_failure:.1}"),
+            format!("{first_back:.1}"),
+            format!("{even_back:.1}"),
+            format!("{share_after:.2}"),
+        ]);
+        let key = peer.key();
+        r.ratios.insert(format!("{key}_failed_reads"), failed);
+        r.ratios
+            .insert(format!("{key}_last_failure_ms"), last_failure);
+        r.ratios
+            .insert(format!("{key}_first_read_back_ms"), first_back);
+        r.ratios.insert(format!("{key}_even_back_ms"), even_back);
+        r.ratios
+            .insert(format!("{key}_standby_share_after"), share_after);
+        if let Some(e) = f.iter().find_map(|f| f.first_error.as_deref()) {
+            r.notes.push(format!(
+                "{}: the first failure a reader saw: {e}",
+                peer.name(Route::Reads)
+            ));
+        }
+    }
+    r.table = table;
+    r.series = PEERS
+        .iter()
+        .enumerate()
+        .map(|(i, &peer)| Series {
+            name: peer.name(Route::Reads).into(),
+            x_label: "ms after the standby was told to stop".into(),
+            y_label: format!(
+                "reads on the standby per {} ms (first round)",
+                BIN.as_millis()
+            ),
+            points: runs[i][0].bins.clone(),
+        })
+        .collect();
+    r.notes.push(format!(
+        "{READERS} tasks read (`SELECT current_setting('port')`) every {} ms, after a failure too, through a pool of {READERS} connections over both servers; \
+         the standby stops (fast shutdown) for {} ms, then starts again",
+        PACE.as_millis(),
+        down.as_millis()
+    ));
+    r.notes.push(format!(
+        "\"even again\": the end of the first {} ms window after the restart in which the standby took at least {EVEN} of the reads; 'NaN' where a pool never sent it a read again in the run (times are medians over the rounds)",
+        WINDOW.as_millis()
+    ));
+    r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there".into());
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiments::two_hosts::Op;
+
+    fn op(ms: u64, port: Option<i32>) -> Op {
+        Op {
+            end: Duration::from_millis(ms),
+            port,
+        }
+    }
+
+    fn at(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    /// Failures count from the stop; "first back" and "even again" count from the restart;
+    /// the shares are of successful reads only.
+    #[test]
+    fn a_rebalance_is_dated_from_the_stop_and_the_restart() {
+        let (p, s) = (Some(5432), Some(5433));
+        // Before the stop (1,000 ms): 2 of 4 reads on the standby. Failures at 1,001 and
+        // 1,040. Restart at 2,000; from 2,100 a read every 10 ms, on the primary but for one
+        // on the standby at 2,150; from 2,300 on every other read is on the standby.
+        let mut a = vec![op(100, p), op(200, s), op(300, p), op(400, s)];
+        a.extend([op(1001, None), op(1040, None), op(1500, p)]);
+        for k in 0..20 {
+            a.push(op(2100 + 10 * k, if k == 5 { s } else { p }));
+        }
+        for k in 0..60 {
+            a.push(op(2300 + 10 * k, if k % 2 == 0 { s } else { p }));
+        }
+        let done = vec![(a, Some("terminating connection".to_string()))];
+        let r = summarize(
+            &done,
+            5433,
+            Times {
+                stop: at(1000),
+                back: at(2000),
+                end: at(2900),
+            },
+        );
+        assert_eq!(r.share_before, 0.5);
+        assert_eq!(r.failed, 2);
+        assert_eq!(r.last_failure, Some(at(40)));
+        assert_eq!(r.first_back, Some(at(150)));
+        // The first 100 ms window (10 ms steps from the restart) with at least 40% of its
+        // reads on the standby: 2,270-2,370 (2,300, 2,320, 2,340 and 2,360 of ten).
+        assert_eq!(r.even_back, Some(at(370)));
+        // The last second is 2,000-2,900 here: 31 of 80 reads on the standby.
+        assert_eq!(r.share_after, 31.0 / 80.0);
+        assert_eq!(r.first_error.as_deref(), Some("terminating connection"));
+        let bin = |ms: f64| r.bins.iter().find(|b| (b.0 - ms).abs() < 1e-6).unwrap().1;
+        assert_eq!((bin(1150.0), bin(1140.0), bin(1300.0)), (1.0, 0.0, 1.0));
+    }
+
+    /// A pool that never sends the restarted standby a read has neither time, and a run with
+    /// no failure has no last failure.
+    #[test]
+    fn a_standby_never_read_again_is_not_back() {
+        let done = vec![(
+            vec![op(100, Some(2)), op(1500, Some(1)), op(2500, Some(1))],
+            None,
+        )];
+        let r = summarize(
+            &done,
+            2,
+            Times {
+                stop: at(1000),
+                back: at(2000),
+                end: at(3000),
+            },
+        );
+        assert_eq!(
+            (r.first_back, r.even_back, r.last_failure),
+            (None, None, None)
+        );
+        assert_eq!((r.failed, r.share_before, r.share_after), (0, 1.0, 0.0));
+    }
+}

@@ -1,0 +1,180 @@
+//! Pools over a primary and its standby, side by side, and the paced tasks that run one
+//! statement through them: what `failover` and `rebalance` measure. slipstream-pool's `PgPool`
+//! routes by role; deadpool and bb8 over tokio-postgres get both hosts in one connection
+//! string, as libpq's multi-host connections do it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use slipstream_pool::{PgPool, Role};
+
+use super::pg_peers::{B8Pg, DeadPg};
+
+/// A statement (borrow included) that takes longer has failed.
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Peer {
+    Slipstream,
+    Deadpool,
+    Bb8,
+}
+
+pub(crate) const PEERS: [Peer; 3] = [Peer::Slipstream, Peer::Deadpool, Peer::Bb8];
+
+/// Where the statements go, and how each pool is told so.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Route {
+    /// To the primary: `Role::Primary`; the peers `target_session_attrs=read-write`.
+    Writes,
+    /// To either server, spread: `Role::Any`; the peers `load_balance_hosts=random`.
+    Reads,
+}
+
+impl Peer {
+    pub(crate) fn name(self, route: Route) -> &'static str {
+        match (self, route) {
+            (Peer::Slipstream, Route::Writes) => "slipstream-pool (PgPool, Role::Primary)",
+            (Peer::Slipstream, Route::Reads) => "slipstream-pool (PgPool, Role::Any)",
+            (Peer::Deadpool, Route::Writes) => "deadpool + tokio-postgres (read-write)",
+            (Peer::Deadpool, Route::Reads) => "deadpool + tokio-postgres (load_balance_hosts)",
+            (Peer::Bb8, Route::Writes) => "bb8 + tokio-postgres (read-write)",
+            (Peer::Bb8, Route::Reads) => "bb8 + tokio-postgres (load_balance_hosts)",
+        }
+    }
+
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Peer::Slipstream => "slipstream",
+            Peer::Deadpool => "deadpool",
+            Peer::Bb8 => "bb8",
+        }
+    }
+}
+
+pub(crate) enum Pool {
+    Slipstream(PgPool, Role),
+    Deadpool(deadpool::managed::Pool<DeadPg>),
+    Bb8(bb8::Pool<B8Pg>),
+}
+
+impl Pool {
+    /// A pool over both servers with `connections` for the statements' tasks: each peer's
+    /// whole size. PgPool shares its `max_size` evenly over the servers, so for writes it gets
+    /// twice that (the primary's share is `connections`), for reads that (half on each).
+    pub(crate) async fn build(
+        peer: Peer,
+        route: Route,
+        primary: u16,
+        standby: u16,
+        connections: usize,
+    ) -> anyhow::Result<Pool> {
+        let hosts = format!(
+            "host=127.0.0.1,127.0.0.1 port={primary},{standby} user=postgres dbname=postgres connect_timeout=5"
+        );
+        let peer_hosts = || -> anyhow::Result<tokio_postgres::Config> {
+            Ok(match route {
+                Route::Writes => format!("{hosts} target_session_attrs=read-write"),
+                Route::Reads => format!("{hosts} load_balance_hosts=random"),
+            }
+            .parse()?)
+        };
+        Ok(match peer {
+            Peer::Slipstream => {
+                let (role, size) = match route {
+                    Route::Writes => (Role::Primary, 2 * connections),
+                    Route::Reads => (Role::Any, connections),
+                };
+                let pool = PgPool::builder(format!("{hosts} sslmode=disable").parse()?)
+                    .max_size(size)
+                    .build_ready()
+                    .await?;
+                Pool::Slipstream(pool, role)
+            }
+            Peer::Deadpool => Pool::Deadpool(
+                deadpool::managed::Pool::builder(DeadPg(peer_hosts()?))
+                    .max_size(connections)
+                    .runtime(deadpool::Runtime::Tokio1)
+                    .build()?,
+            ),
+            Peer::Bb8 => Pool::Bb8(
+                bb8::Pool::builder()
+                    .max_size(connections as u32)
+                    .connection_timeout(OP_TIMEOUT)
+                    .test_on_check_out(false)
+                    .build(B8Pg(peer_hosts()?))
+                    .await?,
+            ),
+        })
+    }
+
+    /// Runs `sql`, which returns one `int4`, and gives back that value.
+    async fn run(&self, sql: &str) -> Result<i32, String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
+        match self {
+            Pool::Slipstream(p, role) => {
+                let mut c = p.get(*role).await.map_err(|e| text(&e))?;
+                let row = c.query_one(sql, &[]).await.map_err(|e| text(&e))?;
+                row.get(0).map_err(|e| text(&e))
+            }
+            Pool::Deadpool(p) => {
+                let c = p.get().await.map_err(|e| text(&e))?;
+                let row = c.query_one(sql, &[]).await.map_err(|e| text(&e))?;
+                row.try_get(0).map_err(|e| text(&e))
+            }
+            Pool::Bb8(p) => {
+                let c = p.get().await.map_err(|e| text(&e))?;
+                let row = c.query_one(sql, &[]).await.map_err(|e| text(&e))?;
+                row.try_get(0).map_err(|e| text(&e))
+            }
+        }
+    }
+}
+
+/// One statement's end, since the run's start, and the port of the server that ran it
+/// (`None`: it failed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    pub end: Duration,
+    pub port: Option<i32>,
+}
+
+/// What one task did: its statements in order, and the first failure's message.
+pub(crate) type Ops = (Vec<Op>, Option<String>);
+
+/// A task that runs `sql` (answering with the server's port), then pauses `pace`, ok or
+/// failed, until told to stop: the same pace for every pool, so a pool's recovery is seen
+/// within `pace` of when it happens.
+pub(crate) async fn paced(
+    pool: Arc<Pool>,
+    sql: &'static str,
+    pace: Duration,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+) -> Ops {
+    let (mut ops, mut first_error) = (Vec::new(), None);
+    while !stop.load(Relaxed) {
+        let port = match tokio::time::timeout(OP_TIMEOUT, pool.run(sql)).await {
+            Ok(Ok(port)) => Some(port),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+                None
+            }
+            Err(_) => {
+                first_error.get_or_insert_with(|| format!("no answer within {OP_TIMEOUT:?}"));
+                None
+            }
+        };
+        ops.push(Op {
+            end: start.elapsed(),
+            port,
+        });
+        tokio::time::sleep(pace).await;
+    }
+    (ops, first_error)
+}
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
