@@ -1,7 +1,7 @@
 //! `slipstream sql`: run SQL, print psql-style tables.
 
 use slipstream_lab::Table;
-use slipstream_pg::{SimpleQueryMessage, SqlState};
+use slipstream_pg::{ErrorKind, SimpleQueryMessage, SqlState};
 
 use crate::interrupt::{CANCEL_WAIT, Cancelled, CtrlC};
 
@@ -22,6 +22,15 @@ pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
         return Ok(Ran::Interrupted("interrupted while connecting".into()));
     };
     let mut client = client?;
+    // As psql shows them: a `RAISE NOTICE` or a warning is part of the answer. Escaped: the
+    // text is the server's, and must not drive the terminal.
+    client.set_notice_handler(|n| {
+        eprintln!(
+            "{}:  {}",
+            n.severity(),
+            slipstream_bench::table::printable(n.message().to_string())
+        )
+    });
     let token = client.cancel_token();
     let ran = ctrl_c
         .cancelling("the statement", client.simple_query(query), || {
@@ -56,6 +65,12 @@ pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
             Ok(Ran::Interrupted(format!(
                 "cancelled on the server, its transaction rolled back: {e}"
             )))
+        }
+        // The client's own advice names its Rust API, which a command-line user cannot call.
+        Err(e) if e.kind() == ErrorKind::Usage && e.to_string().contains("COPY") => {
+            anyhow::bail!(
+                "slipstream sql does not stream COPY ... TO STDOUT or FROM STDIN; use psql's \\copy, or COPY to or from a file on the server"
+            )
         }
         Err(e) => Err(e.into()),
     }

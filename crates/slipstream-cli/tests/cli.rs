@@ -63,6 +63,37 @@ fn sql_prints_a_table() {
     );
 }
 
+/// A server's notices are shown as psql shows them, on stderr and escaped, and COPY to the
+/// client gets advice a command-line user can follow (session 37's attacker: notices were
+/// dropped, and COPY said "use Client::copy_out").
+#[test]
+fn sql_shows_notices_and_says_what_to_do_with_copy() {
+    let cluster = Cluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let o = slipstream(
+        &[
+            "sql",
+            "DO $$ BEGIN RAISE NOTICE 'half way %', chr(27) || '[2J'; END $$",
+            "--url",
+            &cluster.url(),
+        ],
+        home.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("NOTICE:  half way \\u{1b}[2J"), "{err}");
+    let o = slipstream(
+        &["sql", "COPY (SELECT 1) TO STDOUT", "--url", &cluster.url()],
+        home.path(),
+    );
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("psql's \\copy") && !t.contains("Client::"),
+        "{t}"
+    );
+}
+
 #[test]
 fn sql_errors_are_reported_with_a_failing_exit_code() {
     let cluster = Cluster::start().unwrap();
