@@ -377,6 +377,55 @@ fn a_home_path_is_never_run_as_a_shell_command() {
     );
 }
 
+/// As root the data goes to /var/tmp/slipstream-<uid>-<hash of the home>, a name anyone can
+/// compute: a symbolic link or another user's directory planted there is refused, not
+/// followed and chowned to the server's user (session 37's attacker: `create_dir_all`
+/// followed the link, then `chown` gave its target to postgres).
+#[test]
+fn a_link_or_a_strangers_directory_where_the_data_goes_is_refused() {
+    if !is_root() {
+        return; // Without root the data stays in the home, which is the user's own.
+    }
+    let (dir, home, _cleanup) = started();
+    let parent = data_dir(&home).unwrap().parent().unwrap().to_path_buf();
+    assert!(parent.starts_with("/var/tmp"), "{}", parent.display());
+    assert!(
+        slipstream(&["db", "destroy"], &home, dir.path())
+            .status
+            .success()
+    );
+    assert!(!parent.exists());
+    let target = dir.path().join("planted");
+    std::fs::create_dir(&target).unwrap();
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("a nobody user");
+    for plant in ["link", "stranger's directory"] {
+        if plant == "link" {
+            std::os::unix::fs::symlink(&target, &parent).unwrap();
+        } else {
+            std::fs::create_dir(&parent).unwrap();
+            std::os::unix::fs::chown(&parent, Some(nobody.uid.as_raw()), None).unwrap();
+        }
+        let o = slipstream(&["db", "start"], &home, dir.path());
+        let t = text(&o);
+        assert!(!o.status.success(), "{plant}: started on it:\n{t}");
+        assert!(t.contains("someone else made it"), "{plant}: {t}");
+        let meta = std::fs::symlink_metadata(&target).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&meta),
+            0,
+            "{plant}: the link's target was given away"
+        );
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "{plant}");
+        if plant == "link" {
+            std::fs::remove_file(&parent).unwrap();
+        } else {
+            std::fs::remove_dir(&parent).unwrap();
+        }
+    }
+}
+
 /// Promise: every failure says what failed and what to do. A data directory the server
 /// cannot start from (here: no global/pg_control) gives "pg_ctl: could not start server /
 /// Examine the log output" and a log path, on every start, with no word of the cause or of

@@ -272,9 +272,7 @@ impl Embedded {
     fn create(&self, install: &Install, data: &Path) -> Result<(), Error> {
         let parent = data.parent().unwrap_or(data).to_path_buf();
         if install.owner().is_switching() {
-            std::fs::create_dir_all(&parent)
-                .map_err(|e| Error::io(format!("could not create {}", parent.display()), e))?;
-            install.owner().chown(&parent)?;
+            install.owner().private_dir(&parent)?;
         }
         // What an earlier start left: copies it was killed in the middle of, and a whole
         // copy it did not get to record in the state file (no server runs on it). A copy

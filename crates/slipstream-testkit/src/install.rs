@@ -335,6 +335,40 @@ impl Owner {
     pub(crate) fn is_switching(&self) -> bool {
         self.switch
     }
+
+    /// Makes `dir` (its parent must exist) a directory of the server's user that only it can
+    /// enter, or takes one already there that is ours or the server's user's. Never a symlink
+    /// or another user's directory: in a shared directory such as /var/tmp, at a name anyone
+    /// can compute, a local user could plant either to have us create, `chown` and later
+    /// remove files where they chose.
+    pub(crate) fn private_dir(&self, dir: &Path) -> Result<(), Error> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(format!("could not create {}", dir.display()), e)),
+        }
+        let meta = std::fs::symlink_metadata(dir)
+            .map_err(|e| Error::io(format!("could not read {}", dir.display()), e))?;
+        let me = nix::unistd::geteuid().as_raw();
+        if !meta.is_dir() || (meta.uid() != me && meta.uid() != self.uid) {
+            return Err(Error::new(format!(
+                "{} is not a directory of this user or of the server's (it is {}, owned by uid {}): someone else made it; remove it, or choose another home with --home or SLIPSTREAM_HOME",
+                dir.display(),
+                if meta.file_type().is_symlink() {
+                    "a symbolic link"
+                } else if meta.is_dir() {
+                    "a directory"
+                } else {
+                    "a file"
+                },
+                meta.uid()
+            )));
+        }
+        self.chown(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(format!("could not restrict {}", dir.display()), e))
+    }
 }
 
 /// `$TMPDIR/slipstream-testkit-<euid>`: one per user, since the template in it belongs to the
