@@ -140,12 +140,26 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     let runs = [Labeled { label, run }];
     print_runs(&runs)?;
     eprintln!("wrote {}", out.display());
-    Ok(if runs[0].run.interrupted {
-        ExitCode::from(INTERRUPTED)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let run = &runs[0].run;
+    let failed: u64 = run.transactions.iter().map(|t| t.failed).sum();
+    let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
+    if run.interrupted {
+        return Ok(ExitCode::from(INTERRUPTED));
+    }
+    // A run in which nothing succeeded measured nothing: a script or a CI job must not take
+    // it for a result (pgbench exits 2 on errors during the run).
+    if ok == 0 && failed > 0 {
+        eprintln!(
+            "slipstream: error: every transaction failed ({failed}); the failures above say why"
+        );
+        return Ok(ExitCode::from(ALL_FAILED));
+    }
+    Ok(ExitCode::SUCCESS)
 }
+
+/// `bench`'s exit status when every transaction of the window failed (as pgbench's for
+/// errors during the run).
+const ALL_FAILED: u8 = 2;
 
 /// What a workload file sets that the command line can also set.
 struct FileSettings<'a> {

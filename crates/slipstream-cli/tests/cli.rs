@@ -1240,6 +1240,47 @@ fn bad_phases_and_a_scale_without_setup_say_what_to_do() {
     }
 }
 
+/// A run in which every transaction failed exits 2 (pgbench's status for errors during the
+/// run), with its result written: before (session 37's attacker), 53,958 failures and not one
+/// success exited 0, which a CI job takes for a result.
+#[test]
+fn a_run_in_which_every_transaction_failed_exits_2() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.toml");
+    std::fs::write(
+        &file,
+        "name = \"typo\"\n[[transaction]]\nname = \"typo\"\nsql = \"SELEKT 1\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("typo.json");
+    let o = slipstream(
+        &[
+            "bench",
+            file.to_str().unwrap(),
+            "-u",
+            "1",
+            "-d",
+            "1s",
+            "-w",
+            "0s",
+            "-q",
+            "--url",
+            &cluster.url(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("every transaction failed"),
+        "{}",
+        text(&o)
+    );
+    assert!(out.exists(), "the result is written all the same");
+}
+
 /// An output that cannot be written is refused before the run, not after it (session 37's
 /// attacker: `bench -o /tmp` ran its whole window, then failed to move the result into place
 /// and left it as `/.tmp.tmp-PID`). Here the server does not exist: the error must be the
