@@ -4,14 +4,12 @@
 //! deadpool and bb8 over tokio-postgres given the same two hosts with
 //! `target_session_attrs=read-write` (libpq's multi-host failover, as those clients do it).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use slipstream_testkit::Cluster;
 
-use super::two_hosts::{Op, Ops, PEERS, Peer, Pool, Route, ms, paced};
+use super::two_hosts::{Op, Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, ms, opt_ms};
 use crate::{Context, ExperimentResult, Series, Summary, Table};
 
 pub(crate) const TITLE: &str = "Failover: the primary stops, its standby is promoted";
@@ -54,21 +52,17 @@ fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover
     let standby = primary
         .start_standby()
         .context("starting the standby (pg_basebackup)")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let (pool, mut promoter) = rt.block_on(async {
-        let pool =
-            Pool::build(peer, Route::Writes, primary.port(), standby.port(), WRITERS).await?;
-        let promoter = slipstream_pg::connect(&super::without_tls(&standby.url())).await?;
-        anyhow::Ok((Arc::new(pool), promoter))
-    })?;
-    let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|_| rt.spawn(paced(pool.clone(), WRITE, PACE, start, stop.clone())))
-        .collect();
+    let load = PacedLoad::begin(
+        peer,
+        Route::Writes,
+        (primary.port(), standby.port()),
+        WRITERS,
+        WRITE,
+        PACE,
+    )?;
+    let start = load.start;
+    let mut promoter =
+        load.block_on(slipstream_pg::connect(&super::without_tls(&standby.url())))?;
     std::thread::sleep(before);
 
     let fault = start.elapsed();
@@ -76,7 +70,7 @@ fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover
     let stopped = start.elapsed() - fault;
     // pg_promote(true) polls for the end of recovery every 100 ms; asking the session every
     // millisecond dates the promotion closer.
-    let promoted = rt.block_on(async {
+    let promoted = load.block_on(async {
         promoter.simple_query("SELECT pg_promote(false)").await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -94,23 +88,14 @@ fn one(peer: Peer, before: Duration, after: Duration) -> anyhow::Result<Failover
         }
     })?;
     std::thread::sleep(after);
-    stop.store(true, Relaxed);
-    let done = rt.block_on(async {
-        let mut done = Vec::new();
-        for w in writers {
-            done.push(w.await?);
-        }
-        anyhow::Ok(done)
-    })?;
-    drop(pool);
-    rt.shutdown_timeout(Duration::from_secs(1));
+    drop(promoter);
+    let done = load.finish()?;
     Ok(summarize(
         &done,
         standby.port(),
         fault,
         stopped,
         promoted,
-        before,
         after,
     ))
 }
@@ -121,7 +106,6 @@ fn summarize(
     fault: Duration,
     stopped: Duration,
     promoted: Duration,
-    before: Duration,
     after: Duration,
 ) -> Failover {
     let on_new = |o: &Op| o.port == Some(i32::from(standby)) && o.end >= fault;
@@ -137,18 +121,14 @@ fn summarize(
     };
     let end = fault + after + promoted;
     let last_second = end.saturating_sub(Duration::from_secs(1)).max(fault);
-    // One pass over the writes into BIN-wide counts from `lead` before the stop to the end.
-    let first_bin = fault - Duration::from_millis(200).min(fault);
-    let width = BIN.as_nanos();
-    let mut counts = vec![0.0; (end - first_bin).as_nanos().div_ceil(width) as usize];
-    for o in all_ops().filter(|o| o.port.is_some() && o.end >= first_bin && o.end < end) {
-        counts[((o.end - first_bin).as_nanos() / width) as usize] += 1.0;
-    }
-    let bins = counts
-        .into_iter()
-        .enumerate()
-        .map(|(k, n)| (ms(first_bin + BIN * k as u32) - ms(fault), n))
-        .collect();
+    // The successful writes from 200 ms before the stop.
+    let bins = binned(
+        all_ops().copied(),
+        |o| o.port.is_some(),
+        (fault - Duration::from_millis(200).min(fault), end),
+        fault,
+        BIN,
+    );
     Failover {
         stopped,
         promoted,
@@ -161,7 +141,8 @@ fn summarize(
         failed: all_ops()
             .filter(|o| o.port.is_none() && o.end >= fault)
             .count(),
-        rate_before: ok_between(Duration::ZERO, fault) / before.as_secs_f64(),
+        // Over the time from the start to the stop (the pause, and the promoter's connect).
+        rate_before: ok_between(Duration::ZERO, fault) / fault.as_secs_f64().max(1e-3),
         rate_after: all_ops()
             .filter(|o| on_new(o) && o.end >= last_second)
             .count() as f64
@@ -182,16 +163,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("writers", WRITERS);
     r.param("pace_ms", ms(PACE));
 
-    // Rounds interleave the pools, each failover on a fresh primary and standby.
-    let mut runs: Vec<Vec<Failover>> = PEERS.iter().map(|_| Vec::new()).collect();
-    for _ in 0..rounds {
-        for (i, &peer) in PEERS.iter().enumerate() {
-            runs[i].push(one(peer, before, after).with_context(|| format!("{peer:?}"))?);
-        }
-    }
+    // Each run on a fresh primary and standby.
+    let runs = interleaved(rounds, |peer| one(peer, before, after))?;
 
     let median = |v: Vec<f64>| Summary::of(&v).p50;
-    let opt_ms = |d: Option<Duration>| d.map_or(f64::NAN, ms);
     let mut table = Table::new(&[
         "pool + client",
         "writes/s before",
@@ -268,10 +243,7 @@ mod tests {
     use super::*;
 
     fn op(ms: u64, port: Option<i32>) -> Op {
-        Op {
-            end: Duration::from_millis(ms),
-            port,
-        }
+        Op::at(ms, port)
     }
 
     /// The times count from the stop, "every writer back" waits for the slowest writer's
@@ -303,7 +275,6 @@ mod tests {
             Duration::from_millis(100),
             Duration::from_millis(5),
             Duration::from_millis(30),
-            Duration::from_millis(100),
             Duration::from_millis(200),
         );
         assert_eq!(f.first_write, Some(Duration::from_millis(50)));
@@ -325,7 +296,7 @@ mod tests {
     fn a_writer_that_never_comes_back_is_not_counted_as_back() {
         let done = vec![(vec![op(150, Some(2))], None), (vec![op(150, None)], None)];
         let d = Duration::from_millis(100);
-        let f = summarize(&done, 2, d, d, d, d, d);
+        let f = summarize(&done, 2, d, d, d, d);
         assert_eq!(f.first_write, Some(Duration::from_millis(50)));
         assert_eq!(f.all_writers, None);
     }

@@ -4,14 +4,12 @@
 //! deadpool and bb8 over tokio-postgres given both hosts with `load_balance_hosts=random`
 //! (libpq 16's load balancing, as those clients do it).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use slipstream_testkit::Cluster;
 
-use super::two_hosts::{Ops, PEERS, Peer, Pool, Route, ms, paced};
+use super::two_hosts::{Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, ms, opt_ms};
 use crate::{Context, ExperimentResult, Series, Summary, Table};
 
 pub(crate) const TITLE: &str = "Rebalance: a standby stops and comes back under readers";
@@ -69,23 +67,15 @@ fn one(peer: Peer, before: Duration, down: Duration, after: Duration) -> anyhow:
     let mut standby = primary
         .start_standby()
         .context("starting the standby (pg_basebackup)")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let pool = rt.block_on(Pool::build(
+    let load = PacedLoad::begin(
         peer,
         Route::Reads,
-        primary.port(),
-        standby.port(),
+        (primary.port(), standby.port()),
         READERS,
-    ))?;
-    let pool = Arc::new(pool);
-    let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..READERS)
-        .map(|_| rt.spawn(paced(pool.clone(), READ, PACE, start, stop.clone())))
-        .collect();
+        READ,
+        PACE,
+    )?;
+    let start = load.start;
     std::thread::sleep(before);
     let stopped = start.elapsed();
     standby.stop().context("stopping the standby")?;
@@ -94,16 +84,7 @@ fn one(peer: Peer, before: Duration, down: Duration, after: Duration) -> anyhow:
     let back = start.elapsed();
     std::thread::sleep(after);
     let end = start.elapsed();
-    stop.store(true, Relaxed);
-    let done = rt.block_on(async {
-        let mut done = Vec::new();
-        for r in readers {
-            done.push(r.await?);
-        }
-        anyhow::Ok(done)
-    })?;
-    drop(pool);
-    rt.shutdown_timeout(Duration::from_secs(1));
+    let done = load.finish()?;
     Ok(summarize(
         &done,
         standby.port(),
@@ -141,13 +122,6 @@ fn summarize(done: &[Ops], standby: u16, t: Times) -> Rebalance {
         .find(|from| share(*from, *from + WINDOW) >= EVEN)
         .map(|from| from + WINDOW - t.back);
     let last_second = t.end.saturating_sub(Duration::from_secs(1)).max(t.back);
-    // One pass over the standby's reads into BIN-wide counts from 200 ms before the stop.
-    let first_bin = t.stop - Duration::from_millis(200).min(t.stop);
-    let width = BIN.as_nanos();
-    let mut counts = vec![0.0; (t.end - first_bin).as_nanos().div_ceil(width) as usize];
-    for o in ok_in(first_bin, t.end).filter(|o| o.port == standby) {
-        counts[((o.end - first_bin).as_nanos() / width) as usize] += 1.0;
-    }
     Rebalance {
         share_before: share(Duration::ZERO, t.stop),
         failed: failures().count(),
@@ -156,11 +130,14 @@ fn summarize(done: &[Ops], standby: u16, t: Times) -> Rebalance {
         even_back,
         share_after: share(last_second, t.end),
         first_error: done.iter().find_map(|(_, e)| e.clone()),
-        bins: counts
-            .into_iter()
-            .enumerate()
-            .map(|(k, n)| (ms(first_bin + BIN * k as u32) - ms(t.stop), n))
-            .collect(),
+        // The standby's reads from 200 ms before the stop.
+        bins: binned(
+            all().copied(),
+            |o| o.port == standby,
+            (t.stop - Duration::from_millis(200).min(t.stop), t.end),
+            t.stop,
+            BIN,
+        ),
     }
 }
 
@@ -186,16 +163,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("pace_ms", ms(PACE));
     r.param("down_ms", ms(down));
 
-    // Rounds interleave the pools, each on a fresh primary and standby.
-    let mut runs: Vec<Vec<Rebalance>> = PEERS.iter().map(|_| Vec::new()).collect();
-    for _ in 0..rounds {
-        for (i, &peer) in PEERS.iter().enumerate() {
-            runs[i].push(one(peer, before, down, after).with_context(|| format!("{peer:?}"))?);
-        }
-    }
+    // Each run on a fresh primary and standby.
+    let runs = interleaved(rounds, |peer| one(peer, before, down, after))?;
 
     let median = |v: Vec<f64>| Summary::of(&v).p50;
-    let opt_ms = |d: Option<Duration>| d.map_or(f64::NAN, ms);
     let mut table = Table::new(&[
         "pool + client",
         "standby's share before",
@@ -272,10 +243,7 @@ mod tests {
     use crate::experiments::two_hosts::Op;
 
     fn op(ms: u64, port: Option<i32>) -> Op {
-        Op {
-            end: Duration::from_millis(ms),
-            port,
-        }
+        Op::at(ms, port)
     }
 
     fn at(ms: u64) -> Duration {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use slipstream_pool::{PgPool, Role};
 
 use super::pg_peers::{B8Pg, DeadPg};
@@ -140,6 +141,17 @@ pub(crate) struct Op {
     pub port: Option<i32>,
 }
 
+#[cfg(test)]
+impl Op {
+    /// A statement that ended `ms` after the start, on `port` (`None`: failed).
+    pub(crate) fn at(ms: u64, port: Option<i32>) -> Op {
+        Op {
+            end: Duration::from_millis(ms),
+            port,
+        }
+    }
+}
+
 /// What one task did: its statements in order, and the first failure's message.
 pub(crate) type Ops = (Vec<Op>, Option<String>);
 
@@ -173,6 +185,111 @@ pub(crate) async fn paced(
         tokio::time::sleep(pace).await;
     }
     (ops, first_error)
+}
+
+/// Paced tasks running one statement through one pool, on a two-worker runtime of their own,
+/// timed from [`PacedLoad::start`].
+pub(crate) struct PacedLoad {
+    rt: tokio::runtime::Runtime,
+    pool: Arc<Pool>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Ops>>,
+    /// When the tasks started: every [`Op`]'s `end` counts from here.
+    pub start: Instant,
+}
+
+impl PacedLoad {
+    /// Builds `peer`'s pool over both servers with `tasks` connections and starts that many
+    /// tasks running `sql` every `pace`.
+    pub(crate) fn begin(
+        peer: Peer,
+        route: Route,
+        (primary, standby): (u16, u16),
+        tasks: usize,
+        sql: &'static str,
+        pace: Duration,
+    ) -> anyhow::Result<PacedLoad> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let pool = Arc::new(rt.block_on(Pool::build(peer, route, primary, standby, tasks))?);
+        let start = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..tasks)
+            .map(|_| rt.spawn(paced(pool.clone(), sql, pace, start, stop.clone())))
+            .collect();
+        Ok(PacedLoad {
+            rt,
+            pool,
+            stop,
+            tasks,
+            start,
+        })
+    }
+
+    /// Runs `f` on the load's runtime (work of the experiment's own beside the tasks).
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Stops the tasks and gives back what each did.
+    pub(crate) fn finish(self) -> anyhow::Result<Vec<Ops>> {
+        self.stop.store(true, Relaxed);
+        let done = self.rt.block_on(async {
+            let mut done = Vec::new();
+            for t in self.tasks {
+                done.push(t.await?);
+            }
+            anyhow::Ok(done)
+        })?;
+        drop(self.pool);
+        self.rt.shutdown_timeout(Duration::from_secs(1));
+        Ok(done)
+    }
+}
+
+/// Counts of `ops` that `keep` accepts, in `bin`-wide bins from `from` to `to`, each bin by
+/// its start in ms relative to `origin`: the experiments' charts, in one pass.
+pub(crate) fn binned(
+    ops: impl Iterator<Item = Op>,
+    keep: impl Fn(&Op) -> bool,
+    (from, to): (Duration, Duration),
+    origin: Duration,
+    bin: Duration,
+) -> Vec<(f64, f64)> {
+    let width = bin.as_nanos();
+    let mut counts = vec![0.0; to.saturating_sub(from).as_nanos().div_ceil(width) as usize];
+    for o in ops.filter(|o| o.end >= from && o.end < to && keep(o)) {
+        counts[((o.end - from).as_nanos() / width) as usize] += 1.0;
+    }
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(k, n)| (ms(from + bin * k as u32) - ms(origin), n))
+        .collect()
+}
+
+/// `rounds` runs of every peer's pool, interleaved: each round runs every pool once, a few
+/// seconds apart, so a slow phase of the machine falls on all of them. Per peer, in
+/// [`PEERS`]' order.
+pub(crate) fn interleaved<T>(
+    rounds: usize,
+    mut one: impl FnMut(Peer) -> anyhow::Result<T>,
+) -> anyhow::Result<Vec<Vec<T>>> {
+    let mut runs: Vec<Vec<T>> = PEERS.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (i, &peer) in PEERS.iter().enumerate() {
+            runs[i].push(one(peer).with_context(|| format!("{peer:?}"))?);
+        }
+    }
+    Ok(runs)
+}
+
+/// A time in ms, `NaN` when there is none (a pool that never got there): medians and tables
+/// show it as such.
+pub(crate) fn opt_ms(d: Option<Duration>) -> f64 {
+    d.map_or(f64::NAN, ms)
 }
 
 pub(crate) fn ms(d: Duration) -> f64 {
