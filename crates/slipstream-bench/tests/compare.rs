@@ -120,4 +120,20 @@ fn runs_as_the_unit_need_two_runs_a_side_and_compare_p99_and_throughput() {
     assert_eq!(json["schema"], "slipstream-lab/compare");
     assert_eq!(json["unit"], "run");
     assert!(json["rows"].as_array().unwrap().len() >= 4, "{json}");
+    // A run with no success in its window is left out of the TPS row, and the notes say so
+    // (session 37's attacker: it was dropped in silence, while the header's mean TPS, which
+    // counts every run, disagreed with the row).
+    let mut empty = runs[2].clone();
+    for t in &mut empty.transactions {
+        t.ok = 0;
+    }
+    let b = [runs[1].clone(), runs[2].clone(), empty];
+    let out = compare_sides(&runs[..2], &b, None, Unit::Run, &s).unwrap();
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.starts_with("B's run 3") && n.contains("leaves it out")),
+        "{:?}",
+        out.notes
+    );
 }

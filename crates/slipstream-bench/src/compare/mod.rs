@@ -464,6 +464,21 @@ pub fn compare_sides(
             }
         }
     }
+    // A run with no success in its window (a Ctrl-C right after the warm-up) has no
+    // throughput to compare: the run-level TPS row leaves it out, and says so here rather
+    // than in silence.
+    for (side, runs) in [("A", a), ("B", b)] {
+        for (i, r) in runs.iter().enumerate() {
+            if r.tps() <= 0.0 && unit == Unit::Run && only.is_none() {
+                report.notes.push(format!(
+                    "{side}'s run {} (started {}) has no successful transaction in its {:.1} s window: the TPS row leaves it out",
+                    i + 1,
+                    r.started_at,
+                    r.measured_s
+                ));
+            }
+        }
+    }
     if report.types > 1 {
         let (expected, at_least_one) = report.chance();
         report.notes.push(format!(
