@@ -12,7 +12,7 @@ use crate::core::{BORROWED, Core, IDLE, Owned, Refused, WAIT_BUCKETS, Wait, clai
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
 use crate::maintenance::opener;
 use crate::manager::AbortFn;
-use crate::pooled::{Held, Lent};
+use crate::pooled::{Discard, Held, Lent};
 use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
 
 impl<M: Manager> Builder<M> {
@@ -469,7 +469,7 @@ impl<M: Manager> Pool<M> {
                     .counters
                     .label_closes
                     .fetch_add(1, Ordering::Relaxed);
-                conn.set_discard();
+                conn.set_discard(Discard::Counted);
                 continue;
             }
             self.inner
@@ -480,7 +480,7 @@ impl<M: Manager> Pool<M> {
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
             }
-            conn.set_discard();
+            conn.set_discard(Discard::Unusable);
         }
     }
 
@@ -560,7 +560,7 @@ impl<M: Manager> Pool<M> {
             .counters
             .failed_validation
             .fetch_add(1, Ordering::Relaxed);
-        conn.set_discard();
+        conn.set_discard(Discard::Counted);
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).

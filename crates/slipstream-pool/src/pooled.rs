@@ -49,9 +49,22 @@ pub(crate) struct Held<C> {
     pub(crate) slot: usize,
     /// The holder's hold on the slot while lent; `None` while idle in the slot.
     lent: Option<Lent>,
-    /// Close the connection on return instead of putting it back (it failed validation, or
-    /// was too costly to relabel).
-    discard: bool,
+    /// Close the connection on return instead of putting it back, and whether that close is
+    /// counted there.
+    discard: Discard,
+}
+
+/// Whether a lent connection goes back into service when it returns.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Discard {
+    /// It goes back, unless the return finds a reason to close it.
+    Keep,
+    /// It closes, counted as broken (its holder said it is unusable, or it could not be
+    /// relabeled).
+    Unusable,
+    /// It closes, its reason already counted where it was found (a failed validation, a
+    /// close while idle, a relabel too costly): `closed_broken` must not count it again.
+    Counted,
 }
 
 impl<C> Held<C> {
@@ -61,7 +74,7 @@ impl<C> Held<C> {
             conn,
             slot,
             lent: None,
-            discard: false,
+            discard: Discard::Keep,
         }
     }
 }
@@ -74,7 +87,7 @@ impl<M: Manager> Pooled<M> {
         mut held: Box<Held<M::Connection>>,
         lent: Lent,
     ) -> Pooled<M> {
-        // `discard` is false here: a discarded connection is closed, never put back.
+        // `discard` is `Keep` here: a discarded connection is closed, never put back.
         held.lent = Some(lent);
         Pooled {
             pool: ManuallyDrop::new(pool),
@@ -105,13 +118,13 @@ impl<M: Manager> Pooled<M> {
     }
 
     /// Closes the connection when this guard drops instead of returning it.
-    pub(crate) fn set_discard(&mut self) {
-        self.held_mut().discard = true;
+    pub(crate) fn set_discard(&mut self, how: Discard) {
+        self.held_mut().discard = how;
     }
 
     /// True once [`Pooled::set_discard`] was called.
     pub(crate) fn is_discarded(&self) -> bool {
-        self.held().discard
+        self.held().discard != Discard::Keep
     }
 
     /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection.
@@ -144,7 +157,7 @@ impl<M: Manager> Pooled<M> {
     /// Closes the connection when this guard drops, instead of returning it to the pool (for a
     /// connection the caller knows is unusable).
     pub fn discard(mut self) {
-        self.set_discard();
+        self.set_discard(Discard::Unusable);
     }
 
     /// Records that the holder is using the connection (for the abandoned timeout).
@@ -265,7 +278,9 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
 /// go back into service; if so, the reason is counted.
 fn must_close<M: Manager>(pool: &Inner<M>, held: &Held<M::Connection>, i: usize, now: u64) -> bool {
     let c = &pool.counters;
-    let why = if held.discard || pool.manager.is_broken(&held.conn) {
+    let why = if held.discard == Discard::Counted {
+        return true;
+    } else if held.discard == Discard::Unusable || pool.manager.is_broken(&held.conn) {
         &c.closed_broken
     } else if pool.expired(i, now) {
         &c.retired
