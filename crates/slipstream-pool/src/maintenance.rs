@@ -132,8 +132,25 @@ impl<M: Manager> Inner<M> {
         self.core.opened(owned);
     }
 
+    /// Closes the idle connections in slots at or above the pool's current maximum, on the
+    /// caller's thread: a shrink (`Pool::resize`) does this at once, so that whoever reads the
+    /// pool's count of connections right after it (`PgPool`'s rebalance) sees them gone.
+    pub(crate) fn shed_above_limit(&self) {
+        let limit = self.core.limit();
+        for i in limit..self.core.slots.len() {
+            let slot = &self.core.slots[i];
+            if slot.state.load(Ordering::Relaxed) != crate::core::IDLE {
+                continue;
+            }
+            if let Some(o) = self.core.claim_idle(i) {
+                self.counters.resized_away.fetch_add(1, Ordering::Relaxed);
+                self.close(o);
+            }
+        }
+    }
+
     /// Closes idle connections past their lifetime, idle too long above `min_size`, or above
-    /// the pool's current maximum (after a shrink).
+    /// the pool's current maximum (after a shrink, if a return put one back meanwhile).
     fn reap(&self, now: u64) {
         let idle_ms = self.config.idle_timeout.map(|d| d.as_millis() as u64);
         let limit = self.core.limit();

@@ -722,6 +722,7 @@ impl<M: Manager> Pool<M> {
     pub fn resize(&self, max_size: usize) -> usize {
         let size = max_size.min(self.inner.config.resize_limit);
         self.inner.core.limit.store(size, Ordering::Relaxed);
+        self.inner.shed_above_limit();
         self.inner.opener.notify_one();
         size
     }
