@@ -357,7 +357,10 @@ fn version_1_results_are_read_but_not_merged() {
     assert_eq!(x.sufficient.n, y.sufficient.n);
     assert!((x.sufficient.sum - y.sufficient.sum).abs() <= 1e-9 * y.sufficient.sum.abs());
     assert!(report::all_percentiles(&old).is_none());
-    let err = bench::merge(&[("v1.json".into(), old.clone()), ("v1.json".into(), old)])
+    // A second generator's file (another seed: the same run twice is refused first).
+    let mut other = old.clone();
+    other.seed ^= 1;
+    let err = bench::merge(&[("v1.json".into(), old), ("v1b.json".into(), other)])
         .unwrap_err()
         .to_string();
     assert!(err.contains("version 1") && err.contains("re-run"), "{err}");
@@ -392,7 +395,10 @@ fn a_merge_of_corrupt_or_unrelated_runs_is_an_error() {
     c.duration = Duration::from_millis(200);
     c.threads = 1;
     let run = run_on_own_runtime(w, c);
-    let merge = |a: BenchRun, b: BenchRun| {
+    // Two generators of one test differ in their seeds (else `merge` refuses them as one
+    // run given twice, before any check below).
+    let merge = |a: BenchRun, mut b: BenchRun| {
+        b.seed ^= 1;
         bench::merge(&[("a.json".into(), a), ("b.json".into(), b)])
             .unwrap_err()
             .to_string()
@@ -434,7 +440,9 @@ fn a_merge_of_corrupt_or_unrelated_runs_is_an_error() {
     for (what, corrupt) in corrupt {
         let mut huge = run.clone();
         corrupt(&mut huge);
-        let err = bench::merge(&[("a.json".into(), huge.clone()), ("b.json".into(), huge)])
+        let mut other = huge.clone();
+        other.seed ^= 1;
+        let err = bench::merge(&[("a.json".into(), huge), ("b.json".into(), other)])
             .map(|_| "merged".to_string())
             .unwrap_or_else(|e| e.to_string());
         assert!(err.contains("overflows"), "{what}: {err}");
