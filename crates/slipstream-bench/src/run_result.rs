@@ -307,6 +307,22 @@ pub fn refuse_repeated_runs(runs: &[(&str, &BenchRun)]) -> anyhow::Result<()> {
                 run.seed
             );
         }
+        // A merged result and one of its own parts (or two merges sharing a part) would
+        // count that part's transactions twice all the same.
+        for (first, earlier) in &runs[..i] {
+            if let Some(p) = run
+                .parts()
+                .into_iter()
+                .find(|p| earlier.parts().contains(p))
+            {
+                anyhow::bail!(
+                    "{first} and {label} both hold the same run (started {}, seed {}): a merged \
+                     result already holds its parts; give each run once",
+                    p.0,
+                    p.1
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -329,6 +345,31 @@ impl BenchRun {
             && self.seed == other.seed
             && self.workload == other.workload
             && counts(self) == counts(other)
+    }
+
+    /// The single runs this result stands for, by start, seed, users and window: a merge's
+    /// parts (`merged_from`), or itself.
+    fn parts(&self) -> Vec<(&str, u64, usize, u64)> {
+        if self.merged_from.is_empty() {
+            vec![(
+                self.started_at.as_str(),
+                self.seed,
+                self.users,
+                self.measured_s.to_bits(),
+            )]
+        } else {
+            self.merged_from
+                .iter()
+                .map(|p| {
+                    (
+                        p.started_at.as_str(),
+                        p.seed,
+                        p.users,
+                        p.measured_s.to_bits(),
+                    )
+                })
+                .collect()
+        }
     }
 
     /// Successful transactions per second over the measured window, all types.

@@ -1726,6 +1726,38 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
         text(&o)
     );
     assert!(!merged.exists());
+    // Nor through a merge: a merged result and one of its own parts (session 37's second
+    // attacker: `report --merge m.json g1.json` counted g1 twice).
+    let o = slipstream(
+        &[
+            "report",
+            &p(0),
+            &p(1),
+            "--merge",
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let again = dir.path().join("merged-again.json");
+    let o = slipstream(
+        &[
+            "report",
+            merged.to_str().unwrap(),
+            &p(0),
+            "--merge",
+            "-o",
+            again.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("both hold the same run"),
+        "{}",
+        text(&o)
+    );
+    assert!(!again.exists());
 }
 
 /// Two types with different latency shapes, so a merged curve that averaged the parts'
