@@ -4,6 +4,8 @@ use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::os::unix::fs::FileTypeExt as _;
+
 use anyhow::{Context as _, bail};
 
 /// Writes `bytes` to `path`: to a temporary file beside it, renamed into place, so a reader
@@ -97,6 +99,10 @@ fn target(path: &Path) -> anyhow::Result<Target> {
             );
         } else if kind.is_file() {
             return Ok(Target::Replace(p));
+        } else if kind.is_socket() {
+            // No file system call opens a socket for writing: refused up front, not after
+            // the run whose result it was to hold.
+            bail!("{} is a socket: give a file name", path.display());
         } else {
             return Ok(Target::InPlace(p));
         }
@@ -123,8 +129,6 @@ fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::FileTypeExt as _;
-
     use super::*;
 
     /// A symlink's target is replaced and the link kept; a FIFO is written in place, not
@@ -165,6 +169,14 @@ mod tests {
         // Before the join: had the FIFO been replaced, its reader would wait for ever.
         assert!(fifo.symlink_metadata().unwrap().file_type().is_fifo());
         assert_eq!(reader.join().unwrap(), b"through the pipe");
+
+        // A socket cannot be written: refused, by the check before a run too (session 37's
+        // second attacker: the run went ahead and its result was lost at the end).
+        let socket = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let err = check_writable(&socket).unwrap_err();
+        assert!(err.to_string().contains("is a socket"), "{err:#}");
+        assert!(write_atomically(&socket, b"x").is_err());
 
         // A failed write names the path.
         let err = write_atomically(&target.join("x.json"), b"x").unwrap_err();
