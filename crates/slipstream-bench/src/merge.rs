@@ -44,8 +44,6 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
     let Some((first_label, first)) = parts.first() else {
         anyhow::bail!("no runs to merge");
     };
-    let labelled: Vec<(&str, &BenchRun)> = parts.iter().map(|(l, r)| (l.as_str(), r)).collect();
-    crate::refuse_repeated_runs(&labelled)?;
     for (label, r) in parts {
         anyhow::ensure!(
             r.workload == first.workload,
@@ -72,6 +70,9 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
             "{label} holds no latency histograms (a schema version 1 result?), so its percentiles cannot be added; re-run it with this slipstream (schema version {RUN_SCHEMA_VERSION})"
         );
     }
+    // After the checks above: runs that cannot be merged at all are told so first.
+    let labelled: Vec<(&str, &BenchRun)> = parts.iter().map(|(l, r)| (l.as_str(), r)).collect();
+    crate::refuse_repeated_runs(&labelled)?;
     let starts: Vec<chrono::DateTime<chrono::FixedOffset>> = parts
         .iter()
         .map(|(label, r)| {
