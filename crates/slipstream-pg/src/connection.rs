@@ -829,11 +829,20 @@ impl Connection {
                 return Ok(n);
             }
             let message = self.read_message().await?;
-            if let Some(m) = self.absorb_async(message)? {
+            self.absorb_idle(message)?;
+        }
+    }
+
+    /// Takes in a message that arrived while nothing was asked of the server: only an
+    /// asynchronous one may (see `absorb_async`); anything else breaks the connection.
+    fn absorb_idle(&mut self, message: Message) -> Result<(), Error> {
+        match self.absorb_async(message)? {
+            None => Ok(()),
+            Some(m) => {
                 let name = crate::connect::message_name(&m);
-                return Err(self.poison(Error::protocol(format!(
+                Err(self.poison(Error::protocol(format!(
                     "server sent an unexpected {name} message while the connection was idle"
-                ))));
+                ))))
             }
         }
     }
@@ -851,16 +860,10 @@ impl Connection {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         loop {
             loop {
-                let message = match self.parse_buffered() {
-                    Ok(Some(m)) => m,
+                match self.parse_buffered() {
+                    Ok(Some(message)) => self.absorb_idle(message)?,
                     Ok(None) => break,
                     Err(e) => return Err(self.poison(e)),
-                };
-                if let Some(m) = self.absorb_async(message)? {
-                    let name = crate::connect::message_name(&m);
-                    return Err(self.poison(Error::protocol(format!(
-                        "server sent an unexpected {name} message while the connection was idle"
-                    ))));
                 }
             }
             // Pending costs no system call when the driver has seen nothing arrive.

@@ -149,27 +149,25 @@ impl<M: Manager> Inner<M> {
         }
     }
 
-    /// Closes idle connections past their lifetime, idle too long above `min_size`, or above
-    /// the pool's current maximum (after a shrink, if a return put one back meanwhile).
+    /// Closes idle connections above the pool's current maximum (one a return put back after
+    /// a shrink), past their lifetime, or idle too long above `min_size`.
     fn reap(&self, now: u64) {
+        self.shed_above_limit();
         let idle_ms = self.config.idle_timeout.map(|d| d.as_millis() as u64);
         let limit = self.core.limit();
-        for i in 0..self.core.slots.len() {
+        for i in 0..limit.min(self.core.slots.len()) {
             let slot = &self.core.slots[i];
             if slot.state.load(Ordering::Relaxed) != crate::core::IDLE {
                 continue;
             }
             let idle_for = now.saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
             let too_idle = idle_ms.is_some_and(|limit| idle_for >= limit);
-            let candidate = too_idle || i >= limit || self.expired(i, now);
+            let candidate = too_idle || self.expired(i, now);
             let Some(o) = candidate.then(|| self.core.claim_idle(i)).flatten() else {
                 continue;
             };
             let above_min = self.open.load(Ordering::Acquire) > self.min_size();
-            if i >= limit {
-                self.counters.resized_away.fetch_add(1, Ordering::Relaxed);
-                self.close(o);
-            } else if self.expired(i, now) {
+            if self.expired(i, now) {
                 self.counters.retired.fetch_add(1, Ordering::Relaxed);
                 self.close(o);
             } else if too_idle && above_min {

@@ -1258,74 +1258,83 @@ fn rebalance_shares_and_mark_up(shared: &Shared, coming_up: Option<usize>) -> bo
             s.state.serving() || (coming_up == Some(k) && !s.state.draining.load(Ordering::Relaxed))
         })
         .collect();
-    let count = serving.iter().filter(|&&s| s).count();
     // A shrunk sub-pool closes its idle surplus at once (`Pool::resize`): a second pass then
     // gives what those held to the others, so only connections still lent hold a share back.
-    let mut passes = 0;
-    let held_back = loop {
-        passes += 1;
-        let held: Vec<usize> = shared.servers.iter().map(|s| s.pool.held_count()).collect();
-        let held_elsewhere: usize = held
-            .iter()
-            .zip(&serving)
-            .filter(|&(_, &serves)| !serves)
-            .map(|(h, _)| h)
-            .sum();
-        let available = shared
-            .max_size
-            .load(Ordering::Relaxed)
-            .saturating_sub(held_elsewhere);
-        let mut i = 0;
-        let even: Vec<usize> = serving
-            .iter()
-            .map(|&serves| {
-                if serves {
-                    i += 1;
-                    share(available, count, i - 1)
-                } else {
-                    0
-                }
-            })
-            .collect();
-        // A serving server holding more than its even share (its share just shrank: another came
-        // back, or was resumed) keeps the surplus until those connections return and close; the
-        // others share what is left, so the connections open never pass max_size meanwhile.
-        let over: Vec<bool> = (0..even.len())
-            .map(|k| serving[k] && held[k] > even[k])
-            .collect();
-        let held_over: usize = (0..even.len()).filter(|&k| over[k]).map(|k| held[k]).sum();
-        let under = (0..even.len()).filter(|&k| serving[k] && !over[k]).count();
-        let rest = available.saturating_sub(held_over);
-        let mut j = 0;
-        let sizes: Vec<usize> = (0..even.len())
-            .map(|k| {
-                if !serving[k] || over[k] {
-                    even[k]
-                } else {
-                    j += 1;
-                    share(rest, under, j - 1).min(even[k])
-                }
-            })
-            .collect();
-        let held_back = held_elsewhere > 0 || over.iter().any(|&o| o);
-        shared.held_back.store(held_back, Ordering::Relaxed);
-        // Shrink first, then grow: the sum of the shares never passes max_size on the way.
-        for grow in [false, true] {
-            for (s, &size) in shared.servers.iter().zip(&sizes) {
-                if (size > s.pool.max_size()) == grow {
-                    s.pool.resize(size);
-                }
-            }
-        }
-        let held_now: Vec<usize> = shared.servers.iter().map(|s| s.pool.held_count()).collect();
-        if passes == 2 || !over.iter().any(|&o| o) || held_now == held {
-            break held_back;
-        }
-    };
+    let (held, over, mut held_back) = share_out(shared, &serving);
+    if over && held_counts(shared) != held {
+        held_back = share_out(shared, &serving).2;
+    }
     if let Some(k) = coming_up {
         // Release: pairs with the Acquire loads of `build_ready` and `servers`, which then
         // see the share set above.
         shared.servers[k].state.up.store(true, Ordering::Release);
     }
     held_back
+}
+
+/// Each sub-pool's count of connections held (open, or being opened).
+fn held_counts(shared: &Shared) -> Vec<usize> {
+    shared.servers.iter().map(|s| s.pool.held_count()).collect()
+}
+
+/// One pass of `rebalance_shares`: sets each server's share from what the servers hold now.
+/// Returns those counts, whether a serving server held more than its even share, and whether
+/// any share is held back (the monitor's cue to look again).
+fn share_out(shared: &Shared, serving: &[bool]) -> (Vec<usize>, bool, bool) {
+    let count = serving.iter().filter(|&&s| s).count();
+    let held = held_counts(shared);
+    let held_elsewhere: usize = held
+        .iter()
+        .zip(serving)
+        .filter(|&(_, &serves)| !serves)
+        .map(|(h, _)| h)
+        .sum();
+    let available = shared
+        .max_size
+        .load(Ordering::Relaxed)
+        .saturating_sub(held_elsewhere);
+    let mut i = 0;
+    let even: Vec<usize> = serving
+        .iter()
+        .map(|&serves| {
+            if serves {
+                i += 1;
+                share(available, count, i - 1)
+            } else {
+                0
+            }
+        })
+        .collect();
+    // A serving server holding more than its even share (its share just shrank: another came
+    // back, or was resumed) keeps the surplus until those connections return and close; the
+    // others share what is left, so the connections open never pass max_size meanwhile.
+    let over: Vec<bool> = (0..even.len())
+        .map(|k| serving[k] && held[k] > even[k])
+        .collect();
+    let held_over: usize = (0..even.len()).filter(|&k| over[k]).map(|k| held[k]).sum();
+    let under = (0..even.len()).filter(|&k| serving[k] && !over[k]).count();
+    let rest = available.saturating_sub(held_over);
+    let mut j = 0;
+    let sizes: Vec<usize> = (0..even.len())
+        .map(|k| {
+            if !serving[k] || over[k] {
+                even[k]
+            } else {
+                j += 1;
+                share(rest, under, j - 1).min(even[k])
+            }
+        })
+        .collect();
+    let any_over = over.iter().any(|&o| o);
+    let held_back = held_elsewhere > 0 || any_over;
+    shared.held_back.store(held_back, Ordering::Relaxed);
+    // Shrink first, then grow: the sum of the shares never passes max_size on the way.
+    for grow in [false, true] {
+        for (s, &size) in shared.servers.iter().zip(&sizes) {
+            if (size > s.pool.max_size()) == grow {
+                s.pool.resize(size);
+            }
+        }
+    }
+    (held, any_over, held_back)
 }

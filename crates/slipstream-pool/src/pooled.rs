@@ -277,10 +277,11 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
 /// Whether the connection in `held`, back from a borrow of slot `i`, must close rather than
 /// go back into service; if so, the reason is counted.
 fn must_close<M: Manager>(pool: &Inner<M>, held: &Held<M::Connection>, i: usize, now: u64) -> bool {
-    let c = &pool.counters;
-    let why = if held.discard == Discard::Counted {
+    if held.discard == Discard::Counted {
         return true;
-    } else if held.discard == Discard::Unusable || pool.manager.is_broken(&held.conn) {
+    }
+    let c = &pool.counters;
+    let why = if held.discard == Discard::Unusable || pool.manager.is_broken(&held.conn) {
         &c.closed_broken
     } else if pool.expired(i, now) {
         &c.retired
