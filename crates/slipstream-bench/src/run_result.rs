@@ -287,9 +287,11 @@ pub struct Schedule {
     pub never_started: Option<u64>,
 }
 
-/// Fails, naming both, if a run is given twice (`runs` are labelled, e.g. by file): counted
-/// twice, a run would double its transactions in a merge, and in a comparison it would pass
-/// for a second run that agrees exactly with the first, narrowing the verdict.
+/// Fails, naming both, if a run is given twice (`runs` are labelled, e.g. by file): as the
+/// same file or a copy, or as a merged result and one of its own parts (or two merges that
+/// share a part). Counted twice, a run would double its transactions in a merge, and in a
+/// comparison it would pass for a second run that agrees exactly with the first, narrowing
+/// the verdict.
 ///
 /// ```
 /// # fn f(a: &slipstream_bench::BenchRun) {
@@ -298,26 +300,13 @@ pub struct Schedule {
 /// # }
 /// ```
 pub fn refuse_repeated_runs(runs: &[(&str, &BenchRun)]) -> anyhow::Result<()> {
-    for (i, (label, run)) in runs.iter().enumerate() {
-        if let Some((first, _)) = runs[..i].iter().find(|(_, r)| r.same_run(run)) {
-            anyhow::bail!(
-                "{first} and {label} are the same run (started {}, seed {}): give each run once; \
-                 a copy counts as another run",
-                run.started_at,
-                run.seed
-            );
-        }
-        // A merged result and one of its own parts (or two merges sharing a part) would
-        // count that part's transactions twice all the same.
-        for (first, earlier) in &runs[..i] {
-            if let Some(p) = run
-                .parts()
-                .into_iter()
-                .find(|p| earlier.parts().contains(p))
-            {
+    let parts: Vec<_> = runs.iter().map(|(_, r)| r.parts()).collect();
+    for (i, (label, _)) in runs.iter().enumerate() {
+        for (j, (first, _)) in runs[..i].iter().enumerate() {
+            if let Some(p) = parts[i].iter().find(|p| parts[j].contains(p)) {
                 anyhow::bail!(
-                    "{first} and {label} both hold the same run (started {}, seed {}): a merged \
-                     result already holds its parts; give each run once",
+                    "{first} and {label} hold the same run (started {}, seed {}): give each run \
+                     once; a copy, or a merged result with one of its own parts, counts it twice",
                     p.0,
                     p.1
                 );
@@ -328,27 +317,9 @@ pub fn refuse_repeated_runs(runs: &[(&str, &BenchRun)]) -> anyhow::Result<()> {
 }
 
 impl BenchRun {
-    /// True if `other` is this very run (the same file, or a copy of it): the same start,
-    /// seed and counts. Two load generators of one test started in the same second still
-    /// differ in their seeds or their counts.
-    ///
-    /// ```
-    /// # fn f(a: &slipstream_bench::BenchRun) {
-    /// assert!(a.same_run(&a.clone()));
-    /// # }
-    /// ```
-    pub fn same_run(&self, other: &BenchRun) -> bool {
-        let counts = |r: &BenchRun| -> Vec<(u64, u64)> {
-            r.transactions.iter().map(|t| (t.ok, t.failed)).collect()
-        };
-        self.started_at == other.started_at
-            && self.seed == other.seed
-            && self.workload == other.workload
-            && counts(self) == counts(other)
-    }
-
-    /// The single runs this result stands for, by start, seed, users and window: a merge's
-    /// parts (`merged_from`), or itself.
+    /// The single runs this result stands for, by start, seed, users and window (two load
+    /// generators of one test started in the same second still differ in their seeds or, to
+    /// the nanosecond, their windows): a merge's parts (`merged_from`), or itself.
     fn parts(&self) -> Vec<(&str, u64, usize, u64)> {
         if self.merged_from.is_empty() {
             vec![(
@@ -576,8 +547,6 @@ impl BenchRun {
     }
 }
 
-/// A histogram saved beside a count must decode and hold that many values (an empty text is
-/// a histogram older files did not save, or one of no values).
 /// Sufficient statistics a run could have recorded: sums of latencies and of their squares
 /// finite and not negative (a mean and a variance are read from them), the logarithms'
 /// finite.
@@ -604,6 +573,8 @@ fn sums_hold(s: &Suff, label: &dyn Fn() -> String) -> Result<(), String> {
     }
 }
 
+/// A histogram saved beside a count must decode and hold that many values (an empty text is
+/// a histogram older files did not save, or one of no values).
 fn holds(text: &str, n: u64, what: &dyn Fn() -> String) -> Result<(), String> {
     if text.is_empty() {
         return Ok(());

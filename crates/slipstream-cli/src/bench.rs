@@ -141,11 +141,11 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     print_runs(&runs)?;
     eprintln!("wrote {}", out.display());
     let run = &runs[0].run;
-    let failed: u64 = run.transactions.iter().map(|t| t.failed).sum();
-    let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
     if run.interrupted {
         return Ok(ExitCode::from(INTERRUPTED));
     }
+    let failed: u64 = run.transactions.iter().map(|t| t.failed).sum();
+    let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
     // A run in which nothing succeeded measured nothing: a script or a CI job must not take
     // it for a result (pgbench exits 2 on errors during the run).
     if ok == 0 && failed > 0 {

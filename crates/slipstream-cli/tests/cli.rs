@@ -42,19 +42,16 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `slipstream sql QUERY --url` against `cluster`, with a home of its own.
+fn sql(cluster: &Cluster, query: &str) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    slipstream(&["sql", query, "--url", &cluster.url()], home.path())
+}
+
 #[test]
 fn sql_prints_a_table() {
     let cluster = Cluster::start().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let o = slipstream(
-        &[
-            "sql",
-            "SELECT 1 AS one, 'x' AS letter",
-            "--url",
-            &cluster.url(),
-        ],
-        home.path(),
-    );
+    let o = sql(&cluster, "SELECT 1 AS one, 'x' AS letter");
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -69,23 +66,14 @@ fn sql_prints_a_table() {
 #[test]
 fn sql_shows_notices_and_says_what_to_do_with_copy() {
     let cluster = Cluster::start().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let o = slipstream(
-        &[
-            "sql",
-            "DO $$ BEGIN RAISE NOTICE 'half way %', chr(27) || '[2J'; END $$",
-            "--url",
-            &cluster.url(),
-        ],
-        home.path(),
+    let o = sql(
+        &cluster,
+        "DO $$ BEGIN RAISE NOTICE 'half way %', chr(27) || '[2J'; END $$",
     );
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("NOTICE:  half way \\u{1b}[2J"), "{err}");
-    let o = slipstream(
-        &["sql", "COPY (SELECT 1) TO STDOUT", "--url", &cluster.url()],
-        home.path(),
-    );
+    let o = sql(&cluster, "COPY (SELECT 1) TO STDOUT");
     assert!(!o.status.success());
     let t = text(&o);
     assert!(
@@ -97,11 +85,7 @@ fn sql_shows_notices_and_says_what_to_do_with_copy() {
 #[test]
 fn sql_errors_are_reported_with_a_failing_exit_code() {
     let cluster = Cluster::start().unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let o = slipstream(
-        &["sql", "SELECT * FROM missing", "--url", &cluster.url()],
-        home.path(),
-    );
+    let o = sql(&cluster, "SELECT * FROM missing");
     assert!(!o.status.success());
     assert!(
         text(&o).contains("relation \"missing\" does not exist"),
@@ -1708,18 +1692,15 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         assert!(text(&o).contains("the same run"), "{args:?}: {}", text(&o));
     }
+    // `report A B --merge -o OUT`.
+    let merge = |a: &str, b: &str, out: &std::path::Path| {
+        slipstream(
+            &["report", a, b, "--merge", "-o", out.to_str().unwrap()],
+            dir.path(),
+        )
+    };
     let merged = dir.path().join("merged.json");
-    let o = slipstream(
-        &[
-            "report",
-            &p(0),
-            copy.to_str().unwrap(),
-            "--merge",
-            "-o",
-            merged.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let o = merge(&p(0), copy.to_str().unwrap(), &merged);
     assert!(
         !o.status.success() && text(&o).contains("the same run"),
         "{}",
@@ -1728,32 +1709,12 @@ fn compare_prints_a_verdict_per_transaction_and_names_what_it_cannot_compare() {
     assert!(!merged.exists());
     // Nor through a merge: a merged result and one of its own parts (session 37's second
     // attacker: `report --merge m.json g1.json` counted g1 twice).
-    let o = slipstream(
-        &[
-            "report",
-            &p(0),
-            &p(1),
-            "--merge",
-            "-o",
-            merged.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let o = merge(&p(0), &p(1), &merged);
     assert!(o.status.success(), "{}", text(&o));
     let again = dir.path().join("merged-again.json");
-    let o = slipstream(
-        &[
-            "report",
-            merged.to_str().unwrap(),
-            &p(0),
-            "--merge",
-            "-o",
-            again.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
+    let o = merge(merged.to_str().unwrap(), &p(0), &again);
     assert!(
-        !o.status.success() && text(&o).contains("both hold the same run"),
+        !o.status.success() && text(&o).contains("hold the same run"),
         "{}",
         text(&o)
     );

@@ -467,9 +467,9 @@ pub fn compare_sides(
     // A run with no success in its window (a Ctrl-C right after the warm-up) has no
     // throughput to compare: the run-level TPS row leaves it out, and says so here rather
     // than in silence.
-    for (side, runs) in [("A", a), ("B", b)] {
-        for (i, r) in runs.iter().enumerate() {
-            if r.tps() <= 0.0 && unit == Unit::Run && only.is_none() {
+    if unit == Unit::Run && only.is_none() {
+        for (side, runs) in [("A", a), ("B", b)] {
+            for (i, r) in runs.iter().enumerate().filter(|(_, r)| r.tps() <= 0.0) {
                 report.notes.push(format!(
                     "{side}'s run {} (started {}) has no successful transaction in its {:.1} s window: the TPS row leaves it out",
                     i + 1,
