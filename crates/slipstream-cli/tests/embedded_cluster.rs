@@ -746,8 +746,8 @@ fn a_start_interrupted_while_it_copies_leaves_nothing_in_the_way() {
 
 /// Runs `db start` on `home` and sends it SIGINT `delay` after its `cp` of the template
 /// begins, if that `cp` still runs then; returns once the start has ended, whether it was
-/// interrupted. A start already past its copy is let through: interrupted in `pg_ctl start`
-/// it would leave a server starting where no state file names it, which is another race.
+/// interrupted. A start already past its copy is let through: an interrupt in `pg_ctl start`
+/// is the next test's race.
 fn interrupt_while_copying(home: &Path, cwd: &Path, delay: Duration) -> bool {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     let mut cmd = cli(&["db", "start"], home, cwd);
@@ -862,4 +862,121 @@ fn assert_nothing_left(home: &Path, data: &Path, when: &str) {
         "{when}: `db destroy` left {left:?} in the home {}",
         home.display()
     );
+}
+
+/// Promise: a first `db start` interrupted while `pg_ctl` waits for the server (SIGINT to the
+/// start alone, as `kill -INT` or a supervisor sends) leaves no server that the home's
+/// commands cannot see: `pg_ctl` and its postmaster start on, and `db status` must say the
+/// server runs and `db stop` must stop it. (Ctrl-C at a terminal signals `pg_ctl` too, which
+/// then stops the server it started.)
+///
+/// Observed: the state file was written only once `pg_ctl start` returned, so `db status`
+/// said "not created" while the server ran, and `db stop` left it running (found by session
+/// 37's attacker, once in 8 random interrupts; here the interrupt waits for the postmaster).
+#[test]
+fn a_first_start_interrupted_while_the_server_starts_leaves_a_server_stop_can_find() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut cleanup = Cleanup::new();
+    cleanup.home(&home, dir.path());
+    // The template exists before the interrupted start, so it is not initdb's postgres that
+    // the wait below finds.
+    let warm = slipstream(&["db", "start"], &home, dir.path());
+    assert!(warm.status.success(), "{}", text(&warm));
+    let data = data_dir(&home).unwrap();
+    cleanup.remember(&home, dir.path());
+    let destroy = slipstream(&["db", "destroy"], &home, dir.path());
+    assert!(destroy.status.success(), "{}", text(&destroy));
+
+    let mut cmd = cli(&["db", "start"], &home, dir.path());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: runs in the forked child before exec and makes one system call (sigaction), as
+    // in `interrupt_while_copying`.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGINT,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+            .map(drop)
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while descendant_named(pid, "postgres").is_none() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "`db start` ended before its server process could be seen: the test tested nothing"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no server process appeared"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.signal(),
+        Some(nix::libc::SIGINT),
+        "`db start` was not interrupted ({}):\n{}",
+        o.status,
+        text(&o)
+    );
+    let prefix = data.display().to_string();
+    while postmasters_under(&prefix).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the postmaster died with the interrupted start: the test tested nothing"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // It may still be starting; `status` must name the cluster either way, and once it is up
+    // say that it runs.
+    let running = loop {
+        let status = slipstream(&["db", "status"], &home, dir.path());
+        let said = text(&status);
+        assert!(
+            !said.contains("not created"),
+            "`db status` says the cluster does not exist while its server runs:\n{said}"
+        );
+        if said.contains("running") || std::time::Instant::now() > deadline {
+            break said;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(running.contains("running"), "{running}");
+    let stop = slipstream(&["db", "stop"], &home, dir.path());
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(
+        postmasters_under(&prefix).is_empty(),
+        "`db stop` left the server of the interrupted start running: {:?}",
+        postmasters_under(&prefix)
+    );
+}
+
+/// A process named `name` below process `root` (a child, a grandchild, ...).
+fn descendant_named(root: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+        let (comm, _) = proc_stat(pid)?;
+        if comm != name {
+            return None;
+        }
+        let mut at = pid;
+        for _ in 0..16 {
+            at = parent_of_running(at)?;
+            if at == root {
+                return Some(pid);
+            }
+        }
+        None
+    })
 }

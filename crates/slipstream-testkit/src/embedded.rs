@@ -15,7 +15,9 @@
 //! - a data directory is whole or absent: the template is copied beside it and renamed into
 //!   place, so a start killed mid-copy (Ctrl-C) leaves nothing a later start uses or trips
 //!   over, and destroy finds this home's data directory without the state file (such a start
-//!   never wrote one).
+//!   never wrote one);
+//! - the state file names a data directory before any server is started on it, so a start
+//!   killed while `pg_ctl` waits leaves a server that status, stop and destroy find.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -207,6 +209,9 @@ impl Embedded {
             port = free_port()?;
         }
         let log = data.parent().unwrap_or(&data).join("server.log");
+        // Recorded before the server starts: a start killed while `pg_ctl` waits leaves a
+        // server starting on (pg_ctl detaches it), which status, stop and destroy must find.
+        self.save_state(&data, port)?;
         let started = run(
             install
                 .command("pg_ctl")
