@@ -204,7 +204,7 @@ impl Client {
             &[&missing],
             0,
         )?;
-        let reply = self.read_reply(&plan).await?;
+        let reply = self.read_reply(&plan, Rows::Keep).await?;
         match reply.error {
             Some(e) => Err(e),
             None => self.types.insert_rows(&reply.rows),
@@ -272,7 +272,7 @@ impl Client {
         statement: &T,
         params: &[Param<'_>],
     ) -> Result<Vec<Row>, Error> {
-        Ok(self.run(statement.source(), params).await?.0)
+        Ok(self.run(statement.source(), params, Rows::Keep).await?.0)
     }
 
     /// Runs a statement that must return exactly one row.
@@ -332,7 +332,8 @@ impl Client {
         statement: &T,
         params: &[Param<'_>],
     ) -> Result<u64, Error> {
-        Ok(self.run(statement.source(), params).await?.1)
+        // Only the count is returned: rows are read off the wire, never built.
+        Ok(self.run(statement.source(), params, Rows::Count).await?.1)
     }
 
     /// Runs SQL with parameters whose types the caller states: one round trip, no prepared
@@ -354,13 +355,14 @@ impl Client {
         let plan = Plan::OneOff { wires };
         self.conn.start_request().await?;
         encode_plan(&mut self.conn.wbuf, &plan, sql, &values, 0)?;
-        Ok(self.run_plan(&plan, sql).await?.0)
+        Ok(self.run_plan(&plan, sql, Rows::Keep).await?.0)
     }
 
     async fn run(
         &mut self,
         source: Source<'_>,
         params: &[Param<'_>],
+        rows: Rows,
     ) -> Result<(Vec<Row>, u64), Error> {
         let (sql, use_cache) = match source {
             Source::Prepared(stmt) => {
@@ -371,13 +373,13 @@ impl Client {
                     cached: false,
                 };
                 encode_plan(&mut self.conn.wbuf, &plan, stmt.sql(), params, 0)?;
-                return self.run_plan(&plan, stmt.sql()).await;
+                return self.run_plan(&plan, stmt.sql(), rows).await;
             }
             Source::Uncached(sql) => (sql, false),
             Source::Sql(sql) => (sql, self.cache.enabled()),
         };
         let plan = self.send_sql(sql, params, use_cache, 0).await?;
-        match self.run_plan(&plan, sql).await {
+        match self.run_plan(&plan, sql, rows).await {
             Err(e) if plan.is_cached() && is_stale(&e) => {
                 // Judged from the status that came with the error, after every reply a dropped
                 // call left owed was read: a transaction the error aborted reads as failed,
@@ -385,7 +387,7 @@ impl Client {
                 let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
                 self.stale(&plan, e, in_transaction)?;
                 let plan = self.send_sql(sql, params, use_cache, 0).await?;
-                self.run_plan(&plan, sql).await
+                self.run_plan(&plan, sql, rows).await
             }
             result => result,
         }
@@ -488,8 +490,13 @@ impl Client {
 
     /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply,
     /// looking up any type it names that the client does not know.
-    async fn run_plan(&mut self, plan: &Plan, sql: &str) -> Result<(Vec<Row>, u64), Error> {
-        let mut reply = self.read_reply(plan).await?;
+    async fn run_plan(
+        &mut self,
+        plan: &Plan,
+        sql: &str,
+        rows: Rows,
+    ) -> Result<(Vec<Row>, u64), Error> {
+        let mut reply = self.read_reply(plan, rows).await?;
         // A first run's statement exists now: the type lookup's request must not close it as
         // a dropped call's, and a drop during the lookup must.
         let unkept = match plan {
@@ -508,10 +515,10 @@ impl Client {
     }
 
     /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply.
-    async fn read_reply(&mut self, plan: &Plan) -> Result<Reply, Error> {
+    async fn read_reply(&mut self, plan: &Plan, rows: Rows) -> Result<Reply, Error> {
         frontend::sync(&mut self.conn.wbuf);
         self.conn.finish_request(Owed::Extended).await?;
-        let mut reply = Reply::new(plan.columns(), true);
+        let mut reply = Reply::new(plan.columns(), rows == Rows::Keep);
         loop {
             // Nearly every reply is these few kinds, taken in place from the read buffer.
             let message = match self.conn.next_common()? {
@@ -710,6 +717,32 @@ fn encode_named(
     params: &[Param<'_>],
     max_rows: i32,
 ) -> Result<(), Error> {
+    if params.is_empty()
+        && max_rows == 0
+        && stmt.params().is_empty()
+        && wires.is_none_or(<[Wire]>::is_empty)
+    {
+        let encoded = stmt.bind_without_values(|| {
+            let mut bytes = BytesMut::new();
+            encode_named_now(&mut bytes, stmt, wires, params, max_rows).ok()?;
+            Some(bytes.to_vec().into_boxed_slice())
+        });
+        if let Some(bytes) = encoded {
+            buf.extend_from_slice(bytes);
+            return Ok(());
+        }
+    }
+    encode_named_now(buf, stmt, wires, params, max_rows)
+}
+
+/// [`encode_named`], encoded afresh.
+fn encode_named_now(
+    buf: &mut BytesMut,
+    stmt: &Statement,
+    wires: Option<&[Wire]>,
+    params: &[Param<'_>],
+    max_rows: i32,
+) -> Result<(), Error> {
     all_or_nothing(buf, |buf| {
         match wires {
             Some(wires) => encode_bind(buf, stmt.name(), Wires(wires), params),
@@ -748,6 +781,15 @@ pub(crate) fn check_owner(stmt: &Statement, client_id: u64) -> Result<(), Error>
             "this statement was prepared on another connection; prepare it on this one",
         ))
     }
+}
+
+/// Whether a reply's rows are built into [`Row`]s for the caller, or only counted (`execute`:
+/// each `DataRow` is read off the wire and dropped, and the count comes from
+/// `CommandComplete`, as without rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rows {
+    Keep,
+    Count,
 }
 
 /// What the caller must do after a message given to [`Reply::apply`].

@@ -1,7 +1,7 @@
 //! Prepared statements and their result columns.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::message::backend::{ParameterDescriptionBody, RowDescriptionBody};
@@ -35,6 +35,9 @@ struct Inner {
     columns: Arc<[Column]>,
     client_id: u64,
     closes: Weak<Mutex<Vec<String>>>,
+    /// `Bind` + `Execute` of all rows, for a statement run without values: the same bytes every
+    /// time, so they are encoded once (`SELECT 1`, `SELECT now()`, ...).
+    bind_without_values: OnceLock<Box<[u8]>>,
 }
 
 impl Statement {
@@ -53,6 +56,7 @@ impl Statement {
             columns,
             client_id,
             closes,
+            bind_without_values: OnceLock::new(),
         }))
     }
 
@@ -74,6 +78,18 @@ impl Statement {
     /// The SQL text it was prepared from.
     pub fn sql(&self) -> &str {
         &self.0.sql
+    }
+
+    /// The bytes `encode` makes (it is called once, on first use); `None` if it fails.
+    pub(crate) fn bind_without_values(
+        &self,
+        encode: impl FnOnce() -> Option<Box<[u8]>>,
+    ) -> Option<&[u8]> {
+        if let Some(bytes) = self.0.bind_without_values.get() {
+            return Some(bytes);
+        }
+        let bytes = encode()?;
+        Some(self.0.bind_without_values.get_or_init(|| bytes))
     }
 
     pub(crate) fn client_id(&self) -> u64 {

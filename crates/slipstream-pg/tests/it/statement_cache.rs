@@ -253,3 +253,55 @@ async fn a_wrong_parameter_count_is_an_error_and_caches_nothing_broken() {
     let row = c.query_one(q, &[&1i32, &2i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0).unwrap(), 3);
 }
+
+/// A statement without parameters sends the same `Bind` + `Execute` every time, encoded once
+/// and kept with the statement: the kept bytes must name this statement, not the one it
+/// replaced after `DEALLOCATE ALL` or DDL, and `query`, `execute` and a row stream of two rows
+/// per `Execute` must each get what they ask for.
+#[tokio::test]
+async fn a_statement_without_parameters_runs_the_same_every_way_and_after_reprepares() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int); INSERT INTO t SELECT generate_series(1, 5)")
+        .await
+        .unwrap();
+    let q = "SELECT * FROM t ORDER BY id";
+    let ids = |rows: &[slipstream_pg::Row]| -> Vec<i32> {
+        rows.iter().map(|r| r.get(0).unwrap()).collect()
+    };
+    for round in 0..3 {
+        assert_eq!(
+            ids(&c.query(q, &[]).await.unwrap()),
+            [1, 2, 3, 4, 5],
+            "{round}"
+        );
+        assert_eq!(c.execute(q, &[]).await.unwrap(), 5, "{round}");
+        // Two rows per Execute: the portal is read in three parts, all five rows arrive once.
+        let mut rows = c
+            .query_stream_with(q, &[], slipstream_pg::FetchSize::Rows(2))
+            .await
+            .unwrap();
+        let mut streamed = Vec::new();
+        while let Some(row) = rows.next().await.unwrap() {
+            streamed.push(row.get::<_, i32>(0).unwrap());
+        }
+        drop(rows);
+        assert_eq!(streamed, [1, 2, 3, 4, 5], "{round}");
+        match round {
+            // The server drops the statement; the cache prepares another, under another name.
+            0 => c.batch_execute("DEALLOCATE ALL").await.unwrap(),
+            // The statement goes stale (0A000) and is prepared again.
+            1 => c
+                .batch_execute("ALTER TABLE t ADD COLUMN note text")
+                .await
+                .unwrap(),
+            _ => {}
+        }
+    }
+    assert_eq!(c.statement_cache_stats().reprepares, 1);
+    // An explicitly prepared statement without parameters, run twice.
+    let stmt = c.prepare("SELECT count(*) FROM t").await.unwrap();
+    for _ in 0..2 {
+        let n: i64 = c.query_one(&stmt, &[]).await.unwrap().get(0).unwrap();
+        assert_eq!(n, 5);
+    }
+}
