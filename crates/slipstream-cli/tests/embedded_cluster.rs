@@ -749,23 +749,8 @@ fn a_start_interrupted_while_it_copies_leaves_nothing_in_the_way() {
 /// interrupted. A start already past its copy is let through: an interrupt in `pg_ctl start`
 /// is the next test's race.
 fn interrupt_while_copying(home: &Path, cwd: &Path, delay: Duration) -> bool {
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let mut cmd = cli(&["db", "start"], home, cwd);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec and makes one system call (sigaction).
-    // Under a shell without job control a test may inherit SIGINT ignored; the CLI must get
-    // the default, which Ctrl-C or `kill -INT` from a terminal meets.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::signal::signal(
-                nix::sys::signal::Signal::SIGINT,
-                nix::sys::signal::SigHandler::SigDfl,
-            )
-            .map(drop)
-            .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = start_to_interrupt(home, cwd);
     let pid = child.id();
     // The first start on a machine runs initdb for the template before it copies.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -810,6 +795,27 @@ fn interrupt_while_copying(home: &Path, cwd: &Path, delay: Duration) -> bool {
         text(&o)
     );
     true
+}
+
+/// `db start` on `home`, spawned with its output piped and SIGINT at its default action: under
+/// a shell without job control a test may inherit SIGINT ignored, and the CLI must get the
+/// default, which Ctrl-C or `kill -INT` from a terminal meets.
+fn start_to_interrupt(home: &Path, cwd: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = cli(&["db", "start"], home, cwd);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // SAFETY: runs in the forked child before exec and makes one system call (sigaction).
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGINT,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+            .map(drop)
+            .map_err(std::io::Error::from)
+        });
+    }
+    cmd.spawn().unwrap()
 }
 
 /// A running child of process `parent` whose command is `name`.
@@ -875,7 +881,7 @@ fn assert_nothing_left(home: &Path, data: &Path, when: &str) {
 /// 37's attacker, once in 8 random interrupts; here the interrupt waits for the postmaster).
 #[test]
 fn a_first_start_interrupted_while_the_server_starts_leaves_a_server_stop_can_find() {
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let mut cleanup = Cleanup::new();
@@ -889,21 +895,7 @@ fn a_first_start_interrupted_while_the_server_starts_leaves_a_server_stop_can_fi
     let destroy = slipstream(&["db", "destroy"], &home, dir.path());
     assert!(destroy.status.success(), "{}", text(&destroy));
 
-    let mut cmd = cli(&["db", "start"], &home, dir.path());
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // SAFETY: runs in the forked child before exec and makes one system call (sigaction), as
-    // in `interrupt_while_copying`.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::signal::signal(
-                nix::sys::signal::Signal::SIGINT,
-                nix::sys::signal::SigHandler::SigDfl,
-            )
-            .map(drop)
-            .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = start_to_interrupt(&home, dir.path());
     let pid = child.id();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while descendant_named(pid, "postgres").is_none() {
