@@ -1578,12 +1578,17 @@ impl Drop for Pipeline<'_> {
 /// Whether `sql` is a COPY that streams data through the connection, which a pipeline cannot
 /// carry. A COPY to or from a server-side file or program is an ordinary statement.
 fn is_stream_copy(sql: &str) -> bool {
-    let mut rest = sql.trim_start();
+    // PostgreSQL's parser drops empty statements, so `;COPY t FROM STDIN` is one statement,
+    // which Parse accepts: leading semicolons hide nothing, like whitespace and comments.
+    fn skip(s: &str) -> &str {
+        s.trim_start_matches(|c: char| c.is_whitespace() || c == ';')
+    }
+    let mut rest = skip(sql);
     loop {
         if let Some(r) = rest.strip_prefix("--") {
-            rest = r.split_once('\n').map_or("", |(_, r)| r).trim_start();
+            rest = skip(r.split_once('\n').map_or("", |(_, r)| r));
         } else if rest.starts_with("/*") {
-            rest = after_block_comment(rest).trim_start();
+            rest = skip(after_block_comment(rest));
         } else {
             break;
         }
@@ -1693,5 +1698,8 @@ mod tests {
         assert!(is_stream_copy("copy\"t\" from stdin"));
         assert!(!is_stream_copy("COPY_t"));
         assert!(!is_stream_copy("/* never closed COPY t FROM STDIN"));
+        assert!(is_stream_copy(";COPY t FROM STDIN"));
+        assert!(is_stream_copy(" ; /* x */ ;\n-- y\n; copy t to stdout"));
+        assert!(!is_stream_copy("; SELECT 'copy from stdin'"));
     }
 }

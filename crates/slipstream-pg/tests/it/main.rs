@@ -2,6 +2,7 @@
 
 mod attack;
 mod attack2;
+mod attack38;
 mod attack_connect;
 mod attack_connect2;
 mod auth;
