@@ -845,7 +845,10 @@ impl Pipeline<'_> {
 
     /// Sends what is queued and reads replies until `op`'s result is in, then returns it.
     /// Later operations may still be unread. In continue-on-error mode this includes the
-    /// operation's `Sync`, so a failure to commit its implicit transaction is reported here.
+    /// operation's `Sync`, so a failure to commit its implicit transaction is reported here;
+    /// in abort-on-error mode it does once a sync point after the operation is queued
+    /// ([`Pipeline::sync`]), so the result is then the committed outcome (before that, it says
+    /// the statement ran).
     /// If later operations are queued behind `op` and not yet sent, a `Flush` goes right after
     /// it (after its `Sync` in continue-on-error mode), so its reply comes as soon as it has
     /// run, whatever those operations do, on a server running pipeline_flush too.
@@ -1232,8 +1235,30 @@ impl Pipeline<'_> {
     }
 
     fn is_final(&self, id: u64) -> bool {
-        !matches!(self.results[id as usize], Slot::Waiting)
-            && (self.options.mode == PipelineMode::AbortOnError || self.synced_through > id)
+        if matches!(self.results[id as usize], Slot::Waiting) {
+            return false;
+        }
+        match self.options.mode {
+            PipelineMode::ContinueOnError => self.synced_through > id,
+            // Once a `Sync` closing `id` is queued, the caller has asked for the committed
+            // outcome: a later failure in the implicit transaction, or the commit at the
+            // `Sync`, still turns this result into an error when the `ReadyForQuery` is read.
+            // Before that, the result says only that the statement ran (documented).
+            PipelineMode::AbortOnError => self.synced_through > id || !self.sync_owed_for(id),
+        }
+    }
+
+    /// Whether a `Sync` (or a FunctionCall's own `ReadyForQuery`) that closes operation `id`
+    /// is queued and not yet answered. `id`'s result is in, so the entries before its own are
+    /// gone and the scan covers at most the rest of its sync group.
+    fn sync_owed_for(&self, id: u64) -> bool {
+        self.expect
+            .iter()
+            .find_map(|e| match e {
+                Expect::Sync { first, end, .. } if *end > id => Some(*first <= id),
+                _ => None,
+            })
+            .unwrap_or(false)
     }
 
     fn reached(&self, until: Until) -> bool {

@@ -33,3 +33,63 @@ async fn a_copy_behind_an_empty_statement_is_refused_when_queued() {
     p.end().await;
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1").await, 1);
 }
+
+/// docs/pipelining.md: "Call `process` on an operation after the block's `sync()`/`end()`
+/// point ... when you need the committed outcome", and `PipelineMode::AbortOnError`: work
+/// rolled back with its implicit transaction is "never reported as done". `process` returned
+/// an operation's own reply without waiting for the `Sync` already queued behind it, so an
+/// `INSERT` that a later failure or the commit itself rolled back read as `Ok(1)`.
+#[tokio::test]
+async fn process_after_sync_reports_the_committed_outcome_in_abort_mode() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TABLE t (x int UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO t VALUES (1)",
+    )
+    .await
+    .unwrap();
+
+    // A later operation of the same implicit transaction fails.
+    let mut p = c.pipeline();
+    let insert = p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    let bad = p.execute("SELECT 1/0", &[]).await.unwrap();
+    p.sync();
+    let kept = p.execute("SELECT 3", &[]).await.unwrap();
+    let e = p.process(&insert).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert_eq!(e.aborted_by(), Some(bad.id()), "{e}");
+    assert_eq!(p.process(&kept).await.unwrap(), 1);
+    p.end().await;
+
+    // The commit at the Sync fails (a deferred unique constraint).
+    let mut p = c.pipeline();
+    let insert = p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    p.sync();
+    let e = p.process(&insert).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(slipstream_pg::SqlState::UNIQUE_VIOLATION),
+        "{e}"
+    );
+    p.end().await;
+
+    // What did commit is reported as done, and taken before the sync point it still is.
+    let mut p = c.pipeline();
+    let early = p.execute("INSERT INTO t VALUES (5)", &[]).await.unwrap();
+    assert_eq!(
+        p.process(&early).await.unwrap(),
+        1,
+        "ran, not yet committed"
+    );
+    let insert = p.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+    p.sync();
+    assert_eq!(p.process(&insert).await.unwrap(), 1);
+    p.end().await;
+    let xs: Vec<i32> = c
+        .query("SELECT x FROM t ORDER BY x", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0).unwrap())
+        .collect();
+    assert_eq!(xs, vec![1, 4, 5]);
+}
