@@ -10,7 +10,7 @@ use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::connect::unexpected;
-use crate::connection::Owed;
+use crate::connection::{Connection, Owed};
 use crate::query::rows_affected;
 use crate::{Client, DbError, Error};
 
@@ -304,13 +304,18 @@ impl Sink<Bytes> for CopyIn<'_> {
             this.finished = true;
         }
         while !this.end.done {
-            match ready!(this.client.conn.poll_recv(cx))? {
-                Message::CommandComplete(body) => this.end.rows = Some(rows_affected(body.tag())),
+            let m = ready!(this.client.conn.poll_recv(cx))?;
+            if after_the_copy(&mut this.client.conn, &m)? {
+                continue;
+            }
+            match m {
+                Message::CommandComplete(body) => {
+                    this.end.rows.get_or_insert(rows_affected(body.tag()));
+                }
                 Message::ErrorResponse(body) => {
                     this.end.error = Some(Error::db(DbError::parse(&mut body.fields())?));
                 }
                 Message::ReadyForQuery(_) => this.end.done = true,
-                Message::CopyData(_) | Message::CopyDone => {}
                 m => {
                     return Poll::Ready(Err(this
                         .client
@@ -339,20 +344,50 @@ impl Drop for CopyIn<'_> {
 
 /// Reads a COPY's completion up to `ReadyForQuery`; returns the row count.
 async fn read_copy_end(client: &mut Client) -> Result<u64, Error> {
-    let mut rows = 0;
+    let mut rows = None;
     let mut error = None;
     loop {
-        match client.conn.recv().await? {
-            Message::CommandComplete(body) => rows = rows_affected(body.tag()),
+        let m = client.conn.recv().await?;
+        if after_the_copy(&mut client.conn, &m)? {
+            client.conn.flush().await?;
+            continue;
+        }
+        match m {
+            Message::CommandComplete(body) => {
+                rows.get_or_insert(rows_affected(body.tag()));
+            }
             Message::ErrorResponse(body) => {
                 error = Some(Error::db(DbError::parse(&mut body.fields())?))
             }
             Message::ReadyForQuery(_) => break,
-            Message::CopyData(_) | Message::CopyDone => {}
             m => return Err(client.conn.poison(unexpected(&m, "at the end of a COPY"))),
         }
     }
-    error.map_or(Ok(rows), Err)
+    error.map_or(Ok(rows.unwrap_or(0)), Err)
+}
+
+/// Takes a message that may belong to the statements after the COPY in its SQL string
+/// (`COPY t FROM STDIN; SELECT 1` is one simple query): their rows and a later COPY TO
+/// STDOUT's data are skipped, so the call reports the COPY's own outcome (the first
+/// `CommandComplete`, left to the caller). A later COPY FROM STDIN would wait for data nobody
+/// sends: it gets `CopyFail` (queued: the caller writes it before it waits again), whose error rolls
+/// the whole string back and is reported. Returns whether the message was taken.
+fn after_the_copy(conn: &mut Connection, m: &Message) -> Result<bool, Error> {
+    match m {
+        Message::CopyInResponse(_) => {
+            conn.queue_copy_fail(
+                "a COPY call runs one COPY FROM STDIN; the statement string held another",
+            )?;
+            Ok(true)
+        }
+        Message::RowDescription(_)
+        | Message::DataRow(_)
+        | Message::EmptyQueryResponse
+        | Message::CopyOutResponse(_)
+        | Message::CopyData(_)
+        | Message::CopyDone => Ok(true),
+        _ => Ok(false),
+    }
 }
 
 /// An open `COPY ... TO STDOUT`. See [`Client::copy_out`]. Dropping it part-way is safe: the
@@ -390,10 +425,22 @@ impl<'a> CopyOut<'a> {
             return Poll::Ready(Ok(None));
         }
         loop {
-            match ready!(self.client.conn.poll_recv(cx))? {
-                Message::CopyData(body) => return Poll::Ready(Ok(Some(body.into_bytes()))),
-                Message::CopyDone => {}
-                Message::CommandComplete(body) => self.rows = Some(rows_affected(body.tag())),
+            let m = ready!(self.client.conn.poll_recv(cx))?;
+            // The COPY's own data ends with its `CommandComplete`: what follows is the rest of
+            // the statement string's.
+            if let Message::CopyData(body) = m {
+                if self.rows.is_none() {
+                    return Poll::Ready(Ok(Some(body.into_bytes())));
+                }
+                continue;
+            }
+            if after_the_copy(&mut self.client.conn, &m)? {
+                continue;
+            }
+            match m {
+                Message::CommandComplete(body) => {
+                    self.rows.get_or_insert(rows_affected(body.tag()));
+                }
                 Message::ErrorResponse(body) => {
                     self.error = Some(Error::db(DbError::parse(&mut body.fields())?))
                 }

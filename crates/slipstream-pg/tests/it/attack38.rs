@@ -93,3 +93,73 @@ async fn process_after_sync_reports_the_committed_outcome_in_abort_mode() {
         .collect();
     assert_eq!(xs, vec![1, 4, 5]);
 }
+
+/// `CopyIn::finish`: "A server-side error ... is reported here; nothing is loaded then", and
+/// docs/client.md: a `Protocol` error means the server broke the protocol. A COPY's SQL may
+/// carry more statements (`COPY t FROM STDIN; SELECT 1` is one simple query, one implicit
+/// transaction): their replies after the COPY's were taken for a protocol violation, so the
+/// connection was closed and `finish` failed although the rows were loaded and committed.
+#[tokio::test]
+async fn statements_after_the_copy_in_its_sql_neither_break_the_connection_nor_hide_the_outcome() {
+    use futures_util::{SinkExt, TryStreamExt};
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let count = async |c: &mut slipstream_pg::Client| -> i64 {
+        super::scalar(c, "SELECT count(*) FROM t").await
+    };
+
+    let mut copy = c.copy_in("COPY t FROM STDIN; SELECT 1").await.unwrap();
+    copy.write(b"1\n2\n").await.unwrap();
+    assert_eq!(copy.finish().await.unwrap(), 2, "the COPY's own row count");
+    assert_eq!(count(&mut c).await, 2);
+
+    let mut copy = c.copy_in("COPY t FROM STDIN; SELECT 1; ;").await.unwrap();
+    copy.send(bytes::Bytes::from_static(b"3\n")).await.unwrap();
+    copy.close().await.unwrap();
+    assert_eq!(copy.rows(), Some(1));
+    drop(copy);
+    assert_eq!(count(&mut c).await, 3);
+
+    let copy = c.copy_out("COPY t TO STDOUT; SELECT 1").await.unwrap();
+    let chunks: Vec<bytes::Bytes> = copy.try_collect().await.unwrap();
+    assert_eq!(chunks.concat(), b"1\n2\n3\n");
+    let mut copy = c
+        .copy_out("COPY (SELECT 7) TO STDOUT; COPY t TO STDOUT")
+        .await
+        .unwrap();
+    assert_eq!(&copy.next().await.unwrap().unwrap()[..], b"7\n");
+    assert!(
+        copy.next().await.unwrap().is_none(),
+        "only the first COPY's data"
+    );
+    assert_eq!(copy.rows(), Some(1));
+    drop(copy);
+
+    // A second COPY FROM STDIN would wait for data nobody sends: it is failed, which rolls the
+    // whole string back, and the call says so.
+    let mut copy = c
+        .copy_in("COPY t FROM STDIN; COPY t FROM STDIN")
+        .await
+        .unwrap();
+    copy.write(b"4\n").await.unwrap();
+    let e = copy.finish().await.unwrap_err();
+    assert!(e.code().is_some(), "{e}");
+    assert_eq!(count(&mut c).await, 3, "nothing loaded");
+    let mut copy = c
+        .copy_in("COPY t FROM STDIN; COPY t FROM STDIN")
+        .await
+        .unwrap();
+    copy.send(bytes::Bytes::from_static(b"4\n")).await.unwrap();
+    let e = copy.close().await.unwrap_err();
+    assert!(e.code().is_some(), "{e}");
+    assert_eq!(copy.rows(), None);
+    drop(copy);
+    assert_eq!(count(&mut c).await, 3, "nothing loaded");
+    let copy = c
+        .copy_out("COPY t TO STDOUT; COPY t FROM STDIN")
+        .await
+        .unwrap();
+    let e = copy.try_collect::<Vec<_>>().await.unwrap_err();
+    assert!(e.code().is_some(), "{e}");
+    assert_eq!(count(&mut c).await, 3);
+}
