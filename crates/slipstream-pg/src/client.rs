@@ -30,7 +30,8 @@ use crate::{CancelToken, Config, DbError, Error, FetchSize, Notification};
 pub struct Client {
     pub(crate) conn: Connection,
     pub(crate) id: u64,
-    pub(crate) next_statement: u64,
+    /// Numbers the statements this client prepares (see [`Client::next_statement_name`]).
+    next_statement: u64,
     /// Numbers pipeline blocks, so an operation handle cannot be used with another block.
     pub(crate) next_pipeline: u64,
     pub(crate) cache: StatementCache,
@@ -44,6 +45,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// The server-side name of the next statement this client prepares. Upper case because
+    /// SQL folds an unquoted name to lower case: an application's own `PREPARE s1 AS ...` (or
+    /// `PREPARE S1`) then never takes a name the client will use, which only a quoted
+    /// `PREPARE "S1"` could (pgjdbc's `S_1` relies on the same).
+    pub(crate) fn next_statement_name(&mut self) -> String {
+        self.next_statement += 1;
+        format!("S{}", self.next_statement)
+    }
+
     pub(crate) fn new(conn: Connection, id: u64, cancel: CancelToken, config: &Config) -> Client {
         Client {
             conn,

@@ -594,8 +594,7 @@ impl Pipeline<'_> {
     /// ```
     pub async fn prepare(&mut self, sql: &str) -> Result<Op<Statement>, Error> {
         self.start_op(sql).await?;
-        self.client.next_statement += 1;
-        let name = format!("s{}", self.client.next_statement);
+        let name = self.client.next_statement_name();
         let buf = &mut self.client.conn.wbuf;
         let mark = buf.len();
         if let Err(e) = frontend::parse(&name, sql, std::iter::empty(), buf)

@@ -100,8 +100,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn prepare_typed(&mut self, sql: &str, types: &[Type]) -> Result<Statement, Error> {
-        self.next_statement += 1;
-        let name = format!("s{}", self.next_statement);
+        let name = self.next_statement_name();
         self.prepare_as(name, sql, types).await
     }
 
@@ -454,20 +453,14 @@ impl Client {
             }
         }
         let plan = match param_types::infer(params, &mut self.conn.wbuf) {
-            Some(wires) if use_cache => {
-                self.next_statement += 1;
-                Plan::Prepare {
-                    name: format!("s{}", self.next_statement),
-                    wires: wires.into(),
-                }
-            }
+            Some(wires) if use_cache => Plan::Prepare {
+                name: self.next_statement_name(),
+                wires: wires.into(),
+            },
             Some(wires) => Plan::OneOff { wires },
             None => {
                 let name = match use_cache {
-                    true => {
-                        self.next_statement += 1;
-                        format!("s{}", self.next_statement)
-                    }
+                    true => self.next_statement_name(),
                     false => String::new(),
                 };
                 let stmt = self.prepare_as(name, sql, &[]).await?;

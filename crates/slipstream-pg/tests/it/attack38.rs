@@ -163,3 +163,58 @@ async fn statements_after_the_copy_in_its_sql_neither_break_the_connection_nor_h
     assert!(e.code().is_some(), "{e}");
     assert_eq!(count(&mut c).await, 3);
 }
+
+/// docs/statement-cache.md: every SQL string goes through the cache, which prepares it on its
+/// first run; the application's own SQL (`DISCARD ALL`, `DEALLOCATE ALL`) is expected beside
+/// it. The cache named its statements `s1`, `s2`, ..., the names an application's own
+/// `PREPARE s1 AS ...` takes, so ordinary calls failed with 42P05 "prepared statement "s1"
+/// already exists" while the same calls with the cache off worked.
+#[tokio::test]
+async fn the_applications_own_prepared_statements_do_not_collide_with_the_clients() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "PREPARE s1 AS SELECT 1; PREPARE S2 AS SELECT 2; PREPARE s3 AS SELECT 3; \
+         PREPARE s4 AS SELECT 4; PREPARE s5 AS SELECT 5",
+    )
+    .await
+    .unwrap();
+    let row = c.query_one("SELECT $1::int4 + 1", &[&1i32]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 2);
+    let stmt = c.prepare("SELECT 10").await.unwrap();
+    assert_eq!(super::scalar::<i32>(&mut c, "SELECT 11").await, 11);
+    let typed = c
+        .prepare_typed("SELECT $1", &[slipstream_pg::types::Type::INT8])
+        .await
+        .unwrap();
+    let mut p = c.pipeline();
+    let op = p.prepare("SELECT 12").await.unwrap();
+    let piped = p.process(&op).await.unwrap();
+    p.end().await;
+    assert_eq!(
+        c.query_one(&stmt, &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+            .unwrap(),
+        10
+    );
+    assert_eq!(
+        c.query_one(&typed, &[&13i64])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            .unwrap(),
+        13
+    );
+    assert_eq!(
+        c.query_one(&piped, &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+            .unwrap(),
+        12
+    );
+    // The application's statements are untouched.
+    let rows = c.simple_query("EXECUTE s2").await.unwrap();
+    assert!(!rows.is_empty());
+}

@@ -213,7 +213,7 @@ async fn discard_all_and_deallocate_invalidate_the_cache() {
         .unwrap()
         .get(0)
         .unwrap();
-    c.batch_execute(&format!("DEALLOCATE {name}"))
+    c.batch_execute(&format!("DEALLOCATE \"{name}\""))
         .await
         .unwrap();
     let row = c.query_one(q, &[&3i32]).await.unwrap();
