@@ -49,7 +49,25 @@ impl<'a> TransactionBuilder<'a> {
         self
     }
     /// Sends `BEGIN` with the options.
+    ///
+    /// Refused with [`ErrorKind::Usage`](crate::ErrorKind::Usage) inside a transaction (one
+    /// reached through a [`Transaction`]'s `Deref`, or a `BEGIN` sent as SQL): use
+    /// [`Transaction::transaction`] or [`Transaction::savepoint`] for a nested one.
     pub async fn start(self) -> Result<Transaction<'a>, Error> {
+        // The server only warns about a second BEGIN, and this guard's COMMIT or ROLLBACK
+        // (a dropped guard's too) would end the outer transaction, whose later statements
+        // would then commit one by one. The status is the server's only once what dropped
+        // calls owe and dropped guards deferred is read; a settled connection costs nothing.
+        if !self.client.conn.is_settled() || !self.client.conn.deferred.is_empty() {
+            self.client.settle().await?;
+        }
+        if self.client.conn.tx_status != crate::TransactionStatus::Idle {
+            return Err(Error::usage(
+                "a transaction is already open on this connection: use Transaction::transaction() \
+                 or Transaction::savepoint() for a nested one (a second BEGIN would be ignored, \
+                 and its COMMIT or ROLLBACK would end the outer transaction)",
+            ));
+        }
         let mut sql = String::from("BEGIN");
         if let Some(level) = self.isolation {
             sql.push_str(match level {

@@ -218,3 +218,41 @@ async fn the_applications_own_prepared_statements_do_not_collide_with_the_client
     let rows = c.simple_query("EXECUTE s2").await.unwrap();
     assert!(!rows.is_empty());
 }
+
+/// docs/client.md: "A transaction dropped without `commit`/`rollback` is rolled back", and
+/// `Transaction` is used "like the `Client` it borrows". Through that `Deref`, a transaction
+/// could start another with `build_transaction()`: its `BEGIN` was only a warning to the
+/// server, and dropping (or committing) it ended the *outer* transaction, whose later
+/// statements then committed one by one while its own `rollback()` reported success.
+#[tokio::test]
+async fn a_transaction_cannot_be_begun_inside_another() {
+    use slipstream_pg::TransactionStatus;
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    match tx.build_transaction().read_only(true).start().await {
+        Ok(inner) => drop(inner),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+            assert!(e.to_string().contains("savepoint"), "{e}");
+        }
+    }
+    tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        super::scalar::<i64>(&mut c, "SELECT count(*) FROM t").await,
+        0,
+        "a rolled-back transaction left rows behind"
+    );
+
+    // The same for a BEGIN the application sent itself, found by settling first.
+    c.batch_execute("BEGIN").await.unwrap();
+    let e = c.transaction().await.map(drop).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // A dropped transaction's deferred ROLLBACK is not mistaken for an open one.
+    drop(c.transaction().await.unwrap());
+    c.transaction().await.unwrap().commit().await.unwrap();
+}
