@@ -256,3 +256,34 @@ async fn a_transaction_cannot_be_begun_inside_another() {
     drop(c.transaction().await.unwrap());
     c.transaction().await.unwrap().commit().await.unwrap();
 }
+
+/// docs/statement-cache.md, "After DDL": a string parameter keeps the type the server gave it
+/// at the first run, and `clear_statement_cache()` is the remedy. This pins the remedy: after
+/// it, the cached SQL stores what a quoted literal stores (before it, a `timestamp`-typed
+/// parameter dropped the `+05` of a value stored into a column now `timestamptz`).
+#[tokio::test]
+async fn clearing_the_cache_after_ddl_gives_string_parameters_the_new_column_type() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("SET TimeZone = 'UTC'; CREATE TABLE t (id int, ts timestamp)")
+        .await
+        .unwrap();
+    let insert = "INSERT INTO t VALUES ($1, $2)";
+    let value = "2024-01-01 00:00:00+05";
+    c.execute(insert, &[&1i32, &value]).await.unwrap();
+    c.batch_execute("ALTER TABLE t ALTER ts TYPE timestamptz")
+        .await
+        .unwrap();
+    c.clear_statement_cache();
+    c.execute(insert, &[&2i32, &value]).await.unwrap();
+    c.batch_execute(&format!("INSERT INTO t VALUES (3, '{value}')"))
+        .await
+        .unwrap();
+    let stored: Vec<String> = c
+        .query("SELECT ts::text FROM t WHERE id > 1 ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0).unwrap())
+        .collect();
+    assert_eq!(stored, ["2023-12-31 19:00:00+00", "2023-12-31 19:00:00+00"]);
+}
