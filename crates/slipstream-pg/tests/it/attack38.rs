@@ -84,13 +84,7 @@ async fn process_after_sync_reports_the_committed_outcome_in_abort_mode() {
     p.sync();
     assert_eq!(p.process(&insert).await.unwrap(), 1);
     p.end().await;
-    let xs: Vec<i32> = c
-        .query("SELECT x FROM t ORDER BY x", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0).unwrap())
-        .collect();
+    let xs: Vec<i32> = super::column(&mut c, "SELECT x FROM t ORDER BY x").await;
     assert_eq!(xs, vec![1, 4, 5]);
 }
 
@@ -278,12 +272,7 @@ async fn clearing_the_cache_after_ddl_gives_string_parameters_the_new_column_typ
     c.batch_execute(&format!("INSERT INTO t VALUES (3, '{value}')"))
         .await
         .unwrap();
-    let stored: Vec<String> = c
-        .query("SELECT ts::text FROM t WHERE id > 1 ORDER BY id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0).unwrap())
-        .collect();
+    let stored: Vec<String> =
+        super::column(&mut c, "SELECT ts::text FROM t WHERE id > 1 ORDER BY id").await;
     assert_eq!(stored, ["2023-12-31 19:00:00+00", "2023-12-31 19:00:00+00"]);
 }

@@ -91,6 +91,12 @@ async fn scalar<T: for<'a> slipstream_pg::types::FromSql<'a>>(c: &mut Client, sq
     c.query_one(sql, &[]).await.unwrap().get(0).unwrap()
 }
 
+/// The first column of every row of a query, in order.
+async fn column<T: for<'a> slipstream_pg::types::FromSql<'a>>(c: &mut Client, sql: &str) -> Vec<T> {
+    let rows = c.query(sql, &[]).await.unwrap();
+    rows.iter().map(|r| r.get(0).unwrap()).collect()
+}
+
 /// Waits until backend `pid` is running a statement (polling `pg_stat_activity` on `watcher`:
 /// the condition itself, not a guess of how long it takes).
 async fn wait_until_active(watcher: &mut Client, pid: i32) {

@@ -53,13 +53,7 @@ async fn savepoints_undo_only_their_part() {
         sp.commit().await.unwrap();
     }
     tx.commit().await.unwrap();
-    let xs: Vec<i32> = c
-        .query("SELECT x FROM t ORDER BY x", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0).unwrap())
-        .collect();
+    let xs: Vec<i32> = super::column(&mut c, "SELECT x FROM t ORDER BY x").await;
     assert_eq!(xs, vec![1, 3]);
 }
 
