@@ -192,6 +192,12 @@ impl Client {
         if missing.is_empty() {
             return Ok(());
         }
+        // Boxed: a lookup is rare (once per unknown type), and an inline one would make the
+        // future of every query that might need one larger (see `send_sql`).
+        Box::pin(self.look_up_missing(missing)).await
+    }
+
+    async fn look_up_missing(&mut self, missing: Vec<u32>) -> Result<(), Error> {
         let plan = Plan::OneOff {
             wires: vec![Wire::Binary(Type::OID_ARRAY)],
         };
@@ -463,7 +469,11 @@ impl Client {
                     true => self.next_statement_name(),
                     false => String::new(),
                 };
-                let stmt = self.prepare_as(name, sql, &[]).await?;
+                // Boxed: this round trip is rare (a parameter whose type the client cannot
+                // name), and inline its future would more than double the size of every
+                // query's future (1.5 KiB: past the allocator's per-thread cache for the
+                // runner's boxed transactions, about 400 instructions per transaction).
+                let stmt = Box::pin(self.prepare_as(name, sql, &[])).await?;
                 if use_cache {
                     self.cache.insert(stmt.clone(), None);
                 }
@@ -529,7 +539,9 @@ impl Client {
                 }
                 Common::Other => match self.conn.recv_buffered()? {
                     Some(m) => m,
-                    None => self.conn.recv().await?,
+                    // Boxed: rare (a message of another kind cut by the socket's read), and
+                    // inline it would grow every query's future by its 144 bytes.
+                    None => Box::pin(self.conn.recv()).await?,
                 },
             };
             match message {

@@ -316,3 +316,31 @@ async fn replies_of_every_size_read_as_another_client_reads_them() {
     );
     assert!(c.is_reusable());
 }
+
+/// A query's future is what a caller boxes (`Box::pin`, a spawned task) once per call. The
+/// rare round trips inside it (preparing a statement whose parameter type the client cannot
+/// name, looking up an unknown type, a message cut by a read) are boxed, so that they do not
+/// size the common call: inline, they made `execute`'s future 1,584 bytes (release), which
+/// pushed the bench runner's boxed transaction past glibc's per-thread cache (1,032 bytes)
+/// into its slower path, about 200 instructions per transaction.
+#[tokio::test]
+async fn a_query_future_stays_small() {
+    let (_cluster, mut c) = super::setup().await;
+    let execute = std::mem::size_of_val(&c.execute("SELECT 1", &[]));
+    let query = std::mem::size_of_val(&c.query("SELECT 1", &[]));
+    let query_one = std::mem::size_of_val(&c.query_one("SELECT 1", &[]));
+    let sizes = [
+        ("execute", execute),
+        ("query", query),
+        ("query_one", query_one),
+    ];
+    eprintln!("{sizes:?}");
+    for (call, size) in sizes {
+        assert!(
+            size <= 800,
+            "{call}'s future is {size} bytes (at most 800 expected)"
+        );
+    }
+    // Unpolled futures run nothing: the connection is still usable.
+    assert_eq!(c.execute("SELECT 1", &[]).await.unwrap(), 1);
+}
