@@ -432,6 +432,33 @@ impl StageTotals {
         StageTotals { ends, cells }
     }
 
+    /// With one stage (a run without phases), which `record` leaves empty: fills its figures
+    /// for type `kind` from the run's totals of that type, which are the same samples.
+    pub(crate) fn whole_run(
+        &mut self,
+        kind: usize,
+        hist: &Histogram<u64>,
+        ok: u64,
+        failed: u64,
+        sum_ms: f64,
+    ) {
+        if let [cells] = self.cells.as_mut_slice() {
+            cells[kind] = Cell {
+                hist: hist.clone(),
+                ok,
+                failed,
+                sum_ms,
+            };
+        }
+    }
+
+    /// `(ok, failed, Σ ms, latencies in the histogram)` of stage `segment`, type `kind`.
+    #[cfg(test)]
+    pub(crate) fn cell(&self, segment: usize, kind: usize) -> (u64, u64, f64, u64) {
+        let c = &self.cells[segment][kind];
+        (c.ok, c.failed, c.sum_ms, c.hist.len())
+    }
+
     /// Records one transaction that ended `end` after the start of measuring, in a window
     /// that ends at `window_end` (when known).
     pub(crate) fn record(
@@ -442,7 +469,9 @@ impl StageTotals {
         latency: Duration,
         failed: bool,
     ) {
-        if self.ends.is_empty() {
+        // One stage is the whole run: its figures are the run's totals, filled in by
+        // `whole_run` at the end rather than recorded twice per transaction.
+        if self.ends.len() <= 1 {
             return;
         }
         let t = end.as_secs_f64();

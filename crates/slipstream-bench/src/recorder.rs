@@ -260,7 +260,13 @@ impl Recorder {
 
     /// The per-stage figures, once the users are done.
     pub(crate) fn take_stages(&self) -> Option<StageTotals> {
-        self.lock().stages.take()
+        let mut t = self.lock();
+        let mut stages = t.stages.take()?;
+        for (k, kt) in t.kinds.iter().enumerate() {
+            let failed = kt.failures.values().sum();
+            stages.whole_run(k, &kt.hist, kt.ok, failed, kt.sums.sufficient.sum);
+        }
+        Some(stages)
     }
 
     /// The window's planned length, known before the first sample: completions at or after
@@ -629,6 +635,35 @@ mod tests {
         assert!(f.intervals.after_window.is_empty());
         assert!((a.latency_ms.p50 - 2.0).abs() < 0.01, "{:?}", a.latency_ms);
         assert!(f.schedule.is_none());
+    }
+
+    #[test]
+    fn one_stage_has_the_runs_figures_and_two_stages_their_own() {
+        for ends in [vec![10.0], vec![1.0, 10.0]] {
+            let r = Arc::new(Recorder::new(vec!["a".into(), "b".into()], None, None).unwrap());
+            r.set_stages(crate::phases::StageTotals::new(ends.clone(), 2));
+            {
+                let mut log = UserLog::new(r.clone());
+                let now = Instant::now();
+                log.push(sample(0, 100, 2, None), now);
+                log.push(sample(0, 1500, 4, None), now);
+                log.push(sample(1, 1600, 1, Some("40001")), now);
+                log.push(sample(1, 2100, 3, None), now);
+            }
+            let st = r.take_stages().unwrap();
+            let (a0, b0) = (st.cell(0, 0), st.cell(0, 1));
+            if ends.len() == 1 {
+                assert_eq!((a0.0, a0.1, a0.3), (2, 0, 2));
+                assert!((a0.2 - 6.0).abs() < 1e-9, "{a0:?}");
+                assert_eq!((b0.0, b0.1, b0.3), (1, 1, 1));
+                assert!((b0.2 - 3.0).abs() < 1e-9, "{b0:?}");
+            } else {
+                // The first second holds only the 100 ms sample; the rest is the second stage's.
+                assert_eq!((a0.0, a0.3, b0.0, b0.1), (1, 1, 0, 0));
+                assert_eq!(st.cell(1, 0).0, 1);
+                assert_eq!((st.cell(1, 1).0, st.cell(1, 1).1), (1, 1));
+            }
+        }
     }
 
     #[test]
