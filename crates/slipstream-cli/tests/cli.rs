@@ -562,6 +562,17 @@ fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     std::fs::write(&file, SELECT_WORKLOAD).unwrap();
     let out = dir.path().join("run.json");
     let child = spawn_bench(&file, &["-u", "2", "-d", "60s", "-w", "0s"], &cluster, &out);
+    // The window opens when the users start (no warm-up): wait for both on the server, then
+    // let it run 2 s. A fixed 2 s from the spawn also counted the process's start-up and
+    // connections, which on a loaded machine left less than the 1 s asserted below.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sleepers(&cluster, "::int + 1") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's users never ran a statement"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     std::thread::sleep(std::time::Duration::from_secs(2));
     let (o, after) = ctrl_c(child, 1);
     assert!(after < std::time::Duration::from_secs(15), "slow to stop");
