@@ -115,45 +115,57 @@ async fn leak_warning_never_fires_for_borrows_returned_in_time_under_churn() {
 /// thread blocked or busy), a borrow made now is stamped with the stale time, and the task's
 /// next pass sees it as lent for the whole gap. Here each borrow is held for well under a
 /// millisecond (measured) and still reported.
+///
+/// A hold of 20 ms or more may rightly be reported, so such a try tells nothing: it happens
+/// when the OS takes the thread away mid-hold (2 cores shared with the other tests, the churn
+/// test's six busy borrowers among them), and failed the test rather than being tried again.
 #[tokio::test(flavor = "current_thread")]
 async fn a_borrow_returned_at_once_is_not_reported_after_the_pool_task_was_starved() {
-    let pool = Pool::builder(Numbers)
-        .max_size(2)
-        .leak_warning(Duration::from_millis(20))
-        .build_ready()
-        .await
-        .unwrap();
-    // One real leak first: the report resolves the borrow's backtrace, and the first
-    // resolution in a process is slow (it loads debug info); later ones are quick, so the holds
-    // measured below are not lengthened by it.
-    let held = pool.get().await.unwrap();
-    common::until(
-        Duration::from_secs(5),
-        "a real leak is reported",
-        || pool.stats().leaks_suspected,
-        |&n| n == 1,
-    )
-    .await;
-    drop(held);
-    let mut longest = Duration::ZERO;
-    for _ in 0..5 {
-        // The runtime's only thread is busy elsewhere (a blocking call, a long poll).
-        std::thread::sleep(Duration::from_millis(40));
-        let conn = pool.try_get().expect("idle connection");
-        let since = Instant::now();
-        // The pool's task gets its turn while the connection is out.
-        for _ in 0..3 {
-            tokio::task::yield_now().await;
+    const TRIES: usize = 5;
+    for _ in 0..TRIES {
+        let pool = Pool::builder(Numbers)
+            .max_size(2)
+            .leak_warning(Duration::from_millis(20))
+            .build_ready()
+            .await
+            .unwrap();
+        // One real leak first: the report resolves the borrow's backtrace, and the first
+        // resolution in a process is slow (it loads debug info); later ones are quick, so the
+        // holds measured below are not lengthened by it.
+        let held = pool.get().await.unwrap();
+        common::until(
+            Duration::from_secs(5),
+            "a real leak is reported",
+            || pool.stats().leaks_suspected,
+            |&n| n == 1,
+        )
+        .await;
+        drop(held);
+        let mut longest = Duration::ZERO;
+        for _ in 0..5 {
+            // The runtime's only thread is busy elsewhere (a blocking call, a long poll).
+            std::thread::sleep(Duration::from_millis(40));
+            let conn = pool.try_get().expect("idle connection");
+            let since = Instant::now();
+            // The pool's task gets its turn while the connection is out.
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            drop(conn);
+            longest = longest.max(since.elapsed());
         }
-        drop(conn);
-        longest = longest.max(since.elapsed());
+        if longest >= Duration::from_millis(20) {
+            eprintln!("a hold took {longest:?}: past the threshold, trying again");
+            continue;
+        }
+        let stats = pool.stats();
+        assert_eq!(
+            stats.leaks_suspected, 1,
+            "borrows held at most {longest:?} reported as leaks: {stats:?}"
+        );
+        return;
     }
-    let stats = pool.stats();
-    assert!(longest < Duration::from_millis(20), "held {longest:?}");
-    assert_eq!(
-        stats.leaks_suspected, 1,
-        "borrows held at most {longest:?} reported as leaks: {stats:?}"
-    );
+    panic!("in each of {TRIES} tries a hold took 20 ms or more: the machine is too busy to tell");
 }
 
 /// Promise 5: a borrow reclaimed by `abandoned_timeout` is reported at most once, and the
