@@ -913,7 +913,7 @@ impl Connection {
             Message::CommandComplete(body) => {
                 // Every reply path passes here, so this is the one place that sees a user's
                 // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
-                if body.tag().is_ok_and(is_discard_all) {
+                if body.tag().is_ok_and(|t| is_discard_all(t.as_bytes())) {
                     self.forget_prepared();
                 }
                 return Ok(Some(Message::CommandComplete(body)));
@@ -1004,7 +1004,10 @@ impl Connection {
     ///
     /// A single pass with no await: `read_reply` spent about 2,000 instructions per `SELECT 1`
     /// parsing, dispatching and awaiting its four small messages one by one (issue 21).
-    pub(crate) fn next_common(&mut self) -> Result<Common, Error> {
+    ///
+    /// `keep_rows` false: a `DataRow` is passed over (`Skipped`) without being split off or
+    /// parsed; the parser would read only its column count, which the length already covers.
+    pub(crate) fn next_common(&mut self, keep_rows: bool) -> Result<Common, Error> {
         #[cfg(test)]
         if GENERAL_ONLY.get() {
             return Ok(Common::Other);
@@ -1034,6 +1037,7 @@ impl Connection {
                 }
                 None => return Ok(Common::Other),
             },
+            (b'D', 7..) if !keep_rows => Common::Skipped,
             // A column count is all the parser reads; the values are the row's to check.
             (b'D', 7..) => {
                 self.count_flush(len, false);
@@ -1215,6 +1219,8 @@ pub(crate) enum Common {
     /// `NoData`.
     NoData,
     Row(DataRowBody),
+    /// A `DataRow` the caller does not keep, passed over.
+    Skipped,
     /// `CommandComplete`.
     Complete(CommandTag),
     /// `ReadyForQuery`, accounted for: the reply is over.
@@ -1225,19 +1231,20 @@ pub(crate) enum Common {
     Partial,
 }
 
-/// The text of a `CommandComplete` body: the tag, its NUL and nothing after it (as the parser
-/// requires), and UTF-8. `None` for anything else, which the general reader then reports.
-fn command_tag(body: &[u8]) -> Option<&str> {
+/// The tag of a `CommandComplete` body: its NUL last and no other (as the parser requires),
+/// and ASCII, as PostgreSQL's tags are. `None` for anything else, which the general reader
+/// then reads (a tag of other UTF-8) or reports.
+fn command_tag(body: &[u8]) -> Option<&[u8]> {
     match body.split_last() {
-        Some((0, text)) if !text.contains(&0) => std::str::from_utf8(text).ok(),
+        Some((0, text)) if text.iter().all(|&b| b != 0 && b.is_ascii()) => Some(text),
         _ => None,
     }
 }
 
 /// A command tag after which the session has no prepared statements left: every cache of
 /// them must forget its entries.
-fn is_discard_all(tag: &str) -> bool {
-    matches!(tag, "DISCARD ALL" | "DEALLOCATE ALL")
+fn is_discard_all(tag: &[u8]) -> bool {
+    matches!(tag, b"DISCARD ALL" | b"DEALLOCATE ALL")
 }
 
 /// The notice handler of a new connection: a `tracing` event at INFO level.

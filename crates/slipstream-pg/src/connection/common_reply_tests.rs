@@ -105,6 +105,9 @@ const TAGS: &[&[u8]] = &[
     b"ROLLBACK",
     b"BEGIN",
     b"",
+    // UTF-8 beyond ASCII: the fast path leaves it to the general reader.
+    "S\u{c9}LECT 4".as_bytes(),
+    b"SELECT +5",
 ];
 
 fn tag_text() -> impl Strategy<Value = &'static [u8]> {
