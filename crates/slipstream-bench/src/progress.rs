@@ -63,7 +63,8 @@ pub(crate) struct LiveLog {
     hist: Histogram<u64>,
     ok: u64,
     failed: u64,
-    since: Instant,
+    /// When to hand over next: a deadline, so each transaction compares instead of subtracting.
+    due: Instant,
 }
 
 /// How long a user keeps its live figures before handing them over.
@@ -76,7 +77,7 @@ impl LiveLog {
             hist: crate::histogram::coarse(),
             ok: 0,
             failed: 0,
-            since: Instant::now(),
+            due: Instant::now() + LIVE_FLUSH,
         }
     }
 
@@ -87,13 +88,13 @@ impl LiveLog {
             self.ok += 1;
             let _ = self.hist.record((latency.as_micros() as u64).max(1));
         }
-        if now.saturating_duration_since(self.since) >= LIVE_FLUSH {
+        if now >= self.due {
             self.flush(now);
         }
     }
 
     fn flush(&mut self, now: Instant) {
-        self.since = now;
+        self.due = now + LIVE_FLUSH;
         if self.ok + self.failed == 0 {
             return;
         }

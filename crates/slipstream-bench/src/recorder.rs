@@ -529,7 +529,9 @@ pub(crate) fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 pub(crate) struct UserLog {
     recorder: Arc<Recorder>,
     batch: Vec<Sample>,
-    oldest: Option<Instant>,
+    /// When the batch must be handed over at the latest: [`FLUSH_AFTER`] after its first
+    /// sample.
+    due: Option<Instant>,
     statements: Vec<StatementCounts>,
 }
 
@@ -539,7 +541,7 @@ impl UserLog {
         UserLog {
             recorder,
             batch: Vec::with_capacity(BATCH),
-            oldest: None,
+            due: None,
             statements: vec![StatementCounts::default(); kinds],
         }
     }
@@ -549,9 +551,11 @@ impl UserLog {
     }
 
     pub(crate) fn push(&mut self, sample: Sample, now: Instant) {
-        let oldest = *self.oldest.get_or_insert(now);
+        // A deadline, not the oldest sample's age: a comparison per transaction, not a
+        // subtraction.
+        let due = *self.due.get_or_insert_with(|| now + FLUSH_AFTER);
         self.batch.push(sample);
-        if self.batch.len() >= BATCH || now.duration_since(oldest) >= FLUSH_AFTER {
+        if self.batch.len() >= BATCH || now >= due {
             self.flush();
         }
     }
@@ -560,7 +564,7 @@ impl UserLog {
         if !self.batch.is_empty() {
             self.recorder.absorb(&mut self.batch);
         }
-        self.oldest = None;
+        self.due = None;
     }
 }
 
