@@ -500,7 +500,20 @@ impl BenchRun {
         // One total over every type, so that any sum a report takes (a type's, a second's
         // over all types) fits too.
         let mut n = 0u64;
-        for (name, series) in &self.intervals.per_transaction {
+        // Every type with a series, then every type with completions after the window but no
+        // series (`report` adds those too): none escapes the checks.
+        let no_series = self
+            .intervals
+            .after_window
+            .keys()
+            .filter(|name| !self.intervals.per_transaction.contains_key(*name))
+            .map(|name| (name, &[][..]));
+        let series = self
+            .intervals
+            .per_transaction
+            .iter()
+            .map(|(name, s)| (name, s.as_slice()));
+        for (name, series) in series.chain(no_series) {
             let what = || format!("the intervals of {name:?}");
             for (i, iv) in series
                 .iter()

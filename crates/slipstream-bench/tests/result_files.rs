@@ -162,3 +162,35 @@ fn corrupt_or_edited_results_are_refused_when_read() {
     let e = BenchRun::read_json(&path).unwrap_err().to_string();
     assert!(e.contains("not UTF-8 text (byte 12"), "{e}");
 }
+
+/// `intervals.after_window` holds, per type, what ended in the drain. An entry whose type has
+/// no per-second series was never checked: a count of `u64::MAX` read, and `report` added it
+/// (a panic in debug, a wrap in release), and a histogram that is not one read too (found by
+/// the attack of 2026-11-27).
+#[test]
+fn completions_after_the_window_are_checked_for_a_type_without_a_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = run();
+    let mut after = good["intervals"]["per_transaction"]["a"][0].clone();
+    after["failed"] = json!(u64::MAX);
+    type Edit = (&'static str, Value, &'static str);
+    let mut not_base64 = good["intervals"]["per_transaction"]["a"][0].clone();
+    not_base64["histogram"] = json!("!!");
+    let edits: [Edit; 2] = [
+        ("a count that overflows the total", after, "overflows"),
+        (
+            "a histogram that is not base64",
+            not_base64,
+            "not valid base64",
+        ),
+    ];
+    for (what, interval, says) in edits {
+        let mut v = good.clone();
+        v["intervals"]["after_window"]["ghost"] = interval;
+        let e = read(dir.path(), &v)
+            .map(|_| ())
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains(says) && e.contains("ghost"), "{what}: {e}");
+    }
+}
