@@ -426,9 +426,10 @@ impl BenchRun {
     }
 
     /// What a result file must hold for its figures to mean anything: finite, non-negative
-    /// times; counts that add up without overflowing (reports and comparisons add them);
-    /// each type once; and, from version 2, histograms and statistics that hold exactly the
-    /// type's successes (every percentile shown is read from them).
+    /// times and latencies, wherever they are (summaries, intervals, stages, curves); counts
+    /// that add up without overflowing (reports and comparisons add them); each type once;
+    /// and, from version 2, histograms and statistics that hold exactly the type's successes
+    /// (every percentile shown is read from them).
     fn check(&self) -> Result<(), String> {
         let seconds = [
             ("measured_s", self.measured_s),
@@ -467,11 +468,12 @@ impl BenchRun {
             all = add(all, t.ok, &what)?;
             all = add(all, t.failed, &what)?;
             all = add(all, t.censored, &what)?;
-            let p = &t.latency_ms;
-            for v in [p.mean, p.p50, p.p90, p.p95, p.p99, p.p999, p.max] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return Err(format!("a latency of {:?} is {v} ms", t.name));
-                }
+            let name = || format!("{:?}", t.name);
+            percentiles_hold(&t.latency_ms, &name)?;
+            let s = &t.latency_stats;
+            let curve = t.percentile_curve.iter().map(|(_, v)| *v);
+            for v in [s.min, s.max].into_iter().chain(curve) {
+                latency_holds(v, &name)?;
             }
             if self.schema_version >= 2 {
                 let h =
@@ -527,6 +529,8 @@ impl BenchRun {
                 // interval's successes, as `--merge` adds them.
                 let label = || format!("{name:?}'s interval {}", i + 1);
                 holds(&iv.histogram, iv.sufficient.n, &label)?;
+                latency_holds(iv.p50_ms, &label)?;
+                latency_holds(iv.p99_ms, &label)?;
             }
         }
         if let Some(s) = &self.schedule {
@@ -539,10 +543,16 @@ impl BenchRun {
                 ));
             }
             holds_some(&s.lag_histogram, &|| "the schedule's lag".to_string())?;
+            percentiles_hold(&s.lag_ms, &|| "the schedule's lag".to_string())?;
         }
         let mut n = 0u64;
         for s in &self.stages {
-            if !(s.start_s.is_finite() && s.end_s.is_finite() && s.end_s >= s.start_s) {
+            // Seconds from the start of measuring: a stage cannot start before it.
+            if !(s.start_s.is_finite()
+                && s.end_s.is_finite()
+                && s.start_s >= 0.0
+                && s.end_s >= s.start_s)
+            {
                 return Err(format!(
                     "stage {:?} runs from {} s to {} s",
                     s.name, s.start_s, s.end_s
@@ -554,6 +564,7 @@ impl BenchRun {
                 n = add(n, t.failed, &what)?;
                 let label = || format!("stage {:?}'s {:?}", s.name, t.name);
                 holds(&t.histogram, t.ok, &label)?;
+                percentiles_hold(&t.latency_ms, &label)?;
             }
         }
         Ok(())
@@ -584,6 +595,23 @@ fn sums_hold(s: &Suff, label: &dyn Fn() -> String) -> Result<(), String> {
             s.sum_ln_sq
         ))
     }
+}
+
+/// A latency (ms) a run could have measured: finite and not negative. Every one a file holds
+/// is shown (a table, a chart's point) or added as it stands.
+fn latency_holds(v: f64, what: &dyn Fn() -> String) -> Result<(), String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("a latency of {} is {v} ms", what()))
+    }
+}
+
+/// [`latency_holds`] for each of a summary's figures.
+fn percentiles_hold(p: &Percentiles, what: &dyn Fn() -> String) -> Result<(), String> {
+    [p.mean, p.p50, p.p90, p.p95, p.p99, p.p999, p.max]
+        .into_iter()
+        .try_for_each(|v| latency_holds(v, what))
 }
 
 /// A histogram saved beside a count must decode and hold that many values (an empty text is

@@ -194,3 +194,61 @@ fn completions_after_the_window_are_checked_for_a_type_without_a_series() {
         assert!(e.contains(says) && e.contains("ghost"), "{what}: {e}");
     }
 }
+
+/// "A percentile below 0" and "times that are negative" are refused wherever a file holds
+/// them, not only in a type's summary and the run's window: the per-second p50 and p99 (the
+/// report's latency charts), a stage's percentiles and start (the `by stage:` table), the
+/// extremes beside the statistics (the "all" row's max) and the percentile curve (found by
+/// the attack of 2026-11-27: each of these read, and was drawn or printed as it stood).
+#[test]
+fn negative_latencies_and_times_are_refused_wherever_the_file_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = run();
+    type Edit = (&'static str, fn(&mut Value), &'static str);
+    let edits: [Edit; 7] = [
+        (
+            "an interval's p50",
+            |v| v["intervals"]["per_transaction"]["a"][0]["p50_ms"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "an interval's p99",
+            |v| v["intervals"]["per_transaction"]["a"][0]["p99_ms"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "a stage's p99",
+            |v| v["stages"][0]["transactions"][0]["latency_ms"]["p99"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "the largest latency",
+            |v| v["transactions"][0]["latency_stats"]["max"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "the smallest latency",
+            |v| v["transactions"][0]["latency_stats"]["min"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "a point of the percentile curve",
+            |v| v["transactions"][0]["percentile_curve"][0][1] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "a stage that starts before the window",
+            |v| v["stages"][0]["start_s"] = json!(-1.0),
+            "-1 s",
+        ),
+    ];
+    for (what, edit, says) in edits {
+        let mut v = good.clone();
+        edit(&mut v);
+        let e = read(dir.path(), &v)
+            .map(|_| ())
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains(says), "{what}: {e}");
+    }
+}
