@@ -427,9 +427,9 @@ impl BenchRun {
 
     /// What a result file must hold for its figures to mean anything: finite, non-negative
     /// times and latencies, wherever they are (summaries, intervals, stages, curves); counts
-    /// that add up without overflowing (reports and comparisons add them); each type once;
-    /// and, from version 2, histograms and statistics that hold exactly the type's successes
-    /// (every percentile shown is read from them).
+    /// that add up without overflowing (reports and comparisons add them); each type once,
+    /// and listed in `weights`; and, from version 2, histograms and statistics that hold
+    /// exactly the type's successes (every percentile shown is read from them).
     fn check(&self) -> Result<(), String> {
         let seconds = [
             ("measured_s", self.measured_s),
@@ -488,6 +488,25 @@ impl BenchRun {
                     ));
                 }
             }
+        }
+        // A run writes both from its workload: each type, in order, with its weight. `--merge`
+        // takes the types from `weights`, so a type missing there would be dropped.
+        let listed = self.weights.len() == self.transactions.len()
+            && self
+                .weights
+                .iter()
+                .zip(&self.transactions)
+                .all(|((name, weight), t)| *name == t.name && *weight == t.weight);
+        if !listed {
+            let types: Vec<(&str, u32)> = self
+                .transactions
+                .iter()
+                .map(|t| (t.name.as_str(), t.weight))
+                .collect();
+            return Err(format!(
+                "weights {:?} do not list the transaction types {types:?} with their weights",
+                self.weights
+            ));
         }
         let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
         // A window that held successes lasted at least their count at a billion a second: no

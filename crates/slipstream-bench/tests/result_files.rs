@@ -252,3 +252,46 @@ fn negative_latencies_and_times_are_refused_wherever_the_file_holds_them() {
         assert!(e.contains(says), "{what}: {e}");
     }
 }
+
+/// `weights` lists every type of `transactions`, in order, with its weight: a run writes both
+/// from one workload. `--merge` takes the types from `weights`, so a file whose `weights`
+/// left a type out read, and merging it dropped that type's counts from the result without
+/// a word (found by the attack of 2026-11-27).
+#[test]
+fn weights_that_do_not_list_the_types_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = run();
+    type Edit = (&'static str, fn(&mut Value));
+    let edits: [Edit; 4] = [
+        ("no weights", |v| v["weights"] = json!([])),
+        ("a type left out", |v| {
+            v["weights"].as_array_mut().unwrap().pop();
+        }),
+        ("a type that did not run", |v| {
+            v["weights"].as_array_mut().unwrap().push(json!(["c", 1]))
+        }),
+        ("another weight", |v| v["weights"][0][1] = json!(7)),
+    ];
+    // What the refusal prevents: a merge of such a file, holding none of its transactions.
+    let mut v = good.clone();
+    v["weights"] = json!([]);
+    let path = dir.path().join("r.json");
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    if let Ok(a) = BenchRun::read_json(&path) {
+        let mut b = a.clone();
+        b.seed ^= 1;
+        let ok: u64 = a.transactions.iter().map(|t| t.ok).sum();
+        let all = bench::merge(&[("a.json".into(), a), ("b.json".into(), b)]).unwrap();
+        let merged: u64 = all.transactions.iter().map(|t| t.ok).sum();
+        assert_eq!(merged, 2 * ok, "the merge lost transactions");
+    }
+    for (what, edit) in edits {
+        let mut v = good.clone();
+        edit(&mut v);
+        let e = read(dir.path(), &v)
+            .map(|_| ())
+            .expect_err(what)
+            .to_string();
+        assert!(e.contains("weights"), "{what}: {e}");
+    }
+}
