@@ -15,6 +15,7 @@
 //!   fewer), each from the earliest part's start to the latest part's end.
 //!
 //! Runs of different workloads, interval lengths or load models are refused, and so are
+//! open-loop runs that count late starts at different thresholds (`--late-after`) and
 //! version-1 files (they hold no histograms to add).
 
 use std::collections::BTreeMap;
@@ -363,8 +364,20 @@ pub(crate) fn interval(sufficient: Suff, failed: u64, hist: &Histogram<u64>) -> 
 fn merge_schedule(parts: &[(String, BenchRun)]) -> anyhow::Result<Option<Schedule>> {
     let mut out: Option<Schedule> = None;
     let mut hist = histogram::new();
+    let mut first = "";
     for (label, r) in parts {
         let Some(s) = &r.schedule else { continue };
+        if let Some(o) = &out {
+            // Late counts taken at two thresholds add up to a count at neither.
+            anyhow::ensure!(
+                o.late_after_ms == s.late_after_ms,
+                "cannot merge {first} and {label}: they count a start as late after {} ms and after {} ms (--late-after); run the generators with the same --late-after",
+                o.late_after_ms,
+                s.late_after_ms
+            );
+        } else {
+            first = label;
+        }
         histogram::add(
             &mut hist,
             &decode(&s.lag_histogram, &format!("the schedule lag in {label}"))?,
@@ -379,7 +392,6 @@ fn merge_schedule(parts: &[(String, BenchRun)]) -> anyhow::Result<Option<Schedul
         });
         add(&mut o.arrivals, s.arrivals, &format!("arrivals in {label}"))?;
         add(&mut o.late, s.late, &format!("late arrivals in {label}"))?;
-        o.late_after_ms = o.late_after_ms.max(s.late_after_ms);
         // Unknown in any part (an older file), unknown in the whole.
         o.never_started = match (o.never_started, s.never_started) {
             (Some(a), Some(b)) => Some(a.checked_add(b).ok_or_else(|| {

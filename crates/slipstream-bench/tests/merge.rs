@@ -561,3 +561,35 @@ fn an_unreadable_context_is_a_warning_not_a_failed_run() {
             .any(|l| l.starts_with("context warning: pg_stat_statements"))
     );
 }
+
+/// A late start is one more than `--late-after` after its intended start: counts taken at two
+/// thresholds do not add into a count at either. Before, the merge added them and said they
+/// were late by the larger threshold, so a generator run at `--late-after 1ms` passed its
+/// late starts off as later than 50 ms (found by the attack of 2026-11-27).
+#[test]
+fn open_loop_runs_late_by_different_thresholds_are_not_merged() {
+    let open = |seed: u64, late_after_ms: u64| {
+        let w = Workload::new("noop")
+            .without_database()
+            .transaction("ping", 1, || NoDb);
+        let mut c = RunConfig::new(None);
+        c.threads = 1;
+        c.seed = seed;
+        c.warmup = Duration::ZERO;
+        c.duration = Duration::from_millis(300);
+        c.rate = Some(200.0);
+        c.late_after = Duration::from_millis(late_after_ms);
+        run_on_own_runtime(w, c)
+    };
+    let (a, b) = (open(1, 1), open(2, 50));
+    let err = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), b)])
+        .map(|m| format!("merged: {:?}", m.schedule))
+        .unwrap_or_else(|e| e.to_string());
+    assert!(
+        err.contains("--late-after") && err.contains("1 ms") && err.contains("50 ms"),
+        "{err}"
+    );
+    // The same threshold still merges.
+    let same = bench::merge(&[("a.json".into(), a), ("c.json".into(), open(3, 1))]).unwrap();
+    assert_eq!(same.schedule.unwrap().late_after_ms, 1.0);
+}
