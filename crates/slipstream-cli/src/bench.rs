@@ -459,9 +459,13 @@ pub fn report(
     let workloads: std::collections::BTreeSet<&str> =
         runs.iter().map(|l| l.run.workload.as_str()).collect();
     if workloads.len() > 1 {
+        // Names from the files: printed escaped, as the tables print them.
         eprintln!(
-            "note: these runs are of different workloads ({}); only same-named transactions line up",
-            workloads.into_iter().collect::<Vec<_>>().join(", ")
+            "{}",
+            slipstream_bench::table::printable(format!(
+                "note: these runs are of different workloads ({}); only same-named transactions line up",
+                workloads.into_iter().collect::<Vec<_>>().join(", ")
+            ))
         );
     }
     print_runs(&runs)?;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use slipstream_bench::BenchRun;
 use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot};
+use slipstream_bench::table::printable;
 use slipstream_lab::Table;
 use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
 
@@ -55,11 +56,13 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
             text.push('\n');
         }
     }
-    for s in &skipped {
-        text.push_str(&format!("{s}\n"));
+    // Each line whole: its names come from the files, and `say` keeps the text's line breaks,
+    // so a newline in a name would start a line of its own.
+    for s in skipped {
+        text.push_str(&format!("{}\n", printable(s)));
     }
     for n in &report.notes {
-        text.push_str(&format!("note: {n}\n"));
+        text.push_str(&format!("{}\n", printable(format!("note: {n}"))));
     }
     if args.json {
         say(&serde_json::to_string_pretty(&report.to_json())?)?;
@@ -102,7 +105,13 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
         .map(|r| format!("{} {}: {}", r.scope(), r.metric, r.verdict_text()))
         .collect();
     if !tripped.is_empty() {
-        eprintln!("slipstream: --fail-if met by: {}", tripped.join("; "));
+        eprintln!(
+            "{}",
+            printable(format!(
+                "slipstream: --fail-if met by: {}",
+                tripped.join("; ")
+            ))
+        );
         return Ok(ExitCode::from(EXIT_GATE));
     }
     Ok(ExitCode::SUCCESS)
@@ -249,10 +258,12 @@ fn header(
     );
     let workload = &ra[0].workload;
     if let Some(other) = ra.iter().chain(rb).find(|r| &r.workload != workload) {
-        text.push_str(&format!(
-            "warning: A ran {workload} and B ran {}: only transaction types with the same name are compared\n",
+        let line = format!(
+            "warning: A ran {workload} and B ran {}: only transaction types with the same name are compared",
             other.workload
-        ));
+        );
+        text.push_str(&printable(line));
+        text.push('\n');
     }
     for (runs, which) in [(ra, "A"), (rb, "B")] {
         for r in runs.iter().filter(|r| r.interrupted) {
@@ -263,7 +274,8 @@ fn header(
         }
     }
     for w in &report.warnings {
-        text.push_str(&format!("warning: {w}\n"));
+        text.push_str(&printable(format!("warning: {w}")));
+        text.push('\n');
     }
     text
 }

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("slipstream: error: {e:#}");
+            warn_error(&e);
             ExitCode::FAILURE
         }
     }
@@ -101,7 +101,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => bench::report(files, html, merge.then_some(out).flatten()),
         // A pipeline must tell "B is slower" (1, with --fail-if) from "could not compare" (2).
         Command::Compare(args) => compare::compare(&args).or_else(|e| {
-            eprintln!("slipstream: error: {e:#}");
+            warn_error(&e);
             Ok(ExitCode::from(compare::EXIT_ERROR))
         }),
         Command::Demo { out, full } => {
@@ -162,6 +162,15 @@ fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()>
         text.push_str(&format!("note: {note}\n"));
     }
     say(&text)
+}
+
+/// Prints an error to stderr. Its control characters are printed escaped, as [`say`] prints
+/// them: an error names what it could not use, often a name from a result or workload file.
+fn warn_error(e: &anyhow::Error) {
+    eprintln!(
+        "slipstream: error: {}",
+        slipstream_bench::table::printable_lines(&format!("{e:#}"))
+    );
 }
 
 /// Prints a line to stdout, surfacing a closed pipe as an error `main` treats as success.

@@ -1959,3 +1959,82 @@ fn two_bench_processes_merge_into_one_result() {
     assert!(!o.status.success());
     assert!(text(&o).contains("different workloads"), "{}", text(&o));
 }
+
+/// Renames transaction type `from` to `to` everywhere a result file names it.
+fn rename_type(v: &mut serde_json::Value, from: &str, to: &str) {
+    for t in v["transactions"].as_array_mut().unwrap() {
+        if t["name"] == from {
+            t["name"] = to.into();
+        }
+    }
+    for w in v["weights"].as_array_mut().unwrap() {
+        if w[0] == from {
+            w[0] = to.into();
+        }
+    }
+    for key in ["per_transaction", "after_window"] {
+        let map = v["intervals"][key].as_object_mut().unwrap();
+        if let Some(x) = map.remove(from) {
+            map.insert(to.into(), x);
+        }
+    }
+    for s in v["stages"].as_array_mut().unwrap() {
+        for t in s["transactions"].as_array_mut().unwrap() {
+            if t["name"] == from {
+                t["name"] = to.into();
+            }
+        }
+    }
+}
+
+/// Names in a result file are input: a newline in one must not forge a line of `compare`'s
+/// verdicts, and an escape sequence must not reach the terminal through stderr either. Before
+/// (found by the attack of 2026-11-27), stdout kept a name's newline (`say` keeps line breaks
+/// for the text's own lines), and the `--fail-if` line, `report`'s different-workloads note
+/// and error messages printed names raw, escape sequences and all.
+#[test]
+fn compare_and_report_print_names_from_files_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../slipstream-bench/tests/data/aa");
+    let a = dir.path().join("a.json");
+    std::fs::copy(data.join("run1.json"), &a).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("run2.json")).unwrap()).unwrap();
+    rename_type(
+        &mut v,
+        "process-orders",
+        "evil\nall types  TPS  forged verdict\u{1b}[2J",
+    );
+    v["workload"] = "order-entry\nforged line\u{1b}[31m".into();
+    let b = dir.path().join("b.json");
+    std::fs::write(&b, serde_json::to_vec(&v).unwrap()).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let runs: [&[&str]; 3] = [
+        &[
+            "compare",
+            "--model",
+            "lognormal",
+            "--fail-if",
+            "unreliable",
+            a,
+            b,
+        ],
+        &["compare", "--transaction", "nothing", a, b],
+        &["report", a, b],
+    ];
+    for args in runs {
+        let o = slipstream(args, dir.path());
+        let out = text(&o);
+        assert!(!out.contains('\u{1b}'), "{args:?}: {out:?}");
+        assert!(
+            !out.lines()
+                .any(|l| l.starts_with("all types  TPS  forged") || l.starts_with("forged line")),
+            "{args:?}: a name forged a line:\n{out}"
+        );
+        assert!(
+            out.contains("evil\\nall types") || out.contains("order-entry\\nforged line"),
+            "{args:?}: the names are shown, escaped:\n{out}"
+        );
+    }
+}

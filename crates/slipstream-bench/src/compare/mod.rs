@@ -333,7 +333,8 @@ pub fn compare_sides(
         anyhow::ensure!(
             names.iter().any(|n| n == only),
             "no transaction `{only}` ran in any file; they have: {}",
-            names.join(", ")
+            // One line, whatever the names hold: they come from the files.
+            crate::table::printable(names.join(", "))
         );
         names.retain(|n| n == only);
     }
