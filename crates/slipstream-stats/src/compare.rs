@@ -61,7 +61,8 @@ impl Default for CompareSettings {
 /// A posterior mean and its 95% HDI.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
-    /// Posterior mean.
+    /// Posterior mean; for [`Model::Lognormal`], the posterior median, since the lognormal
+    /// mean's posterior under the Jeffreys prior has no mean.
     pub mean: f64,
     /// 95% highest-density interval.
     pub hdi: (f64, f64),
@@ -258,14 +259,47 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
     // Cannot fail: the loop above pushed one set of draws for each of the two groups.
     let db = draws.pop().expect("two groups");
     let da = draws.pop().expect("two groups");
-    Ok(judge(
+    let mut c = judge(
         da,
         db,
         [diagnostics[0], diagnostics[1]],
         [diagnostics_sd[0], diagnostics_sd[1]],
         divergences,
         settings,
-    ))
+    );
+    if settings.model == Model::Lognormal {
+        // Under the Jeffreys prior, σ²'s posterior has a power-law tail and the mean
+        // exp(μ + σ²/2) has no posterior mean: the average of the draws is led by its largest
+        // few (1e66 ms from values of 5-40 ms with four a side), and ln B/A's has none either
+        // with three values a side. The medians exist; the HDIs and the verdict are unchanged.
+        let log_ratio: Vec<f64> = c.draws[1]
+            .iter()
+            .zip(&c.draws[0])
+            .map(|(b, a)| (b / a).ln())
+            .collect();
+        let diff: Vec<f64> = c.draws[1]
+            .iter()
+            .zip(&c.draws[0])
+            .map(|(b, a)| b - a)
+            .collect();
+        c.a.mean = median(&c.draws[0]);
+        c.b.mean = median(&c.draws[1]);
+        c.diff.mean = median(&diff);
+        c.log_ratio.mean = median(&log_ratio);
+        c.ratio.mean = c.log_ratio.mean.exp();
+    }
+    Ok(c)
+}
+
+/// The middle draw (the mean of the middle two); NaN sorts last.
+fn median(draws: &[f64]) -> f64 {
+    let mut v = draws.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// The verdict from draws of A's and B's mean (any model): Kruschke's rule on ln(B/A).
@@ -337,6 +371,35 @@ pub(crate) fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Four values a side (batch means of one run a side) spread over 5-40 ms: the lognormal
+    /// model's estimates stay near the data. Before (found by the attack of 2026-11-27) they
+    /// were the draws' average, an estimate of a mean that does not exist: A was 1.2e66 ms,
+    /// and `compare --model lognormal` printed B / A as `inf`.
+    #[test]
+    fn lognormal_estimates_of_a_few_spread_values_stay_near_the_data() {
+        let a = Suff::of(&[5.0, 6.0, 40.0, 8.0]);
+        let b = Suff::of(&[5.5, 7.0, 30.0, 9.0]);
+        let settings = CompareSettings {
+            model: Model::Lognormal,
+            ..Default::default()
+        };
+        let c = compare(&a, &b, &settings).unwrap();
+        for (side, e) in [("A", c.a), ("B", c.b)] {
+            assert!(
+                e.mean.is_finite() && e.mean > 5.0 && e.mean < 400.0,
+                "{side}: estimate {} ms from values of 5-40 ms (HDI {:?})",
+                e.mean,
+                e.hdi
+            );
+            assert!(e.hdi.0 <= e.mean && e.mean <= e.hdi.1, "{side}: {e:?}");
+        }
+        assert!(
+            c.ratio.mean > c.ratio.hdi.0 && c.ratio.mean < c.ratio.hdi.1,
+            "{:?}",
+            c.ratio
+        );
+    }
 
     /// Values that never vary get an answer at once, not 20 s of sampling that ends in "the
     /// chains disagree" (session 33's attacker, a constant per-second series).
