@@ -177,6 +177,16 @@ pub(crate) struct Progress {
     pub(crate) failed: u64,
 }
 
+/// `text` as one CSV field (RFC 4180): quoted, its quotes doubled, when it holds a comma, a
+/// quote or a line break. Names and failure codes are the caller's text.
+fn csv_field(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\"")).into()
+    } else {
+        text.into()
+    }
+}
+
 impl Recorder {
     pub(crate) fn new(
         names: Vec<String>,
@@ -207,13 +217,7 @@ impl Recorder {
             })
             .collect();
         let after = (0..names.len()).map(|_| IntervalTotals::new()).collect();
-        let csv_names = names
-            .iter()
-            .map(|n| match n.contains([',', '"', '\n', '\r']) {
-                true => format!("\"{}\"", n.replace('"', "\"\"")),
-                false => n.clone(),
-            })
-            .collect();
+        let csv_names = names.iter().map(|n| csv_field(n).into_owned()).collect();
         Ok(Recorder {
             names,
             csv_names,
@@ -378,7 +382,7 @@ impl Recorder {
                     s.end.as_micros(),
                     s.latency.as_micros(),
                     s.lag.as_micros(),
-                    s.failure.as_ref().map(|f| &*f.code).unwrap_or("")
+                    csv_field(s.failure.as_ref().map(|f| &*f.code).unwrap_or(""))
                 );
                 if let Err(e) = r {
                     t.raw_error = Some(e.to_string());
@@ -813,5 +817,46 @@ mod csv_tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "\"a,b\",0,1000,1000,0,");
         assert_eq!(lines[2], "\"say \"\"hi\"\"\",0,1000,1000,0,");
+    }
+
+    /// A failure code is the caller's text too (`TxError::new`): with a comma, a quote or a
+    /// line break it is one CSV field. Before (found by the attack of 2026-11-27) it was
+    /// written unquoted, adding a column, or a line, to the file.
+    #[test]
+    fn failure_codes_are_quoted_as_csv_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.csv");
+        let r = Arc::new(Recorder::new(vec!["a".into()], None, Some(&path)).unwrap());
+        {
+            let mut log = UserLog::new(r.clone());
+            for code in ["app:bad,input", "say \"no\"", "two\nlines"] {
+                let s = Sample {
+                    kind: 0,
+                    user: 0,
+                    end: Duration::from_millis(1),
+                    latency: Duration::from_millis(1),
+                    lag: Duration::ZERO,
+                    failure: Some(Failure {
+                        code: code.into(),
+                        message: "m".into(),
+                    }),
+                };
+                log.push(s, Instant::now());
+            }
+        }
+        r.finish(&[("a".into(), 1)], Duration::from_secs(1))
+            .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1..],
+            [
+                "a,0,1000,1000,0,\"app:bad,input\"",
+                "a,0,1000,1000,0,\"say \"\"no\"\"\"",
+                "a,0,1000,1000,0,\"two",
+                "lines\"",
+            ],
+            "{text}"
+        );
     }
 }
