@@ -149,8 +149,18 @@ impl Workload {
         self.check()
     }
 
-    /// Fails when nothing could ever be picked.
+    /// Fails when nothing could ever be picked, or when two types share a name (results are
+    /// kept by name: the two would be one type in the per-second series, and the result a
+    /// type listed twice, which reading it refuses).
     pub(crate) fn check(&self) -> Result<(), String> {
+        for (i, k) in self.kinds.iter().enumerate() {
+            if self.kinds[..i].iter().any(|o| o.name == k.name) {
+                return Err(format!(
+                    "workload {} has two transaction types named {:?}: give each its own name",
+                    self.name, k.name
+                ));
+            }
+        }
         if self.kinds.iter().all(|k| k.weight == 0) {
             return Err(format!(
                 "workload {} has no transaction with a weight above 0",

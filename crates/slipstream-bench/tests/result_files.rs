@@ -295,3 +295,24 @@ fn weights_that_do_not_list_the_types_are_refused() {
         assert!(e.contains("weights"), "{what}: {e}");
     }
 }
+
+/// A workload (Rust API) with two types of one name: refused before the run. Before (found
+/// by the attack of 2026-11-27) it ran, the second type's per-second series replaced the
+/// first's, and the result it wrote was refused by `report` and `compare` as "listed twice".
+#[test]
+fn a_workload_with_a_type_named_twice_is_refused_before_it_runs() {
+    let w = Workload::new("noop")
+        .without_database()
+        .transaction("a", 1, || NoOp)
+        .transaction("b", 1, || NoOp)
+        .transaction("a", 1, || NoOp);
+    let mut c = RunConfig::new(None);
+    c.duration = Duration::from_millis(100);
+    c.warmup = Duration::ZERO;
+    c.threads = 1;
+    let e = rt()
+        .block_on(bench::run(&w, &c, pending::<()>()))
+        .map(|r| format!("ran: {:?}", r.weights))
+        .unwrap_or_else(|e| e.to_string());
+    assert!(e.contains("two transaction types named \"a\""), "{e}");
+}
