@@ -60,7 +60,7 @@ pub use atomic_file::{check_writable, write_atomically};
 pub use chart::{
     Mark, Series, line_chart, line_chart_svg, percentile_chart_svg, posterior_chart_svg,
 };
-pub use environment::{Environment, capture as capture_environment, redact};
+pub use environment::{Environment, capture as capture_environment};
 pub use file_name::file_stem;
 pub use merge::merge;
 pub use phases::{Stage, StageLoad, StageResult, StageTx, stage_table};

@@ -371,11 +371,11 @@ fn command_line() -> Vec<String> {
     let mut args: Vec<String> = std::env::args().collect();
     for i in 0..args.len() {
         if let Some(v) = args[i].strip_prefix("--url=") {
-            args[i] = format!("--url={}", slipstream_bench::redact(v));
+            args[i] = format!("--url={}", slipstream_pg::redact_password(v));
         } else if args[i] == "--url"
             && let Some(v) = args.get(i + 1)
         {
-            args[i + 1] = slipstream_bench::redact(v);
+            args[i + 1] = slipstream_pg::redact_password(v);
         }
     }
     args

@@ -199,53 +199,142 @@ impl Config {
 
     fn parse_key_value(s: &str) -> Result<Config, Error> {
         let mut config = Config::new();
-        let mut chars = s.chars().peekable();
-        loop {
-            while chars.next_if(is_space).is_some() {}
-            if chars.peek().is_none() {
-                break;
-            }
-            let mut key = String::new();
-            while let Some(c) = chars.next_if(|c| *c != '=' && !is_space(c)) {
-                key.push(c);
-            }
-            while chars.next_if(is_space).is_some() {}
-            if chars.next() != Some('=') {
-                return Err(Error::config(format!(
-                    "missing `=` after `{key}` in connection string: expected key=value pairs"
-                )));
-            }
-            while chars.next_if(is_space).is_some() {}
-            let mut value = String::new();
-            if chars.next_if_eq(&'\'').is_some() {
-                let unterminated = || {
-                    Error::config(format!(
-                        "unterminated quoted value for `{key}` in connection string"
-                    ))
-                };
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some('\\') => value.push(chars.next().ok_or_else(unterminated)?),
-                        Some(c) => value.push(c),
-                        None => return Err(unterminated()),
-                    }
-                }
-            } else {
-                while let Some(c) = chars.next_if(|c| !is_space(c)) {
-                    if c == '\\' {
-                        if let Some(escaped) = chars.next() {
-                            value.push(escaped);
-                        }
-                    } else {
-                        value.push(c);
-                    }
-                }
-            }
-            config.set(&key, &value)?;
+        for pair in key_value_pairs(s)? {
+            config.set(&pair.key, &pair.value)?;
         }
         Ok(config)
     }
+}
+
+/// One pair of a `key=value` connection string, as the client reads it.
+struct Pair<'a> {
+    key: String,
+    /// Unquoted and unescaped.
+    value: String,
+    /// The value as written (quotes and escapes included).
+    written: &'a str,
+}
+
+/// The pairs of a `key=value` connection string, read as libpq reads them: spaces may surround
+/// `=`, and a value may be quoted (`'...'`) and hold `\` escapes. The one reader of this form,
+/// for connecting and for [`redact_password`].
+fn key_value_pairs(s: &str) -> Result<Vec<Pair<'_>>, Error> {
+    let mut pairs = Vec::new();
+    let mut chars = s.char_indices().peekable();
+    let space = |&(_, c): &(usize, char)| is_space(&c);
+    let at = |chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>| {
+        chars.peek().map_or(s.len(), |&(i, _)| i)
+    };
+    loop {
+        while chars.next_if(space).is_some() {}
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some((_, c)) = chars.next_if(|&(_, c)| c != '=' && !is_space(&c)) {
+            key.push(c);
+        }
+        while chars.next_if(space).is_some() {}
+        if chars.next().map(|(_, c)| c) != Some('=') {
+            return Err(Error::config(format!(
+                "missing `=` after `{key}` in connection string: expected key=value pairs"
+            )));
+        }
+        while chars.next_if(space).is_some() {}
+        let start = at(&mut chars);
+        let mut value = String::new();
+        if chars.next_if(|&(_, c)| c == '\'').is_some() {
+            let unterminated = || {
+                Error::config(format!(
+                    "unterminated quoted value for `{key}` in connection string"
+                ))
+            };
+            loop {
+                match chars.next().map(|(_, c)| c) {
+                    Some('\'') => break,
+                    Some('\\') => value.push(chars.next().ok_or_else(unterminated)?.1),
+                    Some(c) => value.push(c),
+                    None => return Err(unterminated()),
+                }
+            }
+        } else {
+            while let Some((_, c)) = chars.next_if(|&(_, c)| !is_space(&c)) {
+                if c == '\\' {
+                    if let Some((_, escaped)) = chars.next() {
+                        value.push(escaped);
+                    }
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        let end = at(&mut chars);
+        pairs.push(Pair {
+            key,
+            value,
+            written: &s[start..end],
+        });
+    }
+    Ok(pairs)
+}
+
+/// A connection string (a URL or `key=value` pairs) with its password replaced by `***`,
+/// wherever the client reads one: a URL's userinfo (split from the hosts at the last `@`, as
+/// the client splits it) and its `password` query parameter (percent-encoded or not); a
+/// `key=value` string's `password`, with or without spaces around `=`, quoted or not. For
+/// logs and result files. A `key=value` string the client cannot read is not echoed at all.
+///
+/// ```
+/// use slipstream_pg::redact_password;
+/// assert_eq!(redact_password("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+/// assert_eq!(redact_password("postgres://h/db?password=secret"), "postgres://h/db?password=***");
+/// assert_eq!(redact_password("host=h password = 'my secret'"), "host=h password=***");
+/// ```
+pub fn redact_password(conninfo: &str) -> String {
+    if let Some((scheme, rest)) = conninfo.split_once("://") {
+        return redact_url(scheme, rest);
+    }
+    match key_value_pairs(conninfo) {
+        Ok(pairs) => pairs
+            .iter()
+            .map(|p| match p.key.as_str() {
+                "password" => "password=***".to_string(),
+                key => format!("{key}={}", p.written),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        Err(_) => "(a connection string the client cannot read; not shown)".into(),
+    }
+}
+
+fn redact_url(scheme: &str, rest: &str) -> String {
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{hosts}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let mut out = format!("{scheme}://{authority}{path}");
+    if let Some(q) = query {
+        let pairs: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if percent_decode_str(k).decode_utf8_lossy() == "password" => {
+                    format!("{k}=***")
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    out
 }
 
 /// libpq's separator in `key=value` strings: C's `isspace` in the C locale. Unicode spaces (a
@@ -516,5 +605,84 @@ mod tests {
                 .to_string()
                 .contains("keepalives_idle")
         );
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    /// Other values are kept as written (quotes, escapes), so the text still connects the same
+    /// way; a string the client cannot read is not echoed, in case it held a password.
+    #[test]
+    fn other_values_stay_as_written_and_an_unreadable_string_is_not_shown() {
+        let given = "application_name='a b' password=x dbname=d\\ b";
+        let redacted = super::redact_password(given);
+        assert_eq!(redacted, "application_name='a b' password=*** dbname=d\\ b");
+        let (before, after): (super::Config, super::Config) =
+            (given.parse().unwrap(), redacted.parse().unwrap());
+        assert_eq!(before.application_name, after.application_name);
+        assert_eq!(before.dbname, after.dbname);
+        for unreadable in ["password='unterminated secret", "secret host=h"] {
+            let shown = super::redact_password(unreadable);
+            assert!(!shown.contains("secret"), "{unreadable} -> {shown}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact_password("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(
+            super::redact_password("host=h password=secret user=u"),
+            "host=h password=*** user=u"
+        );
+        assert_eq!(
+            super::redact_password("postgres://u@h/db"),
+            "postgres://u@h/db"
+        );
+    }
+
+    /// Every form the client reads a password from (found by the attack of 2026-11-27: each
+    /// of these kept the secret, or part of it, in the result file's `environment.database`
+    /// and `context.command_line`).
+    #[test]
+    fn passwords_are_redacted_in_every_form_the_client_reads() {
+        for (given, want) in [
+            // A URL's query sets the password as its userinfo does.
+            (
+                "postgres://h/db?password=secret&sslmode=disable",
+                "postgres://h/db?password=***&sslmode=disable",
+            ),
+            (
+                "postgresql://h/db?PASSWORD=x&password=secret",
+                "postgresql://h/db?PASSWORD=x&password=***",
+            ),
+            (
+                "postgres://h/db?pass%77ord=secret",
+                "postgres://h/db?pass%77ord=***",
+            ),
+            // The client splits userinfo from hosts at the last `@`.
+            ("postgres://u:se@cret@h/db", "postgres://u:***@h/db"),
+            // An `@` in the query is not userinfo.
+            (
+                "postgres://h/db?application_name=a@b:c",
+                "postgres://h/db?application_name=a@b:c",
+            ),
+            // key=value: spaces around `=`, quoted values with spaces and escapes.
+            (
+                "host=h password = secret user=u",
+                "host=h password=*** user=u",
+            ),
+            ("password='my secret' host=h", "password=*** host=h"),
+            ("password='it\\'s secret' host=h", "password=*** host=h"),
+        ] {
+            let got = super::redact_password(given);
+            assert_eq!(got, want, "{given}");
+            assert!(
+                !got.contains("secret") && !got.contains("cret"),
+                "{given} -> {got}"
+            );
+        }
     }
 }

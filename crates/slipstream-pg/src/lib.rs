@@ -138,6 +138,7 @@ pub use client::Client;
 pub use config::{Config, DEFAULT_PORT, DEFAULT_STATEMENT_CACHE_SIZE, Host, SslMode};
 pub use connect::{connect, connect_config};
 pub use connection::{NoticeHandler, TransactionStatus};
+pub use conninfo::redact_password;
 pub use copy::{CopyIn, CopyOut};
 pub use error::{DbError, Error, ErrorKind, ErrorPosition};
 pub use memopt::{MemoptKey, MemoptTable};
