@@ -597,16 +597,21 @@ mod tests {
         }
     }
 
+    /// Type a at 0.1 s (2 ms) and 1.5 s (4 ms); type b failing at 1.6 s, then at 2.1 s (3 ms).
+    fn push_four(log: &mut UserLog) {
+        let now = Instant::now();
+        log.push(sample(0, 100, 2, None), now);
+        log.push(sample(0, 1500, 4, None), now);
+        log.push(sample(1, 1600, 1, Some("40001")), now);
+        log.push(sample(1, 2100, 3, None), now);
+    }
+
     #[test]
     fn totals_intervals_and_failures_add_up() {
         let r = Arc::new(Recorder::new(vec!["a".into(), "b".into()], None, None).unwrap());
         {
             let mut log = UserLog::new(r.clone());
-            let now = Instant::now();
-            log.push(sample(0, 100, 2, None), now);
-            log.push(sample(0, 1500, 4, None), now);
-            log.push(sample(1, 1600, 1, Some("40001")), now);
-            log.push(sample(1, 2100, 3, None), now);
+            push_four(&mut log);
             log.statements(
                 0,
                 &StatementCounts {
@@ -651,12 +656,7 @@ mod tests {
             let r = Arc::new(Recorder::new(vec!["a".into(), "b".into()], None, None).unwrap());
             r.set_stages(crate::phases::StageTotals::new(ends.clone(), 2));
             {
-                let mut log = UserLog::new(r.clone());
-                let now = Instant::now();
-                log.push(sample(0, 100, 2, None), now);
-                log.push(sample(0, 1500, 4, None), now);
-                log.push(sample(1, 1600, 1, Some("40001")), now);
-                log.push(sample(1, 2100, 3, None), now);
+                push_four(&mut UserLog::new(r.clone()));
             }
             let st = r.take_stages().unwrap();
             let (a0, b0) = (st.cell(0, 0), st.cell(0, 1));
