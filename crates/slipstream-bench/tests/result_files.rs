@@ -42,6 +42,22 @@ fn read(dir: &std::path::Path, v: &Value) -> anyhow::Result<BenchRun> {
     BenchRun::read_json(&path)
 }
 
+/// `good` with `edit` applied is refused when read, with an error that says `says`; returns
+/// the error.
+fn refused(
+    dir: &std::path::Path,
+    good: &Value,
+    what: &str,
+    edit: impl FnOnce(&mut Value),
+    says: &str,
+) -> String {
+    let mut v = good.clone();
+    edit(&mut v);
+    let e = read(dir, &v).map(|_| ()).expect_err(what).to_string();
+    assert!(e.contains(says), "{what}: {e}");
+    e
+}
+
 #[test]
 fn corrupt_or_edited_results_are_refused_when_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,13 +165,7 @@ fn corrupt_or_edited_results_are_refused_when_read() {
         ),
     ];
     for (what, edit, says) in edits {
-        let mut v = good.clone();
-        edit(&mut v);
-        let e = read(dir.path(), &v)
-            .map(|_| ())
-            .expect_err(what)
-            .to_string();
-        assert!(e.contains(says), "{what}: {e}");
+        refused(dir.path(), &good, what, edit, says);
     }
     let path = dir.path().join("bytes.json");
     std::fs::write(&path, b"{\"schema\": \"\xff\"}").unwrap();
@@ -185,13 +195,9 @@ fn completions_after_the_window_are_checked_for_a_type_without_a_series() {
         ),
     ];
     for (what, interval, says) in edits {
-        let mut v = good.clone();
-        v["intervals"]["after_window"]["ghost"] = interval;
-        let e = read(dir.path(), &v)
-            .map(|_| ())
-            .expect_err(what)
-            .to_string();
-        assert!(e.contains(says) && e.contains("ghost"), "{what}: {e}");
+        let ghost = |v: &mut Value| v["intervals"]["after_window"]["ghost"] = interval;
+        let e = refused(dir.path(), &good, what, ghost, says);
+        assert!(e.contains("ghost"), "{what}: {e}");
     }
 }
 
@@ -243,13 +249,7 @@ fn negative_latencies_and_times_are_refused_wherever_the_file_holds_them() {
         ),
     ];
     for (what, edit, says) in edits {
-        let mut v = good.clone();
-        edit(&mut v);
-        let e = read(dir.path(), &v)
-            .map(|_| ())
-            .expect_err(what)
-            .to_string();
-        assert!(e.contains(says), "{what}: {e}");
+        refused(dir.path(), &good, what, edit, says);
     }
 }
 
@@ -286,13 +286,7 @@ fn weights_that_do_not_list_the_types_are_refused() {
         assert_eq!(merged, 2 * ok, "the merge lost transactions");
     }
     for (what, edit) in edits {
-        let mut v = good.clone();
-        edit(&mut v);
-        let e = read(dir.path(), &v)
-            .map(|_| ())
-            .expect_err(what)
-            .to_string();
-        assert!(e.contains("weights"), "{what}: {e}");
+        refused(dir.path(), &good, what, edit, "weights");
     }
 }
 
