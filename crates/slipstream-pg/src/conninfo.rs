@@ -282,7 +282,8 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair<'_>>, Error> {
 /// wherever the client reads one: a URL's userinfo (split from the hosts at the last `@`, as
 /// the client splits it) and its `password` query parameter (percent-encoded or not); a
 /// `key=value` string's `password`, with or without spaces around `=`, quoted or not. For
-/// logs and result files. A `key=value` string the client cannot read is not echoed at all.
+/// logs and result files. A `key=value` string the client cannot read is not echoed if it
+/// holds the word `password`.
 ///
 /// ```
 /// use slipstream_pg::redact_password;
@@ -303,6 +304,8 @@ pub fn redact_password(conninfo: &str) -> String {
             })
             .collect::<Vec<_>>()
             .join(" "),
+        // Without the word, no pair could have been the password.
+        Err(_) if !conninfo.contains("password") => conninfo.to_string(),
         Err(_) => "(a connection string the client cannot read; not shown)".into(),
     }
 }
@@ -621,10 +624,12 @@ mod redact_tests {
             (given.parse().unwrap(), redacted.parse().unwrap());
         assert_eq!(before.application_name, after.application_name);
         assert_eq!(before.dbname, after.dbname);
-        for unreadable in ["password='unterminated secret", "secret host=h"] {
+        for unreadable in ["password='unterminated secret", "secret password=x host=h"] {
             let shown = super::redact_password(unreadable);
             assert!(!shown.contains("secret"), "{unreadable} -> {shown}");
         }
+        // Without the word, nothing to hide: a label such as the bench's "(no database)".
+        assert_eq!(super::redact_password("(no database)"), "(no database)");
     }
 
     #[test]
