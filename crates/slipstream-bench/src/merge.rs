@@ -14,9 +14,9 @@
 //! - stages add by position (runs of the same phases; a part cut short by a Ctrl-C has
 //!   fewer), each from the earliest part's start to the latest part's end.
 //!
-//! Runs of different workloads, interval lengths or load models are refused, and so are
-//! open-loop runs that count late starts at different thresholds (`--late-after`) and
-//! version-1 files (they hold no histograms to add).
+//! Runs of different workloads, mixes, interval lengths or load models are refused, and so are
+//! open-loop runs that count late starts at different thresholds (`--late-after`), version-1
+//! files (they hold no histograms to add) and, beside files with stages, files without.
 
 use std::collections::BTreeMap;
 
@@ -61,6 +61,13 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
         anyhow::ensure!(
             std::mem::discriminant(&r.load) == std::mem::discriminant(&first.load),
             "cannot merge a closed-loop run with an open-loop one ({first_label}, {label})"
+        );
+        // The merged file states one mix; parts of two would make it state the first's.
+        anyhow::ensure!(
+            r.weights == first.weights,
+            "cannot merge runs of different mixes: {first_label} ran {} and {label} ran {}; merge runs of one --mix",
+            mix(&first.weights),
+            mix(&r.weights)
         );
         let has_hist = r
             .transactions
@@ -415,6 +422,15 @@ fn merge_stages(
     offsets_s: &[f64],
 ) -> anyhow::Result<Vec<StageResult>> {
     let count = parts.iter().map(|(_, r)| r.stages.len()).max().unwrap_or(0);
+    // A part with fewer stages (a Ctrl-C cut it short) has all its transactions in those; a
+    // file with none (written before stages were saved) would leave its transactions out of
+    // the merged stages, which would then fall short of the totals.
+    for (label, r) in parts {
+        anyhow::ensure!(
+            !r.stages.is_empty() || count == 0,
+            "{label} holds no stages (written before they were saved), so the merged stages would leave its transactions out; re-run it with this slipstream"
+        );
+    }
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let mut merged: Option<StageResult> = None;
@@ -485,4 +501,13 @@ fn merge_stages(
         }
     }
     Ok(out)
+}
+
+/// A mix as `--mix` writes it: `name=weight,...`.
+fn mix(weights: &[(String, u32)]) -> String {
+    weights
+        .iter()
+        .map(|(name, w)| format!("{name}={w}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }

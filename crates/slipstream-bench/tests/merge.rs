@@ -511,10 +511,47 @@ fn the_stages_of_two_load_generators_add() {
     let err = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), other)]).unwrap_err();
     assert!(err.to_string().contains("different phases"), "{err}");
 
-    let mut old = b;
+    let mut old = b.clone();
     old.stages[0].transactions[0].histogram.clear();
-    let err = bench::merge(&[("a.json".into(), a), ("b.json".into(), old)]).unwrap_err();
+    let err = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), old)]).unwrap_err();
     assert!(err.to_string().contains("re-run it"), "{err}");
+
+    // A file from before stages were saved: added by position, the merged stages would hold
+    // only the other part's transactions. Before (found by the attack of 2026-11-27) it
+    // merged, with stages short of the totals.
+    let mut none = b;
+    none.stages.clear();
+    let err = bench::merge(&[("a.json".into(), a), ("b.json".into(), none)]).unwrap_err();
+    assert!(err.to_string().contains("re-run it"), "{err}");
+}
+
+/// Parts run with different `--mix` weights: the merged file can state no one mix. Before
+/// (found by the attack of 2026-11-27) it silently stated the first part's.
+#[test]
+fn runs_of_different_mixes_are_not_merged() {
+    let w = |weight: u32| {
+        Workload::new("noop")
+            .without_database()
+            .transaction("a", weight, || NoDb)
+            .transaction("b", 1, || NoDb)
+    };
+    let config = |seed: u64| {
+        let mut c = RunConfig::new(None);
+        c.threads = 1;
+        c.seed = seed;
+        c.warmup = Duration::ZERO;
+        c.duration = Duration::from_millis(300);
+        c
+    };
+    let a = std::thread::spawn(move || run_on_own_runtime(w(1), config(1)));
+    let b = run_on_own_runtime(w(3), config(2));
+    let a = a.join().unwrap();
+    let err = bench::merge(&[("a.json".into(), a), ("b.json".into(), b)]).unwrap_err();
+    let e = err.to_string();
+    assert!(
+        e.contains("different mixes") && e.contains("a.json") && e.contains("b.json"),
+        "{e}"
+    );
 }
 
 struct NoDb;
