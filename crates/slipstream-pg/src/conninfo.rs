@@ -292,8 +292,16 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair<'_>>, Error> {
 /// assert_eq!(redact_password("host=h password = 'my secret'"), "host=h password=***");
 /// ```
 pub fn redact_password(conninfo: &str) -> String {
-    if let Some((scheme, rest)) = conninfo.split_once("://") {
-        return redact_url(scheme, rest);
+    // A URL exactly when `Config::from_str` reads one: a `://` inside a key=value string's
+    // value does not make it a URL.
+    let trimmed = conninfo.trim();
+    for scheme in ["postgres", "postgresql"] {
+        if let Some(rest) = trimmed
+            .strip_prefix(scheme)
+            .and_then(|r| r.strip_prefix("://"))
+        {
+            return redact_url(scheme, rest);
+        }
     }
     match key_value_pairs(conninfo) {
         Ok(pairs) => pairs
@@ -304,8 +312,9 @@ pub fn redact_password(conninfo: &str) -> String {
             })
             .collect::<Vec<_>>()
             .join(" "),
-        // Without the word, no pair could have been the password.
-        Err(_) if !conninfo.contains("password") => conninfo.to_string(),
+        // Without the word, no pair could have been the password; without an `@`, no
+        // userinfo of a URL of another scheme either.
+        Err(_) if !conninfo.contains("password") && !conninfo.contains('@') => conninfo.to_string(),
         Err(_) => "(a connection string the client cannot read; not shown)".into(),
     }
 }
@@ -630,6 +639,18 @@ mod redact_tests {
         }
         // Without the word, nothing to hide: a label such as the bench's "(no database)".
         assert_eq!(super::redact_password("(no database)"), "(no database)");
+        // A `://` in a key=value value is not a URL (the client reads the string as pairs);
+        // before, this was treated as one and came back whole.
+        assert_eq!(
+            super::redact_password("host=h password=se://cret@x"),
+            "host=h password=***"
+        );
+        assert_eq!(
+            super::redact_password("  postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        let other = super::redact_password("mysql://u:secret@h/db");
+        assert!(!other.contains("secret"), "{other}");
     }
 
     #[test]
