@@ -18,6 +18,11 @@ use crate::{Client, DbError, Error};
 /// and the syscall are noise, small enough to keep client memory flat.
 const COPY_CHUNK: usize = 64 * 1024;
 
+/// The largest `CopyData` a single large write is cut into (psycopg cuts at a few MiB too):
+/// the server takes a message of up to 1 GiB, and smaller pieces let it parse while more
+/// arrive.
+const COPY_MESSAGE_MAX: usize = 1024 * 1024;
+
 impl Client {
     /// Starts `COPY ... FROM STDIN`. Write the data with [`CopyIn::write`] and end with
     /// [`CopyIn::finish`]; dropping the `CopyIn` instead aborts the COPY (nothing is loaded).
@@ -184,15 +189,20 @@ impl CopyIn<'_> {
         self.client.conn.flush().await
     }
 
-    /// Moves the buffered data into the write buffer as one `CopyData`.
+    /// Moves the buffered data into the write buffer as `CopyData` messages of at most
+    /// [`COPY_MESSAGE_MAX`] bytes (a message's length field is an `i32`, so one message of a
+    /// single write past 1 GiB would be refused). All of it is queued before any is sent: a write
+    /// whose future is dropped still goes out whole with the next call, or not at all.
     fn queue_buffered(&mut self) -> Result<(), Error> {
-        if self.buf.is_empty() {
-            return Ok(());
+        while !self.buf.is_empty() {
+            let chunk = self
+                .buf
+                .split_to(self.buf.len().min(COPY_MESSAGE_MAX))
+                .freeze();
+            frontend::CopyData::new(chunk)
+                .map_err(|e| Error::usage(format!("copy chunk too large: {e}")))?
+                .write(&mut self.client.conn.wbuf);
         }
-        let chunk = self.buf.split().freeze();
-        frontend::CopyData::new(chunk)
-            .map_err(|e| Error::usage(format!("copy chunk too large: {e}")))?
-            .write(&mut self.client.conn.wbuf);
         Ok(())
     }
 

@@ -90,3 +90,34 @@ async fn copy_through_the_wrong_call_is_refused_without_hanging() {
     assert!(err.to_string().contains("not a COPY"), "{err}");
     c.batch_execute("SELECT 1").await.unwrap();
 }
+
+/// A single write past 1 GiB (a `CopyData` message's limit) is cut into messages the server
+/// takes; it used to fail with "copy chunk too large". The server parses every line and keeps
+/// only a few, so the table stays small.
+#[tokio::test]
+async fn a_single_write_larger_than_a_message_can_hold_is_loaded() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int, v text)")
+        .await
+        .unwrap();
+    const LINES: usize = 1100;
+    let line_body = "x".repeat(1024 * 1024 - 10);
+    let mut data = Vec::with_capacity(LINES * 1024 * 1024);
+    for i in 0..LINES {
+        data.extend_from_slice(format!("{i:08}\t{line_body}\n").as_bytes());
+    }
+    assert!(data.len() > 1 << 30);
+    let mut copy = c
+        .copy_in("COPY t FROM STDIN WHERE id % 100 = 99")
+        .await
+        .unwrap();
+    copy.write(&data).await.unwrap();
+    drop(data);
+    assert_eq!(copy.finish().await.unwrap(), 11);
+    let n: i64 = super::scalar(
+        &mut c,
+        "SELECT count(*) FROM t WHERE length(v) = 1024 * 1024 - 10",
+    )
+    .await;
+    assert_eq!(n, 11);
+}
