@@ -9,6 +9,8 @@
 //! - sufficient statistics add, so means and variances are exact;
 //! - intervals are aligned by wall-clock start: a part that started k intervals after the
 //!   earliest one has its series shifted by k (rounded to the nearest interval), then added;
+//! - completions after a part's own window add into `after_window`, which keeps no times,
+//!   even where another part's window still ran (the docs ask generators to start together);
 //! - the measured window is the span from the earliest start to the latest end;
 //! - users add; open-loop rates add;
 //! - stages add by position (runs of the same phases; a part cut short by a Ctrl-C has
