@@ -5,7 +5,7 @@
 CARGO ?= cargo
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
 
-.PHONY: demo test loom miri bench fmt lint clean
+.PHONY: demo test loom loom-full miri bench fmt lint clean
 
 # The demo's pk-lookup experiment needs the memopt extension installed into the server, and its
 # pipeline experiment the pipeline_flush module for the cells that name it; where that is not
@@ -29,10 +29,16 @@ test:
 	$(MAKE) loom
 
 # The pool's slot state machine under every interleaving loom explores (its own target
-# directory: the cfg flag would otherwise rebuild the main one).
+# directory: the cfg flag would otherwise rebuild the main one). `make test` runs the bounded
+# form, interleavings with up to 2 preemptions (about 50 s); `make loom-full` allows 3 (about
+# 12 minutes on 2 cores): run it after changing slipstream-pool's core.
+LOOM_MAX_PREEMPTIONS ?= 2
 loom:
-	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
+	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=$(LOOM_MAX_PREEMPTIONS) CARGO_TARGET_DIR=target/loom \
 		$(CARGO) test -p slipstream-pool --release --lib loom
+
+loom-full:
+	$(MAKE) loom LOOM_MAX_PREEMPTIONS=3
 
 # The pool's unsafe thread-local reference cache under Miri: needs a nightly toolchain with the
 # miri component (`rustup component add --toolchain nightly miri`), so not part of `make test`.

@@ -1,5 +1,6 @@
 //! The slot state machine and the queue of waiting borrowers: the part of the pool that must be
-//! right under every interleaving, checked by loom (`make loom`).
+//! right under every interleaving, checked by loom (`make loom`; `make loom-full` after a change
+//! here).
 //!
 //! # Slots
 //!
