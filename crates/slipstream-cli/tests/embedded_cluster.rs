@@ -509,6 +509,74 @@ fn a_stale_postmaster_pid_of_another_process_is_not_taken_for_the_server() {
     );
 }
 
+/// Promise: a stale lock file is removed and the server started. A postmaster killed with
+/// `kill -9` (its zombie not yet reaped), or one gone with a reboot (its PID since given to
+/// another process of the server's user), leaves the lock of its Unix socket beside the data
+/// as well as `postmaster.pid`. Observed: only `postmaster.pid` was removed, so every `db
+/// start` failed with `FATAL: lock file ".../.s.PGSQL.<port>.lock" already exists` and the
+/// advice to destroy the data, which was whole.
+#[test]
+fn a_stale_socket_lock_file_does_not_stop_the_start() {
+    let (dir, home, _cleanup) = started();
+    let data = data_dir(&home).unwrap();
+    let url = String::from_utf8(slipstream(&["db", "url"], &home, dir.path()).stdout).unwrap();
+    let port = url
+        .trim()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    assert!(
+        slipstream(&["db", "stop"], &home, dir.path())
+            .status
+            .success()
+    );
+    let mut victim = {
+        let mut c = Command::new("sleep");
+        c.arg("300");
+        if is_root() {
+            use std::os::unix::process::CommandExt;
+            let u = postgres_user();
+            c.uid(u.uid.as_raw()).gid(u.gid.as_raw());
+        }
+        c.spawn().unwrap()
+    };
+    let sockets = data.parent().unwrap();
+    // What the dead postmaster left: both files name its PID, now the victim's.
+    std::fs::write(
+        data.join("postmaster.pid"),
+        format!(
+            "{}\n{}\n1700000000\n{port}\n{}\n127.0.0.1\n  0 0\nready   \n",
+            victim.id(),
+            data.display(),
+            sockets.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        sockets.join(format!(".s.PGSQL.{port}.lock")),
+        format!(
+            "{}\n{}\n1700000000\n{port}\n{}\n",
+            victim.id(),
+            data.display(),
+            sockets.display()
+        ),
+    )
+    .unwrap();
+    let start = slipstream(&["db", "start"], &home, dir.path());
+    let sql = slipstream(&["sql", "SELECT 40 + 2"], &home, dir.path());
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(start.status.success(), "{}", text(&start));
+    assert!(
+        String::from_utf8_lossy(&sql.stdout).contains("42"),
+        "{}",
+        text(&sql)
+    );
+}
+
 /// Promise: errors say what failed and what to do. `SLIPSTREAM_HOME=` (set but empty, common
 /// in CI and `env` files) fails with "a value is required for '--home <DIR>'", naming a flag
 /// the user never gave.

@@ -202,7 +202,7 @@ impl Embedded {
         // given, would stop PostgreSQL's own start while that PID lives. One that cannot be
         // read for sure is left to PostgreSQL's check.
         if lock_file(&data) == LockFile::Stale {
-            let _ = std::fs::remove_file(data.join("postmaster.pid"));
+            remove_stale_lock_files(&data);
         }
         let mut port = self.state().map_or(0, |s| s.1);
         if port == 0 || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
@@ -399,6 +399,26 @@ fn remove_data(data: &Path) -> Result<(), Error> {
         _ => {}
     }
     Ok(())
+}
+
+/// Removes the lock files of a server that no longer runs on `data`: its `postmaster.pid`,
+/// and the lock of the Unix socket it made beside the data (`.s.PGSQL.<port>.lock`), which
+/// names the same PID. PostgreSQL takes either for a live server's while that PID lives (a
+/// zombie right after a `kill -9`, another process after a reboot) and will not start, though
+/// nothing is wrong with the data. Only for a caller that holds the home's exclusive lock and
+/// found no postmaster on `data`: the socket directory is this cluster's alone.
+fn remove_stale_lock_files(data: &Path) {
+    let _ = std::fs::remove_file(data.join("postmaster.pid"));
+    let Some(Ok(entries)) = data.parent().map(std::fs::read_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(".s.PGSQL.") && name.ends_with(".lock") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The port of the postmaster running on `data`, if one does.
