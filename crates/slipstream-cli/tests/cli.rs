@@ -61,8 +61,8 @@ fn sql_prints_a_table() {
 }
 
 /// A server's notices are shown as psql shows them, on stderr and escaped, and COPY to the
-/// client gets advice a command-line user can follow (session 37's attacker: notices were
-/// dropped, and COPY said "use Client::copy_out").
+/// client or from it gets advice a command-line user can follow (session 37's attacker:
+/// notices were dropped, and COPY said "use Client::copy_out").
 #[test]
 fn sql_shows_notices_and_says_what_to_do_with_copy() {
     let cluster = Cluster::start().unwrap();
@@ -73,13 +73,20 @@ fn sql_shows_notices_and_says_what_to_do_with_copy() {
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("NOTICE:  half way \\u{1b}[2J"), "{err}");
-    let o = sql(&cluster, "COPY (SELECT 1) TO STDOUT");
-    assert!(!o.status.success());
-    let t = text(&o);
-    assert!(
-        t.contains("psql's \\copy") && !t.contains("Client::"),
-        "{t}"
-    );
+    // FROM STDIN too (it said "error 57014: COPY from stdin failed: use
+    // Client::copy_in", the server's echo of the refusal, as if cancelled).
+    for copy in [
+        "COPY (SELECT 1) TO STDOUT",
+        "CREATE TEMP TABLE t (x int); COPY t FROM STDIN",
+    ] {
+        let o = sql(&cluster, copy);
+        assert!(!o.status.success());
+        let t = text(&o);
+        assert!(
+            t.contains("psql's \\copy") && !t.contains("Client::"),
+            "{copy}: {t}"
+        );
+    }
 }
 
 #[test]

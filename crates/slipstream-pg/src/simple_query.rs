@@ -106,8 +106,11 @@ impl Client {
                     last_tag = tag;
                 }
                 Message::EmptyQueryResponse => {}
+                // A refused COPY FROM STDIN's own error is the cause; the server's that follows
+                // ("COPY from stdin failed", SQLSTATE 57014 like a cancel) only reports the
+                // CopyFail we sent.
                 Message::ErrorResponse(body) => {
-                    error = Some(Error::db(DbError::parse(&mut body.fields())?))
+                    error.get_or_insert(Error::db(DbError::parse(&mut body.fields())?));
                 }
                 m @ (Message::CopyInResponse(_) | Message::CopyOutResponse(_)) => {
                     let refused = self

@@ -84,6 +84,9 @@ async fn copy_through_the_wrong_call_is_refused_without_hanging() {
     c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
     let err = c.simple_query("COPY t FROM STDIN").await.unwrap_err();
     assert!(err.to_string().contains("copy_in"), "{err}");
+    // The refusal itself, not the server's report of the CopyFail it sent (57014, a cancel's
+    // code).
+    assert_eq!(err.kind(), ErrorKind::Usage, "{err}");
     let err = c.query("COPY t TO STDOUT", &[]).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Usage, "{err}");
     let err = c.copy_in("SELECT 1").await.unwrap_err();
