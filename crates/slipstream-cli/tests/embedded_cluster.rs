@@ -664,6 +664,42 @@ fn a_long_home_works_for_a_non_root_user() {
     );
 }
 
+/// Promise: a home either works, keeping its data across a stop and a start, or is refused
+/// naming `--home`. For a non-root user the data goes in the home. Observed: with bytes that
+/// are not UTF-8 in the home every start failed (`unix_socket_directories` written lossily:
+/// "could not create lock file .../h\u{fffd}/.s.PGSQL.<port>.lock") with the advice to destroy
+/// the data; the state file recorded the data directory lossily too, so a start after a stop
+/// took the cluster for not created and copied a fresh one over it. With a line break in the
+/// home, `pg_ctl` could not read `postmaster.pid` and every start waited 60 s and failed.
+#[test]
+fn a_home_that_is_not_one_line_of_utf8_keeps_its_data_or_is_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let user = postgres_user();
+    let base = dir_for(&user);
+    for name in [&b"h\xff"[..], b"line\nbreak"] {
+        let home = base.path().join(std::ffi::OsStr::from_bytes(name));
+        let mut cleanup = Cleanup::new();
+        cleanup.data_prefixes.push(home.display().to_string());
+        let run = |args: &[&str]| as_user(cli(args, &home, base.path()), &user);
+        let what = String::from_utf8_lossy(name).into_owned();
+        let start = run(&["sql", "CREATE TABLE kept (x int)"]);
+        if !start.status.success() {
+            let _ = run(&["db", "destroy"]);
+            assert!(text(&start).contains("--home"), "{what}: {}", text(&start));
+            continue;
+        }
+        let stop = run(&["db", "stop"]);
+        let sql = run(&["sql", "SELECT count(*) FROM kept"]);
+        let _ = run(&["db", "destroy"]);
+        assert!(stop.status.success(), "{what}: {}", text(&stop));
+        assert!(
+            sql.status.success(),
+            "{what}: the data is lost: {}",
+            text(&sql)
+        );
+    }
+}
+
 /// Promise: CLI processes started together (two `slipstream bench` load generators, a `sql`
 /// beside a `bench`) on the same home both succeed or one gets a clear error. On an existing,
 /// stopped cluster each start probes the saved port by binding it; a probe of one process

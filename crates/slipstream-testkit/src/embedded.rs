@@ -241,13 +241,16 @@ impl Embedded {
     /// Where this home's data directory goes, refusing a home `pg_ctl` cannot take.
     fn data_dir(&self, install: &Install) -> Result<PathBuf, Error> {
         if !install.owner().is_switching() {
+            // The data directory's path is a line of `postmaster.pid`, which pg_ctl reads to
+            // see the server up, and of the state file, which is UTF-8 text.
+            let Some(home) = self.home.to_str().filter(|h| !h.contains('\n')) else {
+                return Err(Error::new(format!(
+                    "the state directory {:?} holds a line break or bytes that are not UTF-8, which PostgreSQL's postmaster.pid and slipstream's state file cannot hold; choose another with --home or SLIPSTREAM_HOME",
+                    self.home
+                )));
+            };
             // pg_ctl starts the server through /bin/sh with these paths in double quotes.
-            if let Some(c) = self
-                .home
-                .to_string_lossy()
-                .chars()
-                .find(|c| matches!(c, '"' | '$' | '`' | '\\'))
-            {
+            if let Some(c) = home.chars().find(|c| matches!(c, '"' | '$' | '`' | '\\')) {
                 return Err(Error::new(format!(
                     "the state directory {} holds `{c}`, which pg_ctl would hand to /bin/sh when it starts the server; choose another with --home or SLIPSTREAM_HOME",
                     self.home.display()
