@@ -343,6 +343,43 @@ fn a_home_recreated_while_its_cluster_runs_leaves_no_server_behind() {
     );
 }
 
+/// Promise: stop and destroy do what they say, status says what runs, and the data stays
+/// until destroyed. As root the data is in /var/tmp, not in the home. Observed with the home
+/// deleted while its cluster ran (which a start takes back): `db status` said "not created",
+/// `db stop` "stopped" and `db destroy` "destroyed", and the server ran on over the data.
+#[test]
+fn status_stop_and_destroy_find_the_server_of_a_deleted_home() {
+    if !is_root() {
+        return; // Without root the data is in the home, and goes with it.
+    }
+    let (dir, home, _cleanup) = started();
+    let data = data_dir(&home).unwrap();
+    let running = || postmasters_under(&data.display().to_string());
+    let create = slipstream(&["sql", "CREATE TABLE kept (x int)"], &home, dir.path());
+    assert!(create.status.success(), "{}", text(&create));
+    std::fs::remove_dir_all(&home).unwrap();
+    let status = slipstream(&["db", "status"], &home, dir.path());
+    assert!(text(&status).contains("running"), "{}", text(&status));
+    let stop = slipstream(&["db", "stop"], &home, dir.path());
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert!(
+        running().is_empty(),
+        "`db stop` left {:?} running",
+        running()
+    );
+    let kept = slipstream(&["sql", "SELECT count(*) FROM kept"], &home, dir.path());
+    assert!(kept.status.success(), "the data is lost: {}", text(&kept));
+    std::fs::remove_dir_all(&home).unwrap();
+    let destroy = slipstream(&["db", "destroy"], &home, dir.path());
+    assert!(destroy.status.success(), "{}", text(&destroy));
+    assert!(
+        running().is_empty() && !data.exists(),
+        "`db destroy` left {:?} running over {}",
+        running(),
+        data.display()
+    );
+}
+
 /// Promise: errors name what failed and what to do. A non-root home whose path holds `$`,
 /// `"`, a backquote or a comma fails with pg_ctl's own messages (its `/bin/sh` command line
 /// expands `$HOME` and runs backquotes). A home path must never be run as a command.

@@ -11,7 +11,8 @@
 //!   `postmaster.pid`: a PID reused by another process, a zombie, or a state file that names
 //!   another port cannot make a command report a server that is not there, or signal a
 //!   process that is not ours;
-//! - a data directory is never removed while a postmaster runs on it: a live one is adopted;
+//! - a data directory is never removed while a postmaster runs on it: a live one is adopted,
+//!   and one the state file no longer names is still found where this home's data goes;
 //! - a data directory is whole or absent: the template is copied beside it and renamed into
 //!   place, so a start killed mid-copy (Ctrl-C) leaves nothing a later start uses or trips
 //!   over, and destroy finds this home's data directory without the state file (such a start
@@ -164,14 +165,26 @@ impl Embedded {
         Ok(self.look())
     }
 
-    /// [`Embedded::status`], under a lock the caller holds.
+    /// [`Embedded::status`], under a lock the caller holds. The data is the state file's, else
+    /// what is where this home's data goes: as root that is outside the home, and a home (or
+    /// its state) deleted while the cluster lived on must not hide it from status, stop and
+    /// destroy, nor have a start copy a new cluster over it. (Without root, only a start
+    /// killed between the copy's rename and the state's write leaves one there, fresh.)
     fn look(&self) -> Status {
-        let Some((data, _)) = self.state() else {
+        let recorded = self.state().map(|(data, _)| data);
+        let unrecorded = || {
+            let owner = Owner::detect().ok()?;
+            let data = self.data_location(owner);
+            // Never a link or a stranger's directory planted at that name (see `create`).
+            owner.made(data.parent()?).then_some(data)
+        };
+        let Some(data) = recorded
+            .filter(|d| d.join("PG_VERSION").exists())
+            .or_else(unrecorded)
+            .filter(|d| d.join("PG_VERSION").exists())
+        else {
             return Status::NotCreated;
         };
-        if !data.join("PG_VERSION").exists() {
-            return Status::NotCreated;
-        }
         match live_postmaster(&data) {
             Some(port) => Status::Running { data, port },
             None => Status::Stopped { data },
@@ -184,16 +197,16 @@ impl Embedded {
         let _lock = self.lock(true)?;
         let install = Install::find()?;
         let data = match self.look() {
-            Status::Running { port, .. } => return Ok(Embedded::url_for_port(port)),
+            Status::Running { data, port } => {
+                // Recorded again if the state was lost while the server ran on.
+                if self.state() != Some((data.clone(), port)) {
+                    self.save_state(&data, port)?;
+                }
+                return Ok(Embedded::url_for_port(port));
+            }
             Status::Stopped { data } => data,
             Status::NotCreated => {
                 let data = self.data_dir(&install)?;
-                // The state was lost (the home deleted) while its server ran on: take that
-                // server back rather than remove the data under it.
-                if let Some(port) = live_postmaster(&data) {
-                    self.save_state(&data, port)?;
-                    return Ok(Embedded::url_for_port(port));
-                }
                 self.create(&install, &data)?;
                 data
             }
@@ -320,7 +333,7 @@ impl Embedded {
 
     /// Stops the cluster (fast shutdown). Not an error if it is not running.
     pub fn stop(&self) -> Result<(), Error> {
-        if !self.home.is_dir() {
+        if !self.home.is_dir() && self.look() == Status::NotCreated {
             return Ok(());
         }
         let _lock = self.lock(true)?;
@@ -336,7 +349,7 @@ impl Embedded {
 
     /// Stops the cluster and deletes its data and state. Not an error if none exists.
     pub fn destroy(&self) -> Result<(), Error> {
-        if !self.home.is_dir() {
+        if !self.home.is_dir() && self.look() == Status::NotCreated {
             return Ok(());
         }
         let _lock = self.lock(true)?;

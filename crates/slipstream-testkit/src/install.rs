@@ -336,6 +336,15 @@ impl Owner {
         self.switch
     }
 
+    /// Whether `dir` is a directory (not a link) of this user or of the server's, as
+    /// [`Owner::private_dir`] makes or takes one.
+    pub(crate) fn made(&self, dir: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let me = nix::unistd::geteuid().as_raw();
+        std::fs::symlink_metadata(dir)
+            .is_ok_and(|m| m.is_dir() && (m.uid() == me || m.uid() == self.uid))
+    }
+
     /// Makes `dir` (its parent must exist) a directory of the server's user that only it can
     /// enter, or takes one already there that is ours or the server's user's. Never a symlink
     /// or another user's directory: in a shared directory such as /var/tmp, at a name anyone
