@@ -633,6 +633,24 @@ fn an_empty_slipstream_home_is_named_in_the_error_or_ignored() {
     );
 }
 
+/// Promise: errors say what failed and what to do. A home that is a file said "could not
+/// create the state directory X: File exists (os error 17)" and no more.
+#[test]
+fn a_home_that_is_a_file_is_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::write(&home, "not a directory").unwrap();
+    for args in [&["db", "start"][..], &["sql", "SELECT 1"]] {
+        let o = slipstream(args, &home, dir.path());
+        assert!(!o.status.success());
+        assert!(
+            text(&o).contains(&home.display().to_string()) && text(&o).contains("--home"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+}
+
 /// Runs `cmd` as `user` when we are root (as another user, it runs as that user already).
 fn as_user(mut cmd: Command, user: &nix::unistd::User) -> Output {
     if is_root() {

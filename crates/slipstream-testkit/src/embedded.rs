@@ -130,13 +130,10 @@ impl Embedded {
             return Ok(None);
         }
         std::fs::create_dir_all(&self.home).map_err(|e| {
-            Error::io(
-                format!(
-                    "could not create the state directory {}",
-                    self.home.display()
-                ),
-                e,
-            )
+            Error::new(format!(
+                "could not create the state directory {}: {e}; choose another with --home or SLIPSTREAM_HOME",
+                self.home.display()
+            ))
         })?;
         let path = self.home.join(LOCK_FILE);
         let file = std::fs::OpenOptions::new()
