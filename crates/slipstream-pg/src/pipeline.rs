@@ -1544,6 +1544,11 @@ impl Pipeline<'_> {
             while let Some(Expect::Op(skipped)) = self.expect.front() {
                 // Never a run: a FunctionCall is written only after its group's Sync.
                 let skipped_id = skipped.id;
+                if let Kind::Prepare { name, .. } = &skipped.kind {
+                    // Skipped, so never created: nothing to close, and a name left unclaimed
+                    // would sit in front of the later ones each claim looks for.
+                    self.client.conn.claim(name);
+                }
                 self.in_flight_ops -= skipped.kind.ops() as usize;
                 self.in_flight_bytes -= skipped.bytes;
                 self.results[skipped_id as usize] = Slot::Ready(Err(Error::aborted(

@@ -459,3 +459,37 @@ async fn a_wide_window_of_prepares_takes_its_names_back_in_linear_time() {
     assert!(p.end().await.iter().all(|r| matches!(r, Ok(Output::Taken))));
     assert_eq!(scalar::<i32>(&mut c, "SELECT 1").await, 1);
 }
+
+/// A failed abort-mode group skips its later prepares, so their statements never exist; their
+/// names stayed with the connection until its next request, in front of the names that the
+/// block's later prepares take back, and every later reply searched past all of them:
+/// quadratic in a block of failing groups. The timeout only tells a hang from a slow machine.
+#[tokio::test]
+async fn prepares_a_failed_group_skipped_are_not_searched_by_later_replies() {
+    let (_cluster, mut c) = setup().await;
+    let mut p = c.pipeline_with(
+        abort_mode()
+            .max_in_flight(usize::MAX)
+            .max_in_flight_bytes(usize::MAX),
+    );
+    let mut ops = Vec::new();
+    for _ in 0..200_000 {
+        ops.push(p.prepare("SELECT * FROM no_such_table").await.unwrap());
+        ops.push(p.prepare("SELECT 1").await.unwrap());
+        p.sync();
+    }
+    let read_all = async {
+        for pair in ops.chunks(2) {
+            // Each error is dropped as it is read: 400,000 kept would cost 100 MB.
+            let failed = p.process(&pair[0]).await.unwrap_err();
+            assert_eq!(failed.code(), Some(SqlState::UNDEFINED_TABLE), "{failed}");
+            let skipped = p.process(&pair[1]).await.unwrap_err();
+            assert_eq!(skipped.kind(), ErrorKind::Aborted, "{skipped}");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), read_all)
+        .await
+        .expect("the replies took minutes: each one searched the names of the skipped prepares");
+    assert!(p.end().await.iter().all(|r| matches!(r, Ok(Output::Taken))));
+    assert_eq!(scalar::<i32>(&mut c, "SELECT 1").await, 1);
+}
