@@ -128,8 +128,11 @@ impl StatementCache {
             self.stats.misses += 1;
             return Ok(None);
         };
-        self.unlink(i);
-        self.link_newest(i);
+        // A statement run in a loop is already the newest: no list to touch.
+        if self.newest != i {
+            self.unlink(i);
+            self.link_newest(i);
+        }
         self.stats.hits += 1;
         Ok(Some(stmt))
     }
