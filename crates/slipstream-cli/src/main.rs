@@ -50,7 +50,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     say(&sql::render(&reply)?)?;
                     Ok(ExitCode::SUCCESS)
                 }
-                sql::Ran::Interrupted(what) => {
+                sql::Ran::Failed { reply, error } => {
+                    sql::show_partial(&reply)?;
+                    Err(error)
+                }
+                sql::Ran::Interrupted { reply, what } => {
+                    sql::show_partial(&reply)?;
                     eprintln!("slipstream: {what}");
                     Ok(ExitCode::from(interrupt::INTERRUPTED))
                 }

@@ -5,12 +5,23 @@ use slipstream_pg::{ErrorKind, SimpleQueryMessage, SqlState};
 
 use crate::interrupt::{CANCEL_WAIT, Cancelled, CtrlC};
 
-/// How a `slipstream sql` run ended.
+/// How a `slipstream sql` run ended. `reply` is what the statements that ran returned: all of
+/// them, or those before a failure or an interruption (they ran, and a `COMMIT` among them
+/// committed), so it is shown either way.
 pub enum Ran {
     /// The statements' reply (also when a Ctrl-C's cancel came too late to stop them).
     Done(Vec<SimpleQueryMessage>),
-    /// Interrupted by Ctrl-C: what happened to the statements, for stderr.
-    Interrupted(String),
+    /// A statement failed: the reply of those before it, and the error.
+    Failed {
+        reply: Vec<SimpleQueryMessage>,
+        error: anyhow::Error,
+    },
+    /// Interrupted by Ctrl-C: the reply so far, and what happened to the statements, for
+    /// stderr.
+    Interrupted {
+        reply: Vec<SimpleQueryMessage>,
+        what: String,
+    },
 }
 
 /// Runs `query` (one or more `;`-separated statements, one implicit transaction). A Ctrl-C
@@ -19,7 +30,10 @@ pub enum Ran {
 pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
     let mut ctrl_c = CtrlC::listen()?;
     let Some(client) = ctrl_c.or(slipstream_pg::connect(url)).await else {
-        return Ok(Ran::Interrupted("interrupted while connecting".into()));
+        return Ok(Ran::Interrupted {
+            reply: Vec::new(),
+            what: "interrupted while connecting".into(),
+        });
     };
     let mut client = client?;
     // As psql shows them: a `RAISE NOTICE` or a warning is part of the answer. Escaped: the
@@ -33,46 +47,61 @@ pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
     });
     let token = client.cancel_token();
     let ran = ctrl_c
-        .cancelling("the statement", client.simple_query(query), || {
-            token.cancel()
-        })
+        .cancelling(
+            "the statement",
+            client.simple_query_until_error(query),
+            || token.cancel(),
+        )
         .await;
     // After a cancel the statement either stopped, or had ended before the request arrived:
     // then it stands, and its reply is shown.
-    let (reply, cancel_sent) = match ran {
-        Cancelled::Ran(reply) => (reply, false),
-        Cancelled::AfterCancel(reply) => (reply, true),
+    let ((reply, error), cancel_sent) = match ran {
+        Cancelled::Ran(ran) => (ran, false),
+        Cancelled::AfterCancel(ran) => (ran, true),
         Cancelled::NotSent(e) => {
-            return Ok(Ran::Interrupted(format!(
-                "could not cancel the statement ({e}); it may still be running on the server: see pg_stat_activity"
-            )));
+            return Ok(Ran::Interrupted {
+                reply: Vec::new(),
+                what: format!(
+                    "could not cancel the statement ({e}); it may still be running on the server: see pg_stat_activity"
+                ),
+            });
         }
         Cancelled::NotEnded => {
-            return Ok(Ran::Interrupted(format!(
-                "the server took the cancel but the statement had not ended {CANCEL_WAIT:?} later; it may still be running: see pg_stat_activity"
-            )));
+            return Ok(Ran::Interrupted {
+                reply: Vec::new(),
+                what: format!(
+                    "the server took the cancel but the statement had not ended {CANCEL_WAIT:?} later; it may still be running: see pg_stat_activity"
+                ),
+            });
         }
     };
-    match reply {
-        Ok(reply) => {
+    match error {
+        None => {
             if cancel_sent {
                 eprintln!("the statement had finished before the cancel reached the server");
             }
             client.close().await?;
             Ok(Ran::Done(reply))
         }
-        Err(e) if cancel_sent && e.code() == Some(SqlState::QUERY_CANCELED) => {
-            Ok(Ran::Interrupted(format!(
-                "cancelled on the server, its transaction rolled back: {e}"
-            )))
+        Some(e) if cancel_sent && e.code() == Some(SqlState::QUERY_CANCELED) => {
+            Ok(Ran::Interrupted {
+                reply,
+                what: format!("cancelled on the server, its transaction rolled back: {e}"),
+            })
         }
         // The client's own advice names its Rust API, which a command-line user cannot call.
-        Err(e) if e.kind() == ErrorKind::Usage && e.to_string().contains("COPY") => {
-            anyhow::bail!(
-                "slipstream sql does not stream COPY ... TO STDOUT or FROM STDIN; use psql's \\copy, or COPY to or from a file on the server"
-            )
+        Some(e) if e.kind() == ErrorKind::Usage && e.to_string().contains("COPY") => {
+            Ok(Ran::Failed {
+                reply,
+                error: anyhow::anyhow!(
+                    "slipstream sql does not stream COPY ... TO STDOUT or FROM STDIN; use psql's \\copy, or COPY to or from a file on the server"
+                ),
+            })
         }
-        Err(e) => Err(e.into()),
+        Some(e) => Ok(Ran::Failed {
+            reply,
+            error: e.into(),
+        }),
     }
 }
 
@@ -107,4 +136,15 @@ pub fn render(reply: &[SimpleQueryMessage]) -> anyhow::Result<String> {
         }
     }
     Ok(out.join("\n\n"))
+}
+
+/// Prints the reply of the statements that ran before a failure or an interruption, if they
+/// returned anything: they ran (a `COMMIT` among them committed), and the error alone would
+/// not say so.
+pub fn show_partial(reply: &[SimpleQueryMessage]) -> anyhow::Result<()> {
+    let shown = render(reply)?;
+    if !shown.is_empty() {
+        crate::say(&shown)?;
+    }
+    Ok(())
 }

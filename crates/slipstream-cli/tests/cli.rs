@@ -101,6 +101,25 @@ fn sql_errors_are_reported_with_a_failing_exit_code() {
     );
 }
 
+/// The statements before a failing one ran, and a `COMMIT` among them committed: they are
+/// shown before the error (as psql shows them), not hidden behind it.
+#[test]
+fn sql_shows_what_ran_before_a_failing_statement() {
+    let cluster = Cluster::start().unwrap();
+    let o = sql(
+        &cluster,
+        "BEGIN; CREATE TABLE t1(x int); COMMIT; SELECT 41 + 1 AS answer; SELECT 1/0",
+    );
+    assert!(!o.status.success());
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for shown in ["BEGIN", "CREATE TABLE", "COMMIT", "answer", "42", "(1 row)"] {
+        assert!(stdout.contains(shown), "{shown} missing from {stdout}");
+    }
+    assert!(text(&o).contains("division by zero"), "{}", text(&o));
+    let o = sql(&cluster, "SELECT count(*) FROM t1");
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 #[test]
 fn database_url_is_used_when_no_flag_is_given() {
     let cluster = Cluster::start().unwrap();

@@ -46,6 +46,37 @@ impl Client {
         Ok(out)
     }
 
+    /// [`Client::simple_query`] that keeps, when a statement fails, what the statements
+    /// before it returned, as psql shows it. Those statements ran: a `COMMIT` among them
+    /// committed, whatever failed after it. The error, if any, comes with them; rows the failed
+    /// statement sent before its error are there too, with no `CommandComplete` after them.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let (reply, error) = client
+    ///     .simple_query_until_error("BEGIN; CREATE TABLE t1(x int); COMMIT; SELECT 1/0")
+    ///     .await;
+    /// let tags: Vec<&str> = reply
+    ///     .iter()
+    ///     .filter_map(|m| match m {
+    ///         SimpleQueryMessage::CommandComplete { tag, .. } => Some(tag.as_str()),
+    ///         _ => None,
+    ///     })
+    ///     .collect();
+    /// assert_eq!(tags, ["BEGIN", "CREATE TABLE", "COMMIT"]); // t1 exists
+    /// assert!(error.is_some()); // division by zero
+    /// # }
+    /// ```
+    pub async fn simple_query_until_error(
+        &mut self,
+        sql: &str,
+    ) -> (Vec<SimpleQueryMessage>, Option<Error>) {
+        let mut out = Vec::new();
+        let error = self.run_simple(sql, Some(&mut out)).await.err();
+        (out, error)
+    }
+
     /// Runs one or more `;`-separated statements and discards their rows.
     ///
     /// ```no_run

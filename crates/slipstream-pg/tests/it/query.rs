@@ -43,6 +43,42 @@ async fn simple_query_runs_several_statements() {
     );
 }
 
+/// What ran before a failing statement comes with the error, and only that: the statements
+/// after it are not run, and the connection goes on.
+#[tokio::test]
+async fn simple_query_until_error_keeps_what_ran_before_the_failure() {
+    let (_cluster, mut c) = super::setup().await;
+    let (reply, error) = c
+        .simple_query_until_error(
+            "BEGIN; CREATE TABLE t1(x int); COMMIT; SELECT 1/0; CREATE TABLE t2(x int)",
+        )
+        .await;
+    let tags: Vec<_> = reply
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::CommandComplete { tag, .. } => Some(tag.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tags, ["BEGIN", "CREATE TABLE", "COMMIT"]);
+    assert_eq!(
+        error.and_then(|e| e.code()),
+        Some(slipstream_pg::SqlState::DIVISION_BY_ZERO)
+    );
+    let (reply, error) = c
+        .simple_query_until_error("SELECT count(*) FROM t1; SELECT to_regclass('t2') IS NULL")
+        .await;
+    assert!(error.is_none(), "{error:?}");
+    let values: Vec<_> = reply
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).unwrap().map(str::to_string),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, ["0", "t"]);
+}
+
 #[tokio::test]
 async fn extended_queries_with_parameters_and_row_counts() {
     let (_cluster, mut c) = super::setup().await;
