@@ -226,8 +226,10 @@ pub(crate) struct Connection {
     /// newest name to the front and made each claim scan further: quadratic in a block of
     /// prepares, 3.0 s for 80,000 of them).
     pub(crate) unclaimed: VecDeque<String>,
-    /// The session ran `DISCARD ALL` or `DEALLOCATE ALL`: every prepared statement is gone, so
-    /// the statement cache must forget its entries before its next use.
+    /// The session ran `DISCARD ALL` or `DEALLOCATE ALL` (every prepared statement is gone), or
+    /// altered a type or domain (a type looked up in the catalogs may have changed, and the
+    /// cached statements hold it): the statement cache and the type cache must forget their
+    /// entries before their next use.
     pub(crate) statements_discarded: bool,
     /// The same for the memopt function OIDs a client resolved (a separate flag: each cache
     /// takes its own).
@@ -917,8 +919,8 @@ impl Connection {
             Message::CommandComplete(body) => {
                 // Every reply path passes here, so this is the one place that sees a user's
                 // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
-                if body.tag().is_ok_and(|t| is_discard_all(t.as_bytes())) {
-                    self.forget_prepared();
+                if let Ok(tag) = body.tag() {
+                    self.forget(Forget::after(tag.as_bytes()));
                 }
                 return Ok(Some(Message::CommandComplete(body)));
             }
@@ -1029,14 +1031,14 @@ impl Connection {
             return Ok(Common::Partial);
         }
         let tag = self.rbuf[0];
-        let mut discards = false;
+        let mut forget = Forget::Nothing;
         let common = match (tag, len) {
             (b'1' | b'2', 5) => Common::Ack,
             (b'n', 5) => Common::NoData,
             (b'Z', 6) if matches!(self.rbuf[5], b'I' | b'T' | b'E') => Common::Ready,
             (b'C', 6..) => match command_tag(&self.rbuf[5..len]) {
                 Some(text) => {
-                    discards = is_discard_all(text);
+                    forget = Forget::after(text);
                     Common::Complete(CommandTag::parse(text))
                 }
                 None => return Ok(Common::Other),
@@ -1055,9 +1057,7 @@ impl Connection {
             }
             _ => return Ok(Common::Other),
         };
-        if discards {
-            self.forget_prepared();
-        }
+        self.forget(forget);
         self.count_flush(len, tag == b'Z');
         if let Common::Ready = common {
             self.ready_for_query(self.rbuf[5]);
@@ -1066,11 +1066,17 @@ impl Connection {
         Ok(common)
     }
 
-    /// The session's prepared statements are gone (`DISCARD ALL`, `DEALLOCATE ALL`): the
-    /// statement cache and the memopt function OIDs must forget theirs before their next use.
-    fn forget_prepared(&mut self) {
-        self.statements_discarded = true;
-        self.functions_discarded = true;
+    /// Marks what a completed command made stale, to be forgotten before the caches' next use.
+    fn forget(&mut self, forget: Forget) {
+        match forget {
+            Forget::Nothing => {}
+            // The memopt function OIDs too: the statements that hold them are gone.
+            Forget::Prepared => {
+                self.statements_discarded = true;
+                self.functions_discarded = true;
+            }
+            Forget::Types => self.statements_discarded = true,
+        }
     }
 
     /// Reads what the socket has into `rbuf`, once what is there holds no whole message (no
@@ -1247,8 +1253,29 @@ fn command_tag(body: &[u8]) -> Option<&[u8]> {
 
 /// A command tag after which the session has no prepared statements left: every cache of
 /// them must forget its entries.
-fn is_discard_all(tag: &[u8]) -> bool {
-    matches!(tag, b"DISCARD ALL" | b"DEALLOCATE ALL")
+/// What a command, by its tag, makes the client's caches forget.
+enum Forget {
+    Nothing,
+    /// `DISCARD ALL`, `DEALLOCATE ALL`: the session's prepared statements are gone.
+    Prepared,
+    /// `ALTER TYPE`, `ALTER DOMAIN`: a type looked up in the catalogs may have changed under its
+    /// OID (a label or attribute added, renamed, or dropped and added again, which reorders a
+    /// composite's fields). Read by the old definition, a composite's values of one type land
+    /// in each other's fields without any error, so the types and the statements that hold them
+    /// are looked up again. Not `ALTER TABLE`: it is frequent, and the statements it makes
+    /// stale are prepared again when the server says so; a table's row type and a change made
+    /// through another connection need `Client::clear_statement_cache`.
+    Types,
+}
+
+impl Forget {
+    fn after(tag: &[u8]) -> Forget {
+        match tag {
+            b"DISCARD ALL" | b"DEALLOCATE ALL" => Forget::Prepared,
+            b"ALTER TYPE" | b"ALTER DOMAIN" => Forget::Types,
+            _ => Forget::Nothing,
+        }
+    }
 }
 
 /// The notice handler of a new connection: a `tracing` event at INFO level.

@@ -216,8 +216,9 @@ impl Client {
         }
     }
 
-    /// After the session ran `DISCARD ALL` / `DEALLOCATE ALL`: forgets the cached statements
-    /// (the server has none left) and the looked-up types (a type may have changed since).
+    /// After the session ran `DISCARD ALL` / `DEALLOCATE ALL` (the server has no statements
+    /// left), or altered a type: forgets the cached statements and the looked-up types
+    /// (a type may have changed since).
     pub(crate) fn forget_discarded(&mut self) {
         if std::mem::take(&mut self.conn.statements_discarded) {
             self.cache.clear();
@@ -609,8 +610,10 @@ impl Client {
     }
 
     /// Closes every cached statement (with the next request; no round trip of its own), and
-    /// forgets the types looked up in the catalogs: call it after `ALTER TYPE` changed an enum
-    /// or composite this connection has used (`DISCARD ALL` does the same by itself).
+    /// forgets the types looked up in the catalogs: call it after another connection's
+    /// `ALTER TYPE` changed an enum or composite this connection has used, or after any
+    /// `ALTER TABLE` changed a table whose row type it has used (`DISCARD ALL`, and `ALTER TYPE`
+    /// or `ALTER DOMAIN` run on this connection, do the same by themselves).
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {

@@ -253,7 +253,10 @@ async fn discard_all_forgets_looked_up_types() {
         #[postgres(name = "ecstatic")]
         Ecstatic,
     }
-    c.batch_execute("ALTER TYPE mood ADD VALUE 'ecstatic'")
+    // Through another connection: this one's own ALTER TYPE would forget the types by itself.
+    let mut other = slipstream_pg::connect(&_cluster.url()).await.unwrap();
+    other
+        .batch_execute("ALTER TYPE mood ADD VALUE 'ecstatic'")
         .await
         .unwrap();
     let e = c
@@ -316,4 +319,54 @@ async fn a_type_costs_one_lookup_per_connection_and_built_in_types_none() {
         .await
         .unwrap();
     assert_eq!(proxy.round_trips() - before, 1);
+}
+
+#[derive(Debug, PartialEq, ToSql, FromSql)]
+#[postgres(name = "pair")]
+struct Pair {
+    a: i32,
+    b: i32,
+}
+
+/// A composite's fields are read and written by the definition looked up: after an attribute
+/// is dropped and added again (so `a` now comes after `b`), the old definition put each value
+/// in the other's field, with no error, and stored `a` in `b`. `ALTER TYPE` run on the
+/// connection itself makes it look the types up again.
+#[tokio::test]
+async fn a_type_altered_through_the_connection_is_looked_up_again() {
+    let (_cluster, mut c) = setup().await;
+    c.batch_execute("CREATE TYPE pair AS (a int4, b int4); CREATE TABLE tp (p pair)")
+        .await
+        .unwrap();
+    let pair = |a, b| Pair { a, b };
+    let row = c.query_one("SELECT ROW(1, 2)::pair", &[]).await.unwrap();
+    assert_eq!(row.get::<_, Pair>(0).unwrap(), pair(1, 2));
+
+    c.batch_execute(
+        "ALTER TYPE pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4;
+         ALTER TYPE mood ADD VALUE 'ecstatic'",
+    )
+    .await
+    .unwrap();
+    // Now (b, a): the server's ROW(2, 1) is b = 2, a = 1.
+    let row = c.query_one("SELECT ROW(2, 1)::pair", &[]).await.unwrap();
+    assert_eq!(row.get::<_, Pair>(0).unwrap(), pair(1, 2));
+    c.execute("INSERT INTO tp VALUES ($1)", &[&pair(10, 20)])
+        .await
+        .unwrap();
+    let row = c
+        .query_one("SELECT (p).a, (p).b FROM tp", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i32>(0).unwrap(), row.get::<_, i32>(1).unwrap()),
+        (10, 20)
+    );
+    // The new label is known without clearing anything.
+    let row = c.query_one("SELECT 'ecstatic'::mood", &[]).await.unwrap();
+    assert!(
+        matches!(row.columns()[0].type_().kind(), Kind::Enum(v) if v.len() == 4),
+        "{:?}",
+        row.columns()[0].type_()
+    );
 }
