@@ -907,6 +907,16 @@ impl Connection {
                          (ParameterStatus); the connection is closed. Is this a PostgreSQL server?"
                     ))));
                 }
+                // Text goes both ways as UTF-8 bytes, converted by the server from and to the
+                // client encoding: under any other, a `String` would be stored mis-encoded
+                // ("é" as "Ã©" under LATIN1) and read back the same, with no error anywhere.
+                if name == "client_encoding" && !value.eq_ignore_ascii_case("UTF8") {
+                    return Err(self.poison(Error::usage(format!(
+                        "the session's client_encoding was set to {value}, but slipstream-pg \
+                         sends and reads text as UTF-8 only (text would be stored and read \
+                         mis-encoded); the connection is closed. Leave client_encoding as UTF8"
+                    ))));
+                }
                 self.parameters.insert(name, value);
             }
             Message::ErrorResponse(body) => {

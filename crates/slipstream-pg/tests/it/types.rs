@@ -136,3 +136,34 @@ async fn unknown_types_can_be_read_raw() {
     let row = c.query_one("SELECT 'happy'::mood", &[]).await.unwrap();
     assert_eq!(row.get_raw(0).unwrap(), Some(&b"happy"[..]));
 }
+
+/// Text goes on the wire as UTF-8 (docs/client.md: "client_encoding is always UTF8"). After a
+/// `SET client_encoding = 'LATIN1'` the server converted every string from LATIN1: an "é"
+/// sent was stored as "Ã©" (what tokio-postgres, which does not check either, and every other
+/// client then read), and read back converted again, so this connection saw nothing wrong.
+#[tokio::test]
+async fn a_client_encoding_other_than_utf8_closes_the_connection_rather_than_mis_encode() {
+    let (cluster, mut c) = super::setup().await;
+    let peer = super::peer(&cluster).await;
+    c.batch_execute("CREATE TABLE te (t text)").await.unwrap();
+    // Spelled another way, it is still UTF8.
+    c.batch_execute("SET client_encoding = 'unicode'; RESET client_encoding")
+        .await
+        .unwrap();
+    let e = c
+        .batch_execute("SET client_encoding = 'LATIN1'")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("client_encoding"), "{e}");
+    let inserted = c.execute("INSERT INTO te VALUES ($1)", &[&"é"]).await;
+    assert!(inserted.unwrap_err().is_closed());
+    let stored: Vec<String> = peer
+        .query("SELECT t FROM te", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(stored.is_empty(), "{stored:?}");
+}
