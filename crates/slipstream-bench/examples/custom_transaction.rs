@@ -2,7 +2,7 @@
 //! runner for 5 seconds at 4 users, then printed as the report table.
 //!
 //! ```sh
-//! cargo run --release -p slipstream-lab --example custom_transaction -- postgres://postgres@127.0.0.1/postgres
+//! cargo run --release -p slipstream-bench --example custom_transaction -- postgres://postgres@127.0.0.1/postgres
 //! ```
 
 use std::time::Duration;
