@@ -52,7 +52,7 @@ pub const EXPERIMENTS: &[Experiment] = &[
     Experiment {
         name: "connect",
         title: experiments::connect::TITLE,
-        source: "article 001, ConnectionPoolTest (no pool yet)",
+        source: "article 001, ConnectionPoolTest: fresh vs tokio-postgres, pooled by slipstream-pool",
         run: experiments::connect::run,
     },
     Experiment {
