@@ -31,7 +31,7 @@
 //!
 //! ```text
 //! prepared or cached:  Bind + Execute + Sync                           -> BindComplete, DataRow*, CommandComplete, ReadyForQuery
-//! cache miss:          Parse(s7) + Describe(S) + Bind + Execute + Sync  (one round trip; then cached)
+//! cache miss:          Parse(S7) + Describe(S) + Bind + Execute + Sync  (one round trip; then cached)
 //! uncached one-off:    Parse("") + Bind + Describe(P) + Execute + Sync  (one round trip, nothing left behind)
 //! row stream:          ... + Execute(n) + Flush, Execute(n) + Flush ...  then Sync when the rows run out
 //! ```
