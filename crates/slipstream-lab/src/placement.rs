@@ -6,7 +6,7 @@
 //! backend, would measure that chance. When the database is local, experiments pin the client
 //! thread and every backend it uses to chosen CPUs, and report each placement.
 
-use slipstream_testkit::{pin_current_thread, pin_process};
+use slipstream_testkit::{pin_current_thread, pin_process, unpin_current_thread, unpin_process};
 
 /// Where the client and the backends run.
 #[derive(Debug, Clone, Copy)]
@@ -93,15 +93,14 @@ pub(crate) fn pin_same_cpu(url: &str, backends: &[i32]) -> String {
     }
 }
 
-/// Lets the calling thread and the backends run anywhere again.
+/// Lets the calling thread and the backends run anywhere again. Not by counting CPUs with
+/// `available_parallelism`: for a pinned thread that counts only its own CPU, so the thread
+/// would stay pinned, and every experiment run after it in the process (`slipstream demo`),
+/// with every thread it spawns, would share that one CPU.
 pub(crate) fn release(backends: &[i32]) {
-    let all: Vec<usize> = (0..std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1))
-        .collect();
-    let _ = pin_current_thread(&all);
+    let _ = unpin_current_thread();
     for &pid in backends {
-        let _ = pin_process(pid as u32, &all);
+        let _ = unpin_process(pid as u32);
     }
 }
 
@@ -114,5 +113,21 @@ mod tests {
         assert!(super::is_local("postgres://u@localhost/db"));
         assert!(!super::is_local("postgres://u@db.example.com/db"));
         assert!(!super::is_local("postgres://u@127.0.0.1,db.example.com/db"));
+    }
+
+    /// `roundtrip` measures the cross-CPU placement last, so `release` starts from a thread
+    /// pinned to one CPU: it must not take that thread's one CPU for the machine's, or every
+    /// later experiment of `slipstream demo` (and the threads they spawn) stays on it.
+    #[test]
+    fn release_lets_a_pinned_thread_run_on_every_cpu_again() {
+        let cpus = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        let before = cpus();
+        let Some(cross) = super::placements().into_iter().nth(1) else {
+            return; // one CPU: nothing to release
+        };
+        slipstream_testkit::pin_current_thread(&[cross.client_cpu]).unwrap();
+        assert_eq!(cpus(), 1);
+        super::release(&[]);
+        assert_eq!(cpus(), before, "the thread is still pinned after release");
     }
 }

@@ -35,5 +35,5 @@ pub use cluster::{Cluster, ClusterBuilder};
 pub use embedded::{Embedded, Status};
 pub use error::Error;
 pub use install::{INSTALL_HINT, Install, free_port};
-pub use pin::{pin_current_thread, pin_process};
+pub use pin::{pin_current_thread, pin_process, unpin_current_thread, unpin_process};
 pub use proxy::{DelayProxy, ProxyOverhead, measure_overhead};

@@ -17,6 +17,21 @@ fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
         .map_err(|e| Error::new(format!("could not set CPU affinity: {e}")))
 }
 
+/// Lets a process (`None`: the calling thread) run on every CPU again. Every CPU the set can
+/// name is asked for: the kernel keeps those that exist and that the process's cpuset allows,
+/// so this needs no count of the machine's CPUs (which a pinned thread cannot learn from
+/// `available_parallelism`: that counts its own affinity).
+fn unpin(pid: Option<u32>) -> Result<(), Error> {
+    let mut set = CpuSet::new();
+    for cpu in 0..CpuSet::count() {
+        set.set(cpu)
+            .map_err(|e| Error::new(format!("cpu {cpu} cannot be used: {e}")))?;
+    }
+    let target = Pid::from_raw(pid.map_or(0, |p| p as i32));
+    sched_setaffinity(target, &set)
+        .map_err(|e| Error::new(format!("could not set CPU affinity: {e}")))
+}
+
 /// Restricts another process (e.g. a local backend) to `cpus`.
 pub fn pin_process(pid: u32, cpus: &[usize]) -> Result<(), Error> {
     pin(Some(pid), cpus)
@@ -25,4 +40,14 @@ pub fn pin_process(pid: u32, cpus: &[usize]) -> Result<(), Error> {
 /// Restricts the calling thread to `cpus` (e.g. to keep a benchmark's client on one CPU).
 pub fn pin_current_thread(cpus: &[usize]) -> Result<(), Error> {
     pin(None, cpus)
+}
+
+/// Lets another process run on every CPU again, undoing [`pin_process`].
+pub fn unpin_process(pid: u32) -> Result<(), Error> {
+    unpin(Some(pid))
+}
+
+/// Lets the calling thread run on every CPU again, undoing [`pin_current_thread`].
+pub fn unpin_current_thread() -> Result<(), Error> {
+    unpin(None)
 }
