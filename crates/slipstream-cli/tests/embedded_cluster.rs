@@ -501,16 +501,7 @@ fn a_stale_postmaster_pid_of_another_process_is_not_taken_for_the_server() {
             .success()
     );
     // Another process of the server's OS user now has the PID the lock file names.
-    let mut victim = {
-        let mut c = Command::new("sleep");
-        c.arg("300");
-        if is_root() {
-            use std::os::unix::process::CommandExt;
-            let u = postgres_user();
-            c.uid(u.uid.as_raw()).gid(u.gid.as_raw());
-        }
-        c.spawn().unwrap()
-    };
+    let mut victim = a_process_of_the_servers_user();
     let pid_file = data.join("postmaster.pid");
     std::fs::write(
         &pid_file,
@@ -570,16 +561,7 @@ fn a_stale_socket_lock_file_does_not_stop_the_start() {
             .status
             .success()
     );
-    let mut victim = {
-        let mut c = Command::new("sleep");
-        c.arg("300");
-        if is_root() {
-            use std::os::unix::process::CommandExt;
-            let u = postgres_user();
-            c.uid(u.uid.as_raw()).gid(u.gid.as_raw());
-        }
-        c.spawn().unwrap()
-    };
+    let mut victim = a_process_of_the_servers_user();
     let sockets = data.parent().unwrap();
     // What the dead postmaster left: both files name its PID, now the victim's.
     std::fs::write(
@@ -1130,4 +1112,16 @@ fn descendant_named(root: u32, name: &str) -> Option<u32> {
         }
         None
     })
+}
+
+/// A process of the server's OS user that lives long enough to hold a PID a lock file names.
+fn a_process_of_the_servers_user() -> std::process::Child {
+    let mut c = Command::new("sleep");
+    c.arg("300");
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        let u = postgres_user();
+        c.uid(u.uid.as_raw()).gid(u.gid.as_raw());
+    }
+    c.spawn().unwrap()
 }

@@ -150,15 +150,10 @@ mod tests {
 
     /// A drifting series: Geyer's sum reads lags far into it.
     fn drift(n: usize) -> Vec<f64> {
-        let mut state = 1u64;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         (0..n)
-            .map(|i| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let u = (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
-                1000.0 - 100.0 * i as f64 / n as f64 + 10.0 * u
-            })
+            .map(|i| 1000.0 - 100.0 * i as f64 / n as f64 + 10.0 * (rng.random::<f64>() - 0.5))
             .collect()
     }
 
