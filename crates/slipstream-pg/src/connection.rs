@@ -1261,8 +1261,6 @@ fn command_tag(body: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// A command tag after which the session has no prepared statements left: every cache of
-/// them must forget its entries.
 /// What a command, by its tag, makes the client's caches forget.
 enum Forget {
     Nothing,
