@@ -637,18 +637,16 @@ mod redact_tests {
             let shown = super::redact_password(unreadable);
             assert!(!shown.contains("secret"), "{unreadable} -> {shown}");
         }
-        // Without the word, nothing to hide: a label such as the bench's "(no database)".
-        assert_eq!(super::redact_password("(no database)"), "(no database)");
-        // A `://` in a key=value value is not a URL (the client reads the string as pairs);
-        // before, this was treated as one and came back whole.
-        assert_eq!(
-            super::redact_password("host=h password=se://cret@x"),
-            "host=h password=***"
-        );
-        assert_eq!(
-            super::redact_password("  postgres://u:secret@h/db"),
-            "postgres://u:***@h/db"
-        );
+        for (given, shown) in [
+            // Without the word, nothing to hide: a label such as the bench's "(no database)".
+            ("(no database)", "(no database)"),
+            // A `://` in a key=value value is not a URL (the client reads the string as
+            // pairs); before, this was treated as one and came back whole.
+            ("host=h password=se://cret@x", "host=h password=***"),
+            ("  postgres://u:secret@h/db", "postgres://u:***@h/db"),
+        ] {
+            assert_eq!(super::redact_password(given), shown, "{given}");
+        }
         let other = super::redact_password("mysql://u:secret@h/db");
         assert!(!other.contains("secret"), "{other}");
     }

@@ -175,10 +175,10 @@ impl Embedded {
             // Never a link or a stranger's directory planted at that name (see `create`).
             owner.made(data.parent()?).then_some(data)
         };
+        let has_data = |d: &PathBuf| d.join("PG_VERSION").exists();
         let Some(data) = recorded
-            .filter(|d| d.join("PG_VERSION").exists())
-            .or_else(unrecorded)
-            .filter(|d| d.join("PG_VERSION").exists())
+            .filter(has_data)
+            .or_else(|| unrecorded().filter(has_data))
         else {
             return Status::NotCreated;
         };

@@ -339,10 +339,14 @@ impl Owner {
     /// Whether `dir` is a directory (not a link) of this user or of the server's, as
     /// [`Owner::private_dir`] makes or takes one.
     pub(crate) fn made(&self, dir: &Path) -> bool {
+        std::fs::symlink_metadata(dir).is_ok_and(|m| self.owns_dir(&m))
+    }
+
+    /// Whether `meta` is of a directory (not a link) of this user or of the server's.
+    fn owns_dir(&self, meta: &std::fs::Metadata) -> bool {
         use std::os::unix::fs::MetadataExt;
         let me = nix::unistd::geteuid().as_raw();
-        std::fs::symlink_metadata(dir)
-            .is_ok_and(|m| m.is_dir() && (m.uid() == me || m.uid() == self.uid))
+        meta.is_dir() && (meta.uid() == me || meta.uid() == self.uid)
     }
 
     /// Makes `dir` (its parent must exist) a directory of the server's user that only it can
@@ -359,8 +363,7 @@ impl Owner {
         }
         let meta = std::fs::symlink_metadata(dir)
             .map_err(|e| Error::io(format!("could not read {}", dir.display()), e))?;
-        let me = nix::unistd::geteuid().as_raw();
-        if !meta.is_dir() || (meta.uid() != me && meta.uid() != self.uid) {
+        if !self.owns_dir(&meta) {
             return Err(Error::new(format!(
                 "{} is not a directory of this user or of the server's (it is {}, owned by uid {}): someone else made it; remove it, or choose another home with --home or SLIPSTREAM_HOME",
                 dir.display(),

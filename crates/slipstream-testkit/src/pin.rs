@@ -22,14 +22,7 @@ fn pin(pid: Option<u32>, cpus: &[usize]) -> Result<(), Error> {
 /// so this needs no count of the machine's CPUs (which a pinned thread cannot learn from
 /// `available_parallelism`: that counts its own affinity).
 fn unpin(pid: Option<u32>) -> Result<(), Error> {
-    let mut set = CpuSet::new();
-    for cpu in 0..CpuSet::count() {
-        set.set(cpu)
-            .map_err(|e| Error::new(format!("cpu {cpu} cannot be used: {e}")))?;
-    }
-    let target = Pid::from_raw(pid.map_or(0, |p| p as i32));
-    sched_setaffinity(target, &set)
-        .map_err(|e| Error::new(format!("could not set CPU affinity: {e}")))
+    pin(pid, &(0..CpuSet::count()).collect::<Vec<_>>())
 }
 
 /// Restricts another process (e.g. a local backend) to `cpus`.
