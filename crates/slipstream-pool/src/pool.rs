@@ -167,6 +167,14 @@ impl Attachment {
         *self.labels.lock().unwrap_or_else(|p| p.into_inner()) = labels;
     }
 
+    /// Sets the labels if `still_ours`, asked under their lock (see [`crate::Pooled::set_labels`]).
+    pub(crate) fn set_labels_if(&self, labels: Arc<Labels>, still_ours: impl FnOnce() -> bool) {
+        let mut current = self.labels.lock().unwrap_or_else(|p| p.into_inner());
+        if still_ours() {
+            *current = labels;
+        }
+    }
+
     pub(crate) fn take_abort(&self) -> Option<AbortFn> {
         self.abort.lock().unwrap_or_else(|p| p.into_inner()).take()
     }

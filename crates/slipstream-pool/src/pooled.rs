@@ -127,9 +127,18 @@ impl<M: Manager> Pooled<M> {
         self.held().discard != Discard::Keep
     }
 
-    /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection.
+    /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection,
+    /// and for one the pool reclaimed from this guard ([`crate::Builder::time_to_live`]).
     pub fn labels(&self) -> Arc<Labels> {
-        self.pool.attachments[self.slot()].labels()
+        let attachment = &self.pool.attachments[self.slot()];
+        let labels = attachment.labels();
+        // Read before the check: a reclaim after it frees the slot, and the labels read are
+        // still this connection's.
+        if self.owns_slot() {
+            labels
+        } else {
+            Arc::default()
+        }
     }
 
     /// Labels the connection (after setting it up that way yourself), for later labeled
@@ -150,8 +159,16 @@ impl<M: Manager> Pooled<M> {
     /// assert_eq!(conn.labels()["role"], "reporting");
     /// # Ok(()) }
     /// ```
+    ///
+    /// A guard whose borrow the pool reclaimed ([`crate::Builder::time_to_live`],
+    /// [`crate::Builder::abandoned_timeout`]) no longer owns its slot, which holds another
+    /// connection: labeling it is then a no-op.
     pub fn set_labels(&self, labels: Labels) {
-        self.pool.attachments[self.slot()].set_labels(Arc::new(labels));
+        // Checked under the labels' lock: a reclaim that ends the lease after the check clears
+        // the labels after this write (`Inner::free`, under the same lock), and one before it
+        // is seen by the check (the reclaim's lease CAS comes before its unlock, which happens
+        // before this lock, so the relaxed load in `owns_slot` reads it).
+        self.pool.attachments[self.slot()].set_labels_if(Arc::new(labels), || self.owns_slot());
     }
 
     /// Closes the connection when this guard drops, instead of returning it to the pool (for a
@@ -160,18 +177,30 @@ impl<M: Manager> Pooled<M> {
         self.set_discard(Discard::Unusable);
     }
 
+    /// False once the pool reclaimed this borrow: the slot is no longer this guard's (it
+    /// holds a replacement, maybe lent to someone else), only the connection object is.
+    #[inline(always)]
+    fn owns_slot(&self) -> bool {
+        let held = self.held();
+        match &held.lent {
+            Some(Lent::Leased(l)) => {
+                self.pool.core.slots[held.slot]
+                    .lease
+                    .load(Ordering::Relaxed)
+                    == l.value()
+            }
+            _ => true,
+        }
+    }
+
     /// Records that the holder is using the connection (for the abandoned timeout).
     #[inline(always)]
     fn touch(&self) {
-        let held = self.held();
-        let slot = &self.pool.core.slots[held.slot];
         // A holder whose borrow was reclaimed no longer owns the slot: leave its times alone.
-        if let Some(Lent::Leased(l)) = &held.lent
-            && slot.lease.load(Ordering::Relaxed) != l.value()
-        {
-            return;
+        if self.owns_slot() {
+            let slot = &self.pool.core.slots[self.held().slot];
+            slot.active_ms.store(self.pool.now(), Ordering::Relaxed);
         }
-        slot.active_ms.store(self.pool.now(), Ordering::Relaxed);
     }
 }
 
