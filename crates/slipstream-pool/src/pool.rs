@@ -484,11 +484,15 @@ impl<M: Manager> Pool<M> {
                 .counters
                 .label_configures
                 .fetch_add(1, Ordering::Relaxed);
+            // Until `configure` says it is done, the connection is half set up, whatever its
+            // labels say: if this borrow is dropped meanwhile (a timeout, a `select!`) or the
+            // configure panics, it is closed on return, not lent again under its old labels.
+            conn.set_discard(Discard::Unusable);
             if labeling.configure(wanted, &mut conn).await {
+                conn.set_discard(Discard::Keep);
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
             }
-            conn.set_discard(Discard::Unusable);
         }
     }
 

@@ -7,10 +7,131 @@ mod common;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use slipstream_pool::{Labeling, Labels, Pool};
+use slipstream_pool::{Labeling, Labels, PgManager, Pool, Reset};
+use slipstream_testkit::Cluster;
+
+/// Three schemas, each with a table `t` whose one row names its schema.
+fn tenants() -> Cluster {
+    let cluster = Cluster::start().unwrap();
+    cluster
+        .psql(
+            "CREATE SCHEMA a; CREATE SCHEMA b; \
+             CREATE TABLE public.t AS SELECT 'public'::text AS s; \
+             CREATE TABLE a.t AS SELECT 'a'::text AS s; \
+             CREATE TABLE b.t AS SELECT 'b'::text AS s;",
+        )
+        .unwrap();
+    cluster
+}
+
+fn pool(cluster: &Cluster, reset: Reset) -> Pool<PgManager> {
+    let config = cluster.url().parse().expect("the testkit's URL parses");
+    Pool::builder(PgManager::new(config).reset_on_return(reset))
+        .max_size(1)
+        .borrow_timeout(Duration::from_secs(10))
+        .build()
+}
 
 fn schema(name: &str) -> Labels {
     Labels::from([("schema".to_string(), name.to_string())])
+}
+
+/// Labels are a `search_path`, as in `PgPool::get_labeled`'s example.
+struct SearchPath;
+
+impl Labeling<slipstream_pg::Client> for SearchPath {
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+        conn.batch_execute(&format!("SET search_path = {}", wanted["schema"]))
+            .await
+            .is_ok()
+    }
+}
+
+/// Sets the `search_path`, then does more work that may not finish (the borrow is dropped
+/// there) or fails by panicking.
+struct SlowSearchPath {
+    panic: bool,
+}
+
+impl Labeling<slipstream_pg::Client> for SlowSearchPath {
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+        let set = format!("SET search_path = {}", wanted["schema"]);
+        if conn.batch_execute(&set).await.is_err() {
+            return false;
+        }
+        assert!(!self.panic, "configure panics, as the test asked");
+        conn.batch_execute("SELECT pg_sleep(30)").await.is_ok()
+    }
+}
+
+/// Which schema's `t` the connection reads.
+async fn reads(conn: &mut slipstream_pg::Client) -> String {
+    conn.query_one("SELECT s FROM t", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+// A labeled borrow dropped inside `Labeling::configure` (a timeout, a `select!`, a PgPool
+// borrow whose server went down) returned the connection half configured, still carrying its
+// old labels: the next borrow for those labels got it at cost 0 and read the other tenant's
+// table.
+#[tokio::test]
+async fn a_labeled_borrow_dropped_during_configure_leaves_no_mislabeled_connection() {
+    let cluster = tenants();
+    let pool = pool(&cluster, Reset::Rollback);
+    {
+        let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+        assert_eq!(reads(&mut conn).await, "a");
+    }
+    let slow = SlowSearchPath { panic: false };
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(500),
+        pool.get_labeled(&schema("b"), &slow),
+    )
+    .await;
+    assert!(dropped.is_err(), "expected the configure to be cut short");
+    let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+    let labels = conn.labels();
+    let read = reads(&mut conn).await;
+    assert_eq!(
+        read, "a",
+        "a borrow labeled {labels:?} reads schema {read}: its configure for another label was \
+         cut short and the old label kept"
+    );
+}
+
+// The same through a panic in the caller's `configure`: the guard unwinds back to the pool.
+#[tokio::test]
+async fn a_labeled_borrow_whose_configure_panics_leaves_no_mislabeled_connection() {
+    let cluster = tenants();
+    let pool = pool(&cluster, Reset::Rollback);
+    {
+        let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+        assert_eq!(reads(&mut conn).await, "a");
+    }
+    let p = pool.clone();
+    let panicked = tokio::spawn(async move {
+        let slow = SlowSearchPath { panic: true };
+        p.get_labeled(&schema("b"), &slow).await.map(drop)
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+    let labels = conn.labels();
+    let read = reads(&mut conn).await;
+    assert_eq!(
+        read, "a",
+        "a borrow labeled {labels:?} reads schema {read}: its configure for another label \
+         panicked and the old label was kept"
+    );
 }
 
 /// Numbers whose labeling sets the number: `100 + tenant` once configured.
