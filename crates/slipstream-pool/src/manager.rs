@@ -53,6 +53,16 @@ pub trait Manager: Send + Sync + 'static {
         std::future::ready(true)
     }
 
+    /// Whether a connection still has the set-up its labels describe ([`crate::Pool::get_labeled`],
+    /// [`crate::Pooled::set_labels`]) after a [`Manager::reset`] that succeeded. `false` (the
+    /// default): the pool clears the labels of every connection it resets, so a reset that
+    /// undoes a session's set-up (as `RESET ALL` does a `SET search_path`) never leaves a
+    /// label on a connection no longer set up that way; the next labeled borrow configures it
+    /// again. Say `true` only if the reset leaves whatever a labeling configures in place.
+    fn reset_keeps_labels(&self) -> bool {
+        false
+    }
+
     /// A look at an idle connection about to be lent, without waiting: `true` if it is
     /// closed (its server ended it while it sat idle), and the pool then closes it and the
     /// borrow takes another. Called on every borrow of an idle connection, before

@@ -18,7 +18,9 @@ pub enum Reset {
     /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
     /// RESET ALL; UNLISTEN *; SELECT
     /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
-    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`.
+    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`. Labels
+    /// ([`crate::Pool::get_labeled`]) are cleared, since the reset undoes what their
+    /// configure set: each labeled borrow configures again.
     Session,
 }
 
@@ -110,6 +112,12 @@ impl Manager for PgManager {
             Reset::Rollback => !conn.is_reusable(),
             Reset::Session => true,
         }
+    }
+
+    /// A rollback leaves the session's settings as the labeling set them; the session reset
+    /// (`RESET ALL`, `SET SESSION AUTHORIZATION DEFAULT`, ...) undoes them.
+    fn reset_keeps_labels(&self) -> bool {
+        self.reset != Reset::Session
     }
 
     async fn reset(&self, conn: &mut Client) -> bool {

@@ -232,6 +232,10 @@ impl Manager for ServerManager {
         self.pg.needs_reset(conn)
     }
 
+    fn reset_keeps_labels(&self) -> bool {
+        self.pg.reset_keeps_labels()
+    }
+
     async fn reset(&self, conn: &mut Client) -> bool {
         Manager::reset(&self.pg, conn).await
     }

@@ -281,6 +281,12 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
             let keep = match reset {
                 Some(true) => {
                     pool.counters.resets.fetch_add(1, Ordering::Relaxed);
+                    if !pool.manager.reset_keeps_labels() {
+                        // The reset may have undone what the labels say was set up (a session
+                        // reset's RESET ALL undoes a labeling's `SET search_path`): the next
+                        // labeled borrow configures it again rather than trust them.
+                        pool.attachments[i].set_labels(Arc::default());
+                    }
                     // Asked again: a resize or an eviction may have come during the reset,
                     // and the slot is handed over, not re-checked, once released.
                     !must_close(pool, &held, i, pool.now())

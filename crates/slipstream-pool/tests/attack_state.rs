@@ -79,6 +79,26 @@ async fn reads(conn: &mut slipstream_pg::Client) -> String {
         .unwrap()
 }
 
+// Reset::Session runs RESET ALL on every return, which undoes the `SET search_path` a
+// labeling configured; the labels stayed, so the next borrow for the same labels got the
+// connection at cost 0, not configured, and read another schema's table.
+#[tokio::test]
+async fn a_session_reset_does_not_keep_labels_it_undid() {
+    let cluster = tenants();
+    let pool = pool(&cluster, Reset::Session);
+    {
+        let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+        assert_eq!(reads(&mut conn).await, "a");
+    }
+    let mut conn = pool.get_labeled(&schema("a"), &SearchPath).await.unwrap();
+    let labels = conn.labels();
+    let read = reads(&mut conn).await;
+    assert_eq!(
+        read, "a",
+        "a borrow labeled {labels:?} reads schema {read}: the session reset undid its setup"
+    );
+}
+
 // A labeled borrow dropped inside `Labeling::configure` (a timeout, a `select!`, a PgPool
 // borrow whose server went down) returned the connection half configured, still carrying its
 // old labels: the next borrow for those labels got it at cost 0 and read the other tenant's
