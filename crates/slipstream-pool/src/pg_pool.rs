@@ -1106,9 +1106,9 @@ async fn probe_task(shared: Weak<Shared>, i: usize, how: Probe) {
         }
         // Every connection of its share is lent: their returns report a promotion.
         Probed::Skipped => {}
-        // Up, only full: marking it down would close its working connections.
-        Probed::Full(e) if up => *lock(&state.last_error) = Some(e),
-        Probed::Full(e) | Probed::Down(e) => {
+        // Up, only refusing new sessions: marking it down would close its working connections.
+        Probed::Refused(e) if up => *lock(&state.last_error) = Some(e),
+        Probed::Refused(e) | Probed::Down(e) => {
             *lock(&state.last_error) = Some(e);
             if up {
                 state.up.store(false, Ordering::Relaxed);
@@ -1150,8 +1150,9 @@ enum Probe {
 enum Probed {
     Role(u8),
     Skipped,
-    /// Refused for too many connections: up, but full.
-    Full(String),
+    /// Answered, and refused a new session only: too many connections, or the pool's
+    /// credentials (a password changed, the role dropped). Its sessions still work.
+    Refused(String),
     Down(String),
 }
 
@@ -1196,13 +1197,17 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
     }
     match probe(&server.config).await {
         Ok(role) => Probed::Role(role),
-        Err((e, true)) => Probed::Full(e),
+        Err((e, true)) => Probed::Refused(e),
         Err((e, false)) => Probed::Down(e),
     }
 }
 
 /// Opens and closes one connection to learn whether the server is up, and its role. The
-/// error says whether the server refused only for having too many connections.
+/// error says whether the server answered and refused only the new session: too many
+/// connections (53300), or the pool's credentials (class 28: a password changed, the role
+/// dropped or not allowed to log in). Either way the sessions it already has keep working, so
+/// marking it down (closing them) would turn a server that cannot take more of the pool's
+/// sessions into one that serves none.
 async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool)> {
     let limit = config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
     let attempt = async {
@@ -1213,8 +1218,10 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool)> {
     };
     match tokio::time::timeout(limit, attempt).await {
         Ok(result) => result.map_err(|e| {
-            let full = e.code() == Some(slipstream_pg::SqlState::TOO_MANY_CONNECTIONS);
-            (e.to_string(), full)
+            let refused = e.code().is_some_and(|c| {
+                c == slipstream_pg::SqlState::TOO_MANY_CONNECTIONS || c.code().starts_with("28")
+            });
+            (e.to_string(), refused)
         }),
         Err(_) => Err((format!("no answer within {limit:?}"), false)),
     }

@@ -1,13 +1,13 @@
 //! Attack tests (session 36) on session state crossing borrowers: what a connection's labels
 //! say against what its session really is, after a session reset, an interrupted configure and
-//! a reclaim.
+//! a reclaim; and a PgPool whose credentials change under its open sessions.
 
 mod common;
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use slipstream_pool::{Labeling, Labels, PgManager, Pool, Reset};
+use slipstream_pool::{Labeling, Labels, PgManager, PgPool, Pool, Reset, Role};
 use slipstream_testkit::Cluster;
 
 /// Three schemas, each with a table `t` whose one row names its schema.
@@ -196,4 +196,54 @@ async fn a_reclaimed_guard_does_not_label_the_replacement() {
         *conn, 107,
         "a connection never configured for tenant 7 was lent as one"
     );
+}
+
+// The pool's password rotated (or its role dropped) while a PgPool ran: the server answers
+// and refuses new sessions, but the ones the pool has still work, as a full server's do.
+// The first connect that failed had the server probed and marked down: its two healthy lent
+// connections were closed as they came back and every borrow failed with NoServer, a
+// credential change turned into an outage (a plain `Pool` keeps serving on them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_pool_keeps_serving_on_its_sessions_after_its_password_changes() {
+    let cluster = Cluster::builder()
+        .hba("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        .start()
+        .unwrap();
+    cluster
+        .psql("CREATE ROLE app LOGIN PASSWORD 'old'")
+        .unwrap();
+    let url = format!(
+        "host=127.0.0.1 port={} user=app password=old dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    let pool = PgPool::builder(url.parse().unwrap())
+        .pool_config(slipstream_pool::Config {
+            max_size: 3,
+            borrow_timeout: Duration::from_secs(1),
+            ..slipstream_pool::Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    let held = (
+        pool.get(Role::Primary).await.unwrap(),
+        pool.get(Role::Primary).await.unwrap(),
+    );
+    cluster.psql("ALTER ROLE app PASSWORD 'new'").unwrap();
+    // A third session cannot be opened: the borrow fails, and says why.
+    let err = pool.get(Role::Primary).await.map(drop).unwrap_err();
+    assert!(err.to_string().contains("password"), "{err}");
+    drop(held);
+    // The two sessions that work still serve.
+    for _ in 0..2 {
+        let mut conn = pool.get(Role::Primary).await.unwrap_or_else(|e| {
+            panic!(
+                "no borrow after the password changed, with two working sessions: {e}; {:?}",
+                pool.servers()
+            )
+        });
+        conn.batch_execute("SELECT 1").await.unwrap();
+    }
+    let s = &pool.servers()[0];
+    assert!(s.up && s.stats.closed_broken == 0, "{s:?}");
 }
