@@ -33,6 +33,14 @@ pub enum PoolError {
     },
     /// The pool's configuration is invalid (e.g. a connection string that does not parse).
     Config(String),
+    /// [`crate::Labeling::configure`] returned `false` for every connection a labeled borrow
+    /// tried ([`crate::Pool::get_labeled`]); each was closed.
+    Labeling {
+        /// The labels asked for, as `{"name": "value"}`.
+        wanted: String,
+        /// How many connections it failed on.
+        tries: u32,
+    },
     /// No server of a multi-host pool can serve the requested role now.
     NoServer {
         /// The role asked for (`primary`, `standby`, ...).
@@ -75,6 +83,10 @@ impl fmt::Display for PoolError {
                  rejected at once rather than queued. Shed load or raise max_waiters"
             ),
             PoolError::Config(e) => write!(f, "invalid pool configuration: {e}"),
+            PoolError::Labeling { wanted, tries } => write!(
+                f,
+                "the labeling's configure failed for labels {wanted} on {tries} connections in                  a row (each was closed); check what it runs for these labels"
+            ),
             PoolError::NoServer { role, servers } => write!(
                 f,
                 "no server can serve role {role} now ({}); down servers are retried in the \

@@ -40,7 +40,8 @@ pub trait Labeling<C>: Send + Sync {
     fn cost(&self, wanted: &Labels, current: &Labels) -> u32;
 
     /// Sets `conn` up for `wanted` (called when the lent connection's cost is above 0); the
-    /// pool then labels it `wanted`. `false` closes the connection and the borrow tries again.
+    /// pool then labels it `wanted`. `false` closes the connection and the borrow tries again,
+    /// once: a second `false` fails the borrow with [`crate::PoolError::Labeling`].
     /// A configure that does not finish (the borrow dropped part-way, a panic) leaves the
     /// connection half set up, so it is closed on return too, not lent under its old labels.
     fn configure(&self, wanted: &Labels, conn: &mut C) -> impl Future<Output = bool> + Send;

@@ -565,7 +565,7 @@ impl PgPool {
     /// ```
     ///
     /// # Errors
-    /// As [`PgPool::get`].
+    /// As [`PgPool::get`], and [`PoolError::Labeling`] as [`Pool::get_labeled`].
     pub async fn get_labeled<L: Labeling<Client>>(
         &self,
         role: Role,

@@ -422,7 +422,7 @@ impl<M: Manager> Pool<M> {
     /// UCP's connection labeling). With no idle connection below [`TOO_COSTLY`], it borrows as
     /// [`Pool::get`] does; a connection lent that way that is too costly is closed, and the
     /// pool opens a fresh one for the next try. Fails as `get` does when the borrow timeout
-    /// passes.
+    /// passes, and with [`PoolError::Labeling`] when `configure` fails on two connections.
     ///
     /// ```
     /// # struct Numbers;
@@ -459,6 +459,7 @@ impl<M: Manager> Pool<M> {
         labeling: &L,
     ) -> Result<Pooled<M>, PoolError> {
         let mut deadline = Deadline::Unset;
+        let mut failed_configures = 0;
         loop {
             let conn = match self.claim_cheapest(wanted, labeling) {
                 Some(conn) => conn,
@@ -492,6 +493,16 @@ impl<M: Manager> Pool<M> {
                 conn.set_discard(Discard::Keep);
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
+            }
+            // One failure may be the connection's; more are the set-up's (a schema or role
+            // that does not exist): retrying until the borrow timeout opened and closed
+            // connections as fast as the server took them, then said they were "all in use".
+            failed_configures += 1;
+            if failed_configures == CONFIGURE_TRIES {
+                return Err(PoolError::Labeling {
+                    wanted: format!("{wanted:?}"),
+                    tries: failed_configures,
+                });
             }
         }
     }
@@ -961,6 +972,10 @@ impl<M: Manager> fmt::Debug for Pool<M> {
             .finish()
     }
 }
+
+/// How many connections a labeled borrow tries [`Labeling::configure`] on before it fails with
+/// [`PoolError::Labeling`]: a second, so one connection in a bad state does not fail the borrow.
+const CONFIGURE_TRIES: u32 = 2;
 
 /// When a borrow gives up: fixed when it first has to wait, so a borrow served at once never
 /// reads the clock, and one that waits more than once (after a failed validation) keeps its

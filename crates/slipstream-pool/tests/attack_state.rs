@@ -247,3 +247,39 @@ async fn a_pg_pool_keeps_serving_on_its_sessions_after_its_password_changes() {
     let s = &pool.servers()[0];
     assert!(s.up && s.stats.closed_broken == 0, "{s:?}");
 }
+
+/// A set-up that never works (in real life: a schema or role that does not exist).
+struct NeverConfigures;
+
+impl Labeling<u64> for NeverConfigures {
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(&self, _: &Labels, _: &mut u64) -> bool {
+        false
+    }
+}
+
+// A labeled borrow whose configure always fails retried until the borrow timeout, opening and
+// closing a connection per try (hundreds a second), and then failed with "no connection
+// became free ... (0 of 2 open, all in use); return connections sooner, raise max_size": none
+// was in use, and none of that advice helps.
+#[tokio::test]
+async fn a_configure_that_always_fails_is_named_not_a_timeout() {
+    let pool = Pool::builder(common::numbers())
+        .max_size(2)
+        .borrow_timeout(Duration::from_secs(1))
+        .build();
+    let err = pool
+        .get_labeled(&schema("missing"), &NeverConfigures)
+        .await
+        .map(drop)
+        .unwrap_err();
+    let s = pool.stats();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("configure") && msg.contains("missing"),
+        "a failing configure reported as: {msg}; {s:?}"
+    );
+    assert!(s.opened <= 2, "connections opened for one borrow: {s:?}");
+}
