@@ -18,7 +18,9 @@ pub enum Reset {
     /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
     /// RESET ALL; UNLISTEN *; SELECT
     /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
-    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`. Labels
+    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`; so are
+    /// those a borrower made with SQL `PREPARE name`, which the next borrower's `PREPARE` of
+    /// the same name then fails on: `DEALLOCATE` them before returning the connection. Labels
     /// ([`crate::Pool::get_labeled`]) are cleared, since the reset undoes what their
     /// configure set: each labeled borrow configures again.
     Session,
