@@ -85,7 +85,8 @@ impl fmt::Display for PoolError {
             PoolError::Config(e) => write!(f, "invalid pool configuration: {e}"),
             PoolError::Labeling { wanted, tries } => write!(
                 f,
-                "the labeling's configure failed for labels {wanted} on {tries} connections in                  a row (each was closed); check what it runs for these labels"
+                "the labeling's configure failed for labels {wanted} on {tries} connections in \
+                 a row (each was closed); check what it runs for these labels"
             ),
             PoolError::NoServer { role, servers } => write!(
                 f,
