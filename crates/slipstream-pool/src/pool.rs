@@ -78,6 +78,7 @@ impl<M: Manager> Builder<M> {
             last_connect_error: Mutex::new(None),
             counters: Counters::default(),
             epoch: Instant::now(),
+            wait_clock: quanta::Clock::new(),
             clock_ms: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             attachments: (0..capacity).map(|_| Attachment::default()).collect(),
@@ -218,6 +219,11 @@ pub(crate) struct Inner<M: Manager> {
     /// least every 100 ms while timers are set). Returns read it instead of the system clock.
     pub(crate) epoch: Instant,
     pub(crate) clock_ms: AtomicU64,
+    /// Times the waits for the wait histogram: the CPU's counter where it is invariant (about
+    /// 10 ns a read here, where `Instant::now` costs 30: two reads per wait were 0.5% of a
+    /// borrow held 10 µs; docs/benchmarks.md, pool-scaling), else the monotonic clock. Its
+    /// calibration runs once per process, at the first pool built.
+    pub(crate) wait_clock: quanta::Clock,
     /// Bumped by [`Pool::evict`]: connections opened under an older generation are closed.
     pub(crate) generation: AtomicU64,
     pub(crate) attachments: Box<[Attachment]>,
@@ -595,8 +601,8 @@ impl<M: Manager> Pool<M> {
         if !scanned && let Some(o) = inner.core.try_claim() {
             return Ok(self.lend(o));
         }
-        let start = Instant::now();
-        let deadline = deadline.from(start, inner.config.borrow_timeout);
+        let start = inner.wait_clock.raw();
+        let deadline = deadline.from(inner.config.borrow_timeout);
         self.wake_opener_if_useful();
         // Dropped on a timeout: it gives up its place and passes on a connection handed to
         // it meanwhile. It checks for room (`max_waiters`) as it queues, under the queue's
@@ -690,8 +696,8 @@ impl<M: Manager> Pool<M> {
         if let Some(o) = inner.core.try_claim_blocking() {
             return Ok(self.lend(o));
         }
-        let start = Instant::now();
-        let deadline = deadline.from(start, inner.config.borrow_timeout);
+        let start = inner.wait_clock.raw();
+        let deadline = deadline.from(inner.config.borrow_timeout);
         self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline, inner.config.max_waiters) {
             Ok(o) => {
@@ -937,8 +943,9 @@ impl<M: Manager> Pool<M> {
     /// histogram (written by its owner only, so a wait touches no counter that the other
     /// workers write: a shared one cost a contended read-modify-write per wait, measured in
     /// docs/benchmarks.md, pool-scaling).
-    fn waited(&self, start: Instant, o: &Owned) {
-        let waited = start.elapsed();
+    fn waited(&self, start: u64, o: &Owned) {
+        let clock = &self.inner.wait_clock;
+        let waited = clock.delta(start, clock.raw());
         if let Some(published) = &self.inner.published {
             published.record_wait(waited);
         }
@@ -987,10 +994,11 @@ enum Deadline {
 }
 
 impl Deadline {
-    /// The deadline, setting it to `start + timeout` if unset (`None`: no timeout).
-    fn from(&mut self, start: Instant, timeout: Duration) -> Option<Instant> {
+    /// The deadline, setting it to now + `timeout` if unset (`None`: no timeout, and no
+    /// clock read).
+    fn from(&mut self, timeout: Duration) -> Option<Instant> {
         if let Deadline::Unset = self {
-            *self = Deadline::At((timeout != Duration::MAX).then(|| start + timeout));
+            *self = Deadline::At((timeout != Duration::MAX).then(|| Instant::now() + timeout));
         }
         match *self {
             Deadline::At(d) => d,

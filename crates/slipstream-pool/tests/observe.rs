@@ -204,3 +204,69 @@ async fn a_connection_held_past_the_leak_threshold_is_reported_once_with_its_bor
     let text = out.text();
     assert!(text.contains("came back after"), "{text}");
 }
+
+/// The waits are timed with the CPU's counter (`quanta`), not `Instant`: a wait known to last
+/// at least 60 ms is recorded as at least that, by a task and by a thread, in the pool's own
+/// histogram (entry k: 2^k to 2^(k+1) µs) and in the published one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_is_recorded_at_least_as_long_as_it_lasted() {
+    snapshotter();
+    let pool = Pool::builder(Numbers)
+        .max_size(1)
+        .min_size(1)
+        .metrics("timed")
+        .build_ready()
+        .await
+        .unwrap();
+    const HELD: Duration = Duration::from_millis(60);
+    // 60,000 µs lies in entry 15 (32,768 to 65,535 µs).
+    let lowest = (HELD.as_micros() as u64).ilog2() as usize;
+    for (round, blocking) in [false, true].into_iter().enumerate() {
+        let held = pool.get().await.unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            if blocking {
+                tokio::task::spawn_blocking(move || pool.get_blocking().map(|c| *c))
+            } else {
+                tokio::spawn(async move { pool.get().await.map(|c| *c) })
+            }
+        };
+        common::until_waiting(&pool, 1).await;
+        // The wait began before it was counted as waiting, so it lasts at least this sleep.
+        tokio::time::sleep(HELD).await;
+        drop(held);
+        assert_eq!(waiter.await.unwrap().unwrap(), 1);
+        let histogram = pool.stats().wait_histogram_us;
+        assert_eq!(
+            histogram.iter().sum::<u64>(),
+            round as u64 + 1,
+            "{histogram:?}"
+        );
+        assert_eq!(
+            histogram[..lowest].iter().sum::<u64>(),
+            0,
+            "a wait of at least {HELD:?} recorded shorter: {histogram:?}"
+        );
+    }
+    let waits = Mutex::new(Vec::new());
+    common::until(
+        Duration::from_secs(5),
+        "the pool's task publishes both waits",
+        || {
+            if let Some(DebugValue::Histogram(w)) =
+                value(&snapshot(), "slipstream_pool_wait_seconds", "timed", None)
+            {
+                waits.lock().unwrap().extend(w);
+            }
+            waits.lock().unwrap().len()
+        },
+        |n| *n >= 2,
+    )
+    .await;
+    let waits = waits.into_inner().unwrap();
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(
+        waits.iter().all(|w| w.into_inner() >= HELD.as_secs_f64()),
+        "{waits:?}"
+    );
+}
