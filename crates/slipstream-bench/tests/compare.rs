@@ -137,3 +137,73 @@ fn runs_as_the_unit_need_two_runs_a_side_and_compare_p99_and_throughput() {
         out.notes
     );
 }
+
+/// `run` rewritten as a file could hold it: its one type `t` with `ok` successes (of about
+/// 1 ms) and `failed` failures, and a window long enough for them. It passes the checks
+/// `read_json` makes: each file alone is a run that could have been.
+fn huge(run: &BenchRun, dir: &std::path::Path, i: usize, ok: u64, failed: u64) -> BenchRun {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).unwrap();
+    h.record_n(1000, ok).unwrap();
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(&h, &mut bytes)
+        .unwrap();
+    let mut v = serde_json::to_value(run).unwrap();
+    let t = &mut v["transactions"][0];
+    t["ok"] = ok.into();
+    t["failed"] = failed.into();
+    t["failures"] = serde_json::json!({ "40001": failed });
+    t["histogram"] = base64::engine::general_purpose::STANDARD
+        .encode(&bytes)
+        .into();
+    // Means of 1 ms and a little more, so that the runs differ and the mean is compared.
+    let (n, mean) = (ok as f64, 1.0 + i as f64 / 100.0);
+    t["latency_stats"] = serde_json::json!({
+        "n": ok, "sum": n * mean, "sum_sq": n * mean * mean, "sum_ln": n * mean.ln(),
+        "sum_ln_sq": n * mean.ln() * mean.ln(), "min": 1.0, "max": mean
+    });
+    v["measured_s"] = 1e11.into();
+    v["seed"] = (i as u64).into();
+    let path = dir.join(format!("huge-{i}.json"));
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    BenchRun::read_json(&path).expect("each file alone is readable")
+}
+
+/// Counts that each file holds but a side's files together overflow: the rows that add them
+/// over the runs say so, and the rest is still compared. Before, the failure-rate row and the
+/// transaction unit added them unchecked: a panic ("attempt to add with overflow") in a
+/// debug build, and in a release build a total wrapped to a small number, a failure rate
+/// made up.
+#[test]
+fn counts_that_overflow_when_a_sides_runs_are_added_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = run("w", &["t"], 1.0);
+    let big = 7_000_000_000_000_000_000;
+    let a: Vec<BenchRun> = (0..3).map(|i| huge(&base, dir.path(), i, big, 1)).collect();
+    let b: Vec<BenchRun> = (3..6)
+        .map(|i| huge(&base, dir.path(), i, big - 1, 2))
+        .collect();
+    let s = CompareSettings::default();
+    let overflows = |o: &Outcome| matches!(o, Outcome::Skipped(why) if why.contains("overflow"));
+    for unit in [Unit::Run, Unit::Transaction] {
+        let out = compare_sides(&a, &b, None, unit, &s).unwrap();
+        // The whole mix's failure rate, and (where the type's mean was compared) the type's.
+        let failures: Vec<&Outcome> = out
+            .rows
+            .iter()
+            .filter(|r| r.metric == Metric::FailureRate)
+            .map(|r| &r.outcome)
+            .collect();
+        let expected = if unit == Unit::Run { 2 } else { 1 };
+        assert!(
+            failures.len() == expected && failures.iter().all(|o| overflows(o)),
+            "{unit}: {:?}",
+            out.rows
+        );
+    }
+    // The transaction unit adds every run's latencies into one set: their count overflows.
+    let out = compare_sides(&a, &b, None, Unit::Transaction, &s).unwrap();
+    assert!(overflows(mean_row(&out, "t")), "{:?}", mean_row(&out, "t"));
+}

@@ -509,11 +509,13 @@ fn latency(
             &values::run_means(b, scope),
             settings,
         ),
-        Unit::Transaction => by_values(
-            &values::transactions(a, scope),
-            &values::transactions(b, scope),
-            settings,
-        ),
+        Unit::Transaction => match (
+            values::transactions(a, scope),
+            values::transactions(b, scope),
+        ) {
+            (Some(x), Some(y)) => by_values(&x, &y, settings),
+            _ => Outcome::Skipped(values::OVERFLOW.into()),
+        },
         _ => match (
             values::latency_batches(a, scope),
             values::latency_batches(b, scope),
@@ -560,9 +562,11 @@ fn failures(
     scope: Scope<'_>,
     settings: &CompareSettings,
 ) -> Option<Outcome> {
-    let (oa, fa) = values::counts(a, scope);
-    let (ob, fb) = values::counts(b, scope);
-    (fa + fb > 0).then(|| {
+    let (Some((oa, fa)), Some((ob, fb))) = (values::counts(a, scope), values::counts(b, scope))
+    else {
+        return Some(Outcome::Skipped(values::OVERFLOW.into()));
+    };
+    (fa > 0 || fb > 0).then(|| {
         let draws = settings.sampler.chains * settings.sampler.draws as usize;
         Outcome::Rates(rates::compare_rates(
             // Saturating: counts come from result files, which may be hand-edited.

@@ -117,11 +117,17 @@ pub(crate) fn run_ms_per_tx(runs: &[BenchRun]) -> Vec<RunValue> {
         .collect()
 }
 
-/// Successful and failed transactions over every run, in `scope`.
-pub(crate) fn counts(runs: &[BenchRun], scope: Scope<'_>) -> (u64, u64) {
-    runs.iter().fold((0, 0), |(ok, failed), r| {
+/// Why a side's counts cannot be added over its runs: each file's fit (reading checks
+/// that), but several together may not.
+pub(crate) const OVERFLOW: &str =
+    "the side's counts overflow a 64-bit count when its runs are added (are the files edited?)";
+
+/// Successful and failed transactions over every run, in `scope`; `None` when they
+/// overflow.
+pub(crate) fn counts(runs: &[BenchRun], scope: Scope<'_>) -> Option<(u64, u64)> {
+    runs.iter().try_fold((0u64, 0u64), |(ok, failed), r| {
         let (s, f) = totals(r, scope);
-        (ok + s.n, failed + f)
+        Some((ok.checked_add(s.n)?, failed.checked_add(f)?))
     })
 }
 
@@ -208,13 +214,16 @@ pub(crate) fn throughput_batches(runs: &[BenchRun]) -> Option<Batched> {
     batched(runs, throughput_series)
 }
 
-/// Every successful transaction's latency statistics in `scope`, over every run.
-pub(crate) fn transactions(runs: &[BenchRun], scope: Scope<'_>) -> Suff {
+/// Every successful transaction's latency statistics in `scope`, over every run; `None`
+/// when their count overflows.
+pub(crate) fn transactions(runs: &[BenchRun], scope: Scope<'_>) -> Option<Suff> {
     let mut s = Suff::default();
     for r in runs {
-        s.merge(&totals(r, scope).0);
+        let t = totals(r, scope).0;
+        s.n.checked_add(t.n)?;
+        s.merge(&t);
     }
-    s
+    Some(s)
 }
 
 #[cfg(test)]
