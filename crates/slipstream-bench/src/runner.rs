@@ -770,8 +770,13 @@ async fn closed_loop(
     while !shared.stop.load(Ordering::Acquire) {
         let think = session.draw(|rng| shared.think.draw(rng));
         if !think.is_zero() {
+            // Until the window's end at the latest: a thinking user has nothing in flight,
+            // and sleeping on into the drain would hold it to the grace limit for nothing.
+            let wake = Instant::now()
+                .checked_add(think)
+                .map_or(window.to, |t| t.min(window.to));
             tokio::select! {
-                _ = tokio::time::sleep(think) => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = stopped.wait_for(|s| *s) => break,
             }
         }

@@ -227,3 +227,45 @@ fn a_run_stopped_in_its_warm_up_started_measuring_no_later_than_the_stop() {
         "started_at {started} is in the future"
     );
 }
+
+/// Succeeds at once; counts its `close`, which a user runs once it has left its loop (a user
+/// the run gave up on and aborted never does).
+struct CountsClose(&'static AtomicUsize);
+
+impl Transaction for CountsClose {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        Ok(())
+    }
+
+    async fn close(&mut self, _: &mut Session) -> Result<(), TxError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A think time that runs past the window's end: a thinking user has nothing in flight, so
+/// it stops at the window's end, and the drain does not wait the grace period out for it.
+/// Before, the users slept their think time into the drain, the drain gave up on them at the
+/// grace limit (10 s by default; `--grace 1h` an hour) and aborted them, and so their
+/// transactions' `close` never ran.
+#[test]
+fn a_think_time_past_the_window_does_not_hold_the_drain() {
+    static CLOSED: AtomicUsize = AtomicUsize::new(0);
+    let w = Workload::new("thinks")
+        .transaction("t", 1, || CountsClose(&CLOSED))
+        .without_database();
+    let mut c = RunConfig::new(None);
+    (c.threads, c.users) = (1, 2);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(300);
+    c.think = "1h".parse().unwrap();
+    c.grace = Duration::from_secs(2);
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    assert!(!run.interrupted);
+    assert_eq!(run.unfinished, 0, "nothing was in flight");
+    assert_eq!(
+        CLOSED.load(Ordering::SeqCst),
+        2,
+        "each user left its loop at the window's end and closed its transaction"
+    );
+}
