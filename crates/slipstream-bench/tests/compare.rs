@@ -189,16 +189,15 @@ fn counts_that_overflow_when_a_sides_runs_are_added_are_named() {
     let overflows = |o: &Outcome| matches!(o, Outcome::Skipped(why) if why.contains("overflow"));
     for unit in [Unit::Run, Unit::Transaction] {
         let out = compare_sides(&a, &b, None, unit, &s).unwrap();
-        // The whole mix's failure rate, and (where the type's mean was compared) the type's.
+        // The type's failure rate and the whole mix's.
         let failures: Vec<&Outcome> = out
             .rows
             .iter()
             .filter(|r| r.metric == Metric::FailureRate)
             .map(|r| &r.outcome)
             .collect();
-        let expected = if unit == Unit::Run { 2 } else { 1 };
         assert!(
-            failures.len() == expected && failures.iter().all(|o| overflows(o)),
+            failures.len() == 2 && failures.iter().all(|o| overflows(o)),
             "{unit}: {:?}",
             out.rows
         );
@@ -206,4 +205,69 @@ fn counts_that_overflow_when_a_sides_runs_are_added_are_named() {
     // The transaction unit adds every run's latencies into one set: their count overflows.
     let out = compare_sides(&a, &b, None, Unit::Transaction, &s).unwrap();
     assert!(overflows(mean_row(&out, "t")), "{:?}", mean_row(&out, "t"));
+}
+
+/// Fails every time.
+struct Fails;
+
+impl Transaction for Fails {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        tokio::task::yield_now().await;
+        Err(TxError::new(
+            "57P01",
+            "terminating connection due to administrator command",
+        ))
+    }
+}
+
+/// A type that ran on both sides but never succeeded on one (B's change breaks it) is not
+/// "only in A": it ran in B, and its failure rate is compared, credibly worse. Before, a type
+/// counted as run only with a success, so the row said "only in A" and the type's
+/// failure-rate row was never made: `--transaction t` compared nothing, and `--fail-if
+/// slower` had no row of the type to trip on.
+#[test]
+fn a_type_that_failed_every_time_on_one_side_is_compared_by_its_failures() {
+    let fails = || {
+        let w = Workload::new("w")
+            .transaction("t", 1, || Fails)
+            .without_database();
+        let mut c = RunConfig::new(None);
+        c.duration = Duration::from_millis(500);
+        c.threads = 1;
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(bench::run(&w, &c, std::future::pending::<()>()))
+            .unwrap()
+    };
+    let a = vec![run("w", &["t"], 1.0), run("w", &["t"], 1.0)];
+    let b = vec![fails(), fails()];
+    assert!(
+        b.iter()
+            .all(|r| r.transactions[0].ok == 0 && r.transactions[0].failed > 0)
+    );
+    let s = CompareSettings::default();
+    for only in [None, Some("t")] {
+        let out = compare_sides(&a, &b, only, Unit::Run, &s).unwrap();
+        let why = match mean_row(&out, "t") {
+            Outcome::Skipped(why) => why.clone(),
+            o => panic!("{o:?}"),
+        };
+        assert!(
+            !why.contains("only in") && why.contains("B") && why.contains("failed"),
+            "{why}"
+        );
+        let failures = out
+            .rows
+            .iter()
+            .find(|r| r.name.as_deref() == Some("t") && r.metric == Metric::FailureRate)
+            .unwrap_or_else(|| panic!("{only:?}: no failure-rate row of t: {:?}", out.rows));
+        assert_eq!(
+            failures.verdict(),
+            Some(&slipstream_stats::Verdict::CrediblySlower),
+            "{:?}",
+            failures.outcome
+        );
+    }
 }

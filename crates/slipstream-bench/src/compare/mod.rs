@@ -315,10 +315,14 @@ pub fn compare_sides(
         "each side needs at least one result file"
     );
     let unit = resolve_unit(unit, a.len(), b.len())?;
-    let ran = |runs: &[BenchRun]| -> Vec<String> {
+    // The types with a transaction that ended (ok or failed), and those with a success: a type
+    // that ran but never succeeded on a side (B's change breaks it) has no latency there, but
+    // its failures are compared; it is not "only in" the other side.
+    let ran = |runs: &[BenchRun], succeeded: bool| -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
         for r in runs {
-            for t in r.transactions.iter().filter(|t| t.ok > 0) {
+            let done = |t: &&crate::TxResult| t.ok > 0 || (!succeeded && t.failed > 0);
+            for t in r.transactions.iter().filter(done) {
                 if !names.contains(&t.name) {
                     names.push(t.name.clone());
                 }
@@ -326,7 +330,8 @@ pub fn compare_sides(
         }
         names
     };
-    let (in_a, in_b) = (ran(a), ran(b));
+    let (in_a, in_b) = (ran(a, false), ran(b, false));
+    let (ok_a, ok_b) = (ran(a, true), ran(b, true));
     let mut names = in_a.clone();
     names.extend(in_b.iter().filter(|n| !in_a.contains(n)).cloned());
     if let Some(only) = only {
@@ -375,24 +380,34 @@ pub fn compare_sides(
     };
     let mut short = false;
     for name in &names {
+        let never_succeeded = |side: &str| {
+            Outcome::Skipped(format!(
+                "every transaction of it failed in {side}: no latency to compare (see its failure rate)"
+            ))
+        };
         let outcome = if !in_a.contains(name) {
             Outcome::Skipped("only in B".into())
         } else if !in_b.contains(name) {
             Outcome::Skipped("only in A".into())
+        } else if !ok_a.contains(name) {
+            never_succeeded("A")
+        } else if !ok_b.contains(name) {
+            never_succeeded("B")
         } else {
-            report.types += 1;
             latency(a, b, Scope::Type(name), unit, &next_settings(), &mut short)
         };
+        let ran_on_both = in_a.contains(name) && in_b.contains(name);
         let compared = !matches!(outcome, Outcome::Skipped(_));
         report.rows.push(Row {
             name: Some(name.clone()),
             metric: Metric::Mean,
             outcome,
         });
-        if !compared {
+        if !ran_on_both {
             continue;
         }
-        if unit == Unit::Run {
+        report.types += 1;
+        if compared && unit == Unit::Run {
             let outcome = match (values::run_p99s(a, name), values::run_p99s(b, name)) {
                 (Ok(pa), Ok(pb)) => by_runs(&pa, &pb, &next_settings()),
                 (Err(why), _) | (_, Err(why)) => Outcome::Skipped(why),
