@@ -296,6 +296,9 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
     let mut ctrl_c = CtrlC::listen()?;
     let ran = match source {
         Source::OrderEntry => {
+            // A scale out of range is refused before anything runs (the load's own failures
+            // below say to load again; this one has nothing to load again).
+            order_entry::Sizes::for_scale(scale)?;
             let cancel = order_entry::SetupCancel::default();
             let load =
                 order_entry::setup_with_cancel(url, scale, |line| eprintln!("{line}"), &cancel);
@@ -330,6 +333,12 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
     };
     let again = format!("run `slipstream bench {workload} --setup` again before a run");
     let stopped = match ran {
+        // Order Entry's load failed part way (the server restarted, a connection was
+        // ended): what it made is incomplete, and only a new load makes it whole. A file's
+        // setup SQL is the user's own: its error says what to fix.
+        Cancelled::Ran(Err(e)) if matches!(source, Source::OrderEntry) => {
+            anyhow::bail!("{e:#}; the Order Entry load did not finish, so {again}")
+        }
         Cancelled::Ran(done) => {
             say(&done?)?;
             return Ok(ExitCode::SUCCESS);

@@ -983,6 +983,49 @@ fn wait_until_counted(cluster: &Cluster, count_sql: &str, what: &str) {
     }
 }
 
+/// The server ends the Order Entry load's connections in the middle of a COPY (a restart, a
+/// `pg_terminate_backend`): the error names the COPY that failed and says to load again. Before,
+/// it was the socket's error alone ("could not send data to the server: Connection reset by
+/// peer"), with no word of what was being done or that the schema was left half loaded.
+#[test]
+fn an_order_entry_load_cut_off_by_the_server_names_the_step_and_says_to_load_again() {
+    let cluster = Cluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let child = spawn_setup("order-entry", &["--scale", "0.1"], &cluster, home.path());
+    // Ends the first COPY's backend it sees, from the server side (a snapshot per look).
+    cluster
+        .psql(
+            "SET statement_timeout = '30s'; DO $$ BEGIN LOOP PERFORM pg_stat_clear_snapshot(); \
+             PERFORM pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE 'COPY soe.%' AND pid <> pg_backend_pid(); \
+             EXIT WHEN FOUND; PERFORM pg_sleep(0.005); END LOOP; END $$",
+        )
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("COPY into soe."), "{t}");
+    assert!(
+        t.contains("`slipstream bench order-entry --setup` again"),
+        "{t}"
+    );
+    // A scale out of range ran nothing: it is not told to load again.
+    let o = slipstream(
+        &[
+            "bench",
+            "order-entry",
+            "--setup",
+            "--scale",
+            "0",
+            "--url",
+            &cluster.url(),
+        ],
+        home.path(),
+    );
+    let t = text(&o);
+    assert!(t.contains("--scale 0") && !t.contains("again"), "{t}");
+}
+
 /// Ctrl-C during `bench FILE --setup` cancels the file's setup SQL on the server. Before, the
 /// process died at once and the server ran the SQL to its end and committed it: the table
 /// below existed 4 s after the user had stopped the setup.

@@ -234,7 +234,8 @@ pub async fn setup_with_cancel(
     let logons = rows.get("logon").copied().unwrap_or(0) as i64;
     cancel.go_on()?;
     main.batch_execute(&sequences(sizes.customers, sizes.orders, logons))
-        .await?;
+        .await
+        .map_err(|e| anyhow::anyhow!("setting the soe sequences failed: {e}"))?;
     let index = index_started.elapsed();
     say(&format!(
         "built indexes in {:.1} s; analyzing",
@@ -246,14 +247,16 @@ pub async fn setup_with_cancel(
          soe.product_information, soe.product_descriptions, soe.inventories, soe.orders, \
          soe.order_items, soe.logon",
     )
-    .await?;
+    .await
+    .map_err(|e| anyhow::anyhow!("ANALYZE of the soe tables failed: {e}"))?;
     // Last: a run takes a filled soe.meta for a finished load, statistics included.
     cancel.go_on()?;
     main.execute(
         "INSERT INTO soe.meta (scale, customers, warehouses, products, sales_reps) VALUES ($1, $2, $3, $4, $5)",
         &[&sizes.scale, &sizes.customers, &sizes.warehouses, &sizes.products, &sizes.sales_reps],
     )
-    .await?;
+    .await
+    .map_err(|e| anyhow::anyhow!("writing soe.meta failed: {e}"))?;
     Ok(SetupReport {
         sizes,
         rows,
@@ -268,13 +271,15 @@ struct Batch<'c> {
     copy: CopyIn<'c>,
     text: String,
     rows: u64,
+    /// The table, for errors: a connection ended mid-COPY says nothing of what it was doing.
+    table: &'static str,
 }
 
 impl<'c> Batch<'c> {
     async fn open(
         client: &'c mut Client,
         cancel: &SetupCancel,
-        table: &str,
+        table: &'static str,
     ) -> anyhow::Result<Batch<'c>> {
         cancel.go_on()?;
         let copy = client
@@ -285,6 +290,7 @@ impl<'c> Batch<'c> {
             copy,
             text: String::with_capacity(COPY_BATCH + 1024),
             rows: 0,
+            table,
         })
     }
 
@@ -293,19 +299,34 @@ impl<'c> Batch<'c> {
         self.text.push('\n');
         self.rows += 1;
         if self.text.len() >= COPY_BATCH {
-            self.copy.write(self.text.as_bytes()).await?;
+            let table = self.table;
+            self.copy
+                .write(self.text.as_bytes())
+                .await
+                .map_err(|e| copy_failed(table, e))?;
             self.text.clear();
         }
         Ok(())
     }
 
     async fn finish(mut self) -> anyhow::Result<u64> {
+        let table = self.table;
         if !self.text.is_empty() {
-            self.copy.write(self.text.as_bytes()).await?;
+            self.copy
+                .write(self.text.as_bytes())
+                .await
+                .map_err(|e| copy_failed(table, e))?;
         }
-        self.copy.finish().await?;
+        self.copy
+            .finish()
+            .await
+            .map_err(|e| copy_failed(table, e))?;
         Ok(self.rows)
     }
+}
+
+fn copy_failed(table: &str, e: slipstream_pg::Error) -> anyhow::Error {
+    anyhow::anyhow!("COPY into soe.{table} failed: {e}")
 }
 
 const CLASSES: &[&str] = &["Occasional", "Regular", "Business", "Prime"];
