@@ -12,7 +12,8 @@
  * What the SQL layer would check and these functions check themselves: SELECT on the table
  * or on every column they return (the whole row), no row-level security (refused outright:
  * the policies would need the executor), the relation is a table enabled for memoptimized
- * reads with a one-column primary key of the key's type family.  The functions resolve no
+ * reads with a one-column primary key of the key's type family (text under a deterministic
+ * collation).  The functions resolve no
  * names, so the search_path does not matter to them and they carry no SET clause (which
  * would cost a GUC save and restore per call).
  *
@@ -138,11 +139,19 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 						RelationGetRelationName(c->rel)),
 				 errhint("Call memopt.enable_read('%s') first.", RelationGetRelationName(c->rel))));
 	pk = memopt_pk_layout(c->rel);
-	if (pk == NULL || pk->nkeys != 1)
+	if (pk == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("memopt.%s: table \"%s\" has no primary key memopt can serve", function,
+						RelationGetRelationName(c->rel)),
+				 errhint("memopt serves primary keys of smallint, integer, bigint, uuid, text or "
+						 "varchar columns, text under a deterministic collation; query the table "
+						 "with SELECT.")));
+	if (pk->nkeys != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("memopt.%s: table \"%s\" has a primary key of %d columns", function,
-						RelationGetRelationName(c->rel), pk ? pk->nkeys : 0),
+						RelationGetRelationName(c->rel), pk->nkeys),
 				 errhint("memopt.%s takes one-column keys; look composite keys up with SELECT "
 						 "(the MemoptLookup scan serves them).", function)));
 	if (!column_takes(pk->types[0], value_type))

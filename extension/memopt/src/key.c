@@ -12,6 +12,7 @@
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
@@ -90,10 +91,20 @@ read_layout(Relation rel, PkLayout *pk)
 
 		pk->attnums[i] = att;
 		pk->types[i] = att > 0 ? TupleDescAttr(desc, att - 1)->atttypid : InvalidOid;
+		pk->collations[i] = att > 0 ? TupleDescAttr(desc, att - 1)->attcollation : InvalidOid;
 	}
 	ReleaseSysCache(tup);
+
+	/*
+	 * enable_read refuses a nondeterministic collation, but ALTER COLUMN TYPE ... COLLATE (or
+	 * a primary key moved to such a column) brings one to an enabled table.  Under it the
+	 * index finds 'abc' for 'ABC': a fill would store the row under bytes that no write of
+	 * the row fences, and the entry would outlive its row's updates and its delete.
+	 */
 	for (int i = 0; i < pk->nkeys; i++)
-		if (pk->attnums[i] <= 0 || !memopt_key_type_supported(pk->types[i]))
+		if (pk->attnums[i] <= 0 || !memopt_key_type_supported(pk->types[i]) ||
+			(OidIsValid(pk->collations[i]) &&
+			 !get_collation_isdeterministic(pk->collations[i])))
 			return false;
 	return true;
 }

@@ -23,10 +23,14 @@ typedef struct PkLayout
 	int			nkeys;
 	AttrNumber	attnums[INDEX_MAX_KEYS];	/* in index column order */
 	Oid			types[INDEX_MAX_KEYS];
+	Oid			collations[INDEX_MAX_KEYS]; /* the column's (and its index's); 0 for integers */
 } PkLayout;
 
 extern bool memopt_key_type_supported(Oid type);
-/* The table's primary key, or NULL when it has none or a column of an unsupported type. */
+/*
+ * The table's primary key, or NULL when it has none, a column of an unsupported type, or a
+ * text column under a nondeterministic collation (equal keys with different bytes).
+ */
 extern const PkLayout *memopt_pk_layout(Relation rel);
 extern void memopt_key_append(StringInfo buf, Oid type, Datum value);
 extern void memopt_key_from_tuple(const PkLayout *pk, HeapTuple tuple, TupleDesc desc,

@@ -225,7 +225,13 @@ match_key(RelOptInfo *rel, const PkLayout *pk)
 			return NIL;
 		if (!key_operator_fits(op->opno, column_left, pk->types[col], exprType(value)))
 			return NIL;
-		if (OidIsValid(op->inputcollid) && !get_collation_isdeterministic(op->inputcollid))
+		/*
+		 * The comparison's collation must be the index's, as the planner requires of an index
+		 * clause: the child scan would otherwise descend a tree sorted under one collation
+		 * with comparisons under another (`k = 'x' COLLATE "C"` on an ICU column) and miss
+		 * rows the sequential scan finds.  (The layout has only deterministic collations.)
+		 */
+		if (op->inputcollid != pk->collations[col])
 			return NIL;
 		by_column[col] = value;
 	}
