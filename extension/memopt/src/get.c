@@ -11,9 +11,9 @@
  *
  * What the SQL layer would check and these functions check themselves: SELECT on the table
  * or on every column they return (the whole row), no row-level security (refused outright:
- * the policies would need the executor), the relation is a table enabled for memoptimized
- * reads with a one-column primary key of the key's type family (text under a deterministic
- * collation).  The functions resolve no
+ * the policies would need the executor), no inheritance children (whose rows SELECT would
+ * return too), the relation is a table enabled for memoptimized reads with a one-column
+ * primary key of the key's type family (text under a deterministic collation).  The functions resolve no
  * names, so the search_path does not matter to them and they carry no SET clause (which
  * would cost a GUC save and restore per call).
  *
@@ -35,6 +35,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -138,6 +139,16 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 				 errmsg("memopt.%s: table \"%s\" is not enabled for memoptimized reads", function,
 						RelationGetRelationName(c->rel)),
 				 errhint("Call memopt.enable_read('%s') first.", RelationGetRelationName(c->rel))));
+	/*
+	 * SELECT * FROM t reads t's inheritance children too; a lookup in t's store and primary
+	 * key cannot (enable_read refuses such tables, but a child can be added later).
+	 */
+	if (c->rel->rd_rel->relhassubclass && find_inheritance_children(relid, NoLock) != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("memopt.%s: table \"%s\" has inheritance children", function,
+						RelationGetRelationName(c->rel)),
+				 errhint("SELECT from the table also returns its children's rows; query it with SELECT.")));
 	pk = memopt_pk_layout(c->rel);
 	if (pk == NULL)
 		ereport(ERROR,
