@@ -59,18 +59,30 @@ impl fmt::Display for PoolError {
                 max_size,
                 last_connect_error,
             } => {
+                // "All in use" only when they are: with fewer open than max_size, the pool
+                // could not open more (the connect error says why) or was still opening them.
+                let full = open >= max_size;
                 write!(
                     f,
-                    "no connection became free within {waited:?} ({open} of {max_size} open, all in use)"
+                    "no connection became free within {waited:?} ({open} of {max_size} open{})",
+                    if full { ", all in use" } else { "" }
                 )?;
                 match last_connect_error {
                     Some(e) => write!(
                         f,
-                        "; opening another failed: {e}. Check that the database is reachable"
+                        "; opening {} failed: {e}. Check that the database is reachable and \
+                         accepts the pool's credentials (user, password, database); the pool \
+                         keeps trying in the background",
+                        if *open == 0 { "one" } else { "another" }
+                    ),
+                    None if full => write!(
+                        f,
+                        "; return connections sooner, raise max_size, or raise the borrow timeout"
                     ),
                     None => write!(
                         f,
-                        "; return connections sooner, raise max_size, or raise the borrow timeout"
+                        "; connections were still opening: raise the borrow timeout, or open \
+                         min_size before the first borrow with build_ready"
                     ),
                 }
             }

@@ -36,11 +36,13 @@ impl<M: Manager> Builder<M> {
             if pool.inner.open.load(Ordering::Acquire) >= pool.inner.min_size() {
                 return Ok(pool);
             }
-            if start.elapsed() >= timeout.min(Duration::from_secs(60)) {
-                return Err(pool.timeout_error());
-            }
-            if pool.inner.counters.connect_failures.load(Ordering::Relaxed) >= 3 {
-                return Err(pool.timeout_error());
+            // The time it waited, not the borrow timeout: after three failed connects it
+            // gives up long before that, and an error claiming 30 s sent readers looking for
+            // a slow server.
+            if start.elapsed() >= timeout.min(Duration::from_secs(60))
+                || pool.inner.counters.connect_failures.load(Ordering::Relaxed) >= 3
+            {
+                return Err(pool.timeout_error_after(start.elapsed()));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -956,9 +958,14 @@ impl<M: Manager> Pool<M> {
     }
 
     pub(crate) fn timeout_error(&self) -> PoolError {
+        self.timeout_error_after(self.inner.config.borrow_timeout)
+    }
+
+    /// [`PoolError::Timeout`] for a wait of `waited`.
+    fn timeout_error_after(&self, waited: Duration) -> PoolError {
         self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
         PoolError::Timeout {
-            waited: self.inner.config.borrow_timeout,
+            waited,
             open: self.inner.open.load(Ordering::Relaxed),
             max_size: self.inner.core.limit(),
             last_connect_error: self

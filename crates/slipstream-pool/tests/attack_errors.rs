@@ -1,0 +1,70 @@
+//! Attacks on what the pool's errors say (session 42): a server that refuses the pool's login
+//! from the start, and borrows that time out with no connection open. An error must name the
+//! cause and what to do; one that blames connections "all in use" when none is open, claims a
+//! wait that did not happen, or says to retry when retrying cannot help sends its reader the
+//! wrong way.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use slipstream_pool::{PgManager, Pool, PoolError};
+use slipstream_testkit::Cluster;
+
+/// A cluster that asks for a password over TCP, the superuser's being `right`.
+fn password_cluster() -> Cluster {
+    let cluster = Cluster::builder()
+        .hba("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        .start()
+        .unwrap();
+    cluster
+        .psql("ALTER ROLE postgres PASSWORD 'right'")
+        .unwrap();
+    cluster
+}
+
+/// `Pool::build_ready` against a server that refuses the password fails after its first
+/// attempts, a fraction of the borrow timeout. Before, the error said that no connection
+/// "became free within 30s (0 of 10 open, all in use)": a wait that never happened, and
+/// connections in use that were never opened; and its advice, "check that the database is
+/// reachable", pointed away from the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_ready_refused_a_password_says_what_happened() {
+    let cluster = password_cluster();
+    let url = cluster.url_for("postgres", Some("wrong"));
+    let start = Instant::now();
+    let err = Pool::builder(PgManager::new(url.parse().unwrap()))
+        .min_size(2)
+        .borrow_timeout(Duration::from_secs(30))
+        .build_ready()
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    let PoolError::Timeout { waited, open, .. } = &err else {
+        panic!("not a timeout: {err}");
+    };
+    assert!(
+        *waited <= took,
+        "says it waited {waited:?}, returned after {took:?}: {err}"
+    );
+    assert_eq!(*open, 0, "{err}");
+    let text = err.to_string();
+    assert!(!text.contains("all in use"), "{text}");
+    assert!(text.contains("password authentication failed"), "{text}");
+    assert!(text.contains("credentials"), "{text}");
+}
+
+/// A borrow that times out while the pool cannot open its first connection: not "all in use".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_with_nothing_open_does_not_blame_connections_in_use() {
+    let cluster = password_cluster();
+    let url = cluster.url_for("postgres", Some("wrong"));
+    let pool = Pool::builder(PgManager::new(url.parse().unwrap()))
+        .borrow_timeout(Duration::from_millis(300))
+        .build();
+    let err = pool.get().await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, PoolError::Timeout { open: 0, .. }), "{text}");
+    assert!(!text.contains("all in use"), "{text}");
+    assert!(text.contains("credentials"), "{text}");
+}
