@@ -47,6 +47,10 @@ pub enum PoolError {
         role: String,
         /// Each server and its state (`db1:5432 down: connection refused`).
         servers: Vec<String>,
+        /// Every server that is down refused the pool's login (a wrong password, a role that
+        /// may not log in, no `pg_hba.conf` entry, a database that does not exist): retrying
+        /// cannot help until the connection string or the server's set-up is fixed.
+        login_refused: bool,
     },
 }
 
@@ -100,12 +104,31 @@ impl fmt::Display for PoolError {
                 "the labeling's configure failed for labels {wanted} on {tries} connections in \
                  a row (each was closed); check what it runs for these labels"
             ),
-            PoolError::NoServer { role, servers } => write!(
-                f,
-                "no server can serve role {role} now ({}); down servers are retried in the \
-                 background, so retry shortly or ask for another role",
-                servers.join("; ")
-            ),
+            PoolError::NoServer {
+                role,
+                servers,
+                login_refused,
+            } => {
+                write!(
+                    f,
+                    "no server can serve role {role} now ({})",
+                    servers.join("; ")
+                )?;
+                if *login_refused {
+                    write!(
+                        f,
+                        "; the servers down refused the pool's login, so retrying will not help: \
+                         fix the user, password or database in the connection string, or the \
+                         server's roles and pg_hba.conf"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "; down servers are retried in the background, so retry shortly or ask \
+                         for another role"
+                    )
+                }
+            }
         }
     }
 }

@@ -82,6 +82,9 @@ struct ServerState {
     outstanding: AtomicUsize,
     /// Why it is down.
     last_error: Mutex<Option<String>>,
+    /// The last failure was a refusal of the pool's login (see [`refuses_login`]): retrying
+    /// cannot help, and [`PoolError::NoServer`] says so.
+    login_refused: AtomicBool,
     /// Woken when it is marked down: borrowers waiting on its sub-pool pick another server.
     went_down: Notify,
     /// Woken when its sub-pool fails to open a connection: a role probe waiting for one
@@ -107,6 +110,13 @@ impl ServerState {
             STANDBY => ServerRole::Standby,
             _ => ServerRole::Unknown,
         }
+    }
+
+    /// Records why the last connect to it failed, and whether that was a refused login.
+    fn failed(&self, error: String, login_refused: bool) {
+        let mut last = lock(&self.last_error);
+        self.login_refused.store(login_refused, Ordering::Relaxed);
+        *last = Some(error);
     }
 
     fn describe(&self) -> String {
@@ -186,7 +196,7 @@ impl Manager for ServerManager {
                 Ok(conn)
             }
             Err(e) => {
-                *lock(&self.state.last_error) = Some(e.to_string());
+                self.state.failed(e.to_string(), refuses_login(&e));
                 self.suspect();
                 self.state.connect_failed.notify_waiters();
                 Err(e)
@@ -445,6 +455,7 @@ impl PgPoolBuilder {
                     suspect: AtomicBool::new(false),
                     outstanding: AtomicUsize::new(0),
                     last_error: Mutex::new(None),
+                    login_refused: AtomicBool::new(false),
                     went_down: Notify::new(),
                     connect_failed: Notify::new(),
                     probing: AtomicBool::new(false),
@@ -499,7 +510,8 @@ impl PgPoolBuilder {
     ///
     /// # Errors
     /// [`PoolError::NoServer`] naming each server's failure when none could be reached within
-    /// the borrow timeout (at most 30 s).
+    /// the borrow timeout (at most 30 s), or as soon as every server has refused the pool's
+    /// login (a wrong password, no such role or database: waiting would not change it).
     pub async fn build_ready(self) -> Result<PgPool, PoolError> {
         let timeout = self.pool.borrow_timeout.min(Duration::from_secs(30));
         let pool = self.build()?;
@@ -510,7 +522,11 @@ impl PgPoolBuilder {
                 .clone()
                 .all(|s| s.up.load(Ordering::Acquire) || lock(&s.last_error).is_some());
             let any_up = states.clone().any(|s| s.up.load(Ordering::Acquire));
-            if (settled && any_up) || start.elapsed() >= timeout {
+            // Every server refused the pool's login: waiting out the timeout changes nothing.
+            let all_refused = states
+                .clone()
+                .all(|s| s.login_refused.load(Ordering::Relaxed));
+            if (settled && (any_up || all_refused)) || start.elapsed() >= timeout {
                 return if any_up {
                     Ok(pool)
                 } else {
@@ -843,14 +859,20 @@ impl PgPool {
         if !self.shared.reprobe_roles.swap(true, Ordering::Relaxed) {
             self.shared.monitor.notify_one();
         }
+        let servers = &self.shared.servers;
+        let mut down = servers
+            .iter()
+            .filter(|s| !s.state.up.load(Ordering::Relaxed))
+            .peekable();
+        let some_down = down.peek().is_some();
         PoolError::NoServer {
             role: role.to_string(),
-            servers: self
-                .shared
-                .servers
-                .iter()
-                .map(|s| s.state.describe())
-                .collect(),
+            servers: servers.iter().map(|s| s.state.describe()).collect(),
+            login_refused: some_down
+                && down.all(|s| {
+                    lock(&s.state.last_error).is_some()
+                        && s.state.login_refused.load(Ordering::Relaxed)
+                }),
         }
     }
 
@@ -1107,9 +1129,9 @@ async fn probe_task(shared: Weak<Shared>, i: usize, how: Probe) {
         // Every connection of its share is lent: their returns report a promotion.
         Probed::Skipped => {}
         // Up, only refusing new sessions: marking it down would close its working connections.
-        Probed::Refused(e) if up => *lock(&state.last_error) = Some(e),
-        Probed::Refused(e) | Probed::Down(e) => {
-            *lock(&state.last_error) = Some(e);
+        Probed::Refused(e, login) if up => state.failed(e, login),
+        Probed::Refused(e, login) | Probed::Down(e, login) => {
+            state.failed(e, login);
             if up {
                 state.up.store(false, Ordering::Relaxed);
                 state.went_down.notify_waiters();
@@ -1151,9 +1173,10 @@ enum Probed {
     Role(u8),
     Skipped,
     /// Answered, and refused a new session only: too many connections, or the pool's
-    /// credentials (a password changed, the role dropped). Its sessions still work.
-    Refused(String),
-    Down(String),
+    /// credentials (a password changed, the role dropped). Its sessions still work. The flag:
+    /// a refused login ([`refuses_login`]).
+    Refused(String, bool),
+    Down(String, bool),
 }
 
 async fn probe_server(server: &Server, how: Probe) -> Probed {
@@ -1197,8 +1220,8 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
     }
     match probe(&server.config).await {
         Ok(role) => Probed::Role(role),
-        Err((e, true)) => Probed::Refused(e),
-        Err((e, false)) => Probed::Down(e),
+        Err((e, true, login)) => Probed::Refused(e, login),
+        Err((e, false, login)) => Probed::Down(e, login),
     }
 }
 
@@ -1208,7 +1231,8 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
 /// dropped or not allowed to log in). Either way the sessions it already has keep working, so
 /// marking it down (closing them) would turn a server that cannot take more of the pool's
 /// sessions into one that serves none.
-async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool)> {
+/// The last flag: a refused login ([`refuses_login`]).
+async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool, bool)> {
     let limit = config.get_connect_timeout().unwrap_or(PROBE_TIMEOUT);
     let attempt = async {
         let mut conn = slipstream_pg::connect_config(config).await?;
@@ -1221,10 +1245,20 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool)> {
             let refused = e.code().is_some_and(|c| {
                 c == slipstream_pg::SqlState::TOO_MANY_CONNECTIONS || c.code().starts_with("28")
             });
-            (e.to_string(), refused)
+            (e.to_string(), refused, refuses_login(&e))
         }),
-        Err(_) => Err((format!("no answer within {limit:?}"), false)),
+        Err(_) => Err((format!("no answer within {limit:?}"), false, false)),
     }
+}
+
+/// Whether the server refused the pool's login: class 28 (a wrong password, a role that may
+/// not log in, no `pg_hba.conf` entry) or a database that does not exist (3D000). Unlike a
+/// server that is down or full, one that says this from the start will say it again to every
+/// retry until someone changes the connection string or the server's set-up.
+fn refuses_login(e: &slipstream_pg::Error) -> bool {
+    e.code().is_some_and(|c| {
+        c.code().starts_with("28") || c == slipstream_pg::SqlState::INVALID_CATALOG_NAME
+    })
 }
 
 /// [`rebalance_shares`] for the callers outside the monitor (drain, resume, resize): when part

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use slipstream_pool::{PgManager, Pool, PoolError};
+use slipstream_pool::{PgManager, PgPool, Pool, PoolError, Role};
 use slipstream_testkit::Cluster;
 
 /// A cluster that asks for a password over TCP, the superuser's being `right`.
@@ -67,4 +67,51 @@ async fn a_timeout_with_nothing_open_does_not_blame_connections_in_use() {
     assert!(matches!(err, PoolError::Timeout { open: 0, .. }), "{text}");
     assert!(!text.contains("all in use"), "{text}");
     assert!(text.contains("credentials"), "{text}");
+}
+
+/// A `PgPool` whose every server refuses its login from the start: `NoServer` names the
+/// refusal and says to fix the login, not that "down servers are retried in the background,
+/// so retry shortly" (retrying cannot help), and `build_ready` says so once every server has
+/// answered, rather than after the whole borrow timeout (the default, 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_pool_refused_its_login_says_to_fix_it_not_to_retry() {
+    let cluster = password_cluster();
+    let wrong_password = common::hosts(&[cluster.port()], "password=wrong");
+    let no_database = format!(
+        "host=127.0.0.1 port={} user=postgres password=right dbname=nope sslmode=disable",
+        cluster.port()
+    );
+    for conninfo in [wrong_password, no_database] {
+        let pool = PgPool::builder(conninfo.parse().unwrap())
+            .max_size(2)
+            .build()
+            .unwrap();
+        let err = pool.get(Role::Primary).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, PoolError::NoServer { .. }), "{text}");
+        assert!(!text.contains("retry shortly"), "{text}");
+        assert!(text.contains("login"), "{text}");
+        let ready = PgPool::builder(conninfo.parse().unwrap())
+            .max_size(2)
+            .build_ready();
+        let err = tokio::time::timeout(Duration::from_secs(10), ready)
+            .await
+            .expect("build_ready waited out its borrow timeout for a refused login")
+            .unwrap_err();
+        assert!(!err.to_string().contains("retry shortly"), "{err}");
+    }
+}
+
+/// A server that is only down (connection refused) is still worth retrying: the advice stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_pool_whose_server_is_down_still_says_to_retry() {
+    let mut cluster = Cluster::start().unwrap();
+    let conninfo = common::hosts(&[cluster.port()], "");
+    cluster.stop().unwrap();
+    let pool = PgPool::builder(conninfo.parse().unwrap())
+        .max_size(2)
+        .build()
+        .unwrap();
+    let err = pool.get(Role::Primary).await.unwrap_err();
+    assert!(err.to_string().contains("retry shortly"), "{err}");
 }
