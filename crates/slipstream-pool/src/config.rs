@@ -145,7 +145,9 @@ impl<M: Manager> Builder<M> {
     }
     /// Validates a connection idle longer than `window` before lending it (default: never;
     /// blocking borrows run the check on the pool's runtime). With [`crate::PgManager`] that is one round trip, so a borrower after a
-    /// server restart gets a working connection instead of a dead one.
+    /// server restart gets a working connection instead of a dead one. The check counts
+    /// against the borrow timeout: a connection not validated by then is closed and the
+    /// borrow fails with [`PoolError::Timeout`].
     pub fn validate_after(mut self, window: Duration) -> Self {
         self.config.validate_after = Some(window);
         self

@@ -409,17 +409,17 @@ impl<M: Manager> Pool<M> {
     ) -> Result<Pooled<M>, PoolError> {
         // `get`'s first try found no idle connection: no need to look again at once.
         let mut scanned = first.is_none();
+        let mut deadline = Deadline::Unset;
         if let Some(conn) = first
-            && let Some(conn) = self.validated(conn).await
+            && let Some(conn) = self.validated(conn, &mut deadline).await?
         {
             return Ok(conn);
         }
-        let mut deadline = Deadline::Unset;
         loop {
             let conn = self
                 .claim(&mut deadline, std::mem::take(&mut scanned))
                 .await?;
-            if let Some(conn) = self.validated(conn).await {
+            if let Some(conn) = self.validated(conn, &mut deadline).await? {
                 return Ok(conn);
             }
         }
@@ -473,7 +473,7 @@ impl<M: Manager> Pool<M> {
                 Some(conn) => conn,
                 None => self.claim(&mut deadline, false).await?,
             };
-            let Some(mut conn) = self.validated(conn).await else {
+            let Some(mut conn) = self.validated(conn, &mut deadline).await? else {
                 continue;
             };
             let current = conn.labels();
@@ -539,16 +539,38 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Validates a connection idle longer than the trust window; `None` if it failed (it is
-    /// closed on drop).
-    async fn validated(&self, mut conn: Pooled<M>) -> Option<Pooled<M>> {
+    /// closed on drop). The validation counts against the borrow's `deadline` (set here if the
+    /// borrow has not waited yet): a connection whose server stopped answering (a hung host,
+    /// a cut path: what validation is there to find) would otherwise hold the borrow for as
+    /// long as the silence, past any borrow timeout. One not validated in time is closed, and
+    /// the borrow fails with [`PoolError::Timeout`].
+    async fn validated(
+        &self,
+        mut conn: Pooled<M>,
+        deadline: &mut Deadline,
+    ) -> Result<Option<Pooled<M>>, PoolError> {
         if !self.still_open(&mut conn) {
-            return None;
+            return Ok(None);
         }
-        if !self.needs_validation(&conn) || self.inner.manager.validate(&mut conn).await {
-            return Some(conn);
+        if !self.needs_validation(&conn) {
+            return Ok(Some(conn));
+        }
+        let validation = self.inner.manager.validate(&mut conn);
+        let ok = match deadline.from(self.inner.config.borrow_timeout) {
+            None => validation.await,
+            Some(d) => match tokio::time::timeout_at(d.into(), validation).await {
+                Ok(ok) => ok,
+                Err(_) => {
+                    self.validation_failed(&mut conn);
+                    return Err(self.timeout_error());
+                }
+            },
+        };
+        if ok {
+            return Ok(Some(conn));
         }
         self.validation_failed(&mut conn);
-        None
+        Ok(None)
     }
 
     /// Whether a connection just claimed idle may be lent at once: still open
@@ -679,14 +701,25 @@ impl<M: Manager> Pool<M> {
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             let pool = self.clone();
+            // Bounded by the borrow's deadline, as an async borrow's validation is
+            // (`Pool::validated`): `None`, it did not end in time.
+            let until = deadline.from(self.inner.config.borrow_timeout);
             self.inner.runtime.spawn(async move {
                 let mut conn = conn;
-                let ok = pool.inner.manager.validate(&mut conn).await;
+                let validation = pool.inner.manager.validate(&mut conn);
+                let ok = match until {
+                    None => Some(validation.await),
+                    Some(d) => tokio::time::timeout_at(d.into(), validation).await.ok(),
+                };
                 let _ = tx.send((conn, ok));
             });
             match rx.recv() {
-                Ok((conn, true)) => return Ok(conn),
-                Ok((mut conn, false)) => self.validation_failed(&mut conn),
+                Ok((conn, Some(true))) => return Ok(conn),
+                Ok((mut conn, Some(false))) => self.validation_failed(&mut conn),
+                Ok((mut conn, None)) => {
+                    self.validation_failed(&mut conn);
+                    return Err(self.timeout_error());
+                }
                 // The runtime is gone (the connection went back with the dropped task).
                 Err(_) => return Err(self.timeout_error()),
             }

@@ -1,0 +1,78 @@
+//! Attacks on the pool's round trips to a server that stops answering (session 42): a hung
+//! host or a cut network path, played by the testkit's proxy holding every byte. A borrow
+//! must end within its borrow timeout whatever the server does, and a connection the pool
+//! works on by itself (a reset) must not hold its slot for as long as the silence lasts.
+
+mod common;
+
+use std::time::Duration;
+
+use common::until;
+use slipstream_pool::{PgManager, Pool, PoolError, Reset};
+use slipstream_testkit::{Cluster, DelayProxy};
+
+/// A proxy in front of `cluster` that adds nothing until stalled.
+fn proxy(cluster: &Cluster) -> DelayProxy {
+    DelayProxy::start(
+        format!("127.0.0.1:{}", cluster.port()).parse().unwrap(),
+        Duration::ZERO,
+    )
+    .unwrap()
+}
+
+fn pool_via(proxy: &DelayProxy, reset: Reset) -> slipstream_pool::Builder<PgManager> {
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    Pool::builder(PgManager::new(url.parse().unwrap()).reset_on_return(reset)).max_size(1)
+}
+
+/// A borrow that validates an idle connection (`validate_after`) over a path that stopped
+/// answering fails with a timeout within its borrow timeout, async and blocking, and the
+/// connection it could not validate is not lent afterwards. Before, the validation's round
+/// trip had no bound: the borrow hung for as long as the silence (here, for ever), far past
+/// its borrow timeout of 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_the_server_never_answers_ends_within_the_borrow_timeout() {
+    let cluster = Cluster::start().unwrap();
+    let proxy = proxy(&cluster);
+    let pool = pool_via(&proxy, Reset::Rollback)
+        .validate_after(Duration::ZERO)
+        .borrow_timeout(Duration::from_secs(1))
+        .build();
+    drop(pool.get().await.unwrap());
+    proxy.set_stalled(true);
+    let got = tokio::time::timeout(Duration::from_secs(10), pool.get())
+        .await
+        .unwrap_or_else(|_| panic!("the borrow hung in validation: {:?}", pool.stats()));
+    let err = got.expect_err("lent over a stalled path");
+    assert!(matches!(err, PoolError::Timeout { .. }), "{err}");
+    let s = pool.stats();
+    assert_eq!(s.failed_validation, 1, "{s:?}");
+    // The same through a thread's blocking borrow, on a new connection that validates.
+    proxy.set_stalled(false);
+    until(
+        Duration::from_secs(10),
+        "the unvalidated connection is closed",
+        || pool.stats(),
+        |s| s.borrowed == 0,
+    )
+    .await;
+    drop(pool.get().await.unwrap());
+    proxy.set_stalled(true);
+    let blocking = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.get_blocking().map(|_| ()))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let got = common::join_threads(&pool, vec![blocking], deadline).remove(0);
+    let err = got.expect_err("lent over a stalled path");
+    assert!(matches!(err, PoolError::Timeout { .. }), "{err}");
+    proxy.set_stalled(false);
+    let mut conn = tokio::time::timeout(Duration::from_secs(10), pool.get())
+        .await
+        .expect("the pool lends again once the path answers")
+        .unwrap();
+    conn.batch_execute("SELECT 1").await.unwrap();
+}
