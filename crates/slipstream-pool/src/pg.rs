@@ -26,12 +26,14 @@ pub enum Reset {
     Session,
 }
 
-/// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL`.
-/// How long a reset waits for the replies a dropped call left owed, after cancelling its
-/// statement: a cancelled statement answers within a round trip, so a connection still silent
-/// after this is closed rather than lent.
-const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a reset may take in all: reading the replies a dropped call left owed (after
+/// cancelling its statement), the `ROLLBACK` and the session reset. Each answers within a
+/// round trip or two, so a connection still silent after this is closed rather than lent: its
+/// server hung or the path to it was cut, and waiting for it held the slot, lent to no one,
+/// for as long as the silence lasted (a cut path: the kernel's TCP timeout, minutes).
+const RESET_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL`.
 /// `RESET ALL` leaves a `SET ROLE` or `SET SESSION AUTHORIZATION` in place; `DISCARD ALL` does
 /// not, so neither may we: the next borrower would run as the previous one's role.
 const SESSION_RESET: &str = "SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; RESET ALL; UNLISTEN *; \
@@ -127,29 +129,34 @@ impl Manager for PgManager {
         // and run what dropped handles deferred (a dropped BEGIN may have opened a transaction).
         // A dropped call's statement may still be running (a timeout around a long query):
         // cancel it rather than hold the slot for its whole run, or forever if it waits on a
-        // lock, and bound the wait for its replies; a connection that does not settle in time
-        // is closed.
+        // lock, and bound the whole reset; a connection not reset in time is closed. (The
+        // cancel request is bounded by its own connect timeout.)
         if !conn.is_settled() {
             let _ = conn.cancel_token().cancel().await;
         }
-        match tokio::time::timeout(SETTLE_LIMIT, conn.settle()).await {
-            Ok(Ok(())) => {}
-            _ => return false,
-        }
-        if conn.transaction_status() != TransactionStatus::Idle
-            && conn.batch_execute("ROLLBACK").await.is_err()
-        {
-            return false;
-        }
-        match self.reset {
-            Reset::Session => {
-                // After UNLISTEN: nothing queued before it may reach the next borrower.
-                let ok = conn.batch_execute(SESSION_RESET).await.is_ok();
-                conn.clear_client_state();
-                ok
+        let reset = async {
+            if conn.settle().await.is_err() {
+                return false;
             }
-            _ => conn.is_reusable(),
-        }
+            if conn.transaction_status() != TransactionStatus::Idle
+                && conn.batch_execute("ROLLBACK").await.is_err()
+            {
+                return false;
+            }
+            match self.reset {
+                Reset::Session => {
+                    // After UNLISTEN: nothing queued before it may reach the next borrower.
+                    let ok = conn.batch_execute(SESSION_RESET).await.is_ok();
+                    conn.clear_client_state();
+                    ok
+                }
+                _ => conn.is_reusable(),
+            }
+        };
+        // A reset cut short leaves replies owed: the pool closes the connection on `false`.
+        tokio::time::timeout(RESET_LIMIT, reset)
+            .await
+            .unwrap_or(false)
     }
 
     /// One round trip (`SELECT 1` on the simple protocol).

@@ -76,3 +76,34 @@ async fn a_validation_the_server_never_answers_ends_within_the_borrow_timeout() 
         .unwrap();
     conn.batch_execute("SELECT 1").await.unwrap();
 }
+
+/// A connection returned inside a transaction is rolled back by the pool before it is lent
+/// again; if the server stops answering meanwhile, the rollback gives up and the connection is
+/// closed, freeing its slot (5 s, the reset's bound). Before, only the settling of owed
+/// replies was bounded: the `ROLLBACK` (and `Reset::Session`'s reset) waited as long as the
+/// silence, the slot lent to no one, and every borrower timed out on a pool "all in use".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_the_server_never_answers_frees_its_slot() {
+    let cluster = Cluster::start().unwrap();
+    for reset in [Reset::Rollback, Reset::Session] {
+        let proxy = proxy(&cluster);
+        let pool = pool_via(&proxy, reset)
+            .borrow_timeout(Duration::from_secs(20))
+            .build();
+        let mut conn = pool.get().await.unwrap();
+        conn.batch_execute("BEGIN; SELECT 1").await.unwrap();
+        proxy.set_stalled(true);
+        drop(conn);
+        until(
+            Duration::from_secs(15),
+            "the reset gives up and frees the slot",
+            || pool.stats(),
+            |s| s.open == 0,
+        )
+        .await;
+        assert_eq!(pool.stats().failed_resets, 1, "{reset:?}");
+        proxy.set_stalled(false);
+        let mut conn = pool.get().await.unwrap();
+        conn.batch_execute("SELECT 1").await.unwrap();
+    }
+}
