@@ -11,8 +11,9 @@ use crate::{Config, Manager};
 
 /// The opener task: keeps `min_size` connections open, and opens more (up to the maximum)
 /// while borrowers wait. One attempt at a time, at most one per `connect_interval`; after a
-/// failure it backs off exponentially up to a second. On each wake-up it also runs the timers.
-/// Ends when the pool is dropped.
+/// failure it backs off exponentially up to a second. On each wake-up it also runs the timers,
+/// and keeps running them while a connect is under way (a connect may hang: a server that
+/// accepts and never answers, with no `connect_timeout`). Ends when the pool is dropped.
 pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
     let mut backoff = Duration::ZERO;
     loop {
@@ -22,17 +23,7 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             if inner.closed.load(Ordering::Relaxed) {
                 return;
             }
-            let now = inner.tick();
-            inner.reap(now);
-            if inner.reclaims {
-                inner.reclaim_overdue(now);
-            }
-            if let Some(threshold) = inner.config.leak_warning {
-                inner.check_leaks(threshold);
-            }
-            if let Some(published) = inner.published.as_ref().filter(|p| p.publish_due(now)) {
-                published.publish(&crate::Pool::stats_of(&inner));
-            }
+            inner.upkeep();
             let needed = {
                 let open = inner.open.load(Ordering::Acquire);
                 open < inner.core.limit()
@@ -43,7 +34,13 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             } else if let Some(slot) = inner.core.claim_empty() {
                 // Held from the claim: a connect that succeeds stays held until it is freed.
                 inner.held.fetch_add(1, Ordering::AcqRel);
-                match inner.manager.connect().await {
+                let Some(connected) = inner.connect_with_upkeep().await else {
+                    // The last handle went while the connect was under way.
+                    inner.held.fetch_sub(1, Ordering::AcqRel);
+                    inner.core.vacate(slot);
+                    return;
+                };
+                match connected {
                     Ok(conn) => {
                         backoff = Duration::ZERO;
                         let i = slot.index();
@@ -80,22 +77,62 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                 // A notify that came since the check above left a permit, so this returns at
                 // once. The periodic wake-up ends the task soon after the pool is dropped
                 // (this strong reference is the last one then).
-                let period = match shortest_timer(&inner.config) {
-                    // Timers are checked at least every 100 ms (or a tenth of the shortest).
-                    Some(t) => Duration::from_millis(100).min(t / 10),
-                    None => Duration::from_millis(500),
-                };
-                let _ = tokio::time::timeout(
-                    period.max(Duration::from_millis(1)),
-                    inner.opener.notified(),
-                )
-                .await;
+                let _ = tokio::time::timeout(upkeep_period(&inner.config), inner.opener.notified())
+                    .await;
             }
         }
     }
 }
 
+/// How often the opener runs the timers: at least every 100 ms while any is set (or a tenth of
+/// the shortest), else every 500 ms (the pool clock, leak checks and metrics).
+fn upkeep_period(config: &Config) -> Duration {
+    let period = match shortest_timer(config) {
+        Some(t) => Duration::from_millis(100).min(t / 10),
+        None => Duration::from_millis(500),
+    };
+    period.max(Duration::from_millis(1))
+}
+
 impl<M: Manager> Inner<M> {
+    /// The opener's periodic work: advances the pool clock, closes idle connections due to
+    /// close, reclaims overdue borrows, reports leaks and publishes the metrics.
+    fn upkeep(&self) {
+        let now = self.tick();
+        self.reap(now);
+        if self.reclaims {
+            self.reclaim_overdue(now);
+        }
+        if let Some(threshold) = self.config.leak_warning {
+            self.check_leaks(threshold);
+        }
+        if let Some(published) = self.published.as_ref().filter(|p| p.publish_due(now)) {
+            published.publish(&crate::Pool::stats_of(self));
+        }
+    }
+
+    /// Opens a connection, running the timers meanwhile ([`Inner::upkeep`]): awaited alone, a
+    /// connect that hung (a server that accepts and never answers, with no connect timeout)
+    /// stopped every reclaim, reap, leak report and clock tick for as long as it hung.
+    /// `None`: the last handle went meanwhile, and the connect was given up.
+    async fn connect_with_upkeep(&self) -> Option<Result<M::Connection, M::Error>> {
+        let connect = self.manager.connect();
+        let mut connect = std::pin::pin!(connect);
+        let period = upkeep_period(&self.config);
+        loop {
+            tokio::select! {
+                connected = &mut connect => return Some(connected),
+                () = tokio::time::sleep(period) => {
+                    // Relaxed: as the opener's own look at it; a late look costs a period.
+                    if self.closed.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    self.upkeep();
+                }
+            }
+        }
+    }
+
     /// Advances the pool clock.
     fn tick(&self) -> u64 {
         let now = self.epoch.elapsed().as_millis() as u64;

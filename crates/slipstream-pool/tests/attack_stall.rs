@@ -107,3 +107,42 @@ async fn a_reset_the_server_never_answers_frees_its_slot() {
         conn.batch_execute("SELECT 1").await.unwrap();
     }
 }
+
+/// The pool's task opens connections one at a time and also runs its timers; while a connect
+/// hangs (a server that accepts and never answers, and a connection string with no
+/// `connect_timeout`), the timers must keep running: here a connection lent past its
+/// `time_to_live` is reclaimed while the opener waits on a connect for a queued borrower.
+/// Before, the task awaited the connect alone, so nothing was reclaimed, reaped or reported
+/// for as long as the connect hung (`PgPool` bounds its sub-pools' connects for this reason;
+/// a plain `Pool` did not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_that_hangs_does_not_stop_the_pools_timers() {
+    let cluster = Cluster::start().unwrap();
+    let proxy = proxy(&cluster);
+    let pool = pool_via(&proxy, Reset::Rollback)
+        .max_size(2)
+        .time_to_live(Duration::from_millis(300))
+        .borrow_timeout(Duration::from_secs(30))
+        .build();
+    let held = pool.get().await.unwrap();
+    proxy.set_stalled(true);
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.get().await.map(|_| ()) })
+    };
+    common::until_waiting(&pool, 1).await;
+    until(
+        Duration::from_secs(10),
+        "the connection lent past its time_to_live is reclaimed",
+        || pool.stats(),
+        |s| s.reclaimed_ttl == 1,
+    )
+    .await;
+    proxy.set_stalled(false);
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter hung")
+        .unwrap()
+        .expect("the waiter got no connection");
+    drop(held);
+}
