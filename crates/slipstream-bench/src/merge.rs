@@ -13,8 +13,10 @@
 //!   even where another part's window still ran (the docs ask generators to start together);
 //! - the measured window is the span from the earliest start to the latest end;
 //! - users add; open-loop rates add;
-//! - stages add by position (runs of the same phases; a part cut short by a Ctrl-C has
-//!   fewer), each from the earliest part's start to the latest part's end.
+//! - stages add by position, each from the earliest part's start to the latest part's end.
+//!   The parts must have run the same phases: as many stages, of the same names and lengths,
+//!   each part's load the same multiple of the others' in every stage; only a part stopped
+//!   early (`interrupted`) may have fewer stages and a shorter last one.
 //!
 //! Runs of different workloads, mixes, interval lengths or load models are refused, and so are
 //! open-loop runs that count late starts at different thresholds (`--late-after`), version-1
@@ -433,6 +435,7 @@ fn merge_stages(
             "{label} holds no stages (written before they were saved), so the merged stages would leave its transactions out; re-run it with this slipstream"
         );
     }
+    check_phases(parts)?;
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let mut merged: Option<StageResult> = None;
@@ -503,6 +506,93 @@ fn merge_stages(
         }
     }
     Ok(out)
+}
+
+/// Two stage lengths this close (seconds) are one length: both come from the same parsed
+/// `--stage` duration, so only float rounding separates them.
+const SAME_LENGTH_S: f64 = 1e-3;
+
+/// Refuses parts that did not run the same phases, naming both files and the difference:
+/// another number of stages, a stage of another length, or a load that does not rise and
+/// fall with the others' (each part's users or rate must be the same multiple of the
+/// reference part's in every stage, so a bigger load generator merges with a smaller one).
+/// A part stopped early (`interrupted`) may have fewer stages and a shorter last one; a
+/// merged result's stages span its parts' start skew, so their lengths are not compared.
+fn check_phases(parts: &[(String, BenchRun)]) -> anyhow::Result<()> {
+    let Some((ref_label, reference)) = parts
+        .iter()
+        .find(|(_, r)| !r.interrupted)
+        .or_else(|| parts.first())
+    else {
+        return Ok(());
+    };
+    let plural = |n: usize| if n == 1 { "stage" } else { "stages" };
+    for (label, r) in parts {
+        if std::ptr::eq(r, reference) {
+            continue;
+        }
+        let differ = |what: String| {
+            anyhow::anyhow!(
+                "cannot merge {ref_label} and {label}: they did not run the same phases ({what}); merge load generators run with the same --stage, --ramp-up and --duration"
+            )
+        };
+        let (n_ref, n) = (reference.stages.len(), r.stages.len());
+        let fewer = match n.cmp(&n_ref) {
+            std::cmp::Ordering::Less => Some(r),
+            std::cmp::Ordering::Greater => Some(reference),
+            std::cmp::Ordering::Equal => None,
+        };
+        if fewer.is_some_and(|f| !f.interrupted) {
+            return Err(differ(format!(
+                "{ref_label} ran {n_ref} {}, {label} {n} {}, and the one with fewer was not stopped early",
+                plural(n_ref),
+                plural(n)
+            )));
+        }
+        let common = n.min(n_ref);
+        let merged = !r.merged_from.is_empty() || !reference.merged_from.is_empty();
+        for i in 0..common {
+            let (a, b) = (&reference.stages[i], &r.stages[i]);
+            let last_cut = |run: &BenchRun| run.interrupted && i + 1 == run.stages.len();
+            let (len_a, len_b) = (a.end_s - a.start_s, b.end_s - b.start_s);
+            if !merged
+                && !last_cut(reference)
+                && !last_cut(r)
+                && (len_a - len_b).abs() > SAME_LENGTH_S
+            {
+                return Err(differ(format!(
+                    "{} lasted {} s in {ref_label} and {} s in {label}",
+                    a.name,
+                    seconds(len_a),
+                    seconds(len_b)
+                )));
+            }
+            // Against the first stage: the same multiple of the reference's load in each.
+            let (a0, b0) = (&reference.stages[0], &r.stages[0]);
+            let load = |s: &StageResult| s.users.map(|u| u as f64).or(s.rate);
+            let (Some(la), Some(lb), Some(la0), Some(lb0)) = (load(a), load(b), load(a0), load(b0))
+            else {
+                continue;
+            };
+            if (la * lb0 - lb * la0).abs() > 1e-9 * (la * lb0).abs().max(lb * la0).abs() {
+                let unit = if a.users.is_some() {
+                    "users"
+                } else {
+                    "arrivals/s (rate)"
+                };
+                return Err(differ(format!(
+                    "{} has {la} {unit} where {} has {la0} in {ref_label}, but {lb} where {} has {lb0} in {label}; each part's load must be the same multiple of the other's in every stage",
+                    a.name, a0.name, b0.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Seconds to the millisecond, without trailing zeros (`0.3`, `60`).
+fn seconds(s: f64) -> f64 {
+    (s * 1e3).round() / 1e3
 }
 
 /// A mix as `--mix` writes it: `name=weight,...`.

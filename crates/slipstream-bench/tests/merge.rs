@@ -464,9 +464,10 @@ fn the_stages_of_two_load_generators_add() {
         c.threads = 1;
         c.seed = seed;
         c.warmup = Duration::ZERO;
+        // The same phases on both parts: the second stage doubles the first's users.
         c.stages = vec![
             format!("300ms:{users}").parse().unwrap(),
-            format!("300ms:{}", users + 1).parse().unwrap(),
+            format!("300ms:{}", users * 2).parse().unwrap(),
         ];
         c
     };
@@ -629,4 +630,70 @@ fn open_loop_runs_late_by_different_thresholds_are_not_merged() {
     // The same threshold still merges.
     let same = bench::merge(&[("a.json".into(), a), ("c.json".into(), open(3, 1))]).unwrap();
     assert_eq!(same.schedule.unwrap().late_after_ms, 1.0);
+}
+
+/// Parts must have run the same phases: as many stages, of the same lengths, with the load
+/// rising and falling alike (each part's users or rate the same multiple of the other's,
+/// stage by stage). Before (found by the attack of 2026-11-28), only the stages' names were
+/// compared by position: a part with a stage fewer, a shorter stage, or its stages' users the
+/// other way round merged silently, its figures added into stages it never ran. A part a stop
+/// cut short (marked `interrupted`) may still have fewer stages and a shorter last one.
+#[test]
+fn parts_that_ran_other_phases_are_not_merged() {
+    let staged = |seed: u64, stages: &[&str]| {
+        let w = Workload::new("noop")
+            .without_database()
+            .transaction("ping", 1, || NoDb);
+        let mut c = RunConfig::new(None);
+        c.threads = 1;
+        c.seed = seed;
+        c.warmup = Duration::ZERO;
+        c.stages = stages.iter().map(|s| s.parse().unwrap()).collect();
+        run_on_own_runtime(w, c)
+    };
+    let a = staged(1, &["300ms:1", "300ms:2"]);
+    let refused = |b: BenchRun, what: &[&str]| {
+        let err = bench::merge(&[("a.json".into(), a.clone()), ("b.json".into(), b.clone())])
+            .map(|m| format!("merged into {} stages", m.stages.len()))
+            .unwrap_or_else(|e| e.to_string());
+        assert!(
+            err.contains("a.json")
+                && err.contains("b.json")
+                && what.iter().all(|w| err.contains(w)),
+            "{what:?}: {err}"
+        );
+    };
+    // A stage fewer, though not cut short.
+    refused(staged(2, &["300ms:1"]), &["1 stage", "2 stages"]);
+    // A stage of another length.
+    refused(
+        staged(3, &["300ms:1", "200ms:2"]),
+        &["stage 2", "0.3 s", "0.2 s"],
+    );
+    // The load the other way round: 3 users falling to 1, where a.json's rose from 1 to 2.
+    refused(staged(4, &["300ms:3", "300ms:1"]), &["stage 2", "users"]);
+    // The same phases at twice the load (a bigger load generator) merge.
+    let big = staged(5, &["300ms:2", "300ms:4"]);
+    let all = bench::merge(&[("a.json".into(), a.clone()), ("big.json".into(), big)]).unwrap();
+    assert_eq!(all.stages.len(), 2);
+    // A part stopped early (a Ctrl-C in its first stage) has fewer stages, and says so.
+    let w = Workload::new("noop")
+        .without_database()
+        .transaction("ping", 1, || NoDb);
+    let mut c = RunConfig::new(None);
+    c.threads = 1;
+    c.seed = 6;
+    c.warmup = Duration::ZERO;
+    c.stages = vec!["300ms:1".parse().unwrap(), "300ms:2".parse().unwrap()];
+    let cut = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench::run(&w, &c, async {
+            tokio::time::sleep(Duration::from_millis(100)).await
+        }))
+        .unwrap();
+    assert!(cut.interrupted);
+    let all = bench::merge(&[("a.json".into(), a.clone()), ("cut.json".into(), cut)]).unwrap();
+    assert_eq!(all.stages.len(), 2);
 }
