@@ -109,25 +109,82 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Runs `sql`, which returns one text column, within [`QUERY_TIMEOUT`].
-async fn text(client: &mut Client, sql: &str) -> Result<Option<String>, String> {
-    let row = tokio::time::timeout(QUERY_TIMEOUT, client.query_one(sql, &[]))
-        .await
-        .map_err(|_| format!("timed out after {} s", QUERY_TIMEOUT.as_secs()))?
-        .map_err(|e| e.to_string())?;
-    row.get::<_, Option<String>>(0).map_err(|e| e.to_string())
+/// Why a context query gave nothing.
+enum Unread {
+    /// It timed out, or an earlier one on its connection did: [`Reader`] has said so.
+    Stalled,
+    /// The server's (or the client's) error.
+    Failed(String),
 }
 
-/// Runs `sql` (one JSON text column) and parses it.
-async fn json<T: serde::de::DeserializeOwned>(
-    client: &mut Client,
-    sql: &str,
-) -> Result<Option<T>, String> {
-    match text(client, sql).await? {
-        Some(t) => serde_json::from_str(&t)
-            .map(Some)
-            .map_err(|e| e.to_string()),
-        None => Ok(None),
+/// The context's queries on one connection, each within [`QUERY_TIMEOUT`], until the first
+/// that times out. A query given up on is still queued on the server, and a connection
+/// answers in order, so every later query would wait behind it and time out in turn, 5 s
+/// apiece: before this, a stalled server held a run's start for 35 s. The timeout is one
+/// warning naming the query and saying that the rest of this capture was skipped.
+struct Reader<'a> {
+    client: &'a mut Client,
+    warnings: &'a mut Vec<String>,
+    /// `before the run` or `after the run`, for the warning.
+    when: &'static str,
+    stalled: bool,
+}
+
+impl<'a> Reader<'a> {
+    fn new(client: &'a mut Client, warnings: &'a mut Vec<String>, when: &'static str) -> Self {
+        Reader {
+            client,
+            warnings,
+            when,
+            stalled: false,
+        }
+    }
+
+    /// Runs `sql`, which returns one text column; `what` names it in a timeout's warning.
+    async fn text(&mut self, what: &str, sql: &str) -> Result<Option<String>, Unread> {
+        if self.stalled {
+            return Err(Unread::Stalled);
+        }
+        let row = match tokio::time::timeout(QUERY_TIMEOUT, self.client.query_one(sql, &[])).await {
+            Ok(row) => row.map_err(|e| Unread::Failed(e.to_string()))?,
+            Err(_) => {
+                self.stalled = true;
+                self.warnings.push(format!(
+                    "reading {what} timed out after {} s, so the rest of the context {} was not read: the server did not answer, and each later query would have waited as long behind it",
+                    QUERY_TIMEOUT.as_secs(),
+                    self.when
+                ));
+                return Err(Unread::Stalled);
+            }
+        };
+        row.get::<_, Option<String>>(0)
+            .map_err(|e| Unread::Failed(e.to_string()))
+    }
+
+    /// Runs `sql` (one JSON text column) and parses it.
+    async fn json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        what: &str,
+        sql: &str,
+    ) -> Result<Option<T>, Unread> {
+        match self.text(what, sql).await? {
+            Some(t) => serde_json::from_str(&t)
+                .map(Some)
+                .map_err(|e| Unread::Failed(e.to_string())),
+            None => Ok(None),
+        }
+    }
+
+    /// `got`'s value; a failure becomes the warning `say(error)` (a timeout has its own).
+    fn keep<T>(&mut self, got: Result<T, Unread>, say: impl FnOnce(&str) -> String) -> Option<T> {
+        match got {
+            Ok(v) => Some(v),
+            Err(Unread::Failed(e)) => {
+                self.warnings.push(say(&e));
+                None
+            }
+            Err(Unread::Stalled) => None,
+        }
     }
 }
 
@@ -171,32 +228,36 @@ fn statements_sql() -> String {
     )
 }
 
-async fn snapshot(client: &mut Client, warnings: &mut Vec<String>) -> ServerSnapshot {
+async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
     let mut s = ServerSnapshot::default();
-    match text(
-        client,
-        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
-    )
-    .await
-    {
-        Ok(t) => s.taken_at = t.unwrap_or_default(),
-        Err(e) => warnings.push(format!("could not read the server's clock: {e}")),
+    let got = r
+        .text(
+            "the server's clock",
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+        )
+        .await;
+    if let Some(t) = r.keep(got, |e| format!("could not read the server's clock: {e}")) {
+        s.taken_at = t.unwrap_or_default();
     }
-    match json(client, DATABASE).await {
-        Ok(d) => s.database = d,
-        Err(e) => warnings.push(format!("could not read pg_stat_database: {e}")),
+    let got = r.json("pg_stat_database", DATABASE).await;
+    if let Some(d) = r.keep(got, |e| format!("could not read pg_stat_database: {e}")) {
+        s.database = d;
     }
-    match text(client, HAS_STATEMENTS).await {
-        Ok(Some(_)) => match json(client, &statements_sql()).await {
-            Ok(v) => s.statements = v,
-            Err(e) => warnings.push(format!(
+    let got = r.text("pg_extension", HAS_STATEMENTS).await;
+    if let Some(Some(_)) = r.keep(got, |e| {
+        format!("could not look for pg_stat_statements: {e}")
+    }) {
+        let got = r.json("pg_stat_statements", &statements_sql()).await;
+        if let Some(v) = r.keep(got, |e| {
+            format!(
                 "pg_stat_statements is installed but could not be read ({e}); is it in shared_preload_libraries?"
-            )),
-        },
-        Ok(None) => {}
-        Err(e) => warnings.push(format!("could not look for pg_stat_statements: {e}")),
+            )
+        }) {
+            s.statements = v;
+        }
     }
-    s
+    // A snapshot cut off by a timeout would read as the server's counters standing still.
+    (!r.stalled).then_some(s)
 }
 
 /// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
@@ -205,25 +266,29 @@ pub async fn before(url: &str, workload: &str) -> Capture {
     let mut ctx = RunContext::default();
     let mut client = connect(url, &mut ctx.warnings).await;
     if let Some(c) = client.as_mut() {
-        match text(c, "SELECT version()").await {
-            Ok(v) => ctx.server_version = v,
-            Err(e) => ctx.warnings.push(format!("could not read version(): {e}")),
+        let mut r = Reader::new(c, &mut ctx.warnings, "before the run");
+        let got = r.text("version()", "SELECT version()").await;
+        if let Some(v) = r.keep(got, |e| format!("could not read version(): {e}")) {
+            ctx.server_version = v;
         }
-        match json(c, SETTINGS).await {
-            Ok(v) => ctx.settings = v.unwrap_or_default(),
-            Err(e) => ctx
-                .warnings
-                .push(format!("could not read pg_settings: {e}")),
+        let got = r.json("pg_settings", SETTINGS).await;
+        if let Some(v) = r.keep(got, |e| format!("could not read pg_settings: {e}")) {
+            ctx.settings = v.unwrap_or_default();
         }
         if workload == crate::order_entry::NAME {
-            match text(c, "SELECT scale::text FROM soe.meta LIMIT 1").await {
-                Ok(v) => ctx.scale = v.and_then(|s| s.parse().ok()),
-                Err(e) => ctx.warnings.push(format!(
-                    "could not read Order Entry's scale from soe.meta: {e}"
-                )),
+            let got = r
+                .text(
+                    "Order Entry's scale (soe.meta)",
+                    "SELECT scale::text FROM soe.meta LIMIT 1",
+                )
+                .await;
+            if let Some(v) = r.keep(got, |e| {
+                format!("could not read Order Entry's scale from soe.meta: {e}")
+            }) {
+                ctx.scale = v.and_then(|s| s.parse().ok());
             }
         }
-        ctx.before = Some(snapshot(c, &mut ctx.warnings).await);
+        ctx.before = snapshot(&mut r).await;
     }
     Capture {
         url: url.to_string(),
@@ -252,36 +317,33 @@ impl Capture {
         tokio::pin!(stop);
         let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut r = Reader::new(&mut client, &mut warnings, "during the window");
         while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
             tokio::select! {
                 _ = &mut stop => break,
                 _ = tick.tick() => {}
             }
-            match json::<Vec<WaitEvent>>(&mut client, WAITS).await {
-                Ok(v) => {
-                    self.ctx.wait_samples += 1;
-                    for w in v.unwrap_or_default() {
-                        *self
-                            .waits
-                            .entry((w.state, w.wait_event_type, w.wait_event))
-                            .or_default() += w.count;
-                    }
-                }
-                Err(e) => {
-                    self.ctx
-                        .warnings
-                        .push(format!("could not sample pg_stat_activity: {e}"));
-                    break;
-                }
+            let got = r.json::<Vec<WaitEvent>>("pg_stat_activity", WAITS).await;
+            let Some(v) = r.keep(got, |e| format!("could not sample pg_stat_activity: {e}")) else {
+                break;
+            };
+            self.ctx.wait_samples += 1;
+            for w in v.unwrap_or_default() {
+                *self
+                    .waits
+                    .entry((w.state, w.wait_event_type, w.wait_event))
+                    .or_default() += w.count;
             }
         }
+        self.ctx.warnings.extend(warnings);
     }
 
     /// Takes the snapshot after the run and returns the whole context.
     pub async fn after(mut self) -> RunContext {
         let mut warnings = Vec::new();
         if let Some(mut c) = connect(&self.url, &mut warnings).await {
-            self.ctx.after = Some(snapshot(&mut c, &mut warnings).await);
+            self.ctx.after =
+                snapshot(&mut Reader::new(&mut c, &mut warnings, "after the run")).await;
         }
         self.ctx.warnings.extend(warnings);
         let mut waits: Vec<WaitEvent> = self

@@ -697,3 +697,48 @@ fn parts_that_ran_other_phases_are_not_merged() {
     let all = bench::merge(&[("a.json".into(), a.clone()), ("cut.json".into(), cut)]).unwrap();
     assert_eq!(all.stages.len(), 2);
 }
+
+/// A context query that times out ends the capture: it is still queued on the server, so each
+/// later query on the connection would wait behind it and time out too. Here Order Entry's
+/// `soe.meta` is locked by another session, so reading the scale waits on the lock. Before
+/// (found by the attack of 2026-11-28), the capture went on to the snapshot's queries, each
+/// timing out after its own 5 s (a stalled server held a run's start for 35 s).
+#[test]
+fn the_context_capture_stops_at_its_first_timeout() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ctx = rt.block_on(async {
+        let mut lock = slipstream_pg::connect(&url).await.unwrap();
+        lock.simple_query(
+            "CREATE SCHEMA soe; CREATE TABLE soe.meta (scale float8); \
+             INSERT INTO soe.meta VALUES (0.1)",
+        )
+        .await
+        .unwrap();
+        lock.simple_query("BEGIN; LOCK TABLE soe.meta IN ACCESS EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        let capture = bench::context::before(&url, bench::order_entry::NAME).await;
+        drop(lock);
+        capture.after().await
+    });
+    let timeouts: Vec<&String> = ctx
+        .warnings
+        .iter()
+        .filter(|w| w.contains("timed out"))
+        .collect();
+    assert_eq!(timeouts.len(), 1, "{:?}", ctx.warnings);
+    assert!(
+        timeouts[0].contains("soe.meta") && timeouts[0].contains("was not read"),
+        "{timeouts:?}"
+    );
+    // What came before the timeout was read; the snapshot after it was not taken.
+    assert!(ctx.server_version.is_some() && !ctx.settings.is_empty());
+    assert!(ctx.before.is_none(), "{:?}", ctx.before);
+    // The capture after the run, on a connection of its own, still reads its snapshot.
+    assert!(ctx.after.is_some());
+}
