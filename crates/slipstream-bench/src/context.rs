@@ -310,11 +310,17 @@ impl Capture {
     /// end), on a connection of its own.
     pub async fn sample_waits<S: std::future::Future>(&mut self, stop: S) {
         let mut warnings = Vec::new();
-        let Some(mut client) = connect(&self.url, &mut warnings).await else {
+        // Each step gives way to `stop`: on a stalled server a connect or a sample waits up
+        // to 5 s, which would hold the end of the run.
+        tokio::pin!(stop);
+        let connected = tokio::select! {
+            c = connect(&self.url, &mut warnings) => c,
+            _ = &mut stop => None,
+        };
+        let Some(mut client) = connected else {
             self.ctx.warnings.extend(warnings);
             return;
         };
-        tokio::pin!(stop);
         let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut r = Reader::new(&mut client, &mut warnings, "during the window");
@@ -323,7 +329,10 @@ impl Capture {
                 _ = &mut stop => break,
                 _ = tick.tick() => {}
             }
-            let got = r.json::<Vec<WaitEvent>>("pg_stat_activity", WAITS).await;
+            let got = tokio::select! {
+                got = r.json::<Vec<WaitEvent>>("pg_stat_activity", WAITS) => got,
+                _ = &mut stop => break,
+            };
             let Some(v) = r.keep(got, |e| format!("could not sample pg_stat_activity: {e}")) else {
                 break;
             };
@@ -340,12 +349,28 @@ impl Capture {
 
     /// Takes the snapshot after the run and returns the whole context.
     pub async fn after(mut self) -> RunContext {
+        self.take_after().await;
+        self.finish()
+    }
+
+    /// Takes the snapshot after the run. Dropped before it ends, it leaves the capture as it
+    /// was (the runner drops it on a stop).
+    pub(crate) async fn take_after(&mut self) {
         let mut warnings = Vec::new();
         if let Some(mut c) = connect(&self.url, &mut warnings).await {
-            self.ctx.after =
-                snapshot(&mut Reader::new(&mut c, &mut warnings, "after the run")).await;
+            let after = snapshot(&mut Reader::new(&mut c, &mut warnings, "after the run")).await;
+            self.ctx.after = after;
         }
         self.ctx.warnings.extend(warnings);
+    }
+
+    /// Adds a warning to the context.
+    pub(crate) fn warn(&mut self, warning: &str) {
+        self.ctx.warnings.push(warning.into());
+    }
+
+    /// The whole context.
+    pub(crate) fn finish(mut self) -> RunContext {
         let mut waits: Vec<WaitEvent> = self
             .waits
             .into_iter()

@@ -69,7 +69,7 @@ pub use run_result::{
     BenchRun, Interval, Intervals, LatencyStats, Load, MergedPart, Percentiles, RUN_SCHEMA,
     RUN_SCHEMA_OLDEST_READABLE, RUN_SCHEMA_VERSION, Schedule, TxResult, refuse_repeated_runs,
 };
-pub use runner::{DEFAULT_GRACE, MAX_USERS, QUEUE_LIMIT, RunConfig, run, run_until};
+pub use runner::{DEFAULT_GRACE, Interrupted, MAX_USERS, QUEUE_LIMIT, RunConfig, run, run_until};
 pub use table::Table;
 pub use think::{ThinkTime, parse_duration};
 pub use transaction::{Session, StatementCounts, Transaction, TxError};

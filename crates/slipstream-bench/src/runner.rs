@@ -28,7 +28,9 @@
 //! `std::thread::sleep` (microseconds), not tokio's millisecond timer, so dispatch adds tens of
 //! microseconds, not up to a millisecond.
 //!
-//! Arrivals intended inside the window are all served after it closes. Ctrl-C (the `stop`
+//! Arrivals intended inside the window are all served after it closes. `stop` and `quit` are
+//! listened to from the start: before the window opens (the context read, users connecting)
+//! they end the run with [`Interrupted`] and no result. Ctrl-C (the `stop`
 //! future) ends the window at once; users finish the transaction in hand, and whatever has not
 //! finished after the grace period is counted as unfinished.
 
@@ -209,6 +211,27 @@ impl RunConfig {
     }
 }
 
+/// A run stopped (by `stop` or `quit`) before measuring started: while the server's context
+/// was read or the users connected. Nothing ran, so there is no result; the CLI says so and
+/// exits as for any stop (130). Find it with `error.downcast_ref::<Interrupted>()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted {
+    /// What the run was doing: `reading the server's context` or `connecting the users`.
+    pub during: &'static str,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stopped before measuring started ({}): nothing ran, so no result is written",
+            self.during
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The most users a run may have.
 pub const MAX_USERS: usize = 100_000;
 
@@ -336,8 +359,16 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         panicked: std::sync::Mutex::new(None),
     });
 
+    // Listened to from here on, not only once the window opens: reading the context from a
+    // stalled server, or connecting users to it, can take as long as the server stalls.
+    tokio::pin!(stop);
+    tokio::pin!(quit);
     let capture = match &config.url {
-        Some(url) => Some(crate::context::before(url, workload.name()).await),
+        Some(url) => tokio::select! {
+            c = crate::context::before(url, workload.name()) => Some(c),
+            _ = &mut stop => return Err(Interrupted { during: READING_CONTEXT }.into()),
+            _ = &mut quit => return Err(Interrupted { during: READING_CONTEXT }.into()),
+        },
         None => None,
     };
 
@@ -391,7 +422,12 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     drop(ready_tx);
     let mut server_version = None;
     for _ in 0..user_count {
-        match ready_rx.recv().await {
+        let ready = tokio::select! {
+            r = ready_rx.recv() => r,
+            _ = &mut stop => Some(Err(Interrupted { during: CONNECTING }.into())),
+            _ = &mut quit => Some(Err(Interrupted { during: CONNECTING }.into())),
+        };
+        match ready {
             Some(Ok(v)) => server_version = server_version.or(v),
             Some(Err(e)) => {
                 let _ = go_tx.send(Go::Abort);
@@ -439,16 +475,16 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         recorder.clone(),
     );
 
-    // The window: until its end, or until stopped.
+    // The window: until its end, or until stopped. (`stop` and `quit` are polled only while
+    // they have not completed: an async block must not be polled again.)
     let mut interrupted = false;
     let mut quitting = false;
-    tokio::pin!(stop);
-    tokio::pin!(quit);
+    let mut stopped = false;
     // A user that panicked stops the run early too (it fails below).
     let mut halted = shared.stop_signal.subscribe();
     tokio::select! {
         _ = tokio::time::sleep_until(window.to.into()) => {}
-        _ = &mut stop => interrupted = true,
+        _ = &mut stop => (interrupted, stopped) = (true, true),
         _ = &mut quit => (interrupted, quitting) = (true, true),
         _ = halted.wait_for(|s| *s) => interrupted = true,
     }
@@ -477,12 +513,12 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     } else {
         tokio::select! {
             r = drain => r.is_ok(),
-            _ = &mut stop, if !interrupted => {
-                interrupted = true;
+            _ = &mut stop, if !stopped => {
+                (interrupted, stopped) = (true, true);
                 false
             }
             _ = &mut quit => {
-                interrupted = true;
+                (interrupted, quitting) = (true, true);
                 false
             }
         }
@@ -550,9 +586,22 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     drop(threads);
     drop(progress);
 
+    // The snapshot after, unless a stop comes first: its queries wait up to 5 s on a
+    // stalled server, and a stop (SIGTERM's sender may send SIGKILL next) waits for nothing.
     let mut context = match sampler {
         Some(s) => match s.await {
-            Ok(capture) => Some(capture.after().await),
+            Ok(mut capture) => {
+                let took = tokio::select! {
+                    _ = capture.take_after() => true,
+                    _ = &mut stop, if !stopped => false,
+                    _ = &mut quit, if !quitting => false,
+                };
+                if !took {
+                    interrupted = true;
+                    capture.warn("the server's counters after the run were not read: the run was stopped while reading them");
+                }
+                Some(capture.finish())
+            }
             Err(e) => Some(crate::context::RunContext {
                 warnings: vec![format!("the wait-event sampler failed: {e}")],
                 ..Default::default()
@@ -615,6 +664,10 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         stages,
     })
 }
+
+/// [`Interrupted::during`]'s phases.
+const READING_CONTEXT: &str = "reading the server's context";
+const CONNECTING: &str = "connecting the users";
 
 type Prepared = (Session, Vec<Box<dyn DynTransaction>>, Option<String>);
 

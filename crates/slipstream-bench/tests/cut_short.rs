@@ -269,3 +269,47 @@ fn a_think_time_past_the_window_does_not_hold_the_drain() {
         "each user left its loop at the window's end and closed its transaction"
     );
 }
+
+/// Its `init` never ends: the users are never ready, so the window never opens.
+struct NeverReady;
+impl Transaction for NeverReady {
+    async fn init(&mut self, _: &mut Session) -> Result<(), TxError> {
+        pending::<()>().await;
+        Ok(())
+    }
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        Ok(())
+    }
+}
+
+/// A stop while the users connect (here: run `init`, which never ends, as a connection to a
+/// stalled server would not) ends the run at once with [`bench::Interrupted`]: nothing ran,
+/// so there is no result. Before (found by the attack of 2026-11-28), `stop` was listened to
+/// only once the window opened, so the run waited for users that never came.
+#[test]
+fn a_stop_while_the_users_connect_ends_the_run_at_once() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let w = Workload::new("never")
+            .without_database()
+            .transaction("never", 1, || NeverReady);
+        let mut c = RunConfig::new(None);
+        c.threads = 1;
+        c.users = 2;
+        let stop = async { tokio::time::sleep(Duration::from_millis(200)).await };
+        let _ = tx.send(rt().block_on(bench::run(&w, &c, stop)).map(|_| ()));
+    });
+    // A hang check: it ends in milliseconds.
+    let ended = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the run did not stop within 30 s of a stop while its users connected");
+    let e = ended.expect_err("a run stopped before measuring has no result");
+    assert_eq!(
+        e.downcast_ref::<bench::Interrupted>(),
+        Some(&bench::Interrupted {
+            during: "connecting the users"
+        }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("nothing ran"), "{e}");
+}

@@ -130,7 +130,15 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     // Before the run, not after it: a result that cannot be written is a run lost.
     slipstream_bench::check_writable(&out)?;
 
-    let mut run = runtime.block_on(run(&workload, &config))?;
+    let mut run = match runtime.block_on(run(&workload, &config)) {
+        Ok(run) => run,
+        // A stop before measuring started: nothing to write, and nothing went wrong.
+        Err(e) if e.downcast_ref::<slipstream_bench::Interrupted>().is_some() => {
+            eprintln!("slipstream: {e}");
+            return Ok(ExitCode::from(INTERRUPTED));
+        }
+        Err(e) => return Err(e),
+    };
     if let Some(c) = run.context.as_mut() {
         c.command_line = command_line();
         c.workload_sha256 = workload_sha256;
@@ -225,7 +233,10 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
     // result written); a third exits at once. SIGTERM (a CI job's or a container's timeout,
     // `kill`) does what two Ctrl-Cs do: whoever sent it may send SIGKILL soon, so the result
     // is written without waiting for transactions in flight.
+    // Both listened for from here: `tokio::signal::ctrl_c()` would install its handler only
+    // when first polled, and a Ctrl-C before that would kill the process.
     let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let (quit_tx, quit_rx) = tokio::sync::oneshot::channel::<()>();
     let stop = async move {
         let mut quit_tx = Some(quit_tx);
@@ -238,8 +249,8 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
             }
         };
         tokio::select! {
-            r = tokio::signal::ctrl_c() => {
-                if r.is_err() {
+            r = int.recv() => {
+                if r.is_none() {
                     return std::future::pending().await;
                 }
             }
@@ -252,8 +263,8 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    r = tokio::signal::ctrl_c() => {
-                        if r.is_err() {
+                    r = int.recv() => {
+                        if r.is_none() {
                             return;
                         }
                     }

@@ -832,6 +832,66 @@ fn sigterm_writes_the_result_without_waiting_for_what_is_in_flight() {
     assert_eq!(left, 0, "a censored statement still runs on the server");
 }
 
+/// A stop before measuring starts ends the run at once, with exit status 130 and a message
+/// that nothing ran, whatever the run is doing: here the server is stalled (a proxy that
+/// holds all data) while the run reads its context. Before (found by the attack of
+/// 2026-11-28), SIGTERM was listened to only once the window opened: it waited for the
+/// context's 5 s timeouts, then for users that could never connect; and a Ctrl-C then killed
+/// the process outright, with no word of what happened.
+#[test]
+fn a_stop_before_measuring_starts_ends_the_run_at_once() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let cluster = Cluster::start().unwrap();
+    let (proxy, url) = proxied(&cluster);
+    proxy.set_stalled(true);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let out = dir.path().join("run.json");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_slipstream"))
+            .arg("bench")
+            .arg(&file)
+            .args(["-u", "2", "-d", "10s", "-q", "--url", &url])
+            .args(["-o", out.to_str().unwrap()])
+            .env("SLIPSTREAM_HOME", dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Reading the context: its connection is through the stalled proxy.
+        let connections = proxy.connection_count();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proxy.connection_count() == connections {
+            assert!(Instant::now() < deadline, "the run never connected");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+        // A hang check: it stops in milliseconds; before, it never did.
+        let sent = Instant::now();
+        while child.try_wait().unwrap().is_none() && sent.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let stopped = child.try_wait().unwrap().is_some();
+        if !stopped {
+            child.kill().unwrap();
+        }
+        let o = child.wait_with_output().unwrap();
+        assert!(stopped, "{signal}: still running 15 s later: {}", text(&o));
+        assert_eq!(o.status.code(), Some(130), "{signal}: {}", text(&o));
+        assert!(
+            text(&o).contains(
+                "stopped before measuring started (reading the server's context): nothing ran"
+            ),
+            "{signal}: {}",
+            text(&o)
+        );
+        assert!(!out.exists(), "{signal}: a result was written");
+    }
+}
+
 /// A third Ctrl-C exits at once, even while the cancels wait on a server that does not
 /// answer (here a stalled proxy), and writes no result.
 #[test]
