@@ -310,3 +310,35 @@ fn a_workload_with_a_type_named_twice_is_refused_before_it_runs() {
         .unwrap_or_else(|e| e.to_string());
     assert!(e.contains("two transaction types named \"a\""), "{e}");
 }
+
+/// The table's max is the exact slowest success in every row. Before (found by the attack of
+/// 2026-11-28), a one-type run's "all" row showed the exact max (18.68 ms) and the type's row
+/// the histogram's (18.69 ms: the top of the HDR bucket holding it), so one figure read two
+/// ways in one table.
+#[test]
+fn the_tables_max_is_the_exact_one_in_every_row() {
+    let mut c = RunConfig::new(None);
+    c.duration = Duration::from_millis(200);
+    c.warmup = Duration::ZERO;
+    c.threads = 1;
+    let mut run = rt()
+        .block_on(bench::run(&common::sleeping(0), &c, pending::<()>()))
+        .unwrap();
+    // As a run whose slowest success took 18.68 ms records it.
+    run.transactions[0].latency_stats.max = 18.68;
+    run.transactions[0].latency_ms.max = 18.69;
+    let table = bench::report::table(&[bench::report::Labeled {
+        label: "r.json".into(),
+        run,
+    }])
+    .render();
+    let max = |row: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(row))
+            .and_then(|l| l.split_whitespace().last())
+            .map(str::to_owned)
+    };
+    assert_eq!(max("sleep").as_deref(), Some("18.68"), "{table}");
+    assert_eq!(max("all").as_deref(), Some("18.68"), "{table}");
+}
