@@ -61,6 +61,8 @@ impl<M: Manager> Builder<M> {
             n => n.max(config.max_size),
         };
         config.resize_limit = capacity;
+        // Calibrated here, not in the first borrow that waits.
+        std::sync::LazyLock::force(&WAIT_CLOCK);
         let inner = Arc::new(Inner {
             core: Core::new(capacity, config.max_size),
             manager: self.manager,
@@ -80,7 +82,6 @@ impl<M: Manager> Builder<M> {
             last_connect_error: Mutex::new(None),
             counters: Counters::default(),
             epoch: Instant::now(),
-            wait_clock: quanta::Clock::new(),
             clock_ms: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             attachments: (0..capacity).map(|_| Attachment::default()).collect(),
@@ -221,11 +222,6 @@ pub(crate) struct Inner<M: Manager> {
     /// least every 100 ms while timers are set). Returns read it instead of the system clock.
     pub(crate) epoch: Instant,
     pub(crate) clock_ms: AtomicU64,
-    /// Times the waits for the wait histogram: the CPU's counter where it is invariant (about
-    /// 10 ns a read here, where `Instant::now` costs 30: two reads per wait were 0.5% of a
-    /// borrow held 10 µs; docs/benchmarks.md, pool-scaling), else the monotonic clock. Its
-    /// calibration runs once per process, at the first pool built.
-    pub(crate) wait_clock: quanta::Clock,
     /// Bumped by [`Pool::evict`]: connections opened under an older generation are closed.
     pub(crate) generation: AtomicU64,
     pub(crate) attachments: Box<[Attachment]>,
@@ -625,7 +621,7 @@ impl<M: Manager> Pool<M> {
         if !scanned && let Some(o) = inner.core.try_claim() {
             return Ok(self.lend(o));
         }
-        let start = inner.wait_clock.raw();
+        let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
         self.wake_opener_if_useful();
         // Dropped on a timeout: it gives up its place and passes on a connection handed to
@@ -731,7 +727,7 @@ impl<M: Manager> Pool<M> {
         if let Some(o) = inner.core.try_claim_blocking() {
             return Ok(self.lend(o));
         }
-        let start = inner.wait_clock.raw();
+        let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
         self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline, inner.config.max_waiters) {
@@ -979,7 +975,7 @@ impl<M: Manager> Pool<M> {
     /// workers write: a shared one cost a contended read-modify-write per wait, measured in
     /// docs/benchmarks.md, pool-scaling).
     fn waited(&self, start: u64, o: &Owned) {
-        let clock = &self.inner.wait_clock;
+        let clock = &*WAIT_CLOCK;
         let waited = clock.delta(start, clock.raw());
         if let Some(published) = &self.inner.published {
             published.record_wait(waited);
@@ -1023,6 +1019,14 @@ impl<M: Manager> fmt::Debug for Pool<M> {
 /// How many connections a labeled borrow tries [`Labeling::configure`] on before it fails with
 /// [`PoolError::Labeling`]: a second, so one connection in a bad state does not fail the borrow.
 const CONFIGURE_TRIES: u32 = 2;
+
+/// Times the waits for the wait histogram: the CPU's counter where it is invariant (about
+/// 10 ns a read here, where `Instant::now` costs 25: two reads per wait were 0.3% of a borrow
+/// held 10 µs; docs/benchmarks.md, pool-scaling), else the monotonic clock. One per process,
+/// not a field of the pool's `Inner`: its calibration is per process anyway, and a field would
+/// move the hot ones. Calibrated (about 0.6 ms) when the first pool is built.
+static WAIT_CLOCK: std::sync::LazyLock<quanta::Clock> =
+    std::sync::LazyLock::new(quanta::Clock::new);
 
 /// When a borrow gives up: fixed when it first has to wait, so a borrow served at once never
 /// reads the clock, and one that waits more than once (after a failed validation) keeps its
