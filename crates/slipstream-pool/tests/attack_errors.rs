@@ -1,4 +1,4 @@
-//! Attacks on what the pool's errors say (session 42): a server that refuses the pool's login
+//! Attacks on what the pool's errors say (session 41): a server that refuses the pool's login
 //! from the start, and borrows that time out with no connection open. An error must name the
 //! cause and what to do; one that blames connections "all in use" when none is open, claims a
 //! wait that did not happen, or says to retry when retrying cannot help sends its reader the

@@ -1,4 +1,4 @@
-//! Attacks by dropping futures at every poll (session 42): `get_labeled` (through validation,
+//! Attacks by dropping futures at every poll (session 41): `get_labeled` (through validation,
 //! waiting and `configure`) and `build_ready`. After each drop, no slot is lost, no connection
 //! is left open unaccounted, no wake-up is lost (a later borrow succeeds), nothing panics.
 

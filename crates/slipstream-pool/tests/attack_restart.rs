@@ -1,4 +1,4 @@
-//! Attacks on the pool across a server restart and a terminated session (session 42): the
+//! Attacks on the pool across a server restart and a terminated session (session 41): the
 //! server stops while connections are lent, while borrowers wait in the queue and while the
 //! opener connects; a borrowed session is terminated in the middle of a transaction. Each
 //! checks that every waiter gets a working connection or a clear error within its borrow
@@ -163,21 +163,6 @@ async fn borrowers_of_a_server_that_stays_down_fail_naming_why() {
     assert_eq!((s.open, s.borrowed, s.waiting), (0, 0, 0), "{s:?}");
 }
 
-/// Ends `pid`'s session from another connection and waits until it is gone.
-async fn terminate(cluster: &Cluster, pid: i32) {
-    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    killer
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    assert!(
-        cluster
-            .backend_gone_within(pid, Duration::from_secs(10))
-            .unwrap()
-    );
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
-
 /// A borrowed session terminated in the middle of a transaction, its guard dropped with or
 /// without a statement having failed on it, and with a borrower already waiting: the slot is
 /// freed and refilled, the next borrower gets a live session, and the transaction's write is
@@ -202,7 +187,7 @@ async fn a_session_terminated_mid_transaction_while_lent_is_replaced_not_lent() 
         if waiting.is_some() {
             until_waiting(&pool, 1).await;
         }
-        terminate(&cluster, pid).await;
+        common::terminate(&cluster, pid).await;
         if use_it {
             conn.batch_execute("INSERT INTO t VALUES (2)")
                 .await

@@ -1,4 +1,4 @@
-//! Attacks on the pool's round trips to a server that stops answering (session 42): a hung
+//! Attacks on the pool's round trips to a server that stops answering (session 41): a hung
 //! host or a cut network path, played by the testkit's proxy holding every byte. A borrow
 //! must end within its borrow timeout whatever the server does, and a connection the pool
 //! works on by itself (a reset) must not hold its slot for as long as the silence lasts.

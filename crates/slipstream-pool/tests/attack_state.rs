@@ -1,4 +1,4 @@
-//! Attack tests (session 36) on session state crossing borrowers: what a connection's labels
+//! Attack tests (session 41) on session state crossing borrowers: what a connection's labels
 //! say against what its session really is, after a session reset, an interrupted configure and
 //! a reclaim; and a PgPool whose credentials change under its open sessions.
 

@@ -1,4 +1,4 @@
-//! Attacks on the pool's timers (session 42): `max_lifetime`, `idle_timeout`,
+//! Attacks on the pool's timers (session 41): `max_lifetime`, `idle_timeout`,
 //! `validate_after`, `time_to_live` and `abandoned_timeout` at 1 ms, racing borrows and
 //! returns of many tasks and threads. Each checks that no connection is lent to two holders,
 //! none is lost or left open unaccounted (every connection object alive is one the pool counts

@@ -389,22 +389,6 @@ async fn with_validation_a_borrower_never_sees_a_connection_killed_by_a_restart(
     assert_eq!(pool.stats().failed_validation, 2, "{:?}", pool.stats());
 }
 
-/// Ends `pid`'s session from another connection, then gives the runtime time to poll its I/O
-/// driver, as any running application's does between borrows.
-async fn terminate(cluster: &Cluster, pid: i32) {
-    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    killer
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .await
-        .unwrap();
-    assert!(
-        cluster
-            .backend_gone_within(pid, Duration::from_secs(10))
-            .unwrap()
-    );
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
-
 /// The server ends an idle connection's session (`pg_terminate_backend`; a shutdown or an
 /// idle timeout does the same): the pool does not lend it, so no borrower's first statement
 /// is the one to find out. Before the pool looked (`Manager::closed_while_idle`), each borrow
@@ -415,7 +399,7 @@ async fn a_connection_whose_session_ended_while_idle_is_not_lent() {
     let pool = pool(&cluster, 1);
     for (round, how) in ["get", "get_blocking", "try_get"].into_iter().enumerate() {
         let pid = pool.get().await.unwrap().backend_pid();
-        terminate(&cluster, pid).await;
+        common::terminate(&cluster, pid).await;
         let mut conn = match how {
             "get" => pool.get().await.unwrap(),
             "get_blocking" => {
@@ -458,7 +442,7 @@ async fn pg_pool_does_not_lend_a_connection_whose_session_ended_while_idle() {
         .await
         .unwrap()
         .backend_pid();
-    terminate(&cluster, pid).await;
+    common::terminate(&cluster, pid).await;
     let mut conn = pool.get(slipstream_pool::Role::Any).await.unwrap();
     assert_ne!(conn.backend_pid(), pid);
     conn.batch_execute("SELECT 1")

@@ -185,3 +185,19 @@ pub fn two_workers() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Ends `pid`'s session from another connection, then gives the runtime time to poll its I/O
+/// driver, as any running application's does between borrows.
+pub async fn terminate(cluster: &Cluster, pid: i32) {
+    let mut killer = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    killer
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .backend_gone_within(pid, Duration::from_secs(10))
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
