@@ -27,6 +27,11 @@ fn run(name: &str, types: &[&'static str], secs: f64) -> BenchRun {
     for t in types {
         w = w.transaction(*t, 1, || Spin(2000));
     }
+    run_for(&w, secs)
+}
+
+/// Runs `w` on one thread for `secs`.
+fn run_for(w: &Workload, secs: f64) -> BenchRun {
     let mut c = RunConfig::new(None);
     c.duration = Duration::from_secs_f64(secs);
     c.threads = 1;
@@ -34,7 +39,7 @@ fn run(name: &str, types: &[&'static str], secs: f64) -> BenchRun {
         .enable_all()
         .build()
         .unwrap()
-        .block_on(bench::run(&w, &c, std::future::pending::<()>()))
+        .block_on(bench::run(w, &c, std::future::pending::<()>()))
         .unwrap()
 }
 
@@ -231,15 +236,7 @@ fn a_type_that_failed_every_time_on_one_side_is_compared_by_its_failures() {
         let w = Workload::new("w")
             .transaction("t", 1, || Fails)
             .without_database();
-        let mut c = RunConfig::new(None);
-        c.duration = Duration::from_millis(500);
-        c.threads = 1;
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(bench::run(&w, &c, std::future::pending::<()>()))
-            .unwrap()
+        run_for(&w, 0.5)
     };
     let a = vec![run("w", &["t"], 1.0), run("w", &["t"], 1.0)];
     let b = vec![fails(), fails()];
