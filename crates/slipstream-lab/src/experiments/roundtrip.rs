@@ -30,9 +30,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.param("rounds", rounds);
     r.param("query", QUERY);
 
+    let url = client_url(&ctx.url);
+    r.param("tls", false);
+
     let rt = runtime()?;
     let (measured, server_version, pin_note) = rt.block_on(async {
-        let mut slip = slipstream_pg::connect(&ctx.url).await.context("connecting to the database")?;
+        let (mut slip, tp) = connect(&url).await?;
         slip.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS slipstream_lab_roundtrip (id int PRIMARY KEY, data text NOT NULL);
              INSERT INTO slipstream_lab_roundtrip SELECT i, md5(i::text) FROM generate_series(1, {TABLE_ROWS}) i
@@ -41,10 +44,6 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ))
         .await?;
         let server_version = slip.parameter("server_version").map(str::to_string);
-        let (tp, connection) = tokio_postgres::connect(&super::without_tls(&ctx.url), tokio_postgres::NoTls)
-            .await
-            .context("tokio-postgres could not connect")?;
-        tokio::spawn(connection);
         let tp_pid: i32 = tp.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
         let backends = [slip.backend_pid(), tp_pid];
 
@@ -56,7 +55,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 
         let mut plan: Vec<Option<placement::Placement>> = Vec::new();
         let mut pin_note = None;
-        if placement::is_local(&ctx.url) {
+        if placement::is_local(&url) {
             plan.extend(placement::placements().into_iter().map(Some));
         } else {
             pin_note = Some("the server is not local: client and backends were left where the kernel put them".to_string());
@@ -170,7 +169,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         r.series.push(series("slipstream-pg", &m.slip));
         r.series.push(series("tokio-postgres", &m.tp));
     }
-    match pgbench(ctx, rounds * STATEMENTS) {
+    match pgbench(&url, rounds * STATEMENTS) {
         Ok((tps, cpu_us)) => {
             table.row(vec![
                 "unpinned".into(),
@@ -195,12 +194,33 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .into(),
     );
     r.notes.push(
-        "same CPU / cross CPU: client thread and both backends pinned. On a small VM the placement, not the client, \
+        "all three clients without TLS (sslmode=disable unless the URL sets a mode). \
+         same CPU / cross CPU: client thread and both backends pinned. On a small VM the placement, not the client, \
          decides most of a round trip; pgbench runs unpinned, so compare it with care."
             .into(),
     );
     r.notes.extend(pin_note);
     Ok(r)
+}
+
+/// The connection string of every client here, slipstream-pg, tokio-postgres and pgbench: TLS
+/// off unless the caller chose a mode. tokio-postgres is measured with `NoTls`; given the URL as
+/// it came, slipstream-pg and libpq default to `sslmode=prefer` and, on a server that offers
+/// TLS, would encrypt every round trip the peer sends in the clear.
+fn client_url(url: &str) -> String {
+    super::without_tls(url)
+}
+
+/// Both in-process clients, on `url` (see [`client_url`]).
+async fn connect(url: &str) -> anyhow::Result<(slipstream_pg::Client, tokio_postgres::Client)> {
+    let slip = slipstream_pg::connect(url)
+        .await
+        .context("connecting to the database")?;
+    let (tp, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .context("tokio-postgres could not connect")?;
+    tokio::spawn(connection);
+    Ok((slip, tp))
 }
 
 async fn measure(
@@ -252,7 +272,7 @@ async fn tp_round(
 }
 
 /// Runs pgbench with the same query; returns (statements/s, client CPU us per statement).
-fn pgbench(ctx: &Context, transactions: usize) -> anyhow::Result<(f64, f64)> {
+fn pgbench(url: &str, transactions: usize) -> anyhow::Result<(f64, f64)> {
     let script = format!(
         "\\set id random(1, {TABLE_ROWS})\nSELECT data FROM slipstream_lab_roundtrip WHERE id = :id;\n"
     );
@@ -261,7 +281,59 @@ fn pgbench(ctx: &Context, transactions: usize) -> anyhow::Result<(f64, f64)> {
         .map(|a| a.to_string())
         .chain([transactions.to_string()])
         .collect();
-    let run = super::pgbench::run(&ctx.url, &script, &args)?;
+    let run = super::pgbench::run(url, &script, &args)?;
     let tps = super::pgbench::tps(&run.stdout)?;
     Ok((tps, run.cpu.as_secs_f64() * 1e6 / transactions as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that offers TLS, with a self-signed certificate (`sslmode=prefer` takes it
+    /// unchecked).
+    fn tls_cluster() -> slipstream_testkit::Cluster {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        slipstream_testkit::Cluster::builder()
+            .file("server.crt", cert.pem())
+            .file("server.key", key.serialize_pem())
+            .setting("ssl", "on")
+            .setting("ssl_cert_file", "server.crt")
+            .setting("ssl_key_file", "server.key")
+            .start()
+            .unwrap()
+    }
+
+    /// tokio-postgres is measured without TLS (`NoTls`), so slipstream-pg and pgbench must be
+    /// too: given a URL without `sslmode` and a server that offers TLS (Debian's packaged
+    /// PostgreSQL does, out of the box), slipstream-pg and libpq default to `prefer` and
+    /// would encrypt every round trip the peer sends in the clear.
+    #[test]
+    fn every_client_runs_without_tls_on_a_server_that_offers_it() {
+        let cluster = tls_cluster();
+        let url = client_url(&cluster.url());
+        const SSL: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+        let (slip, tp) = runtime()
+            .unwrap()
+            .block_on(async {
+                let (mut slip, tp) = connect(&url).await?;
+                let s: bool = slip.query_one(SSL, &[]).await?.get(0)?;
+                let t: bool = tp.query_one(SSL, &[]).await?.get(0);
+                slip.batch_execute("CREATE TABLE seen (ssl bool)").await?;
+                anyhow::Ok((s, t))
+            })
+            .unwrap();
+        let args = ["-t".to_string(), "1".to_string()];
+        super::super::pgbench::run(&url, &format!("INSERT INTO seen {SSL};\n"), &args).unwrap();
+        let pgbench = cluster.psql("SELECT ssl FROM seen").unwrap();
+        assert_eq!(
+            (slip, tp, pgbench.trim()),
+            (false, false, "f"),
+            "TLS per client (slipstream-pg, tokio-postgres, pgbench)"
+        );
+    }
 }
