@@ -8,7 +8,7 @@ use slipstream_testkit::CountingAllocator;
 
 use super::fetch_table::ensure_fetch_test;
 use super::{Stopwatch, bytes_cell, runtime, without_tls};
-use crate::{Context, ExperimentResult, Series, Summary, Table, placement};
+use crate::{Context, ExperimentResult, Series, Summary, Table, paired_ratios, placement};
 
 pub(crate) const TITLE: &str = "Fetch size: rows per round trip, time and client memory";
 
@@ -127,10 +127,11 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     for (i, &setting) in settings.iter().enumerate() {
         let ours_s = median(&ours[i]);
         let theirs_s = (!theirs[i].is_empty()).then(|| median(&theirs[i]));
-        if let Some(t) = theirs_s {
+        let ratio = tp_over_ours(&ours[i], &theirs[i]);
+        if let Some(ratio) = ratio {
             r.ratios.insert(
                 format!("{}_time_tokio_postgres_over_slipstream", setting.key()),
-                t / ours_s,
+                ratio,
             );
         }
         if let Setting::Rows(n) = setting {
@@ -143,7 +144,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             setting.label(),
             format!("{ours_s:.3}"),
             theirs_s.map_or("—".into(), |t| format!("{t:.3}")),
-            theirs_s.map_or("—".into(), |t| format!("{:.2}x", t / ours_s)),
+            ratio.map_or("—".into(), |t| format!("{t:.2}x")),
             ours[i]
                 .last()
                 .and_then(|x| x.round_trips)
@@ -183,12 +184,20 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         },
     ];
     r.notes.push(format!(
-        "article 001: 5.44 s at 1 row per fetch, 0.19 s at 10,000 (100,000 rows, ODP.NET); here {rows} rows, median of {reps}, clients alternating who goes first"
+        "article 001: 5.44 s at 1 row per fetch, 0.19 s at 10,000 (100,000 rows, ODP.NET); here {rows} rows, median of {reps}, clients alternating who goes first; tokio-postgres / slipstream is the median of the per-repetition ratios"
     ));
     r.notes.push("slipstream-pg: query_stream_with(FetchSize) in autocommit, the next Execute sent as each batch arrives; tokio-postgres: query_portal in a transaction (it needs one); 'all at once' is query() into a Vec for both".into());
     r.notes.push(pin_note);
     r.notes.push("peak heap: growth of live heap bytes while reading, from the counting allocator of the slipstream binary (both clients in one process, measured one at a time)".into());
     Ok(r)
+}
+
+/// tokio-postgres's time over slipstream-pg's for one setting, `None` where tokio-postgres has
+/// no such setting: the median of the per-repetition ratios. Both clients read back to back in
+/// each repetition, so the machine's drift between repetitions cancels within each pair.
+fn tp_over_ours(ours: &[Read], theirs: &[Read]) -> Option<f64> {
+    let seconds = |reads: &[Read]| reads.iter().map(|x| x.seconds).collect::<Vec<_>>();
+    (!theirs.is_empty()).then(|| paired_ratios(&seconds(ours), &seconds(theirs)).p50)
 }
 
 async fn read_slipstream(
@@ -285,4 +294,32 @@ async fn read_tokio_postgres(
         heap: growth.peak(),
         round_trips: None,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads(seconds: &[f64]) -> Vec<Read> {
+        seconds
+            .iter()
+            .map(|&seconds| Read {
+                seconds,
+                heap: None,
+                round_trips: None,
+            })
+            .collect()
+    }
+
+    /// docs/lab.md: a ratio is the median of the per-pair ratios. Each repetition reads with
+    /// both clients back to back, so a repetition is a pair.
+    #[test]
+    fn the_ratio_pairs_the_clients_reads_of_one_repetition() {
+        // tokio-postgres takes 0.5, 0.3 and 0.9 of slipstream-pg's time in repetitions 0, 1
+        // and 2: the median pair says 0.5, the ratio of the medians (60 / 100) 0.6.
+        let ours = reads(&[100.0, 200.0, 100.0]);
+        let theirs = reads(&[50.0, 60.0, 90.0]);
+        assert_eq!(tp_over_ours(&ours, &theirs), Some(0.5));
+        assert_eq!(tp_over_ours(&ours, &[]), None);
+    }
 }

@@ -13,7 +13,7 @@ use slipstream_testkit::DelayProxy;
 use super::fetch_table::ensure_fetch_test;
 use super::{Stopwatch, runtime, tcp_target, via_proxy, without_tls};
 use crate::placement;
-use crate::{Context, ExperimentResult, Summary, Table, noise_warning};
+use crate::{Context, ExperimentResult, Summary, Table, noise_warning, paired_ratios};
 
 pub(crate) const TITLE: &str = "Statement cache: prepared once versus parsed every time";
 
@@ -160,8 +160,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.environment = slipstream_bench::capture_environment(&ctx.url, server_version);
 
     let summaries: Vec<Summary> = times.iter().map(|t| Summary::of(t)).collect();
-    let p50 = |v: Variant| summaries[VARIANTS.iter().position(|&x| x == v).unwrap_or(0)].p50;
-    let on = p50(Variant::CacheOn);
+    let over = |a: Variant, b: Variant| time_over(&times, a, b);
     let mut table = Table::new(&[
         "client",
         "s per 1000",
@@ -176,25 +175,25 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             format!("{:.3}", s.p50),
             format!("{:.1}", s.p50 / QUERIES as f64 * 1e6),
             format!("{:.2}", trips[k]),
-            format!("{:.2}x", s.p50 / on),
+            format!("{:.2}x", over(Variant::CacheOn, v)),
         ]);
     }
     r.table = table;
     r.ratios.insert(
         "cache_off_over_cache_on".into(),
-        p50(Variant::CacheOff) / on,
+        over(Variant::CacheOn, Variant::CacheOff),
     );
     r.ratios.insert(
         "tokio_postgres_prepared_over_slipstream_cache_on".into(),
-        p50(Variant::TpPrepared) / on,
+        over(Variant::CacheOn, Variant::TpPrepared),
     );
     r.ratios.insert(
         "tokio_postgres_query_typed_over_prepared".into(),
-        p50(Variant::TpTyped) / p50(Variant::TpPrepared),
+        over(Variant::TpPrepared, Variant::TpTyped),
     );
     r.ratios.insert(
         "tokio_postgres_unprepared_over_prepared".into(),
-        p50(Variant::TpUnprepared) / p50(Variant::TpPrepared),
+        over(Variant::TpPrepared, Variant::TpUnprepared),
     );
     for (k, v) in VARIANTS.into_iter().enumerate() {
         r.ratios
@@ -204,9 +203,37 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)"
             .into(),
     );
-    r.notes.push(format!("medians of {reps} runs of {QUERIES} lookups, variants interleaved; round trips counted through a zero-delay proxy over 20 queries after a first one"));
+    r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups, variants interleaved; every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
     r.notes.push(pin_note);
     r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
     r.notes.extend(noise_warning("cache on", &summaries[0]));
     Ok(r)
+}
+
+/// `b`'s time over `a`'s, from `times[variant][run]`: the median of the per-run ratios. Every
+/// run times all the variants back to back, so the machine's drift between runs (this VM's
+/// speed moves over seconds) cancels within each pair, as it would not in a ratio of medians.
+fn time_over(times: &[Vec<f64>], a: Variant, b: Variant) -> f64 {
+    let of = |v: Variant| &times[VARIANTS.iter().position(|&x| x == v).unwrap_or(0)];
+    paired_ratios(of(a), of(b)).p50
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/lab.md: a ratio is the median of the per-pair ratios. Each run times every variant
+    /// back to back, so a run is a pair; the machine's drift between runs must cancel within
+    /// it.
+    #[test]
+    fn ratios_pair_the_variants_of_one_run() {
+        // Cache off takes 0.5, 0.3 and 0.9 of cache on's time in runs 0, 1 and 2 (run 1 on
+        // a slow machine for cache on). The median pair says 0.5; the ratio of the medians
+        // (60 / 100) would say 0.6, a figure no run measured.
+        let mut times = vec![vec![1.0; 3]; VARIANTS.len()];
+        times[0] = vec![100.0, 200.0, 100.0];
+        times[1] = vec![50.0, 60.0, 90.0];
+        assert_eq!(time_over(&times, Variant::CacheOn, Variant::CacheOff), 0.5);
+        assert_eq!(time_over(&times, Variant::CacheOn, Variant::CacheOn), 1.0);
+    }
 }
