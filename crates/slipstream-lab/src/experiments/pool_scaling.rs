@@ -37,6 +37,10 @@ use crate::{Context, ExperimentResult, Summary, Table, paired_ratios};
 pub(crate) const TITLE: &str = "Pool scaling: borrowers from 10 to 10,000 on six connections";
 
 const CONNECTIONS: usize = 6;
+/// The borrow timeout of the pools that cannot run without one (r2d2 and bb8): never reached in
+/// a run, but not free either. bb8 wraps every `get` in `tokio::time::timeout`, so each borrow
+/// that has to wait arms a timer, which slipstream-pool and deadpool (no timeout) do not; r2d2
+/// waits on its condition variable until a deadline. The notes say so.
 const GENEROUS: Duration = Duration::from_secs(120);
 /// Runs per point; the median is reported.
 const REPS: usize = 3;
@@ -954,6 +958,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.notes.push(format!("flatness (`*_flatness_last_over_first` in the JSON, with its _min and _max): in each of the {REPS} rounds at the last T, our pool also runs at the first T right after its run there; the ratio is the median of those paired rounds' ratios, so both sides of each pair ran in the same phase of the machine"));
     r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
+    r.notes.push(format!("borrow timeouts: none for slipstream-pool and deadpool (no timer per wait); r2d2 and bb8 cannot run without one and have {} s, never reached, but bb8 wraps every borrow in a tokio timeout, so each borrow that waits arms a timer the others do not, and r2d2 waits on its condition variable until a deadline", GENEROUS.as_secs()));
     r.notes.push("the connection is a trivial in-memory value (the same for every pool); hold 0: threads return at once, tasks hold across one yield_now; hold 10 µs: a busy spin while holding (tasks then also yield once); 2 tokio worker threads".into());
     r.notes.push("'slipstream / this' compares borrows/s, run against run within each round (the median over rounds: the rounds run minutes apart, in different phases of the machine); the ratios in the JSON compare the same way against the round's best peer that left no borrower with nothing in any run (throughput bought by starving borrowers does not count), with their _min and _max over rounds".into());
     Ok(r)
