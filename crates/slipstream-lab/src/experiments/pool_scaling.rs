@@ -579,7 +579,7 @@ impl TaskPool for deadpool::managed::Pool<DeadPg> {
         let t = Instant::now();
         let c = self.get().await.ok()?;
         let wait = t.elapsed();
-        c.query_one("SELECT 1", &[]).await.ok()?;
+        c.query_one("SELECT 1").await.ok()?;
         Some(wait)
     }
 }
@@ -589,7 +589,7 @@ impl TaskPool for bb8::Pool<B8Pg> {
         let t = Instant::now();
         let c = self.get().await.ok()?;
         let wait = t.elapsed();
-        c.query_one("SELECT 1", &[]).await.ok()?;
+        c.query_one("SELECT 1").await.ok()?;
         Some(wait)
     }
 }
@@ -724,7 +724,6 @@ fn measure_one(
                 .await
         })
     };
-    let tp_config = || -> anyhow::Result<tokio_postgres::Config> { Ok(url.parse()?) };
     match (kind, which) {
         (Kind::Threads, 0) => threads(name, Arc::new(ours()?), borrowers, hold, timing),
         (Kind::Threads, 1) => {
@@ -758,37 +757,50 @@ fn measure_one(
             tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
         }
         (Kind::Postgres, 0) => {
-            let config: slipstream_pg::Config = url.parse()?;
-            let pool = rt.block_on(async {
-                slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
-                    .max_size(CONNECTIONS)
-                    .min_size(CONNECTIONS)
-                    .borrow_timeout(Duration::MAX)
-                    .max_waiters(1_000_000)
-                    .build_ready()
-                    .await
-            })?;
+            let pool = rt.block_on(pg_ours(url))?;
             tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
         }
         (Kind::Postgres, 1) => {
-            let pool: deadpool::managed::Pool<DeadPg> =
-                deadpool::managed::Pool::builder(DeadPg(tp_config()?))
-                    .max_size(CONNECTIONS)
-                    .runtime(deadpool::Runtime::Tokio1)
-                    .build()?;
+            let pool = pg_deadpool(url)?;
             tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
         }
         (Kind::Postgres, _) => {
-            let pool = rt.block_on(
-                bb8::Pool::builder()
-                    .max_size(CONNECTIONS as u32)
-                    .connection_timeout(GENEROUS)
-                    .test_on_check_out(false)
-                    .build(B8Pg(tp_config()?)),
-            )?;
+            let pool = rt.block_on(pg_bb8(url))?;
             tasks(rt, name, Arc::new(pool), borrowers, hold, timing)
         }
     }
+}
+
+/// slipstream-pool over slipstream-pg, as the `tasks, SELECT 1` rows run it.
+async fn pg_ours(url: &str) -> anyhow::Result<slipstream_pool::Pool<slipstream_pool::PgManager>> {
+    let config: slipstream_pg::Config = url.parse()?;
+    Ok(
+        slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
+            .max_size(CONNECTIONS)
+            .min_size(CONNECTIONS)
+            .borrow_timeout(Duration::MAX)
+            .max_waiters(1_000_000)
+            .build_ready()
+            .await?,
+    )
+}
+
+/// deadpool over tokio-postgres, as the `tasks, SELECT 1` rows run it.
+fn pg_deadpool(url: &str) -> anyhow::Result<deadpool::managed::Pool<DeadPg>> {
+    Ok(deadpool::managed::Pool::builder(DeadPg(url.parse()?))
+        .max_size(CONNECTIONS)
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()?)
+}
+
+/// bb8 over tokio-postgres, as the `tasks, SELECT 1` rows run it.
+async fn pg_bb8(url: &str) -> anyhow::Result<bb8::Pool<B8Pg>> {
+    Ok(bb8::Pool::builder()
+        .max_size(CONNECTIONS as u32)
+        .connection_timeout(GENEROUS)
+        .test_on_check_out(false)
+        .build(B8Pg(url.parse()?))
+        .await?)
 }
 
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
@@ -956,7 +968,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     }
     r.notes.push(format!("each point: {REPS} runs, the pools interleaved; the median run by rate is shown, with the range of the rates; rate and fairness of that run from per-borrower counters over a {:.1} s window after a warm-up of {:.1} s or {:.1} ms per borrower, whichever is longer (every borrower starts at once; the queue's steady state comes after; the drain after stop is not counted); waits (borrow only, not the hold) from a histogram shared by all borrowers, striped per OS thread, merged over the point's runs", timing.window.as_secs_f64(), timing.warmup.as_secs_f64(), timing.warmup_per_borrower.as_secs_f64() * 1e3));
     r.notes.push(format!("flatness (`*_flatness_last_over_first` in the JSON, with its _min and _max): in each of the {REPS} rounds at the last T, our pool also runs at the first T right after its run there; the ratio is the median of those paired rounds' ratios, so both sides of each pair ran in the same phase of the machine"));
-    r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8)".into());
+    r.notes.push("'tasks, SELECT 1' rows: six real connections to the database under test, each borrower runs SELECT 1 per borrow; each pool with its usual client (slipstream-pg; tokio-postgres for deadpool and bb8), each preparing SELECT 1 once per connection (slipstream-pg's statement cache; for tokio-postgres a statement prepared on first use, deadpool-postgres's prepare_cached): one round trip per borrow for every pool".into());
     r.notes.push("article 002: the wait-free pool stays flat (~370-384k borrows/s) from 10 to 10,000 borrowers; the old style falls from 179k to 15k".into());
     r.notes.push(format!("borrow timeouts: none for slipstream-pool and deadpool (no timer per wait); r2d2 and bb8 cannot run without one and have {} s, never reached, but bb8 wraps every borrow in a tokio timeout, so each borrow that waits arms a timer the others do not, and r2d2 waits on its condition variable until a deadline", GENEROUS.as_secs()));
     r.notes.push("the connection is a trivial in-memory value (the same for every pool); hold 0: threads return at once, tasks hold across one yield_now; hold 10 µs: a busy spin while holding (tasks then also yield once); 2 tokio worker threads".into());
@@ -967,6 +979,52 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Round trips per borrow + `SELECT 1` + return through `pool`, counted by `proxy` over
+    /// 20 borrows after a few that may connect and prepare.
+    async fn trips<P: TaskPool>(pool: P, proxy: &slipstream_testkit::DelayProxy) -> f64 {
+        for _ in 0..3 {
+            pool.once(Hold::Select1)
+                .await
+                .expect("a borrow and SELECT 1");
+        }
+        let before = proxy.round_trips();
+        for _ in 0..20 {
+            pool.once(Hold::Select1)
+                .await
+                .expect("a borrow and SELECT 1");
+        }
+        (proxy.round_trips() - before) as f64 / 20.0
+    }
+
+    /// The `tasks, SELECT 1` rows compare pools, each with its client: they must send the
+    /// same conversation per borrow, or the ratio measures the clients' protocol use. The
+    /// peers' `query_one(&str)` prepares an unnamed statement on every call (Parse + Describe,
+    /// then Bind + Execute: two round trips) where slipstream-pg's statement cache sends one.
+    #[test]
+    fn every_postgres_pool_runs_select_1_in_the_same_round_trips() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let url = super::super::without_tls(&cluster.url());
+        let target = super::super::tcp_target(&url).unwrap();
+        let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO).unwrap();
+        let url = super::super::via_proxy(&url, proxy.port());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let per_pool = rt.block_on(async {
+            [
+                trips(pg_ours(&url).await.unwrap(), &proxy).await,
+                trips(pg_deadpool(&url).unwrap(), &proxy).await,
+                trips(pg_bb8(&url).await.unwrap(), &proxy).await,
+            ]
+        });
+        assert_eq!(
+            per_pool, [1.0; 3],
+            "round trips per borrow + SELECT 1 (slipstream-pool, deadpool, bb8)"
+        );
+    }
 
     #[test]
     fn the_warm_up_grows_with_the_borrowers_above_its_floor() {

@@ -233,7 +233,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "\"even again\": the end of the first {} ms window after the restart in which the standby took at least {EVEN} of the reads; 'NaN' where a pool never sent it a read again in the run (times are medians over the rounds)",
         WINDOW.as_millis()
     ));
-    r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there".into());
+    r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there; like slipstream-pg's statement cache, they prepare the statement once per connection".into());
     Ok(r)
 }
 

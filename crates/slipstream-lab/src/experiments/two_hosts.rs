@@ -121,12 +121,12 @@ impl Pool {
             }
             Pool::Deadpool(p) => {
                 let c = p.get().await.map_err(|e| text(&e))?;
-                let row = c.query_one(sql, &[]).await.map_err(|e| text(&e))?;
+                let row = c.query_one(sql).await.map_err(|e| text(&e))?;
                 row.try_get(0).map_err(|e| text(&e))
             }
             Pool::Bb8(p) => {
                 let c = p.get().await.map_err(|e| text(&e))?;
-                let row = c.query_one(sql, &[]).await.map_err(|e| text(&e))?;
+                let row = c.query_one(sql).await.map_err(|e| text(&e))?;
                 row.try_get(0).map_err(|e| text(&e))
             }
         }
