@@ -138,13 +138,15 @@ fn summarize(
         } else {
             None
         },
+        // Both from the stop to the run's end: the writers go on until told to stop, and
+        // what ends while the load is torn down is outside the window.
         failed: all_ops()
-            .filter(|o| o.port.is_none() && o.end >= fault)
+            .filter(|o| o.port.is_none() && o.end >= fault && o.end < end)
             .count(),
         // Over the time from the start to the stop (the pause, and the promoter's connect).
         rate_before: ok_between(Duration::ZERO, fault) / fault.as_secs_f64().max(1e-3),
         rate_after: all_ops()
-            .filter(|o| on_new(o) && o.end >= last_second)
+            .filter(|o| on_new(o) && o.end >= last_second && o.end < end)
             .count() as f64
             / (end - last_second).as_secs_f64().max(1e-3),
         first_error: done.iter().find_map(|(_, e)| e.clone()),
@@ -289,6 +291,30 @@ mod tests {
             (at(-100.0), at(-90.0), at(50.0), at(70.0), at(60.0)),
             (0.0, 1.0, 1.0, 1.0, 0.0)
         );
+    }
+
+    /// The rate after and the failures count what ended before the run's end: the writers
+    /// run on until told to stop, and what they do while the load is torn down is outside
+    /// the window the rate divides by.
+    #[test]
+    fn the_drain_after_the_run_is_not_counted() {
+        let (old, new) = (5432, 5433);
+        // Stop at 1,000 ms, promoted 100 ms later, 1,000 ms after that: the end is 2,100 ms
+        // and the last second 1,100-2,100 ms, with 10 writes on the new primary in it. Two
+        // more and a failure end after 2,100, while the load is stopped.
+        let mut ops = vec![op(500, Some(old)), op(1010, None)];
+        ops.extend((0..10).map(|k| op(1150 + 100 * k, Some(new))));
+        ops.extend([op(2102, Some(new)), op(2104, Some(new)), op(2106, None)]);
+        let f = summarize(
+            &[(ops, None)],
+            new as u16,
+            Duration::from_millis(1000),
+            Duration::from_millis(5),
+            Duration::from_millis(100),
+            Duration::from_millis(1000),
+        );
+        assert!((f.rate_after - 10.0).abs() < 1e-9, "{}", f.rate_after);
+        assert_eq!(f.failed, 1);
     }
 
     /// A writer that never wrote on the new primary leaves "every writer back" unmeasured.

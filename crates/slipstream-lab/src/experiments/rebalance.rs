@@ -111,7 +111,9 @@ fn summarize(done: &[Ops], standby: u16, t: Times) -> Rebalance {
             on as f64 / n as f64
         }
     };
-    let failures = || all().filter(|o| o.port.is_none() && o.end >= t.stop);
+    // From the stop to the run's end: the readers go on until told to stop, and what ends
+    // while the load is torn down is outside the run.
+    let failures = || all().filter(|o| o.port.is_none() && o.end >= t.stop && o.end < t.end);
     let first_back = ok_in(t.back, t.end)
         .filter(|o| o.port == standby)
         .map(|o| o.end)
@@ -288,6 +290,23 @@ mod tests {
         assert_eq!(r.first_error.as_deref(), Some("terminating connection"));
         let bin = |ms: f64| r.bins.iter().find(|b| (b.0 - ms).abs() < 1e-6).unwrap().1;
         assert_eq!((bin(1150.0), bin(1140.0), bin(1300.0)), (1.0, 0.0, 1.0));
+    }
+
+    /// A read that fails while the load is torn down, after the run's end, is not the
+    /// stop's.
+    #[test]
+    fn failures_after_the_end_are_not_counted() {
+        let done = vec![(vec![op(100, Some(2)), op(1010, None), op(3001, None)], None)];
+        let r = summarize(
+            &done,
+            2,
+            Times {
+                stop: at(1000),
+                back: at(2000),
+                end: at(3000),
+            },
+        );
+        assert_eq!((r.failed, r.last_failure), (1, Some(at(10))));
     }
 
     /// A pool that never sends the restarted standby a read has neither time, and a run with
