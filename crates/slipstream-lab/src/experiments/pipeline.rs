@@ -467,29 +467,17 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
     }
     r.table = table;
 
-    // Head-to-head: slipstream's best pipelined mode against each peer's pipelined mode, all
-    // on the stock server (the module's cells are compared with abort mode only).
     for w in Workload::ALL {
         for &rtt in rtts_us {
-            let ours = [
-                Mode::Batch,
-                Mode::Window,
-                Mode::BatchContinue,
-                Mode::WindowContinue,
-            ]
-            .into_iter()
-            .filter_map(|m| find(w, rtt, Peer::Slipstream, m))
-            .max_by(|a, b| a.ops_per_s().total_cmp(&b.ops_per_s()));
-            let Some(ours) = ours else { continue };
             for peer in [Peer::TokioPostgres, Peer::Pgbench] {
-                if let Some(theirs) = find(w, rtt, peer, Mode::Batch) {
+                if let Some(ratio) = head_to_head(cells, w, rtt, peer) {
                     r.ratios.insert(
                         format!(
                             "{}_rtt{rtt}us_slipstream_pipelined_over_{}_pipelined",
                             w.key(),
                             peer.key()
                         ),
-                        ours.over(theirs).max(1e-9),
+                        ratio.max(1e-9),
                     );
                 }
             }
@@ -550,7 +538,9 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
     r.notes.push(format!(
         "each cell ran once per round, {rounds} round(s), interleaved (odd rounds in reverse order); \
          statements/s and CPU are medians over the rounds, and every ratio (speed-up, `*_over_abort`, \
-         head-to-head) is the median of the per-round ratios"
+         head-to-head) is the median of the per-round ratios; the head-to-head ratios \
+         (`*_slipstream_pipelined_over_*_pipelined`) put slipstream's batches in the default abort \
+         mode (`client.pipeline()`) against each peer's batches"
     ));
     r.notes.push(
         "RTT 0 is the direct loopback connection; other RTTs go through the testkit's delay proxy (see \
@@ -562,6 +552,20 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
         "unpinned: client, proxy threads and backends share the two vCPUs as the kernel places them."
             .into(),
     );
+}
+
+/// Head-to-head: slipstream's pipeline as the README gives it (`client.pipeline()`: abort on
+/// error, batches waited for as a whole, the shape the peers run) against `peer`'s, on the
+/// stock server. Not the fastest of slipstream's modes in the run: picking the best of four
+/// noisy medians favours us by the pick, and the ratio would not say which mode it was (each
+/// mode's rate is in the JSON, beside its speed-up).
+fn head_to_head(cells: &[Cell], w: Workload, rtt: u64, peer: Peer) -> Option<f64> {
+    let find = |p: Peer, m: Mode| {
+        cells
+            .iter()
+            .find(|c| c.workload == w && c.rtt_us == rtt && c.peer == p && c.mode == m)
+    };
+    Some(find(Peer::Slipstream, Mode::Batch)?.over(find(peer, Mode::Batch)?))
 }
 
 /// Whether sessions can load pipeline_flush (`Err`: why not, and what to do).
@@ -1158,6 +1162,43 @@ mod tests {
         // and 60/100.
         let gappy = cell(Mode::Batch, &[(1, 200), (2, 100)]);
         assert_eq!(continues.over(&gappy), 0.3);
+    }
+
+    /// The head-to-head ratio is the one a reader takes for "slipstream pipelined against the
+    /// peer": it must be the pipeline a user gets from the README (`client.pipeline()`:
+    /// batches, abort on error, the shape the peers run), not whichever of slipstream's modes
+    /// came out fastest in this run, unnamed.
+    #[test]
+    fn the_head_to_head_compares_the_default_pipeline_with_the_peers() {
+        let with = |peer: Peer, mode: Mode, rates: &[(usize, u64)]| Cell {
+            peer,
+            ..cell(mode, rates)
+        };
+        let cells = [
+            with(
+                Peer::Slipstream,
+                Mode::Batch,
+                &[(0, 100), (1, 100), (2, 100)],
+            ),
+            with(
+                Peer::Slipstream,
+                Mode::Window,
+                &[(0, 300), (1, 300), (2, 300)],
+            ),
+            with(
+                Peer::TokioPostgres,
+                Mode::Batch,
+                &[(0, 50), (1, 50), (2, 50)],
+            ),
+        ];
+        assert_eq!(
+            head_to_head(&cells, Workload::ReadOnly, 0, Peer::TokioPostgres),
+            Some(2.0)
+        );
+        assert_eq!(
+            head_to_head(&cells, Workload::ReadOnly, 0, Peer::Pgbench),
+            None
+        );
     }
 
     #[test]
