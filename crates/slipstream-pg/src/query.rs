@@ -655,13 +655,20 @@ impl Plan {
 /// change altered its result type (0A000), it was deallocated (26000), or a type it names was
 /// dropped (and perhaps created again under the same name, with a new OID): PostgreSQL 15
 /// reports the last as an internal error (XX000) naming the old OID, on every later run.
+///
+/// The 0A000 is known by the routine that raises it, not its message: the message is
+/// translated under the server's `lc_messages` ("gecachter Plan darf den Ergebnistyp nicht
+/// ändern"), the routine never is (pgjdbc checks it the same way). The message is still
+/// accepted for a server or proxy that leaves the routine out. The XX000 comes from an
+/// `elog`, whose messages are never translated.
 pub(crate) fn is_stale(e: &Error) -> bool {
     match e.as_db_error() {
         Some(db) => {
             (db.code() == SqlState::FEATURE_NOT_SUPPORTED
-                && db
-                    .message()
-                    .contains("cached plan must not change result type"))
+                && (db.routine() == Some("RevalidateCachedQuery")
+                    || db
+                        .message()
+                        .contains("cached plan must not change result type")))
                 || db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
                 || (db.code() == SqlState::INTERNAL_ERROR
                     && db.message().starts_with("cache lookup failed for type"))

@@ -47,9 +47,17 @@ pub struct ClusterBuilder {
     settings: Vec<(String, String)>,
     hba: Option<String>,
     files: Vec<(String, Vec<u8>)>,
+    env: Vec<(String, String)>,
 }
 
 impl ClusterBuilder {
+    /// Sets an environment variable of the server process, e.g. `LANGUAGE=de` with a session's
+    /// `lc_messages = 'C.UTF-8'` for translated server messages (`LC_ALL` stays `C`).
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
     /// Adds a `postgresql.conf` setting (overrides the testkit's).
     pub fn setting(mut self, name: &str, value: &str) -> Self {
         self.settings.push((name.into(), value.into()));
@@ -100,6 +108,7 @@ impl ClusterBuilder {
             socket_dir,
             port: 0,
             server: None,
+            env: self.env,
         };
         cluster.start_server()?;
         Ok(cluster)
@@ -124,6 +133,8 @@ pub struct Cluster {
     socket_dir: PathBuf,
     port: u16,
     server: Option<Server>,
+    /// The server process's extra environment ([`ClusterBuilder::env`]).
+    env: Vec<(String, String)>,
 }
 
 #[derive(Debug)]
@@ -174,6 +185,7 @@ impl Cluster {
             socket_dir,
             port: 0,
             server: None,
+            env: self.env.clone(),
         };
         standby.start_server()?;
         Ok(standby)
@@ -366,6 +378,7 @@ impl Cluster {
             .arg("-D")
             .arg(&self.data)
             .args(["-p", &port.to_string()])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -3,6 +3,7 @@
 mod attack;
 mod attack2;
 mod attack38;
+mod attack_client;
 mod attack_connect;
 mod attack_connect2;
 mod auth;

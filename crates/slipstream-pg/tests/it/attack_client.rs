@@ -1,0 +1,59 @@
+//! Attacks on the client's promises: the statement cache under translated server messages and
+//! statements deallocated behind its back.
+
+use slipstream_pg::SqlState;
+use slipstream_testkit::Cluster;
+
+/// A server whose messages are in German once a session sets `lc_messages = 'C.UTF-8'`
+/// (gettext honours `LANGUAGE` under any locale but plain `C`), as on a server run with
+/// `lc_messages = 'de_DE.UTF-8'`.
+fn german_cluster() -> Cluster {
+    Cluster::builder().env("LANGUAGE", "de").start().unwrap()
+}
+
+/// "cached plan must not change result type" is translated like any server message; the
+/// transparent re-prepare after DDL must not depend on the server's language.
+#[tokio::test]
+async fn ddl_is_handled_transparently_whatever_the_servers_language() {
+    let cluster = german_cluster();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute(
+        "SET lc_messages = 'C.UTF-8';
+         CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)",
+    )
+    .await
+    .unwrap();
+    // The server really speaks German now.
+    let e = c.batch_execute("SELECT 1/0").await.unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::DIVISION_BY_ZERO));
+    assert!(e.to_string().contains("Division durch Null"), "{e}");
+
+    let q = "SELECT * FROM t WHERE id = $1";
+    assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 1);
+    c.batch_execute("ALTER TABLE t ADD COLUMN note text DEFAULT 'x'")
+        .await
+        .unwrap();
+    let row = c.query_one(q, &[&1i32]).await.unwrap();
+    assert_eq!(row.get::<_, &str>("note").unwrap(), "x");
+    assert_eq!(c.statement_cache_stats().reprepares, 1);
+
+    // And through a row stream.
+    c.batch_execute("ALTER TABLE t ADD COLUMN more int DEFAULT 7")
+        .await
+        .unwrap();
+    let mut rows = c.query_stream(q, &[&1i32]).await.unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get::<_, i32>("more").unwrap(), 7);
+    drop(rows);
+    assert_eq!(c.statement_cache_stats().reprepares, 2);
+
+    // Inside a transaction: the clear error, also in German.
+    c.batch_execute("BEGIN; ALTER TABLE t DROP COLUMN more")
+        .await
+        .unwrap();
+    let e = c.query_one(q, &[&1i32]).await.unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    assert!(e.to_string().contains("roll back"), "{e}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 3);
+}
