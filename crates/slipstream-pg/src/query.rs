@@ -408,7 +408,15 @@ impl Client {
         e: Error,
         in_transaction: bool,
     ) -> Result<(), Error> {
-        if let Plan::Named { stmt, .. } = plan {
+        // A cached statement the server no longer has was deallocated behind the cache's back,
+        // and what does that (a `DEALLOCATE ALL` or `DISCARD ALL` in a function or `DO` block,
+        // whose command tag the client never sees) takes every statement: forget them all, or
+        // the transaction the error tells the caller to run again fails on the next one, once
+        // per cached statement. A single statement deallocated by name costs only re-prepares.
+        let deallocated = e.code() == Some(SqlState::INVALID_SQL_STATEMENT_NAME);
+        if deallocated {
+            self.cache.clear();
+        } else if let Plan::Named { stmt, .. } = plan {
             self.cache.remove(stmt);
         }
         // A dropped type may be cached here under its old OID, and a type recreated under the

@@ -57,3 +57,52 @@ async fn ddl_is_handled_transparently_whatever_the_servers_language() {
     c.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 3);
 }
+
+/// `DEALLOCATE ALL` run where the client cannot see its command tag (inside a `DO` block or a
+/// function) drops every cached statement at once. Inside a transaction the first one to run
+/// fails with "roll back and run the transaction again"; that advice must hold: the rerun must
+/// not fail on the next cached statement, and the one after, one transaction per statement.
+#[tokio::test]
+async fn a_deallocate_all_the_client_cannot_see_costs_one_failed_transaction_not_one_per_statement()
+{
+    let (_cluster, mut c) = super::setup().await;
+    let queries = [
+        "SELECT $1::int4 + 1",
+        "SELECT $1::int4 + 2",
+        "SELECT $1::int4 + 3",
+    ];
+    for q in queries {
+        c.query_one(q, &[&1i32]).await.unwrap();
+    }
+    c.batch_execute("DO $$ BEGIN EXECUTE 'DEALLOCATE ALL'; END $$")
+        .await
+        .unwrap();
+
+    let mut failed_transactions = 0;
+    for _attempt in 0..queries.len() {
+        c.batch_execute("BEGIN").await.unwrap();
+        let mut ok = true;
+        for (i, q) in queries.iter().enumerate() {
+            match c.query_one(*q, &[&1i32]).await {
+                Ok(row) => assert_eq!(row.get::<_, i32>(0).unwrap(), 2 + i as i32),
+                Err(e) => {
+                    assert_eq!(e.code(), Some(SqlState::INVALID_SQL_STATEMENT_NAME), "{e}");
+                    assert!(e.to_string().contains("roll back"), "{e}");
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        c.batch_execute(if ok { "COMMIT" } else { "ROLLBACK" })
+            .await
+            .unwrap();
+        if ok {
+            break;
+        }
+        failed_transactions += 1;
+    }
+    assert_eq!(
+        failed_transactions, 1,
+        "the advice 'run the transaction again' failed again on the next cached statement"
+    );
+}
