@@ -1192,8 +1192,14 @@ impl Connection {
                 "COPY FROM STDIN takes its data as a stream: use Client::copy_in",
             ))
         } else {
+            // Nothing the client can send stops a COPY TO STDOUT (CopyFail is for COPY FROM
+            // STDIN), so the server runs it to its end, and a simple query's string goes on
+            // with the statements after it, which commit: the error must not read as "nothing
+            // ran", or a caller who retries runs the string's writes twice.
             Ok(Error::usage(
-                "COPY TO STDOUT returns data as a stream: use Client::copy_out",
+                "COPY TO STDOUT returns data as a stream: use Client::copy_out. The COPY ran \
+                 (its data was discarded), and so did any statements after it in the same \
+                 string",
             ))
         }
     }

@@ -106,3 +106,32 @@ async fn a_deallocate_all_the_client_cannot_see_costs_one_failed_transaction_not
         "the advice 'run the transaction again' failed again on the next cached statement"
     );
 }
+
+/// A `COPY ... TO STDOUT` in a multi-statement string is refused, but the server cannot be
+/// stopped: the COPY runs, and so do the statements after it, which commit. An error that
+/// only says "use copy_out" reads as "nothing ran", and a caller who retries the string runs
+/// its writes twice; the error must say what ran.
+#[tokio::test]
+async fn a_refused_copy_to_stdout_says_the_statements_around_it_ran() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let sql = "INSERT INTO t VALUES (1); COPY (SELECT 1) TO STDOUT; INSERT INTO t VALUES (2)";
+    let e = c.batch_execute(sql).await.unwrap_err();
+    assert!(e.to_string().contains("copy_out"), "{e}");
+    let (reply, error) = c.simple_query_until_error(sql).await;
+    let e2 = error.expect("still refused");
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 4, "both runs of the string committed both inserts");
+    let tags = reply
+        .iter()
+        .filter(|m| matches!(m, slipstream_pg::SimpleQueryMessage::CommandComplete { .. }))
+        .count();
+    assert_eq!(tags, 3, "INSERT, COPY and INSERT completed: {reply:?}");
+    for e in [e, e2] {
+        let text = e.to_string();
+        assert!(
+            text.contains("ran") && text.contains("after it"),
+            "the error does not say the COPY and the statements after it ran: {text}"
+        );
+    }
+}
