@@ -135,3 +135,65 @@ async fn a_refused_copy_to_stdout_says_the_statements_around_it_ran() {
         );
     }
 }
+
+/// Held: budgets of 0 and 1 byte still deliver every row (one per round trip) within the cap
+/// plus one row, rows of many columns and rows whose size varies wildly included.
+#[tokio::test]
+async fn tiny_byte_budgets_deliver_every_row_within_the_cap() {
+    let (_cluster, mut c) = super::setup().await;
+    let sql = "SELECT g, repeat('x', (g % 7) * (g % 7) * 3000), 1, 2, 3, 4, 5, 6, 7, 8 \
+               FROM generate_series(1, 200) g";
+    for budget in [0, 1, 4096] {
+        let mut rows = c
+            .query_stream_with(sql, &[], slipstream_pg::FetchSize::Bytes(budget))
+            .await
+            .unwrap();
+        let (mut n, mut widest) = (0, 0);
+        while let Some(row) = rows.next().await.unwrap() {
+            n += 1;
+            assert_eq!(row.get::<_, i32>(0).unwrap(), n);
+            widest = widest.max(row.get::<_, &str>(1).unwrap().len());
+        }
+        assert_eq!(n, 200, "budget {budget}");
+        assert!(
+            rows.peak_buffered_bytes() <= budget + widest + 1024,
+            "budget {budget}: peak {}",
+            rows.peak_buffered_bytes()
+        );
+    }
+}
+
+/// Held: 8000-byte notifications arriving during a pipeline and during
+/// `simple_query_until_error` are kept, in order, and the calls' own results are unchanged.
+#[tokio::test]
+async fn notifications_arriving_during_pipelines_and_failing_strings_are_kept() {
+    let (cluster, mut c) = super::setup().await;
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("LISTEN big").await.unwrap();
+    let payload = "p".repeat(7999);
+    let notify = format!("NOTIFY big, '{payload}'");
+    other.batch_execute(&notify).await.unwrap();
+    let mut p = c.pipeline_with(super::continue_on_error());
+    p.query("SELECT 1", &[]).await.unwrap();
+    p.query("SELECT pg_notify('big', $1)", &[&payload])
+        .await
+        .unwrap();
+    for r in p.end().await {
+        let slipstream_pg::Output::Rows(rows) = r.unwrap() else {
+            panic!("not rows");
+        };
+        assert_eq!(rows.len(), 1);
+    }
+    other.batch_execute(&notify).await.unwrap();
+    let (reply, e) = c
+        .simple_query_until_error(&format!("SELECT 1; {notify}; SELECT 1/0; SELECT 2"))
+        .await;
+    assert!(e.is_some());
+    assert_eq!(reply.len(), 4, "{reply:?}");
+    other.batch_execute(&notify).await.unwrap();
+    c.batch_execute("SELECT 1").await.unwrap();
+    let got = c.take_notifications();
+    // The failed string's own NOTIFY was rolled back with it.
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(got.iter().all(|n| n.payload() == payload));
+}
