@@ -149,6 +149,14 @@ async fn ddl_outside_a_transaction_is_handled_transparently() {
     c.batch_execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
         .await
         .unwrap();
+    reprepares_after_ddl(&mut c).await;
+}
+
+/// A cached `SELECT * FROM t WHERE id = $1` (table `t (id int PRIMARY KEY)` holding row 1),
+/// read after an `ALTER TABLE` by `query_one` and after another by a row stream: the server
+/// answers each with 0A000 and the client prepares it again, transparently. Leaves the query
+/// cached with columns `id`, `note`, `more`.
+pub(crate) async fn reprepares_after_ddl(c: &mut slipstream_pg::Client) {
     let q = "SELECT * FROM t WHERE id = $1";
     assert_eq!(c.query_one(q, &[&1i32]).await.unwrap().columns().len(), 1);
     c.batch_execute("ALTER TABLE t ADD COLUMN note text DEFAULT 'x'")
