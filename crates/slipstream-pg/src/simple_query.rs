@@ -50,6 +50,10 @@ impl Client {
     /// before it returned, as psql shows it. Those statements ran: a `COMMIT` among them
     /// committed, whatever failed after it. The error, if any, comes with them; rows the failed
     /// statement sent before its error are there too, with no `CommandComplete` after them.
+    /// One refusal is the client's, not the server's: a `COPY ... TO STDOUT` in the string
+    /// (use [`Client::copy_out`]). The server runs it, and the statements after it, whatever
+    /// the client does, so the reply then holds what those later statements returned too, and
+    /// the error says they ran.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) {
