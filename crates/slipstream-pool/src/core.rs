@@ -1463,6 +1463,7 @@ pub(crate) fn claim_blocking<C>(
     core: &Core<C>,
     deadline: Option<Instant>,
     max_waiters: usize,
+    on_queued: &(dyn Fn() + Sync),
 ) -> Result<Owned, Refused> {
     // A thread that just handed its slot to a starving waiter goes to the back of the line
     // rather than taking a slot that a slice holder's return left IDLE; while a waiter
@@ -1480,7 +1481,7 @@ pub(crate) fn claim_blocking<C>(
     }
     // The waiter's node on this thread's stack: pinned, and its drop (on a panic too) leaves
     // the queue, so the queue never points at a dead mailbox.
-    let mut wait = std::pin::pin!(Wait::new(core, max_waiters));
+    let mut wait = std::pin::pin!(Wait::new(core, max_waiters).on_queued(on_queued));
     let begun = wait
         .as_mut()
         .begin(Wake::Thread(crate::sync::current_thread()));
@@ -1555,6 +1556,10 @@ pub(crate) struct Wait<'a, C> {
     started: bool,
     /// Refused a place when this many wait already.
     max_waiters: usize,
+    /// Called once the entry is in the queue (where the pool's opener looks for waiters):
+    /// a wake given before then can be consumed by an opener that then finds no waiter and
+    /// sleeps through this one's wait ([`Wait::on_queued`]).
+    on_queued: Option<&'a (dyn Fn() + Sync)>,
     _pinned: PhantomPinned,
 }
 
@@ -1568,8 +1573,19 @@ impl<'a, C> Wait<'a, C> {
             seen: None,
             started: false,
             max_waiters,
+            on_queued: None,
             _pinned: PhantomPinned,
         }
+    }
+
+    /// Calls `f` once this waiter is queued (not if it is refused a place): the pool wakes
+    /// its opener there. The opener counts the queued waiters after each wake-up and sleeps
+    /// when there are none, so a wake given before queueing could be spent on a look that
+    /// missed this waiter, which would then wait out the opener's sleep (100-500 ms) for a
+    /// connection nobody opens.
+    pub(crate) fn on_queued(mut self, f: &'a (dyn Fn() + Sync)) -> Self {
+        self.on_queued = Some(f);
+        self
     }
 
     /// The core, the waiter's state as a [`Ticket`], and whether it has queued, for a method
@@ -1613,6 +1629,9 @@ impl<'a, C> Wait<'a, C> {
     /// past the whole queue.
     fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
         let (id, behind) = self.as_mut().queue(wake)?;
+        if let Some(f) = self.on_queued {
+            f();
+        }
         if behind {
             return Ok(None);
         }
@@ -2047,7 +2066,8 @@ mod loom_tests {
     fn spawn_blocking_borrower(core: &Arc<Core<u32>>) -> thread::JoinHandle<()> {
         let core = core.clone();
         thread::spawn(move || {
-            let o = claim_blocking(&core, None, usize::MAX).expect("no deadline, no room limit");
+            let o = claim_blocking(&core, None, usize::MAX, &|| {})
+                .expect("no deadline, no room limit");
             touch(&core, &o);
             core.release(o);
         })
@@ -2064,7 +2084,7 @@ mod loom_tests {
             .map(|_| {
                 let (core, served) = (core.clone(), served.clone());
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX)
+                    let o = claim_blocking(&core, None, usize::MAX, &|| {})
                         .expect("no deadline, no room limit");
                     touch(&core, &o);
                     let (n, cv) = &*served;
@@ -2308,6 +2328,82 @@ mod loom_tests {
             core.release(held);
             task.join().unwrap();
             check_all_idle(&core, 2);
+        });
+    }
+
+    /// The pool's opener as it waits for work (maintenance.rs's `opener`): it counts the
+    /// queued waiters after each wake-up and sleeps when there are none. A wake is a permit, as
+    /// `tokio::sync::Notify::notify_one` leaves one when no one is waiting yet. The real opener
+    /// also wakes on a timer (100-500 ms); the model's does not, so a wake it missed is a
+    /// deadlock loom reports.
+    #[derive(Default)]
+    struct OpenerWake(loom::sync::Mutex<bool>, loom::sync::Condvar);
+
+    impl OpenerWake {
+        fn give(&self) {
+            *self.0.lock().unwrap() = true;
+            self.1.notify_one();
+        }
+
+        fn take(&self) {
+            let mut given = self.0.lock().unwrap();
+            while !*given {
+                given = self.1.wait(given).unwrap();
+            }
+            *given = false;
+        }
+    }
+
+    /// An opener for a one-slot core with nothing open: it opens the slot's connection once
+    /// a waiter is queued, looking (Acquire, as the real one does) before each sleep.
+    fn spawn_opener(core: &Arc<Core<u32>>, wake: &Arc<OpenerWake>) -> thread::JoinHandle<()> {
+        let (core, wake) = (core.clone(), wake.clone());
+        thread::spawn(move || {
+            loop {
+                if core.q.count(Acquire) > 0 {
+                    let o = core.claim_empty().expect("one empty slot");
+                    core.conn(&o, |c| *c = Some(0));
+                    core.opened(o);
+                    return;
+                }
+                wake.take();
+            }
+        })
+    }
+
+    /// A borrower that finds nothing open wakes the opener: once queued, so the opener's
+    /// count after the wake sees it. Woken before queueing (as the pool did until session 42),
+    /// the opener can spend the wake on a count of zero and sleep while the borrower waits
+    /// for a connection no one opens: loom reports that deadlock when `on_queued`'s call in
+    /// `Wait::begin` is moved before `queue`.
+    #[test]
+    fn loom_a_blocking_borrower_wakes_the_opener_once_queued() {
+        loom::model(|| {
+            let core = Arc::new(Core::with_fairness(1, 1, Duration::ZERO, Duration::ZERO));
+            let wake = Arc::new(OpenerWake::default());
+            let opener = spawn_opener(&core, &wake);
+            let o = claim_blocking(&core, None, usize::MAX, &|| wake.give())
+                .expect("no deadline, no room limit");
+            touch(&core, &o);
+            core.release(o);
+            opener.join().unwrap();
+            check_all_idle(&core, 1);
+        });
+    }
+
+    /// The same for a task's wait ([`Wait`] as a future, as `Pool::get` awaits it).
+    #[test]
+    fn loom_an_async_borrower_wakes_the_opener_once_queued() {
+        loom::model(|| {
+            let core = Arc::new(Core::with_fairness(1, 1, Duration::ZERO, Duration::ZERO));
+            let wake = Arc::new(OpenerWake::default());
+            let opener = spawn_opener(&core, &wake);
+            let give = || wake.give();
+            let o = block_on(Wait::new(&core, usize::MAX).on_queued(&give)).expect("no room limit");
+            touch(&core, &o);
+            core.release(o);
+            opener.join().unwrap();
+            check_all_idle(&core, 1);
         });
     }
 

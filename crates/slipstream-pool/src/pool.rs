@@ -623,11 +623,11 @@ impl<M: Manager> Pool<M> {
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
-        self.wake_opener_if_useful();
         // Dropped on a timeout: it gives up its place and passes on a connection handed to
         // it meanwhile. It checks for room (`max_waiters`) as it queues, under the queue's
-        // lock.
-        let wait = Wait::new(&inner.core, inner.config.max_waiters);
+        // lock, and wakes the opener once queued, where the opener looks for waiters.
+        let wake = || self.wake_opener_if_useful();
+        let wait = Wait::new(&inner.core, inner.config.max_waiters).on_queued(&wake);
         // No timer at all without a timeout: registering one costs a trip through tokio's
         // timer wheel for every borrow that waits.
         let waited = match deadline {
@@ -729,8 +729,8 @@ impl<M: Manager> Pool<M> {
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
-        self.wake_opener_if_useful();
-        match claim_blocking(&inner.core, deadline, inner.config.max_waiters) {
+        let wake = || self.wake_opener_if_useful();
+        match claim_blocking(&inner.core, deadline, inner.config.max_waiters, &wake) {
             Ok(o) => {
                 self.waited(start, &o);
                 Ok(self.lend(o))
