@@ -10,6 +10,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "utils/inval.h"
 #include "utils/snapmgr.h"
 
 bool
@@ -29,6 +30,17 @@ memopt_hit_gate(Relation rel, Snapshot snapshot, bool usable)
 		return MISS_ISOLATION;
 	if (memopt_wrote(rel))
 		return MISS_OWN_WRITE;
+
+	/*
+	 * The triggers must be read as they are now, not as when this transaction first locked
+	 * the table.  ALTER TABLE ... DISABLE TRIGGER takes only ShareRowExclusiveLock, which
+	 * does not wait for readers, and a transaction that already holds its AccessShareLock
+	 * processes no invalidation when it locks the table again: without this, a reader inside
+	 * an open transaction kept seeing the trigger fire ALWAYS after the ALTER committed, and
+	 * served (and refilled) rows that writes made with the trigger off had changed.  Cheap
+	 * when nothing is pending (one unlocked read of the queue's flag).
+	 */
+	AcceptInvalidationMessages();
 	if (!usable || !memopt_relation_synced(rel))
 		return MISS_DISABLED;
 	return MISS_COUNT;

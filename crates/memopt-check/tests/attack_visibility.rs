@@ -1,0 +1,121 @@
+//! Attacks on memopt's promise that a query "returns exactly what it would without the
+//! extension" (docs/memopt.md): every lookup, through the MemoptLookup scan and through
+//! `memopt.get`, is compared with the normal plan (`memopt.enabled = off`) on the same data.
+
+use slipstream_pg::Client;
+
+async fn connect(url: &str) -> Client {
+    slipstream_pg::connect(url).await.unwrap()
+}
+
+/// `v` of key `k` in `t`, through whatever plan the session picks (`memopt.enabled` as set).
+async fn v_of(c: &mut Client, k: i32) -> Option<String> {
+    c.query_opt("SELECT v FROM t WHERE k = $1", &[&k])
+        .await
+        .unwrap()
+        .map(|r| r.get(0).unwrap())
+}
+
+/// `v` of key `k` through `memopt.get`.
+async fn get_v(c: &mut Client, k: i64) -> Option<String> {
+    c.query_one("SELECT (memopt.get('t', $1::bigint)::text::t).v", &[&k])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+/// `v` of key `k` through `memopt.get`, or its refusal, inside an open transaction (under a
+/// savepoint, so that a refusal leaves the transaction usable).
+async fn try_get_v(c: &mut Client, k: i64) -> Result<Option<String>, slipstream_pg::Error> {
+    c.batch_execute("SAVEPOINT get").await.unwrap();
+    let v = c
+        .query_one("SELECT (memopt.get('t', $1::bigint)::text::t).v", &[&k])
+        .await;
+    let end = if v.is_ok() { "RELEASE" } else { "ROLLBACK TO" };
+    c.batch_execute(&format!("{end} SAVEPOINT get"))
+        .await
+        .unwrap();
+    Ok(v?.get(0).unwrap())
+}
+
+/// The same lookup through the normal plan, in the same session and transaction.
+async fn normal_v(c: &mut Client, k: i32) -> Option<String> {
+    c.batch_execute("SET memopt.enabled = off").await.unwrap();
+    let v = v_of(c, k).await;
+    c.batch_execute("SET memopt.enabled = on").await.unwrap();
+    v
+}
+
+/// Promise: `ALTER TABLE ... DISABLE TRIGGER` "stops the table from being served until the
+/// trigger is enabled again" (docs/memopt.md, "Why a hit is never wrong"): writes made while
+/// the sync trigger is off raise no fence, so no session may serve the table meanwhile.
+///
+/// Steps: session R opens a READ COMMITTED transaction and reads key 1 (so it holds the
+/// table's AccessShareLock). Session D disables the sync trigger (ShareRowExclusiveLock, which
+/// does not wait for R) and updates key 1 twice, each in its own transaction; R reads key 1
+/// after each update, through the scan and through `memopt.get`, and compares with the
+/// normal plan (`memopt.get` may instead refuse the table, as it refuses any table whose
+/// sync trigger is off).
+///
+/// Before the fix: R had taken its table lock before the ALTER committed, so it never
+/// processed the invalidation and its relcache still showed the trigger firing ALWAYS. Its
+/// first read after the first update refilled the store (the ALTER had emptied it) with that
+/// version; the second update fired no trigger and removed nothing, and R's scan was then
+/// served the first update's value ('one') where the normal plan returned 'two'.
+#[tokio::test]
+async fn a_trigger_disabled_by_another_session_is_seen_inside_an_open_transaction() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut d = connect(&url).await;
+    memopt_check::table(&mut d, "t", 10).await.unwrap();
+    let mut r = connect(&url).await;
+
+    r.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .await
+        .unwrap();
+    assert_eq!(v_of(&mut r, 1).await.as_deref(), Some("v1"));
+    assert_eq!(get_v(&mut r, 1).await.as_deref(), Some("v1"));
+
+    d.batch_execute("ALTER TABLE t DISABLE TRIGGER memopt_sync")
+        .await
+        .unwrap();
+    for value in ["one", "two", "three"] {
+        d.execute("UPDATE t SET v = $1 WHERE k = 1", &[&value])
+            .await
+            .unwrap();
+        let normal = normal_v(&mut r, 1).await;
+        assert_eq!(normal.as_deref(), Some(value), "the normal plan itself");
+        // Twice each: the first read may refill the store, the second is then a hit.
+        for round in 0..2 {
+            assert_eq!(
+                v_of(&mut r, 1).await,
+                normal,
+                "scan, round {round}, after the update to {value:?} with the trigger disabled"
+            );
+            // memopt.get refuses a table whose trigger is off (a documented refusal), or
+            // answers; never with another row.
+            match try_get_v(&mut r, 1).await {
+                Ok(v) => assert_eq!(
+                    v, normal,
+                    "memopt.get, round {round}, after the update to {value:?} with the trigger disabled"
+                ),
+                Err(e) => assert!(
+                    e.to_string()
+                        .contains("is not enabled for memoptimized reads"),
+                    "{e}"
+                ),
+            }
+        }
+    }
+    r.batch_execute("COMMIT").await.unwrap();
+
+    // Re-enabled, the table is served again and right.
+    d.batch_execute("ALTER TABLE t ENABLE ALWAYS TRIGGER memopt_sync")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(v_of(&mut r, 1).await.as_deref(), Some("three"));
+        assert_eq!(get_v(&mut r, 1).await.as_deref(), Some("three"));
+    }
+}
