@@ -119,3 +119,88 @@ async fn a_trigger_disabled_by_another_session_is_seen_inside_an_open_transactio
         assert_eq!(get_v(&mut r, 1).await.as_deref(), Some("three"));
     }
 }
+
+/// Promise: as above, writes made with the sync trigger off are never served over, and
+/// "a reader whose snapshot sees the commit ... finds the fence or no entry" (docs/memopt.md).
+/// Here the writer disables the trigger and updates the row in one transaction, and the
+/// reader comes in the window after that commit is visible to snapshots but before the
+/// server has sent the ALTER's invalidation (PostgreSQL sends it after the commit callbacks;
+/// `memopt.test_cleanup_delay` holds the writer there, which needs a fenced key: the writer
+/// also updates a row of a second enabled table).
+///
+/// Steps: D begins, updates `u`, disables `t`'s sync trigger. R (autocommit) reads key 1 of
+/// `t` twice: the trigger still fires for R (D has not committed), so the first read refills
+/// the store, which the ALTER emptied, and the second is a hit. D updates key 1 (no trigger)
+/// and commits with a 5 s cleanup delay. As soon as R's normal plan sees D's value, R reads
+/// key 1 through the scan and through `memopt.get` while D is still in its commit.
+///
+/// Before the fix: R's relcache still showed the trigger, nothing fenced `t` (D had recorded
+/// no key of it), and R was served the stored 'v1' where the normal plan returned 'new'.
+#[tokio::test]
+async fn a_trigger_disabled_and_a_write_in_one_transaction_are_fenced_through_its_commit() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut d = connect(&url).await;
+    memopt_check::table(&mut d, "t", 10).await.unwrap();
+    memopt_check::table(&mut d, "u", 10).await.unwrap();
+    let mut r = connect(&url).await;
+
+    d.batch_execute(
+        "BEGIN;
+         UPDATE u SET v = 'fenced' WHERE k = 1;
+         ALTER TABLE t DISABLE TRIGGER memopt_sync;",
+    )
+    .await
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(v_of(&mut r, 1).await.as_deref(), Some("v1"));
+    }
+    let hits: i64 = r
+        .query_one(
+            "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert!(
+        hits >= 1,
+        "the second read of key 1 was no hit: the setup did not refill the store"
+    );
+
+    d.batch_execute(
+        "UPDATE t SET v = 'new' WHERE k = 1;
+         SET memopt.test_cleanup_delay = 5000;",
+    )
+    .await
+    .unwrap();
+    let commit = tokio::spawn(async move {
+        d.batch_execute("COMMIT").await.unwrap();
+        d
+    });
+    let mut seen = None;
+    for _ in 0..400 {
+        if normal_v(&mut r, 1).await.as_deref() == Some("new") {
+            seen = Some((v_of(&mut r, 1).await, get_v(&mut r, 1).await));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (scan, get) = seen.expect("D's commit did not become visible within 4 s");
+    assert!(
+        !commit.is_finished(),
+        "D's commit ended before the reads: the window was missed (raise the delay)"
+    );
+    assert_eq!(scan.as_deref(), Some("new"), "scan, during D's commit");
+    assert_eq!(get.as_deref(), Some("new"), "memopt.get, during D's commit");
+
+    let mut d = commit.await.unwrap();
+    d.batch_execute("ALTER TABLE t ENABLE ALWAYS TRIGGER memopt_sync")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(v_of(&mut r, 1).await.as_deref(), Some("new"));
+        assert_eq!(get_v(&mut r, 1).await.as_deref(), Some("new"));
+    }
+}

@@ -457,13 +457,21 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 	{
 		/*
 		 * A sync trigger disabled, re-enabled or dropped: writes may have gone unseen, so
-		 * nothing stored before can be trusted.
+		 * nothing stored before can be trusted.  This transaction may also write the table
+		 * with the trigger off, and its commit is visible to snapshots before its
+		 * invalidation reaches other backends (PostgreSQL sends it after the commit
+		 * callbacks): a reader in that window still sees the trigger and would be served
+		 * what those writes changed.  So the table is fenced through our commit, as for a
+		 * TRUNCATE: from PRE_COMMIT until the entries are gone.
 		 */
 		Oid			relid = trigger_relation(objectId);
 		MemoptTable *t = OidIsValid(relid) ? memopt_table(MyDatabaseId, relid, MEMOPT_FIND) : NULL;
 
 		if (t != NULL)
+		{
 			memopt_invalidate(t);
+			switch_to_table_fence(note_written(relid), false);
+		}
 	}
 }
 
