@@ -204,3 +204,85 @@ async fn a_trigger_disabled_and_a_write_in_one_transaction_are_fenced_through_it
         assert_eq!(get_v(&mut r, 1).await.as_deref(), Some("new"));
     }
 }
+
+/// The rows of `cursor`: `(g, v through the scan, v through memopt.get)` per key.
+async fn fetch_all(c: &mut Client, cursor: &str) -> Vec<(i32, Option<String>, Option<String>)> {
+    c.query(&format!("FETCH ALL FROM {cursor}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap(), r.get(2).unwrap()))
+        .collect()
+}
+
+/// Holds. Promise: a hit is "never a row version the snapshot cannot see" (docs/memopt.md,
+/// condition 5), here for a snapshot older than the store's contents: a cursor's.
+///
+/// Steps: the store holds keys 1..10. R opens, in one READ COMMITTED transaction, a cursor
+/// that looks every key 1..12 up through a STABLE PL/pgSQL function (whose query runs under
+/// the cursor's snapshot, with the key as a parameter: served by the scan) and through
+/// `memopt.get`, and the same cursor planned and run with `memopt.enabled = off`. D then
+/// updates key 1, deletes key 2, inserts key 11 and reads keys 1 and 11 twice, so that the
+/// store holds versions the cursors' snapshot must not see. Both cursors are fetched: the
+/// rows are equal, they are the ones from before D's changes, the lookups of keys 1 and 11
+/// missed as `invisible`, and keys 3..10 were hits.
+#[tokio::test]
+async fn a_cursor_opened_before_a_commit_never_sees_its_rows_through_the_store() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut d = connect(&url).await;
+    memopt_check::table(&mut d, "t", 10).await.unwrap();
+    d.batch_execute(
+        "CREATE FUNCTION look(key int) RETURNS text STABLE LANGUAGE plpgsql
+             AS $$ BEGIN RETURN (SELECT v FROM t WHERE k = key); END $$;
+         SELECT look(g) FROM generate_series(1, 10) g;",
+    )
+    .await
+    .unwrap();
+    let mut r = connect(&url).await;
+    let stats = "SELECT hits, misses_invisible FROM memopt.stats WHERE \"table\" = 't'::regclass";
+    let cursor = "CURSOR FOR SELECT g, look(g), (memopt.get('t', g)::text::t).v
+                    FROM generate_series(1, 12) g";
+    r.batch_execute(&format!(
+        "BEGIN ISOLATION LEVEL READ COMMITTED;
+         DECLARE c_on {cursor};
+         SET memopt.enabled = off;
+         DECLARE c_off {cursor};
+         SET memopt.enabled = on;"
+    ))
+    .await
+    .unwrap();
+
+    for sql in [
+        "UPDATE t SET v = 'new1' WHERE k = 1",
+        "DELETE FROM t WHERE k = 2",
+        "INSERT INTO t VALUES (11, 'v11')",
+    ] {
+        d.batch_execute(sql).await.unwrap();
+    }
+    for k in [1, 11, 1, 11] {
+        assert!(v_of(&mut d, k).await.is_some());
+    }
+    let before = r.query_one(stats, &[]).await.unwrap();
+    let (hits0, invisible0): (i64, i64) = (before.get(0).unwrap(), before.get(1).unwrap());
+
+    let served = fetch_all(&mut r, "c_on").await;
+    let after = r.query_one(stats, &[]).await.unwrap();
+    let (hits1, invisible1): (i64, i64) = (after.get(0).unwrap(), after.get(1).unwrap());
+    r.batch_execute("SET memopt.enabled = off").await.unwrap();
+    let normal = fetch_all(&mut r, "c_off").await;
+    r.batch_execute("COMMIT; SET memopt.enabled = on")
+        .await
+        .unwrap();
+
+    assert_eq!(served, normal);
+    for (g, scan, get) in &normal {
+        let old = (*g <= 10).then(|| format!("v{g}"));
+        assert_eq!((scan, get), (&old, &old), "key {g}");
+    }
+    assert_eq!(invisible1 - invisible0, 4, "keys 1 and 11, scan and get");
+    assert!(
+        hits1 - hits0 >= 16,
+        "keys 3..10 were not hits: {hits0} -> {hits1}"
+    );
+}
