@@ -394,7 +394,7 @@ xact_callback(XactEvent event, void *arg)
 			if (nwritten > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has written memoptimized table \"%s\"",
+						 errmsg("cannot PREPARE a transaction that has written memoptimized table \"%s\" or altered its sync triggers",
 								get_rel_name(written[0]) ? get_rel_name(written[0]) : "?"),
 						 errdetail("The store could not be kept consistent until COMMIT PREPARED."),
 						 errhint("Commit the transaction directly, or call memopt.disable_read() on the table first.")));
@@ -457,12 +457,16 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 	{
 		/*
 		 * A sync trigger disabled, re-enabled or dropped: writes may have gone unseen, so
-		 * nothing stored before can be trusted.  This transaction may also write the table
-		 * with the trigger off, and its commit is visible to snapshots before its
-		 * invalidation reaches other backends (PostgreSQL sends it after the commit
-		 * callbacks): a reader in that window still sees the trigger and would be served
-		 * what those writes changed.  So the table is fenced through our commit, as for a
-		 * TRUNCATE: from PRE_COMMIT until the entries are gone.
+		 * nothing stored before can be trusted.
+		 *
+		 * ALTER TABLE ... ENABLE/DISABLE TRIGGER takes only ShareRowExclusiveLock, so readers
+		 * run beside it, and this transaction may go on to write the table with the trigger
+		 * off.  Its commit is visible to snapshots before its invalidation reaches other
+		 * backends (PostgreSQL sends it after the commit callbacks): a reader in that window
+		 * still sees the trigger and would be served what those writes changed.  So the table
+		 * is fenced through our commit, as for a TRUNCATE: from PRE_COMMIT until the entries
+		 * are gone.  (DROP TRIGGER holds AccessExclusiveLock until the invalidation is sent:
+		 * no reader runs in the window.)
 		 */
 		Oid			relid = trigger_relation(objectId);
 		MemoptTable *t = OidIsValid(relid) ? memopt_table(MyDatabaseId, relid, MEMOPT_FIND) : NULL;
@@ -470,7 +474,8 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 		if (t != NULL)
 		{
 			memopt_invalidate(t);
-			switch_to_table_fence(note_written(relid), false);
+			if (access == OAT_POST_ALTER)
+				switch_to_table_fence(note_written(relid), false);
 		}
 	}
 }

@@ -100,6 +100,12 @@ BEGIN;
 UPDATE t SET v = 'prepared' WHERE k = 8;
 PREPARE TRANSACTION 'p';
 EXECUTE q(8);
+-- Nor one that disabled a sync trigger: it may then write the table unseen, and its commit
+-- is fenced because other backends learn of the ALTER only after the commit is visible.
+BEGIN;
+ALTER TABLE t DISABLE TRIGGER memopt_sync;
+PREPARE TRANSACTION 'p';
+SELECT memopt.is_enabled('t');
 
 -- Populate fills the whole table in the background.
 SELECT memopt.drop_object('t');
