@@ -1347,9 +1347,11 @@ impl Pipeline<'_> {
                     }
                     // Committing the implicit transaction failed (a deferred constraint, a
                     // serialization failure): the work of every operation in it is undone.
+                    // It began after the last `COMMIT`/`ROLLBACK` of the block, if any
+                    // (`implicit_from`): what came before that was already committed.
                     Message::ErrorResponse(body) => {
                         let db = DbError::parse(&mut body.fields())?;
-                        for id in first..end {
+                        for id in first.max(self.implicit_from)..end {
                             let slot = &mut self.results[id as usize];
                             if matches!(slot, Slot::Ready(Ok(_))) {
                                 *slot = Slot::Ready(Err(Error::db(db.clone()).context(format!(

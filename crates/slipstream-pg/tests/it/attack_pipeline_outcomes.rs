@@ -1,0 +1,65 @@
+//! Attacks on what a pipeline reports for each operation, checked against what the server
+//! really kept (helper 32, session 42): work a `COMMIT` in the block, or a statement that
+//! commits at once, already made durable is never reported as rolled back, and a dropped
+//! abort-on-error block commits none of its open group.
+
+use slipstream_pg::{Client, Output, PipelineMode, PipelineOptions, SqlState};
+
+use super::engine::bounded;
+
+fn abort_mode() -> PipelineOptions {
+    PipelineOptions::new().mode(PipelineMode::AbortOnError)
+}
+
+/// Each result as `Ok` or the error's kind and text, for assertion messages.
+fn describe(results: &[Result<Output, slipstream_pg::Error>]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(o) => format!("ok {o:?}"),
+            Err(e) => format!("{:?}: {e}", e.kind()),
+        })
+        .collect()
+}
+
+async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
+    super::column(c, sql).await
+}
+
+/// Promise (docs/pipelining.md): "A commit can fail at the `Sync` itself (a deferred
+/// constraint ...): every operation of that implicit transaction whose result has not been
+/// taken gets the error", and a `COMMIT` queued in the block ends the implicit transaction
+/// before it.
+///
+/// Steps: an abort-mode block `INSERT 1; COMMIT; INSERT 2; INSERT 2` on a table whose unique
+/// constraint is deferred, so the duplicate fails only when the `Sync` commits. Row 1 was
+/// committed by the block's `COMMIT`.
+///
+/// Before the fix: operations 0 and 1 (the committed `INSERT 1` and the `COMMIT` itself) were
+/// reported as "rolled back: committing its implicit transaction failed" while row 1 was in
+/// the table: every operation since the sync point was marked, not those after the `COMMIT`.
+#[tokio::test]
+async fn a_commit_failing_at_the_sync_spares_what_a_commit_in_the_block_saved() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE u (x int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        .await
+        .unwrap();
+    let mut p = c.pipeline_with(abort_mode());
+    p.execute("INSERT INTO u VALUES (1)", &[]).await.unwrap();
+    p.commit().await.unwrap();
+    p.execute("INSERT INTO u VALUES (2)", &[]).await.unwrap();
+    p.execute("INSERT INTO u VALUES (2)", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    let kept = ints(&mut c, "SELECT x FROM u ORDER BY x").await;
+    assert_eq!(kept, [1], "what the server kept");
+    let seen = describe(&results);
+    assert!(
+        matches!(results[0], Ok(Output::Affected(1))),
+        "row 1 was committed by the block's COMMIT: {seen:#?}"
+    );
+    assert!(matches!(results[1], Ok(Output::Done)), "{seen:#?}");
+    for r in &results[2..] {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.code(), Some(SqlState::UNIQUE_VIOLATION), "{seen:#?}");
+    }
+}
