@@ -1016,6 +1016,9 @@ pub(crate) struct CommandTag {
     /// `ROLLBACK`: what a `COMMIT` of a failed transaction answers.
     pub(crate) rolled_back: bool,
     /// `COMMIT`, `ROLLBACK` or `PREPARE TRANSACTION`: the work before it is settled either way.
+    /// Also a statement that cannot run inside a transaction block (see
+    /// [`COMMITS_AT_ONCE`]): the server commits it the moment it completes, so it and the work
+    /// before it are settled too, and what follows runs in a new implicit transaction.
     pub(crate) ends_transaction: bool,
 }
 
@@ -1024,10 +1027,31 @@ impl CommandTag {
         CommandTag {
             affected: count_at_end(tag),
             rolled_back: tag == b"ROLLBACK",
-            ends_transaction: matches!(tag, b"COMMIT" | b"ROLLBACK" | b"PREPARE TRANSACTION"),
+            ends_transaction: matches!(tag, b"COMMIT" | b"ROLLBACK" | b"PREPARE TRANSACTION")
+                || COMMITS_AT_ONCE.contains(&tag),
         }
     }
 }
+
+/// The command tags of statements that always refuse to run inside a transaction block
+/// (PostgreSQL's `PreventInTransactionBlock`). Outside `BEGIN`, the extended protocol runs
+/// such a statement only as the first of an implicit transaction (later in a pipeline it fails
+/// "cannot be executed within a pipeline") and commits it as soon as it completes, so an
+/// abort-on-error block that fails afterwards does not undo it. Tags that such statements share
+/// with transactional ones (`CREATE INDEX` for `CREATE INDEX CONCURRENTLY`, `REINDEX`,
+/// `CLUSTER`, `ALTER DATABASE`, `ALTER TABLE ... DETACH PARTITION CONCURRENTLY`, the
+/// subscription commands) cannot say which ran, and are not listed (see docs/pipelining.md).
+const COMMITS_AT_ONCE: &[&[u8]] = &[
+    b"VACUUM",
+    b"CREATE DATABASE",
+    b"DROP DATABASE",
+    b"CREATE TABLESPACE",
+    b"DROP TABLESPACE",
+    b"ALTER SYSTEM",
+    b"DISCARD ALL",
+    b"COMMIT PREPARED",
+    b"ROLLBACK PREPARED",
+];
 
 /// The row count at the end of a command tag (`INSERT 0 5`, `UPDATE 2`, `SELECT 3`, `COPY 9`),
 /// or 0 for tags without one.
@@ -1099,6 +1123,10 @@ mod tests {
         assert_eq!(ends("ROLLBACK"), (true, true));
         assert_eq!(ends("PREPARE TRANSACTION"), (true, false));
         assert_eq!(ends("BEGIN"), (false, false));
+        assert_eq!(ends("VACUUM"), (true, false));
+        assert_eq!(ends("CREATE DATABASE"), (true, false));
+        assert_eq!(ends("ROLLBACK PREPARED"), (true, false));
+        assert_eq!(ends("CREATE INDEX"), (false, false));
         assert_eq!(rows_affected(Err(std::io::Error::other("not UTF-8"))), 0);
     }
 

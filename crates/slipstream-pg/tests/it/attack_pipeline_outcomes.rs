@@ -3,7 +3,7 @@
 //! commits at once, already made durable is never reported as rolled back, and a dropped
 //! abort-on-error block commits none of its open group.
 
-use slipstream_pg::{Client, Output, PipelineMode, PipelineOptions, SqlState};
+use slipstream_pg::{Client, ErrorKind, Output, PipelineMode, PipelineOptions, SqlState};
 
 use super::engine::bounded;
 
@@ -62,4 +62,43 @@ async fn a_commit_failing_at_the_sync_spares_what_a_commit_in_the_block_saved() 
         let e = r.as_ref().unwrap_err();
         assert_eq!(e.code(), Some(SqlState::UNIQUE_VIOLATION), "{seen:#?}");
     }
+}
+
+/// Promise (docs/pipelining.md, `PipelineMode::AbortOnError`): the operations before a failure
+/// are reported as rolled back because they were: "never as done", and never the reverse.
+///
+/// Steps: an abort-mode block `CREATE DATABASE; INSERT; SELECT 1/0`. PostgreSQL runs a
+/// statement that cannot be inside a transaction block (CREATE DATABASE, VACUUM, ALTER SYSTEM,
+/// ...) only as the first of an implicit transaction, and commits it as soon as it completes;
+/// the `INSERT` runs in a new implicit transaction, which the failure rolls back.
+///
+/// Before the fix: operation 0 was reported as `Aborted` ("was rolled back: operation 2 failed
+/// later in the same implicit transaction") while the database existed: a caller retrying the
+/// block would then fail on "database already exists".
+#[tokio::test]
+async fn a_statement_that_commits_at_once_is_not_reported_as_rolled_back() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut p = c.pipeline_with(abort_mode());
+    p.execute("CREATE DATABASE made_in_a_block", &[])
+        .await
+        .unwrap();
+    p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let bad = p.execute("SELECT 1/0", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    let seen = describe(&results);
+    let databases: i64 = super::scalar(
+        &mut c,
+        "SELECT count(*) FROM pg_database WHERE datname = 'made_in_a_block'",
+    )
+    .await;
+    let rows: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!((databases, rows), (1, 0), "what the server kept");
+    assert!(
+        matches!(results[0], Ok(Output::Affected(0))),
+        "the database was created and committed: {seen:#?}"
+    );
+    let rolled_back = results[1].as_ref().unwrap_err();
+    assert_eq!(rolled_back.kind(), ErrorKind::Aborted, "{seen:#?}");
+    assert_eq!(rolled_back.aborted_by(), Some(bad.id()));
 }
