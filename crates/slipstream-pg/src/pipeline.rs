@@ -272,8 +272,10 @@ from_output!((), Output::Done => ());
 /// without bound. Writing and reading happen together, so no pipeline size can deadlock.
 ///
 /// Dropping a pipeline is safe: continue-on-error operations already queued still run, an open
-/// abort-mode block is failed on purpose so that none of it commits, and the replies are
-/// discarded before the connection's next request.
+/// abort-mode block (the operations since its last sync point) is taken back unsent if none
+/// of it reached the socket, or else failed on purpose so that none of it commits after a
+/// `COMMIT` the server already received, and the replies are discarded before the
+/// connection's next request.
 ///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -318,6 +320,10 @@ pub struct Pipeline<'c> {
     in_flight_bytes: usize,
     /// Abort mode: the first operation queued since the last `Sync`, if any.
     group_start: Option<u64>,
+    /// Abort mode: the stream offset (see `Connection::written`) where that operation's
+    /// messages begin. Everything from it to the end of the write buffer is the open group,
+    /// and nothing of it reached the server while `written` is not past it (see `Drop`).
+    group_offset: u64,
     /// Operations were appended since the last `Sync` or `Flush`: the server may hold their
     /// replies until it gets one.
     needs_flush: bool,
@@ -511,6 +517,7 @@ impl Client {
             in_flight_ops: 0,
             in_flight_bytes: 0,
             group_start: None,
+            group_offset: 0,
             needs_flush: false,
             unsent: 0,
             due_pushed: 0,
@@ -1136,7 +1143,10 @@ impl Pipeline<'_> {
         match self.options.mode {
             PipelineMode::ContinueOnError => self.push_sync(id),
             PipelineMode::AbortOnError => {
-                self.group_start.get_or_insert(id);
+                if self.group_start.is_none() {
+                    self.group_start = Some(id);
+                    self.group_offset = self.client.conn.written + mark as u64;
+                }
                 self.needs_flush = true;
             }
         }
@@ -1215,6 +1225,9 @@ impl Pipeline<'_> {
             {
                 p.end += added;
             }
+        }
+        if self.group_start.is_some() && self.group_offset >= end {
+            self.group_offset += added;
         }
     }
 
@@ -1594,17 +1607,32 @@ impl Drop for Pipeline<'_> {
     fn drop(&mut self) {
         // An open abort-mode block must be closed so the server leaves its extended-protocol
         // sequence. It was abandoned (a `?` on a client-side error, a timeout), so none of it
-        // may commit: an Execute of a portal that does not exist fails it before its Sync, and
-        // the server rolls the block back (inside the caller's BEGIN, that transaction fails
-        // and its COMMIT reports the rollback). Continue-on-error operations still run, each
-        // on its own. Replies are read and discarded by the next request, which settles the
-        // connection's owed queue first.
+        // may commit. If none of its messages has reached the server, they are taken back out
+        // of the write buffer and nothing of it runs: failing it instead would still run a
+        // `COMMIT` queued in it, which commits the work before it at once. Otherwise an
+        // Execute of a portal that does not exist fails it before its Sync, and the server
+        // rolls back what the block did since its last `COMMIT` it received (inside the
+        // caller's BEGIN, that transaction fails and its COMMIT reports the rollback).
+        // Continue-on-error operations still run, each on its own. Replies are read and
+        // discarded by the next request, which settles the connection's owed queue first.
         // Held lookups were never sent and nobody can read their results: they are dropped
         // unsent (a lookup changes nothing, so nothing is lost).
         self.run = None;
         if !self.ended && !self.client.conn.is_broken() {
             if self.options.mode == PipelineMode::AbortOnError && self.group_start.is_some() {
-                let _ = frontend::execute(ABANDONED_BLOCK, 0, &mut self.client.conn.wbuf);
+                let conn = &mut self.client.conn;
+                if self.group_offset >= conn.written {
+                    // The open group is the end of the buffer, and owes no `ReadyForQuery`
+                    // (a group's owed entry is pushed with its `Sync`; a FunctionCall closes
+                    // the group before it). A prepare's name left unclaimed is closed with
+                    // the next request, which is harmless for a statement never created.
+                    conn.wbuf
+                        .truncate((self.group_offset - conn.written) as usize);
+                    self.group_start = None;
+                    self.needs_flush = false;
+                } else {
+                    let _ = frontend::execute(ABANDONED_BLOCK, 0, &mut conn.wbuf);
+                }
             }
             self.sync();
         }

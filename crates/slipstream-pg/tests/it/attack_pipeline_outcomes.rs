@@ -102,3 +102,62 @@ async fn a_statement_that_commits_at_once_is_not_reported_as_rolled_back() {
     assert_eq!(rolled_back.kind(), ErrorKind::Aborted, "{seen:#?}");
     assert_eq!(rolled_back.aborted_by(), Some(bad.id()));
 }
+
+/// Promise (`Pipeline` rustdoc, docs/pipelining.md "Dropping a pipeline"): "an open abort-mode
+/// block is failed on purpose so that none of it commits", which is what makes
+/// `p.execute(..)?` safe when a later operation fails on the client.
+///
+/// Steps: an abort-mode block `INSERT 10; sync()` (a group of its own, which commits), then
+/// `BEGIN; INSERT 1; COMMIT; INSERT <an i64 for an int4 parameter>`: the last is refused on
+/// the client, and the `?` drops the block with its open group unsent. Then the table, the
+/// transaction status and the next call's answer are checked.
+///
+/// Before the fix: row 1 was committed. The drop appended an Execute of a missing portal to
+/// fail the group, but behind the group's own `COMMIT`, which the server runs (and commits the
+/// work before it) as soon as it reads it.
+#[tokio::test]
+async fn a_dropped_block_commits_nothing_of_its_open_group_even_with_a_commit_in_it() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int4)").await.unwrap();
+    let insert = c.prepare("INSERT INTO t VALUES ($1)").await.unwrap();
+    async fn block(
+        c: &mut Client,
+        insert: &slipstream_pg::Statement,
+    ) -> Result<(), slipstream_pg::Error> {
+        let mut p = c.pipeline_with(abort_mode());
+        p.execute(insert, &[&10i32]).await?;
+        p.sync();
+        p.execute("BEGIN", &[]).await?;
+        p.prepare("SELECT 1").await?;
+        p.execute(insert, &[&1i32]).await?;
+        p.commit().await?;
+        p.execute(insert, &[&2i64]).await?; // refused here: the block is dropped
+        p.end().await;
+        Ok(())
+    }
+    let e = bounded("the block", block(&mut c, &insert))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
+    let marker = bounded("the next call", c.query_one("SELECT $1::int4", &[&77i32]))
+        .await
+        .unwrap();
+    assert_eq!(marker.get::<_, i32>(0).unwrap(), 77);
+    assert_eq!(
+        c.transaction_status(),
+        slipstream_pg::TransactionStatus::Idle
+    );
+    assert!(c.is_reusable());
+    let kept = ints(&mut c, "SELECT x FROM t ORDER BY x").await;
+    assert_eq!(
+        kept,
+        [10],
+        "the synced group commits; nothing of the dropped open group may"
+    );
+    let leaked: i64 = super::scalar(
+        &mut c,
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement = 'SELECT 1'",
+    )
+    .await;
+    assert_eq!(leaked, 0, "the dropped block's prepare stays on the server");
+}
