@@ -528,9 +528,10 @@ impl Client {
 }
 
 impl Pipeline<'_> {
-    /// Queues a statement whose rows [`Pipeline::process`] returns. A SQL string must have no
-    /// parameters (the server would first have to name their types): prepare it, or use
-    /// [`Pipeline::query_typed`].
+    /// Queues a statement whose rows [`Pipeline::process`] returns. A SQL string runs on the
+    /// unnamed statement, its parameter types chosen from the Rust values (not through the
+    /// statement cache); a value of a custom `ToSql` type the client cannot name is refused:
+    /// prepare the statement, or use [`Pipeline::query_typed`].
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
