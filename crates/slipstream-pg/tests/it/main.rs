@@ -7,6 +7,7 @@ mod attack_client;
 mod attack_connect;
 mod attack_connect2;
 mod attack_pipeline_outcomes;
+mod attack_server_state;
 mod auth;
 mod cancel;
 mod cancellation;
