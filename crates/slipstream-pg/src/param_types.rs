@@ -81,6 +81,12 @@ pub(crate) fn infer(params: &[Param<'_>], scratch: &mut BytesMut) -> Option<Vec<
     params.iter().map(|p| infer_one(*p, scratch)).collect()
 }
 
+/// The wire form of each parameter, `None` for those that accept no type we know: the values
+/// beside a custom one keep the form [`infer`] gives them while the server names the rest.
+pub(crate) fn infer_each(params: &[Param<'_>], scratch: &mut BytesMut) -> Vec<Option<Wire>> {
+    params.iter().map(|p| infer_one(*p, scratch)).collect()
+}
+
 fn infer_one(param: Param<'_>, scratch: &mut BytesMut) -> Option<Wire> {
     if accepts(param, &Type::TEXT, scratch) {
         return Some(Wire::Text);

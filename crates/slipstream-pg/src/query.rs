@@ -101,18 +101,21 @@ impl Client {
     /// ```
     pub async fn prepare_typed(&mut self, sql: &str, types: &[Type]) -> Result<Statement, Error> {
         let name = self.next_statement_name();
-        self.prepare_as(name, sql, types).await
+        let oids: Vec<u32> = types.iter().map(Type::oid).collect();
+        self.prepare_as(name, sql, &oids).await
     }
 
+    /// Prepares `sql` as `name`, naming the parameter types `oids` (0, or fewer OIDs than
+    /// parameters: the server infers the type).
     async fn prepare_as(
         &mut self,
         name: String,
         sql: &str,
-        types: &[Type],
+        oids: &[u32],
     ) -> Result<Statement, Error> {
         self.conn.start_request().await?;
         let mark = self.conn.wbuf.len();
-        let encoded = frontend::parse(&name, sql, types.iter().map(Type::oid), &mut self.conn.wbuf)
+        let encoded = frontend::parse(&name, sql, oids.iter().copied(), &mut self.conn.wbuf)
             .and_then(|()| frontend::describe(b'S', &name, &mut self.conn.wbuf));
         if let Err(e) = encoded {
             self.conn.wbuf.truncate(mark);
@@ -478,19 +481,44 @@ impl Client {
                     true => self.next_statement_name(),
                     false => String::new(),
                 };
+                // Only the values the client cannot name are left to the server: the others
+                // are named and sent as without a custom value beside them (a string as text
+                // for the server to infer, like a quoted literal; an `i32` as `int4`). Bound
+                // as the server described them, a string for a `date` was refused.
+                let known = param_types::infer_each(params, &mut self.conn.wbuf);
+                let oids: Vec<u32> = known
+                    .iter()
+                    .map(|w| w.as_ref().map_or(0, Wire::oid))
+                    .collect();
                 // Boxed: this round trip is rare (a parameter whose type the client cannot
                 // name), and inline its future would more than double the size of every
                 // query's future (1.5 KiB: past the allocator's per-thread cache for the
                 // runner's boxed transactions, about 400 instructions per transaction).
-                let stmt = Box::pin(self.prepare_as(name, sql, &[])).await?;
+                let stmt = Box::pin(self.prepare_as(name, sql, &oids)).await?;
+                // A statement with another parameter count than values given is bound by its
+                // described types, which reports the mismatch before anything is sent.
+                let wires: Option<Box<[Wire]>> = (stmt.params().len() == params.len()).then(|| {
+                    known
+                        .into_iter()
+                        .zip(stmt.params())
+                        .map(|(w, t)| w.unwrap_or_else(|| Wire::Binary(t.clone())))
+                        .collect()
+                });
                 if use_cache {
-                    self.cache.insert(stmt.clone(), None);
+                    self.cache.insert(stmt.clone(), wires.clone());
                 }
                 self.conn.start_request().await?;
-                Plan::Named {
+                encode_named_now(
+                    &mut self.conn.wbuf,
+                    &stmt,
+                    wires.as_deref(),
+                    params,
+                    max_rows,
+                )?;
+                return Ok(Plan::Named {
                     stmt,
                     cached: use_cache,
-                }
+                });
             }
         };
         encode_plan(&mut self.conn.wbuf, &plan, sql, params, max_rows)?;

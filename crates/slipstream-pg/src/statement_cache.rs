@@ -52,8 +52,9 @@ pub struct CacheStats {
     pub capacity: usize,
 }
 
-/// How the parameters were bound when the statement was prepared: `None` when the server
-/// described the types (some value's type could not be chosen from the Rust value).
+/// How the parameters were bound when the statement was prepared (for a value whose type could
+/// not be chosen from the Rust value, the type the server described); `None`: binary as the
+/// statement's described types (a statement whose parameter count is not its values').
 pub(crate) type Binding = Option<Box<[Wire]>>;
 
 /// No slot: the end of the use list.

@@ -8,6 +8,7 @@ mod attack_connect;
 mod attack_connect2;
 mod attack_pipeline_outcomes;
 mod attack_server_state;
+mod attack_types;
 mod auth;
 mod cancel;
 mod cancellation;
