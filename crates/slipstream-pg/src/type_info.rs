@@ -8,7 +8,7 @@
 //! is parsed; the placeholder is replaced from the connection's [`TypeCache`] when the reply is
 //! complete, and only OIDs the cache does not hold cost a lookup: one catalog query
 //! ([`LOOKUP_SQL`]) that returns the whole closure (a composite's fields, a domain's base, an
-//! array's element, a range's subtype) in one round trip. So a statement whose types are all
+//! array's element, a range's or multirange's subtype) in one round trip. So a statement whose types are all
 //! built-in never pays anything beyond the placeholder check, and a custom type costs one round
 //! trip per connection (until `DISCARD ALL` / `DEALLOCATE ALL` or
 //! [`Client::clear_statement_cache`](crate::Client::clear_statement_cache) forgets it).
@@ -47,6 +47,11 @@ const MAX_DEPTH: usize = 64;
 /// its [`Kind`]. Every function, operator and type is schema-qualified, so nothing a user puts
 /// on the `search_path` runs in it: an unqualified `unnest(oid[])` would lose to a user's
 /// `public.unnest(oid[])`, an exact match (the CVE-2018-1058 pattern).
+///
+/// A multirange (PostgreSQL 14+) is found in `pg_range` by its `rngmultitypid`, read through
+/// `to_jsonb` because older servers have no such column and would refuse the query; joined
+/// by `rngtypid` alone, it had no subtype and became `Kind::Simple`, where a built-in
+/// multirange is `Kind::Multirange(subtype)`.
 pub(crate) const LOOKUP_SQL: &str = "\
 WITH RECURSIVE closure(oid) AS (
     SELECT pg_catalog.unnest($1::pg_catalog.oid[])
@@ -59,6 +64,9 @@ WITH RECURSIVE closure(oid) AS (
       UNION ALL SELECT t.typbasetype WHERE t.typbasetype OPERATOR(pg_catalog.<>) 0
       UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r
           WHERE r.rngtypid OPERATOR(pg_catalog.=) t.oid
+             OR (t.typtype OPERATOR(pg_catalog.=) 'm'
+                 AND (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'rngmultitypid')
+                     ::pg_catalog.oid OPERATOR(pg_catalog.=) t.oid)
       UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a
           WHERE t.typrelid OPERATOR(pg_catalog.<>) 0
             AND a.attrelid OPERATOR(pg_catalog.=) t.typrelid
@@ -83,6 +91,9 @@ SELECT t.oid, t.typname::pg_catalog.text, n.nspname::pg_catalog.text,
 FROM pg_catalog.pg_type t
 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace
 LEFT JOIN pg_catalog.pg_range r ON r.rngtypid OPERATOR(pg_catalog.=) t.oid
+    OR (t.typtype OPERATOR(pg_catalog.=) 'm'
+        AND (pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.->>) 'rngmultitypid')
+            ::pg_catalog.oid OPERATOR(pg_catalog.=) t.oid)
 WHERE t.oid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM closure)";
 
 /// A type for `oid` that says it has not been looked up yet. Its values can still be read raw

@@ -1,7 +1,7 @@
 //! Attacks on values in and out: parameters encoded from Rust values, results decoded into
 //! them, compared with tokio-postgres and with the server's own text.
 
-use slipstream_pg::types::{FromSql, ToSql};
+use slipstream_pg::types::{FromSql, Kind, ToSql, Type};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
 #[postgres(name = "mood")]
@@ -72,4 +72,66 @@ async fn a_custom_value_leaves_strings_as_literals_and_integers_as_their_type() 
         .unwrap_err();
     assert!(e.to_string().contains("3 parameters but 2"), "{e}");
     assert_eq!(super::scalar::<i32>(&mut c, "SELECT 1::int4").await, 1);
+}
+
+/// A multirange of float8 ranges, known by its kind as a `FromSql` for the built-in
+/// multiranges is: it counts the ranges (the binary form starts with their count).
+#[derive(Debug, PartialEq)]
+struct FloatMultirange(u32);
+
+impl<'a> FromSql<'a> for FloatMultirange {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let count: [u8; 4] = raw.get(..4).ok_or("short multirange")?.try_into()?;
+        Ok(FloatMultirange(u32::from_be_bytes(count)))
+    }
+    fn accepts(ty: &Type) -> bool {
+        matches!(ty.kind(), Kind::Multirange(sub) if *sub == Type::FLOAT8)
+    }
+}
+
+/// Promise (type_info.rs, docs/client.md "Types"): a type that is not built in is looked up
+/// with everything it refers to and gets its [`Kind`], as the built-in ones have theirs
+/// (`int4multirange` is `Kind::Multirange(int4)`). Steps: a range type over float8 and one
+/// over an enum (PostgreSQL makes their multiranges), read as columns and as a prepared
+/// statement's parameters; a `FromSql` that accepts `Kind::Multirange(float8)` reads one.
+/// Before the fix: the lookup joined `pg_range` by the range's OID only, so a multirange had
+/// no subtype: `Kind::Simple`, and the `FromSql` was refused ("cannot read column 0 of type
+/// floatmultirange").
+#[tokio::test]
+async fn a_user_defined_multirange_is_known_as_one() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok');
+         CREATE TYPE floatrange AS RANGE (subtype = float8);
+         CREATE TYPE moodrange AS RANGE (subtype = mood);",
+    )
+    .await
+    .unwrap();
+    let row = c
+        .query_one(
+            "SELECT '{[1.5,2.5), [3,4]}'::floatmultirange, '{[sad,ok)}'::moodmultirange, \
+             '[1,2)'::floatrange, '{[1,2)}'::int4multirange",
+            &[],
+        )
+        .await
+        .unwrap();
+    let kinds: Vec<Kind> = row
+        .columns()
+        .iter()
+        .map(|c| c.type_().kind().clone())
+        .collect();
+    assert_eq!(kinds[0], Kind::Multirange(Type::FLOAT8), "{kinds:?}");
+    let Kind::Multirange(mood) = &kinds[1] else {
+        panic!("moodmultirange: {kinds:?}")
+    };
+    assert_eq!(mood.name(), "mood");
+    assert_eq!(mood.kind(), &Kind::Enum(vec!["sad".into(), "ok".into()]));
+    assert_eq!(kinds[2], Kind::Range(Type::FLOAT8));
+    assert_eq!(kinds[3], Kind::Multirange(Type::INT4), "the built-in one");
+    assert_eq!(
+        row.get::<_, FloatMultirange>(0).unwrap(),
+        FloatMultirange(2)
+    );
+    let stmt = c.prepare("SELECT $1::floatmultirange").await.unwrap();
+    assert_eq!(stmt.params()[0].kind(), &Kind::Multirange(Type::FLOAT8));
 }
