@@ -103,7 +103,9 @@ pub struct RunConfig {
     pub late_after: Duration,
     /// How long to wait for in-flight work at the end.
     pub grace: Duration,
-    /// Write one CSV line per recorded transaction here.
+    /// Write one CSV line per recorded transaction here. A file that cannot be created fails
+    /// the run before it starts; one whose writing fails later (a full disk) is a warning in
+    /// the result's `context.warnings`, and the result keeps every transaction.
     pub raw_csv: Option<PathBuf>,
     /// The progress line.
     pub progress: Style,
@@ -610,6 +612,18 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         None => None,
     };
     warnings.extend(cancel_warning);
+    // A raw CSV that could not be written to the end (a full disk) is said in the result,
+    // not made the run's error: the figures do not depend on it, and failing here would lose
+    // the window's result for a side file.
+    if let Some(e) = recorder.close_raw() {
+        warnings.push(format!(
+            "the raw CSV {} is incomplete: writing it failed ({e}), so it holds only the lines before that; the result holds every transaction",
+            config
+                .raw_csv
+                .as_deref()
+                .map_or_else(String::new, |p| p.display().to_string())
+        ));
+    }
     if !warnings.is_empty() {
         context
             .get_or_insert_with(Default::default)
@@ -627,7 +641,7 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         );
     }
     let weights = workload.weights();
-    let finished = recorder.finish(&weights, measured)?;
+    let finished = recorder.finish(&weights, measured);
     let stages = recorder
         .take_stages()
         .map(|t| plan.results(&t, &names, measured.as_secs_f64()))

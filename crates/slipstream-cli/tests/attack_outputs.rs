@@ -1,0 +1,116 @@
+//! Attacks on what `slipstream bench` and `slipstream report` write: the result, the raw CSV
+//! and the HTML page, where they could cost a run or a file the user did not ask to replace
+//! (session 42, helper 34).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use slipstream_testkit::Cluster;
+
+/// A workload of two cheap types: a run of a second records thousands of transactions.
+const WORKLOAD: &str = r#"
+name = "kv"
+[params]
+n = { dist = "uniform", min = 1, max = 100 }
+[[transaction]]
+name = "read"
+weight = 3
+sql = "SELECT :n::int + 1"
+[[transaction]]
+name = "write"
+sql = "SELECT :n::int * 2"
+"#;
+
+fn slipstream(args: &[&str], home: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slipstream"))
+        .args(args)
+        .env("SLIPSTREAM_HOME", home)
+        .env_remove("DATABASE_URL")
+        .env_remove("PGHOST")
+        .env_remove("PGPORT")
+        .env_remove("PGDATABASE")
+        .env_remove("PGUSER")
+        .output()
+        .expect("run slipstream")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `slipstream bench WORKLOAD -u 2 -d 1s -w 0s -q --url URL` and `extra`.
+fn bench(workload: &Path, extra: &[&str], url: &str, dir: &Path) -> Output {
+    let mut args = vec![
+        "bench",
+        workload.to_str().unwrap(),
+        "-u",
+        "2",
+        "-d",
+        "1s",
+        "-w",
+        "0s",
+        "-q",
+        "--url",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    slipstream(&args, dir)
+}
+
+/// Promise (docs/bench.md, "The result file"): a run's result is written; `-o` is checked
+/// before the run so that the window's work is not lost at the end. `--raw` is an extra:
+/// its failing must not cost the result.
+///
+/// Steps: a one-second run with `--raw /dev/full` (every write to it fails with ENOSPC once
+/// the CSV's buffer fills, which thousands of lines do).
+///
+/// Before the fix: the run's whole window ran, then it failed with "writing the raw CSV
+/// failed: No space left on device", exit 1, and no result file: the run was lost for its
+/// side output. Now the result is written whole, with a warning naming the CSV and the error.
+#[test]
+fn a_raw_csv_that_cannot_be_written_does_not_cost_the_result() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        eprintln!("skipped: no /dev/full on this system");
+        return;
+    }
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let out = dir.path().join("kv.json");
+    let o = bench(
+        &workload,
+        &["-o", out.to_str().unwrap(), "--raw", "/dev/full"],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(
+        o.status.success(),
+        "a raw CSV that could not be written failed the run: {}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("/dev/full"),
+        "the output does not name the raw CSV that failed: {}",
+        text(&o)
+    );
+    let run: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).expect("no result written")).unwrap();
+    let ok: u64 = run["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["ok"].as_u64().unwrap())
+        .sum();
+    assert!(ok > 0, "the result holds no transaction: {run}");
+    let warnings = run["context"]["warnings"].to_string();
+    assert!(
+        warnings.contains("raw CSV") && warnings.contains("/dev/full"),
+        "the result does not say its raw CSV is incomplete: {warnings}"
+    );
+}
