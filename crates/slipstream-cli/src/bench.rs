@@ -52,6 +52,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
             args.workload
         );
     }
+    let workload_file = matches!(source, Source::File(_)).then(|| PathBuf::from(&args.workload));
     let workload_sha256 = match &source {
         Source::OrderEntry => None,
         Source::File(_) => std::fs::read(&args.workload)
@@ -127,6 +128,24 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         Style::Auto
     };
     let out = args.out.unwrap_or_else(|| default_out(workload.name()));
+    // Before the run (the raw CSV is created when it starts): an output that replaces the
+    // workload file loses the user's file, one that replaces the other output loses it.
+    for (flag, path) in [("-o", Some(&out)), ("--raw", args.raw.as_ref())] {
+        if let (Some(path), Some(file)) = (path, &workload_file) {
+            anyhow::ensure!(
+                !same_file(path, file),
+                "{flag} {} is the workload file: the run would replace it; give another {flag}",
+                path.display()
+            );
+        }
+    }
+    if let Some(raw) = &args.raw {
+        anyhow::ensure!(
+            !same_file(raw, &out),
+            "--raw and -o name one file ({}): the result would replace the raw CSV; give each its own",
+            out.display()
+        );
+    }
     // Before the run, not after it: a result that cannot be written is a run lost.
     slipstream_bench::check_writable(&out)?;
 
@@ -373,6 +392,22 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
     Ok(ExitCode::from(INTERRUPTED))
 }
 
+/// Whether writing `a` would replace the regular file `b`: the same file when both exist
+/// (however spelled: `./x`, a link), else the same absolute path. Devices and FIFOs are
+/// written in place and replace nothing (`-o /dev/null --raw /dev/null` loses nothing).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.is_file() && x.dev() == y.dev() && x.ino() == y.ino(),
+        (Err(_), Err(_)) => match (std::path::absolute(a), std::path::absolute(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        },
+        // One exists and the other does not: two names.
+        _ => false,
+    }
+}
+
 /// The line that reports a finished Order Entry load.
 fn loaded(r: &order_entry::SetupReport) -> String {
     let rows: Vec<String> = r.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
@@ -442,6 +477,17 @@ pub fn report(
     html: Option<PathBuf>,
     merge_into: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    // The page replacing a result read, or the merged result just written, would lose it.
+    if let Some(html) = &html {
+        for f in files.iter().chain(&merge_into) {
+            anyhow::ensure!(
+                !same_file(html, f),
+                "--html {} would replace the result {}; give the page another name (e.g. report.html)",
+                html.display(),
+                f.display()
+            );
+        }
+    }
     for out in html.iter().chain(&merge_into) {
         slipstream_bench::check_writable(out)?;
     }
@@ -510,5 +556,23 @@ mod out_tests {
             assert_eq!(out.components().count(), 1, "{name:?} -> {}", out.display());
             assert!(!out.to_string_lossy().starts_with('.'), "{}", out.display());
         }
+    }
+
+    /// One file however it is spelled, two names when only one exists, and a device is
+    /// never a file an output would replace.
+    #[test]
+    fn same_file_sees_through_spellings_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.json");
+        let dotted = dir.path().join(".").join("a.json");
+        assert!(same_file(&a, &dotted), "neither exists yet");
+        std::fs::write(&a, "{}").unwrap();
+        assert!(same_file(&a, &dotted));
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        assert!(same_file(&link, &a));
+        assert!(!same_file(&dir.path().join("b.json"), &a));
+        let null = Path::new("/dev/null");
+        assert!(!same_file(null, null));
     }
 }

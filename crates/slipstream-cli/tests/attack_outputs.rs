@@ -114,3 +114,99 @@ fn a_raw_csv_that_cannot_be_written_does_not_cost_the_result() {
         "the result does not say its raw CSV is incomplete: {warnings}"
     );
 }
+
+/// Promise (docs/bench.md: "a result that cannot be written is a run lost"; the brief's "bad
+/// input gives a clear error, never silent loss"): an output never replaces a file the
+/// command reads, nor another of its own outputs.
+///
+/// Steps: `bench kv.toml -o kv.toml`, `bench kv.toml --raw kv.toml` and `bench kv.toml
+/// -o r.json --raw ./r.json` against a server that does not exist (so nothing but the check
+/// can refuse them first), the workload file compared byte for byte after each.
+///
+/// Before the fix: `-o kv.toml` ran and replaced the workload file with the result;
+/// `--raw kv.toml` truncated the workload file before connecting (here: the connect error,
+/// and the file gone); `-o r.json --raw r.json` ran and the result replaced the CSV, both
+/// silently, exit 0.
+#[test]
+fn bench_refuses_an_output_that_names_its_workload_file_or_its_other_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let w = workload.to_str().unwrap();
+    // `./r.json` and `r.json` from the same directory: one file spelled twice.
+    let r = dir.path().join("r.json");
+    let r_dotted = dir.path().join(".").join("r.json");
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    for (extra, want) in [
+        (vec!["-o", w], "workload file"),
+        (vec!["--raw", w, "-o", r.to_str().unwrap()], "workload file"),
+        (
+            vec![
+                "-o",
+                r.to_str().unwrap(),
+                "--raw",
+                r_dotted.to_str().unwrap(),
+            ],
+            "one file",
+        ),
+    ] {
+        let o = bench(&workload, &extra, nowhere, dir.path());
+        assert!(!o.status.success(), "{extra:?}: {}", text(&o));
+        assert!(
+            text(&o).contains(want) && !text(&o).contains("connect"),
+            "{extra:?}: the error does not name the clash: {}",
+            text(&o)
+        );
+        assert_eq!(
+            std::fs::read_to_string(&workload).unwrap(),
+            WORKLOAD,
+            "{extra:?} changed the workload file"
+        );
+        assert!(!r.exists(), "{extra:?} wrote {}", r.display());
+    }
+}
+
+/// Promise: as above, for `report`: `--html` never replaces a result it reads, nor the
+/// merged result it writes with `-o`.
+///
+/// Steps: a real one-second run `a.json` (and a copy `b.json`); `report a.json --html
+/// a.json`, and `report a.json b.json --merge -o all.json --html all.json`.
+///
+/// Before the fix: both succeeded, exit 0. The first replaced the run's only result with
+/// the HTML page (the run lost); the second wrote the merged result and then the page over
+/// it ("wrote all.json" twice).
+#[test]
+fn report_refuses_an_html_page_that_would_replace_a_result() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let a = dir.path().join("a.json");
+    let o = bench(
+        &workload,
+        &["-o", a.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let b = dir.path().join("b.json");
+    std::fs::copy(&a, &b).unwrap();
+    let run = std::fs::read(&a).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let all = dir.path().join("all.json");
+    let all = all.to_str().unwrap();
+    for args in [
+        vec!["report", a, "--html", a],
+        vec!["report", a, b, "--merge", "-o", all, "--html", all],
+    ] {
+        let o = slipstream(&args, dir.path());
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("--html"),
+            "{args:?}: the error does not name --html: {}",
+            text(&o)
+        );
+        assert_eq!(std::fs::read(a).unwrap(), run, "{args:?} replaced the run");
+        assert!(!Path::new(all).exists(), "{args:?} wrote {all}");
+    }
+}
