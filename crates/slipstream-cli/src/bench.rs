@@ -395,7 +395,7 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
 /// Whether writing `a` would replace the regular file `b`: the same file when both exist
 /// (however spelled: `./x`, a link), else the same absolute path. Devices and FIFOs are
 /// written in place and replace nothing (`-o /dev/null --raw /dev/null` loses nothing).
-fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.is_file() && x.dev() == y.dev() && x.ino() == y.ino(),

@@ -76,14 +76,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             svg,
         }) => {
             slipstream_lab::find(&experiment)?;
+            // With --json and no --svg, the chart goes beside the JSON. Both are checked
+            // before the run, the default too: a chart that cannot be written, or that would
+            // replace the JSON (the chart is written second), costs the run's result.
+            let beside = svg.is_none();
+            let svg = svg.or_else(|| json.as_ref().map(|j| j.with_extension("svg")));
+            if let (Some(j), Some(s)) = (&json, &svg) {
+                anyhow::ensure!(
+                    !bench::same_file(j, s),
+                    "the chart would replace the result {}: {}",
+                    j.display(),
+                    if beside {
+                        "it goes beside the JSON as .svg; give the JSON another extension (.json), or --svg"
+                    } else {
+                        "give --svg another name"
+                    }
+                );
+            }
             for out in json.iter().chain(&svg) {
                 slipstream_lab::check_writable(out)?;
             }
             let url = database::resolve(cli.url, cli.home)?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
             print_result(&result)?;
-            // With --json and no --svg, the chart goes beside the JSON.
-            let svg = svg.or_else(|| json.as_ref().map(|j| j.with_extension("svg")));
             if let Some(path) = json {
                 result.write_json(&path)?;
                 eprintln!("wrote {}", path.display());

@@ -210,3 +210,46 @@ fn report_refuses_an_html_page_that_would_replace_a_result() {
         assert!(!Path::new(all).exists(), "{args:?} wrote {all}");
     }
 }
+
+/// Promise (`lab run --help`: `--svg` defaults "with --json: beside it, as .svg"; the CLI
+/// checks its outputs before an experiment runs, so a long one is not lost at the end): the
+/// chart neither replaces the JSON result nor fails only after the run.
+///
+/// Steps, against a server that does not exist (the run itself would fail on connecting, so
+/// only a check before it can give these errors): `--json r.json --svg r.json`; `--json
+/// r.svg` (the chart's default name is then the JSON's own); `--json r.json` with a
+/// directory `r.svg` where the chart would go.
+///
+/// Before the fix: none was refused before the run. Against a real server the first two ran,
+/// wrote the JSON and then the chart over it ("wrote r.json" twice, exit 0: the result
+/// lost), and the third wrote the JSON and then failed on the directory, exit 1.
+#[test]
+fn lab_run_refuses_a_chart_that_would_replace_its_result_or_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    std::fs::create_dir(dir.path().join("d.svg")).unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    for (outputs, want) in [
+        (
+            vec![
+                "--json".to_string(),
+                p("r.json"),
+                "--svg".into(),
+                p("r.json"),
+            ],
+            "--svg",
+        ),
+        (vec!["--json".into(), p("r.svg")], "--svg"),
+        (vec!["--json".into(), p("d.json")], "is a directory"),
+    ] {
+        let mut args = vec!["lab", "run", "runner", "--quick", "--url", nowhere];
+        args.extend(outputs.iter().map(String::as_str));
+        let o = slipstream(&args, dir.path());
+        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains(want) && !text(&o).contains("connect"),
+            "{args:?}: not refused before the run: {}",
+            text(&o)
+        );
+    }
+}
