@@ -552,6 +552,17 @@ impl BenchRun {
                 latency_holds(iv.p99_ms, &label)?;
             }
         }
+        // The open-loop lag per second: drawn by the report (its "schedule lag" chart) and
+        // added by `--merge` as the latencies are, so held to what they are held to.
+        let mut n = 0u64;
+        for (i, iv) in self.intervals.schedule_lag.iter().enumerate() {
+            let label = || format!("the schedule's lag in interval {}", i + 1);
+            n = add(n, iv.sufficient.n, &label)?;
+            sums_hold(&iv.sufficient, &label)?;
+            holds(&iv.histogram, iv.sufficient.n, &label)?;
+            latency_holds(iv.p50_ms, &label)?;
+            latency_holds(iv.p99_ms, &label)?;
+        }
         if let Some(s) = &self.schedule {
             if let Some(q) = s.never_started
                 && q > self.unfinished

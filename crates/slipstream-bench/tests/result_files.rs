@@ -342,3 +342,73 @@ fn the_tables_max_is_the_exact_one_in_every_row() {
     assert_eq!(max("sleep").as_deref(), Some("18.68"), "{table}");
     assert_eq!(max("all").as_deref(), Some("18.68"), "{table}");
 }
+
+/// Promise (docs/bench.md, "The result file"): a file with "a latency or percentile below 0
+/// anywhere in the file (..., the open-loop lag)" is refused when read, and (from version 2)
+/// a histogram must hold its interval's count.
+///
+/// Steps: an open-loop run (it has `intervals.schedule_lag`, the report's "schedule lag"
+/// chart), each edit below applied to its first second, then read.
+///
+/// Before the fix: the per-second lag series was never checked, only the run's lag summary
+/// (`schedule.lag_ms`). Each edit read as a valid run; `report --html` drew the negative
+/// p99, and a p99 of -1e300 (found by fuzzing result files) made it panic in the chart's
+/// axis code ("attempt to add with overflow", exit 101).
+#[test]
+fn the_open_loop_lag_per_second_is_checked_as_the_latencies_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = Workload::new("noop")
+        .without_database()
+        .transaction("a", 1, || NoOp);
+    let mut c = RunConfig::new(None);
+    c.duration = Duration::from_millis(300);
+    c.warmup = Duration::ZERO;
+    c.threads = 1;
+    c.rate = Some(2000.0);
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let good = serde_json::to_value(&run).unwrap();
+    assert!(
+        good["intervals"]["schedule_lag"][0]["sum"].is_number(),
+        "an open-loop run has a lag series: {}",
+        good["intervals"]
+    );
+    read(dir.path(), &good).expect("the run as written reads");
+    type Edit = (&'static str, fn(&mut Value), &'static str);
+    let edits: [Edit; 5] = [
+        (
+            "a second's lag p99",
+            |v| v["intervals"]["schedule_lag"][0]["p99_ms"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "a second's lag p99, absurdly negative",
+            |v| v["intervals"]["schedule_lag"][0]["p99_ms"] = json!(-1e300),
+            "ms",
+        ),
+        (
+            "a second's lag p50",
+            |v| v["intervals"]["schedule_lag"][0]["p50_ms"] = json!(-1.0),
+            "-1 ms",
+        ),
+        (
+            "a second's lag sum",
+            |v| v["intervals"]["schedule_lag"][0]["sum"] = json!(-1.0),
+            "statistics",
+        ),
+        (
+            "a second's lag count beside its histogram",
+            |v| {
+                let n = v["intervals"]["schedule_lag"][0]["n"].as_u64().unwrap();
+                v["intervals"]["schedule_lag"][0]["n"] = json!(n + 1);
+            },
+            "histogram",
+        ),
+    ];
+    for (what, edit, says) in edits {
+        let e = refused(dir.path(), &good, what, edit, says);
+        assert!(
+            e.contains("lag"),
+            "{what}: the error does not name the lag: {e}"
+        );
+    }
+}
