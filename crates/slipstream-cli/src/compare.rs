@@ -22,6 +22,16 @@ pub const EXIT_GATE: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;
 
 pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
+    // Before the comparison, not after it: failing then would print the verdicts and exit 2
+    // ("nothing could be compared"), hiding a --fail-if that tripped.
+    if let Some(dir) = &args.plot {
+        slipstream_bench::check_writable(&dir.join("figure.svg")).map_err(|e| {
+            anyhow::anyhow!(
+                "--plot {}: cannot write figures there ({e:#}); give another directory",
+                dir.display()
+            )
+        })?;
+    }
     let (a_files, b_files) = sides(&args.a, &args.b)?;
     let read = |files: &[PathBuf]| -> anyhow::Result<Vec<BenchRun>> {
         files.iter().map(|f| BenchRun::read_json(f)).collect()

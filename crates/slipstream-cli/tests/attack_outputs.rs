@@ -253,3 +253,39 @@ fn lab_run_refuses_a_chart_that_would_replace_its_result_or_cannot_be_written() 
         );
     }
 }
+
+/// Promise (`compare`'s exit codes: 1 when a `--fail-if` condition holds, 2 when nothing
+/// could be compared; and the CLI's rule that outputs are checked before the work): a
+/// `--plot` directory that cannot be made is refused before anything is read or sampled.
+///
+/// Steps: `compare a.json b.json --plot FILE`, where FILE is a regular file and neither
+/// result exists: the first error must be the plot directory's.
+///
+/// Before the fix: the directory was made only after the comparison. Here the error was
+/// "could not read a.json"; with real runs, the whole comparison ran and printed its
+/// verdicts, then failed with exit 2, "nothing could be compared", hiding a `--fail-if`
+/// that had tripped (exit 1 without `--plot`; seen with two 4 s runs and `--fail-if
+/// different,undecided,unreliable`).
+#[test]
+fn compare_checks_its_plot_directory_before_comparing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let o = slipstream(
+        &[
+            "compare",
+            &p("a.json"),
+            &p("b.json"),
+            "--plot",
+            file.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--plot") && !text(&o).contains("could not read"),
+        "the plot directory was not checked first: {}",
+        text(&o)
+    );
+}
