@@ -289,3 +289,57 @@ fn compare_checks_its_plot_directory_before_comparing() {
         text(&o)
     );
 }
+
+/// Holds. Promise (docs/bench.md, "The report": one self-contained page of the run's names
+/// and figures): names from a workload file or a result's file name are text on the page,
+/// never markup, in the tables, the notes and the charts' titles and legends alike.
+///
+/// Steps: a workload named `<script>...`, a type named `"><img ... onerror=...>` and one
+/// named `fail</title><script>` that always fails (so it reaches the failure notes too),
+/// run into a result file named `<i>run.json`; `report --html`; the page searched for any
+/// of those tags unescaped, and for their escaped forms.
+#[test]
+fn report_html_shows_hostile_names_as_text() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("x.toml");
+    std::fs::write(
+        &workload,
+        r#"
+name = "<script>alert('w')</script>"
+[[transaction]]
+name = "\"><img src=x onerror=alert(1)>"
+sql = "SELECT 1"
+[[transaction]]
+name = "fail</title><script>"
+sql = "SELECT 1/0"
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("<i>run.json");
+    let o = bench(
+        &workload,
+        &["-o", out.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let html = dir.path().join("r.html");
+    let o = slipstream(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for raw in ["<script", "<img", "<i>"] {
+        assert!(!page.contains(raw), "{raw} is markup on the page");
+    }
+    for escaped in ["&lt;script&gt;", "&lt;img src=x", "&lt;i&gt;run"] {
+        assert!(page.contains(escaped), "{escaped} is missing from the page");
+    }
+}
