@@ -8,9 +8,9 @@
 //! is parsed; the placeholder is replaced from the connection's [`TypeCache`] when the reply is
 //! complete, and only OIDs the cache does not hold cost a lookup: one catalog query
 //! ([`LOOKUP_SQL`]) that returns the whole closure (a composite's fields, a domain's base, an
-//! array's element, a range's or multirange's subtype) in one round trip. So a statement whose types are all
-//! built-in never pays anything beyond the placeholder check, and a custom type costs one round
-//! trip per connection (until `DISCARD ALL` / `DEALLOCATE ALL` or
+//! array's element, a range's or multirange's subtype) in one round trip. So a statement whose
+//! types are all built-in never pays anything beyond the placeholder check, and a custom type
+//! costs one round trip per connection (until `DISCARD ALL` / `DEALLOCATE ALL` or
 //! [`Client::clear_statement_cache`](crate::Client::clear_statement_cache) forgets it).
 //!
 //! Where the lookup runs, and why it keeps the connection in step:
