@@ -327,18 +327,25 @@ impl Plan {
     }
 
     /// Closed loop: the first time at or after `t` (seconds from the start of measuring) at
-    /// which user `user` (0-based) runs, or `None` if it never runs again.
+    /// which user `user` (0-based) runs, or `None` if it never runs again. During the
+    /// warm-up (`t` < 0) the first stage's users run: the warm-up is at stage 1's load.
     pub(crate) fn next_active(&self, user: usize, t: f64) -> Option<f64> {
         if self.open {
             return Some(t);
         }
-        for seg in &self.segments[self.segment_at(t)..] {
+        let current = self.segment_at(t);
+        for (i, seg) in self.segments[current..].iter().enumerate() {
             let n = seg.value as usize;
             if user >= n {
                 continue;
             }
+            // A stage's users run from its start; in the one running now that is `t`, the
+            // warm-up before the first stage included. (Its start, 0, would have every user
+            // sleep through the warm-up, which then measured an idle server.)
             let from = if seg.ramp {
                 seg.end * user as f64 / n as f64
+            } else if i == 0 {
+                t
             } else {
                 seg.start
             };
@@ -646,6 +653,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.next_active(2, 1.2), Some(2.0));
+    }
+
+    /// The warm-up (negative times) runs the first stage's users at once; a user the first
+    /// stage leaves out waits for its stage. Before, every user slept until 0.
+    #[test]
+    fn the_warm_up_runs_the_first_stages_users() {
+        let p = Plan::new(
+            1,
+            None,
+            Duration::ZERO,
+            Duration::from_secs(2),
+            Duration::ZERO,
+            &stages(&["1s:2", "1s:4"]),
+        )
+        .unwrap();
+        assert_eq!(p.next_active(0, -1.5), Some(-1.5));
+        assert_eq!(p.next_active(1, -0.1), Some(-0.1));
+        assert_eq!(p.next_active(3, -1.5), Some(1.0));
+        assert_eq!(p.users_at(-1.5), 2);
     }
 
     #[test]
