@@ -407,11 +407,7 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
                 let main =
                     std::panic::AssertUnwindSafe(user_main(shared.clone(), user, session, txs, go));
                 if let Err(panic) = futures_util::FutureExt::catch_unwind(main).await {
-                    let why = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic without a message".into());
+                    let why = panic_message(&*panic);
                     let mut first = shared.panicked.lock().unwrap_or_else(|p| p.into_inner());
                     first.get_or_insert(format!("user {user} panicked: {why}"));
                     shared.stop.store(true, Ordering::Release);
@@ -774,19 +770,61 @@ async fn connect_user(url: &str, user: usize) -> anyhow::Result<Client> {
     })
 }
 
+/// A panic's message, as `panic!` gave it.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// An `init` that panicked: the error [`init_all`] returns for it.
+#[derive(Debug)]
+struct InitPanicked {
+    user: usize,
+    /// Where, and the panic's message.
+    what: String,
+}
+
+impl std::fmt::Display for InitPanicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "user {} panicked {}", self.user, self.what)
+    }
+}
+
+impl std::error::Error for InitPanicked {}
+
+/// Runs every type's `init`. A panic in one is caught and returned as [`InitPanicked`],
+/// naming the user and the transaction: before the clock starts no user has said it is
+/// ready, and a panic there ended the run with "a user task ended before it was ready",
+/// naming nothing. (After a reconnect, `repair` panics on with it, so the run stops as for
+/// any panic of the user's code.)
 async fn init_all(
     workload: &Workload,
     txs: &mut [Box<dyn DynTransaction>],
     session: &mut Session,
 ) -> anyhow::Result<()> {
+    let user = session.user();
     for (k, tx) in txs.iter_mut().enumerate() {
-        tx.init(session).await.map_err(|e| {
-            anyhow::anyhow!(
-                "transaction {} of workload {} failed to initialise: {e}",
-                workload.kinds[k].name,
-                workload.name()
-            )
-        })?;
+        let init = std::panic::AssertUnwindSafe(tx.init(session));
+        let name = &workload.kinds[k].name;
+        match futures_util::FutureExt::catch_unwind(init).await {
+            Ok(r) => r.map_err(|e| {
+                anyhow::anyhow!(
+                    "transaction {name} of workload {} failed to initialise: {e}",
+                    workload.name()
+                )
+            })?,
+            Err(panic) => {
+                let what = format!(
+                    "in the init of transaction {name} of workload {}: {}",
+                    workload.name(),
+                    panic_message(&*panic)
+                );
+                return Err(InitPanicked { user, what }.into());
+            }
+        }
     }
     Ok(())
 }
@@ -1044,6 +1082,12 @@ async fn repair(
             set_token(shared, user, Some(&client));
             session.reconnected(Ok(client));
             if let Err(e) = init_all(&shared.workload, txs, session).await {
+                if let Some(panicked) = e.downcast_ref::<InitPanicked>() {
+                    // A panic of the user's code stops the run, here as anywhere: the
+                    // user's catch names it (resumed, so the panic hook does not print it
+                    // again).
+                    std::panic::resume_unwind(Box::new(panicked.what.clone()));
+                }
                 set_token(shared, user, None);
                 session.reconnected(Err(format!("reconnect failed: {e}")));
             }

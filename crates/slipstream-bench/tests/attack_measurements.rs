@@ -137,3 +137,133 @@ fn the_whole_intra_think_pause_is_left_out_of_the_latency() {
         "a transaction that only thinks ({THINKS} x 1 ms) recorded a mean latency of {recorded_ms:.3} ms; its own work outside the thinks took {own_ms:.3} ms"
     );
 }
+
+/// Panics in `init` (user 1 only, or every user) or in `execute` (user 1, on its 50th
+/// transaction), succeeding otherwise.
+struct Panicky {
+    in_init: Option<usize>,
+    in_execute: bool,
+    done: u32,
+}
+
+impl Transaction for Panicky {
+    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
+        if self
+            .in_init
+            .is_some_and(|u| u == usize::MAX || u == s.user())
+        {
+            panic!("init exploded");
+        }
+        Ok(())
+    }
+
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        self.done += 1;
+        if self.in_execute && s.user() == 1 && self.done == 50 {
+            panic!("execute exploded");
+        }
+        tokio::task::yield_now().await;
+        Ok(())
+    }
+}
+
+fn panicky(in_init: Option<usize>, in_execute: bool) -> Workload {
+    Workload::new("panicky")
+        .transaction("p", 1, move || Panicky {
+            in_init,
+            in_execute,
+            done: 0,
+        })
+        .without_database()
+}
+
+fn run_err(w: &Workload, c: &RunConfig) -> String {
+    let r = rt().block_on(bench::run(w, c, pending::<()>()));
+    format!("{:#}", r.expect_err("the run should fail"))
+}
+
+/// Promise (docs/bench.md, Limits): "A user whose code panics stops the run, which then fails
+/// with the user and the panic named, and writes no result". Holds for a panic in `execute`,
+/// in the window and in the warm-up: the error names user 1 and the panic's message.
+#[test]
+fn a_panic_in_execute_fails_the_run_naming_the_user_and_the_panic() {
+    for warmup in [Duration::ZERO, Duration::from_secs(30)] {
+        let mut c = RunConfig::new(None);
+        (c.users, c.threads) = (3, 1);
+        c.warmup = warmup;
+        c.duration = Duration::from_secs(30);
+        let e = run_err(&panicky(None, true), &c);
+        assert!(
+            e.contains("user 1 panicked") && e.contains("execute exploded"),
+            "warm-up {warmup:?}: {e}"
+        );
+    }
+}
+
+/// Promise (docs/bench.md, Limits; docs/custom-transactions.md: "An `init` that fails stops
+/// the run before it starts, naming the transaction"): a user whose `init` panics fails the
+/// run, naming the user, the transaction and the panic, like any other panic of its code.
+///
+/// Steps: three users, user 1's `init` panics; then every user's does.
+///
+/// Before the fix: the panic ended the user's task before it said it was ready, and the run
+/// failed with "a user task ended before it was ready", naming neither the user, nor the
+/// transaction, nor the panic.
+#[test]
+fn a_panic_in_init_fails_the_run_naming_the_user_the_transaction_and_the_panic() {
+    for who in [1, usize::MAX] {
+        let mut c = RunConfig::new(None);
+        (c.users, c.threads) = (3, 1);
+        let e = run_err(&panicky(Some(who), false), &c);
+        assert!(
+            e.contains("panicked") && e.contains("init exploded") && e.contains("transaction p"),
+            "init panicking in user {who}: {e}"
+        );
+        if who == 1 {
+            assert!(e.contains("user 1 panicked"), "{e}");
+        }
+    }
+}
+
+/// Its `init` panics the second time it runs (after a reconnect); each `execute` ends its
+/// own connection, so the runner reconnects and runs `init` again.
+struct PanicsOnReinit(u32);
+
+impl Transaction for PanicsOnReinit {
+    async fn init(&mut self, _: &mut Session) -> Result<(), TxError> {
+        self.0 += 1;
+        if self.0 == 2 {
+            panic!("reinit exploded");
+        }
+        Ok(())
+    }
+
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        s.client()?
+            .simple_query("SELECT pg_terminate_backend(pg_backend_pid())")
+            .await?;
+        Ok(())
+    }
+}
+
+/// Promise (docs/bench.md, Limits): a panic of the user's code stops the run naming the user
+/// and the panic, here in the `init` the runner reruns after a reconnect: the panic `init_all`
+/// now catches is resumed there, not turned into a failed reconnect retried for the rest of
+/// the run.
+///
+/// Before the fix: the run stopped, naming the panic but not the `init` or the transaction.
+#[test]
+fn a_panic_in_init_after_a_reconnect_fails_the_run() {
+    let cluster = Cluster::start().unwrap();
+    let w = Workload::new("reinit").transaction("r", 1, || PanicsOnReinit(0));
+    let mut c = RunConfig::new(Some(cluster.url()));
+    (c.users, c.threads) = (1, 1);
+    c.duration = Duration::from_secs(30);
+    let e = run_err(&w, &c);
+    assert!(
+        e.contains("user 0 panicked")
+            && e.contains("init of transaction r")
+            && e.contains("reinit exploded"),
+        "{e}"
+    );
+}
