@@ -267,3 +267,42 @@ fn a_panic_in_init_after_a_reconnect_fails_the_run() {
         "{e}"
     );
 }
+
+/// Promise (docs/bench.md, Progress and Ctrl-C): "The first Ctrl-C ends the window at once
+/// ... and the result file is written"; SIGTERM's sender "may send SIGKILL soon, so nothing
+/// is waited for". Open loop at a low rate: 0.02 arrivals a second (one every 50 s on
+/// average), a window of 1000 s, stopped after 300 ms. The run must return promptly (a
+/// bounded wait of 10 s), with no arrival after the stop counted.
+///
+/// Before the fix: the arrival thread slept until its next arrival (110 s away for this
+/// seed) without looking at the stop, and the runner joined it, so the run returned 112 s
+/// after the stop, and the arrival it then drew, long after the window had closed, was
+/// counted and censored as one of the window's (arrivals 1, unfinished 1, measured 0.3 s).
+#[test]
+fn a_stop_does_not_wait_for_the_next_open_loop_arrival() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (1, 1, 1);
+    c.rate = Some(0.02);
+    c.duration = Duration::from_secs(1000);
+    let w = common::sleeping(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let run = rt().block_on(async {
+            let stop = tokio::time::sleep(Duration::from_millis(300));
+            bench::run(&w, &c, stop).await
+        });
+        let _ = tx.send(run);
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a run stopped after 300 ms had not returned 10 s later")
+        .unwrap();
+    assert!(r.interrupted);
+    let s = r.schedule.expect("an open-loop schedule");
+    assert_eq!(
+        (s.arrivals, r.unfinished),
+        (0, 0),
+        "an arrival after the stop was counted; measured {} s",
+        r.measured_s
+    );
+}
