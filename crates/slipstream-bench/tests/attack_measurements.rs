@@ -461,3 +461,56 @@ fn counts_and_percentiles_per_type_second_and_stage_are_the_raw_csvs() {
         within_hdr(&format!("{} p99", st.name), tx.latency_ms.p99, &lat, 0.99);
     }
 }
+
+/// Promise (docs/bench.md, Phases; Open loop): in an open run "the rate rises linearly from 0
+/// to the first stage's rate" over the ramp-up, a stage then holds its rate, and a
+/// transaction's latency runs from its intended start (so it is at least its schedule lag).
+/// Holds.
+///
+/// Steps: a 2 s ramp-up to 2000 arrivals a second, then a 1 s stage at 2000, no-op
+/// transactions on 2 users, with `--raw`. Each line's intended start is its end minus its
+/// latency; the arrivals intended in each second are Poisson with means 500, 1500 and 2000
+/// (the ramp's integral), each within 5 standard deviations; every latency is at least its
+/// lag; and the schedule's arrivals are the lines (none censored).
+#[test]
+fn an_open_loop_ramp_up_rises_linearly_and_latency_runs_from_the_intended_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.csv");
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (2, 1, 23);
+    c.ramp_up = Duration::from_secs(2);
+    c.stages = vec!["1s:rate=2000".parse().unwrap()];
+    c.raw_csv = Some(raw.clone());
+    let r = run(&common::sleeping(0), &c);
+    let text = std::fs::read_to_string(&raw).unwrap();
+    let mut per_second = [0u64; 3];
+    let mut lines = 0u64;
+    for l in text.lines().skip(1) {
+        let f: Vec<u64> = l
+            .split(',')
+            .skip(2)
+            .take(3)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let (end, latency, lag) = (f[0], f[1], f[2]);
+        assert!(
+            latency >= lag,
+            "latency {latency} µs below its lag {lag} µs: {l}"
+        );
+        let intended = end - latency;
+        per_second[(intended / 1_000_000).min(2) as usize] += 1;
+        lines += 1;
+    }
+    for (i, (got, want)) in per_second
+        .iter()
+        .zip([500.0f64, 1500.0, 2000.0])
+        .enumerate()
+    {
+        assert!(
+            (*got as f64 - want).abs() < 5.0 * want.sqrt(),
+            "arrivals intended in second {i}: {got}, the ramp's integral {want}"
+        );
+    }
+    assert_eq!(r.unfinished, 0);
+    assert_eq!(r.schedule.as_ref().unwrap().arrivals, lines);
+}
