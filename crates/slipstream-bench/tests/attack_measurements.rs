@@ -514,3 +514,50 @@ fn an_open_loop_ramp_up_rises_linearly_and_latency_runs_from_the_intended_start(
     assert_eq!(r.unfinished, 0);
     assert_eq!(r.schedule.as_ref().unwrap().arrivals, lines);
 }
+
+/// Fails with the code it holds (an empty one included).
+struct FailsWith(&'static str);
+
+impl Transaction for FailsWith {
+    async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Err(TxError::new(self.0, "it failed"))
+    }
+}
+
+/// Promise (docs/bench.md, `--raw`; docs/custom-transactions.md): "An `Err` is recorded as a
+/// failure under its code", and the raw CSV has one line per recorded transaction whose
+/// `failure` field is empty only for a success.
+///
+/// Steps: a transaction that fails with an empty code (`TxError::new("", ...)`); the result's
+/// failures and the raw CSV's failed lines are compared.
+///
+/// Before the fix: the result counted the failures under the code "", and the raw CSV wrote
+/// each of them with an empty failure field, which reads as a success: every failure was
+/// lost from the raw data (and a report listed a failure code that was blank).
+#[test]
+fn a_failure_with_an_empty_code_is_a_failure_in_the_raw_csv_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.csv");
+    let w = Workload::new("blank")
+        .transaction("blank", 1, || FailsWith(""))
+        .without_database();
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads) = (1, 1);
+    c.duration = Duration::from_millis(300);
+    c.raw_csv = Some(raw.clone());
+    let r = run(&w, &c);
+    let t = &r.transactions[0];
+    assert!(t.failed > 0 && t.ok == 0, "{t:?}");
+    let failed_lines = raw_lines(&raw).iter().filter(|l| l.2).count() as u64;
+    assert_eq!(
+        failed_lines, t.failed,
+        "raw CSV lines with a failure against the result's failures {:?}",
+        t.failures
+    );
+    assert!(
+        t.failures.keys().all(|code| !code.trim().is_empty()),
+        "a blank failure code: {:?}",
+        t.failures
+    );
+}
