@@ -561,3 +561,54 @@ fn a_failure_with_an_empty_code_is_a_failure_in_the_raw_csv_too() {
         t.failures
     );
 }
+
+/// Promise (docs/bench.md, The clock): every transaction started in the window is counted
+/// once, as completed, failed or censored; nothing is lost. Holds, closed and open loop.
+///
+/// Steps: without a warm-up, every transaction the server ran is one of the window's, so the
+/// rows the server inserted equal the result's ok + failed + censored, for a closed run with
+/// a ramp-up and two stages, and for an open run at 500 arrivals a second (whose schedule's
+/// arrivals are those rows too).
+#[test]
+fn the_server_ran_exactly_what_the_result_counts() {
+    let (_cluster, url) = cluster_with_ran_table();
+    let w = Workload::new("insert").transaction("insert", 1, || Insert);
+    let counted = |r: &BenchRun| {
+        let t = &r.transactions[0];
+        (t.ok + t.failed + t.censored) as i64
+    };
+
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.threads, c.seed) = (1, 29);
+    c.ramp_up = Duration::from_millis(500);
+    c.stages = vec!["500ms:3".parse().unwrap(), "500ms:1".parse().unwrap()];
+    let closed = run(&w, &c);
+    let stages: u64 = closed
+        .stages
+        .iter()
+        .map(|s| s.transactions[0].ok + s.transactions[0].failed)
+        .sum();
+    assert_eq!(
+        stages,
+        closed.transactions[0].ok + closed.transactions[0].failed
+    );
+    let closed_rows = rows(&url);
+    assert_eq!(
+        closed_rows,
+        counted(&closed),
+        "closed loop: server rows against the result"
+    );
+
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.users, c.threads, c.seed) = (2, 1, 31);
+    c.rate = Some(500.0);
+    c.duration = Duration::from_secs(1);
+    let open = run(&w, &c);
+    let open_rows = rows(&url) - closed_rows;
+    assert_eq!(
+        open_rows,
+        counted(&open),
+        "open loop: server rows against the result"
+    );
+    assert_eq!(open.schedule.as_ref().unwrap().arrivals as i64, open_rows);
+}
