@@ -405,7 +405,7 @@ impl Lease {
 /// code runs: a waker's clone, wake or drop, which may panic. So a panic leaves this state
 /// true, and the `Wait`'s drop finishes the job: it leaves the queue if still queued and
 /// returns a slot got and not yet passed to its caller. Without this, a waker that panicked
-/// on drop left an entry pointing at a freed mailbox (attack5.rs).
+/// on drop left an entry pointing at a freed mailbox (tests/attack_waiter_node.rs).
 pub(crate) struct Ticket<'w> {
     /// The queue entry while queued; cleared when the entry is freed (by this waiter, under
     /// the lock; by a returner's hand-off, seen in the mailbox).

@@ -16,7 +16,7 @@ mod common;
 /// finished). On two workers it held one worker for as long as the connection stayed lent;
 /// the sub-pools' openers it woke sat in that worker's LIFO slot, which the other worker cannot
 /// steal, and with the other worker parked away from the driver no timer fired either:
-/// `drain_unknown_names_every_server_and_loops` (attack3.rs) hung past its borrow timeout.
+/// `drain_unknown_names_every_server_and_loops` (attack_pg_pool_shares.rs) hung past its borrow timeout.
 #[test]
 fn the_monitor_yields_while_a_drained_servers_connection_is_lent() {
     let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());

@@ -1,4 +1,6 @@
-//! Second attack on the PgPool change (40bb2e7). `break_*` tests FAIL on 40bb2e7.
+//! Second attack on the PgPool change (40bb2e7): hosts that never answer, TLS-only and full
+//! servers, a resumed server's share, a new pool's borrow dropped at every poll. `break_*`
+//! tests FAIL on 40bb2e7.
 
 use std::time::{Duration, Instant};
 
