@@ -148,7 +148,7 @@ impl Config {
                 config.user = Some(decode(user)?);
             }
             if let Some(p) = password {
-                config.password = Some(percent_decode_str(p).collect());
+                config.password = Some(uri_decode(p, "the URL's password")?);
             }
         }
         // As libpq: the hosts and the ports written after them make two comma lists, position
@@ -180,13 +180,14 @@ impl Config {
                 ))
             })?;
             let key = decode(k)?;
+            // The value may be a secret (a password): errors name the key, never the value.
+            let what = format!("the value of URL query parameter `{key}`");
             if key == "password" {
                 // A password is bytes, as in the userinfo part: any encoding works.
-                config.password = Some(percent_decode_str(v).collect());
+                config.password = Some(uri_decode(v, &what)?);
                 continue;
             }
-            let value = percent_decode_str(v).decode_utf8().map_err(|_| {
-                // The value may be a secret (a password): never echo it.
+            let value = String::from_utf8(uri_decode(v, &what)?).map_err(|_| {
                 Error::config(format!(
                     "the value of URL query parameter `{key}` is not valid UTF-8 after \
                      percent-decoding; percent-encode its UTF-8 bytes"
@@ -417,11 +418,58 @@ fn seconds(key: &str, value: &str) -> Result<Duration, Error> {
         .map_err(|_| Error::config(format!("invalid {key} `{value}`: expected whole seconds")))
 }
 
+/// A URL part that is not secret (user, hosts, ports, database, a query key), decoded as
+/// [`uri_decode`] decodes and then read as UTF-8; errors quote the part as written.
 fn decode(s: &str) -> Result<String, Error> {
-    percent_decode_str(s)
-        .decode_utf8()
-        .map(|c| c.into_owned())
+    String::from_utf8(uri_decode(s, &format!("`{s}`"))?)
         .map_err(|_| Error::config(format!("`{s}` is not valid UTF-8 after percent-decoding")))
+}
+
+/// Percent-decodes one part of a URL as libpq's `conninfo_uri_decode` does: a `%` must be
+/// followed by two hex digits, and `%00` is refused (no parameter can hold a NUL: the startup
+/// packet and the password message are NUL-terminated strings). A lenient decoder would keep
+/// a bad token as written, so `postgres://u:100%@h` would connect with a password libpq never
+/// sends. `what` names the part in errors; for a secret it must not contain the value.
+fn uri_decode(s: &str, what: &str) -> Result<Vec<u8>, Error> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        // Checked digit by digit: `u8::from_str_radix` would also take a sign (`%+1`).
+        let hex = match bytes.get(i + 1..i + 3) {
+            Some(&[h, l]) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => {
+                (hex_value(h) << 4) | hex_value(l)
+            }
+            _ => {
+                return Err(Error::config(format!(
+                    "invalid percent-encoding in {what}: `%` must be followed by two hex \
+                     digits; write a literal `%` as %25"
+                )));
+            }
+        };
+        if hex == 0 {
+            return Err(Error::config(format!(
+                "invalid percent-encoding in {what}: %00 (a NUL byte) cannot be sent to the \
+                 server in any parameter"
+            )));
+        }
+        out.push(hex);
+        i += 3;
+    }
+    Ok(out)
+}
+
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit - b'A' + 10,
+    }
 }
 
 /// Splits `host:port`, `[v6]:port`, `host` or `:port`.

@@ -110,7 +110,7 @@ fn scrub_env(cmd: &mut std::process::Command, env: &[(&str, &str)]) {
 
 /// slipstream's verdict for `conninfo` with this process's environment (which has no PG*
 /// variables; see `ours_env` for tests that need some).
-async fn ours(conninfo: &str) -> Result<String, String> {
+pub(super) async fn ours(conninfo: &str) -> Result<String, String> {
     let attempt = async {
         let mut client = slipstream_pg::connect(conninfo)
             .await

@@ -6,6 +6,7 @@ mod attack38;
 mod attack_client;
 mod attack_connect;
 mod attack_connect2;
+mod attack_connect_url;
 mod attack_pipeline_outcomes;
 mod attack_server_state;
 mod attack_types;

@@ -1,0 +1,119 @@
+//! Attacks on the URL form of connection strings: docs/client.md promises "URL or libpq
+//! key=value" strings read as libpq reads them. libpq's URL reader (`conninfo_uri_parse` in
+//! fe-connect.c) is strict about the parts a URL is made of (percent-encoding, query pairs,
+//! host brackets), and knows one JDBC spelling (`ssl=true`).
+//!
+//! Method: the differential of `attack_connect.rs`: the same URL is given to `psql` (libpq 15)
+//! and to slipstream-pg against a trust cluster, and where each lands (`port|user|database`) or
+//! that each refuses is compared. Against a trust server a mangled password is never used, so a
+//! string libpq refuses and slipstream reads differently shows up as a connection that works.
+//!
+//! Tests named `break_*` FAILED on the commit they were written against (30d9a0a) and pass
+//! since the fix that followed each; `holds_*` passed as written.
+
+use slipstream_pg::{Config, ErrorKind};
+use slipstream_testkit::Cluster;
+
+use super::attack_connect::{libpq, ours};
+
+/// What `WHERE` of attack_connect.rs reads on the cluster at `port` as `postgres`.
+fn landed(port: u16) -> String {
+    format!("{port}|postgres|postgres")
+}
+
+/// Asserts that libpq and slipstream both refuse `url`, slipstream with a `Config` error that
+/// contains `says` and none of `secret` (a password must never be echoed).
+async fn both_refuse(url: &str, says: &str, secret: Option<&str>) {
+    let theirs = libpq(url, &[]).await;
+    assert!(theirs.is_err(), "libpq accepted {url}: {theirs:?}");
+    let o = ours(url).await;
+    assert!(
+        o.is_err(),
+        "slipstream accepted {url} (libpq: {theirs:?}): {o:?}"
+    );
+    let e = url.parse::<Config>().expect_err(url);
+    assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+    let msg = e.to_string();
+    assert!(msg.contains(says), "{url}: expected `{says}` in: {msg}");
+    if let Some(secret) = secret {
+        assert!(
+            !msg.contains(secret),
+            "{url}: the password is echoed: {msg}"
+        );
+    }
+}
+
+/// Promise: URLs as libpq reads them, percent-encoding included ("A URL query value that is
+/// not valid UTF-8 is refused naming the parameter, never echoing the value").
+/// libpq (`conninfo_uri_decode`): a `%` not followed by two hex digits is "invalid
+/// percent-encoded token", and `%00` is a "forbidden value": the string is refused before any
+/// connection is made, wherever the token is (userinfo, host, path, query).
+/// Steps: each URL below against a trust cluster, with libpq and slipstream.
+/// Before the fix: slipstream connected with every one of them: a bad token was kept as
+/// written (the password `100%` or `p%zz`, the application_name `50%`) and `%00` became a
+/// NUL byte (a password that a trust server never asks for; in other places an "invalid
+/// startup parameter" only once a server was reached).
+#[tokio::test]
+async fn break_url_invalid_percent_encoding_is_read_literally() {
+    let a = Cluster::start().unwrap();
+    let p = a.port();
+    for (url, secret) in [
+        (
+            format!("postgres://postgres:100%@127.0.0.1:{p}/postgres"),
+            Some("100%"),
+        ),
+        (
+            format!("postgres://postgres:p%zz@127.0.0.1:{p}/postgres"),
+            Some("p%zz"),
+        ),
+        (
+            format!("postgres://postgres:p%00w@127.0.0.1:{p}/postgres"),
+            Some("p%00w"),
+        ),
+        (
+            format!("postgres://postgres:s%4@127.0.0.1:{p}/postgres"),
+            Some("s%4"),
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1:{p}/postgres?password=pw%g1"),
+            Some("pw%g1"),
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1:{p}/postgres?application_name=50%"),
+            None,
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1:{p}/postgres?application_name=a%00b"),
+            None,
+        ),
+        // `+` is not a hex digit, though Rust's `from_str_radix` takes a leading sign.
+        (
+            format!("postgres://postgres@127.0.0.1:{p}/postgres?application_name=%+1"),
+            None,
+        ),
+        (format!("postgres://postgres@127.0.0.1:{p}/post%"), None),
+        (format!("postgres://post%gres@127.0.0.1:{p}/postgres"), None),
+    ] {
+        both_refuse(&url, "percent-encod", secret).await;
+    }
+}
+
+/// Holds: well-formed percent-encoding still decodes everywhere, in either case of hex digit,
+/// and a literal `%` written as `%25` is one.
+#[tokio::test]
+async fn holds_url_valid_percent_encoding_decodes_as_in_libpq() {
+    let a = Cluster::start().unwrap();
+    let p = a.port();
+    for url in [
+        format!("postgres://post%67res@127.0.0.1:{p}/post%67res"),
+        format!("postgres://postgres:100%25@127.0.0.1:{p}/postgres?application_name=50%25"),
+        format!("postgres://%70ostgres@%31%32%37.0.0.1:{p}/postgres"),
+        format!(
+            "postgres://postgres@127.0.0.1:{p}/postgres?us%65r=postgres&application_name=%e2%82%AC"
+        ),
+    ] {
+        let theirs = libpq(&url, &[]).await;
+        assert_eq!(theirs, Ok(landed(p)), "libpq {url}");
+        assert_eq!(ours(&url).await, theirs, "{url}");
+    }
+}
