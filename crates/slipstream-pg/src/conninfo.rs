@@ -173,13 +173,33 @@ impl Config {
         if !path.is_empty() {
             config.dbname = Some(decode(path)?);
         }
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
+        // As libpq (`conninfo_uri_parse_params`): one `&` between pairs, allowed once at the
+        // end (and a bare `?`), and exactly one `=` in each pair. Skipping an empty pair or
+        // reading `a=b=c` as `a` = `b=c` would accept strings libpq refuses.
+        let mut pairs: Vec<&str> = query.split('&').collect();
+        if pairs.last() == Some(&"") {
+            pairs.pop();
+        }
+        for pair in pairs {
+            if pair.is_empty() {
+                return Err(Error::config(
+                    "empty URL query parameter (`?&` or `&&`): expected key=value pairs \
+                     separated by one `&`",
+                ));
+            }
             let (k, v) = pair.split_once('=').ok_or_else(|| {
                 Error::config(format!(
                     "invalid URL query parameter `{pair}`: expected key=value"
                 ))
             })?;
             let key = decode(k)?;
+            if v.contains('=') {
+                // The value may be a secret: name the key only.
+                return Err(Error::config(format!(
+                    "a second `=` in the value of URL query parameter `{key}`; \
+                     percent-encode it as %3D"
+                )));
+            }
             // The value may be a secret (a password): errors name the key, never the value.
             let what = format!("the value of URL query parameter `{key}`");
             if key == "password" {

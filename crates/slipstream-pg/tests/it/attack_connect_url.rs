@@ -117,3 +117,47 @@ async fn holds_url_valid_percent_encoding_decodes_as_in_libpq() {
         assert_eq!(ours(&url).await, theirs, "{url}");
     }
 }
+
+/// Promise: URL query parameters as libpq reads them (`conninfo_uri_parse_params`): each pair
+/// is `key=value` with exactly one `=`, and pairs are separated by one `&` (a single trailing
+/// `&` is allowed). libpq refuses `?application_name=a=b` ("extra key/value separator"),
+/// `?&user=...` and `...&&...` ("missing key/value separator").
+/// Steps: each URL below against a trust cluster, with libpq and slipstream.
+/// Before the fix: slipstream connected with all three (the application name `a=b`; empty
+/// pairs skipped).
+#[tokio::test]
+async fn break_url_query_pairs_libpq_refuses_are_accepted() {
+    let a = Cluster::start().unwrap();
+    let p = a.port();
+    let base = format!("postgres://127.0.0.1:{p}/postgres");
+    for (url, says) in [
+        (
+            format!("{base}?user=postgres&application_name=a=b"),
+            "second `=`",
+        ),
+        (
+            format!("{base}?&user=postgres"),
+            "empty URL query parameter",
+        ),
+        (
+            format!("{base}?user=postgres&&application_name=x"),
+            "empty URL query parameter",
+        ),
+        // The value of a second `=` may be a secret: the key is named, the value not shown.
+        (
+            format!("{base}?user=postgres&password=se=cret"),
+            "second `=`",
+        ),
+    ] {
+        both_refuse(&url, says, Some("cret")).await;
+    }
+    // Holds: a bare `?` and one trailing `&` are fine for both.
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{p}/postgres?"),
+        format!("{base}?user=postgres&"),
+    ] {
+        let theirs = libpq(&url, &[]).await;
+        assert_eq!(theirs, Ok(landed(p)), "libpq {url}");
+        assert_eq!(ours(&url).await, theirs, "{url}");
+    }
+}
