@@ -492,12 +492,20 @@ fn hex_value(digit: u8) -> u8 {
     }
 }
 
-/// Splits `host:port`, `[v6]:port`, `host` or `:port`.
+/// Splits `host:port`, `[v6]:port`, `host` or `:port`, as libpq's `conninfo_uri_parse`: an
+/// IPv6 address must be in brackets (and not empty), and an unbracketed host ends at its first
+/// `:`, so `::1` or `h:1:2` are refused rather than split at a guessed colon.
 fn split_host_port(s: &str) -> Result<(&str, Option<&str>), Error> {
     if let Some(rest) = s.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
             .ok_or_else(|| Error::config(format!("unterminated `[` in host `{s}`")))?;
+        if host.is_empty() {
+            return Err(Error::config(format!(
+                "empty IPv6 address `[]` in URL host `{s}`: write the address in the brackets, \
+                 or leave the host out for the default"
+            )));
+        }
         return match after.strip_prefix(':') {
             Some(port) => Ok((host, Some(port))),
             None if after.is_empty() => Ok((host, None)),
@@ -506,7 +514,13 @@ fn split_host_port(s: &str) -> Result<(&str, Option<&str>), Error> {
             ))),
         };
     }
-    Ok(match s.rsplit_once(':') {
+    Ok(match s.split_once(':') {
+        Some((_, p)) if p.contains(':') => {
+            return Err(Error::config(format!(
+                "more than one `:` in URL host `{s}`: write an IPv6 address in brackets, \
+                 e.g. postgres://[::1]:5432/db"
+            )));
+        }
         Some((h, p)) => (h, Some(p)),
         None => (s, None),
     })

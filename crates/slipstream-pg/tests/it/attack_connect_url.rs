@@ -161,3 +161,58 @@ async fn break_url_query_pairs_libpq_refuses_are_accepted() {
         assert_eq!(ours(&url).await, theirs, "{url}");
     }
 }
+
+/// Promise: URL hosts as libpq reads them. libpq: an IPv6 address goes in brackets, and `[]`
+/// is refused ("IPv6 host address may not be empty in URI"); without brackets the host ends at
+/// the *first* `:`, so `h:1:2` or `::1` leave a port that is not a number and are refused.
+/// Steps: parse each string; the libpq verdict is checked live (a parse error, before any
+/// connection is tried).
+/// Before the fix: slipstream took `[]` as "no host" (the default host: the Unix socket
+/// directory), and split an unbracketed host at its *last* `:`, so `127.0.0.1:<p>:<p>` was the
+/// host `127.0.0.1:<p>` (a DNS failure later) and `::1` the host `:` on port 1.
+#[tokio::test]
+async fn break_url_hosts_libpq_refuses_are_read() {
+    let a = Cluster::start().unwrap();
+    let p = a.port();
+    for (url, says) in [
+        (
+            format!("postgres://postgres@[]:{p}/postgres"),
+            "empty IPv6 address",
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1,[]:{p}/postgres"),
+            "empty IPv6 address",
+        ),
+        (
+            format!("postgres://postgres@127.0.0.1:{p}:{p}/postgres"),
+            "in brackets",
+        ),
+        (
+            "postgres://postgres@::1/postgres".to_string(),
+            "in brackets",
+        ),
+        (
+            format!("postgres://postgres@fe80::1:{p}/postgres"),
+            "in brackets",
+        ),
+    ] {
+        let theirs = libpq(&url, &[]).await;
+        let theirs = theirs.expect_err(&url);
+        assert!(
+            !theirs.contains("connection to server") && !theirs.contains("translate host"),
+            "libpq refuses {url} only once connecting: {theirs}"
+        );
+        let e = url.parse::<Config>().expect_err(&url).to_string();
+        assert!(e.contains(says), "{url}: expected `{says}` in: {e}");
+        assert!(ours(&url).await.is_err(), "{url}");
+    }
+    // Holds: bracketed IPv6 hosts with and without a port parse as before.
+    for url in [
+        "postgres://[::1]:5433/db",
+        "postgres://[::1]/db",
+        "postgres://[::1],h:7/db",
+    ] {
+        url.parse::<Config>()
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
