@@ -213,6 +213,13 @@ impl Config {
                      percent-decoding; percent-encode its UTF-8 bytes"
                 ))
             })?;
+            // libpq's one JDBC spelling, in URLs only and only exactly `ssl=true`: a URL
+            // copied from a JDBC configuration asks for TLS, and must not be refused (or, worse,
+            // be read as anything weaker than `require`).
+            if key == "ssl" && value == "true" {
+                config.set("sslmode", "require")?;
+                continue;
+            }
             config.set(&key, &value)?;
         }
         Ok(config)

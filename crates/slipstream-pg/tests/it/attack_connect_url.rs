@@ -15,6 +15,7 @@ use slipstream_pg::{Config, ErrorKind};
 use slipstream_testkit::Cluster;
 
 use super::attack_connect::{libpq, ours};
+use super::tls::{pki, tls_cluster_with};
 
 /// What `WHERE` of attack_connect.rs reads on the cluster at `port` as `postgres`.
 fn landed(port: u16) -> String {
@@ -215,4 +216,61 @@ async fn break_url_hosts_libpq_refuses_are_read() {
         url.parse::<Config>()
             .unwrap_or_else(|e| panic!("{url}: {e}"));
     }
+}
+
+/// Promise: libpq-compatible URLs. libpq reads the JDBC spelling `ssl=true` in a URL's query
+/// as `sslmode=require` ("special keyword handling for improved JDBC compatibility"), so a URL
+/// copied from a JDBC configuration asks for TLS. Any other `ssl` value is an invalid
+/// parameter to both, and so is `ssl=true` in a key=value string.
+/// Steps: a server with TLS that accepts only `hostssl` lines; `?ssl=true` with libpq and
+/// slipstream; then the same against a server without TLS, where `require` must fail.
+/// Before the fix: slipstream refused `ssl=true` as an unknown parameter.
+#[tokio::test]
+async fn break_url_jdbc_ssl_true_is_refused_where_libpq_requires_tls() {
+    let pki = pki();
+    let tls = tls_cluster_with(
+        &pki,
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    );
+    let p = tls.port();
+    let url = format!("postgres://postgres@127.0.0.1:{p}/postgres?ssl=true");
+    let theirs = libpq(&url, &[]).await;
+    assert_eq!(theirs, Ok(landed(p)), "libpq {url}");
+    assert_eq!(ours(&url).await, theirs, "{url}");
+    let mut client = slipstream_pg::connect(&url).await.unwrap();
+    assert!(client.is_tls(), "ssl=true must mean TLS");
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0).unwrap(), "the server sees TLS");
+
+    // Without TLS on the server, `ssl=true` is `require`: no plain-text fall back.
+    let plain = Cluster::start().unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?ssl=true",
+        plain.port()
+    );
+    let theirs = libpq(&url, &[]).await;
+    assert!(theirs.is_err(), "libpq {url}: {theirs:?}");
+    let o = ours(&url).await;
+    assert!(o.is_err(), "slipstream fell back to plain text: {o:?}");
+
+    // Holds: other spellings are refused by both.
+    for bad in [
+        format!("postgres://postgres@127.0.0.1:{p}/postgres?ssl=false"),
+        format!("postgres://postgres@127.0.0.1:{p}/postgres?ssl=TRUE"),
+        format!("host=127.0.0.1 port={p} user=postgres ssl=true"),
+    ] {
+        let theirs = libpq(&bad, &[]).await;
+        assert!(theirs.is_err(), "libpq accepted {bad}");
+        let o = ours(&bad).await;
+        assert!(o.is_err(), "slipstream accepted {bad}: {o:?}");
+    }
+    // A later sslmode wins, as with any repeated parameter.
+    let c: Config = "postgres://h/db?ssl=true&sslmode=disable".parse().unwrap();
+    assert_eq!(c.get_ssl_mode(), slipstream_pg::SslMode::Disable);
 }
