@@ -79,7 +79,7 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
         let roots = if system {
             system_roots()?
         } else {
-            load_roots(&path)?
+            load_roots(&path).map_err(|e| e.hint(SSLROOTCERT_HINT))?
         };
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
@@ -109,14 +109,24 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
     };
     let tls = match (&cert, &key) {
         (Some(cert), Some(key)) => {
-            let certs = load_certs(cert)?;
-            let key = rustls_pemfile::private_key(&mut BufReader::new(open(key)?))
-                .map_err(|e| {
-                    Error::config(format!("could not read sslkey {}: {e}", key.display()))
-                })?
-                .ok_or_else(|| {
-                    Error::config(format!("sslkey {} holds no private key", key.display()))
-                })?;
+            let certs = load_certs(cert, "sslcert").map_err(|e| e.hint(SSLCERT_HINT))?;
+            let key = rustls_pemfile::private_key(&mut BufReader::new(
+                open(key, "sslkey").map_err(|e| e.hint(SSLKEY_HINT))?,
+            ))
+            .map_err(|e| {
+                Error::config(format!(
+                    "could not read the sslkey file {}: {e}",
+                    key.display()
+                ))
+                .hint(SSLKEY_HINT)
+            })?
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "the sslkey file {} holds no private key",
+                    key.display()
+                ))
+                .hint(SSLKEY_HINT)
+            })?;
             builder.with_client_auth_cert(certs, key).map_err(|e| {
                 Error::tls(
                     "the client certificate and key do not match",
@@ -164,22 +174,38 @@ fn default_file(name: &str) -> Option<PathBuf> {
     std::env::var_os("HOME").map(|home| Path::new(&home).join(".postgresql").join(name))
 }
 
-fn open(path: &Path) -> Result<File, Error> {
-    File::open(path).map_err(|e| Error::config(format!("could not open {}: {e}", path.display())))
+/// What to do about a root certificate file that cannot be used. A missing or unreadable file
+/// is never skipped under verify-ca/verify-full: there would be nothing to check against.
+const SSLROOTCERT_HINT: &str = "set sslrootcert to the PEM file of the CA that signed the \
+    server's certificate (or sslrootcert=system for the operating system's CAs)";
+const SSLCERT_HINT: &str =
+    "set sslcert to your client certificate (PEM), or leave it out to send no certificate";
+const SSLKEY_HINT: &str = "set sslkey to the private key (PEM) of the sslcert certificate";
+
+/// Opens the file of parameter `param` (`sslrootcert`, `sslcert`, `sslkey`); the error names
+/// the parameter, since the path alone does not say which setting to fix (it may be a default
+/// under ~/.postgresql that the user never wrote).
+fn open(path: &Path, param: &str) -> Result<File, Error> {
+    File::open(path).map_err(|e| {
+        Error::config(format!(
+            "could not open the {param} file {}: {e}",
+            path.display()
+        ))
+    })
 }
 
-fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
-    let certs = rustls_pemfile::certs(&mut BufReader::new(open(path)?))
+fn load_certs(path: &Path, param: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let certs = rustls_pemfile::certs(&mut BufReader::new(open(path, param)?))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             Error::config(format!(
-                "could not read certificates from {}: {e}",
+                "could not read certificates from the {param} file {}: {e}",
                 path.display()
             ))
         })?;
     if certs.is_empty() {
         return Err(Error::config(format!(
-            "{} holds no PEM certificate",
+            "the {param} file {} holds no PEM certificate",
             path.display()
         )));
     }
@@ -208,7 +234,7 @@ fn system_roots() -> Result<RootCertStore, Error> {
 
 fn load_roots(path: &Path) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(path)? {
+    for cert in load_certs(path, "sslrootcert")? {
         roots.add(cert).map_err(|e| {
             Error::tls(
                 format!("invalid root certificate in {}", path.display()),

@@ -274,3 +274,91 @@ async fn break_url_jdbc_ssl_true_is_refused_where_libpq_requires_tls() {
     let c: Config = "postgres://h/db?ssl=true&sslmode=disable".parse().unwrap();
     assert_eq!(c.get_ssl_mode(), slipstream_pg::SslMode::Disable);
 }
+
+/// Promise (brief and docs/client.md "TLS", STYLE: messages name what failed and what to do):
+/// a certificate file that cannot be used is a clear error, never a silent fall back. Under
+/// `verify-ca`/`verify-full` a missing, empty or non-file `sslrootcert` must fail the
+/// connection; so must an `sslcert`/`sslkey` that cannot be read (libpq would send no
+/// certificate for a missing `sslcert`; slipstream refuses: a certificate asked for and not
+/// sent is a surprise later, at pg_hba's `cert` check).
+/// Steps: a TLS cluster; for each bad file, connect and read the error.
+/// Before the fix: the connection failed, but the error was `could not open /x/root.crt: No
+/// such file or directory` or `/etc/passwd holds no PEM certificate`: it named neither the
+/// parameter to fix (the path may be the default ~/.postgresql one the user never wrote) nor
+/// what to do.
+#[tokio::test]
+async fn break_unusable_certificate_files_do_not_say_which_parameter_or_what_to_do() {
+    let pki = pki();
+    let tls = tls_cluster_with(
+        &pki,
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let missing = dir.path().join("missing.pem");
+    let (empty, ca, missing, d) = (
+        empty.display(),
+        ca.display(),
+        missing.display(),
+        dir.path().display(),
+    );
+    let base = format!(
+        "host=localhost port={} user=postgres dbname=postgres",
+        tls.port()
+    );
+    for (extra, param, says) in [
+        (
+            format!("sslmode=verify-ca sslrootcert={missing}"),
+            "sslrootcert",
+            "set sslrootcert",
+        ),
+        (
+            format!("sslmode=verify-full sslrootcert={missing}"),
+            "sslrootcert",
+            "set sslrootcert",
+        ),
+        (
+            format!("sslmode=verify-ca sslrootcert={empty}"),
+            "sslrootcert",
+            "set sslrootcert",
+        ),
+        (
+            format!("sslmode=verify-ca sslrootcert={d}"),
+            "sslrootcert",
+            "set sslrootcert",
+        ),
+        (
+            format!("sslmode=verify-full sslrootcert={ca} sslcert={missing} sslkey={missing}"),
+            "sslcert",
+            "set sslcert",
+        ),
+        (
+            format!("sslmode=verify-full sslrootcert={ca} sslcert={ca} sslkey={missing}"),
+            "sslkey",
+            "set sslkey",
+        ),
+    ] {
+        let kv = format!("{base} {extra}");
+        let e = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            slipstream_pg::connect(&kv),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{extra}: hung"))
+        .err()
+        .unwrap_or_else(|| panic!("{extra}: connected"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!("the {param} file")) && msg.contains(says),
+            "{extra}: the error should name `{param}` and say what to do: {msg}"
+        );
+    }
+    // Holds: the good root certificate connects, over TLS.
+    let client = slipstream_pg::connect(&format!("{base} sslmode=verify-full sslrootcert={ca}"))
+        .await
+        .unwrap();
+    assert!(client.is_tls());
+}
