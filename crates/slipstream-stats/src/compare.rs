@@ -315,8 +315,31 @@ pub(crate) fn judge(
     let paired = da.len().min(db.len());
     let thin = |v: &[f64]| -> Vec<f64> { (0..paired).map(|i| v[i * v.len() / paired]).collect() };
     let (da, db) = (thin(&da), thin(&db));
-    let diff: Vec<f64> = db.iter().zip(&da).map(|(b, a)| b - a).collect();
     let log_ratio: Vec<f64> = db.iter().zip(&da).map(|(b, a)| (b / a).ln()).collect();
+    judge_log(
+        da,
+        db,
+        log_ratio,
+        diagnostics,
+        diagnostics_sd,
+        divergences,
+        settings,
+    )
+}
+
+/// [`judge`] given ln(B/A)'s draws beside the means' (pairwise, equal lengths): for a model
+/// drawn on the log scale, whose means' draws may overflow `exp` (μ with Student tails) while
+/// their difference does not.
+pub(crate) fn judge_log(
+    da: Vec<f64>,
+    db: Vec<f64>,
+    log_ratio: Vec<f64>,
+    diagnostics: [Diagnostics; 2],
+    diagnostics_sd: [Diagnostics; 2],
+    divergences: u64,
+    settings: &CompareSettings,
+) -> Comparison {
+    let diff: Vec<f64> = db.iter().zip(&da).map(|(b, a)| b - a).collect();
     let half = settings.rope.ln_1p();
     let rope = (-half, half);
     let in_rope = log_ratio
@@ -324,7 +347,9 @@ pub(crate) fn judge(
         .filter(|d| **d >= rope.0 && **d <= rope.1)
         .count() as f64
         / log_ratio.len() as f64;
-    let p_b_slower = diff.iter().filter(|d| **d > 0.0).count() as f64 / diff.len() as f64;
+    // On the log ratio, not on B − A: the same for finite means, and still right when a
+    // mean's draw overflowed to inf (inf − inf is NaN, which would count as "not slower").
+    let p_b_slower = log_ratio.iter().filter(|d| **d > 0.0).count() as f64 / log_ratio.len() as f64;
     let lr = Estimate::of(&log_ratio);
     let ratio = Estimate {
         mean: lr.mean.exp(),

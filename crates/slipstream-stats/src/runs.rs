@@ -38,7 +38,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{ChiSquared, Distribution, Normal};
 
-use crate::compare::{CompareError, Comparison, judge};
+use crate::compare::{CompareError, Comparison, judge_log};
 use crate::{CompareSettings, Diagnostics};
 
 /// The fewest runs a side needs for the run unit: one run has no between-run spread.
@@ -220,9 +220,14 @@ pub fn compare_runs(
     let sd_diag = Diagnostics::of(&chains(&sigma));
     let draws_a: Vec<f64> = mu_a.iter().map(|m| m.exp()).collect();
     let draws_b: Vec<f64> = mu_b.iter().map(|m| m.exp()).collect();
-    let mut c = judge(
+    // ln(B/A) from μ directly: with two or three runs a side μ has Student tails, and for run
+    // values far from 1 (1e300, or spread over many orders of magnitude) a draw's exp() is
+    // inf or 0, and inf / inf a NaN ratio.
+    let log_ratio: Vec<f64> = mu_b.iter().zip(&mu_a).map(|(b, a)| b - a).collect();
+    let mut c = judge_log(
         draws_a,
         draws_b,
+        log_ratio,
         diagnostics,
         [sd_diag, sd_diag],
         0,
