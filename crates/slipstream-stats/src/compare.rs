@@ -311,6 +311,9 @@ pub(crate) fn judge(
     divergences: u64,
     settings: &CompareSettings,
 ) -> Comparison {
+    // The divergence limit is a share of every draw sampled, counted before the thinning
+    // below (a retried side's 16,000 draws are 16,000 chances to diverge, not 4,000).
+    let sampled = da.len() + db.len();
     // After a retry one side has more draws: thin it evenly so every chain still counts.
     let paired = da.len().min(db.len());
     let thin = |v: &[f64]| -> Vec<f64> { (0..paired).map(|i| v[i * v.len() / paired]).collect() };
@@ -322,21 +325,21 @@ pub(crate) fn judge(
         log_ratio,
         diagnostics,
         diagnostics_sd,
-        divergences,
+        (divergences, sampled),
         settings,
     )
 }
 
 /// [`judge`] given ln(B/A)'s draws beside the means' (pairwise, equal lengths): for a model
 /// drawn on the log scale, whose means' draws may overflow `exp` (μ with Student tails) while
-/// their difference does not.
+/// their difference does not. `divergences` are out of `sampled` draws over both sides.
 pub(crate) fn judge_log(
     da: Vec<f64>,
     db: Vec<f64>,
     log_ratio: Vec<f64>,
     diagnostics: [Diagnostics; 2],
     diagnostics_sd: [Diagnostics; 2],
-    divergences: u64,
+    (divergences, sampled): (u64, usize),
     settings: &CompareSettings,
 ) -> Comparison {
     let diff: Vec<f64> = db.iter().zip(&da).map(|(b, a)| b - a).collect();
@@ -355,7 +358,6 @@ pub(crate) fn judge_log(
         mean: lr.mean.exp(),
         hdi: (lr.hdi.0.exp(), lr.hdi.1.exp()),
     };
-    let total_draws = (da.len() + db.len()) as f64;
     let chains = settings.sampler.chains;
     let problem = diagnostics
         .iter()
@@ -363,7 +365,7 @@ pub(crate) fn judge_log(
         .chain(diagnostics_sd.iter().zip(["A's sd", "B's sd"]))
         .find_map(|(d, g)| d.problem(chains).map(|p| format!("{g}: {p}")))
         .or_else(|| {
-            (divergences as f64 > MAX_DIVERGENT_SHARE * total_draws)
+            (divergences as f64 > MAX_DIVERGENT_SHARE * sampled as f64)
                 .then(|| format!("{divergences} divergent transitions"))
         });
     let (lo, hi) = lr.hdi;
@@ -436,6 +438,32 @@ mod tests {
             let e = compare(a, b, &CompareSettings::default()).unwrap_err();
             assert!(e.to_string().contains("all the same"), "{e}");
         }
+    }
+
+    /// Promise (docs/compare.md, "Sampling and diagnostics"): divergences ≤ 1% of the draws
+    /// keep the verdict. Steps: A's sampling was retried four times as long (16,000 kept
+    /// draws) with 100 divergent transitions, B kept 4,000 draws with none: 100 of 20,000
+    /// draws, 0.5%. Before the fix the share was taken over the draws left after A's were
+    /// thinned to pair with B's (8,000), 1.25%, and the verdict was withheld.
+    #[test]
+    fn divergences_are_a_share_of_every_draw_sampled_not_of_the_thinned_pairs() {
+        let good = Diagnostics {
+            rhat: 1.0,
+            ess_bulk: 4000.0,
+            ess_tail: 4000.0,
+        };
+        let a: Vec<f64> = (0..16_000).map(|i| 10.0 + (i % 7) as f64 * 0.01).collect();
+        let b: Vec<f64> = (0..4000).map(|i| 12.0 + (i % 7) as f64 * 0.01).collect();
+        let s = CompareSettings::default();
+        let c = judge(a.clone(), b.clone(), [good; 2], [good; 2], 100, &s);
+        assert_eq!(c.verdict, Verdict::CrediblySlower, "100 of 20,000 draws");
+        // 1% of 20,000 is the limit: one more and the verdict is withheld, naming them.
+        let c = judge(a, b, [good; 2], [good; 2], 201, &s);
+        assert!(
+            matches!(&c.verdict, Verdict::Unreliable(why) if why.contains("201 divergent")),
+            "{:?}",
+            c.verdict
+        );
     }
 
     #[test]

@@ -230,7 +230,7 @@ pub fn compare_runs(
         log_ratio,
         diagnostics,
         [sd_diag, sd_diag],
-        0,
+        (0, 2 * total),
         settings,
     );
     // With two or three runs a side μ's posterior has Student tails, and the mean of exp(μ)
