@@ -148,6 +148,64 @@ pub struct Comparison {
     pub draws: [Vec<f64>; 2],
 }
 
+impl Comparison {
+    /// The same comparison of `k / value` instead of `value` (`k` positive): a rate compared
+    /// as its reciprocal, so that larger is slower (transactions per second as milliseconds
+    /// per transaction with `k` = 1000). The rate is what a series can be averaged on without
+    /// bias (the mean of 1000 / count over seconds is not 1000 / TPS), and its reciprocal is
+    /// what reads like latency. The means' estimates and HDIs are mapped through `k / x` (so
+    /// `k / a.mean` is the rate's posterior mean), the log ratio negated, slower and faster
+    /// swapped; the ROPE is symmetric on the log scale, so the verdict is otherwise the same.
+    ///
+    /// ```
+    /// use slipstream_stats::{CompareSettings, Suff, Verdict, compare};
+    /// // B's throughput is twice A's: as milliseconds per transaction, B is faster.
+    /// let a = Suff::of(&(0..60).map(|i| 100.0 + (i % 5) as f64).collect::<Vec<_>>());
+    /// let b = Suff::of(&(0..60).map(|i| 200.0 + (i % 5) as f64).collect::<Vec<_>>());
+    /// let tps = compare(&a, &b, &CompareSettings::default()).unwrap();
+    /// assert_eq!(tps.verdict, Verdict::CrediblySlower);
+    /// let ms = tps.clone().reciprocal(1000.0);
+    /// assert_eq!(ms.verdict, Verdict::CrediblyFaster);
+    /// assert!((1000.0 / ms.a.mean - tps.a.mean).abs() < 1e-9);
+    /// assert!((ms.ratio.mean * tps.ratio.mean - 1.0).abs() < 1e-9);
+    /// ```
+    pub fn reciprocal(self, k: f64) -> Comparison {
+        // x -> k / x reverses the order: the interval's ends swap.
+        let through = |e: Estimate, k: f64| Estimate {
+            mean: k / e.mean,
+            hdi: (k / e.hdi.1, k / e.hdi.0),
+        };
+        let draws = self
+            .draws
+            .map(|d| d.iter().map(|x| k / x).collect::<Vec<f64>>());
+        let diff: Vec<f64> = draws[1].iter().zip(&draws[0]).map(|(b, a)| b - a).collect();
+        let p_b_slower = draws[1]
+            .iter()
+            .zip(&draws[0])
+            .filter(|(b, a)| b > a)
+            .count() as f64
+            / draws[0].len().max(1) as f64;
+        Comparison {
+            a: through(self.a, k),
+            b: through(self.b, k),
+            diff: Estimate::of(&diff),
+            log_ratio: Estimate {
+                mean: -self.log_ratio.mean,
+                hdi: (-self.log_ratio.hdi.1, -self.log_ratio.hdi.0),
+            },
+            ratio: through(self.ratio, 1.0),
+            p_b_slower,
+            verdict: match self.verdict {
+                Verdict::CrediblySlower => Verdict::CrediblyFaster,
+                Verdict::CrediblyFaster => Verdict::CrediblySlower,
+                v => v,
+            },
+            draws,
+            ..self
+        }
+    }
+}
+
 /// Why two groups could not be compared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompareError(pub(crate) String);

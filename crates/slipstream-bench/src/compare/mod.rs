@@ -444,7 +444,14 @@ pub fn compare_sides(
                 match (values::throughput_batches(a), values::throughput_batches(b)) {
                     (Some(x), Some(y)) => {
                         short |= x.short || y.short;
-                        by_values(&x.values, &y.values, &next_settings())
+                        // Compared as TPS, the series' unbiased mean; shown, like the run
+                        // unit's, as milliseconds per transaction (larger is slower).
+                        match by_values(&x.values, &y.values, &next_settings()) {
+                            Outcome::Compared(c) => {
+                                Outcome::Compared(Box::new(c.reciprocal(1000.0)))
+                            }
+                            o => o,
+                        }
                     }
                     _ => Outcome::Skipped("no second with a success".into()),
                 }

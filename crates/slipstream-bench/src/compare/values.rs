@@ -151,8 +151,19 @@ fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
         .collect()
 }
 
-/// One run's per-second milliseconds per transaction (seconds with no success are left out:
-/// their inverse is infinite, and a stop of the whole mix shows in latency).
+/// Successes a group of seconds expects before its throughput is averaged: enough that a
+/// group without one is a stall, not chance (e^-10 under Poisson arrivals).
+const TX_PER_GROUP: f64 = 10.0;
+
+/// One run's throughput series: successes per second (TPS), over groups of consecutive
+/// intervals long enough to expect [`TX_PER_GROUP`] successes (one interval each above 10
+/// TPS). Groups with no success (the whole mix stopped; it shows in latency) are left out:
+/// the gamma model needs positive values.
+///
+/// The series is the rate, not milliseconds per transaction: the mean of 1000 / count over
+/// seconds is not 1000 / TPS (at 2 TPS, with the empty seconds left out, it read 1.7 TPS),
+/// while the mean of the counts is the TPS. The comparison takes the reciprocal afterwards
+/// ([`Comparison::reciprocal`](slipstream_stats::Comparison::reciprocal)).
 fn throughput_series(run: &BenchRun) -> Vec<f64> {
     let per = &run.intervals.per_transaction;
     let len = per.values().map(Vec::len).max().unwrap_or(0);
@@ -161,15 +172,23 @@ fn throughput_series(run: &BenchRun) -> Vec<f64> {
     } else {
         1.0
     };
-    (0..len)
-        .filter_map(|i| {
-            let ok: u64 = per
-                .values()
+    let counts: Vec<u64> = (0..len)
+        .map(|i| {
+            per.values()
                 .filter_map(|v| v.get(i))
                 .map(|iv| iv.sufficient.n)
-                .sum();
-            (ok > 0).then(|| 1000.0 * secs / ok as f64)
+                .sum()
         })
+        .collect();
+    let total: f64 = counts.iter().map(|&c| c as f64).sum();
+    if total <= 0.0 {
+        return Vec::new();
+    }
+    let group = ((TX_PER_GROUP * len as f64 / total).ceil() as usize).clamp(1, len);
+    counts
+        .chunks_exact(group)
+        .map(|c| c.iter().map(|&n| n as f64).sum::<f64>() / (group as f64 * secs))
+        .filter(|tps| *tps > 0.0)
         .collect()
 }
 
@@ -209,7 +228,7 @@ pub(crate) fn latency_batches(runs: &[BenchRun], scope: Scope<'_>) -> Option<Bat
     batched(runs, |r| latency_series(r, scope))
 }
 
-/// Batch means of the throughput series (ms per transaction).
+/// Batch means of the throughput series (successes per second: larger is faster).
 pub(crate) fn throughput_batches(runs: &[BenchRun]) -> Option<Batched> {
     batched(runs, throughput_series)
 }
