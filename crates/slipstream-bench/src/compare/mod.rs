@@ -418,7 +418,7 @@ pub fn compare_sides(
                 outcome,
             });
         }
-        if let Some(r) = failures(a, b, Scope::Type(name), settings) {
+        if let Some(r) = failures(a, b, Scope::Type(name), unit, settings) {
             report.rows.push(Row {
                 name: Some(name.clone()),
                 metric: Metric::FailureRate,
@@ -463,7 +463,7 @@ pub fn compare_sides(
             metric: Metric::Tps,
             outcome: tps,
         });
-        if let Some(r) = failures(a, b, Scope::Mix, settings) {
+        if let Some(r) = failures(a, b, Scope::Mix, unit, settings) {
             report.rows.push(Row {
                 name: None,
                 metric: Metric::FailureRate,
@@ -577,11 +577,13 @@ fn by_values(
     }
 }
 
-/// The failure-rate row, when either side had a failure.
+/// The failure-rate row, when either side had a failure: runs as the unit with
+/// [`Unit::Run`], else each side's counts pooled.
 fn failures(
     a: &[BenchRun],
     b: &[BenchRun],
     scope: Scope<'_>,
+    unit: Unit,
     settings: &CompareSettings,
 ) -> Option<Outcome> {
     let (Some((oa, fa)), Some((ob, fb))) = (values::counts(a, scope), values::counts(b, scope))
@@ -589,14 +591,20 @@ fn failures(
         return Some(Outcome::Skipped(values::OVERFLOW.into()));
     };
     (fa > 0 || fb > 0).then(|| {
-        let draws = settings.sampler.chains * settings.sampler.draws as usize;
-        Outcome::Rates(rates::compare_rates(
-            // Saturating: counts come from result files, which may be hand-edited.
-            (fa, oa.saturating_add(fa)),
-            (fb, ob.saturating_add(fb)),
-            draws.max(100),
-            settings.sampler.seed,
-        ))
+        let draws = (settings.sampler.chains * settings.sampler.draws as usize).max(100);
+        // Saturating: counts come from result files, which may be hand-edited.
+        let pooled = ((fa, oa.saturating_add(fa)), (fb, ob.saturating_add(fb)));
+        let seed = settings.sampler.seed;
+        if unit != Unit::Run {
+            return Outcome::Rates(rates::compare_rates(pooled.0, pooled.1, draws, seed));
+        }
+        match (values::run_counts(a, scope), values::run_counts(b, scope)) {
+            (Some(x), Some(y)) => match rates::compare_run_rates(pooled, &x, &y, draws, seed) {
+                Ok(r) => Outcome::Rates(r),
+                Err(why) => Outcome::Skipped(why),
+            },
+            _ => Outcome::Skipped(values::OVERFLOW.into()),
+        }
     })
 }
 

@@ -1,8 +1,10 @@
 //! Failure rates: B's against A's, from the counts of failed and successful transactions.
 //!
-//! Each side's rate gets the Jeffreys posterior Beta(f + ½, ok + ½). The counts are pooled over
-//! a side's runs, so failures are taken as independent: a burst of failures from one cause
-//! makes the interval too narrow, which is why the ROPE below is not zero.
+//! With runs as the unit (two or more runs a side), each run's rate is one value and the spread
+//! between runs widens the interval, as for latency ([`compare_run_rates`]). Otherwise (one
+//! run a side) each side's rate gets the Jeffreys posterior Beta(f + ½, ok + ½) of its counts,
+//! so failures are taken as independent: a burst of failures from one cause makes the
+//! interval too narrow, which is why the ROPE below is not zero.
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -46,6 +48,28 @@ pub(crate) fn compare_rates(
     let diff: Vec<f64> = (0..draws)
         .map(|_| bb.sample(&mut rng) - ba.sample(&mut rng))
         .collect();
+    judge(a, b, diff)
+}
+
+/// Compares failure rates with runs as the unit: `runs_a` and `runs_b` hold each run's
+/// `(failed, total)`, `a` and `b` their sums (for display). Each run's rate is one value, so
+/// the spread between runs (contention differs from run to run) widens the interval as it
+/// does for latency; see [`slipstream_stats::run_rate_means`].
+pub(crate) fn compare_run_rates(
+    (a, b): ((u64, u64), (u64, u64)),
+    runs_a: &[(u64, u64)],
+    runs_b: &[(u64, u64)],
+    draws: usize,
+    seed: u64,
+) -> Result<RateComparison, String> {
+    let [ra, rb] = slipstream_stats::run_rate_means(runs_a, runs_b, draws, seed)
+        .map_err(|e| format!("{e} with the type (its failures are compared run by run)"))?;
+    let diff: Vec<f64> = rb.iter().zip(&ra).map(|(b, a)| b - a).collect();
+    Ok(judge(a, b, diff))
+}
+
+/// The verdict from draws of B's rate − A's.
+fn judge(a: (u64, u64), b: (u64, u64), diff: Vec<f64>) -> RateComparison {
     let mean = diff.iter().sum::<f64>() / diff.len() as f64;
     let (lo, hi) = hdi(&diff, HDI_MASS).unwrap_or((f64::NAN, f64::NAN));
     let verdict = if lo > FAILURE_ROPE {

@@ -131,6 +131,20 @@ pub(crate) fn counts(runs: &[BenchRun], scope: Scope<'_>) -> Option<(u64, u64)> 
     })
 }
 
+/// Each run's failed and total transactions in `scope`, leaving out runs where it did not
+/// run; `None` when a run's total overflows.
+pub(crate) fn run_counts(runs: &[BenchRun], scope: Scope<'_>) -> Option<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for r in runs {
+        let (s, failed) = totals(r, scope);
+        let total = s.n.checked_add(failed)?;
+        if total > 0 {
+            out.push((failed, total));
+        }
+    }
+    Some(out)
+}
+
 /// One run's per-second series in `scope`: the mean latency of each second with a success.
 fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
     let per = &run.intervals.per_transaction;
