@@ -442,9 +442,14 @@ fn a_failed_reconnect_names_its_reason() {
     let w = Workload::new("select-1").transaction("select-1", 1, || Sql("SELECT 1"));
     let mut c = config(&cluster.url(), 2, 2.0);
     c.grace = Duration::from_secs(1);
+    let url = cluster.url();
     let r = std::thread::scope(|s| {
         s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(700));
+            // Stopped once both users are connected and running, not at a fixed time: on a
+            // loaded machine their connects took longer than the 700 ms this waited, and the
+            // run failed at its start instead of losing its connections part-way.
+            rt().block_on(until_sessions(&url, 2));
+            std::thread::sleep(Duration::from_millis(300));
             cluster.stop().unwrap();
         });
         run(&w, &c)
@@ -458,4 +463,24 @@ fn a_failed_reconnect_names_its_reason() {
     assert!(said.starts_with("reconnect failed: "), "{said}");
     assert!(said.contains("connect"), "{said}");
     assert!(!said.contains("without a database"), "{said}");
+}
+
+/// Waits until `n` other client sessions are connected to the server at `url` (bounded: 60 s).
+async fn until_sessions(url: &str, n: i64) {
+    let mut client = slipstream_pg::connect(url).await.unwrap();
+    for _ in 0..6000 {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, i64>(0).unwrap() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} sessions never connected within 60 s");
 }
