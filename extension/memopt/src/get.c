@@ -71,6 +71,8 @@ typedef struct GetContext
 /* A hit's copy of the stored row; one entry long, allocated once per backend. */
 static char *tuple_buf;
 
+static void missing_relation(Oid relid, const char *function) pg_attribute_noreturn();
+
 static const char *
 type_family_name(Oid value_type)
 {
@@ -101,6 +103,16 @@ column_takes(Oid column, Oid value_type)
 	}
 }
 
+/* No relation has the OID: never created, or dropped since the caller resolved its name. */
+static void
+missing_relation(Oid relid, const char *function)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_TABLE),
+			 errmsg("memopt.%s: relation with OID %u does not exist", function, relid),
+			 errhint("The table may have been dropped; resolve its name to an OID again.")));
+}
+
 static void
 open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 {
@@ -111,9 +123,7 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 	memopt_require_store();
 	relkind = get_rel_relkind(relid);
 	if (relkind == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("memopt.%s: relation with OID %u does not exist", function, relid)));
+		missing_relation(relid, function);
 	if (relkind != RELKIND_RELATION)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -126,7 +136,14 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
 		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(relid));
 
-	c->rel = table_open(relid, AccessShareLock);
+	/*
+	 * The checks above read the catalog before the table is locked: a DROP that committed
+	 * while this call queued for the lock leaves no relation to open, which table_open would
+	 * report as an internal error.
+	 */
+	c->rel = try_table_open(relid, AccessShareLock);
+	if (c->rel == NULL)
+		missing_relation(relid, function);
 	if (c->rel->rd_rel->relrowsecurity)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
