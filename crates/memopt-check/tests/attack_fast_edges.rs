@@ -12,6 +12,11 @@ async fn connect(url: &str) -> Client {
     slipstream_pg::connect(url).await.unwrap()
 }
 
+/// 42501, which `SqlState` has no name for.
+fn insufficient_privilege() -> SqlState {
+    SqlState::from_code("42501")
+}
+
 async fn scalar_i64(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).await.unwrap().get(0).unwrap()
 }
@@ -80,6 +85,71 @@ async fn a_table_dropped_while_a_lookup_waits_for_its_lock_is_a_clear_error() {
         db.hint().is_some_and(|h| h.contains("dropped")),
         "the error does not say what to do: {db:?}"
     );
+}
+
+/// Promise: "exactly the row `SELECT * FROM t WHERE pk = key` returns"; "what SQL would check,
+/// the function checks in C". SQL needs USAGE on the table's schema to reach the table at all.
+///
+/// Steps: table `s.t` in schema `s`; role `r` gets SELECT on `s.t` but no USAGE on `s`. Under
+/// `SET ROLE r`, `SELECT * FROM s.t WHERE k = 1` is refused (42501); then `memopt.get` is
+/// called by OID (`Client::memopt_get` with the table resolved before the `SET ROLE`, and from
+/// SQL with the OID as a number).
+///
+/// Before the fix: both lookups returned the row: the fast path checked only the table's
+/// privileges, so a role the schema shuts out read every row by key.
+#[tokio::test]
+async fn a_table_in_a_schema_the_caller_cannot_use_is_refused_as_sql_refuses_it() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let mut c = connect(&cluster.url()).await;
+    c.batch_execute(
+        "CREATE EXTENSION memopt;
+         CREATE SCHEMA s;
+         CREATE TABLE s.t (k int PRIMARY KEY, v text);
+         INSERT INTO s.t VALUES (1, 'secret');
+         SELECT memopt.enable_read('s.t');
+         CREATE ROLE r;
+         GRANT SELECT ON s.t TO r;",
+    )
+    .await
+    .unwrap();
+    let table = c.memopt_table("s.t").await.unwrap();
+    assert!(c.memopt_get(&table, &1i64).await.unwrap().is_some());
+
+    c.batch_execute("SET ROLE r").await.unwrap();
+    let sql = c
+        .query_opt("SELECT v FROM s.t WHERE k = 1", &[])
+        .await
+        .expect_err("SQL reached a table in a schema without USAGE");
+    assert_eq!(sql.code(), Some(insufficient_privilege()));
+
+    let fast = c.memopt_get(&table, &1i64).await;
+    let err = fast.expect_err("memopt_get read a row SQL refuses to read");
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code(), insufficient_privilege(), "{db:?}");
+    assert!(
+        db.message().contains("schema s"),
+        "the refusal does not name the schema: {}",
+        db.message()
+    );
+    let by_oid = c
+        .query_one(
+            &format!("SELECT memopt.get_many({}, '{{1}}'::bigint[])", table.oid()),
+            &[],
+        )
+        .await;
+    assert_eq!(
+        by_oid
+            .expect_err("get_many read a row SQL refuses to read")
+            .code(),
+        Some(insufficient_privilege())
+    );
+
+    // USAGE granted: the lookup is served, as SQL is.
+    c.batch_execute("RESET ROLE; GRANT USAGE ON SCHEMA s TO r; SET ROLE r")
+        .await
+        .unwrap();
+    let row = c.memopt_get(&table, &1i64).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, &str>("v").unwrap(), "secret");
 }
 
 /// Holds: `get_many` takes any one-dimensional array whatever its lower bound and answers in

@@ -9,8 +9,9 @@
  * reads the primary-key index under the same snapshot, as the scan's child does, counting
  * the same pg_stat index and heap-fetch statistics.
  *
- * What the SQL layer would check and these functions check themselves: SELECT on the table
- * or on every column they return (the whole row), no row-level security (refused outright:
+ * What the SQL layer would check and these functions check themselves: USAGE on the table's
+ * schema (SQL reaches a table only by a name in it), SELECT on the table or on every column
+ * they return (the whole row), no row-level security (refused outright:
  * the policies would need the executor), no inheritance children (whose rows SELECT would
  * return too), the relation is a table enabled for memoptimized reads with a one-column
  * primary key of the key's type family (text under a deterministic collation).  The functions resolve no
@@ -118,6 +119,7 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 {
 	const PkLayout *pk;
 	char		relkind;
+	Oid			nsp;
 	AclResult	acl;
 
 	memopt_require_store();
@@ -130,7 +132,17 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 				 errmsg("memopt.%s: \"%s\" is not a table", function, get_rel_name(relid)),
 				 errhint("memopt.%s reads tables enabled with memopt.enable_read.", function)));
 
-	/* Privileges first, as the executor checks them before it reads anything. */
+	/*
+	 * Privileges first, as SQL checks them before it reads anything.  SQL reaches a table
+	 * only through its schema's name, which takes USAGE on the schema: an OID must not reach
+	 * a table its name cannot.
+	 */
+	nsp = get_rel_namespace(relid);
+	if (!OidIsValid(nsp))
+		missing_relation(relid, function);
+	acl = pg_namespace_aclcheck(nsp, GetUserId(), ACL_USAGE);
+	if (acl != ACLCHECK_OK)
+		aclcheck_error(acl, OBJECT_SCHEMA, get_namespace_name(nsp));
 	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
 	if (acl != ACLCHECK_OK &&
 		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
