@@ -152,6 +152,62 @@ async fn a_table_in_a_schema_the_caller_cannot_use_is_refused_as_sql_refuses_it(
     assert_eq!(row.get::<_, &str>("v").unwrap(), "secret");
 }
 
+/// The per-table counters of `t`: (lookups, hits, misses, misses_uncacheable).
+async fn counters(c: &mut Client) -> (i64, i64, i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT lookups, hits, misses, misses_uncacheable FROM memopt.stats
+              WHERE \"table\" = 't'::regclass",
+            &[],
+        )
+        .await
+        .unwrap();
+    (
+        r.get(0).unwrap(),
+        r.get(1).unwrap(),
+        r.get(2).unwrap(),
+        r.get(3).unwrap(),
+    )
+}
+
+/// Promise: `memopt.get_many` answers "one element per key, NULL for a miss", its lookups are
+/// "counted in `memopt.stats` with the scan's", and `misses_uncacheable` counts "a NULL key"
+/// (lookup.h: "a NULL key is MISS_UNCACHEABLE", the rule the scan follows).
+///
+/// Steps: `get_many('t', '{1,NULL,2}')` on a warm store, then the counters' change is read.
+///
+/// Before the fix: the NULL element was answered (a NULL row) but not counted at all: three
+/// keys looked up, two lookups in `memopt.stats`, and `misses_uncacheable` unchanged.
+#[tokio::test]
+async fn a_null_key_in_get_many_is_counted_as_an_uncacheable_lookup() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let mut c = connect(&cluster.url()).await;
+    memopt_check::table(&mut c, "t", 10).await.unwrap();
+    c.batch_execute("SELECT memopt.get_many('t', '{1,2}'::bigint[])")
+        .await
+        .unwrap();
+
+    let before = counters(&mut c).await;
+    let n: i64 = scalar_i64(
+        &mut c,
+        "SELECT cardinality(memopt.get_many('t', '{1,NULL,2}'::bigint[]))::bigint",
+    )
+    .await;
+    assert_eq!(n, 3, "one element per key");
+    let after = counters(&mut c).await;
+    let delta = (
+        after.0 - before.0,
+        after.1 - before.1,
+        after.2 - before.2,
+        after.3 - before.3,
+    );
+    assert_eq!(
+        delta,
+        (3, 2, 1, 1),
+        "(lookups, hits, misses, misses_uncacheable) for keys 1, NULL, 2"
+    );
+}
+
 /// Holds: `get_many` takes any one-dimensional array whatever its lower bound and answers in
 /// the keys' order (element i of the answer is key i's row, a duplicate gets its row each
 /// time); a two-dimensional array is refused with an error that says so.

@@ -280,9 +280,13 @@ scan_key(GetContext *c, Datum value, Oid value_type, ScanKey sk)
 	return true;
 }
 
-/* One key: a hit from the store, else the primary-key index (and a fill when allowed). */
+/*
+ * One key: a hit from the store, else the primary-key index (and a fill when allowed).  A
+ * NULL key (get_many's element) matches no row but is a lookup all the same, counted as the
+ * scan counts it (MISS_UNCACHEABLE, after the gate), so that memopt.stats counts every key.
+ */
 static Datum
-get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
+get_one(GetContext *c, Datum value, bool key_null, Oid value_type, bool *isnull)
 {
 	MemoptProbe probe = {0};
 	MemoptMiss	why = MISS_NOT_CACHED;
@@ -296,7 +300,9 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		memopt_count_unregistered();
 	else
 	{
-		if ((why = c->gate) == MISS_COUNT)
+		if ((why = c->gate) == MISS_COUNT && key_null)
+			why = MISS_UNCACHEABLE;
+		else if (why == MISS_COUNT)
 		{
 			resetStringInfo(&c->key);
 			memopt_key_append(&c->key, value_type, value);
@@ -304,6 +310,8 @@ get_one(GetContext *c, Datum value, Oid value_type, bool *isnull)
 		}
 		memopt_account(c->table, probe.hit, why);
 	}
+	if (key_null)
+		return (Datum) 0;
 
 	if (probe.hit)
 	{
@@ -359,7 +367,7 @@ get_single(FunctionCallInfo fcinfo, Oid value_type, const char *function)
 	bool		isnull;
 
 	open_context(&c, PG_GETARG_OID(0), value_type, function);
-	result = get_one(&c, PG_GETARG_DATUM(1), value_type, &isnull);
+	result = get_one(&c, PG_GETARG_DATUM(1), false, value_type, &isnull);
 	close_context(&c);
 	if (isnull)
 		PG_RETURN_NULL();
@@ -399,12 +407,7 @@ get_many(FunctionCallInfo fcinfo, Oid value_type, const char *function)
 	rows = palloc(sizeof(Datum) * Max(n, 1));
 	row_nulls = palloc(sizeof(bool) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-	{
-		if (nulls[i])
-			row_nulls[i] = true, rows[i] = (Datum) 0;
-		else
-			rows[i] = get_one(&c, values[i], value_type, &row_nulls[i]);
-	}
+		rows[i] = get_one(&c, values[i], nulls[i], value_type, &row_nulls[i]);
 	dims[0] = n;
 	{
 		Oid			rowtype = RelationGetDescr(c.rel)->tdtypeid;
