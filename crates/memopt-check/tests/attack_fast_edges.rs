@@ -240,3 +240,163 @@ async fn get_many_answers_in_key_order_whatever_the_lower_bound_holds() {
     let db = err.as_db_error().unwrap();
     assert!(db.message().contains("one-dimensional"), "{}", db.message());
 }
+
+/// Waits (up to 30 s) until `standby` has replayed everything `primary` has written so far.
+async fn wait_for_replay(primary: &mut Client, standby: &mut Client) {
+    let lsn: String = primary
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    for _ in 0..300 {
+        let done: bool = standby
+            .query_one(
+                "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn",
+                &[&lsn],
+            )
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        if done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the standby did not replay up to {lsn} within 30 s");
+}
+
+/// `v` of every key 1..=rows, read on `c` through the scan and `memopt.get` (one statement per
+/// key, sharing its snapshot) and through the normal plan (`memopt.enabled = off`); panics at
+/// the first key where they differ. Returns the normal plan's values. The caller's writes are
+/// all committed before, so the three see the same rows.
+async fn all_three_agree(c: &mut Client, rows: i32, when: &str) -> Vec<Option<String>> {
+    let plain: Vec<Option<String>> = {
+        c.batch_execute("SET memopt.enabled = off").await.unwrap();
+        let r = c
+            .query(
+                "SELECT (SELECT v FROM t WHERE t.k = g) FROM generate_series(1, $1) g ORDER BY g",
+                &[&rows],
+            )
+            .await
+            .unwrap();
+        c.batch_execute("SET memopt.enabled = on").await.unwrap();
+        r.iter().map(|r| r.get(0).unwrap()).collect()
+    };
+    // One statement per key: a correlated subquery's key would not be offered to the scan.
+    for (k, want) in (1..=rows).zip(&plain) {
+        let row = c
+            .query_one(
+                "SELECT (SELECT v FROM t WHERE k = $1), (memopt.get('t', $1::bigint)::text::t).v",
+                &[&k],
+            )
+            .await
+            .unwrap();
+        let scan: Option<String> = row.get(0).unwrap();
+        let get: Option<String> = row.get(1).unwrap();
+        assert_eq!(&scan, want, "{when}: the scan's v of key {k}");
+        assert_eq!(&get, want, "{when}: memopt.get's v of key {k}");
+    }
+    plain
+}
+
+/// Promise: hot standbys are not served ("writes arrive by WAL replay, which fires no
+/// trigger, so nothing could fence them"): a lookup on a standby while the primary writes
+/// never returns a row replay has changed, and `misses_recovery` counts them. After
+/// promotion the store serves again, and must still agree with the normal plan.
+///
+/// Steps: primary with `t` populated; a standby; 20 rounds of an update on the primary, a
+/// wait for replay, and every key read on the standby through the scan, `memopt.get` and
+/// `Client::memopt_get`, each compared with the normal plan and with the primary's value.
+/// `memopt.populate` is asked on the standby too. Then the standby is promoted, written and
+/// read the same way.
+///
+/// Holds.
+#[tokio::test]
+async fn a_hot_standby_never_serves_a_row_replay_changed_and_its_promotion_stays_right_holds() {
+    const ROWS: i32 = 20;
+    let primary = memopt_check::cluster(&[]).unwrap();
+    let mut p = connect(&primary.url()).await;
+    memopt_check::table(&mut p, "t", ROWS).await.unwrap();
+    memopt_check::populate(&mut p, "t").await.unwrap();
+    let standby = primary.start_standby().unwrap();
+    let mut s = connect(&standby.url()).await;
+    let mut fast = connect(&standby.url()).await;
+    let table = fast.memopt_table("t").await.unwrap();
+    wait_for_replay(&mut p, &mut s).await;
+
+    // A populate asked on the standby is queued: its worker starts only after promotion
+    // (BgWorkerStart_RecoveryFinished), so it never fills from rows replay may change.
+    let queued: bool = s
+        .query_one("SELECT memopt.populate('t')", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert!(queued);
+
+    for i in 1..=20 {
+        let k = (i * 7) % ROWS + 1;
+        p.execute("UPDATE t SET v = $1 WHERE k = $2", &[&format!("u{i}"), &k])
+            .await
+            .unwrap();
+        wait_for_replay(&mut p, &mut s).await;
+        let on_primary = all_three_agree(&mut p, ROWS, &format!("primary, round {i}")).await;
+        let on_standby = all_three_agree(&mut s, ROWS, &format!("standby, round {i}")).await;
+        assert_eq!(on_standby, on_primary, "round {i}: the standby's rows");
+        let row = fast
+            .memopt_get(&table, &i64::from(k))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.get::<_, &str>("v").unwrap(), format!("u{i}"));
+    }
+    let (hits, recovery): (i64, i64) = {
+        let r = s
+            .query_one(
+                "SELECT hits, misses_recovery FROM memopt.stats WHERE \"table\" = 't'::regclass",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0).unwrap(), r.get(1).unwrap())
+    };
+    assert_eq!(hits, 0, "a hot standby served lookups from its store");
+    // Each round looks every key up twice (the scan, memopt.get), and once more by the client.
+    assert_eq!(recovery, 20 * (2 * i64::from(ROWS) + 1), "misses_recovery");
+
+    // Promotion: the store may serve from now on, and must stay right.
+    let promoted: bool = s
+        .query_one("SELECT pg_promote(true, 60)", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert!(promoted, "the standby was not promoted within 60 s");
+    let mut w = connect(&standby.url()).await;
+    for i in 1..=20 {
+        all_three_agree(&mut s, ROWS, &format!("promoted, before write {i}")).await;
+        let k = (i * 3) % ROWS + 1;
+        w.execute("UPDATE t SET v = $1 WHERE k = $2", &[&format!("p{i}"), &k])
+            .await
+            .unwrap();
+        let now = all_three_agree(&mut s, ROWS, &format!("promoted, after write {i}")).await;
+        assert_eq!(
+            now[(k - 1) as usize].as_deref(),
+            Some(format!("p{i}").as_str())
+        );
+        let row = fast
+            .memopt_get(&table, &i64::from(k))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.get::<_, &str>("v").unwrap(), format!("p{i}"));
+    }
+    let hits: i64 = scalar_i64(
+        &mut s,
+        "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await;
+    assert!(hits > 0, "the promoted server never served from its store");
+}
