@@ -400,3 +400,29 @@ async fn a_hot_standby_never_serves_a_row_replay_changed_and_its_promotion_stays
     .await;
     assert!(hits > 0, "the promoted server never served from its store");
 }
+
+/// Promise: bad input gives a clear error, never a hang: a `get_many` of two million keys is
+/// one FunctionCall the server runs to the end unless it checks for interrupts, so
+/// `statement_timeout` (which PostgreSQL arms for a FunctionCall too) must end it with 57014
+/// and leave the connection usable.
+///
+/// Holds (`get_one` checks for interrupts before each key).
+#[tokio::test]
+async fn a_huge_get_many_is_ended_by_statement_timeout_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let mut c = connect(&cluster.url()).await;
+    memopt_check::table(&mut c, "t", 1000).await.unwrap();
+    let table = c.memopt_table("t").await.unwrap();
+    let keys: Vec<i64> = (0..2_000_000).map(|i| i % 1000 + 1).collect();
+    c.batch_execute("SET statement_timeout = '100ms'")
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(60), c.memopt_get_many(&table, &keys))
+        .await
+        .expect("a huge get_many outlived statement_timeout by a minute")
+        .expect_err("two million lookups finished within 100 ms");
+    assert_eq!(err.code(), Some(SqlState::QUERY_CANCELED), "{err:?}");
+    c.batch_execute("RESET statement_timeout").await.unwrap();
+    let rows = c.memopt_get_many(&table, &keys[..3]).await.unwrap();
+    assert_eq!(rows.len(), 3);
+}
