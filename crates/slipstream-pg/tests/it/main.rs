@@ -1,14 +1,15 @@
 //! slipstream-pg against real PostgreSQL clusters from the testkit.
 
-mod attack;
-mod attack2;
-mod attack38;
+mod attack_abandoned_calls;
 mod attack_client;
 mod attack_connect;
-mod attack_connect2;
+mod attack_connect_prefer;
 mod attack_connect_url;
 mod attack_pipeline_outcomes;
+mod attack_routing_and_auth;
 mod attack_server_state;
+mod attack_statement_edges;
+mod attack_statements_and_lookups;
 mod attack_types;
 mod auth;
 mod cancel;

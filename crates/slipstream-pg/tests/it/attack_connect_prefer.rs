@@ -82,7 +82,7 @@ async fn psql(conninfo: &str, query: &str) -> Result<String, String> {
             cmd.env_remove(k);
         }
     }
-    cmd.env("HOME", "/nonexistent-attack2-home")
+    cmd.env("HOME", "/nonexistent-attack-home")
         .env("LC_ALL", "C");
     let out = cmd.output().await.expect("run psql");
     if out.status.success() {

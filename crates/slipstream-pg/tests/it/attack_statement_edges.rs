@@ -1,5 +1,6 @@
-//! Session 38's attacks: promises of the docs that the code broke, each pinned by a test that
-//! failed before its fix.
+//! Attacks on statement edges: a COPY hidden behind an empty statement, outcomes after Sync,
+//! statements after a COPY, the application's own prepared statements, nested BEGIN and the
+//! cache after DDL. Each pins a promise the code once broke, by a test that failed before its fix.
 
 use slipstream_pg::ErrorKind;
 
