@@ -3,9 +3,12 @@
 //! (session 42, helper 34).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use slipstream_testkit::Cluster;
+
+mod common;
+use common::{refused, slipstream, text};
 
 /// A workload of two cheap types: a run of a second records thousands of transactions.
 const WORKLOAD: &str = r#"
@@ -20,27 +23,6 @@ sql = "SELECT :n::int + 1"
 name = "write"
 sql = "SELECT :n::int * 2"
 "#;
-
-fn slipstream(args: &[&str], home: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slipstream"))
-        .args(args)
-        .env("SLIPSTREAM_HOME", home)
-        .env_remove("DATABASE_URL")
-        .env_remove("PGHOST")
-        .env_remove("PGPORT")
-        .env_remove("PGDATABASE")
-        .env_remove("PGUSER")
-        .output()
-        .expect("run slipstream")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// `slipstream bench WORKLOAD -u 2 -d 1s -w 0s -q --url URL` and `extra`.
 fn bench(workload: &Path, extra: &[&str], url: &str, dir: &Path) -> Output {
@@ -199,13 +181,7 @@ fn report_refuses_an_html_page_that_would_replace_a_result() {
         vec!["report", a, "--html", a],
         vec!["report", a, b, "--merge", "-o", all, "--html", all],
     ] {
-        let o = slipstream(&args, dir.path());
-        assert!(!o.status.success(), "{args:?}: {}", text(&o));
-        assert!(
-            text(&o).contains("--html"),
-            "{args:?}: the error does not name --html: {}",
-            text(&o)
-        );
+        refused(&args, dir.path(), "--html");
         assert_eq!(std::fs::read(a).unwrap(), run, "{args:?} replaced the run");
         assert!(!Path::new(all).exists(), "{args:?} wrote {all}");
     }
@@ -244,12 +220,10 @@ fn lab_run_refuses_a_chart_that_would_replace_its_result_or_cannot_be_written() 
     ] {
         let mut args = vec!["lab", "run", "runner", "--quick", "--url", nowhere];
         args.extend(outputs.iter().map(String::as_str));
-        let o = slipstream(&args, dir.path());
-        assert!(!o.status.success(), "{args:?}: {}", text(&o));
+        let said = refused(&args, dir.path(), want);
         assert!(
-            text(&o).contains(want) && !text(&o).contains("connect"),
-            "{args:?}: not refused before the run: {}",
-            text(&o)
+            !said.contains("connect"),
+            "{args:?}: not refused before the run: {said}"
         );
     }
 }

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use slipstream_testkit::Cluster;
 
+mod common;
+use common::{slipstream, text};
+
 /// Tests that load the machine (experiments, workload runs) hold it shared; the A/A check of
 /// `compare` holds it alone. Its promise (identical runs are not called different) holds for
 /// runs taken under the same conditions: with `demo`'s 10,000-thread pool experiment running
@@ -19,27 +22,6 @@ fn loads_the_machine() -> RwLockReadGuard<'static, ()> {
 
 fn needs_a_steady_machine() -> RwLockWriteGuard<'static, ()> {
     MACHINE.write().unwrap_or_else(|p| p.into_inner())
-}
-
-fn slipstream(args: &[&str], home: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slipstream"))
-        .args(args)
-        .env("SLIPSTREAM_HOME", home)
-        .env_remove("DATABASE_URL")
-        .env_remove("PGHOST")
-        .env_remove("PGPORT")
-        .env_remove("PGDATABASE")
-        .env_remove("PGUSER")
-        .output()
-        .expect("run slipstream")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `slipstream sql QUERY --url` against `cluster`, with a home of its own.
@@ -1358,9 +1340,7 @@ fn bad_phases_and_a_scale_without_setup_say_what_to_do() {
     ] {
         let mut all = vec!["bench", f, "--url", nowhere];
         all.extend(args.iter().copied());
-        let o = slipstream(&all, dir.path());
-        assert!(!o.status.success(), "{args:?}");
-        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+        common::refused(&all, dir.path(), want);
     }
 }
 
@@ -1422,13 +1402,7 @@ fn an_output_that_cannot_be_written_is_refused_before_the_run() {
         vec!["lab", "run", "runner", "--url", nowhere, "--json", d],
         vec!["report", f, "--html", d],
     ] {
-        let o = slipstream(&args, dir.path());
-        assert!(!o.status.success(), "{args:?}");
-        assert!(
-            text(&o).contains("is a directory"),
-            "{args:?}: {}",
-            text(&o)
-        );
+        common::refused(&args, dir.path(), "is a directory");
     }
 }
 
@@ -1469,9 +1443,7 @@ fn clashes_with_a_workload_files_settings_name_the_files_key() {
     ] {
         let mut all = vec!["bench", f, "--url", nowhere];
         all.extend(args.iter().copied());
-        let o = slipstream(&all, dir.path());
-        assert!(!o.status.success(), "{args:?}");
-        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+        common::refused(&all, dir.path(), want);
     }
     // Flags that replace the file's settings clash with nothing: the run gets as far as
     // connecting.

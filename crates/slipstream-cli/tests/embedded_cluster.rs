@@ -8,29 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::text;
+
 fn cli(args: &[&str], home: &Path, cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_slipstream"));
-    c.args(args)
-        .env("SLIPSTREAM_HOME", home)
-        .current_dir(cwd)
-        .env_remove("DATABASE_URL")
-        .env_remove("PGHOST")
-        .env_remove("PGPORT")
-        .env_remove("PGDATABASE")
-        .env_remove("PGUSER");
+    let mut c = common::command(args, home);
+    c.current_dir(cwd);
     c
 }
 
 fn slipstream(args: &[&str], home: &Path, cwd: &Path) -> Output {
     cli(args, home, cwd).output().expect("run slipstream")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn is_root() -> bool {
