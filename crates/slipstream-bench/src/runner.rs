@@ -764,8 +764,8 @@ async fn cancel_all(tokens: Vec<CancelToken>) -> Option<String> {
 async fn connect_user(url: &str, user: usize) -> anyhow::Result<Client> {
     slipstream_pg::connect(url).await.map_err(|e| {
         anyhow::anyhow!(
-            "user {} could not connect: {e}; with many users check the server's max_connections",
-            user + 1
+            "user {user} could not connect: {e}; with many users check the server's \
+             max_connections"
         )
     })
 }

@@ -225,6 +225,29 @@ fn a_panic_in_init_fails_the_run_naming_the_user_the_transaction_and_the_panic()
     }
 }
 
+/// Promise (`Session::user`: "This user's number, from 0"): every message of the run names a
+/// user by that number. A connect failure named user `n + 1` while a panic named user `n`, so
+/// the same user had two numbers.
+///
+/// Steps: one user and a port nothing listens on: the only user is user 0.
+///
+/// Before the fix: "user 1 could not connect".
+#[test]
+fn a_connect_failure_names_the_user_by_its_session_number() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w = Workload::new("nowhere").transaction("one", 1, || Insert);
+    let mut c = RunConfig::new(Some(format!(
+        "postgres://postgres@127.0.0.1:{port}/postgres?connect_timeout=5"
+    )));
+    (c.users, c.threads) = (1, 1);
+    let e = run_err(&w, &c);
+    assert!(e.contains("user 0 could not connect"), "{e}");
+}
+
 /// Its `init` panics the second time it runs (after a reconnect); each `execute` ends its
 /// own connection, so the runner reconnects and runs `init` again.
 struct PanicsOnReinit(u32);
