@@ -471,6 +471,7 @@ impl BenchRun {
             let name = || format!("{:?}", t.name);
             percentiles_hold(&t.latency_ms, &name)?;
             let s = &t.latency_stats;
+            curve_holds(&t.percentile_curve, &name)?;
             let curve = t.percentile_curve.iter().map(|(_, v)| *v);
             for v in [s.min, s.max].into_iter().chain(curve) {
                 latency_holds(v, &name)?;
@@ -635,6 +636,23 @@ fn latency_holds(v: f64, what: &dyn Fn() -> String) -> Result<(), String> {
     } else {
         Err(format!("a latency of {} is {v} ms", what()))
     }
+}
+
+/// A percentile curve's percentiles lie in 0..=100 and rise, as the recorder writes them:
+/// `compare` reads the p99's error from the points around it, and the report draws them.
+fn curve_holds(curve: &[(f64, f64)], what: &dyn Fn() -> String) -> Result<(), String> {
+    let mut last = 0.0;
+    for &(p, _) in curve {
+        if !(p.is_finite() && (last..=100.0).contains(&p)) {
+            return Err(format!(
+                "the percentile curve of {} has a point at percentile {p} (after {last}); \
+                 percentiles run from 0 to 100, rising",
+                what()
+            ));
+        }
+        last = p;
+    }
+    Ok(())
 }
 
 /// [`latency_holds`] for each of a summary's figures.

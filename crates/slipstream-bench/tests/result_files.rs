@@ -205,13 +205,15 @@ fn completions_after_the_window_are_checked_for_a_type_without_a_series() {
 /// them, not only in a type's summary and the run's window: the per-second p50 and p99 (the
 /// report's latency charts), a stage's percentiles and start (the `by stage:` table), the
 /// extremes beside the statistics (the "all" row's max) and the percentile curve (found by
-/// the attack of 2026-11-27: each of these read, and was drawn or printed as it stood).
+/// the attack of 2026-11-27: each of these read, and was drawn or printed as it stood). A
+/// percentile curve's percentiles lie in 0..=100 and rise (before 2026-11-28, 150 and a
+/// falling curve were read and drawn, and `compare` takes the p99's error from the curve).
 #[test]
 fn negative_latencies_and_times_are_refused_wherever_the_file_holds_them() {
     let dir = tempfile::tempdir().unwrap();
     let good = run();
     type Edit = (&'static str, fn(&mut Value), &'static str);
-    let edits: [Edit; 7] = [
+    let edits: [Edit; 9] = [
         (
             "an interval's p50",
             |v| v["intervals"]["per_transaction"]["a"][0]["p50_ms"] = json!(-1.0),
@@ -241,6 +243,22 @@ fn negative_latencies_and_times_are_refused_wherever_the_file_holds_them() {
             "a point of the percentile curve",
             |v| v["transactions"][0]["percentile_curve"][0][1] = json!(-1.0),
             "-1 ms",
+        ),
+        (
+            "a percentile above 100",
+            |v| v["transactions"][0]["percentile_curve"][0][0] = json!(150.0),
+            "percentile 150",
+        ),
+        (
+            "percentiles that fall",
+            |v| {
+                let c = v["transactions"][0]["percentile_curve"]
+                    .as_array_mut()
+                    .unwrap();
+                let last = c.len() - 1;
+                c[last][0] = json!(0.0);
+            },
+            "percentile 0",
         ),
         (
             "a stage that starts before the window",
