@@ -125,6 +125,13 @@ fn runs_as_the_unit_need_two_runs_a_side_and_compare_p99_and_throughput() {
     assert_eq!(json["schema"], "slipstream-lab/compare");
     assert_eq!(json["unit"], "run");
     assert!(json["rows"].as_array().unwrap().len() >= 4, "{json}");
+    // The chance note's 5% per type is calibrated with runs as the unit only; the JSON says
+    // which (it gave 0.05 in every unit, as if calibrated in all).
+    assert_eq!(json["chance"]["calibrated"], true, "{json}");
+    let one = compare_sides(&runs[..1], &runs[1..2], None, Unit::Interval, &s).unwrap();
+    let json = one.to_json();
+    assert_eq!(json["unit"], "interval");
+    assert_eq!(json["chance"]["calibrated"], false, "{json}");
     // A run with no success in its window is left out of the TPS row, and the notes say so
     // (session 37's attacker: it was dropped in silence, while the header's mean TPS, which
     // counts every run, disagreed with the row).

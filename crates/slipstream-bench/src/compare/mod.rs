@@ -266,7 +266,13 @@ impl Report {
             "runs": {"a": self.runs.0, "b": self.runs.1},
             "rope": self.rope,
             "types": self.types,
-            "chance": {"per_type": CHANCE_PER_TYPE, "expected_credible": expected, "p_at_least_one": at_least_one},
+            // `per_type` is calibrated only with runs as the unit; in the others it is a floor.
+            "chance": {
+                "per_type": CHANCE_PER_TYPE,
+                "calibrated": self.unit == Unit::Run,
+                "expected_credible": expected,
+                "p_at_least_one": at_least_one,
+            },
             "credible_per_type": self.credible_per_type(),
             "warnings": self.warnings,
             "notes": self.notes,
