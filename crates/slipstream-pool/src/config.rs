@@ -101,7 +101,9 @@ impl<M: Manager> Builder<M> {
         self.config.max_size = n;
         self
     }
-    /// Connections kept open even when idle (default 0).
+    /// Connections kept open even when idle (default 0). Above `max_size` it is taken as
+    /// `max_size`, as HikariCP takes a `minimumIdle` above `maximumPoolSize` (r2d2 and bb8
+    /// panic instead).
     pub fn min_size(mut self, n: usize) -> Self {
         self.config.min_size = n;
         self
