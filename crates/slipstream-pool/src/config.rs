@@ -31,6 +31,9 @@ pub struct Config {
     /// Connections idle longer than this are validated ([`Manager::validate`]) before a
     /// borrow gets them. `None`: never.
     pub validate_after: Option<Duration>,
+    /// The longest one validation may take. One that takes longer fails: the connection is
+    /// closed and the borrow goes on to another, within its own timeout.
+    pub validation_timeout: Duration,
     /// A lent connection its holder has not used (dereferenced) for this long is reclaimed:
     /// aborted ([`Manager::abort_handle`]) and replaced. `None`: never.
     pub abandoned_timeout: Option<Duration>,
@@ -60,6 +63,7 @@ impl Default for Config {
             max_lifetime: None,
             idle_timeout: None,
             validate_after: None,
+            validation_timeout: Duration::from_secs(5),
             abandoned_timeout: None,
             time_to_live: None,
             resize_limit: 0,
@@ -149,9 +153,35 @@ impl<M: Manager> Builder<M> {
     /// blocking borrows run the check on the pool's runtime). With [`crate::PgManager`] that is one round trip, so a borrower after a
     /// server restart gets a working connection instead of a dead one. The check counts
     /// against the borrow timeout: a connection not validated by then is closed and the
-    /// borrow fails with [`PoolError::Timeout`].
+    /// borrow fails with [`PoolError::Timeout`]. Each check is also bounded by
+    /// [`Builder::validation_timeout`].
     pub fn validate_after(mut self, window: Duration) -> Self {
         self.config.validate_after = Some(window);
+        self
+    }
+    /// The longest one validation may take (default 5 s, HikariCP's `validationTimeout`). A
+    /// connection not validated within it is closed as failed, and the borrow goes on to
+    /// another connection within its own timeout, so a borrow that waits for ever
+    /// (`borrow_timeout(Duration::MAX)`) is not held for ever by one server that stopped
+    /// answering.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .validate_after(Duration::from_secs(30))
+    ///     .validation_timeout(Duration::from_secs(2))
+    ///     .build();
+    /// # }
+    /// ```
+    pub fn validation_timeout(mut self, timeout: Duration) -> Self {
+        self.config.validation_timeout = timeout;
         self
     }
     /// Reclaims a lent connection its holder has not used for `timeout` (UCP's abandoned

@@ -538,8 +538,9 @@ impl<M: Manager> Pool<M> {
     /// closed on drop). The validation counts against the borrow's `deadline` (set here if the
     /// borrow has not waited yet): a connection whose server stopped answering (a hung host,
     /// a cut path: what validation is there to find) would otherwise hold the borrow for as
-    /// long as the silence, past any borrow timeout. One not validated in time is closed, and
-    /// the borrow fails with [`PoolError::Timeout`].
+    /// long as the silence, past any borrow timeout. One not validated by the deadline is
+    /// closed, and the borrow fails with [`PoolError::Timeout`]; one not validated within
+    /// `validation_timeout`, before the deadline, failed (`None`), and the borrow goes on.
     async fn validated(
         &self,
         mut conn: Pooled<M>,
@@ -551,22 +552,35 @@ impl<M: Manager> Pool<M> {
         if !self.needs_validation(&conn) {
             return Ok(Some(conn));
         }
+        let (until, borrow_ends) = self.validation_bound(deadline);
         let validation = self.inner.manager.validate(&mut conn);
-        let ok = match deadline.from(self.inner.config.borrow_timeout) {
-            None => validation.await,
-            Some(d) => match tokio::time::timeout_at(d.into(), validation).await {
-                Ok(ok) => ok,
-                Err(_) => {
-                    self.validation_failed(&mut conn);
-                    return Err(self.timeout_error());
-                }
-            },
+        let ok = match tokio::time::timeout_at(until.into(), validation).await {
+            Ok(ok) => ok,
+            Err(_) if borrow_ends => {
+                self.validation_failed(&mut conn);
+                return Err(self.timeout_error());
+            }
+            Err(_) => false,
         };
         if ok {
             return Ok(Some(conn));
         }
         self.validation_failed(&mut conn);
         Ok(None)
+    }
+
+    /// When a validation starting now must end: at the borrow's deadline or after
+    /// `validation_timeout`, whichever comes first; and whether that is the borrow's end.
+    /// `Duration::MAX` for either means no bound from it; a far-off bound stands for none.
+    fn validation_bound(&self, deadline: &mut Deadline) -> (Instant, bool) {
+        let now = Instant::now();
+        let limit = now
+            .checked_add(self.inner.config.validation_timeout)
+            .unwrap_or_else(|| now + FAR_OFF);
+        match deadline.from(self.inner.config.borrow_timeout) {
+            Some(d) if d <= limit => (d, true),
+            _ => (limit, false),
+        }
     }
 
     /// Whether a connection just claimed idle may be lent at once: still open
@@ -697,21 +711,19 @@ impl<M: Manager> Pool<M> {
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             let pool = self.clone();
-            // Bounded by the borrow's deadline, as an async borrow's validation is
-            // (`Pool::validated`): `None`, it did not end in time.
-            let until = deadline.from(self.inner.config.borrow_timeout);
+            // Bounded as an async borrow's validation is (`Pool::validated`): `None`, it did
+            // not end in time.
+            let (until, borrow_ends) = self.validation_bound(&mut deadline);
             self.inner.runtime.spawn(async move {
                 let mut conn = conn;
                 let validation = pool.inner.manager.validate(&mut conn);
-                let ok = match until {
-                    None => Some(validation.await),
-                    Some(d) => tokio::time::timeout_at(d.into(), validation).await.ok(),
-                };
+                let ok = tokio::time::timeout_at(until.into(), validation).await.ok();
                 let _ = tx.send((conn, ok));
             });
             match rx.recv() {
                 Ok((conn, Some(true))) => return Ok(conn),
                 Ok((mut conn, Some(false))) => self.validation_failed(&mut conn),
+                Ok((mut conn, None)) if !borrow_ends => self.validation_failed(&mut conn),
                 Ok((mut conn, None)) => {
                     self.validation_failed(&mut conn);
                     return Err(self.timeout_error());
@@ -1036,6 +1048,9 @@ enum Deadline {
     Unset,
     At(Option<Instant>),
 }
+
+/// Stands for "no time limit" where an `Instant` is needed: about 30 years.
+const FAR_OFF: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 impl Deadline {
     /// The deadline, setting it to now + `timeout` if unset (`None`: no timeout, and no

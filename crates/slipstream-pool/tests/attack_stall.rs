@@ -77,6 +77,59 @@ async fn a_validation_the_server_never_answers_ends_within_the_borrow_timeout() 
     conn.batch_execute("SELECT 1").await.unwrap();
 }
 
+/// A borrow that waits for ever (`borrow_timeout(Duration::MAX)`) and finds an idle
+/// connection due for validation over a path that stopped answering gives that connection
+/// up after `validation_timeout` and goes on: the connection is closed as failed, and the
+/// borrow gets a new one once the path answers again, async and blocking alike.
+///
+/// Before the fix: a validation was bounded only by the borrow timeout, so with none the
+/// borrow waited on the silent connection for as long as the silence lasted; here
+/// `failed_validation` stayed 0 and the borrow hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrow_without_a_timeout_gives_up_a_validation_that_never_ends() {
+    let cluster = Cluster::start().unwrap();
+    let proxy = proxy(&cluster);
+    let pool = pool_via(&proxy, Reset::Rollback)
+        .validate_after(Duration::ZERO)
+        .validation_timeout(Duration::from_millis(300))
+        .borrow_timeout(Duration::MAX)
+        .build();
+    for (round, blocking) in [(1u64, false), (2, true)] {
+        drop(pool.get().await.unwrap());
+        proxy.set_stalled(true);
+        let borrow = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                if blocking {
+                    tokio::task::spawn_blocking(move || pool.get_blocking().map(|_| ()))
+                        .await
+                        .unwrap()
+                } else {
+                    pool.get().await.map(|_| ())
+                }
+            })
+        };
+        until(
+            Duration::from_secs(10),
+            "the validation that never ends is given up",
+            || pool.stats(),
+            |s| s.failed_validation == round,
+        )
+        .await;
+        proxy.set_stalled(false);
+        tokio::time::timeout(Duration::from_secs(10), borrow)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "round {round}: the borrow did not go on: {:?}",
+                    pool.stats()
+                )
+            })
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+    }
+}
+
 /// A connection returned inside a transaction is rolled back by the pool before it is lent
 /// again; if the server stops answering meanwhile, the rollback gives up and the connection is
 /// closed, freeing its slot (5 s, the reset's bound). Before, only the settling of owed
