@@ -163,7 +163,8 @@ impl<M: Manager> Builder<M> {
     /// connection not validated within it is closed as failed, and the borrow goes on to
     /// another connection within its own timeout, so a borrow that waits for ever
     /// (`borrow_timeout(Duration::MAX)`) is not held for ever by one server that stopped
-    /// answering.
+    /// answering. Below 250 ms it is taken as 250 ms (HikariCP's least), as a bound shorter
+    /// than a round trip would fail every validation.
     ///
     /// ```
     /// # struct Numbers;

@@ -56,6 +56,9 @@ impl<M: Manager> Builder<M> {
     pub fn build(self) -> Pool<M> {
         let mut config = self.config;
         config.min_size = config.min_size.min(config.max_size);
+        // A round trip cannot end inside a bound of zero: every validation would fail and every
+        // idle connection be closed in turn.
+        config.validation_timeout = config.validation_timeout.max(MIN_VALIDATION_TIMEOUT);
         let capacity = match config.resize_limit {
             0 => config.max_size.max(64),
             n => n.max(config.max_size),
@@ -1048,6 +1051,9 @@ enum Deadline {
     Unset,
     At(Option<Instant>),
 }
+
+/// The shortest `validation_timeout` taken (HikariCP's least `validationTimeout`).
+pub(crate) const MIN_VALIDATION_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Stands for "no time limit" where an `Instant` is needed: about 30 years.
 const FAR_OFF: Duration = Duration::from_secs(30 * 365 * 24 * 3600);

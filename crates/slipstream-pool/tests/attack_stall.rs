@@ -130,6 +130,31 @@ async fn a_borrow_without_a_timeout_gives_up_a_validation_that_never_ends() {
     }
 }
 
+/// `validation_timeout(Duration::ZERO)` cannot fail every validation: a healthy connection
+/// due for validation, 20 ms away, is validated and lent. Before the floor (250 ms), a zero bound ended
+/// each validation before its round trip could, so each idle connection was closed as failed
+/// in turn and the borrow ran out its timeout opening new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_validation_timeout_still_validates_a_healthy_connection() {
+    let cluster = Cluster::start().unwrap();
+    let proxy = proxy(&cluster);
+    let pool = pool_via(&proxy, Reset::Rollback)
+        .validate_after(Duration::ZERO)
+        .validation_timeout(Duration::ZERO)
+        .borrow_timeout(Duration::from_secs(5))
+        .build();
+    drop(pool.get().await.unwrap());
+    // A round trip longer than the timer's 1 ms tick, as over any network: on loopback a
+    // reply beats the tick, and a zero bound went unnoticed.
+    proxy.set_rtt(Duration::from_millis(20));
+    for _ in 0..3 {
+        let mut conn = pool.get().await.expect("a healthy connection is lent");
+        conn.batch_execute("SELECT 1").await.unwrap();
+    }
+    let s = pool.stats();
+    assert_eq!(s.failed_validation, 0, "{s:?}");
+}
+
 /// A connection returned inside a transaction is rolled back by the pool before it is lent
 /// again; if the server stops answering meanwhile, the rollback gives up and the connection is
 /// closed, freeing its slot (5 s, the reset's bound). Before, only the settling of owed
