@@ -56,4 +56,12 @@ pub async fn populate(client: &mut Client, name: &str) -> Result<(), Error> {
         .await
 }
 
+/// The one value of a query that returns one row of one column.
+pub async fn scalar<T>(client: &mut Client, sql: &str) -> Result<T, Error>
+where
+    T: for<'a> slipstream_pg::types::FromSql<'a>,
+{
+    client.query_one(sql, &[]).await?.get(0)
+}
+
 pub mod fuzz;

@@ -17,18 +17,15 @@ fn insufficient_privilege() -> SqlState {
     SqlState::from_code("42501")
 }
 
-async fn scalar_i64(c: &mut Client, sql: &str) -> i64 {
-    c.query_one(sql, &[]).await.unwrap().get(0).unwrap()
-}
-
 /// Waits (up to 30 s) until some session waits for a lock on the relation with OID `oid`.
 async fn wait_for_lock_waiter(c: &mut Client, oid: u32) {
     for _ in 0..300 {
-        let waiting = scalar_i64(
+        let waiting = memopt_check::scalar::<i64>(
             c,
             &format!("SELECT count(*) FROM pg_locks WHERE relation = {oid} AND NOT granted"),
         )
-        .await;
+        .await
+        .unwrap();
         if waiting > 0 {
             return;
         }
@@ -188,11 +185,12 @@ async fn a_null_key_in_get_many_is_counted_as_an_uncacheable_lookup() {
         .unwrap();
 
     let before = counters(&mut c).await;
-    let n: i64 = scalar_i64(
+    let n: i64 = memopt_check::scalar::<i64>(
         &mut c,
         "SELECT cardinality(memopt.get_many('t', '{1,NULL,2}'::bigint[]))::bigint",
     )
-    .await;
+    .await
+    .unwrap();
     assert_eq!(n, 3, "one element per key");
     let after = counters(&mut c).await;
     let delta = (
@@ -243,11 +241,8 @@ async fn get_many_answers_in_key_order_whatever_the_lower_bound_holds() {
 
 /// Waits (up to 30 s) until `standby` has replayed everything `primary` has written so far.
 async fn wait_for_replay(primary: &mut Client, standby: &mut Client) {
-    let lsn: String = primary
-        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+    let lsn: String = memopt_check::scalar(primary, "SELECT pg_current_wal_insert_lsn()::text")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     for _ in 0..300 {
         let done: bool = standby
@@ -328,11 +323,8 @@ async fn a_hot_standby_never_serves_a_row_replay_changed_and_its_promotion_stays
 
     // A populate asked on the standby is queued: its worker starts only after promotion
     // (BgWorkerStart_RecoveryFinished), so it never fills from rows replay may change.
-    let queued: bool = s
-        .query_one("SELECT memopt.populate('t')", &[])
+    let queued: bool = memopt_check::scalar(&mut s, "SELECT memopt.populate('t')")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     assert!(queued);
 
@@ -367,11 +359,8 @@ async fn a_hot_standby_never_serves_a_row_replay_changed_and_its_promotion_stays
     assert_eq!(recovery, 20 * (2 * i64::from(ROWS) + 1), "misses_recovery");
 
     // Promotion: the store may serve from now on, and must stay right.
-    let promoted: bool = s
-        .query_one("SELECT pg_promote(true, 60)", &[])
+    let promoted: bool = memopt_check::scalar(&mut s, "SELECT pg_promote(true, 60)")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     assert!(promoted, "the standby was not promoted within 60 s");
     let mut w = connect(&standby.url()).await;
@@ -393,11 +382,12 @@ async fn a_hot_standby_never_serves_a_row_replay_changed_and_its_promotion_stays
             .unwrap();
         assert_eq!(row.get::<_, &str>("v").unwrap(), format!("p{i}"));
     }
-    let hits: i64 = scalar_i64(
+    let hits: i64 = memopt_check::scalar::<i64>(
         &mut s,
         "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
     )
-    .await;
+    .await
+    .unwrap();
     assert!(hits > 0, "the promoted server never served from its store");
 }
 

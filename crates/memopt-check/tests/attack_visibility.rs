@@ -155,15 +155,12 @@ async fn a_trigger_disabled_and_a_write_in_one_transaction_are_fenced_through_it
     for _ in 0..2 {
         assert_eq!(v_of(&mut r, 1).await.as_deref(), Some("v1"));
     }
-    let hits: i64 = r
-        .query_one(
-            "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let hits: i64 = memopt_check::scalar(
+        &mut r,
+        "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await
+    .unwrap();
     assert!(
         hits >= 1,
         "the second read of key 1 was no hit: the setup did not refill the store"

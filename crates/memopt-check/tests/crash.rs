@@ -8,10 +8,8 @@ use nix::unistd::Pid;
 use slipstream_pg::Client;
 
 async fn entries(c: &mut Client) -> i64 {
-    c.query_one("SELECT entries FROM memopt.stats_total", &[])
+    memopt_check::scalar(c, "SELECT entries FROM memopt.stats_total")
         .await
-        .unwrap()
-        .get(0)
         .unwrap()
 }
 
@@ -65,11 +63,8 @@ async fn a_backend_crash_and_a_restart_leave_an_empty_store_and_right_answers() 
 
     // SIGKILL one backend: the postmaster resets shared memory for everyone.
     let mut victim = slipstream_pg::connect(&url).await.unwrap();
-    let pid: i32 = victim
-        .query_one("SELECT pg_backend_pid()", &[])
+    let pid: i32 = memopt_check::scalar(&mut victim, "SELECT pg_backend_pid()")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
     drop(victim);
@@ -116,11 +111,8 @@ async fn a_writer_killed_with_its_fence_up_leaves_right_answers_after_the_restar
     memopt_check::populate(&mut c, "t").await.unwrap();
 
     let mut writer = slipstream_pg::connect(&url).await.unwrap();
-    let pid: i32 = writer
-        .query_one("SELECT pg_backend_pid()", &[])
+    let pid: i32 = memopt_check::scalar(&mut writer, "SELECT pg_backend_pid()")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     writer
         .batch_execute("SET memopt.test_cleanup_delay = '10s'")
@@ -134,11 +126,8 @@ async fn a_writer_killed_with_its_fence_up_leaves_right_answers_after_the_restar
     // Wait (bounded) until the commit is visible: the writer is then in its cleanup delay.
     let mut seen = false;
     for _ in 0..100 {
-        let v: String = c
-            .query_one("SELECT v FROM t WHERE k = 1", &[])
+        let v: String = memopt_check::scalar(&mut c, "SELECT v FROM t WHERE k = 1")
             .await
-            .unwrap()
-            .get(0)
             .unwrap();
         if v == "new" {
             seen = true;
@@ -147,24 +136,18 @@ async fn a_writer_killed_with_its_fence_up_leaves_right_answers_after_the_restar
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(seen, "the update did not become visible within 5 s");
-    let fenced: i64 = c
-        .query_one(
-            "SELECT misses_fenced FROM memopt.stats WHERE \"table\" = 't'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let fenced: i64 = memopt_check::scalar(
+        &mut c,
+        "SELECT misses_fenced FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await
+    .unwrap();
     assert!(
         fenced > 0,
         "the reader was not held off by the writer's fence"
     );
-    let got: String = c
-        .query_one("SELECT (memopt.get('t', 1)::text::t).v", &[])
+    let got: String = memopt_check::scalar(&mut c, "SELECT (memopt.get('t', 1)::text::t).v")
         .await
-        .unwrap()
-        .get(0)
         .unwrap();
     assert_eq!(got, "new");
 
@@ -190,46 +173,34 @@ async fn a_writer_killed_with_its_fence_up_leaves_right_answers_after_the_restar
         "new",
         "memopt.get after the crash"
     );
-    let wrong: i64 = c
-        .query_one(
-            "SELECT count(*) FROM generate_series(1, 1000) k
+    let wrong: i64 = memopt_check::scalar(
+        &mut c,
+        "SELECT count(*) FROM generate_series(1, 1000) k
               WHERE (SELECT v FROM t WHERE t.k = k.k)
                     IS DISTINCT FROM CASE WHEN k = 1 THEN 'new' ELSE 'v' || k END",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    )
+    .await
+    .unwrap();
     assert_eq!(wrong, 0);
     // The key fills and is served: no fence outlived the crash.
-    let hits_before: i64 = c
-        .query_one(
-            "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let hits_before: i64 = memopt_check::scalar(
+        &mut c,
+        "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await
+    .unwrap();
     for _ in 0..3 {
-        let v: String = c
-            .query_one("SELECT v FROM t WHERE k = 1", &[])
+        let v: String = memopt_check::scalar(&mut c, "SELECT v FROM t WHERE k = 1")
             .await
-            .unwrap()
-            .get(0)
             .unwrap();
         assert_eq!(v, "new");
     }
-    let hits_after: i64 = c
-        .query_one(
-            "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0)
-        .unwrap();
+    let hits_after: i64 = memopt_check::scalar(
+        &mut c,
+        "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await
+    .unwrap();
     assert!(
         hits_after >= hits_before + 2,
         "key 1 is not served after the restart"
