@@ -153,6 +153,19 @@ impl BorrowSite {
         };
     }
 
+    /// Called by the slot's owner when borrow `borrow` was made on another thread for a
+    /// caller (`PgPool::get_blocking` waits on the pool's runtime): `at`, captured on the
+    /// caller's thread, replaces the lend's backtrace, which showed only the runtime's frames.
+    /// A site already reported, or one of another borrow, is left as it is.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn borrowed_at(&self, borrow: u64, at: Backtrace) {
+        let mut site = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if site.borrow == borrow && !site.reported {
+            site.at = Some(at);
+        }
+    }
+
     /// Called by the slot's owner as the connection comes back: a borrow reported as a
     /// possible leak says it ended, so the warning is not left standing.
     #[cold]

@@ -319,6 +319,9 @@ struct Shared {
     runtime_gone: Arc<AtomicBool>,
     /// The sub-pools' borrow timeout: bounds `get_blocking`'s wait for its answer.
     borrow_timeout: Duration,
+    /// The sub-pools report leaks (`Config::leak_warning`): `get_blocking` captures its
+    /// caller's backtrace for them.
+    leak_warning: bool,
     /// The runtime the pool was built on (`get_blocking` runs its borrow there).
     runtime: tokio::runtime::Handle,
 }
@@ -493,6 +496,7 @@ impl PgPoolBuilder {
             looked: Notify::new(),
             runtime_gone: Arc::new(AtomicBool::new(false)),
             borrow_timeout: self.pool.borrow_timeout,
+            leak_warning: self.pool.leak_warning.is_some(),
             runtime: tokio::runtime::Handle::current(),
         });
         let weak = Arc::downgrade(&shared);
@@ -638,10 +642,21 @@ impl PgPool {
         }
         // The async borrow, run on the pool's runtime: it re-picks when its server goes down
         // or is drained, where a thread parked on one sub-pool would sleep to the timeout.
+        // The leak warning must name this caller, not the runtime's worker where the lend
+        // happens: capture its backtrace here (only with `leak_warning` set, as a lend does)
+        // and give it to the borrow.
+        let site = self
+            .shared
+            .leak_warning
+            .then(std::backtrace::Backtrace::force_capture);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let pool = self.clone();
         self.shared.runtime.spawn(async move {
-            let _ = tx.send(pool.get(role).await);
+            let borrowed = pool.get(role).await;
+            if let (Ok(conn), Some(site)) = (&borrowed, site) {
+                conn.conn.borrowed_at(site);
+            }
+            let _ = tx.send(borrowed);
         });
         // Called inside the pool's own runtime (which the docs forbid from its tasks), this
         // thread may block the very worker that would answer, and the answer never comes: the

@@ -171,6 +171,20 @@ impl<M: Manager> Pooled<M> {
         self.pool.attachments[self.slot()].set_labels_if(Arc::new(labels), || self.owns_slot());
     }
 
+    /// Records `at` as where this borrow was made, for the leak warning
+    /// ([`crate::Builder::leak_warning`]): a borrow made on another thread on the caller's
+    /// behalf would otherwise be reported with that thread's frames, not the caller's. A no-op
+    /// without `leak_warning`, or once the pool reclaimed the borrow (the slot's site is then
+    /// another borrow's).
+    pub(crate) fn borrowed_at(&self, at: std::backtrace::Backtrace) {
+        if self.pool.watches_leaks && self.owns_slot() {
+            let i = self.slot();
+            // Written only by the slot's owner, which this guard is: its own lend's count.
+            let borrow = self.pool.core.slots[i].borrows.load(Ordering::Relaxed);
+            self.pool.attachments[i].borrow_site.borrowed_at(borrow, at);
+        }
+    }
+
     /// Closes the connection when this guard drops, instead of returning it to the pool (for a
     /// connection the caller knows is unusable).
     pub fn discard(mut self) {
