@@ -273,13 +273,15 @@ impl Server {
         Outstanding(self.state.clone())
     }
 
-    /// An idle connection that needs no validation, if one is there now: the lock-free fast
-    /// path of every borrow.
-    fn take_idle(&self) -> Option<PgPooled> {
-        // `try_get` closes any it finds closed while idle. One that needs validating goes
-        // back; the caller's wait validates.
+    /// An idle connection, if one is there now: the lock-free fast path of every borrow.
+    fn take_idle(&self) -> Option<Idle> {
+        // `try_get` closes any it finds closed while idle.
         let conn = self.pool.try_get()?;
-        (!self.pool.needs_validation(&conn)).then(|| self.lent(conn))
+        Some(if self.pool.needs_validation(&conn) {
+            Idle::Due(conn)
+        } else {
+            Idle::Ready(self.lent(conn))
+        })
     }
 
     fn lent(&self, conn: Pooled<ServerManager>) -> PgPooled {
@@ -288,6 +290,16 @@ impl Server {
             _counted: self.count(),
         }
     }
+}
+
+/// What a borrow's fast path found idle on a server.
+enum Idle {
+    /// Lendable as it is.
+    Ready(PgPooled),
+    /// Idle for longer than `validate_after`'s window: the borrow's wait validates it
+    /// (`Pool::get_waiting`). Never dropped back unvalidated: its return would stamp it as
+    /// just returned, and the wait would then take it again and lend it unvalidated.
+    Due(Pooled<ServerManager>),
 }
 
 struct Shared {
@@ -559,7 +571,7 @@ impl PgPool {
     /// [`PoolError::NoServer`] at once if no server of that role is up, naming each server's
     /// state; otherwise as [`Pool::get`].
     pub async fn get(&self, role: Role) -> Result<PgPooled, PoolError> {
-        self.borrow(role, true, |pool| pool.get()).await
+        self.borrow(role, true, None, |pool| pool.get()).await
     }
 
     /// Borrows as [`PgPool::get`] does, the idle connection of a `role` server cheapest to
@@ -592,7 +604,7 @@ impl PgPool {
         wanted: &Labels,
         labeling: &L,
     ) -> Result<PgPooled, PoolError> {
-        self.borrow(role, false, |pool| pool.get_labeled(wanted, labeling))
+        self.borrow(role, false, None, |pool| pool.get_labeled(wanted, labeling))
             .await
     }
 
@@ -637,9 +649,21 @@ impl PgPool {
     /// # Errors
     /// As [`PgPool::get`]; [`Pool::get_blocking`] for the rest.
     pub fn get_blocking(&self, role: Role) -> Result<PgPooled, PoolError> {
-        if let Some(conn) = self.pick(role).and_then(Server::take_idle) {
-            return Ok(conn);
-        }
+        // A connection due for validation goes to the borrow, which validates it on the
+        // runtime, with the server it was found on.
+        let due = match self.pick(role).map(|s| (s, s.take_idle())) {
+            Some((_, Some(Idle::Ready(conn)))) => return Ok(conn),
+            Some((server, Some(Idle::Due(conn)))) => {
+                let i = self
+                    .shared
+                    .servers
+                    .iter()
+                    .position(|s| std::ptr::eq(s, server))
+                    .expect("picked among the pool's servers");
+                Some((i, conn))
+            }
+            _ => None,
+        };
         // The async borrow, run on the pool's runtime: it re-picks when its server goes down
         // or is drained, where a thread parked on one sub-pool would sleep to the timeout.
         // The leak warning must name this caller, not the runtime's worker where the lend
@@ -652,7 +676,8 @@ impl PgPool {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let pool = self.clone();
         self.shared.runtime.spawn(async move {
-            let borrowed = pool.get(role).await;
+            let due = due.map(|(i, conn)| (&pool.shared.servers[i], conn));
+            let borrowed = pool.borrow(role, true, due, |pool| pool.get()).await;
             if let (Ok(conn), Some(site)) = (&borrowed, site) {
                 conn.conn.borrowed_at(site);
             }
@@ -684,11 +709,13 @@ impl PgPool {
     /// The common borrow: the fast path takes an idle connection of the least-loaded server
     /// without touching any lock; otherwise waits on that server's sub-pool, and picks again
     /// if the server goes down meanwhile.
-    /// `any_idle`: whether any idle connection will do (not for labeled borrows).
+    /// `any_idle`: whether any idle connection will do (not for labeled borrows). `due`: a
+    /// connection the caller's fast path found due for validation, and its server.
     async fn borrow<'a, F, Fut>(
         &'a self,
         role: Role,
         any_idle: bool,
+        mut due: Option<(&'a Server, Pooled<ServerManager>)>,
         get: F,
     ) -> Result<PgPooled, PoolError>
     where
@@ -700,7 +727,15 @@ impl PgPool {
         }
         let mut first_look = None;
         loop {
-            let Some(server) = self.pick(role) else {
+            // The caller's connection due for validation, while its server still serves the
+            // role (else it goes back: its server no longer lends it for this role).
+            let (picked, mut first) = match due.take() {
+                Some((server, conn)) if self.candidates(role).any(|s| std::ptr::eq(s, server)) => {
+                    (Some(server), Some(conn))
+                }
+                _ => (self.pick(role), None),
+            };
+            let Some(server) = picked else {
                 // A pool just built (e.g. by the registry), none of whose servers the monitor
                 // has reached yet: wait for its first look (within the borrow timeout and a
                 // probe's), not NoServer. Once any server is up, a role none serves fails at
@@ -726,10 +761,14 @@ impl PgPool {
             // a promotion. Such a connection goes back and the borrow picks again, so a
             // Role::Primary borrower never gets a standby, nor a Role::Standby one a primary.
             let fits = |conn: PgPooled| (state.role() == picked_as).then_some(conn);
-            if let Some(conn) = any_idle.then(|| server.take_idle()).flatten() {
-                match fits(conn) {
-                    Some(conn) => return Ok(conn),
-                    None => continue,
+            if first.is_none() && any_idle {
+                match server.take_idle() {
+                    Some(Idle::Ready(conn)) => match fits(conn) {
+                        Some(conn) => return Ok(conn),
+                        None => continue,
+                    },
+                    Some(Idle::Due(conn)) => first = Some(conn),
+                    None => {}
                 }
             }
             // Listen for the server going down before looking at it, so a mark-down between
@@ -741,8 +780,15 @@ impl PgPool {
                 continue;
             }
             let counted = server.count();
+            let wait = async {
+                match first {
+                    // Validated first (and, if it fails, the wait goes on as `get`'s).
+                    Some(conn) => server.pool.get_waiting(Some(conn)).await,
+                    None => get(&server.pool).await,
+                }
+            };
             tokio::select! {
-                conn = get(&server.pool) => {
+                conn = wait => {
                     if let Some(conn) = fits(PgPooled { conn: conn?, _counted: counted }) {
                         return Ok(conn);
                     }
