@@ -154,7 +154,9 @@ impl<M: Manager> Builder<M> {
     /// server restart gets a working connection instead of a dead one. The check counts
     /// against the borrow timeout: a connection not validated by then is closed and the
     /// borrow fails with [`PoolError::Timeout`]. Each check is also bounded by
-    /// [`Builder::validation_timeout`].
+    /// [`Builder::validation_timeout`]. Idleness is read on the pool clock, which steps at
+    /// least every 100 ms (or a tenth of the window) while this is set; a zero window
+    /// validates every borrow.
     pub fn validate_after(mut self, window: Duration) -> Self {
         self.config.validate_after = Some(window);
         self
