@@ -165,7 +165,10 @@ impl Client {
     /// True if the connection can serve another user as it is: not broken, settled (no reply
     /// of a dropped call still owed, no dropped COPY pending), and not inside a transaction (a
     /// dropped [`crate::Transaction`] has its `ROLLBACK` queued ahead of the next request,
-    /// which counts as out). What a pool checks when a connection comes back.
+    /// which counts as out: check [`Client::transaction_status`] too to know the server's
+    /// session is out, as `slipstream-pool`'s `PgManager` does, since until that next request
+    /// the session keeps the transaction and its locks). What a pool checks when a connection
+    /// comes back.
     ///
     /// A call dropped part-way (a timeout, `select!`) leaves replies owed; until they are read
     /// the transaction status is not known (a dropped `BEGIN` may have run), so the answer is

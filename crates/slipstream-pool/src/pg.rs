@@ -39,6 +39,16 @@ const RESET_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 const SESSION_RESET: &str = "SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; RESET ALL; UNLISTEN *; \
                              SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES";
 
+/// Whether `conn` may go back to the pool as it is: reusable, and outside a transaction on
+/// the server too. `Client::is_reusable` counts a dropped `Transaction` as out, since its
+/// `ROLLBACK` is queued ahead of the next request; but that request may be far off, and the
+/// session sat in the pool inside the transaction until then, holding its locks (another
+/// borrower's statement on those rows waited for it, maybe for ever). Such a connection is
+/// reset now (the settle sends the queued `ROLLBACK`), or closed under [`Reset::None`].
+fn clean(conn: &Client) -> bool {
+    conn.is_reusable() && conn.transaction_status() == TransactionStatus::Idle
+}
+
 /// Opens slipstream-pg connections for a [`crate::Pool`]. A connection that comes back broken
 /// is closed; one left inside a transaction is rolled back on the pool's task ([`Reset`]). The
 /// statement cache of each connection survives from one borrower to the next. A connection the
@@ -100,7 +110,7 @@ impl Manager for PgManager {
     }
 
     fn is_broken(&self, conn: &Client) -> bool {
-        conn.is_broken() || (self.reset == Reset::None && !conn.is_reusable())
+        conn.is_broken() || (self.reset == Reset::None && !clean(conn))
     }
 
     /// What the server sent while the connection sat idle, read without waiting
@@ -113,7 +123,7 @@ impl Manager for PgManager {
     fn needs_reset(&self, conn: &Client) -> bool {
         match self.reset {
             Reset::None => false,
-            Reset::Rollback => !conn.is_reusable(),
+            Reset::Rollback => !clean(conn),
             Reset::Session => true,
         }
     }

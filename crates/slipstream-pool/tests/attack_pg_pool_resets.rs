@@ -158,3 +158,96 @@ async fn a_half_read_stream_or_failed_transaction_reaches_no_next_borrower() {
         .await;
     }
 }
+
+/// The number of other sessions idle inside a transaction.
+async fn idle_in_transaction(watcher: &mut slipstream_pg::Client) -> i64 {
+    watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap()
+}
+
+/// Promise (docs/pool.md): a connection "left inside a transaction is rolled back on the
+/// pool's task before it is lent again (`Reset::Rollback`, the default)"; under `Reset::None`
+/// such a connection "is closed instead of lent again". Either way, no session sits in the pool
+/// inside the last borrower's transaction, holding its locks.
+///
+/// Steps: a two-connection `PgPool` per mode; a borrower updates a row in a
+/// `Client::transaction` and drops it uncommitted (an early return, a `?`), then returns the
+/// connection. Within 10 s no session may be idle in a transaction, and another session's
+/// update of that row (lock_timeout 5 s) must go through.
+///
+/// Before the fix: the dropped `Transaction` queues its `ROLLBACK` in the client, to go out
+/// with the connection's next request, and `Client::is_reusable` counts that as out of the
+/// transaction; so the pool put the connection back idle with no reset (or, under `None`,
+/// kept it). The server session stayed "idle in transaction" holding the row lock for as long
+/// as the connection sat in the pool: here for ever, the other session's update failing on
+/// its lock timeout (a borrower of the other pooled connection would wait the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transaction_holds_no_lock_while_its_connection_sits_in_the_pool() {
+    let cluster = Cluster::start().unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, n int); INSERT INTO t VALUES (1, 0)")
+        .await
+        .unwrap();
+    for reset in [Reset::Rollback, Reset::None] {
+        let pool = PgPool::builder(common::hosts(&[cluster.port()], "").parse().unwrap())
+            .max_size(2)
+            .reset_on_return(reset)
+            .build_ready()
+            .await
+            .unwrap();
+        {
+            let mut conn = pool.get(Role::Primary).await.unwrap();
+            let mut tx = conn.transaction().await.unwrap();
+            tx.execute("UPDATE t SET n = n + 1 WHERE id = 1", &[])
+                .await
+                .unwrap();
+            // Dropped uncommitted, then the connection goes back.
+        }
+        let mut left = idle_in_transaction(&mut watcher).await;
+        for _ in 0..200 {
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            left = idle_in_transaction(&mut watcher).await;
+        }
+        let update = watcher
+            .batch_execute(
+                "SET lock_timeout = '5s'; UPDATE t SET n = n + 10 WHERE id = 1; \
+                 RESET lock_timeout",
+            )
+            .await;
+        assert!(
+            left == 0 && update.is_ok(),
+            "{reset:?}: a returned connection sits in the pool inside its dropped \
+             transaction ({left} idle in transaction), holding its row lock: {update:?}"
+        );
+        let n: i32 = watcher
+            .query_one("SELECT n FROM t WHERE id = 1", &[])
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        assert_eq!(
+            n % 10,
+            0,
+            "{reset:?}: the dropped transaction's update was kept"
+        );
+        // The pool still lends.
+        pool.get(Role::Primary)
+            .await
+            .unwrap()
+            .batch_execute("SELECT 1")
+            .await
+            .unwrap();
+    }
+}
