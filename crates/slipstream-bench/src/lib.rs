@@ -74,3 +74,10 @@ pub use table::Table;
 pub use think::{ThinkTime, parse_duration};
 pub use transaction::{Session, StatementCounts, Transaction, TxError};
 pub use workload::Workload;
+
+/// The guide, compiled: `cargo test --doc -p slipstream-bench` builds every ```rust block of
+/// docs/custom-transactions.md, so a guide whose example no longer compiles against today's API fails the tests
+/// instead of misleading a reader.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/custom-transactions.md")]
+mod custom_transactions_guide {}

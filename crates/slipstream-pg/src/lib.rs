@@ -156,3 +156,22 @@ pub use transaction::{IsolationLevel, Transaction, TransactionBuilder};
 
 /// PostgreSQL types and the `ToSql`/`FromSql` traits (the `postgres-types` crate).
 pub use postgres_types as types;
+
+/// The client's guides, compiled: `cargo test --doc -p slipstream-pg` builds every ```rust
+/// block of README.md and the guides below (as `no_run` doctests), so a guide whose example no
+/// longer compiles against today's API fails the tests instead of misleading a reader.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../../../README.md")]
+    mod readme {}
+    #[doc = include_str!("../../../docs/client.md")]
+    mod client {}
+    #[doc = include_str!("../../../docs/pipelining.md")]
+    mod pipelining {}
+    #[doc = include_str!("../../../docs/statement-cache.md")]
+    mod statement_cache {}
+    #[doc = include_str!("../../../docs/fetch-size.md")]
+    mod fetch_size {}
+    #[doc = include_str!("../../../docs/memopt.md")]
+    mod memopt {}
+}

@@ -72,3 +72,10 @@ pub use pooled::Pooled;
 #[cfg(not(loom))]
 pub use registry::Registry;
 pub use stats::Stats;
+
+/// The guide, compiled: `cargo test --doc -p slipstream-pool` builds every ```rust block of
+/// docs/pool.md, so a guide whose example no longer compiles against today's API fails the tests
+/// instead of misleading a reader.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/pool.md")]
+mod pool_guide {}

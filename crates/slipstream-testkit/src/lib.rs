@@ -37,3 +37,10 @@ pub use error::Error;
 pub use install::{INSTALL_HINT, Install, free_port};
 pub use pin::{pin_current_thread, pin_process, unpin_current_thread, unpin_process};
 pub use proxy::{DelayProxy, ProxyOverhead, measure_overhead};
+
+/// The guide, compiled: `cargo test --doc -p slipstream-testkit` builds every ```rust block of
+/// docs/testkit.md, so a guide whose example no longer compiles against today's API fails the tests
+/// instead of misleading a reader.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/testkit.md")]
+mod testkit_guide {}
