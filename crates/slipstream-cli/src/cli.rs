@@ -448,6 +448,55 @@ mod tests {
         assert!(err.to_string().contains("use slower"), "{err}");
     }
 
+    /// Promise (README.md, "Guides": each feature has a guide; the brief of docs/: every flag a
+    /// user can pass is explained somewhere a user reads). Steps: walk every subcommand's
+    /// arguments and look for each `--long` name in README.md and docs/*.md. Before, `compare
+    /// --transaction` and `demo --full` were in `--help` and in no doc.
+    #[test]
+    fn every_long_flag_is_explained_in_the_readme_or_a_guide() {
+        use clap::CommandFactory;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut docs = std::fs::read_to_string(root.join("README.md")).unwrap();
+        for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                docs.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+        // `--flag` followed by something that cannot continue a flag's name.
+        let mentioned = |flag: &str| {
+            docs.match_indices(flag).any(|(at, _)| {
+                !docs[at + flag.len()..]
+                    .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+            })
+        };
+        fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+            for arg in cmd.get_arguments() {
+                if let Some(long) = arg.get_long()
+                    && long != "help"
+                    && long != "version"
+                {
+                    out.push((path.to_string(), format!("--{long}")));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut flags = Vec::new();
+        walk(&Cli::command(), "slipstream", &mut flags);
+        assert!(flags.len() > 20, "walked too few flags: {flags:?}");
+        let missing: Vec<String> = flags
+            .iter()
+            .filter(|(_, flag)| !mentioned(flag))
+            .map(|(cmd, flag)| format!("{cmd} {flag}"))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "flags in --help that neither README.md nor docs/*.md explains: {missing:?}"
+        );
+    }
+
     #[test]
     fn a_missing_argument_is_an_error() {
         assert!(Cli::try_parse_from(["slipstream", "sql"]).is_err());
