@@ -5,6 +5,7 @@ mod attack_client;
 mod attack_connect;
 mod attack_connect_prefer;
 mod attack_connect_url;
+mod attack_docs;
 mod attack_pipeline_outcomes;
 mod attack_routing_and_auth;
 mod attack_server_state;

@@ -1,0 +1,170 @@
+//! The guides' examples, run: docs/statement-cache.md, docs/pipelining.md and docs/client.md
+//! state results in their examples (`assert_eq!`, comments saying what comes back). The
+//! doctests in `src/lib.rs` only compile those examples (they name hosts that do not exist);
+//! these tests run the same calls on a real cluster and hold the stated results. All held
+//! when written (session 43); they are here so that a change of behaviour fails a test
+//! instead of leaving a guide wrong.
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+use slipstream_pg::{ErrorKind, PipelineMode, PipelineOptions, Uncached};
+use slipstream_testkit::Cluster;
+
+/// Holds. docs/statement-cache.md's example: with `statement_cache_size=100`, a thousand runs
+/// of one SQL text with an `i32` are one miss and 999 hits; `Uncached` does not touch the
+/// cache.
+#[tokio::test]
+async fn statement_cache_guide_example_counts_one_miss_and_999_hits() {
+    let cluster = Cluster::start().unwrap();
+    let mut client = slipstream_pg::connect(&format!("{}?statement_cache_size=100", cluster.url()))
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE fetch_test (id int PRIMARY KEY, data text);
+             INSERT INTO fetch_test SELECT g, 'row ' || g FROM generate_series(1, 10) g;
+             CREATE TABLE jobs (id int8 PRIMARY KEY, state text)",
+        )
+        .await
+        .unwrap();
+    for id in 1..=1000i32 {
+        client
+            .query_opt("SELECT data FROM fetch_test WHERE id = $1", &[&id])
+            .await
+            .unwrap();
+    }
+    let s = client.statement_cache_stats();
+    assert_eq!((s.misses, s.hits), (1, 999), "{s:?}");
+    assert_eq!(s.capacity, 100, "{s:?}");
+    client
+        .execute(
+            &Uncached("UPDATE jobs SET state = 'done' WHERE id = $1"),
+            &[&7i64],
+        )
+        .await
+        .unwrap();
+    let after = client.statement_cache_stats();
+    assert_eq!(
+        (after.misses, after.hits, after.size),
+        (1, 999, 1),
+        "Uncached went through the cache: {after:?}"
+    );
+}
+
+/// Holds. docs/pipelining.md, abort on error: with operation 1 failing, operation 2's result
+/// is an `ErrorKind::Aborted` error whose `aborted_by()` names operation 1, and the block's
+/// first update is rolled back with it and reported as aborted, not done ("a failure rolls
+/// back the whole block", README; the modes table).
+#[tokio::test]
+async fn pipelining_guide_abort_example_names_the_failed_operation() {
+    let (_cluster, mut client) = crate::setup().await;
+    client
+        .batch_execute(
+            "CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL);
+             INSERT INTO accounts VALUES (1, 100), (2, 100), (3, 100)",
+        )
+        .await
+        .unwrap();
+    let mut p = client.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+    let debit = p
+        .execute(
+            "UPDATE accounts SET balance = balance - 10 WHERE id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let bad = p
+        .execute(
+            "UPDATE accounts SET balance = balance / 0 WHERE id = 2",
+            &[],
+        )
+        .await
+        .unwrap();
+    let credit = p
+        .execute(
+            "UPDATE accounts SET balance = balance + 10 WHERE id = 3",
+            &[],
+        )
+        .await
+        .unwrap();
+    let results = p.end().await;
+    let e = results[credit.id() as usize].as_ref().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert_eq!(e.aborted_by(), Some(bad.id()), "{e}");
+    let first = e.as_db_error().expect("operation 1's error rides along");
+    assert_eq!(first.code(), slipstream_pg::SqlState::DIVISION_BY_ZERO);
+    assert!(results[bad.id() as usize].is_err());
+    // The debit ran before the failure, in the same implicit transaction: rolled back with it
+    // and reported so ("Rolled-back work is never reported as done").
+    let d = results[debit.id() as usize].as_ref().unwrap_err();
+    assert_eq!(
+        (d.kind(), d.aborted_by()),
+        (ErrorKind::Aborted, Some(bad.id())),
+        "{d}"
+    );
+    let balance: i32 = client
+        .query_one("SELECT balance FROM accounts WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(balance, 100, "the block's debit was not rolled back");
+}
+
+/// Holds. docs/client.md, Streams: `take(3)` gives three rows, `try_fold` sums every row, a
+/// stream `forward`ed into `copy_in` loads every chunk and `rows()` says how many, and
+/// `copy_out` collected gives them back.
+#[tokio::test]
+async fn client_guide_stream_examples_give_what_they_say() {
+    use slipstream_pg::FetchSize;
+    let (_cluster, mut client) = crate::setup().await;
+    let rows = client
+        .query_stream_with(
+            "SELECT g FROM generate_series(1, 1000000) g",
+            &[],
+            FetchSize::Rows(100),
+        )
+        .await
+        .unwrap();
+    let first: Vec<slipstream_pg::Row> = rows.take(3).try_collect().await.unwrap();
+    let firsts: Vec<i32> = first.iter().map(|r| r.get(0).unwrap()).collect();
+    assert_eq!(firsts, [1, 2, 3]);
+
+    let rows = client
+        .query_stream_with(
+            "SELECT g FROM generate_series(1, 1000000) g",
+            &[],
+            FetchSize::Rows(1000),
+        )
+        .await
+        .unwrap();
+    let sum = rows
+        .try_fold(0i64, |acc, row| async move {
+            Ok(acc + row.get::<_, i32>(0)? as i64)
+        })
+        .await
+        .unwrap();
+    assert_eq!(sum, 1_000_000 * 1_000_001 / 2);
+
+    client
+        .batch_execute("CREATE TABLE items (id int PRIMARY KEY, name text)")
+        .await
+        .unwrap();
+    let lines = stream::iter(0..1000)
+        .map(|i| Ok::<_, slipstream_pg::Error>(bytes::Bytes::from(format!("{i}\titem {i}\n"))));
+    let mut copy = client
+        .copy_in("COPY items (id, name) FROM STDIN")
+        .await
+        .unwrap();
+    lines.forward(&mut copy).await.unwrap();
+    assert_eq!(copy.rows(), Some(1000));
+    drop(copy);
+    let chunks: Vec<bytes::Bytes> = client
+        .copy_out("COPY items TO STDOUT")
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(chunks.len(), 1000, "one row per chunk in text format");
+    assert_eq!(&chunks[999][..], b"999\titem 999\n");
+}
