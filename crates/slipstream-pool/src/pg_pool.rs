@@ -112,6 +112,20 @@ impl ServerState {
         }
     }
 
+    /// A promoted standby says so on its open connections (`in_hot_standby` is reported
+    /// with the first reply after it changes): the role moves without waiting for a
+    /// reconnect or a probe. Only that way: a connection that ran nothing since the
+    /// promotion still carries the old report, and a primary becomes a standby only through
+    /// a restart, which breaks its connections (the reconnect and the probe learn that).
+    /// Called wherever the pool has a connection in hand after SQL ran on it: a return (and
+    /// the end of its reset), and a borrow about to be lent (its validation or labeling may
+    /// be the first to read the new report).
+    fn learn_promotion(&self, conn: &Client) {
+        if reported_role(conn) == Some(PRIMARY) && self.role.load(Ordering::Relaxed) == STANDBY {
+            self.role.store(PRIMARY, Ordering::Relaxed);
+        }
+    }
+
     /// Records why the last connect to it failed, and whether that was a refused login.
     fn failed(&self, error: String, login_refused: bool) {
         let mut last = lock(&self.last_error);
@@ -219,16 +233,7 @@ impl Manager for ServerManager {
             self.suspect();
             return true;
         }
-        // A promoted standby says so on its open connections (`in_hot_standby` is reported
-        // when it changes): the role moves without waiting for a reconnect or a probe. Only
-        // that way: a connection that ran nothing since the promotion still carries the old
-        // report, and a primary becomes a standby only through a restart, which breaks its
-        // connections (the reconnect and the probe learn that).
-        if reported_role(conn) == Some(PRIMARY)
-            && self.state.role.load(Ordering::Relaxed) == STANDBY
-        {
-            self.state.role.store(PRIMARY, Ordering::Relaxed);
-        }
+        self.state.learn_promotion(conn);
         if !self.state.serving() {
             // Its share is held back from the others until its lent connections are closed:
             // the monitor gives it out again.
@@ -760,7 +765,12 @@ impl PgPool {
             // connection learns a restart as a standby (the manager records it), a returned one
             // a promotion. Such a connection goes back and the borrow picks again, so a
             // Role::Primary borrower never gets a standby, nor a Role::Standby one a primary.
-            let fits = |conn: PgPooled| (state.role() == picked_as).then_some(conn);
+            // The connection's own latest report counts too: a validation or a labeling
+            // run on the way may be the first to have read a promotion.
+            let fits = |conn: PgPooled| {
+                state.learn_promotion(&conn);
+                (state.role() == picked_as).then_some(conn)
+            };
             if first.is_none() && any_idle {
                 match server.take_idle() {
                     Some(Idle::Ready(conn)) => match fits(conn) {
