@@ -416,6 +416,164 @@ mod tests {
         assert!(e.contains("exponent"), "{e}");
     }
 
+    /// Pearson's chi-square of `observed` counts against `expected` probabilities (which sum
+    /// to 1), and the bound it must stay under: df + 6 sqrt(2 df), about p < 1e-7 for the
+    /// degrees of freedom here. The draws are seeded, so a pass is repeatable; a generator
+    /// off by one bin (an exclusive bound) puts tens of thousands into the statistic.
+    fn chi_square(observed: &[u64], expected: &[f64]) -> (f64, f64) {
+        let n: u64 = observed.iter().sum();
+        let stat = observed
+            .iter()
+            .zip(expected)
+            .map(|(&o, &p)| {
+                let e = p * n as f64;
+                (o as f64 - e).powi(2) / e
+            })
+            .sum();
+        let df = (observed.len() - 1) as f64;
+        (stat, df + 6.0 * (2.0 * df).sqrt())
+    }
+
+    /// Counts of each integer in `lo..=hi` among the draws; a draw outside fails the test.
+    fn histogram_of(spec: ParamSpec, n: usize, lo: i64, hi: i64) -> Vec<u64> {
+        let mut counts = vec![0u64; (hi - lo + 1) as usize];
+        for v in draws(spec, n) {
+            let x: i64 = v.parse().unwrap();
+            assert!((lo..=hi).contains(&x), "{x} outside {lo}..={hi}");
+            counts[(x - lo) as usize] += 1;
+        }
+        counts
+    }
+
+    /// Holds. Promise (docs/custom-transactions.md, the `dist` table): `uniform` draws
+    /// integers uniform in `min..=max`, both bounds included. Steps: 100,000 draws in 3..=12
+    /// (a negative range too), chi-square against 1/10 each.
+    #[test]
+    fn uniform_is_uniform_with_both_bounds_included() {
+        for (lo, hi) in [(3, 12), (-7, 2)] {
+            let counts = histogram_of(ParamSpec::Uniform { min: lo, max: hi }, 100_000, lo, hi);
+            let (stat, bound) = chi_square(&counts, &[0.1; 10]);
+            assert!(
+                stat < bound,
+                "{lo}..={hi}: chi-square {stat:.1} >= {bound:.1}: {counts:?}"
+            );
+        }
+    }
+
+    /// Holds. Promise (the `dist` table): `zipfian` draws integers in `min..=max`, `min` the
+    /// most frequent, rank k with weight 1/k^exponent; exponent 0 is uniform. Steps: 100,000
+    /// draws over ten values from 5, for exponents 0, 0.5, 1 (its own branch in the sampler),
+    /// 1.1 and 2.5, chi-square against the normalised weights.
+    #[test]
+    fn zipfian_ranks_have_weight_one_over_k_to_the_exponent() {
+        for exponent in [0.0, 0.5, 1.0, 1.1, 2.5] {
+            let counts = histogram_of(
+                ParamSpec::Zipfian {
+                    min: 5,
+                    max: 14,
+                    exponent,
+                },
+                100_000,
+                5,
+                14,
+            );
+            let weights: Vec<f64> = (1..=10).map(|k| (k as f64).powf(-exponent)).collect();
+            let total: f64 = weights.iter().sum();
+            let expected: Vec<f64> = weights.iter().map(|w| w / total).collect();
+            let (stat, bound) = chi_square(&counts, &expected);
+            assert!(
+                stat < bound,
+                "exponent {exponent}: chi-square {stat:.1} >= {bound:.1}: {counts:?}"
+            );
+        }
+    }
+
+    /// Holds. Promise (the `dist` table): `string` draws lengths in `min_len..=max_len`
+    /// (characters, not bytes) and characters from `alphabet`, uniformly; `choice` one of
+    /// its values, uniformly. Steps: 60,000 strings of 0..=5 characters from a three-letter
+    /// non-ASCII alphabet, chi-square of the lengths and of the letters; 60,000 choices of
+    /// four values.
+    #[test]
+    fn strings_and_choices_are_uniform() {
+        let strings = draws(
+            ParamSpec::String {
+                min_len: 0,
+                max_len: 5,
+                alphabet: Some("αβγ".into()),
+            },
+            60_000,
+        );
+        let mut lengths = [0u64; 6];
+        let mut letters = [0u64; 3];
+        for s in &strings {
+            lengths[s.chars().count()] += 1;
+            for c in s.chars() {
+                letters["αβγ"
+                    .chars()
+                    .position(|a| a == c)
+                    .expect("from the alphabet")] += 1;
+            }
+        }
+        let (stat, bound) = chi_square(&lengths, &[1.0 / 6.0; 6]);
+        assert!(stat < bound, "lengths: chi-square {stat:.1}: {lengths:?}");
+        let (stat, bound) = chi_square(&letters, &[1.0 / 3.0; 3]);
+        assert!(stat < bound, "letters: chi-square {stat:.1}: {letters:?}");
+
+        let values = ["a", "b", "c", "d"];
+        let mut counts = [0u64; 4];
+        for v in draws(
+            ParamSpec::Choice {
+                values: values.iter().map(|v| v.to_string()).collect(),
+            },
+            60_000,
+        ) {
+            counts[values.iter().position(|x| *x == v).unwrap()] += 1;
+        }
+        let (stat, bound) = chi_square(&counts, &[0.25; 4]);
+        assert!(stat < bound, "choices: chi-square {stat:.1}: {counts:?}");
+    }
+
+    /// Holds. Promise (the `dist` table): `gaussian` draws Normal(mean, sd) rounded to
+    /// `decimals`. Steps: 100,000 draws of N(40, 7) at 2 decimals, unbounded: every value
+    /// has exactly two decimals, and the counts in the six bins cut at mean +- 0, 1 and 2 sd
+    /// match the normal's probabilities by chi-square.
+    #[test]
+    fn gaussian_is_normal_at_its_decimals() {
+        let (mean, sd) = (40.0, 7.0);
+        // Phi(1) - Phi(0), Phi(2) - Phi(1), 1 - Phi(2), mirrored.
+        let (p1, p2, p3) = (0.341_344_746, 0.135_905_122, 0.022_750_132);
+        let mut bins = [0u64; 6];
+        for v in draws(
+            ParamSpec::Gaussian {
+                mean,
+                sd,
+                min: None,
+                max: None,
+                decimals: 2,
+            },
+            100_000,
+        ) {
+            assert_eq!(v.split_once('.').map(|(_, d)| d.len()), Some(2), "{v}");
+            let z = (v.parse::<f64>().unwrap() - mean) / sd;
+            let bin = if z < -2.0 {
+                0
+            } else if z < -1.0 {
+                1
+            } else if z < 0.0 {
+                2
+            } else if z < 1.0 {
+                3
+            } else if z < 2.0 {
+                4
+            } else {
+                5
+            };
+            bins[bin] += 1;
+        }
+        let (stat, bound) = chi_square(&bins, &[p3, p2, p1, p1, p2, p3]);
+        assert!(stat < bound, "chi-square {stat:.1} >= {bound:.1}: {bins:?}");
+    }
+
     /// Specs that hung, panicked, aborted or drew out of range before session 33 (found by
     /// its attacker): each is refused when the file is read, saying why.
     #[test]
