@@ -47,7 +47,8 @@ use crate::workload::Workload;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSpec {
-    name: String,
+    /// Spanned: an error about the name names its line, as every other error does.
+    name: Spanned<String>,
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
@@ -174,13 +175,13 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
             "{origin}: no transactions; add at least one [[transaction]] with a name and sql"
         ));
     }
-    if let Some(why) = unprintable(&spec.name) {
-        return Err(format!(
-            "{origin}: the workload's name {:?} {why}",
-            spec.name
+    if let Some(why) = unprintable(spec.name.get_ref()) {
+        return Err(at(
+            spec.name.span(),
+            format!("the workload's name {:?} {why}", spec.name.get_ref()),
         ));
     }
-    let mut workload = Workload::new(spec.name.clone());
+    let mut workload = Workload::new(spec.name.get_ref().clone());
     let mut seen = BTreeMap::new();
     for t in &spec.transaction {
         let tx = t.get_ref();
@@ -775,6 +776,12 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
         let e =
             error("name = \"evil\\nline\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n");
         assert!(e.contains("workload's name"), "{e}");
+        // Its line too, as every other error gives (session 43, helper 47: before, only
+        // `w.toml: the workload's name ...`).
+        let e = error(
+            "# a workload\n\nname = \" \"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n",
+        );
+        assert!(e.starts_with("w.toml:3: the workload's name"), "{e}");
         for sql in [
             "",
             "   ",
