@@ -39,6 +39,13 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if args.setup {
+        // Only Order Entry's loader has a scale: a workload file's setup is its own SQL, which
+        // loads what it says, so a --scale given with one would be silently ignored.
+        if let (Source::File(_), Some(scale)) = (&source, args.scale) {
+            anyhow::bail!(
+                "--scale {scale} applies only to Order Entry's --setup: a workload file's setup SQL loads what it says. Drop --scale, or change the sizes in the file's `setup`"
+            );
+        }
         return runtime.block_on(setup(
             &source,
             &args.workload,

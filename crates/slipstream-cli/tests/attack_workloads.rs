@@ -1,0 +1,101 @@
+//! Attacks on what `slipstream bench` promises about workload files and Order Entry's setup
+//! (docs/bench.md, docs/custom-transactions.md; session 43, helper 47).
+
+mod common;
+use common::refused;
+
+/// A workload file with setup SQL of its own.
+const WITH_SETUP: &str = r#"
+name = "kv"
+setup = "CREATE TABLE IF NOT EXISTS kv (k int PRIMARY KEY)"
+[[transaction]]
+name = "read"
+sql = "SELECT 1"
+"#;
+
+/// Promise (docs/bench.md, and `--scale`'s help: "Order Entry scale for --setup"): `--scale`
+/// sizes Order Entry's load; given where it cannot apply, it is an error that says so (as
+/// `--scale` without `--setup` is). Bad input is never silently dropped.
+///
+/// Steps: `bench FILE.toml --setup --scale 2` against a server that cannot be reached, so
+/// nothing runs either way.
+///
+/// Before the fix: the scale was silently ignored; the command went on to connect for the
+/// file's setup SQL (here: a connection error that says nothing of `--scale`; with a server,
+/// it ran the file's setup and said "set up", at whatever size the file has).
+#[test]
+fn a_scale_given_with_a_workload_files_setup_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.toml");
+    std::fs::write(&file, WITH_SETUP).unwrap();
+    let said = refused(
+        &[
+            "bench",
+            file.to_str().unwrap(),
+            "--setup",
+            "--scale",
+            "2",
+            "--url",
+            "postgres://nobody@127.0.0.1:1/x",
+        ],
+        dir.path(),
+        "--scale 2 applies only to Order Entry",
+    );
+    assert!(said.contains("Drop --scale"), "{said}");
+}
+
+/// Holds. Promise (docs/bench.md, "The run's context"): `slipstream bench` adds the command
+/// line and, for a workload file, its SHA-256, so a result says which file made it.
+///
+/// Steps: two one-second runs of a file, the second after a comment is added to it. Each
+/// result's `workload_sha256` is the file's SHA-256 as `sha256sum` computes it at the time
+/// of the run (so the two differ), and its command line is the one given.
+#[test]
+fn the_workload_files_hash_is_the_files_and_follows_its_changes() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.toml");
+    let mut hashes = Vec::new();
+    for text in [WITH_SETUP.to_string(), format!("# changed\n{WITH_SETUP}")] {
+        std::fs::write(&file, &text).unwrap();
+        let sum = std::process::Command::new("sha256sum")
+            .arg(&file)
+            .output()
+            .expect("sha256sum");
+        let want = String::from_utf8(sum.stdout).unwrap();
+        let want = want.split_whitespace().next().unwrap().to_string();
+        let out = dir.path().join("run.json");
+        let args = [
+            "bench",
+            file.to_str().unwrap(),
+            "-u",
+            "1",
+            "-d",
+            "1s",
+            "-w",
+            "0s",
+            "-q",
+            "--seed",
+            "3",
+            "--url",
+            &cluster.url(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        let o = common::slipstream(&args, dir.path());
+        assert!(o.status.success(), "{}", common::text(&o));
+        let run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let ctx = &run["context"];
+        assert_eq!(ctx["workload_sha256"].as_str(), Some(want.as_str()));
+        let command: Vec<&str> = ctx["command_line"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert_eq!(&command[1..], &args[..], "the command line as given");
+        hashes.push(want);
+    }
+    assert_ne!(hashes[0], hashes[1]);
+}
