@@ -172,18 +172,13 @@ impl StatementCache {
         self.by_sql.entry(stmt.sql().into()).or_default().push(i);
     }
 
-    /// Forgets `stmt` (the server said it is stale); its `Close` goes with the next request.
+    /// Forgets `stmt`, which the server said is stale, and every other statement cached for
+    /// the same SQL (bound another way): what made one stale (DDL changing the result, a type
+    /// dropped) made them all stale, and the caller's one retry must not find another of them
+    /// (it got 0A000 again, outside a transaction). Their `Close`s go with the next request.
     pub(crate) fn remove(&mut self, stmt: &Statement) {
-        let Some(slots) = self.by_sql.get(stmt.sql()) else {
-            return;
-        };
-        let found = slots.iter().copied().find(|&i| {
-            self.slots[i]
-                .stmt
-                .as_ref()
-                .is_some_and(|s| s.name() == stmt.name())
-        });
-        if let Some(i) = found {
+        let slots = self.by_sql.get(stmt.sql()).cloned().unwrap_or_default();
+        for i in slots {
             self.release(i);
         }
     }
@@ -321,6 +316,24 @@ mod tests {
         assert_eq!(cache.stats().size, 0);
         // Slots freed by remove are reused.
         cache.insert(stmt("s3", "c", &closes), None);
+        assert_eq!(cache.stats().size, 1);
+    }
+
+    #[test]
+    fn removing_a_stale_statement_forgets_every_binding_of_its_sql() {
+        let closes = Arc::new(Mutex::new(Vec::new()));
+        let mut cache = StatementCache::new(4);
+        let a = stmt("s1", "q", &closes);
+        cache.insert(a.clone(), Some(Box::new([])));
+        cache.insert(stmt("s2", "q", &closes), None);
+        cache.insert(stmt("s3", "other", &closes), None);
+        cache.remove(&a);
+        drop(a);
+        let mut closed = closes.lock().unwrap().clone();
+        closed.sort();
+        assert_eq!(closed, ["s1", "s2"]);
+        assert!(cache.get("q", None).is_none());
+        assert!(cache.get("other", None).is_some());
         assert_eq!(cache.stats().size, 1);
     }
 

@@ -7,6 +7,7 @@ mod attack_connect_prefer;
 mod attack_connect_url;
 mod attack_docs;
 mod attack_pipeline_outcomes;
+mod attack_round_trip_savers;
 mod attack_routing_and_auth;
 mod attack_server_state;
 mod attack_statement_edges;
