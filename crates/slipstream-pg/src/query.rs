@@ -11,10 +11,13 @@ use postgres_types::{ToSql, Type};
 use crate::connect::unexpected;
 use crate::connection::{Common, Owed};
 use crate::param_types::{self, Wire};
+use crate::row_stream::first_batch_rows;
 use crate::statement::{parse_columns, parse_params};
 use crate::statement_cache::CacheStats;
 use crate::type_info::is_placeholder;
-use crate::{Client, Column, DbError, Error, Row, SqlState, Statement, TransactionStatus};
+use crate::{
+    Client, Column, DbError, Error, FetchSize, Row, SqlState, Statement, TransactionStatus,
+};
 
 /// A SQL string or a prepared [`Statement`]: what [`Client::query`] and friends accept.
 pub trait ToStatement: sealed::Sealed {
@@ -387,7 +390,7 @@ impl Client {
             Source::Uncached(sql) => (sql, false),
             Source::Sql(sql) => (sql, self.cache.enabled()),
         };
-        let plan = self.send_sql(sql, params, use_cache, 0).await?;
+        let plan = self.send_sql(sql, params, use_cache, None).await?;
         match self.run_plan(&plan, sql, rows).await {
             Err(e) if plan.is_cached() && is_stale(&e) => {
                 // Judged from the status that came with the error, after every reply a dropped
@@ -395,7 +398,7 @@ impl Client {
                 // autocommit as idle. The status before the request may be stale.
                 let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
                 self.stale(&plan, e, in_transaction)?;
-                let plan = self.send_sql(sql, params, use_cache, 0).await?;
+                let plan = self.send_sql(sql, params, use_cache, None).await?;
                 self.run_plan(&plan, sql, rows).await
             }
             result => result,
@@ -437,10 +440,10 @@ impl Client {
         Ok(())
     }
 
-    /// Starts a request and appends `sql`'s messages up to its `Execute` (at most `max_rows`
-    /// rows; 0: all), choosing how it runs: a cached statement whose parameter types the values
-    /// fit, prepare-and-run in one request (then cached), or the unnamed statement. The caller
-    /// appends `Sync` or `Flush`.
+    /// Starts a request and appends `sql`'s messages up to its `Execute` (at most `fetch`'s
+    /// first batch, see [`first_batch_rows`]; `None`: all rows), choosing how it runs: a cached
+    /// statement whose parameter types the values fit, prepare-and-run in one request (then
+    /// cached), or the unnamed statement. The caller appends `Sync` or `Flush`.
     ///
     /// Only when a parameter's type cannot be chosen from its Rust value does this talk to the
     /// server first (Parse + Describe, one round trip).
@@ -449,7 +452,7 @@ impl Client {
         sql: &str,
         params: &[Param<'_>],
         use_cache: bool,
-        max_rows: i32,
+        fetch: Option<FetchSize>,
     ) -> Result<Plan, Error> {
         self.conn.start_request().await?;
         self.forget_discarded();
@@ -459,6 +462,8 @@ impl Client {
                 if wires.map_or(stmt.params().len(), <[Wire]>::len) != params.len() {
                     return Ok(false);
                 }
+                // A cached statement's columns are known: the first batch is sized from them.
+                let max_rows = first_batch_rows(fetch, stmt.columns());
                 match encode_named(wbuf, stmt, wires, params, max_rows) {
                     Ok(()) => Ok(true),
                     // The values do not fit this statement's types: look further.
@@ -513,7 +518,7 @@ impl Client {
                     &stmt,
                     wires.as_deref(),
                     params,
-                    max_rows,
+                    first_batch_rows(fetch, stmt.columns()),
                 )?;
                 return Ok(Plan::Named {
                     stmt,
@@ -521,6 +526,8 @@ impl Client {
                 });
             }
         };
+        // Not described yet: the first batch is sized from a guess.
+        let max_rows = first_batch_rows(fetch, &[]);
         encode_plan(&mut self.conn.wbuf, &plan, sql, params, max_rows)?;
         if let Plan::Prepare { name, .. } = &plan {
             self.conn.parsing(name);

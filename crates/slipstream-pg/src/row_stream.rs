@@ -59,7 +59,8 @@ pub enum FetchSize {
     /// This many rows per round trip; 0 fetches everything in one.
     Rows(u32),
     /// About this many bytes per round trip: the row count is this divided by the largest row
-    /// of the previous fetch (before the first row: an estimate from the column types). Unless
+    /// of the previous fetch (before the first row: an estimate from the column types of a
+    /// prepared or cached statement, a guess for SQL on its first run). Unless
     /// `max_result_buffer` says otherwise, also the cap on the bytes a stream holds.
     Bytes(usize),
 }
@@ -346,11 +347,11 @@ impl RowStream<'_> {
         params: &[Param<'_>],
         use_cache: bool,
     ) -> Result<Plan, Error> {
-        let rows = self.next_fetch_rows();
         self.lookup = Lookup::None;
         self.described = false;
         let plan = match prepared {
             Some(stmt) => {
+                let rows = first_batch_rows(Some(self.fetch), stmt.columns());
                 self.client.conn.start_request().await?;
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
@@ -359,8 +360,13 @@ impl RowStream<'_> {
                 encode_plan(&mut self.client.conn.wbuf, &plan, sql, params, rows)?;
                 plan
             }
-            None => self.client.send_sql(sql, params, use_cache, rows).await?,
+            None => {
+                let fetch = Some(self.fetch);
+                self.client.send_sql(sql, params, use_cache, fetch).await?
+            }
         };
+        // What `send_sql` asked for: sized from the columns if the statement was known.
+        let rows = first_batch_rows(Some(self.fetch), plan.columns().as_ref());
         self.reply = Reply::new(plan.columns(), false);
         let conn = &mut self.client.conn;
         frontend::flush(&mut conn.wbuf);
@@ -572,18 +578,33 @@ impl RowStream<'_> {
     }
 
     fn next_fetch_rows(&self) -> i32 {
-        let rows = match self.fetch {
-            FetchSize::Rows(n) => n as usize,
-            FetchSize::Bytes(budget) => {
-                let per_row = match self.largest_row {
-                    0 => estimate_row_cost(self.reply.columns_ref()),
-                    seen => seen,
-                };
-                (budget / per_row).max(1)
-            }
-        };
-        rows.min(i32::MAX as usize) as i32
+        match (self.fetch, self.largest_row) {
+            (FetchSize::Bytes(budget), seen @ 1..) => fetch_rows(budget / seen),
+            (fetch, _) => first_batch_rows(Some(fetch), self.reply.columns_ref()),
+        }
     }
+}
+
+/// The row count of a stream's first `Execute` for a statement with result `columns` (empty:
+/// not described yet), before any row has been seen: in bytes mode the budget over the
+/// estimate from the column types. `None`: all rows (0), for calls that are not streams.
+///
+/// A cached statement's columns are known before its first `Execute` is written, so the cache
+/// lookup sizes it from them (the first batch of a cached narrow result was sized from the
+/// guess for an undescribed one, five times fewer rows than its types give).
+pub(crate) fn first_batch_rows(fetch: Option<FetchSize>, columns: &[Column]) -> i32 {
+    match fetch {
+        None => 0,
+        // 0 stays 0: all rows in one.
+        Some(FetchSize::Rows(n)) => n.min(i32::MAX as u32) as i32,
+        Some(FetchSize::Bytes(budget)) => fetch_rows(budget / estimate_row_cost(columns)),
+    }
+}
+
+/// A row count in bytes mode for `Execute`: at least one (0 would mean all), at most what it
+/// can carry.
+fn fetch_rows(rows: usize) -> i32 {
+    rows.clamp(1, i32::MAX as usize) as i32
 }
 
 impl Drop for RowStream<'_> {

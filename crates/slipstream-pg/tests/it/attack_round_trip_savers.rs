@@ -236,3 +236,59 @@ async fn rows_of_wildly_varying_widths_arrive_once_and_a_dropped_stream_leaves_n
         }
     }
 }
+
+/// Streams `stmt` (SQL or a prepared statement) at 64 KiB per fetch and returns the rows, the
+/// round trips and the row count of the last `Execute`.
+async fn stream_64k<T: slipstream_pg::ToStatement + ?Sized>(
+    c: &mut Client,
+    stmt: &T,
+) -> (usize, u64, u32) {
+    let mut rows = c
+        .query_stream_with(stmt, &[], FetchSize::Bytes(64 * 1024))
+        .await
+        .unwrap();
+    let mut n = 0;
+    while rows.next().await.unwrap().is_some() {
+        n += 1;
+    }
+    (n, rows.round_trips(), rows.rows_per_fetch())
+}
+
+/// Promise (fetch-size.md, How it works): in bytes mode the first fetch, before any row has
+/// arrived, is the budget over "an estimate from the column types" (`int4` counts 4 bytes),
+/// and a stream over a cached statement knows its types before it starts.
+///
+/// Steps: stream 300 `int4` rows at 64 KiB through an explicitly prepared statement (sized
+/// from its types: one `Execute` takes them all), then the same SQL text twice (a first run,
+/// not described yet, then a cache hit).
+///
+/// Before the fix the cache hit was sized like the first run, from the fixed guess for an
+/// undescribed statement (a fifth of the rows its `int4` column gives): its first `Execute` was
+/// written before the cache was consulted, so two round trips where one does.
+#[tokio::test]
+async fn a_cached_statements_first_fetch_is_sized_from_its_column_types() {
+    let (_cluster, mut c) = super::setup().await;
+    let sql = "SELECT g FROM generate_series(1, 300) g";
+    let stmt = c.prepare(sql).await.unwrap();
+    let (n, prepared_trips, prepared_rows) = stream_64k(&mut c, &stmt).await;
+    assert_eq!(
+        (n, prepared_trips),
+        (300, 1),
+        "{prepared_rows} rows per fetch"
+    );
+    // A first run's columns are not described when its first Execute is written.
+    let (n, first_trips, _) = stream_64k(&mut c, sql).await;
+    assert_eq!(
+        (n, first_trips),
+        (300, 2),
+        "a first run is sized from a guess"
+    );
+    let (n, cached_trips, cached_rows) = stream_64k(&mut c, sql).await;
+    assert_eq!(c.statement_cache_stats().hits, 1);
+    assert_eq!(n, 300);
+    assert_eq!(
+        (cached_rows, cached_trips),
+        (prepared_rows, prepared_trips),
+        "a cached statement's first fetch must be sized from its column types, as a prepared one's"
+    );
+}
