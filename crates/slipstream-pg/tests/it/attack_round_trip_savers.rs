@@ -129,7 +129,7 @@ async fn a_reprepare_is_transparent_with_two_entries_for_the_same_sql() {
     assert_eq!(c.statement_cache_stats().reprepares, 2);
 }
 
-/// Promise (fetch-size.md, Errors): a server error after some rows is returned by `next()`
+/// Holds. Promise (fetch-size.md, Errors): a server error after some rows is returned by `next()`
 /// once the rows before it have been taken: every one of them, in order, in bytes mode with
 /// its cap, in autocommit and in a transaction.
 #[tokio::test]
@@ -185,7 +185,7 @@ async fn an_error_at_row_5000_comes_after_every_row_before_it_in_bytes_mode() {
     }
 }
 
-/// Promise (fetch-size.md): every row delivered exactly once, whatever the fetch size, rows of
+/// Holds. Promise (fetch-size.md): every row delivered exactly once, whatever the fetch size, rows of
 /// wildly varying widths, compared with a plain `query`; a stream dropped halfway delivers
 /// none of its rows to the next stream.
 #[tokio::test]
