@@ -185,9 +185,9 @@ async fn an_error_at_row_5000_comes_after_every_row_before_it_in_bytes_mode() {
     }
 }
 
-/// Holds. Promise (fetch-size.md): every row delivered exactly once, whatever the fetch size, rows of
-/// wildly varying widths, compared with a plain `query`; a stream dropped halfway delivers
-/// none of its rows to the next stream.
+/// Holds. Promise (fetch-size.md): every row delivered exactly once, whatever the fetch size,
+/// rows of wildly varying widths, compared with a plain `query`; a stream dropped halfway
+/// delivers none of its rows to the next stream.
 #[tokio::test]
 async fn rows_of_wildly_varying_widths_arrive_once_and_a_dropped_stream_leaves_none_behind() {
     let (_cluster, mut c) = super::setup().await;
