@@ -66,6 +66,16 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
             std::mem::discriminant(&r.load) == std::mem::discriminant(&first.load),
             "cannot merge a closed-loop run with an open-loop one ({first_label}, {label})"
         );
+        // A workload file is its workload: two versions of one file share a name and a mix
+        // but not their SQL or key ranges. Parts with no hash (a library run, an Order Entry
+        // run, an older file) have nothing to compare.
+        let sha = |r: &BenchRun| r.context.as_ref().and_then(|c| c.workload_sha256.clone());
+        if let (Some(a), Some(b)) = (sha(first), sha(r)) {
+            anyhow::ensure!(
+                a == b,
+                "cannot merge runs of different workload files: {first_label} ran a file with SHA-256 {a} and {label} one with {b}; give every load generator the same file"
+            );
+        }
         // The merged file states one mix; parts of two would make it state the first's.
         anyhow::ensure!(
             r.weights == first.weights,
