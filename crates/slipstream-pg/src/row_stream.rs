@@ -80,6 +80,15 @@ impl FromStr for FetchSize {
         if let Ok(rows) = s.parse::<u32>() {
             return Ok(FetchSize::Rows(rows));
         }
+        // A bare number is a row count, however large: read as bytes (as `parse_bytes` reads
+        // one without a unit), a count past `u32` silently became a byte budget.
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Error::config(format!(
+                "invalid fetch_size `{s}`: at most {} rows per round trip (0 fetches all rows \
+                 in one); for a byte budget give a unit (e.g. 64kB)",
+                u32::MAX
+            )));
+        }
         match parse_bytes(s) {
             Some(bytes) if bytes > 0 => Ok(FetchSize::Bytes(bytes)),
             _ => Err(Error::config(format!(
@@ -717,5 +726,28 @@ mod tests {
         }
         assert_eq!(FetchSize::Bytes(65536).to_string(), "64kB");
         assert_eq!(FetchSize::Rows(10).to_string(), "10 rows");
+    }
+
+    /// A bare number is rows (`fetch_size=1000`); one too large for a row count
+    /// (4294967296 and up) was taken as a byte budget of that many bytes, without a word: a
+    /// setting that meant "all the rows in one go" became a 4 GiB cap on memory instead.
+    #[test]
+    fn a_row_count_too_large_is_refused_not_read_as_bytes() {
+        for big in ["4294967296", "5000000000", "99999999999999999999"] {
+            let e = big.parse::<FetchSize>().unwrap_err();
+            let message = e.to_string();
+            assert!(
+                message.contains("fetch_size") && message.contains("4294967295"),
+                "{big}: {message}"
+            );
+        }
+        assert_eq!(
+            "4294967295".parse::<FetchSize>().unwrap(),
+            FetchSize::Rows(u32::MAX)
+        );
+        assert_eq!(
+            "5000000000B".parse::<FetchSize>().unwrap(),
+            FetchSize::Bytes(5_000_000_000)
+        );
     }
 }
