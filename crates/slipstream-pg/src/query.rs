@@ -509,7 +509,12 @@ impl Client {
                         .map(|(w, t)| w.unwrap_or_else(|| Wire::Binary(t.clone())))
                         .collect()
                 });
-                if use_cache {
+                // Only a statement these values can bind is cached. With another parameter
+                // count the call fails below; cached, each repeat of it would prepare and
+                // cache one more copy (its lookup never finds one: the value count is not the
+                // statement's), evicting statements that work. Dropped with the error, it is
+                // closed with the next request.
+                if use_cache && wires.is_some() {
                     self.cache.insert(stmt.clone(), wires.clone());
                 }
                 self.conn.start_request().await?;
@@ -649,7 +654,14 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn statement_cache_stats(&self) -> CacheStats {
-        self.cache.stats()
+        let mut stats = self.cache.stats();
+        // A `DISCARD ALL` / `DEALLOCATE ALL` (or `ALTER TYPE`) the connection saw empties the
+        // cache at its next use (`forget_discarded`, which needs `&mut self`); no entry will
+        // be used again, so "statements in the cache now" is none already.
+        if self.conn.statements_discarded {
+            stats.size = 0;
+        }
+        stats
     }
 
     /// Closes every cached statement (with the next request; no round trip of its own), and

@@ -54,7 +54,8 @@ pub struct CacheStats {
 
 /// How the parameters were bound when the statement was prepared (for a value whose type could
 /// not be chosen from the Rust value, the type the server described); `None`: binary as the
-/// statement's described types (a statement whose parameter count is not its values').
+/// statement's described types. (The client caches only statements its values can bind, so it
+/// always gives `Some`; a statement whose parameter count is not its values' is not cached.)
 pub(crate) type Binding = Option<Box<[Wire]>>;
 
 /// No slot: the end of the use list.

@@ -1,6 +1,7 @@
 //! slipstream-pg against real PostgreSQL clusters from the testkit.
 
 mod attack_abandoned_calls;
+mod attack_cache_state;
 mod attack_client;
 mod attack_connect;
 mod attack_connect_prefer;
