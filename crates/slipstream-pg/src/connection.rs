@@ -65,9 +65,9 @@ pub(crate) const MAX_STARTUP_MESSAGE: usize = 64 * 1024;
 /// arrive (see `Connection::make_room`). So the most one length prefix can make a client
 /// allocate is this, whatever it claims.
 pub(crate) const TRUSTED_LENGTH: usize = 16 << 20;
-/// Distinct `ParameterStatus` names we keep. PostgreSQL 15 reports 14 (and a few more for
-/// extensions' GUC_REPORT settings); a server that keeps inventing names is not growing the
-/// map without end.
+/// Distinct `ParameterStatus` names we keep. PostgreSQL 15 reports 13, 16 reports 14 (and a
+/// few more for extensions' GUC_REPORT settings); a server that keeps inventing names is not
+/// growing the map without end.
 const MAX_PARAMETERS: usize = 1024;
 /// Read at least this much at a time: one read usually holds a whole small response.
 const READ_CHUNK: usize = 16 * 1024;
