@@ -658,15 +658,14 @@ impl PgPool {
         // runtime, with the server it was found on.
         let due = match self.pick(role).map(|s| (s, s.take_idle())) {
             Some((_, Some(Idle::Ready(conn)))) => return Ok(conn),
-            Some((server, Some(Idle::Due(conn)))) => {
-                let i = self
-                    .shared
-                    .servers
-                    .iter()
-                    .position(|s| std::ptr::eq(s, server))
-                    .expect("picked among the pool's servers");
-                Some((i, conn))
-            }
+            // `pick` chose among the pool's servers, so the position is found; were it not,
+            // the connection would go back to its sub-pool and the borrow validate another.
+            Some((server, Some(Idle::Due(conn)))) => self
+                .shared
+                .servers
+                .iter()
+                .position(|s| std::ptr::eq(s, server))
+                .map(|i| (i, conn)),
             _ => None,
         };
         // The async borrow, run on the pool's runtime: it re-picks when its server goes down
@@ -765,12 +764,7 @@ impl PgPool {
             // connection learns a restart as a standby (the manager records it), a returned one
             // a promotion. Such a connection goes back and the borrow picks again, so a
             // Role::Primary borrower never gets a standby, nor a Role::Standby one a primary.
-            // The connection's own latest report counts too: a validation or a labeling
-            // run on the way may be the first to have read a promotion.
-            let fits = |conn: PgPooled| {
-                state.learn_promotion(&conn);
-                (state.role() == picked_as).then_some(conn)
-            };
+            let fits = |conn: PgPooled| (state.role() == picked_as).then_some(conn);
             if first.is_none() && any_idle {
                 match server.take_idle() {
                     Some(Idle::Ready(conn)) => match fits(conn) {
@@ -799,7 +793,12 @@ impl PgPool {
             };
             tokio::select! {
                 conn = wait => {
-                    if let Some(conn) = fits(PgPooled { conn: conn?, _counted: counted }) {
+                    // The connection's own latest report counts too: a validation or a
+                    // labeling run in the wait may be the first to have read a promotion. (An
+                    // idle one taken above ran nothing since its return, which learned it.)
+                    let conn = conn?;
+                    state.learn_promotion(&conn);
+                    if let Some(conn) = fits(PgPooled { conn, _counted: counted }) {
                         return Ok(conn);
                     }
                 }

@@ -15,26 +15,6 @@ async fn prepared_count(c: &mut Client) -> i64 {
     .unwrap()
 }
 
-/// A value only `money` accepts: a type the client cannot name from the Rust value, so the
-/// first run asks the server (Parse + Describe) before it binds.
-#[derive(Debug)]
-struct Cents(i64);
-
-impl postgres_types::ToSql for Cents {
-    fn to_sql(
-        &self,
-        _: &postgres_types::Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        out.extend_from_slice(&self.0.to_be_bytes());
-        Ok(postgres_types::IsNull::No)
-    }
-    fn accepts(ty: &postgres_types::Type) -> bool {
-        *ty == postgres_types::Type::MONEY
-    }
-    postgres_types::to_sql_checked!();
-}
-
 /// Promise (statement-cache.md): "`DISCARD ALL` / `DEALLOCATE ALL` run by the application
 /// (through any call) empty the cache: the client sees the command tag and forgets every
 /// entry"; `CacheStats::size` is "statements in the cache now". So do `ALTER TYPE` and `ALTER
@@ -109,7 +89,7 @@ async fn a_custom_typed_call_with_the_wrong_value_count_caches_nothing() {
     let before = c.statement_cache_stats();
     let bad = "SELECT $1::money, $2::int4";
     for _ in 0..3 {
-        let e = c.query(bad, &[&Cents(5)]).await.unwrap_err();
+        let e = c.query(bad, &[&super::Cents(5)]).await.unwrap_err();
         assert!(
             e.to_string().contains("2 parameters but 1 values"),
             "a wrong value count must say so: {e}"
@@ -131,9 +111,9 @@ async fn a_custom_typed_call_with_the_wrong_value_count_caches_nothing() {
     }
     assert_eq!(c.statement_cache_stats().hits, before.hits + 2);
     // Given the right values, the custom-typed statement prepares and is cached.
-    let row = c.query_one(bad, &[&Cents(5), &7i32]).await.unwrap();
+    let row = c.query_one(bad, &[&super::Cents(5), &7i32]).await.unwrap();
     assert_eq!(row.get::<_, i32>(1).unwrap(), 7);
     let misses = c.statement_cache_stats().misses;
-    c.query_one(bad, &[&Cents(6), &8i32]).await.unwrap();
+    c.query_one(bad, &[&super::Cents(6), &8i32]).await.unwrap();
     assert_eq!(c.statement_cache_stats().misses, misses, "then a hit");
 }

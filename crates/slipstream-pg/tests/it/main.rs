@@ -46,6 +46,26 @@ fn continue_on_error() -> slipstream_pg::PipelineOptions {
     slipstream_pg::PipelineOptions::new().mode(slipstream_pg::PipelineMode::ContinueOnError)
 }
 
+/// A value only `money` accepts: a type the client cannot name from the Rust value, so a
+/// first run asks the server (Parse + Describe) before it binds.
+#[derive(Debug)]
+struct Cents(i64);
+
+impl postgres_types::ToSql for Cents {
+    fn to_sql(
+        &self,
+        _: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&self.0.to_be_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+    fn accepts(ty: &postgres_types::Type) -> bool {
+        *ty == postgres_types::Type::MONEY
+    }
+    postgres_types::to_sql_checked!();
+}
+
 /// A fresh cluster and a connection to it.
 async fn setup() -> (Cluster, Client) {
     let cluster = Cluster::start().expect("start a cluster");

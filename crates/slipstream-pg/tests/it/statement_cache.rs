@@ -69,22 +69,7 @@ async fn sql_with_parameters_takes_one_round_trip_cached_or_not() {
 async fn a_type_the_client_cannot_name_costs_one_more_round_trip_and_is_still_cached() {
     let (_cluster, proxy, mut c) = super::behind_proxy("").await;
     // A value that accepts only `money`, which is not among the types tried.
-    #[derive(Debug)]
-    struct Cents(i64);
-    impl postgres_types::ToSql for Cents {
-        fn to_sql(
-            &self,
-            _: &postgres_types::Type,
-            out: &mut bytes::BytesMut,
-        ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-            out.extend_from_slice(&self.0.to_be_bytes());
-            Ok(postgres_types::IsNull::No)
-        }
-        fn accepts(ty: &postgres_types::Type) -> bool {
-            *ty == postgres_types::Type::MONEY
-        }
-        postgres_types::to_sql_checked!();
-    }
+    use super::Cents;
     let q = "SELECT $1::money > '1.00'::money";
     let n = trips(&proxy, &mut c, async |c| {
         let row = c.query_one(q, &[&Cents(250)]).await.unwrap();
