@@ -209,8 +209,11 @@ const SETTINGS: &str = "SELECT coalesce(json_agg(json_build_object(\
      ORDER BY name), '[]')::text FROM pg_settings WHERE source <> 'default'";
 const DATABASE: &str = "SELECT row_to_json(d)::text FROM pg_stat_database d \
      WHERE datname = current_database()";
-const HAS_STATEMENTS: &str = "SELECT extname::text FROM pg_extension \
-     WHERE extname = 'pg_stat_statements' UNION ALL SELECT NULL LIMIT 1";
+// The schema the extension was created in, quoted: it need not be on the search_path (a
+// `CREATE EXTENSION ... SCHEMA ext`), and an unqualified name would then read as not installed.
+const HAS_STATEMENTS: &str = "SELECT quote_ident(n.nspname) FROM pg_extension e \
+     JOIN pg_namespace n ON n.oid = e.extnamespace \
+     WHERE e.extname = 'pg_stat_statements' UNION ALL SELECT NULL LIMIT 1";
 const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
      'state', coalesce(state, ''), \
      'wait_event_type', coalesce(wait_event_type, CASE WHEN state = 'active' THEN 'CPU' ELSE '' END), \
@@ -219,11 +222,11 @@ const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
      FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
      AND backend_type = 'client backend'";
 
-fn statements_sql() -> String {
+fn statements_sql(schema: &str) -> String {
     format!(
         "SELECT coalesce(json_agg(s), '[]')::text FROM (SELECT queryid, left(query, 200) AS query, \
          calls, total_exec_time, mean_exec_time, rows, shared_blks_hit, shared_blks_read \
-         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database \
+         FROM {schema}.pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database \
          WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT {TOP_STATEMENTS}) s"
     )
 }
@@ -244,10 +247,10 @@ async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
         s.database = d;
     }
     let got = r.text("pg_extension", HAS_STATEMENTS).await;
-    if let Some(Some(_)) = r.keep(got, |e| {
+    if let Some(Some(schema)) = r.keep(got, |e| {
         format!("could not look for pg_stat_statements: {e}")
     }) {
-        let got = r.json("pg_stat_statements", &statements_sql()).await;
+        let got = r.json("pg_stat_statements", &statements_sql(&schema)).await;
         if let Some(v) = r.keep(got, |e| {
             format!(
                 "pg_stat_statements is installed but could not be read ({e}); is it in shared_preload_libraries?"

@@ -383,3 +383,48 @@ fn order_entry_at_its_smallest_scale_runs_every_type_without_failures() {
     let broken = rt.block_on(order_entry::check(&mut c)).unwrap();
     assert!(broken.is_empty(), "invariants broken: {broken:?}");
 }
+
+/// Promise (docs/bench.md, "The run's context"): with pg_stat_statements installed, the
+/// context holds its top entries before and after the run. The extension may live in any
+/// schema (`CREATE EXTENSION ... SCHEMA`), not only one on the `search_path`.
+///
+/// Steps: pg_stat_statements preloaded and created in a schema whose name needs quoting,
+/// off the `search_path`; the context read before and after a statement.
+///
+/// Before the fix (session 44): the snapshot read `pg_stat_statements` unqualified, so the
+/// context had no entries and a warning that it "could not be read (relation does not
+/// exist); is it in shared_preload_libraries?", which sends the user after a setting that
+/// was right.
+#[test]
+fn pg_stat_statements_in_a_schema_off_the_search_path_is_read() {
+    let cluster = Cluster::builder()
+        .setting("shared_preload_libraries", "pg_stat_statements")
+        .start()
+        .unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    let mut c = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+    rt.block_on(c.batch_execute(
+        "CREATE SCHEMA \"Stats Ext\"; CREATE EXTENSION pg_stat_statements SCHEMA \"Stats Ext\"",
+    ))
+    .unwrap();
+    let ctx = rt.block_on(async {
+        let capture = bench::context::before(&url, "kv").await;
+        c.batch_execute("SELECT 12345").await.unwrap();
+        capture.after().await
+    });
+    assert!(ctx.warnings.is_empty(), "{:?}", ctx.warnings);
+    let entries = |snap: &Option<bench::context::ServerSnapshot>| {
+        snap.as_ref()
+            .and_then(|s| s.statements.clone())
+            .expect("pg_stat_statements is installed and preloaded")
+    };
+    assert!(!entries(&ctx.before).is_empty());
+    assert!(
+        entries(&ctx.after)
+            .iter()
+            .any(|s| s["query"].as_str() == Some("SELECT $1")),
+        "{:?}",
+        entries(&ctx.after)
+    );
+}
