@@ -102,6 +102,10 @@ pub struct WorkloadFile {
     pub ramp_up: Option<std::time::Duration>,
     /// The stages (`stages = ["30s:8", "30s:16"]`, the `--stage` syntax), if the file sets them.
     pub stages: Vec<Stage>,
+    /// SHA-256 of the text parsed, in hex: saved in a run's context, so a result names the
+    /// exact file that ran (and `report --merge` refuses parts of two versions of it). Taken
+    /// from the bytes parsed, not read again, so an edit between the two cannot mislabel a run.
+    pub sha256: String,
 }
 
 /// Reads and checks a workload file. Every error names the file and line.
@@ -179,6 +183,17 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         return Err(at(
             spec.name.span(),
             format!("the workload's name {:?} {why}", spec.name.get_ref()),
+        ));
+    }
+    // The name is how a run's context and `--reporting` know Order Entry (its scale is read
+    // from soe.meta, its reporting queries weighted): a file by that name would be taken for it.
+    if spec.name.get_ref() == crate::order_entry::NAME {
+        return Err(at(
+            spec.name.span(),
+            format!(
+                "the workload's name \"{}\" is the built-in Order Entry's; choose another",
+                crate::order_entry::NAME
+            ),
         ));
     }
     let mut workload = Workload::new(spec.name.get_ref().clone());
@@ -282,6 +297,7 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         intra_think,
         ramp_up,
         stages,
+        sha256: crate::context::sha256_hex(text.as_bytes()),
     })
 }
 
@@ -651,6 +667,14 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             vec![("read".to_string(), 3), ("write".to_string(), 1)]
         );
         assert_eq!(f.think, Some("1ms..2ms".parse().unwrap()));
+        // The hash is of the text parsed, as `sha256sum kv.toml` gives it.
+        assert_eq!(f.sha256, crate::context::sha256_hex(GOOD.as_bytes()));
+        assert_ne!(
+            f.sha256,
+            parse(&GOOD.replace("100", "101"), "kv.toml")
+                .unwrap()
+                .sha256
+        );
     }
 
     #[test]
@@ -782,6 +806,14 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             "# a workload\n\nname = \" \"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n",
         );
         assert!(e.starts_with("w.toml:3: the workload's name"), "{e}");
+        // Order Entry's name: the context would read soe.meta for the file's run and
+        // `--reporting` would take the file for Order Entry (session 44).
+        let e =
+            error("name = \"order-entry\"\n[[transaction]]\nname = \"a\"\nsql = \"SELECT 1\"\n");
+        assert!(
+            e.starts_with("w.toml:1: the workload's name \"order-entry\" is the built-in"),
+            "{e}"
+        );
         for sql in [
             "",
             "   ",

@@ -39,6 +39,14 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     if args.setup {
+        // A setup loads and stops: a flag that shapes a run would be silently ignored, and
+        // whoever typed `--setup -u 64 -d 10m` would take the load for the run they asked for.
+        if let Some(flag) = run_only_flags(&args).first() {
+            anyhow::bail!(
+                "{flag} applies to a run, not to --setup (which only loads the schema). Load with `slipstream bench {} --setup`, then run with {flag}",
+                args.workload
+            );
+        }
         // Only Order Entry's loader has a scale: a workload file's setup is its own SQL, which
         // loads what it says, so a --scale given with one would be silently ignored.
         if let (Source::File(_), Some(scale)) = (&source, args.scale) {
@@ -51,6 +59,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
             &args.workload,
             &url,
             args.scale.unwrap_or(0.1),
+            args.quiet,
         ));
     }
     if let Some(scale) = args.scale {
@@ -62,9 +71,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     let workload_file = matches!(source, Source::File(_)).then(|| PathBuf::from(&args.workload));
     let workload_sha256 = match &source {
         Source::OrderEntry => None,
-        Source::File(_) => std::fs::read(&args.workload)
-            .ok()
-            .map(|b| slipstream_bench::context::sha256_hex(&b)),
+        Source::File(f) => Some(f.sha256.clone()),
     };
     let (mut workload, file_think, file_intra, file_ramp, file_stages) = match source {
         Source::OrderEntry => (order_entry::workload(), None, None, None, Vec::new()),
@@ -126,8 +133,12 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     if let Some(seed) = args.seed {
         config.seed = seed;
     }
-    config.late_after = args.late_after;
-    config.grace = args.grace;
+    if let Some(late_after) = args.late_after {
+        config.late_after = late_after;
+    }
+    if let Some(grace) = args.grace {
+        config.grace = grace;
+    }
     config.raw_csv = args.raw.clone();
     config.progress = if args.quiet {
         Style::Quiet
@@ -189,6 +200,32 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(ALL_FAILED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The flags given that shape a run, which `--setup` has no use for (`--quiet` is not one:
+/// it quiets the load's progress lines too).
+fn run_only_flags(args: &BenchArgs) -> Vec<&'static str> {
+    [
+        ("--users", args.users.is_some()),
+        ("--duration", args.duration.is_some()),
+        ("--warmup", args.warmup.is_some()),
+        ("--ramp-up", args.ramp_up.is_some()),
+        ("--stage", !args.stages.is_empty()),
+        ("--threads", args.threads.is_some()),
+        ("--rate", args.rate.is_some()),
+        ("--think", args.think.is_some()),
+        ("--intra-think", args.intra_think.is_some()),
+        ("--mix", args.mix.is_some()),
+        ("--reporting", args.reporting),
+        ("--out", args.out.is_some()),
+        ("--raw", args.raw.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--late-after", args.late_after.is_some()),
+        ("--grace", args.grace.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect()
 }
 
 /// `bench`'s exit status when every transaction of the window failed (as pgbench's for
@@ -329,7 +366,14 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
 
 /// Loads the workload's schema. A Ctrl-C cancels the load on the server: closing the
 /// connections alone would leave an index build (or the file's own SQL) running to its end.
-async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow::Result<ExitCode> {
+/// `quiet` drops the load's progress lines (its summary and errors still print).
+async fn setup(
+    source: &Source,
+    workload: &str,
+    url: &str,
+    scale: f64,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
     let mut ctrl_c = CtrlC::listen()?;
     let ran = match source {
         Source::OrderEntry => {
@@ -337,8 +381,12 @@ async fn setup(source: &Source, workload: &str, url: &str, scale: f64) -> anyhow
             // below say to load again; this one has nothing to load again).
             order_entry::Sizes::for_scale(scale)?;
             let cancel = order_entry::SetupCancel::default();
-            let load =
-                order_entry::setup_with_cancel(url, scale, |line| eprintln!("{line}"), &cancel);
+            let progress = |line: &str| {
+                if !quiet {
+                    eprintln!("{line}");
+                }
+            };
+            let load = order_entry::setup_with_cancel(url, scale, progress, &cancel);
             let ran = ctrl_c
                 .cancelling("the Order Entry load", load, || cancel.cancel())
                 .await;

@@ -135,12 +135,13 @@ pub struct BenchArgs {
     /// Seed for every random choice (the same seed repeats the same choices).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Open loop: a transaction starting later than this after its intended start is late.
-    #[arg(long, default_value = "1ms", value_parser = duration, value_name = "D")]
-    pub late_after: std::time::Duration,
-    /// How long to wait for transactions in flight when the window ends.
-    #[arg(long, default_value = "10s", value_parser = duration, value_name = "D")]
-    pub grace: std::time::Duration,
+    /// Open loop: a transaction starting later than this after its intended start is late
+    /// [default: 1ms].
+    #[arg(long, value_parser = duration, value_name = "D")]
+    pub late_after: Option<std::time::Duration>,
+    /// How long to wait for transactions in flight when the window ends [default: 10s].
+    #[arg(long, value_parser = duration, value_name = "D")]
+    pub grace: Option<std::time::Duration>,
     /// No progress line.
     #[arg(long, short = 'q')]
     pub quiet: bool,

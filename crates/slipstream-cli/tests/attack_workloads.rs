@@ -99,3 +99,93 @@ fn the_workload_files_hash_is_the_files_and_follows_its_changes() {
     }
     assert_ne!(hashes[0], hashes[1]);
 }
+
+/// Promise (docs/bench.md: `--setup` "creates and loads the workload's schema instead of
+/// running it"; bad input is never silently dropped): a flag that shapes a run, given with
+/// `--setup`, is an error naming the flag and what to do, for Order Entry and for a file.
+///
+/// Steps: `bench W --setup FLAG` for every run-only flag, against a server that cannot be
+/// reached, so nothing runs either way.
+///
+/// Before the fix (session 44): every one was ignored without a word; the command went on
+/// to connect (here: a connection error that names none of them; with a server, it loaded
+/// the schema and exited 0, and `--setup -u 64 -d 10m` looked like a run that had been made).
+#[test]
+fn run_only_flags_given_with_setup_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.toml");
+    std::fs::write(&file, WITH_SETUP).unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    let flags: [&[&str]; 16] = [
+        &["-u", "64"],
+        &["-d", "10m"],
+        &["-w", "1s"],
+        &["--ramp-up", "5s"],
+        &["--stage", "10s:4"],
+        &["-j", "2"],
+        &["-r", "100"],
+        &["--think", "1ms..2ms"],
+        &["--intra-think", "1ms..2ms"],
+        &["--mix", "read=1"],
+        &["--reporting"],
+        &["-o", "out.json"],
+        &["--raw", "raw.csv"],
+        &["--seed", "7"],
+        &["--late-after", "5ms"],
+        &["--grace", "1s"],
+    ];
+    for workload in ["order-entry", file.to_str().unwrap()] {
+        for flag in flags {
+            let mut args = vec!["bench", workload, "--setup", "--url", nowhere];
+            args.extend(flag);
+            let long = match flag[0] {
+                "-u" => "--users",
+                "-d" => "--duration",
+                "-w" => "--warmup",
+                "-j" => "--threads",
+                "-r" => "--rate",
+                "-o" => "--out",
+                long => long,
+            };
+            let said = refused(
+                &args,
+                dir.path(),
+                &format!("{long} applies to a run, not to --setup"),
+            );
+            assert!(said.contains("then run with"), "{said}");
+        }
+    }
+}
+
+/// Promise (`--quiet`'s help: "No progress line"): with `--setup` it quiets the load's
+/// progress lines, and is not refused as a run-only flag; the load's summary still prints.
+///
+/// Steps: Order Entry's smallest load with and without `--quiet`.
+#[test]
+fn quiet_quiets_the_setups_progress_lines() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    let load = |quiet: bool| {
+        let mut args = vec!["bench", "order-entry", "--setup", "--scale", "0.0001"];
+        args.extend(["--url", url.as_str()]);
+        if quiet {
+            args.push("-q");
+        }
+        let o = common::slipstream(&args, dir.path());
+        assert!(o.status.success(), "{args:?}: {}", common::text(&o));
+        let out = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out(&o.stdout), out(&o.stderr))
+    };
+    let (loud_out, loud_err) = load(false);
+    let (quiet_out, quiet_err) = load(true);
+    assert!(loud_err.contains("loading Order Entry"), "{loud_err}");
+    assert!(!quiet_err.contains("loading"), "{quiet_err}");
+    assert!(!quiet_err.contains("building indexes"), "{quiet_err}");
+    for out in [loud_out, quiet_out] {
+        assert!(
+            out.starts_with("Order Entry loaded at scale 0.0001"),
+            "{out}"
+        );
+    }
+}
