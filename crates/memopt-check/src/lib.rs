@@ -12,6 +12,11 @@
 //! # }
 //! ```
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use slipstream_pg::{Client, Error};
 use slipstream_testkit::Cluster;
 
@@ -62,6 +67,67 @@ where
     T: for<'a> slipstream_pg::types::FromSql<'a>,
 {
     client.query_one(sql, &[]).await?.get(0)
+}
+
+/// A writer for the stress tests: until `stop`, transactions of one to four random writes to
+/// one of `tables` (built by [`table`], keys drawn from 1..=`keys`) that update a value, move a
+/// key, delete, insert or upsert, and then commit or (one in five) roll back; each counted in
+/// `writes`. Every commit is held 1 ms between becoming visible and ending its fences
+/// (`memopt.test_cleanup_delay`), so that readers land in that window often: only the fences
+/// keep them from stale rows.
+///
+/// ```no_run
+/// # use std::sync::{Arc, atomic::{AtomicBool, AtomicU64}};
+/// # async fn demo(url: String) {
+/// let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+/// tokio::spawn(memopt_check::write_randomly(url, &["t"], 1000, 7, stop, writes));
+/// # }
+/// ```
+pub async fn write_randomly(
+    url: String,
+    tables: &'static [&'static str],
+    keys: i32,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+) {
+    let mut c = slipstream_pg::connect(&url)
+        .await
+        .expect("a writer connects");
+    c.batch_execute("SET memopt.test_cleanup_delay = '1ms'")
+        .await
+        .expect("memopt is loaded");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Relaxed) {
+        let t = tables[rng.random_range(0..tables.len())];
+        let mut sql = String::from("BEGIN;");
+        for _ in 0..rng.random_range(1..=4) {
+            let k = rng.random_range(1..=keys);
+            let other = rng.random_range(1..=keys);
+            let n: u32 = rng.random();
+            sql.push_str(&match rng.random_range(0..5) {
+                0 => format!("UPDATE {t} SET v = 'u{n}' WHERE k = {k};"),
+                1 => format!("UPDATE {t} SET k = {other} WHERE k = {k};"),
+                2 => format!("DELETE FROM {t} WHERE k = {k};"),
+                3 => format!("INSERT INTO {t} VALUES ({k}, 'i{n}') ON CONFLICT DO NOTHING;"),
+                _ => format!(
+                    "INSERT INTO {t} VALUES ({k}, 'x{n}') \
+                     ON CONFLICT (k) DO UPDATE SET v = excluded.v;"
+                ),
+            });
+        }
+        sql.push_str(if rng.random_bool(0.2) {
+            "ROLLBACK;"
+        } else {
+            "COMMIT;"
+        });
+        // Key moves collide (unique violations) and writers deadlock at times: the transaction
+        // is then rolled back, which is part of what is being tested.
+        if c.batch_execute(&sql).await.is_err() {
+            let _ = c.batch_execute("ROLLBACK").await;
+        }
+        writes.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 pub mod fuzz;

@@ -9,9 +9,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
 const KEYS: i32 = 1500;
 const LOOKUPS: u64 = 300_000;
 const PER_STATEMENT: i32 = 1000;
@@ -48,42 +45,14 @@ async fn eviction_on_a_full_pool_racing_writes_drops_and_populates_stays_right_h
     let writes = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for seed in 0..2u64 {
-        let (url, stop, writes) = (url.clone(), stop.clone(), writes.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut c = slipstream_pg::connect(&url).await.unwrap();
-            c.batch_execute("SET memopt.test_cleanup_delay = '1ms'")
-                .await
-                .unwrap();
-            let mut rng = SmallRng::seed_from_u64(seed);
-            while !stop.load(Ordering::Relaxed) {
-                let t = TABLES[rng.random_range(0..2)];
-                let mut sql = String::from("BEGIN;");
-                for _ in 0..rng.random_range(1..=4) {
-                    let k = rng.random_range(1..=KEYS);
-                    let other = rng.random_range(1..=KEYS);
-                    let n: u32 = rng.random();
-                    sql.push_str(&match rng.random_range(0..4) {
-                        0 => format!("UPDATE {t} SET v = 'u{n}' WHERE k = {k};"),
-                        1 => format!("UPDATE {t} SET k = {other} WHERE k = {k};"),
-                        2 => format!("DELETE FROM {t} WHERE k = {k};"),
-                        _ => format!(
-                            "INSERT INTO {t} VALUES ({k}, 'x{n}') \
-                             ON CONFLICT (k) DO UPDATE SET v = excluded.v;"
-                        ),
-                    });
-                }
-                sql.push_str(if rng.random_bool(0.2) {
-                    "ROLLBACK;"
-                } else {
-                    "COMMIT;"
-                });
-                // Key moves collide and writers deadlock at times: rolled back, as tested.
-                if c.batch_execute(&sql).await.is_err() {
-                    let _ = c.batch_execute("ROLLBACK").await;
-                }
-                writes.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
+        tasks.push(tokio::spawn(memopt_check::write_randomly(
+            url.clone(),
+            &TABLES,
+            KEYS,
+            seed,
+            stop.clone(),
+            writes.clone(),
+        )));
     }
     {
         let (url, stop) = (url.clone(), stop.clone());

@@ -6,9 +6,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-
 const KEYS: i32 = 3000;
 const LOOKUPS: u64 = 1_000_000;
 const PER_STATEMENT: i32 = 2000;
@@ -36,45 +33,14 @@ async fn memopt_answers_match_the_normal_plan_under_concurrent_writes() {
     let writes = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::new();
     for seed in 0..2u64 {
-        let (url, stop, writes) = (url.clone(), stop.clone(), writes.clone());
-        writers.push(tokio::spawn(async move {
-            let mut c = slipstream_pg::connect(&url).await.unwrap();
-            // Hold every commit 1 ms between becoming visible and ending its fences, so that
-            // readers land in that window often: only the fences keep them from stale rows.
-            c.batch_execute("SET memopt.test_cleanup_delay = '1ms'")
-                .await
-                .unwrap();
-            let mut rng = SmallRng::seed_from_u64(seed);
-            while !stop.load(Ordering::Relaxed) {
-                let mut sql = String::from("BEGIN;");
-                for _ in 0..rng.random_range(1..=4) {
-                    let k = rng.random_range(1..=KEYS);
-                    let other = rng.random_range(1..=KEYS);
-                    let n: u32 = rng.random();
-                    sql.push_str(&match rng.random_range(0..5) {
-                        0 => format!("UPDATE s SET v = 'u{n}' WHERE k = {k};"),
-                        1 => format!("UPDATE s SET k = {other} WHERE k = {k};"),
-                        2 => format!("DELETE FROM s WHERE k = {k};"),
-                        3 => format!("INSERT INTO s VALUES ({k}, 'i{n}') ON CONFLICT DO NOTHING;"),
-                        _ => format!(
-                            "INSERT INTO s VALUES ({k}, 'x{n}') \
-                             ON CONFLICT (k) DO UPDATE SET v = excluded.v;"
-                        ),
-                    });
-                }
-                sql.push_str(if rng.random_bool(0.2) {
-                    "ROLLBACK;"
-                } else {
-                    "COMMIT;"
-                });
-                // Key changes collide (unique violations) and writers deadlock at times: the
-                // transaction is then rolled back, which is part of what is being tested.
-                if c.batch_execute(&sql).await.is_err() {
-                    let _ = c.batch_execute("ROLLBACK").await;
-                }
-                writes.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
+        writers.push(tokio::spawn(memopt_check::write_randomly(
+            url.clone(),
+            &["s"],
+            KEYS,
+            seed,
+            stop.clone(),
+            writes.clone(),
+        )));
     }
 
     let looked_up = Arc::new(AtomicU64::new(0));
