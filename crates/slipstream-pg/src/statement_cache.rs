@@ -37,9 +37,13 @@ use crate::param_types::Wire;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CacheStats {
-    /// Executions that found their statement in the cache.
+    /// Lookups that found their statement in the cache.
     pub hits: u64,
-    /// Executions that had to prepare their statement (and then cached it).
+    /// Lookups that did not: the statement is prepared with its execution, and cached if the
+    /// server accepts it (a `Parse` the server refuses is a miss that caches nothing).
+    /// A re-prepare after DDL is one of each: the stale statement was found (a hit), and the
+    /// one retry prepares it again (a miss, and one of [`reprepares`](Self::reprepares)), so
+    /// `hits + misses` is the executions plus the re-prepares.
     pub misses: u64,
     /// Statements closed to make room for another.
     pub evictions: u64,

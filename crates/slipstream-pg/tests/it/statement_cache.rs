@@ -164,6 +164,38 @@ pub(crate) async fn reprepares_after_ddl(c: &mut slipstream_pg::Client) {
     assert_eq!(c.statement_cache_stats().reprepares, 2);
 }
 
+/// The counters count lookups, as `CacheStats` says: a refused `Parse` is a miss that caches
+/// nothing, and a re-prepare after DDL is a hit and then a miss, so `hits + misses` is the
+/// executions plus the re-prepares.
+#[tokio::test]
+async fn the_counters_count_lookups() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let before = c.statement_cache_stats();
+    let q = "SELECT * FROM t WHERE id = $1";
+    c.query_one(q, &[&1i32]).await.unwrap();
+    c.batch_execute("ALTER TABLE t ADD COLUMN note text")
+        .await
+        .unwrap();
+    c.query_one(q, &[&1i32]).await.unwrap();
+    c.query("SELEKT 1", &[]).await.unwrap_err();
+    let s = c.statement_cache_stats();
+    let (hits, misses, reprepares) = (
+        s.hits - before.hits,
+        s.misses - before.misses,
+        s.reprepares - before.reprepares,
+    );
+    assert_eq!((hits, misses, reprepares), (1, 3, 1), "{s:?}");
+    assert_eq!(hits + misses, 3 + reprepares);
+    assert_eq!(
+        s.size,
+        before.size + 1,
+        "the refused statement is not cached"
+    );
+}
+
 #[tokio::test]
 async fn ddl_inside_a_transaction_is_a_clear_error() {
     let (_cluster, mut c) = super::setup().await;
