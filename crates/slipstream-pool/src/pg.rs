@@ -18,7 +18,8 @@ pub enum Reset {
     /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
     /// RESET ALL; UNLISTEN *; SELECT
     /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
-    /// statements are kept, so the statement cache survives, unlike `DISCARD ALL`; so are
+    /// statements and their cached plans are kept, so the statement cache survives, unlike
+    /// `DISCARD ALL` (which also runs `DEALLOCATE ALL` and `DISCARD PLANS`); so are
     /// those a borrower made with SQL `PREPARE name`, which the next borrower's `PREPARE` of
     /// the same name then fails on: `DEALLOCATE` them before returning the connection. Labels
     /// ([`crate::Pool::get_labeled`]) are cleared, since the reset undoes what their
@@ -33,7 +34,8 @@ pub enum Reset {
 /// for as long as the silence lasted (a cut path: the kernel's TCP timeout, minutes).
 const RESET_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL`.
+/// The session reset of [`Reset::Session`]: `DISCARD ALL` without `DEALLOCATE ALL` and
+/// `DISCARD PLANS`, which would drop the statement cache's statements and their plans.
 /// `RESET ALL` leaves a `SET ROLE` or `SET SESSION AUTHORIZATION` in place; `DISCARD ALL` does
 /// not, so neither may we: the next borrower would run as the previous one's role.
 const SESSION_RESET: &str = "SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; RESET ALL; UNLISTEN *; \
