@@ -26,7 +26,9 @@ pub struct Stats {
     pub open: usize,
     /// Of those, idle.
     pub idle: usize,
-    /// Of those, borrowed.
+    /// Of those, borrowed: lent out, or back from a borrower and still in the manager's
+    /// return (a `PgManager` reset's rollback), which is not idle until it ends (as
+    /// HikariCP's active count includes a connection being reset in its `close()`).
     pub borrowed: usize,
     /// Borrowers waiting now.
     pub waiting: usize,
