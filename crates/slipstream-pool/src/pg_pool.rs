@@ -614,7 +614,8 @@ impl PgPool {
     }
 
     /// Borrows an idle connection of a `role` server if one is idle now (no waiting, no
-    /// validation), from the serving servers in order of fewest borrows outstanding.
+    /// validation): from the serving server with the fewest borrows outstanding (as
+    /// [`PgPool::get`] picks), else from the first other serving server with one idle.
     ///
     /// ```no_run
     /// # fn f(pool: slipstream_pool::PgPool) {
