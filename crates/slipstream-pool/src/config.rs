@@ -95,8 +95,9 @@ impl Default for Config {
 pub struct Builder<M> {
     pub(crate) manager: M,
     pub(crate) config: Config,
-    /// The `server` label of the pool's metrics (a [`PgPool`](crate::PgPool)'s sub-pools).
-    pub(crate) metrics_server: Option<String>,
+    /// The server a [`PgPool`](crate::PgPool)'s sub-pool serves: its metrics' `server` label,
+    /// and named by its leak warning.
+    pub(crate) server: Option<String>,
 }
 
 impl<M: Manager> Builder<M> {

@@ -220,10 +220,14 @@ impl<M: Manager> Inner<M> {
                 .leaks_suspected
                 .fetch_add(1, Ordering::Relaxed);
             let lent_ms = lent.as_millis() as u64;
+            let to = self
+                .server
+                .as_deref()
+                .map_or_else(String::new, |s| format!(" to {s}"));
             tracing::warn!(
                 slot = i,
                 lent_ms,
-                "a pooled connection has been lent for {lent_ms} ms, over the pool's \
+                "a pooled connection{to} has been lent for {lent_ms} ms, over the pool's \
                  leak_warning ({threshold:?}): it may have leaked (held and forgotten). \
                  It was borrowed at:\n{at}"
             );

@@ -492,7 +492,7 @@ impl PgPoolBuilder {
                 let pool = Builder {
                     manager,
                     config: pool_config,
-                    metrics_server: Some(state.name.clone()),
+                    server: Some(state.name.clone()),
                 }
                 .build();
                 Server {

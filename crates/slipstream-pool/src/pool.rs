@@ -72,12 +72,10 @@ impl<M: Manager> Builder<M> {
             reclaims: config.abandoned_timeout.is_some() || config.time_to_live.is_some(),
             watches_leaks: config.leak_warning.is_some(),
             min_size: AtomicUsize::new(config.min_size),
-            published: config.metrics_name.as_deref().map(|name| {
-                Box::new(crate::observe::Published::new(
-                    name,
-                    self.metrics_server.as_deref(),
-                ))
-            }),
+            published: config
+                .metrics_name
+                .as_deref()
+                .map(|name| Box::new(crate::observe::Published::new(name, self.server.as_deref()))),
             config,
             open: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
@@ -92,6 +90,7 @@ impl<M: Manager> Builder<M> {
             handles: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
             shut: Notify::new(),
+            server: self.server,
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
         inner.opener.notify_one();
@@ -240,6 +239,8 @@ pub(crate) struct Inner<M: Manager> {
     /// Notified (all waiters) when `closed` is set: a reset in progress gives up and closes
     /// its connection, which a hung reset would otherwise keep open with the pool's memory.
     pub(crate) shut: Notify,
+    /// The server of a [`PgPool`](crate::PgPool)'s sub-pool, which its leak warning names.
+    pub(crate) server: Option<String>,
 }
 
 impl<M: Manager> Inner<M> {
@@ -367,7 +368,7 @@ impl<M: Manager> Pool<M> {
         Builder {
             manager,
             config: Config::default(),
-            metrics_server: None,
+            server: None,
         }
     }
 

@@ -112,4 +112,11 @@ async fn a_blocking_borrow_that_waited_is_reported_with_the_callers_site() {
         warning.contains("borrow_from_a_thread_h46"),
         "the warning names the blocking borrow's caller: {warning}"
     );
+    // And, with several servers to choose among, which one the leaked connection is to
+    // (session 44: before, a PgPool's warning did not say).
+    let server = &pool.servers()[0].name;
+    assert!(
+        warning.contains(&format!("a pooled connection to {server} has been lent")),
+        "the warning names the server: {warning}"
+    );
 }
