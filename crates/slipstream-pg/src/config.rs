@@ -156,67 +156,154 @@ pub const DEFAULT_PORT: u16 = 5432;
 
 impl Config {
     /// An empty configuration: every parameter at its default, no environment applied.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new();
+    /// assert!(config.get_hosts().is_empty() && config.get_user().is_none());
+    /// ```
     pub fn new() -> Config {
         Config::default()
     }
 
     /// Adds a host: a name or address for TCP, or an absolute directory path for a Unix socket.
     /// Several hosts are tried in order.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, Host};
+    /// let config = Config::new().host("db1.internal").host("/var/run/postgresql");
+    /// assert_eq!(config.get_hosts()[0], Host::Tcp("db1.internal".into()));
+    /// assert_eq!(config.get_hosts()[1], Host::Unix("/var/run/postgresql".into()));
+    /// ```
     pub fn host(mut self, host: &str) -> Config {
         self.hosts.push(Host::parse(host));
         self
     }
     /// Adds a port; one port applies to every host, otherwise one per host.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().host("db1").host("db2").port(5433);
+    /// assert_eq!(config.get_ports(), &[5433]); // for both hosts
+    /// ```
     pub fn port(mut self, port: u16) -> Config {
         self.ports.push(port);
         self
     }
     /// The user name to log in as.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().user("app");
+    /// assert_eq!(config.get_user(), Some("app"));
+    /// ```
     pub fn user(mut self, user: &str) -> Config {
         self.user = Some(user.to_string());
         self
     }
     /// The password, used if the server asks for one.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().user("app").password("s3cret");
+    /// assert!(config.has_password());
+    /// assert!(!format!("{config:?}").contains("s3cret")); // never shown
+    /// ```
     pub fn password(mut self, password: impl AsRef<[u8]>) -> Config {
         self.password = Some(password.as_ref().to_vec());
         self
     }
     /// The database name (default: the user name).
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().user("app").dbname("orders");
+    /// assert_eq!(config.get_dbname(), Some("orders"));
+    /// ```
     pub fn dbname(mut self, dbname: &str) -> Config {
         self.dbname = Some(dbname.to_string());
         self
     }
     /// Shown in `pg_stat_activity.application_name`.
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new().application_name("billing-worker");
+    /// assert_eq!(config.get_application_name(), Some("billing-worker"));
+    /// ```
     pub fn application_name(mut self, name: &str) -> Config {
         self.application_name = Some(name.to_string());
         self
     }
     /// Command-line options for the backend, e.g. `-c statement_timeout=5s`.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().options("-c statement_timeout=5s");
+    /// let parsed: Config = "options='-c statement_timeout=5s'".parse()?;
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn options(mut self, options: &str) -> Config {
         self.options = Some(options.to_string());
         self
     }
     /// How long one connection attempt (TCP/socket, TLS, authentication) may take per host.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config = slipstream_pg::Config::new().connect_timeout(Duration::from_secs(3));
+    /// assert_eq!(config.get_connect_timeout(), Some(Duration::from_secs(3)));
+    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Config {
         self.connect_timeout = Some(Some(timeout));
         self
     }
     /// Whether and how to use TLS.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, SslMode};
+    /// let config = Config::new().host("db.example.com").ssl_mode(SslMode::VerifyFull);
+    /// assert_eq!(config.get_ssl_mode(), SslMode::VerifyFull);
+    /// ```
     pub fn ssl_mode(mut self, mode: SslMode) -> Config {
         self.ssl_mode = Some(mode);
         self
     }
     /// A PEM file of CA certificates that the server's certificate must chain to.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, SslMode};
+    /// let config = Config::new().ssl_mode(SslMode::VerifyCa).ssl_root_cert("/etc/ssl/pg-ca.pem");
+    /// let parsed: Config = "sslmode=verify-ca sslrootcert=/etc/ssl/pg-ca.pem".parse()?;
+    /// assert_eq!(format!("{config:?}"), format!("{parsed:?}"));
+    /// // `system`: the operating system's trusted CAs, and verify-full unless told otherwise.
+    /// assert_eq!(Config::new().ssl_root_cert("system").get_ssl_mode(), SslMode::VerifyFull);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn ssl_root_cert(mut self, path: impl Into<PathBuf>) -> Config {
         self.ssl_root_cert = Some(path.into());
         self
     }
     /// A PEM client certificate (and [`Config::ssl_key`]) for certificate authentication.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, SslMode};
+    /// let config = Config::new()
+    ///     .ssl_mode(SslMode::Require)
+    ///     .ssl_cert("/etc/app/client.crt")
+    ///     .ssl_key("/etc/app/client.key");
+    /// let parsed: Config =
+    ///     "sslmode=require sslcert=/etc/app/client.crt sslkey=/etc/app/client.key".parse()?;
+    /// assert_eq!(format!("{config:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn ssl_cert(mut self, path: impl Into<PathBuf>) -> Config {
         self.ssl_cert = Some(path.into());
         self
     }
     /// The PEM private key matching [`Config::ssl_cert`].
+    ///
+    /// ```
+    /// let config = slipstream_pg::Config::new()
+    ///     .ssl_cert("/etc/app/client.crt")
+    ///     .ssl_key("/etc/app/client.key");
+    /// assert!(format!("{config:?}").contains("client.key"));
+    /// ```
     pub fn ssl_key(mut self, path: impl Into<PathBuf>) -> Config {
         self.ssl_key = Some(path.into());
         self
@@ -224,27 +311,70 @@ impl Config {
 
     /// TCP keepalive probes on idle connections, so a peer that vanished is noticed (default on,
     /// with the operating system's timings unless set below).
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().keepalives(false);
+    /// let parsed: Config = "keepalives=0".parse()?;
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn keepalives(mut self, on: bool) -> Config {
         self.keepalives = Some(on);
         self
     }
     /// Idle time before the first keepalive probe.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().keepalives_idle(Duration::from_secs(30));
+    /// let parsed: Config = "keepalives_idle=30".parse()?;
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn keepalives_idle(mut self, idle: Duration) -> Config {
         self.keepalives_idle = Some(idle);
         self
     }
     /// Time between unanswered keepalive probes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().keepalives_interval(Duration::from_secs(5));
+    /// let parsed: Config = "keepalives_interval=5".parse()?;
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn keepalives_interval(mut self, interval: Duration) -> Config {
         self.keepalives_interval = Some(interval);
         self
     }
     /// Unanswered probes before the connection is considered dead.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().keepalives_count(3);
+    /// let parsed: Config = "keepalives_count=3".parse()?;
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn keepalives_count(mut self, count: u32) -> Config {
         self.keepalives_count = Some(count);
         self
     }
     /// How long sent data may stay unacknowledged before the connection is considered dead
     /// (Linux `TCP_USER_TIMEOUT`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slipstream_pg::Config;
+    /// let built = Config::new().tcp_user_timeout(Duration::from_secs(10));
+    /// let parsed: Config = "tcp_user_timeout=10000".parse()?; // milliseconds, as libpq
+    /// assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn tcp_user_timeout(mut self, timeout: Duration) -> Config {
         self.tcp_user_timeout = Some(timeout);
         self
@@ -359,66 +489,173 @@ impl Config {
     }
 
     /// The routing requirement (default [`TargetSessionAttrs::Any`]).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, TargetSessionAttrs};
+    /// let config: Config = "host=db1,db2 target_session_attrs=read-write".parse()?;
+    /// assert_eq!(config.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    /// assert_eq!(Config::new().get_target_session_attrs(), TargetSessionAttrs::Any);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_target_session_attrs(&self) -> TargetSessionAttrs {
         self.target_session_attrs.unwrap_or_default()
     }
     /// The host order (default [`LoadBalanceHosts::Disable`]).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, LoadBalanceHosts};
+    /// let config: Config = "host=db1,db2 load_balance_hosts=random".parse()?;
+    /// assert_eq!(config.get_load_balance_hosts(), LoadBalanceHosts::Random);
+    /// assert_eq!(Config::new().get_load_balance_hosts(), LoadBalanceHosts::Disable);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_load_balance_hosts(&self) -> LoadBalanceHosts {
         self.load_balance_hosts.unwrap_or_default()
     }
     /// The password file, if set (otherwise `~/.pgpass` is read).
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "passfile=/run/secrets/pgpass".parse()?;
+    /// assert_eq!(config.get_passfile(), Some(std::path::Path::new("/run/secrets/pgpass")));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_passfile(&self) -> Option<&std::path::Path> {
         self.passfile.as_deref()
     }
     /// The `require_auth` list as given, if set.
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "require_auth=!password,!md5".parse()?;
+    /// assert_eq!(config.get_require_auth(), Some("!password,!md5"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_require_auth(&self) -> Option<&str> {
         self.require_auth.as_ref().map(|r| r.text.as_str())
     }
     /// The channel-binding mode (default [`ChannelBinding::Prefer`]).
+    ///
+    /// ```
+    /// use slipstream_pg::{ChannelBinding, Config};
+    /// assert_eq!(Config::new().get_channel_binding(), ChannelBinding::Prefer);
+    /// let config: Config = "sslmode=require channel_binding=require".parse()?;
+    /// assert_eq!(config.get_channel_binding(), ChannelBinding::Require);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_channel_binding(&self) -> ChannelBinding {
         self.channel_binding.unwrap_or_default()
     }
 
     /// The statement cache size (default [`DEFAULT_STATEMENT_CACHE_SIZE`]).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, DEFAULT_STATEMENT_CACHE_SIZE};
+    /// assert_eq!(Config::new().get_statement_cache_size(), DEFAULT_STATEMENT_CACHE_SIZE);
+    /// let config: Config = "statement_cache_size=0".parse()?;
+    /// assert_eq!(config.get_statement_cache_size(), 0); // the cache is off
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_statement_cache_size(&self) -> usize {
         self.statement_cache_size
             .unwrap_or(DEFAULT_STATEMENT_CACHE_SIZE)
     }
     /// The fetch size (default 64 KiB in bytes mode).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, FetchSize};
+    /// let config: Config = "fetch_size=1000".parse()?;
+    /// assert_eq!(config.get_fetch_size(), FetchSize::Rows(1000));
+    /// let config: Config = "fetch_size=64kB".parse()?;
+    /// assert_eq!(config.get_fetch_size(), FetchSize::Bytes(64 * 1024));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_fetch_size(&self) -> FetchSize {
         self.fetch_size.unwrap_or_default()
     }
     /// The cap on a row stream's buffered bytes, if set.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// assert_eq!(Config::new().get_max_result_buffer(), None);
+    /// let config: Config = "max_result_buffer=1MB".parse()?;
+    /// assert_eq!(config.get_max_result_buffer(), Some(1024 * 1024));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_max_result_buffer(&self) -> Option<usize> {
         self.max_result_buffer
     }
 
     /// The hosts, in the order they are tried.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, Host};
+    /// let config: Config = "postgres://app@db1:5432,db2:5433/orders".parse()?;
+    /// assert_eq!(config.get_hosts(), &[Host::Tcp("db1".into()), Host::Tcp("db2".into())]);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_hosts(&self) -> &[Host] {
         &self.hosts
     }
     /// The ports as given.
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "postgres://app@db1:5432,db2:5433/orders".parse()?;
+    /// assert_eq!(config.get_ports(), &[5432, 5433]);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_ports(&self) -> &[u16] {
         &self.ports
     }
     /// The user name, if set.
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "postgres://app@db/orders".parse()?;
+    /// assert_eq!(config.get_user(), Some("app"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_user(&self) -> Option<&str> {
         self.user.as_deref()
     }
     /// The database name, if set.
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "postgres://app@db/orders".parse()?;
+    /// assert_eq!(config.get_dbname(), Some("orders"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_dbname(&self) -> Option<&str> {
         self.dbname.as_deref()
     }
     /// The application name, if set.
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "host=db application_name=billing".parse()?;
+    /// assert_eq!(config.get_application_name(), Some("billing"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_application_name(&self) -> Option<&str> {
         self.application_name.as_deref()
     }
     /// The connect timeout, if set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let config: slipstream_pg::Config = "host=db connect_timeout=10".parse()?;
+    /// assert_eq!(config.get_connect_timeout(), Some(Duration::from_secs(10)));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_connect_timeout(&self) -> Option<Duration> {
         self.connect_timeout.flatten()
     }
     /// The TLS mode (default [`SslMode::Prefer`], or [`SslMode::VerifyFull`] with
     /// `sslrootcert=system`, as in libpq 16).
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, SslMode};
+    /// assert_eq!(Config::new().get_ssl_mode(), SslMode::Prefer);
+    /// let config: Config = "host=db sslmode=require".parse()?;
+    /// assert_eq!(config.get_ssl_mode(), SslMode::Require);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn get_ssl_mode(&self) -> SslMode {
         match self.ssl_mode {
             Some(mode) => mode,
@@ -433,6 +670,12 @@ impl Config {
             .is_some_and(|p| p == std::path::Path::new("system"))
     }
     /// True if a password is set (the password itself is never shown).
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "postgres://app:s3cret@db/orders".parse()?;
+    /// assert!(config.has_password());
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn has_password(&self) -> bool {
         self.password.is_some()
     }
@@ -616,10 +859,21 @@ impl fmt::Debug for Config {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("dbname", &self.dbname)
             .field("application_name", &self.application_name)
+            .field("fallback_application_name", &self.fallback_application_name)
             .field("options", &self.options)
             .field("connect_timeout", &self.connect_timeout)
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("ssl_cert", &self.ssl_cert)
+            .field("ssl_key", &self.ssl_key)
+            .field("keepalives", &self.keepalives)
+            .field("keepalives_idle", &self.keepalives_idle)
+            .field("keepalives_interval", &self.keepalives_interval)
+            .field("keepalives_count", &self.keepalives_count)
+            .field("tcp_user_timeout", &self.tcp_user_timeout)
+            .field("statement_cache_size", &self.statement_cache_size)
+            .field("fetch_size", &self.fetch_size)
+            .field("max_result_buffer", &self.max_result_buffer)
             .field("target_session_attrs", &self.target_session_attrs)
             .field("load_balance_hosts", &self.load_balance_hosts)
             .field("passfile", &self.passfile)
@@ -631,6 +885,46 @@ impl fmt::Debug for Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Debug` "shows every parameter but the password": before session 44 it left out
+    /// eleven (the client certificate and key, the keepalives, `tcp_user_timeout`, the
+    /// statement cache, fetch size and result buffer, the fallback application name), so a
+    /// logged configuration hid the settings that explain a slow or dropped connection.
+    #[test]
+    fn debug_shows_every_parameter_but_the_password() {
+        let config: Config = "host=db port=5433 user=app password=s3cret dbname=orders \
+             application_name=a fallback_application_name=fb options=-cx=1 connect_timeout=3 \
+             sslmode=require sslrootcert=/ca.pem sslcert=/c.crt sslkey=/c.key keepalives=1 \
+             keepalives_idle=30 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=10000 \
+             statement_cache_size=7 fetch_size=100 max_result_buffer=1MB \
+             target_session_attrs=any load_balance_hosts=random passfile=/p \
+             require_auth=scram-sha-256 channel_binding=prefer"
+            .parse()
+            .unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        for (name, value) in [
+            ("fallback_application_name", "\"fb\""),
+            ("ssl_cert", "/c.crt"),
+            ("ssl_key", "/c.key"),
+            ("keepalives", "Some(true)"),
+            ("keepalives_idle", "30s"),
+            ("keepalives_interval", "5s"),
+            ("keepalives_count", "Some(3)"),
+            ("tcp_user_timeout", "10s"),
+            ("statement_cache_size", "Some(7)"),
+            ("fetch_size", "Rows(100)"),
+            ("max_result_buffer", "Some(1048576)"),
+            ("passfile", "/p"),
+        ] {
+            let at = shown
+                .find(&format!("{name}: "))
+                .unwrap_or_else(|| panic!("no {name} in {shown}"));
+            let field = &shown[at..];
+            let field = &field[..field.find(", ").unwrap_or(field.len())];
+            assert!(field.contains(value), "{name}: {field} in {shown}");
+        }
+    }
 
     #[test]
     fn env_fills_only_what_the_string_left_out() {
