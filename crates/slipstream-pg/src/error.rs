@@ -102,16 +102,43 @@ impl Error {
     }
 
     /// What kind of failure this is.
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, ErrorKind};
+    /// let e = "port=fifty".parse::<Config>().unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Config);
+    /// ```
     pub fn kind(&self) -> ErrorKind {
         self.0.kind
     }
 
     /// The server's error, if the server sent one.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// // CREATE TABLE orders (id int PRIMARY KEY) holding id 1:
+    /// let e = client.batch_execute("INSERT INTO orders VALUES (1)").await.unwrap_err();
+    /// let db = e.as_db_error().expect("the server refused it");
+    /// assert_eq!(db.constraint(), Some("orders_pkey"));
+    /// assert!("port=x".parse::<slipstream_pg::Config>().unwrap_err().as_db_error().is_none());
+    /// # }
+    /// ```
     pub fn as_db_error(&self) -> Option<&DbError> {
         self.0.db.as_ref()
     }
 
     /// The SQLSTATE, if the server sent an error.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SqlState;
+    /// match client.execute("INSERT INTO orders VALUES ($1)", &[&1i32]).await {
+    ///     Err(e) if e.code() == Some(SqlState::UNIQUE_VIOLATION) => { /* already there */ }
+    ///     Err(e) => return Err(e),
+    ///     Ok(_) => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn code(&self) -> Option<SqlState> {
         self.0.db.as_ref().map(|db| db.code)
     }
@@ -155,6 +182,14 @@ impl Error {
     }
 
     /// True when a deadline passed.
+    ///
+    /// ```no_run
+    /// # async fn f() {
+    /// // A host behind a firewall that drops packets: the attempt runs into connect_timeout.
+    /// let e = slipstream_pg::connect("host=192.0.2.1 connect_timeout=1").await.unwrap_err();
+    /// assert!(e.is_timeout());
+    /// # }
+    /// ```
     pub fn is_timeout(&self) -> bool {
         self.0.kind == ErrorKind::Timeout
     }
@@ -432,66 +467,192 @@ impl DbError {
     }
 
     /// `ERROR`, `FATAL`, `PANIC` (errors) or `WARNING`, `NOTICE`, `DEBUG`, `INFO`, `LOG` (notices).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELEKT 1").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().severity(), "ERROR");
+    /// # }
+    /// ```
     pub fn severity(&self) -> &str {
         &self.severity
     }
     /// The SQLSTATE.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// use slipstream_pg::SqlState;
+    /// let e = client.batch_execute("SELEKT 1").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().code(), SqlState::SYNTAX_ERROR);
+    /// # }
+    /// ```
     pub fn code(&self) -> SqlState {
         self.code
     }
     /// The primary message.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELECT 1/0").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().message(), "division by zero");
+    /// # }
+    /// ```
     pub fn message(&self) -> &str {
         &self.message
     }
     /// Optional secondary message with more detail.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// // A second INSERT of id 1 into orders (id int PRIMARY KEY):
+    /// let e = client.batch_execute("INSERT INTO orders VALUES (1)").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().detail(), Some("Key (id)=(1) already exists."));
+    /// # }
+    /// ```
     pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref()
     }
     /// Optional suggestion of what to do.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELECT length(1)").await.unwrap_err();
+    /// let hint = e.as_db_error().unwrap().hint().unwrap_or_default();
+    /// assert!(hint.contains("explicit type casts"), "{hint}");
+    /// # }
+    /// ```
     pub fn hint(&self) -> Option<&str> {
         self.hint.as_deref()
     }
     /// Where in the query the error points.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// use slipstream_pg::ErrorPosition;
+    /// let e = client.batch_execute("SELECT nope FROM pg_class").await.unwrap_err();
+    /// // 1-based characters: `nope` starts at the 8th.
+    /// assert_eq!(e.as_db_error().unwrap().position(), Some(&ErrorPosition::Original(8)));
+    /// # }
+    /// ```
     pub fn position(&self) -> Option<&ErrorPosition> {
         self.position.as_ref()
     }
     /// The call stack context (e.g. PL/pgSQL function and line).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client
+    ///     .batch_execute("DO $$ BEGIN PERFORM 1/0; END $$")
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(e.as_db_error().unwrap().where_().unwrap().contains("PL/pgSQL"));
+    /// # }
+    /// ```
     pub fn where_(&self) -> Option<&str> {
         self.where_.as_deref()
     }
     /// The schema of the object involved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// // public.orders (id int PRIMARY KEY) already holds id 1:
+    /// let e = client.batch_execute("INSERT INTO orders VALUES (1)").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().schema(), Some("public"));
+    /// # }
+    /// ```
     pub fn schema(&self) -> Option<&str> {
         self.schema.as_deref()
     }
     /// The table involved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("INSERT INTO orders VALUES (1)").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().table(), Some("orders"));
+    /// # }
+    /// ```
     pub fn table(&self) -> Option<&str> {
         self.table.as_deref()
     }
     /// The column involved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// // CREATE TABLE items (id int, name text NOT NULL):
+    /// let e = client.batch_execute("INSERT INTO items VALUES (1, NULL)").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().column(), Some("name"));
+    /// # }
+    /// ```
     pub fn column(&self) -> Option<&str> {
         self.column.as_deref()
     }
     /// The data type involved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// // CREATE DOMAIN positive AS int CHECK (VALUE > 0):
+    /// let e = client.batch_execute("SELECT (-1)::positive").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().datatype(), Some("positive"));
+    /// # }
+    /// ```
     pub fn datatype(&self) -> Option<&str> {
         self.datatype.as_deref()
     }
     /// The constraint involved.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("INSERT INTO orders VALUES (1)").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().constraint(), Some("orders_pkey"));
+    /// # }
+    /// ```
     pub fn constraint(&self) -> Option<&str> {
         self.constraint.as_deref()
     }
     /// The server source file that raised the error.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELECT 1/0").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().file(), Some("int.c"));
+    /// # }
+    /// ```
     pub fn file(&self) -> Option<&str> {
         self.file.as_deref()
     }
     /// The server source line that raised the error.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELECT 1/0").await.unwrap_err();
+    /// assert!(e.as_db_error().unwrap().line().is_some()); // where in int.c
+    /// # }
+    /// ```
     pub fn line(&self) -> Option<u32> {
         self.line
     }
     /// The server routine that raised the error.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// let e = client.batch_execute("SELECT 1/0").await.unwrap_err();
+    /// assert_eq!(e.as_db_error().unwrap().routine(), Some("int4div"));
+    /// # }
+    /// ```
     pub fn routine(&self) -> Option<&str> {
         self.routine.as_deref()
     }
     /// True for `FATAL` and `PANIC`: the server closes the connection after sending it.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client, other: &mut slipstream_pg::Client) {
+    /// // Another session ends this one: the server sends FATAL 57P01 and closes it.
+    /// let pid = client.backend_pid();
+    /// other.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+    /// let e = client.batch_execute("SELECT 1").await.unwrap_err();
+    /// assert!(e.as_db_error().is_some_and(|db| db.is_fatal()) && e.is_closed());
+    /// # }
+    /// ```
     pub fn is_fatal(&self) -> bool {
         matches!(self.severity.as_str(), "FATAL" | "PANIC")
     }

@@ -168,3 +168,93 @@ async fn client_guide_stream_examples_give_what_they_say() {
     assert_eq!(chunks.len(), 1000, "one row per chunk in text format");
     assert_eq!(&chunks[999][..], b"999\titem 999\n");
 }
+
+/// Holds. The rustdoc examples of `Error` and `DbError` (src/error.rs) state what each field
+/// holds for a given failure; they are `no_run` (they need a server), so this runs the same
+/// statements and holds the stated values.
+#[tokio::test]
+async fn the_error_field_examples_hold() {
+    use slipstream_pg::{ErrorPosition, SqlState};
+    let (cluster, mut client) = super::setup().await;
+    client
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY); INSERT INTO orders VALUES (1);
+             CREATE TABLE items (id int, name text NOT NULL);
+             CREATE DOMAIN positive AS int CHECK (VALUE > 0)",
+        )
+        .await
+        .unwrap();
+    let dup = client
+        .batch_execute("INSERT INTO orders VALUES (1)")
+        .await
+        .unwrap_err();
+    assert_eq!(dup.code(), Some(SqlState::UNIQUE_VIOLATION));
+    let db = dup.as_db_error().unwrap();
+    assert_eq!(db.constraint(), Some("orders_pkey"));
+    assert_eq!(db.detail(), Some("Key (id)=(1) already exists."));
+    assert_eq!((db.schema(), db.table()), (Some("public"), Some("orders")));
+
+    let syntax = client.batch_execute("SELEKT 1").await.unwrap_err();
+    let db = syntax.as_db_error().unwrap();
+    assert_eq!(
+        (db.severity(), db.code()),
+        ("ERROR", SqlState::SYNTAX_ERROR)
+    );
+
+    let zero = client.batch_execute("SELECT 1/0").await.unwrap_err();
+    let db = zero.as_db_error().unwrap();
+    assert_eq!(db.message(), "division by zero");
+    assert_eq!((db.file(), db.routine()), (Some("int.c"), Some("int4div")));
+    assert!(db.line().is_some());
+
+    let cast = client.batch_execute("SELECT length(1)").await.unwrap_err();
+    let hint = cast.as_db_error().unwrap().hint().unwrap_or_default();
+    assert!(hint.contains("explicit type casts"), "{hint}");
+
+    let column = client
+        .batch_execute("SELECT nope FROM pg_class")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        column.as_db_error().unwrap().position(),
+        Some(&ErrorPosition::Original(8))
+    );
+
+    let plpgsql = client
+        .batch_execute("DO $$ BEGIN PERFORM 1/0; END $$")
+        .await
+        .unwrap_err();
+    assert!(
+        plpgsql
+            .as_db_error()
+            .unwrap()
+            .where_()
+            .unwrap()
+            .contains("PL/pgSQL")
+    );
+
+    let null = client
+        .batch_execute("INSERT INTO items VALUES (1, NULL)")
+        .await
+        .unwrap_err();
+    assert_eq!(null.as_db_error().unwrap().column(), Some("name"));
+
+    let domain = client
+        .batch_execute("SELECT (-1)::positive")
+        .await
+        .unwrap_err();
+    assert_eq!(domain.as_db_error().unwrap().datatype(), Some("positive"));
+
+    // `is_fatal`: another session ends this one.
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let pid = client.backend_pid();
+    other
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let e = client.batch_execute("SELECT 1").await.unwrap_err();
+    assert!(
+        e.as_db_error().is_some_and(|db| db.is_fatal()) && e.is_closed(),
+        "{e:?}"
+    );
+}
