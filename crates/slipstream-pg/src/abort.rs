@@ -60,6 +60,15 @@ impl AbortHandle {
     /// for the server to take the request). The connection's owner then gets
     /// `connection closed by its pool: <reason>` from its current or next call. Calling it
     /// again does nothing more.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let handle = client.abort_handle()?;
+    /// handle.abort("shutting down").await;
+    /// let e = client.batch_execute("SELECT 1").await.unwrap_err();
+    /// assert!(e.is_closed() && e.to_string().contains("shutting down"));
+    /// # Ok(()) }
+    /// ```
     pub async fn abort(&self, reason: &str) {
         {
             let mut slot = self.reason.lock().unwrap_or_else(|p| p.into_inner());
@@ -77,6 +86,15 @@ impl AbortHandle {
     }
 
     /// True once [`AbortHandle::abort`] was called.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let handle = client.abort_handle()?;
+    /// assert!(!handle.is_aborted());
+    /// handle.abort("held too long").await;
+    /// assert!(handle.is_aborted());
+    /// # Ok(()) }
+    /// ```
     pub fn is_aborted(&self) -> bool {
         self.reason
             .lock()

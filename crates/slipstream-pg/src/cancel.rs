@@ -59,12 +59,30 @@ pub(crate) struct TlsTarget {
 
 impl CancelToken {
     /// The server process id of the connection this token cancels.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) {
+    /// assert_eq!(client.cancel_token().process_id(), client.backend_pid());
+    /// # }
+    /// ```
     pub fn process_id(&self) -> i32 {
         self.process_id
     }
 
     /// Sends the cancel request and waits until the server has read it (it closes the
     /// connection once it has).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let token = client.cancel_token();
+    /// let (slow, cancelled) = tokio::join!(client.batch_execute("SELECT pg_sleep(60)"), async {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    ///     token.cancel().await
+    /// });
+    /// cancelled?;
+    /// assert_eq!(slow.unwrap_err().code(), Some(slipstream_pg::SqlState::QUERY_CANCELED));
+    /// # Ok(()) }
+    /// ```
     pub async fn cancel(&self) -> Result<(), Error> {
         let limit = self.connect_timeout.unwrap_or(DEFAULT_CANCEL_TIMEOUT);
         tokio::time::timeout(limit, self.send())

@@ -70,6 +70,19 @@ impl Client {
     }
 
     /// A token that cancels this connection's running statement from another task.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SqlState;
+    /// let token = client.cancel_token();
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    ///     let _ = token.cancel().await;
+    /// });
+    /// let e = client.batch_execute("SELECT pg_sleep(60)").await.unwrap_err();
+    /// assert_eq!(e.code(), Some(SqlState::QUERY_CANCELED));
+    /// # Ok(()) }
+    /// ```
     pub fn cancel_token(&self) -> CancelToken {
         self.cancel.clone()
     }
@@ -81,6 +94,18 @@ impl Client {
     /// # Errors
     /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the socket's descriptor cannot be duplicated
     /// (the process is out of file descriptors).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let handle = client.abort_handle()?;
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    ///     handle.abort("held too long").await;
+    /// });
+    /// let e = client.batch_execute("SELECT pg_sleep(60)").await.unwrap_err();
+    /// assert!(e.is_closed() && e.to_string().contains("held too long"));
+    /// # Ok(()) }
+    /// ```
     pub fn abort_handle(&self) -> Result<crate::AbortHandle, Error> {
         crate::AbortHandle::new(
             self.conn.socket(),
@@ -90,6 +115,13 @@ impl Client {
     }
 
     /// The server process id serving this connection (`pg_backend_pid()`).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let pid: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0)?;
+    /// assert_eq!(pid, client.backend_pid());
+    /// # Ok(()) }
+    /// ```
     pub fn backend_pid(&self) -> i32 {
         self.cancel.process_id
     }
@@ -226,6 +258,13 @@ impl Client {
     }
 
     /// True if the connection is encrypted with TLS.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), slipstream_pg::Error> {
+    /// let client = slipstream_pg::connect("host=db.example.com user=app sslmode=require").await?;
+    /// assert!(client.is_tls());
+    /// # Ok(()) }
+    /// ```
     pub fn is_tls(&self) -> bool {
         self.conn.is_tls()
     }

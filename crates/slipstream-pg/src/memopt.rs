@@ -134,16 +134,40 @@ struct TableInner {
 
 impl MemoptTable {
     /// The table's name as given to [`Client::memopt_table`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let items = client.memopt_table("items").await?;
+    /// assert_eq!(items.name(), "items");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.0.name
     }
 
     /// The table's OID.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let items = client.memopt_table("items").await?;
+    /// let oid: u32 = client.query_one("SELECT 'items'::regclass::oid", &[]).await?.get(0)?;
+    /// assert_eq!(items.oid(), oid);
+    /// # Ok(()) }
+    /// ```
     pub fn oid(&self) -> u32 {
         self.0.oid
     }
 
     /// The columns every returned row has, in the table's order.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// // CREATE TABLE items (id int PRIMARY KEY, name text), enabled for memopt:
+    /// let items = client.memopt_table("items").await?;
+    /// let names: Vec<&str> = items.columns().iter().map(|c| c.name()).collect();
+    /// assert_eq!(names, ["id", "name"]);
+    /// # Ok(()) }
+    /// ```
     pub fn columns(&self) -> &[Column] {
         &self.0.columns
     }

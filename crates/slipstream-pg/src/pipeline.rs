@@ -125,11 +125,24 @@ impl Default for PipelineOptions {
 
 impl PipelineOptions {
     /// Abort on error, at most 1024 operations and 1 MiB of requests in flight.
+    ///
+    /// ```
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// let opts = PipelineOptions::new();
+    /// assert_eq!(opts.get_mode(), PipelineMode::AbortOnError);
+    /// assert_eq!((opts.get_max_in_flight(), opts.get_max_in_flight_bytes()), (1024, 1 << 20));
+    /// ```
     pub fn new() -> PipelineOptions {
         PipelineOptions::default()
     }
 
     /// Sets the error mode.
+    ///
+    /// ```
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// let opts = PipelineOptions::new().mode(PipelineMode::ContinueOnError);
+    /// assert_eq!(opts.get_mode(), PipelineMode::ContinueOnError);
+    /// ```
     pub fn mode(mut self, mode: PipelineMode) -> PipelineOptions {
         self.mode = mode;
         self
@@ -137,6 +150,11 @@ impl PipelineOptions {
 
     /// Sets how many operations may be queued or in flight before queueing another waits for
     /// replies (a sliding window: it then reads until a sixteenth of it is free). At least 1.
+    ///
+    /// ```
+    /// let opts = slipstream_pg::PipelineOptions::new().max_in_flight(0);
+    /// assert_eq!(opts.get_max_in_flight(), 1); // at least one
+    /// ```
     pub fn max_in_flight(mut self, ops: usize) -> PipelineOptions {
         self.max_ops = ops.max(1);
         self
@@ -144,22 +162,40 @@ impl PipelineOptions {
 
     /// Sets how many bytes of requests may be queued or in flight, as for
     /// [`PipelineOptions::max_in_flight`]. At least 1.
+    ///
+    /// ```
+    /// let opts = slipstream_pg::PipelineOptions::new().max_in_flight_bytes(4 << 20);
+    /// assert_eq!(opts.get_max_in_flight_bytes(), 4 << 20);
+    /// ```
     pub fn max_in_flight_bytes(mut self, bytes: usize) -> PipelineOptions {
         self.max_bytes = bytes.max(1);
         self
     }
 
     /// The error mode.
+    ///
+    /// ```
+    /// use slipstream_pg::{PipelineMode, PipelineOptions};
+    /// assert_eq!(PipelineOptions::default().get_mode(), PipelineMode::AbortOnError);
+    /// ```
     pub fn get_mode(&self) -> PipelineMode {
         self.mode
     }
 
     /// The bound on operations in flight.
+    ///
+    /// ```
+    /// assert_eq!(slipstream_pg::PipelineOptions::new().max_in_flight(64).get_max_in_flight(), 64);
+    /// ```
     pub fn get_max_in_flight(&self) -> usize {
         self.max_ops
     }
 
     /// The bound on request bytes in flight.
+    ///
+    /// ```
+    /// assert_eq!(slipstream_pg::PipelineOptions::new().get_max_in_flight_bytes(), 1 << 20);
+    /// ```
     pub fn get_max_in_flight_bytes(&self) -> usize {
         self.max_bytes
     }
@@ -1000,6 +1036,15 @@ impl Pipeline<'_> {
     }
 
     /// Operations queued in this block so far.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// p.query("SELECT 1", &[]).await?;
+    /// p.query("SELECT 2", &[]).await?;
+    /// assert_eq!(p.len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.results.len() + self.held()
     }
@@ -1010,6 +1055,13 @@ impl Pipeline<'_> {
     }
 
     /// True if nothing was queued yet.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let p = client.pipeline();
+    /// assert!(p.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -318,6 +318,13 @@ impl RowStream<'_> {
     }
 
     /// The result columns.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let rows = client.query_stream("SELECT oid, relname FROM pg_class", &[]).await?;
+    /// assert_eq!(rows.columns()[1].name(), "relname"); // known before the first row is read
+    /// # Ok(()) }
+    /// ```
     pub fn columns(&self) -> &[Column] {
         self.reply.columns_ref()
     }
@@ -339,11 +346,32 @@ impl RowStream<'_> {
     }
 
     /// The row count the last `Execute` asked for (0: all).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::FetchSize;
+    /// let sql = "SELECT g FROM generate_series(1, 1000) g";
+    /// let mut rows = client.query_stream_with(sql, &[], FetchSize::Rows(100)).await?;
+    /// rows.next().await?;
+    /// assert_eq!(rows.rows_per_fetch(), 100);
+    /// # Ok(()) }
+    /// ```
     pub fn rows_per_fetch(&self) -> u32 {
         self.rows_per_fetch as u32
     }
 
     /// The most bytes of rows the stream has held at once.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::FetchSize;
+    /// let sql = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
+    /// let mut rows = client.query_stream_with(sql, &[], FetchSize::Bytes(64 * 1024)).await?;
+    /// while rows.next().await?.is_some() {}
+    /// // The byte budget, plus at most one row past it:
+    /// assert!(rows.peak_buffered_bytes() <= 64 * 1024 + 2000);
+    /// # Ok(()) }
+    /// ```
     pub fn peak_buffered_bytes(&self) -> usize {
         self.peak
     }

@@ -73,6 +73,12 @@ states! {
 impl SqlState {
     /// Builds a code from the server's text. Anything that is not five ASCII characters becomes
     /// `XX000` (internal error) rather than being trusted.
+    ///
+    /// ```
+    /// use slipstream_pg::SqlState;
+    /// assert_eq!(SqlState::from_code("23505"), SqlState::UNIQUE_VIOLATION);
+    /// assert_eq!(SqlState::from_code("nonsense"), SqlState::INTERNAL_ERROR);
+    /// ```
     pub fn from_code(code: &str) -> SqlState {
         match <[u8; 5]>::try_from(code.as_bytes()) {
             Ok(bytes) if bytes.is_ascii() => SqlState(bytes),
@@ -81,6 +87,10 @@ impl SqlState {
     }
 
     /// The code as text, e.g. `"57014"`.
+    ///
+    /// ```
+    /// assert_eq!(slipstream_pg::SqlState::QUERY_CANCELED.code(), "57014");
+    /// ```
     pub fn code(&self) -> &str {
         // The constructor admits ASCII only, so this cannot fail.
         std::str::from_utf8(&self.0).unwrap_or("XX000")

@@ -76,6 +76,13 @@ impl Statement {
     }
 
     /// The SQL text it was prepared from.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT $1::int4 + 1").await?;
+    /// assert_eq!(stmt.sql(), "SELECT $1::int4 + 1");
+    /// # Ok(()) }
+    /// ```
     pub fn sql(&self) -> &str {
         &self.0.sql
     }
@@ -101,11 +108,28 @@ impl Statement {
     }
 
     /// The parameter types the server inferred (or that were given).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::types::Type;
+    /// let stmt = client.prepare("SELECT * FROM pg_class WHERE relname = $1 LIMIT $2").await?;
+    /// assert_eq!(stmt.params(), &[Type::NAME, Type::INT8]);
+    /// # Ok(()) }
+    /// ```
     pub fn params(&self) -> &[Type] {
         &self.0.params
     }
 
     /// The result columns (empty for statements that return no rows).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT oid, relname FROM pg_class").await?;
+    /// let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+    /// assert_eq!(names, ["oid", "relname"]);
+    /// assert!(client.prepare("SET work_mem = '64MB'").await?.columns().is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn columns(&self) -> &[Column] {
         &self.0.columns
     }
@@ -173,22 +197,59 @@ impl Column {
     }
 
     /// The column's name (its alias, if the query gave one).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT relname AS table_name FROM pg_class").await?;
+    /// assert_eq!(stmt.columns()[0].name(), "table_name");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
     /// The column's type.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT now()").await?;
+    /// assert_eq!(stmt.columns()[0].type_(), &slipstream_pg::types::Type::TIMESTAMPTZ);
+    /// # Ok(()) }
+    /// ```
     pub fn type_(&self) -> &Type {
         &self.type_
     }
     /// The OID of the table the column comes from, if it is a plain table column.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT relname, 1 AS one FROM pg_class").await?;
+    /// assert_eq!(stmt.columns()[0].table_oid(), Some(1259)); // pg_class's own OID
+    /// assert_eq!(stmt.columns()[1].table_oid(), None); // computed, not a table's column
+    /// # Ok(()) }
+    /// ```
     pub fn table_oid(&self) -> Option<u32> {
         self.table_oid
     }
     /// The column's attribute number in that table.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT relnamespace, relname FROM pg_class").await?;
+    /// assert_eq!(stmt.columns()[1].column_id(), Some(2)); // relname is pg_class's 2nd attribute
+    /// # Ok(()) }
+    /// ```
     pub fn column_id(&self) -> Option<i16> {
         self.column_id
     }
     /// The type modifier (`atttypmod`): e.g. 36 for `varchar(32)` (length + 4), -1 for none.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let stmt = client.prepare("SELECT 'x'::varchar(32), 'y'::text").await?;
+    /// assert_eq!(stmt.columns()[0].type_modifier(), 36);
+    /// assert_eq!(stmt.columns()[1].type_modifier(), -1);
+    /// # Ok(()) }
+    /// ```
     pub fn type_modifier(&self) -> i32 {
         self.type_modifier
     }

@@ -258,3 +258,129 @@ async fn the_error_field_examples_hold() {
         "{e:?}"
     );
 }
+
+/// Holds. The `no_run` rustdoc examples of `Statement`, `Column`, `RowStream`, `CancelToken`,
+/// `AbortHandle` and `Pipeline` state results; this runs the same calls on a real server.
+#[tokio::test]
+async fn the_client_accessor_examples_hold() {
+    use slipstream_pg::types::Type;
+    use slipstream_pg::{FetchSize, SqlState};
+    let (cluster, mut client) = super::setup().await;
+
+    let stmt = client.prepare("SELECT $1::int4 + 1").await.unwrap();
+    assert_eq!(stmt.sql(), "SELECT $1::int4 + 1");
+    let stmt = client
+        .prepare("SELECT * FROM pg_class WHERE relname = $1 LIMIT $2")
+        .await
+        .unwrap();
+    assert_eq!(stmt.params(), &[Type::NAME, Type::INT8]);
+    let stmt = client
+        .prepare("SELECT oid, relname FROM pg_class")
+        .await
+        .unwrap();
+    let names: Vec<&str> = stmt.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["oid", "relname"]);
+    assert!(
+        client
+            .prepare("SET work_mem = '64MB'")
+            .await
+            .unwrap()
+            .columns()
+            .is_empty()
+    );
+    let stmt = client
+        .prepare("SELECT relname AS table_name FROM pg_class")
+        .await
+        .unwrap();
+    assert_eq!(stmt.columns()[0].name(), "table_name");
+    let stmt = client.prepare("SELECT now()").await.unwrap();
+    assert_eq!(stmt.columns()[0].type_(), &Type::TIMESTAMPTZ);
+    let stmt = client
+        .prepare("SELECT relname, 1 AS one FROM pg_class")
+        .await
+        .unwrap();
+    assert_eq!(stmt.columns()[0].table_oid(), Some(1259));
+    assert_eq!(stmt.columns()[1].table_oid(), None);
+    let stmt = client
+        .prepare("SELECT relnamespace, relname FROM pg_class")
+        .await
+        .unwrap();
+    assert_eq!(stmt.columns()[1].column_id(), Some(2));
+    let stmt = client
+        .prepare("SELECT 'x'::varchar(32), 'y'::text")
+        .await
+        .unwrap();
+    assert_eq!(stmt.columns()[0].type_modifier(), 36);
+    assert_eq!(stmt.columns()[1].type_modifier(), -1);
+
+    {
+        let rows = client
+            .query_stream("SELECT oid, relname FROM pg_class", &[])
+            .await
+            .unwrap();
+        assert_eq!(rows.columns()[1].name(), "relname");
+    }
+    {
+        let sql = "SELECT g FROM generate_series(1, 1000) g";
+        let mut rows = client
+            .query_stream_with(sql, &[], FetchSize::Rows(100))
+            .await
+            .unwrap();
+        rows.next().await.unwrap();
+        assert_eq!(rows.rows_per_fetch(), 100);
+    }
+    {
+        let sql = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
+        let mut rows = client
+            .query_stream_with(sql, &[], FetchSize::Bytes(64 * 1024))
+            .await
+            .unwrap();
+        while rows.next().await.unwrap().is_some() {}
+        assert!(
+            rows.peak_buffered_bytes() <= 64 * 1024 + 2000,
+            "{}",
+            rows.peak_buffered_bytes()
+        );
+    }
+    {
+        let mut p = client.pipeline();
+        assert!(p.is_empty());
+        p.query("SELECT 1", &[]).await.unwrap();
+        p.query("SELECT 2", &[]).await.unwrap();
+        assert_eq!(p.len(), 2);
+        assert!(p.end().await.iter().all(Result::is_ok));
+    }
+
+    assert_eq!(client.cancel_token().process_id(), client.backend_pid());
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(pid, client.backend_pid());
+    assert!(!client.is_tls());
+    let token = client.cancel_token();
+    let (slow, cancelled) = tokio::join!(client.batch_execute("SELECT pg_sleep(60)"), async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        token.cancel().await
+    });
+    cancelled.unwrap();
+    assert_eq!(slow.unwrap_err().code(), Some(SqlState::QUERY_CANCELED));
+
+    let mut client = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let handle = client.abort_handle().unwrap();
+    assert!(!handle.is_aborted());
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        handle.abort("held too long").await;
+    });
+    let e = client
+        .batch_execute("SELECT pg_sleep(60)")
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_closed() && e.to_string().contains("held too long"),
+        "{e}"
+    );
+}
