@@ -26,6 +26,15 @@ const RETRIES: usize = 1;
 const MAX_DIVERGENT_SHARE: f64 = 0.01;
 
 /// The likelihood of each group's values.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, Model, Suff, compare};
+/// assert_eq!(Model::default(), Model::Gamma);
+/// let a = Suff::of(&(0..60).map(|i| 10.0 + (i % 5) as f64 * 0.1).collect::<Vec<_>>());
+/// let b = Suff::of(&(0..60).map(|i| 12.0 + (i % 5) as f64 * 0.1).collect::<Vec<_>>());
+/// let settings = CompareSettings { model: Model::Lognormal, ..Default::default() };
+/// assert!(compare(&a, &b, &settings).unwrap().verdict.is_different());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Model {
     /// The article's gamma model, sampled with NUTS.
@@ -36,6 +45,15 @@ pub enum Model {
 }
 
 /// How to compare.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, DEFAULT_ROPE, Model};
+/// let s = CompareSettings::default();
+/// assert_eq!((s.rope, s.model, s.sampler.chains), (DEFAULT_ROPE, Model::Gamma, 4));
+/// // Call a 2% difference equivalent, no more.
+/// let strict = CompareSettings { rope: 0.02, ..s };
+/// # assert_eq!(strict.rope, 0.02);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompareSettings {
     /// Half-width of the ROPE on the ratio B/A (0.05 = ±5%): the verdict uses
@@ -59,6 +77,15 @@ impl Default for CompareSettings {
 }
 
 /// A posterior mean and its 95% HDI.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// let c = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &CompareSettings::default())
+///     .unwrap();
+/// let r = c.ratio; // an Estimate: B / A is about 1.2
+/// assert!(r.hdi.0 < r.mean && r.mean < r.hdi.1);
+/// assert!((r.mean - 1.2).abs() < 0.05);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
     /// Posterior mean; for [`Model::Lognormal`], the posterior median, since the lognormal
@@ -78,6 +105,14 @@ impl Estimate {
 }
 
 /// What the comparison concludes about B against A (larger values are slower).
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, Verdict, compare_run_values};
+/// let s = CompareSettings::default();
+/// let c = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &s).unwrap();
+/// assert_eq!(c.verdict, Verdict::CrediblySlower);
+/// assert_eq!(c.verdict.to_string(), "credibly slower");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     /// The HDI of B − A lies wholly above the ROPE.
@@ -106,12 +141,28 @@ impl fmt::Display for Verdict {
 
 impl Verdict {
     /// True for the two "credibly different" verdicts.
+    ///
+    /// ```
+    /// use slipstream_stats::Verdict;
+    /// assert!(Verdict::CrediblyFaster.is_different());
+    /// assert!(!Verdict::PracticallyEquivalent.is_different());
+    /// assert!(!Verdict::Unreliable("the chains disagree".into()).is_different());
+    /// ```
     pub fn is_different(&self) -> bool {
         matches!(self, Verdict::CrediblySlower | Verdict::CrediblyFaster)
     }
 }
 
 /// Everything a comparison found.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// let s = CompareSettings::default();
+/// let c = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &s).unwrap();
+/// assert!(c.p_b_slower > 0.99 && c.in_rope < 0.01);
+/// assert!(c.diff.mean > 1.5 && c.diff.mean < 2.5);
+/// assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Comparison {
     /// Group A's mean (for the run unit: `mean` is exp of the posterior mean of ln, the runs'
@@ -207,6 +258,13 @@ impl Comparison {
 }
 
 /// Why two groups could not be compared.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, Suff, compare};
+/// let few = Suff::of(&[1.0, 2.0]);
+/// let err = compare(&few, &few, &CompareSettings::default()).unwrap_err();
+/// assert!(err.to_string().starts_with("group A has 2 value(s)"), "{err}");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompareError(pub(crate) String);
 

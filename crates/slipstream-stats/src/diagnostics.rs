@@ -10,6 +10,15 @@ pub const RHAT_MAX: f64 = 1.01;
 pub const ESS_MIN_PER_CHAIN: f64 = 100.0;
 
 /// How well a set of chains mixed.
+///
+/// ```
+/// use slipstream_stats::Diagnostics;
+/// // Two chains stuck in different places: R-hat far above 1.
+/// let chains = vec![(0..200).map(|i| (i % 7) as f64).collect::<Vec<_>>(),
+///                   (0..200).map(|i| 100.0 + (i % 7) as f64).collect()];
+/// let d = Diagnostics::of(&chains);
+/// assert!(d.rhat > 1.5, "{d:?}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Diagnostics {
     /// Rank-normalised split R-hat: the larger of the bulk and the folded (tail) value.
@@ -74,6 +83,16 @@ impl Diagnostics {
     }
 
     /// What is wrong, if anything, for `chains` chains.
+    ///
+    /// ```
+    /// use slipstream_stats::Diagnostics;
+    /// let good = Diagnostics { rhat: 1.001, ess_bulk: 900.0, ess_tail: 800.0 };
+    /// assert_eq!(good.problem(4), None);
+    /// let few = Diagnostics { rhat: 1.001, ess_bulk: 300.0, ess_tail: 800.0 };
+    /// assert!(few.problem(4).unwrap().starts_with("too few effective draws"));
+    /// let split = Diagnostics { rhat: 1.2, ..good };
+    /// assert!(split.problem(4).unwrap().starts_with("the chains disagree"));
+    /// ```
     pub fn problem(&self, chains: usize) -> Option<String> {
         let need = ESS_MIN_PER_CHAIN * chains as f64;
         // NaN (a chain of constant draws) counts as failing.

@@ -23,6 +23,14 @@ pub const PRIOR_SD_SPREAD: f64 = 10.0;
 
 /// Priors shared by both groups (the article: the same prior for A and B, so the prior never
 /// favours a difference).
+///
+/// ```
+/// use slipstream_stats::{PRIOR_SD_SPREAD, Prior, Suff};
+/// let (a, b) = (Suff::of(&[1.0, 2.0, 3.0]), Suff::of(&[3.0, 4.0, 5.0]));
+/// let p = Prior::pooled(&[a, b]);
+/// assert!((p.mean_shape / p.mean_rate - 3.0).abs() < 1e-12); // centred on the pooled mean
+/// assert_eq!(p.sd_max, PRIOR_SD_SPREAD * 3.0); // the pooled mean exceeds the pooled sd
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prior {
     /// Gamma prior on m: shape.
@@ -60,6 +68,15 @@ impl Prior {
 }
 
 /// One group's posterior, as a log density on the unconstrained scale.
+///
+/// ```
+/// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
+/// let d = Suff::of(&[9.0, 10.0, 11.0, 10.5]);
+/// let m = GammaModel::new(d, Prior::pooled(&[d]));
+/// // Near the data is more probable than far from it.
+/// let at = |mean| m.log_posterior(MeanSd { mean, sd: 1.0 });
+/// assert!(at(10.0) > at(15.0));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct GammaModel {
     data: Suff,
@@ -67,6 +84,14 @@ pub struct GammaModel {
 }
 
 /// The constrained parameters.
+///
+/// ```
+/// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
+/// let d = Suff::of(&[9.0, 10.0, 11.0]);
+/// let m = GammaModel::new(d, Prior::pooled(&[d]));
+/// let p = m.constrain([10f64.ln(), 0.0]);
+/// assert!((p.mean - 10.0).abs() < 1e-9 && p.sd > 0.0);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MeanSd {
     /// The mean m.
@@ -86,11 +111,27 @@ fn sigmoid(x: f64) -> f64 {
 
 impl GammaModel {
     /// The model of `data` under `prior`.
+    ///
+    /// ```
+    /// use slipstream_stats::{GammaModel, Prior, Suff};
+    /// let d = Suff::of(&[9.0, 10.0, 11.0]);
+    /// let m = GammaModel::new(d, Prior::pooled(&[d]));
+    /// assert!(m.logp([10f64.ln(), 0.0]).0.is_finite());
+    /// ```
     pub fn new(data: Suff, prior: Prior) -> GammaModel {
         GammaModel { data, prior }
     }
 
     /// θ → (m, s).
+    ///
+    /// ```
+    /// use slipstream_stats::{GammaModel, Prior, Suff};
+    /// let d = Suff::of(&[9.0, 10.0, 11.0]);
+    /// let prior = Prior::pooled(&[d]);
+    /// let p = GammaModel::new(d, prior).constrain([0.0, 0.0]);
+    /// // ln m = 0 is m = 1; logit(s / U) = 0 is s = U / 2.
+    /// assert_eq!((p.mean, p.sd), (1.0, prior.sd_max / 2.0));
+    /// ```
     pub fn constrain(&self, theta: [f64; 2]) -> MeanSd {
         MeanSd {
             mean: theta[0].exp(),
@@ -99,6 +140,15 @@ impl GammaModel {
     }
 
     /// (m, s) → θ; `s` must lie strictly inside (0, U).
+    ///
+    /// ```
+    /// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
+    /// let d = Suff::of(&[9.0, 10.0, 11.0]);
+    /// let m = GammaModel::new(d, Prior::pooled(&[d]));
+    /// let theta = m.unconstrain(MeanSd { mean: 10.0, sd: 2.0 });
+    /// let back = m.constrain(theta);
+    /// assert!((back.mean - 10.0).abs() < 1e-9 && (back.sd - 2.0).abs() < 1e-9);
+    /// ```
     pub fn unconstrain(&self, p: MeanSd) -> [f64; 2] {
         let u = p.sd / self.prior.sd_max;
         [p.mean.ln(), (u / (1.0 - u)).ln()]
@@ -106,6 +156,15 @@ impl GammaModel {
 
     /// Log likelihood plus log prior at (m, s), up to a constant, on the constrained scale
     /// (no Jacobian): what a grid over (m, s) integrates.
+    ///
+    /// ```
+    /// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
+    /// let d = Suff::of(&[9.0, 10.0, 11.0]);
+    /// let m = GammaModel::new(d, Prior::pooled(&[d]));
+    /// assert!(m.log_posterior(MeanSd { mean: 10.0, sd: 1.0 }).is_finite());
+    /// // Outside the support (a negative sd): minus infinity.
+    /// assert_eq!(m.log_posterior(MeanSd { mean: 10.0, sd: -1.0 }), f64::NEG_INFINITY);
+    /// ```
     pub fn log_posterior(&self, p: MeanSd) -> f64 {
         if !(p.mean > 0.0 && p.sd > 0.0 && p.sd < self.prior.sd_max) {
             return f64::NEG_INFINITY;

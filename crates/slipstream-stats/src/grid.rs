@@ -4,6 +4,13 @@
 use crate::{GammaModel, MeanSd, Suff};
 
 /// What the grid says about the mean m.
+///
+/// ```
+/// use slipstream_stats::{GammaModel, Prior, Suff, grid_posterior};
+/// let d = Suff::of(&[10.2, 9.8, 10.5, 10.1, 9.9, 10.3]);
+/// let post = grid_posterior(&GammaModel::new(d, Prior::pooled(&[d])), &d, 100);
+/// assert!(post.hdi.0 < post.mean && post.mean < post.hdi.1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GridPosterior {
     /// The posterior mean of m.
@@ -23,6 +30,14 @@ const WIDENINGS: usize = 8;
 
 /// Integrates the posterior of `model` (fitted to `data`) on a `points` x `points` grid,
 /// widening it until every edge is negligible (skewed posteriors of small samples reach far).
+///
+/// ```
+/// use slipstream_stats::{GammaModel, Prior, Suff, grid_posterior};
+/// let d = Suff::of(&[20.0, 22.0, 19.0, 21.0, 23.0, 20.5]);
+/// let post = grid_posterior(&GammaModel::new(d, Prior::pooled(&[d])), &d, 200);
+/// assert!((post.mean - d.mean()).abs() < 0.2);
+/// assert!(post.hdi.0 > 18.0 && post.hdi.1 < 24.0);
+/// ```
 pub fn grid_posterior(model: &GammaModel, data: &Suff, points: usize) -> GridPosterior {
     let points = points.max(10);
     let (mean, sd) = (data.mean(), data.sd().max(data.mean() * 1e-3));

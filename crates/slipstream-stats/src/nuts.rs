@@ -15,6 +15,14 @@ use nuts_rs::{
 use crate::{GammaModel, MeanSd};
 
 /// How many chains, and their tuning and kept draws.
+///
+/// ```
+/// use slipstream_stats::SamplerSettings;
+/// let s = SamplerSettings::default();
+/// assert_eq!((s.chains, s.tune, s.draws), (4, 1000, 1000));
+/// let quick = SamplerSettings { draws: 200, tune: 200, ..s };
+/// assert_eq!(quick.chains, 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SamplerSettings {
     /// Independent chains (R-hat needs several).
@@ -39,6 +47,13 @@ impl Default for SamplerSettings {
 }
 
 /// The draws of (m, s), chain by chain, and how many transitions diverged.
+///
+/// ```
+/// use slipstream_stats::{Draws, MeanSd};
+/// let d = |mean| MeanSd { mean, sd: 1.0 };
+/// let draws = Draws { chains: vec![vec![d(1.0), d(2.0)], vec![d(3.0), d(4.0)]], divergences: 0 };
+/// assert_eq!(draws.chains[1][0].mean, 3.0);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Draws {
     /// `chains[c][i]` is draw i of chain c.
@@ -49,6 +64,13 @@ pub struct Draws {
 
 impl Draws {
     /// Every draw of the mean, chains one after another.
+    ///
+    /// ```
+    /// use slipstream_stats::{Draws, MeanSd};
+    /// let d = |mean| MeanSd { mean, sd: 1.0 };
+    /// let draws = Draws { chains: vec![vec![d(1.0), d(2.0)], vec![d(3.0)]], divergences: 0 };
+    /// assert_eq!(draws.means(), [1.0, 2.0, 3.0]);
+    /// ```
     pub fn means(&self) -> Vec<f64> {
         self.chains.iter().flatten().map(|d| d.mean).collect()
     }

@@ -47,6 +47,16 @@ pub const MIN_RUNS: usize = 2;
 pub const PPC_ALPHA: f64 = 0.01;
 
 /// One run's value and its own uncertainty.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, RunValue, compare_run_values, compare_runs};
+/// // Runs' mean latencies; an error of 0 means "unknown": Student's closed form.
+/// let run = |value| RunValue { value, se_log: 0.0 };
+/// let s = CompareSettings::default();
+/// let c = compare_runs(&[run(10.0), run(10.2)], &[run(12.0), run(12.1)], &s).unwrap();
+/// let same = compare_run_values(&[10.0, 10.2], &[12.0, 12.1], &s).unwrap();
+/// assert_eq!(c.ratio, same.ratio);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunValue {
     /// The value (positive; larger is slower).

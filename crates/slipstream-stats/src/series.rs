@@ -78,6 +78,15 @@ fn autocovariances(x: &[f64]) -> Vec<f64> {
 }
 
 /// A series cut into batches whose means are close to independent.
+///
+/// ```
+/// // A steady trend: correlated over its whole length, so three batches of ten, flagged short.
+/// let trend: Vec<f64> = (1..=30).map(f64::from).collect();
+/// let b = slipstream_stats::batch_means(&trend).unwrap();
+/// assert_eq!((b.values.n, b.batch), (3, 10));
+/// assert_eq!(b.values.mean(), 15.5);
+/// assert!(b.short);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BatchMeans {
     /// The batch means' statistics.

@@ -2,6 +2,13 @@
 
 /// n, Σy, Σy², Σln y and Σ(ln y)² of positive values: enough for the mean, the variance and
 /// the gamma and lognormal likelihoods.
+///
+/// ```
+/// use slipstream_stats::Suff;
+/// let s = Suff::of(&[2.0, 4.0]);
+/// assert_eq!((s.n, s.sum, s.sum_sq), (2, 6.0, 20.0));
+/// assert!((s.sum_ln - 8f64.ln()).abs() < 1e-12);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Suff {
@@ -34,6 +41,13 @@ impl Suff {
     }
 
     /// Adds one value.
+    ///
+    /// ```
+    /// let mut s = slipstream_stats::Suff::default();
+    /// s.add(5.0);
+    /// s.add(7.0);
+    /// assert_eq!((s.n, s.mean()), (2, 6.0));
+    /// ```
     pub fn add(&mut self, y: f64) {
         self.n += 1;
         self.sum += y;
@@ -43,6 +57,13 @@ impl Suff {
     }
 
     /// Adds another set.
+    ///
+    /// ```
+    /// use slipstream_stats::Suff;
+    /// let mut a = Suff::of(&[1.0, 2.0]);
+    /// a.merge(&Suff::of(&[3.0]));
+    /// assert_eq!(a, Suff::of(&[1.0, 2.0, 3.0]));
+    /// ```
     pub fn merge(&mut self, o: &Suff) {
         self.n += o.n;
         self.sum += o.sum;
@@ -52,6 +73,12 @@ impl Suff {
     }
 
     /// The mean (0 when empty).
+    ///
+    /// ```
+    /// use slipstream_stats::Suff;
+    /// assert_eq!(Suff::of(&[1.0, 2.0, 6.0]).mean(), 3.0);
+    /// assert_eq!(Suff::default().mean(), 0.0);
+    /// ```
     pub fn mean(&self) -> f64 {
         if self.n == 0 {
             0.0
@@ -61,6 +88,12 @@ impl Suff {
     }
 
     /// The sample standard deviation (0 for fewer than two values).
+    ///
+    /// ```
+    /// use slipstream_stats::Suff;
+    /// assert_eq!(Suff::of(&[2.0, 4.0, 6.0]).sd(), 2.0);
+    /// assert_eq!(Suff::of(&[5.0]).sd(), 0.0);
+    /// ```
     pub fn sd(&self) -> f64 {
         if self.n < 2 {
             return 0.0;
