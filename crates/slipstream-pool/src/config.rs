@@ -7,6 +7,14 @@ use crate::Manager;
 use crate::{Pool, PoolError};
 
 /// How a pool behaves. Build with [`Pool::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// let c = slipstream_pool::Config::default();
+/// assert_eq!((c.max_size, c.min_size), (10, 0));
+/// assert_eq!(c.borrow_timeout, Duration::from_secs(30));
+/// assert_eq!((c.max_lifetime, c.idle_timeout), (None, None));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The most connections open at once.
@@ -102,6 +110,19 @@ pub struct Builder<M> {
 
 impl<M: Manager> Builder<M> {
     /// The most connections open at once (default 10).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(4).build();
+    /// assert_eq!(pool.stats().max_size, 4);
+    /// # }
+    /// ```
     pub fn max_size(mut self, n: usize) -> Self {
         self.config.max_size = n;
         self
@@ -109,16 +130,62 @@ impl<M: Manager> Builder<M> {
     /// Connections kept open even when idle (default 0). Above `max_size` it is taken as
     /// `max_size`, as HikariCP takes a `minimumIdle` above `maximumPoolSize` (r2d2 and bb8
     /// panic instead).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).min_size(2).build_ready().await?;
+    /// assert_eq!(pool.stats().open, 2); // open before any borrow
+    /// # Ok(()) }
+    /// ```
     pub fn min_size(mut self, n: usize) -> Self {
         self.config.min_size = n;
         self
     }
     /// The most borrowers waiting at once (default 100,000).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// use slipstream_pool::PoolError;
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1).min_size(1).max_waiters(0)
+    ///     .build_ready().await?;
+    /// let held = pool.get().await?;
+    /// // No room to wait: refused at once rather than queued.
+    /// assert!(matches!(pool.get().await, Err(PoolError::Full { .. })));
+    /// # drop(held); Ok(()) }
+    /// ```
     pub fn max_waiters(mut self, n: usize) -> Self {
         self.config.max_waiters = n;
         self
     }
     /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// use std::time::Duration;
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(1)
+    ///     .borrow_timeout(Duration::from_millis(20)).build();
+    /// let held = pool.get().await?;
+    /// assert!(matches!(pool.get().await, Err(slipstream_pool::PoolError::Timeout { .. })));
+    /// # drop(held); Ok(()) }
+    /// ```
     pub fn borrow_timeout(mut self, timeout: Duration) -> Self {
         self.config.borrow_timeout = timeout;
         self
@@ -146,6 +213,23 @@ impl<M: Manager> Builder<M> {
     }
     /// Closes connections idle longer than this, never going below `min_size` (default:
     /// never).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// // Two connections always open, others closed after ten idle minutes.
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .min_size(2)
+    ///     .idle_timeout(Duration::from_secs(600))
+    ///     .build();
+    /// # }
+    /// ```
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.config.idle_timeout = Some(timeout);
         self
@@ -158,6 +242,22 @@ impl<M: Manager> Builder<M> {
     /// [`Builder::validation_timeout`]. Idleness is read on the pool clock, which steps at
     /// least every 100 ms (or a tenth of the window) while this is set; a zero window
     /// validates every borrow.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// // A connection idle for more than 30 s is checked (Manager::validate) before it is lent.
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .validate_after(Duration::from_secs(30))
+    ///     .build();
+    /// # }
+    /// ```
     pub fn validate_after(mut self, window: Duration) -> Self {
         self.config.validate_after = Some(window);
         self
@@ -215,11 +315,41 @@ impl<M: Manager> Builder<M> {
     }
     /// Reclaims a connection lent for longer than `ttl`, busy or not (UCP's time-to-live
     /// connection timeout; default: never). Its holder's next call fails with the reason.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// // No borrow may keep its connection past ten minutes.
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .time_to_live(Duration::from_secs(600))
+    ///     .build();
+    /// assert_eq!(pool.stats().reclaimed_ttl, 0);
+    /// # }
+    /// ```
     pub fn time_to_live(mut self, ttl: Duration) -> Self {
         self.config.time_to_live = Some(ttl);
         self
     }
     /// The largest size [`Pool::resize`] may set later (default: `max_size.max(64)`).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(4).resize_limit(8).build();
+    /// assert_eq!(pool.resize(100), 8); // clamped to the limit
+    /// # }
+    /// ```
     pub fn resize_limit(mut self, n: usize) -> Self {
         self.config.resize_limit = n;
         self
@@ -265,6 +395,22 @@ impl<M: Manager> Builder<M> {
         self
     }
     /// The shortest time between connection attempts (default 1 ms).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// // At most one connection attempt every 50 ms, however many borrowers arrive at once.
+    /// let pool = slipstream_pool::Pool::builder(Numbers)
+    ///     .connect_interval(Duration::from_millis(50))
+    ///     .build();
+    /// # }
+    /// ```
     pub fn connect_interval(mut self, interval: Duration) -> Self {
         self.config.connect_interval = interval;
         self

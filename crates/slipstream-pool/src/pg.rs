@@ -5,6 +5,13 @@ use slipstream_pg::{Client, Config, Error, TransactionStatus};
 use crate::{AbortFn, Manager};
 
 /// What [`PgManager`] does to a connection returned to the pool before lending it again.
+///
+/// ```
+/// use slipstream_pool::{PgManager, Reset};
+/// assert_eq!(Reset::default(), Reset::Rollback);
+/// let manager = PgManager::new("postgres://app@db/orders".parse()?).reset_on_return(Reset::None);
+/// # Ok::<(), slipstream_pg::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Reset {
@@ -75,6 +82,12 @@ pub struct PgManager {
 
 impl PgManager {
     /// Connections made with `config`.
+    ///
+    /// ```
+    /// let manager = slipstream_pool::PgManager::new("postgres://app@db/orders".parse()?);
+    /// assert_eq!(manager.config().get_dbname(), Some("orders"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn new(config: Config) -> PgManager {
         PgManager {
             config,
@@ -98,6 +111,13 @@ impl PgManager {
     }
 
     /// The configuration connections are made with.
+    ///
+    /// ```
+    /// let manager = slipstream_pool::PgManager::new("postgres://app@db:5433/orders".parse()?);
+    /// assert_eq!(manager.config().get_user(), Some("app"));
+    /// assert_eq!(manager.config().get_ports(), [5433]);
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
     pub fn config(&self) -> &Config {
         &self.config
     }

@@ -16,6 +16,11 @@ use crate::{
 };
 
 /// Which server a borrow wants.
+///
+/// ```
+/// use slipstream_pool::Role;
+/// assert_eq!(Role::PreferStandby.to_string(), "prefer-standby");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// The server that takes writes.
@@ -40,6 +45,15 @@ impl fmt::Display for Role {
 }
 
 /// What a server said it is.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use slipstream_pool::{PgPool, ServerRole};
+/// // Nothing listens on port 1: the server is never reached, so its role is not known.
+/// let pool = PgPool::builder("host=127.0.0.1 port=1 user=app".parse()?).build()?;
+/// assert_eq!(pool.servers()[0].role, ServerRole::Unknown);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerRole {
     /// Not known yet: no connection has reached it.
@@ -373,6 +387,17 @@ pub struct PgPool {
 }
 
 /// Sets up a [`PgPool`]; see [`PgPool::builder`].
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use slipstream_pool::{PgPool, Reset};
+/// let pool = PgPool::builder("host=127.0.0.1,127.0.0.2 port=1 user=app".parse()?)
+///     .max_size(8)
+///     .reset_on_return(Reset::Session)
+///     .build()?;
+/// assert_eq!(pool.servers().len(), 2);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PgPoolBuilder {
     config: slipstream_pg::Config,
@@ -383,6 +408,17 @@ pub struct PgPoolBuilder {
 impl PgPoolBuilder {
     /// The most connections across all servers (default 10), shared evenly among the servers
     /// that are up.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::PgPool;
+    /// let pool = PgPool::builder("host=127.0.0.1,127.0.0.2 port=1 user=app".parse()?)
+    ///     .max_size(9)
+    ///     .build()?;
+    /// let shares: Vec<usize> = pool.servers().iter().map(|s| s.stats.max_size).collect();
+    /// assert_eq!(shares, [5, 4]); // the total, split as evenly as it goes
+    /// # Ok(()) }
+    /// ```
     pub fn max_size(mut self, n: usize) -> Self {
         self.pool.max_size = n;
         self
@@ -410,6 +446,17 @@ impl PgPoolBuilder {
     }
 
     /// What returned connections go through (default [`Reset::Rollback`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::{PgPool, Reset};
+    /// // Each borrower gets a session as if new (settings, temp tables, advisory locks undone).
+    /// let pool = PgPool::builder("postgres://app@db1,db2/orders".parse()?)
+    ///     .reset_on_return(Reset::Session)
+    ///     .build_ready()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn reset_on_return(mut self, reset: Reset) -> Self {
         self.reset = reset;
         self
@@ -420,6 +467,15 @@ impl PgPoolBuilder {
     ///
     /// # Errors
     /// [`PoolError::Config`] if the hosts and ports of the connection string do not pair up.
+    ///
+    /// ```
+    /// use slipstream_pool::{PgPool, PoolError};
+    /// let config = "host=db1,db2,db3 user=app".parse()?;
+    /// // Three servers need at least three connections.
+    /// let err = PgPool::builder(config).max_size(2).build().unwrap_err();
+    /// assert!(matches!(err, PoolError::Config(_)), "{err}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build(self) -> Result<PgPool, PoolError> {
         let configs = self
             .config
@@ -533,6 +589,17 @@ impl PgPoolBuilder {
     /// [`PoolError::NoServer`] naming each server's failure when none could be reached within
     /// the borrow timeout (at most 30 s), or as soon as every server has refused the pool's
     /// login (a wrong password, no such role or database: waiting would not change it).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::{PgPool, Role};
+    /// let pool = PgPool::builder("postgres://app@db1,db2/orders".parse()?)
+    ///     .build_ready()
+    ///     .await?; // at least one server up; or PoolError::NoServer saying why each is not
+    /// assert!(pool.servers().iter().any(|s| s.up));
+    /// let conn = pool.get(Role::Any).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn build_ready(self) -> Result<PgPool, PoolError> {
         let timeout = self.pool.borrow_timeout.min(Duration::from_secs(30));
         let pool = self.build()?;
@@ -561,6 +628,15 @@ impl PgPoolBuilder {
 
 impl PgPool {
     /// Starts configuring a pool over the servers `config` lists.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::PgPool;
+    /// let pool = PgPool::builder("host=127.0.0.1,127.0.0.2 port=1,2 user=app".parse()?).build()?;
+    /// let names: Vec<String> = pool.servers().into_iter().map(|s| s.name).collect();
+    /// assert_eq!(names, ["127.0.0.1:1", "127.0.0.2:2"]);
+    /// # Ok(()) }
+    /// ```
     pub fn builder(config: slipstream_pg::Config) -> PgPoolBuilder {
         PgPoolBuilder {
             config,
@@ -575,6 +651,15 @@ impl PgPool {
     /// # Errors
     /// [`PoolError::NoServer`] at once if no server of that role is up, naming each server's
     /// state; otherwise as [`Pool::get`].
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::Role;
+    /// let mut conn = pool.get(Role::Primary).await?;
+    /// conn.execute("UPDATE stock SET n = n - 1 WHERE id = $1", &[&7i32]).await?;
+    /// drop(conn); // back to the pool
+    /// # Ok(()) }
+    /// ```
     pub async fn get(&self, role: Role) -> Result<PgPooled, PoolError> {
         self.borrow(role, true, None, |pool| pool.get()).await
     }
@@ -838,6 +923,18 @@ impl PgPool {
     ///
     /// # Errors
     /// As [`PgPool::drain`].
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::PgPool;
+    /// let pool = PgPool::builder("host=127.0.0.1,127.0.0.2 port=1 user=app".parse()?).build()?;
+    /// pool.drain("127.0.0.2:1")?;
+    /// assert!(pool.servers()[1].drained);
+    /// pool.resume("127.0.0.2:1")?;
+    /// assert!(!pool.servers()[1].drained);
+    /// assert!(pool.resume("db9:5432").is_err()); // not one of its servers
+    /// # Ok(()) }
+    /// ```
     pub fn resume(&self, server: &str) -> Result<(), PoolError> {
         let s = self.server_named(server)?;
         s.state.draining.store(false, Ordering::Relaxed);
@@ -982,6 +1079,16 @@ impl fmt::Debug for PgPool {
 }
 
 /// One server of a [`PgPool`]; see [`PgPool::servers`].
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use slipstream_pool::PgPool;
+/// let pool = PgPool::builder("host=127.0.0.1 port=1 user=app".parse()?).max_size(4).build()?;
+/// let s = &pool.servers()[0];
+/// assert_eq!((s.name.as_str(), s.up, s.outstanding), ("127.0.0.1:1", false, 0));
+/// assert_eq!(s.stats.max_size, 4); // its share of the total
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerInfo {
@@ -1009,6 +1116,15 @@ impl Drop for Outstanding {
 }
 
 /// A connection borrowed from a [`PgPool`]; derefs to [`Client`] and returns when dropped.
+///
+/// ```no_run
+/// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use slipstream_pool::Role;
+/// let mut conn = pool.get(Role::PreferStandby).await?; // a PgPooled
+/// let rows = conn.query("SELECT id FROM stock", &[]).await?; // derefs to Client
+/// println!("{} rows from {}", rows.len(), conn.server());
+/// # Ok(()) }
+/// ```
 pub struct PgPooled {
     conn: Pooled<ServerManager>,
     _counted: Outstanding,
@@ -1016,6 +1132,14 @@ pub struct PgPooled {
 
 impl PgPooled {
     /// The server it is connected to (`host:port`).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::Role;
+    /// let conn = pool.get(Role::Standby).await?;
+    /// assert!(pool.servers().iter().any(|s| s.name == conn.server()));
+    /// # Ok(()) }
+    /// ```
     pub fn server(&self) -> &str {
         &self._counted.0.name
     }

@@ -53,6 +53,20 @@ impl<M: Manager> Builder<M> {
     ///
     /// # Panics
     /// Outside a tokio runtime.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(3).min_size(5).build();
+    /// let s = pool.stats();
+    /// assert_eq!((s.max_size, s.min_size), (3, 3)); // min_size taken as max_size
+    /// # }
+    /// ```
     pub fn build(self) -> Pool<M> {
         let mut config = self.config;
         config.min_size = config.min_size.min(config.max_size);
@@ -364,6 +378,19 @@ pub(crate) struct Counters {
 
 impl<M: Manager> Pool<M> {
     /// Starts configuring a pool of `manager`'s connections.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build(); // the defaults
+    /// assert_eq!((pool.stats().max_size, pool.stats().min_size), (10, 0));
+    /// # }
+    /// ```
     pub fn builder(manager: M) -> Builder<M> {
         Builder {
             manager,
@@ -766,6 +793,21 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Borrows an idle connection if there is one, without waiting (and without validation).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// assert!(pool.try_get().is_none()); // nothing open yet, and it does not wait for a connect
+    /// drop(pool.get().await?);
+    /// assert_eq!(pool.try_get().as_deref(), Some(&1)); // the idle one
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn try_get(&self) -> Option<Pooled<M>> {
         // Each connection found closed is closed as it drops, so this ends.
@@ -828,6 +870,22 @@ impl<M: Manager> Pool<M> {
     }
 
     /// Changes the number of connections kept open even when idle (clamped to the maximum).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).max_size(4).build();
+    /// pool.set_min_size(2);
+    /// assert_eq!(pool.stats().min_size, 2);
+    /// pool.set_min_size(100);
+    /// assert_eq!(pool.stats().min_size, 4);
+    /// # }
+    /// ```
     pub fn set_min_size(&self, min_size: usize) {
         self.inner.min_size.store(min_size, Ordering::Relaxed);
         self.inner.opener.notify_one();
@@ -845,6 +903,23 @@ impl<M: Manager> Pool<M> {
     }
 
     /// What the pool has done so far and holds now.
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let conn = pool.get().await?;
+    /// let s = pool.stats();
+    /// assert_eq!((s.open, s.borrowed, s.idle, s.borrows), (1, 1, 0, 1));
+    /// drop(conn);
+    /// assert_eq!(pool.stats().idle, 1);
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> Stats {
         Self::stats_of(&self.inner)
     }
@@ -1074,6 +1149,22 @@ impl Deadline {
 }
 
 /// One open connection's attributes; see [`Pool::connections`].
+///
+/// ```
+/// # struct Numbers;
+/// # impl slipstream_pool::Manager for Numbers {
+/// #     type Connection = u64;
+/// #     type Error = std::io::Error;
+/// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+/// # }
+/// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+/// let pool = slipstream_pool::Pool::builder(Numbers).build();
+/// let conn = pool.get().await?;
+/// let info = &pool.connections()[0];
+/// assert!(info.borrowed && info.labels.is_empty());
+/// assert_eq!(info.borrows, 1);
+/// # drop(conn); Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConnectionInfo {

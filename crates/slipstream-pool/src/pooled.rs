@@ -129,6 +129,20 @@ impl<M: Manager> Pooled<M> {
 
     /// The connection's labels ([`crate::Pool::get_labeled`]); empty for a new connection,
     /// and for one the pool reclaimed from this guard ([`crate::Builder::time_to_live`]).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let conn = pool.get().await?;
+    /// assert!(conn.labels().is_empty()); // a new connection has none
+    /// # Ok(()) }
+    /// ```
     pub fn labels(&self) -> Arc<Labels> {
         let attachment = &self.pool.attachments[self.slot()];
         let labels = attachment.labels();
@@ -187,6 +201,21 @@ impl<M: Manager> Pooled<M> {
 
     /// Closes the connection when this guard drops, instead of returning it to the pool (for a
     /// connection the caller knows is unusable).
+    ///
+    /// ```
+    /// # struct Numbers;
+    /// # impl slipstream_pool::Manager for Numbers {
+    /// #     type Connection = u64;
+    /// #     type Error = std::io::Error;
+    /// #     async fn connect(&self) -> Result<u64, std::io::Error> { Ok(1) }
+    /// # }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = slipstream_pool::Pool::builder(Numbers).build();
+    /// let conn = pool.get().await?;
+    /// conn.discard(); // closed, not returned
+    /// assert_eq!((pool.stats().open, pool.stats().idle), (0, 0));
+    /// # Ok(()) }
+    /// ```
     pub fn discard(mut self) {
         self.set_discard(Discard::Unusable);
     }

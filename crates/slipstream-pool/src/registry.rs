@@ -26,11 +26,21 @@ pub struct Registry {
 
 impl Registry {
     /// An empty registry (most programs use [`Registry::global`]).
+    ///
+    /// ```
+    /// let registry = slipstream_pool::Registry::new();
+    /// assert!(registry.is_empty());
+    /// ```
     pub fn new() -> Registry {
         Registry::default()
     }
 
     /// The process-wide registry.
+    ///
+    /// ```
+    /// use slipstream_pool::Registry;
+    /// assert!(std::ptr::eq(Registry::global(), Registry::global())); // one per process
+    /// ```
     pub fn global() -> &'static Registry {
         static GLOBAL: OnceLock<Registry> = OnceLock::new();
         GLOBAL.get_or_init(Registry::new)
@@ -42,6 +52,18 @@ impl Registry {
     ///
     /// # Errors
     /// [`PoolError::Config`] if the string does not parse, naming the problem.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// use slipstream_pool::{PoolError, Registry};
+    /// let registry = Registry::new();
+    /// let url = "postgres://app@127.0.0.1:1/orders";
+    /// let a = registry.pool(url, |b| b.max_size(4))?;
+    /// let b = registry.pool(&format!(" {url} "), |b| b.max_size(99))?; // the same pool
+    /// assert_eq!(b.servers()[0].stats.max_size, 4);
+    /// assert!(matches!(registry.pool("postgres://app@db:port/x", |b| b), Err(PoolError::Config(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn pool(
         &self,
         conn_str: &str,
@@ -61,11 +83,30 @@ impl Registry {
     }
 
     /// The number of pools held.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let registry = slipstream_pool::Registry::new();
+    /// registry.pool("postgres://app@127.0.0.1:1/orders", |b| b)?;
+    /// registry.pool("postgres://app@127.0.0.1:1/orders", |b| b)?;
+    /// registry.pool("postgres://app@127.0.0.1:1/stock", |b| b)?;
+    /// assert_eq!(registry.len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// True if no pool is held.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let registry = slipstream_pool::Registry::new();
+    /// assert!(registry.is_empty());
+    /// registry.pool("postgres://app@127.0.0.1:1/orders", |b| b)?;
+    /// assert!(!registry.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
