@@ -47,6 +47,17 @@ pub struct CountingAllocator;
 ///
 /// Measurements are meant one at a time: a second one started while the first lives restarts
 /// the peak that both read.
+///
+/// ```no_run
+/// use slipstream_testkit::CountingAllocator;
+/// #[global_allocator]
+/// static ALLOC: CountingAllocator = CountingAllocator;
+///
+/// let growth = CountingAllocator::measure(); // a HeapGrowth
+/// let rows: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+/// println!("reading the rows grew the heap by {:?} bytes", growth.peak());
+/// # drop(rows);
+/// ```
 #[derive(Debug)]
 #[must_use = "counting stops when the measurement is dropped"]
 pub struct HeapGrowth {

@@ -42,6 +42,14 @@ const DEFAULT_HBA: &str = "local all all trust\nhost all all 127.0.0.1/32 trust\
                            host replication all 127.0.0.1/32 trust\n";
 
 /// Options for a cluster; see [`Cluster::builder`].
+///
+/// ```no_run
+/// let cluster = slipstream_testkit::Cluster::builder()
+///     .setting("max_connections", "50")
+///     .start()?;
+/// assert_eq!(cluster.psql("SHOW max_connections")?, "50");
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct ClusterBuilder {
     settings: Vec<(String, String)>,
@@ -53,18 +61,42 @@ pub struct ClusterBuilder {
 impl ClusterBuilder {
     /// Sets an environment variable of the server process, e.g. `LANGUAGE=de` with a session's
     /// `lc_messages = 'C.UTF-8'` for translated server messages (`LC_ALL` stays `C`).
+    ///
+    /// ```no_run
+    /// // Translated server messages: the server needs LANGUAGE, the session lc_messages.
+    /// let cluster = slipstream_testkit::Cluster::builder().env("LANGUAGE", "de").start()?;
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn env(mut self, name: &str, value: &str) -> Self {
         self.env.push((name.into(), value.into()));
         self
     }
 
     /// Adds a `postgresql.conf` setting (overrides the testkit's).
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::builder()
+    ///     .setting("shared_buffers", "16MB")
+    ///     .setting("log_min_duration_statement", "0")
+    ///     .start()?;
+    /// assert_eq!(cluster.psql("SHOW shared_buffers")?, "16MB");
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn setting(mut self, name: &str, value: &str) -> Self {
         self.settings.push((name.into(), value.into()));
         self
     }
 
     /// Replaces `pg_hba.conf` (default: trust for local and 127.0.0.1).
+    ///
+    /// ```no_run
+    /// // Passwords over TCP, trust over the Unix socket (which psql uses).
+    /// let cluster = slipstream_testkit::Cluster::builder()
+    ///     .hba("host all all 127.0.0.1/32 scram-sha-256\nlocal all all trust\n")
+    ///     .start()?;
+    /// cluster.psql("CREATE ROLE app LOGIN PASSWORD 'secret'")?;
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn hba(mut self, contents: &str) -> Self {
         self.hba = Some(contents.into());
         self
@@ -72,12 +104,30 @@ impl ClusterBuilder {
 
     /// Writes a file into the data directory (mode 0600, owned by the server's user), e.g. a
     /// TLS certificate and key referenced by `ssl_cert_file`.
+    ///
+    /// ```no_run
+    /// # let (cert_pem, key_pem) = (String::new(), String::new());
+    /// let cluster = slipstream_testkit::Cluster::builder()
+    ///     .file("server.crt", &cert_pem)
+    ///     .file("server.key", &key_pem)
+    ///     .setting("ssl", "on")
+    ///     .setting("ssl_cert_file", "server.crt")
+    ///     .setting("ssl_key_file", "server.key")
+    ///     .start()?;
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn file(mut self, name: &str, contents: impl AsRef<[u8]>) -> Self {
         self.files.push((name.into(), contents.as_ref().to_vec()));
         self
     }
 
     /// Creates and starts the cluster.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::builder().setting("work_mem", "64MB").start()?;
+    /// assert_eq!(cluster.psql("SHOW work_mem")?, "64MB");
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn start(self) -> Result<Cluster, Error> {
         let (install, root, data) = new_root("c-", "a cluster")?;
         install.copy_template(&data, |_| Ok(()))?;
@@ -145,6 +195,12 @@ struct Server {
 
 impl Cluster {
     /// Starts a cluster with the default settings.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// assert_eq!(cluster.psql("SELECT 1 + 1")?, "2");
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn start() -> Result<Cluster, Error> {
         ClusterBuilder::default().start()
     }
@@ -192,36 +248,85 @@ impl Cluster {
     }
 
     /// Options for a cluster.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::builder().setting("fsync", "on").start()?;
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn builder() -> ClusterBuilder {
         ClusterBuilder::default()
     }
 
     /// The TCP port on 127.0.0.1.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// let addr = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    /// assert!(std::net::TcpStream::connect(addr).is_ok());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn port(&self) -> u16 {
         self.port
     }
 
     /// The directory holding the Unix socket.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// let socket = cluster.socket_dir().join(format!(".s.PGSQL.{}", cluster.port()));
+    /// assert!(socket.exists());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn socket_dir(&self) -> &Path {
         &self.socket_dir
     }
 
     /// The data directory.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// assert!(cluster.data_dir().join("PG_VERSION").exists());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn data_dir(&self) -> &Path {
         &self.data
     }
 
     /// The installation the cluster runs from.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// let status = cluster.install().command("pg_isready")
+    ///     .args(["-h", "127.0.0.1", "-p", &cluster.port().to_string()])
+    ///     .status()
+    ///     .expect("pg_isready runs");
+    /// assert!(status.success());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn install(&self) -> &Install {
         &self.install
     }
 
     /// `postgres://postgres@127.0.0.1:<port>/postgres`
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// assert_eq!(cluster.url(), format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port()));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
     /// A URL for another user, with an optional password (plain characters only).
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// cluster.psql("CREATE ROLE app LOGIN PASSWORD 'secret'")?;
+    /// let url = cluster.url_for("app", Some("secret"));
+    /// assert_eq!(url, format!("postgres://app:secret@127.0.0.1:{}/postgres", cluster.port()));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn url_for(&self, user: &str, password: Option<&str>) -> String {
         match password {
             Some(pw) => format!("postgres://{user}:{pw}@127.0.0.1:{}/postgres", self.port),
@@ -230,6 +335,13 @@ impl Cluster {
     }
 
     /// A libpq key=value string for the Unix socket.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// let conninfo = cluster.socket_conninfo(); // "host=/tmp/... port=... user=postgres dbname=postgres"
+    /// assert!(conninfo.starts_with(&format!("host={}", cluster.socket_dir().display())));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn socket_conninfo(&self) -> String {
         format!(
             "host={} port={} user=postgres dbname=postgres",
@@ -240,6 +352,14 @@ impl Cluster {
 
     /// Runs SQL with `psql` as the superuser over the Unix socket and returns its unaligned,
     /// tuples-only output. Stops at the first error.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// cluster.psql("CREATE TABLE t (id int); INSERT INTO t VALUES (1), (2)")?;
+    /// assert_eq!(cluster.psql("SELECT id, id * 10 FROM t ORDER BY id")?, "1|10\n2|20");
+    /// assert!(cluster.psql("SELECT * FROM missing").is_err());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn psql(&self, sql: &str) -> Result<String, Error> {
         let out = run(
             self.install
@@ -288,6 +408,12 @@ impl Cluster {
     }
 
     /// The server log so far.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// assert!(cluster.log().contains("database system is ready to accept connections"));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn log(&self) -> String {
         self.server
             .as_ref()
@@ -296,6 +422,14 @@ impl Cluster {
     }
 
     /// The postmaster's process id, if the server runs.
+    ///
+    /// ```no_run
+    /// let mut cluster = slipstream_testkit::Cluster::start()?;
+    /// assert!(cluster.server_pid().is_some());
+    /// cluster.stop()?;
+    /// assert_eq!(cluster.server_pid(), None);
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn server_pid(&self) -> Option<u32> {
         self.server.as_ref().map(|s| s.child.id())
     }
@@ -303,6 +437,13 @@ impl Cluster {
     /// Restricts the server to the given CPUs. Backends forked afterwards inherit it, so call
     /// this before connecting. Benchmarks use it to fix where client and server run: on a
     /// small VM a same-CPU round trip and a cross-CPU one differ several-fold.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// cluster.pin_server(&[1])?; // the server on CPU 1,
+    /// slipstream_testkit::pin_current_thread(&[0])?; // this client on CPU 0
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn pin_server(&self, cpus: &[usize]) -> Result<(), Error> {
         let pid = self
             .server_pid()
@@ -311,6 +452,14 @@ impl Cluster {
     }
 
     /// True while the server process runs.
+    ///
+    /// ```no_run
+    /// let mut cluster = slipstream_testkit::Cluster::start()?;
+    /// assert!(cluster.is_running());
+    /// cluster.stop()?;
+    /// assert!(!cluster.is_running());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn is_running(&mut self) -> bool {
         self.server
             .as_mut()
@@ -319,11 +468,30 @@ impl Cluster {
 
     /// Stops the server (fast shutdown: sessions are terminated, a checkpoint is written) and
     /// waits for it to exit. The data stays; [`Cluster::restart`] starts it again.
+    ///
+    /// ```no_run
+    /// let mut cluster = slipstream_testkit::Cluster::start()?;
+    /// cluster.psql("CREATE TABLE kept (id int)")?;
+    /// cluster.stop()?;
+    /// assert!(cluster.psql("SELECT 1").is_err()); // no server now
+    /// cluster.restart()?;
+    /// assert_eq!(cluster.psql("SELECT count(*) FROM kept")?, "0"); // the data stayed
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn stop(&mut self) -> Result<(), Error> {
         self.stop_with(Signal::SIGINT)
     }
 
     /// Starts the server again on the same port after [`Cluster::stop`], or stops and starts it.
+    ///
+    /// ```no_run
+    /// let mut cluster = slipstream_testkit::Cluster::start()?;
+    /// let port = cluster.port();
+    /// cluster.psql("ALTER SYSTEM SET max_connections = 50")?;
+    /// cluster.restart()?; // a setting that needs a restart
+    /// assert_eq!((cluster.port(), cluster.psql("SHOW max_connections")?), (port, "50".into()));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn restart(&mut self) -> Result<(), Error> {
         self.stop()?;
         self.start_server()

@@ -61,6 +61,15 @@ pub struct Embedded {
 }
 
 /// What [`Embedded::status`] found.
+///
+/// ```
+/// use slipstream_testkit::{Embedded, Status};
+/// let home = std::env::temp_dir().join(format!("slipstream-doc-status-{}", std::process::id()));
+/// // Looking creates nothing.
+/// assert_eq!(Embedded::new(&home).status()?, Status::NotCreated);
+/// assert!(!home.exists());
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
     /// No cluster has been created under this state directory.
@@ -82,6 +91,12 @@ pub enum Status {
 impl Embedded {
     /// An embedded cluster under `home` (the state directory), made absolute against the
     /// current directory.
+    ///
+    /// ```
+    /// let db = slipstream_testkit::Embedded::new("relative/home");
+    /// assert!(db.home().is_absolute());
+    /// assert!(db.home().ends_with("relative/home"));
+    /// ```
     pub fn new(home: impl Into<PathBuf>) -> Embedded {
         let home = home.into();
         Embedded {
@@ -90,11 +105,23 @@ impl Embedded {
     }
 
     /// The state directory.
+    ///
+    /// ```
+    /// let db = slipstream_testkit::Embedded::new("/var/tmp/slipstream-home");
+    /// assert_eq!(db.home(), std::path::Path::new("/var/tmp/slipstream-home"));
+    /// ```
     pub fn home(&self) -> &Path {
         &self.home
     }
 
     /// The URL of the running cluster.
+    ///
+    /// ```
+    /// assert_eq!(
+    ///     slipstream_testkit::Embedded::url_for_port(5433),
+    ///     "postgres://postgres@127.0.0.1:5433/postgres"
+    /// );
+    /// ```
     pub fn url_for_port(port: u16) -> String {
         format!("postgres://postgres@127.0.0.1:{port}/postgres")
     }
@@ -157,6 +184,16 @@ impl Embedded {
     }
 
     /// Whether the cluster exists and runs.
+    ///
+    /// ```no_run
+    /// use slipstream_testkit::{Embedded, Status};
+    /// match Embedded::new("/tmp/slipstream-home").status()? {
+    ///     Status::Running { port, .. } => println!("{}", Embedded::url_for_port(port)),
+    ///     Status::Stopped { data } => println!("stopped ({})", data.display()),
+    ///     Status::NotCreated => println!("not created: slipstream db start"),
+    /// }
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn status(&self) -> Result<Status, Error> {
         let _lock = self.lock(false)?;
         Ok(self.look())
@@ -190,6 +227,13 @@ impl Embedded {
 
     /// Starts the cluster, creating it first if needed, and returns its URL. Does nothing but
     /// return the URL if it already runs.
+    ///
+    /// ```no_run
+    /// let db = slipstream_testkit::Embedded::new("/tmp/slipstream-home");
+    /// let url = db.start()?;
+    /// assert_eq!(db.start()?, url); // already running: the same URL, nothing done
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn start(&self) -> Result<String, Error> {
         let _lock = self.lock(true)?;
         let install = Install::find()?;
@@ -329,6 +373,12 @@ impl Embedded {
     }
 
     /// Stops the cluster (fast shutdown). Not an error if it is not running.
+    ///
+    /// ```
+    /// let home = std::env::temp_dir().join(format!("slipstream-doc-stop-{}", std::process::id()));
+    /// slipstream_testkit::Embedded::new(&home).stop()?; // nothing to stop: not an error
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn stop(&self) -> Result<(), Error> {
         if !self.home.is_dir() && self.look() == Status::NotCreated {
             return Ok(());
@@ -345,6 +395,14 @@ impl Embedded {
     }
 
     /// Stops the cluster and deletes its data and state. Not an error if none exists.
+    ///
+    /// ```no_run
+    /// use slipstream_testkit::{Embedded, Status};
+    /// let db = Embedded::new("/tmp/slipstream-home");
+    /// db.destroy()?;
+    /// assert_eq!(db.status()?, Status::NotCreated);
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn destroy(&self) -> Result<(), Error> {
         if !self.home.is_dir() && self.look() == Status::NotCreated {
             return Ok(());

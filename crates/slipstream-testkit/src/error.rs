@@ -3,6 +3,12 @@
 use std::fmt;
 
 /// A testkit failure (missing PostgreSQL binaries, a cluster that would not start, ...).
+///
+/// ```
+/// // There is no CPU 1,048,576: the error says which CPU and why.
+/// let err = slipstream_testkit::pin_current_thread(&[1 << 20]).unwrap_err();
+/// assert!(err.to_string().starts_with("cpu 1048576 cannot be used"), "{err}");
+/// ```
 #[derive(Debug, Clone)]
 pub struct Error(pub(crate) String);
 

@@ -20,6 +20,12 @@ pub const INSTALL_HINT: &str = "install PostgreSQL 15 server binaries (Debian/Ub
      or point SLIPSTREAM_PG_BINDIR at the directory holding initdb and postgres";
 
 /// A PostgreSQL installation and the OS user its server runs as.
+///
+/// ```no_run
+/// let install = slipstream_testkit::Install::find()?;
+/// println!("{} in {}", install.version()?, install.bindir().display());
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Install {
     bindir: PathBuf,
@@ -38,6 +44,13 @@ pub(crate) struct Owner {
 impl Install {
     /// Finds the binaries: `$SLIPSTREAM_PG_BINDIR`, then `pg_config --bindir`, then
     /// `/usr/lib/postgresql/<newest>/bin`.
+    ///
+    /// ```no_run
+    /// // SLIPSTREAM_PG_BINDIR=/usr/lib/postgresql/16/bin picks one of several installations.
+    /// let install = slipstream_testkit::Install::find()?;
+    /// assert!(install.bindir().join("initdb").exists());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn find() -> Result<Install, Error> {
         Ok(Install {
             bindir: find_bindir()?,
@@ -46,12 +59,29 @@ impl Install {
     }
 
     /// The directory holding `initdb`, `postgres`, `pg_ctl`, `psql`.
+    ///
+    /// ```no_run
+    /// let install = slipstream_testkit::Install::find()?;
+    /// assert!(install.bindir().join("postgres").exists());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn bindir(&self) -> &Path {
         &self.bindir
     }
 
     /// A command for one of the installation's binaries (`pg_basebackup`, `pgbench`, ...),
     /// run as the server's OS user.
+    ///
+    /// ```no_run
+    /// let cluster = slipstream_testkit::Cluster::start()?;
+    /// let status = cluster.install().command("pgbench")
+    ///     .args(["-i", "-s", "1", "-h", "127.0.0.1", "-p", &cluster.port().to_string()])
+    ///     .args(["-U", "postgres", "postgres"])
+    ///     .status()
+    ///     .expect("pgbench runs");
+    /// assert!(status.success());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(self.bindir.join(program));
         self.owner.apply(&mut cmd);
@@ -63,7 +93,14 @@ impl Install {
         self.owner
     }
 
-    /// The server's major version, from `postgres --version`.
+    /// The server's version line as `postgres --version` prints it, e.g.
+    /// `postgres (PostgreSQL) 15.4` (the whole line, not only the major version).
+    ///
+    /// ```no_run
+    /// let install = slipstream_testkit::Install::find()?;
+    /// assert!(install.version()?.starts_with("postgres (PostgreSQL) "));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn version(&self) -> Result<String, Error> {
         let out = run(
             self.command("postgres").arg("--version"),
@@ -498,6 +535,12 @@ pub(crate) fn append_settings<K: AsRef<str>, V: AsRef<str>>(
 }
 
 /// A port that was free a moment ago (the server may still lose a race for it; callers retry).
+///
+/// ```
+/// let port = slipstream_testkit::free_port()?;
+/// assert_ne!(port, 0);
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
 pub fn free_port() -> Result<u16, Error> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::io("could not find a free port", e))?;

@@ -76,6 +76,27 @@ struct Shared {
 impl DelayProxy {
     /// Listens on a free port of 127.0.0.1 and forwards to `target`, adding `rtt` to every
     /// round trip (`rtt / 2` each way).
+    ///
+    /// ```
+    /// # use std::io::{Read, Write};
+    /// # let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// # let target = echo.local_addr().unwrap();
+    /// # std::thread::spawn(move || for c in echo.incoming() {
+    /// #     let mut c = c.unwrap();
+    /// #     std::thread::spawn(move || {
+    /// #         let mut b = [0u8; 64];
+    /// #         while let Ok(n @ 1..) = c.read(&mut b) { let _ = c.write_all(&b[..n]); }
+    /// #     });
+    /// # });
+    /// use std::time::{Duration, Instant};
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, Duration::from_millis(20))?;
+    /// let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    /// let t = Instant::now();
+    /// s.write_all(b"ping").unwrap();
+    /// s.read_exact(&mut [0u8; 4]).unwrap();
+    /// assert!(t.elapsed() >= Duration::from_millis(20)); // 10 ms each way
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn start(target: SocketAddr, rtt: Duration) -> Result<DelayProxy, Error> {
         let listener =
             TcpListener::bind("127.0.0.1:0").map_err(|e| Error::io("proxy could not listen", e))?;
@@ -106,16 +127,40 @@ impl DelayProxy {
     }
 
     /// The address clients connect to.
+    ///
+    /// ```
+    /// # let target = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO)?;
+    /// assert!(proxy.addr().ip().is_loopback());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The port clients connect to.
+    ///
+    /// ```
+    /// # let target = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO)?;
+    /// let url = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port());
+    /// assert_eq!(proxy.port(), proxy.addr().port());
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
     /// Changes the added round trip for data that arrives from now on.
+    ///
+    /// ```
+    /// # let target = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    /// use std::time::Duration;
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO)?;
+    /// proxy.set_rtt(Duration::from_millis(5)); // a cross-zone round trip from now on
+    /// assert_eq!(proxy.rtt(), Duration::from_millis(5));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn set_rtt(&self, rtt: Duration) {
         self.shared
             .one_way_nanos
@@ -123,11 +168,40 @@ impl DelayProxy {
     }
 
     /// The added round trip.
+    ///
+    /// ```
+    /// # let target = std::net::SocketAddr::from(([127, 0, 0, 1], 9));
+    /// use std::time::Duration;
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, Duration::from_micros(200))?;
+    /// assert_eq!(proxy.rtt(), Duration::from_micros(200));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn rtt(&self) -> Duration {
         Duration::from_nanos(self.shared.one_way_nanos.load(Ordering::Relaxed) * 2)
     }
 
     /// Resets every open connection, as a network failure or a dead host would.
+    ///
+    /// ```
+    /// # use std::io::{Read, Write};
+    /// # let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// # let target = echo.local_addr().unwrap();
+    /// # std::thread::spawn(move || for c in echo.incoming() {
+    /// #     let mut c = c.unwrap();
+    /// #     std::thread::spawn(move || {
+    /// #         let mut b = [0u8; 64];
+    /// #         while let Ok(n @ 1..) = c.read(&mut b) { let _ = c.write_all(&b[..n]); }
+    /// #     });
+    /// # });
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO)?;
+    /// let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    /// s.write_all(b"x").unwrap();
+    /// s.read_exact(&mut [0u8; 1]).unwrap(); // through
+    /// proxy.cut_all();
+    /// assert!(matches!(s.read(&mut [0u8; 1]), Ok(0) | Err(_))); // closed under the client
+    /// assert_eq!(proxy.connection_count(), 0);
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn cut_all(&self) {
         let conns = std::mem::take(&mut *lock(&self.shared.conns));
         for (client, server) in conns.values() {
@@ -138,12 +212,53 @@ impl DelayProxy {
 
     /// While stalled, data is accepted but not delivered in either direction (a hung peer or a
     /// partitioned network); unstalling delivers what was held, in order.
+    ///
+    /// ```
+    /// # use std::io::{Read, Write};
+    /// # let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// # let target = echo.local_addr().unwrap();
+    /// # std::thread::spawn(move || for c in echo.incoming() {
+    /// #     let mut c = c.unwrap();
+    /// #     std::thread::spawn(move || {
+    /// #         let mut b = [0u8; 64];
+    /// #         while let Ok(n @ 1..) = c.read(&mut b) { let _ = c.write_all(&b[..n]); }
+    /// #     });
+    /// # });
+    /// use std::time::Duration;
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO)?;
+    /// let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    /// s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    /// proxy.set_stalled(true);
+    /// s.write_all(b"x").unwrap(); // accepted, not delivered
+    /// assert!(s.read(&mut [0u8; 1]).is_err()); // no echo: timed out
+    /// proxy.set_stalled(false);
+    /// s.read_exact(&mut [0u8; 1]).unwrap(); // delivered now
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn set_stalled(&self, stalled: bool) {
         *lock(&self.shared.stalled) = stalled;
         self.shared.unstalled.notify_all();
     }
 
     /// While refusing, new connections are closed as soon as they are accepted.
+    ///
+    /// ```
+    /// # use std::io::{Read, Write};
+    /// # let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// # let target = echo.local_addr().unwrap();
+    /// # std::thread::spawn(move || for c in echo.incoming() {
+    /// #     let mut c = c.unwrap();
+    /// #     std::thread::spawn(move || {
+    /// #         let mut b = [0u8; 64];
+    /// #         while let Ok(n @ 1..) = c.read(&mut b) { let _ = c.write_all(&b[..n]); }
+    /// #     });
+    /// # });
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO)?;
+    /// proxy.set_refusing(true);
+    /// let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap(); // accepted, then closed
+    /// assert!(matches!(s.read(&mut [0u8; 1]), Ok(0) | Err(_)));
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn set_refusing(&self, refusing: bool) {
         self.shared.refusing.store(refusing, Ordering::Relaxed);
     }
@@ -164,6 +279,25 @@ impl DelayProxy {
     }
 
     /// The number of open proxied connections.
+    ///
+    /// ```
+    /// # use std::io::{Read, Write};
+    /// # let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    /// # let target = echo.local_addr().unwrap();
+    /// # std::thread::spawn(move || for c in echo.incoming() {
+    /// #     let mut c = c.unwrap();
+    /// #     std::thread::spawn(move || {
+    /// #         let mut b = [0u8; 64];
+    /// #         while let Ok(n @ 1..) = c.read(&mut b) { let _ = c.write_all(&b[..n]); }
+    /// #     });
+    /// # });
+    /// let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO)?;
+    /// let mut s = std::net::TcpStream::connect(proxy.addr()).unwrap();
+    /// s.write_all(b"x").unwrap();
+    /// s.read_exact(&mut [0u8; 1]).unwrap(); // the proxy has connected to the target by now
+    /// assert_eq!(proxy.connection_count(), 1);
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
     pub fn connection_count(&self) -> usize {
         lock(&self.shared.conns).len()
     }
@@ -333,6 +467,14 @@ fn sleep_until(deadline: Instant) {
 }
 
 /// What the proxy itself adds to a round trip, measured against an echo server.
+///
+/// ```
+/// let o = slipstream_testkit::measure_overhead(std::time::Duration::from_micros(200), 20)?;
+/// assert_eq!(o.configured_us, 200.0);
+/// assert!(o.proxied_us > o.configured_us);
+/// assert!((o.added_us - (o.proxied_us - o.direct_us - o.configured_us)).abs() < 1e-9);
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ProxyOverhead {
     /// Median round trip straight to the echo server, in microseconds.
