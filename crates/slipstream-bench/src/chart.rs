@@ -7,6 +7,18 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// One line of a chart.
+///
+/// ```
+/// use slipstream_bench::{Series, line_chart_svg};
+/// let tps = Series {
+///     name: "run a".into(),
+///     x_label: "seconds".into(),
+///     y_label: "transactions/s".into(),
+///     points: vec![(1.0, 810.0), (2.0, 795.0), (3.0, 802.0)],
+/// };
+/// assert!(line_chart_svg("Throughput", &[tps])?.contains("run a"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Series {
     /// Legend label.
@@ -34,6 +46,20 @@ const COLORS: [RGBColor; 6] = [
 
 /// Draws every series as a line with markers on shared axes into an SVG file; the y axis
 /// starts at 0 so ratios read true.
+///
+/// ```
+/// use slipstream_bench::{Series, line_chart};
+/// let s = Series {
+///     name: "a".into(),
+///     x_label: "seconds".into(),
+///     y_label: "transactions/s".into(),
+///     points: vec![(1.0, 810.0), (2.0, 795.0)],
+/// };
+/// let dir = tempfile::tempdir()?;
+/// line_chart("Throughput", &[s], &dir.path().join("tps.svg"))?;
+/// assert!(std::fs::read_to_string(dir.path().join("tps.svg"))?.starts_with("<svg"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn line_chart(title: &str, series: &[Series], path: &Path) -> anyhow::Result<()> {
     let svg = render(title, series, XScale::Linear)?;
     std::fs::write(path, svg)
@@ -41,12 +67,37 @@ pub fn line_chart(title: &str, series: &[Series], path: &Path) -> anyhow::Result
 }
 
 /// [`line_chart`] as an SVG string, for embedding in HTML.
+///
+/// ```
+/// use slipstream_bench::{Series, line_chart_svg};
+/// let s = Series {
+///     name: "a".into(),
+///     x_label: "users".into(),
+///     y_label: "transactions/s".into(),
+///     points: vec![(1.0, 400.0), (2.0, 780.0), (4.0, 1500.0)],
+/// };
+/// let svg = line_chart_svg("Scaling", &[s])?;
+/// assert!(svg.starts_with("<svg") && svg.contains("Scaling"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn line_chart_svg(title: &str, series: &[Series]) -> anyhow::Result<String> {
     render(title, series, XScale::Linear)
 }
 
 /// A latency-percentile chart (x: percentile 0-100 on a "nines" scale, so 99%, 99.9% and
 /// 99.99% are evenly spaced; y: latency) as an SVG string.
+///
+/// ```
+/// use slipstream_bench::{Series, percentile_chart_svg};
+/// let s = Series {
+///     name: "new-order".into(),
+///     x_label: "percentile".into(),
+///     y_label: "ms".into(),
+///     points: vec![(50.0, 1.2), (90.0, 2.0), (99.0, 4.5), (99.9, 11.0)],
+/// };
+/// assert!(percentile_chart_svg("Latency", &[s])?.contains("new-order"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn percentile_chart_svg(title: &str, series: &[Series]) -> anyhow::Result<String> {
     render(title, series, XScale::Nines)
 }
@@ -175,6 +226,15 @@ const DENSITY_BINS: usize = 60;
 
 /// A vertical line on a posterior chart (an HDI bound, a ROPE edge); an empty label shares the
 /// previous mark's legend entry and colour.
+///
+/// ```
+/// use slipstream_bench::{Mark, posterior_chart_svg};
+/// let draws = [0.9, 1.0, 1.05, 1.1, 1.0, 0.95];
+/// let marks = [Mark::new("ROPE", 0.95), Mark::new("", 1.05)]; // one legend entry for both
+/// let svg = posterior_chart_svg("B / A", "ratio", &[("ratio", &draws)], &marks)?;
+/// assert!(svg.contains("ROPE"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Mark {
     label: String,
@@ -183,6 +243,11 @@ pub struct Mark {
 
 impl Mark {
     /// A line at `x`.
+    ///
+    /// ```
+    /// let hdi = [slipstream_bench::Mark::new("95% HDI", 0.97), slipstream_bench::Mark::new("", 1.12)];
+    /// # let _ = hdi;
+    /// ```
     pub fn new(label: &str, x: f64) -> Mark {
         Mark {
             label: label.into(),
@@ -193,6 +258,16 @@ impl Mark {
 
 /// Densities of posterior draws (a histogram drawn as a line per series) with vertical marks,
 /// as an SVG string: the article's figures of the two means and of their difference.
+///
+/// ```
+/// use slipstream_bench::posterior_chart_svg;
+/// let a = [10.1, 10.0, 9.9, 10.2, 10.0];
+/// let b = [11.0, 11.2, 10.9, 11.1, 11.0];
+/// let svg = posterior_chart_svg("Mean latency", "ms", &[("A", &a), ("B", &b)], &[])?;
+/// assert!(svg.contains("Mean latency"));
+/// assert!(posterior_chart_svg("Empty", "ms", &[("A", &[])], &[]).is_err()); // no draws
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn posterior_chart_svg(
     title: &str,
     x_label: &str,

@@ -36,6 +36,18 @@ pub const TOP_STATEMENTS: usize = 10;
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the server was and did around a run.
+///
+/// ```no_run
+/// let run = slipstream_bench::BenchRun::read_json("run.json".as_ref())?;
+/// if let Some(ctx) = &run.context {
+///     println!("{}", ctx.server_version.as_deref().unwrap_or("?"));
+///     for s in &ctx.settings {
+///         println!("{} = {} ({})", s.name, s.value, s.source);
+///     }
+///     println!("commits during the run: {:?}", ctx.database_delta("xact_commit"));
+/// }
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunContext {
     /// `SELECT version()`.
@@ -62,6 +74,14 @@ pub struct RunContext {
 }
 
 /// One non-default setting.
+///
+/// ```
+/// use slipstream_bench::context::Setting;
+/// let s: Setting = serde_json::from_str(
+///     r#"{"name": "shared_buffers", "value": "16384 8kB", "source": "configuration file"}"#,
+/// ).unwrap();
+/// assert_eq!((s.name.as_str(), s.value.as_str()), ("shared_buffers", "16384 8kB"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Setting {
     /// `pg_settings.name`.
@@ -73,6 +93,16 @@ pub struct Setting {
 }
 
 /// The server's counters at one moment.
+///
+/// ```
+/// use slipstream_bench::context::ServerSnapshot;
+/// let snap = ServerSnapshot {
+///     taken_at: "2026-01-05T10:00:00+00:00".into(),
+///     database: Some(serde_json::json!({ "xact_commit": 1200, "blks_hit": 98000 })),
+///     statements: None, // pg_stat_statements not installed
+/// };
+/// assert_eq!(snap.database.as_ref().unwrap()["blks_hit"], 98000);
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ServerSnapshot {
     /// The server's clock (`now()`, RFC 3339).
@@ -85,6 +115,14 @@ pub struct ServerSnapshot {
 }
 
 /// How often backends were seen in one wait state.
+///
+/// ```
+/// use slipstream_bench::context::WaitEvent;
+/// let w: WaitEvent = serde_json::from_value(serde_json::json!({
+///     "state": "active", "wait_event_type": "LWLock", "wait_event": "WALWrite", "count": 37,
+/// })).unwrap();
+/// assert_eq!((w.wait_event.as_str(), w.count), ("WALWrite", 37));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitEvent {
     /// `state` (`active`, `idle`, `idle in transaction`, ...).
@@ -265,6 +303,17 @@ async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
 
 /// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
 /// Keep the returned [`Capture`] to sample wait events and take the snapshot after.
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use slipstream_bench::context;
+/// // Nothing listens on port 1: the context says so instead of failing the run.
+/// let capture = context::before("postgres://postgres@127.0.0.1:1/postgres", "my-workload").await;
+/// let ctx = capture.after().await;
+/// assert_eq!(ctx.server_version, None);
+/// assert!(ctx.warnings[0].starts_with("could not connect to read the server's context"));
+/// # }
+/// ```
 pub async fn before(url: &str, workload: &str) -> Capture {
     let mut ctx = RunContext::default();
     let mut client = connect(url, &mut ctx.warnings).await;
@@ -301,6 +350,17 @@ pub async fn before(url: &str, workload: &str) -> Capture {
 }
 
 /// A context being captured.
+///
+/// ```no_run
+/// # async fn f(url: &str) {
+/// use slipstream_bench::context;
+/// let mut capture = context::before(url, "my-workload").await;
+/// let window = tokio::time::sleep(std::time::Duration::from_secs(60)); // the measured window
+/// capture.sample_waits(window).await;
+/// let ctx = capture.after().await;
+/// println!("{} wait samples, top: {:?}", ctx.wait_samples, ctx.wait_events.first());
+/// # }
+/// ```
 pub struct Capture {
     url: String,
     ctx: RunContext,
@@ -311,6 +371,18 @@ pub struct Capture {
 impl Capture {
     /// Samples wait events every [`WAIT_SAMPLE_EVERY`] until `stop` completes (the window's
     /// end), on a connection of its own.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let url = "postgres://postgres@127.0.0.1:1/postgres"; // no server here
+    /// let mut capture = slipstream_bench::context::before(url, "w").await;
+    /// capture.sample_waits(tokio::time::sleep(Duration::from_millis(100))).await;
+    /// let ctx = capture.after().await;
+    /// assert_eq!(ctx.wait_samples, 0);
+    /// assert!(ctx.wait_events.is_empty());
+    /// # }
+    /// ```
     pub async fn sample_waits<S: std::future::Future>(&mut self, stop: S) {
         let mut warnings = Vec::new();
         // Each step gives way to `stop`: on a stalled server a connect or a sample waits up
@@ -351,6 +423,16 @@ impl Capture {
     }
 
     /// Takes the snapshot after the run and returns the whole context.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// let url = "postgres://postgres@127.0.0.1:1/postgres"; // no server here
+    /// let capture = slipstream_bench::context::before(url, "w").await;
+    /// let ctx = capture.after().await;
+    /// assert!(ctx.before.is_none() && ctx.after.is_none());
+    /// assert_eq!(ctx.warnings.len(), 2); // the connect before, and the one after
+    /// # }
+    /// ```
     pub async fn after(mut self) -> RunContext {
         self.take_after().await;
         self.finish()

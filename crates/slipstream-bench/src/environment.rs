@@ -3,6 +3,12 @@
 use serde::{Deserialize, Serialize};
 
 /// What the run ran on.
+///
+/// ```
+/// let env = slipstream_bench::capture_environment("postgres://app:secret@db/orders", None);
+/// assert!(env.cpus >= 1);
+/// assert!(!env.database.contains("secret"));
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Environment {
     /// slipstream's version.
@@ -25,6 +31,16 @@ pub struct Environment {
 const TOKIO_POSTGRES_VERSION: &str = "0.7";
 
 /// Describes this machine and the server behind `url`.
+///
+/// ```
+/// let env = slipstream_bench::capture_environment(
+///     "postgres://app:secret@db/orders",
+///     Some("16.2".into()),
+/// );
+/// assert_eq!(env.server_version.as_deref(), Some("16.2"));
+/// assert_eq!(env.os, format!("{} {}", std::env::consts::OS, std::env::consts::ARCH));
+/// assert!(!env.database.contains("secret")); // the password is removed
+/// ```
 pub fn capture(url: &str, server_version: Option<String>) -> Environment {
     Environment {
         slipstream_version: env!("CARGO_PKG_VERSION").into(),

@@ -31,6 +31,12 @@ use crate::table::Table;
 use crate::think::parse_duration;
 
 /// What a stage asks for.
+///
+/// ```
+/// use slipstream_bench::{Stage, StageLoad};
+/// assert_eq!("30s:8".parse::<Stage>().unwrap().load, StageLoad::Users(8));
+/// assert_eq!("1m:rate=250".parse::<Stage>().unwrap().load, StageLoad::Rate(250.0));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum StageLoad {
     /// Closed loop: this many users run at once.
@@ -107,6 +113,30 @@ impl FromStr for Stage {
 }
 
 /// One stage's figures in a [`BenchRun`].
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// // A run without phases is one stage.
+/// let stage = &run.stages[0];
+/// assert_eq!((run.stages.len(), stage.name.as_str(), stage.users), (1, "stage 1", Some(2)));
+/// assert_eq!(stage.start_s, 0.0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageResult {
     /// 0, 1, 2, ... in the order run (the ramp-up, if any, is 0).
@@ -126,6 +156,29 @@ pub struct StageResult {
 }
 
 /// One transaction type inside one stage.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let tx = &run.stages[0].transactions[0];
+/// assert_eq!((tx.name.as_str(), tx.failed), ("nap", 0));
+/// assert!(tx.ok > 0 && tx.latency_ms.p50 >= 2.0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StageTx {
     /// The type's name.
@@ -144,6 +197,29 @@ pub struct StageTx {
 
 impl StageResult {
     /// Successful transactions per second over the stage.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    /// #         s.count().selects += 1;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// # config.users = 2;
+    /// # config.duration = std::time::Duration::from_millis(300);
+    /// # let run = tokio::runtime::Runtime::new()?
+    /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+    /// let s = &run.stages[0];
+    /// let ok: u64 = s.transactions.iter().map(|t| t.ok).sum();
+    /// assert_eq!(s.tps(), ok as f64 / (s.end_s - s.start_s));
+    /// # Ok(()) }
+    /// ```
     pub fn tps(&self) -> f64 {
         let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
         let secs = self.end_s - self.start_s;

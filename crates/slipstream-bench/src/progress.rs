@@ -22,6 +22,13 @@ const PLAIN_EVERY: Duration = Duration::from_secs(5);
 const TICK: Duration = Duration::from_millis(100);
 
 /// How the runner reports progress on stderr.
+///
+/// ```
+/// use slipstream_bench::{RunConfig, Style};
+/// let mut config = RunConfig::new(None);
+/// assert_eq!(config.progress, Style::Quiet); // the library's default
+/// config.progress = Style::Auto; // the CLI's: a live line on a terminal
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
     /// A live line on a terminal, plain lines otherwise.

@@ -23,6 +23,30 @@ pub const RUN_SCHEMA_OLDEST_READABLE: u32 = 1;
 ///
 /// Latencies are in milliseconds. They run from a transaction's start (its intended start in an
 /// open-loop run) to its end, less any intra-transaction think time.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// // A 0.3 s run of a workload that needs no database: two users, 2 ms transactions.
+/// assert_eq!((run.workload.as_str(), run.users, run.interrupted), ("nap", 2, false));
+/// assert_eq!(run.transactions[0].name, "nap");
+/// assert!(run.tps() > 100.0);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchRun {
     /// Always [`RUN_SCHEMA`].
@@ -85,6 +109,26 @@ pub struct BenchRun {
 }
 
 /// One load generator's run inside a merged result.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Noop;
+/// # impl Transaction for Noop {
+/// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+/// # }
+/// # let workload = Workload::new("noop").transaction("noop", 1, || Noop).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.duration = std::time::Duration::from_millis(100);
+/// # let rt = tokio::runtime::Runtime::new()?;
+/// # let mut run = || rt.block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()));
+/// // Two load generators' results of one test, merged.
+/// let (a, b) = (run()?, run()?);
+/// let all = slipstream_bench::merge(&[("gen1.json".into(), a), ("gen2.json".into(), b)])?;
+/// assert_eq!(all.merged_from.len(), 2);
+/// assert_eq!(all.merged_from[1].label, "gen2.json");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MergedPart {
     /// The file it was read from (or the label it was given).
@@ -102,6 +146,13 @@ pub struct MergedPart {
 }
 
 /// Closed loop (users with think time) or open loop (Poisson arrivals at a rate).
+///
+/// ```
+/// use slipstream_bench::Load;
+/// let json = serde_json::to_string(&Load::Open { rate: 500.0 }).unwrap();
+/// assert_eq!(json, r#"{"mode":"open","rate":500.0}"#);
+/// assert_eq!(serde_json::from_str::<Load>(r#"{"mode":"closed"}"#).unwrap(), Load::Closed);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum Load {
@@ -115,6 +166,30 @@ pub enum Load {
 }
 
 /// One transaction type's figures.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let nap = &run.transactions[0];
+/// assert_eq!((nap.name.as_str(), nap.weight, nap.failed), ("nap", 1, 0));
+/// assert_eq!(nap.statements.selects, nap.ok); // the transaction counts one select
+/// assert!(nap.latency_ms.p50 >= 2.0); // each sleeps 2 ms
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TxResult {
     /// The type's name.
@@ -155,6 +230,15 @@ pub struct TxResult {
 /// Sufficient statistics of a set of latencies y (ms), and their extremes: enough for means,
 /// variances and the gamma and lognormal likelihoods without the samples. In JSON the
 /// statistics' fields (`n`, `sum`, `sum_sq`, `sum_ln`, `sum_ln_sq`) sit beside `min` and `max`.
+///
+/// ```
+/// use slipstream_bench::LatencyStats;
+/// let mut s = LatencyStats::default();
+/// for ms in [4.0, 1.0, 7.0] {
+///     s.add(ms);
+/// }
+/// assert_eq!((s.sufficient.n, s.min, s.max, s.mean()), (3, 1.0, 7.0, 4.0));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencyStats {
     /// The sufficient statistics: n, Σy, Σy², Σln y, Σ(ln y)².
@@ -168,6 +252,14 @@ pub struct LatencyStats {
 
 impl LatencyStats {
     /// Adds one latency. Zero is clamped to a nanosecond so `ln y` stays finite.
+    ///
+    /// ```
+    /// let mut s = slipstream_bench::LatencyStats::default();
+    /// s.add(2.5);
+    /// s.add(0.0); // clamped to a nanosecond: its logarithm stays finite
+    /// assert_eq!((s.sufficient.n, s.min, s.max), (2, 1e-6, 2.5));
+    /// assert!(s.sufficient.sum_ln.is_finite());
+    /// ```
     pub fn add(&mut self, y: f64) {
         let y = y.max(1e-6);
         self.min = if self.sufficient.n == 0 {
@@ -180,6 +272,16 @@ impl LatencyStats {
     }
 
     /// Adds another set.
+    ///
+    /// ```
+    /// use slipstream_bench::LatencyStats;
+    /// let (mut a, mut b) = (LatencyStats::default(), LatencyStats::default());
+    /// a.add(3.0);
+    /// b.add(1.0);
+    /// b.add(5.0);
+    /// a.merge(&b);
+    /// assert_eq!((a.sufficient.n, a.min, a.max, a.mean()), (3, 1.0, 5.0, 3.0));
+    /// ```
     pub fn merge(&mut self, o: &LatencyStats) {
         if o.sufficient.n == 0 {
             return;
@@ -208,6 +310,28 @@ impl LatencyStats {
 }
 
 /// Latency percentiles (ms).
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let p = run.transactions[0].latency_ms; // Percentiles
+/// assert!(p.p50 <= p.p90 && p.p90 <= p.p99 && p.p99 <= p.p999 && p.p999 <= p.max);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Arithmetic mean.
@@ -227,6 +351,32 @@ pub struct Percentiles {
 }
 
 /// Per-second aggregates.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let per_second = &run.intervals.per_transaction["nap"];
+/// assert_eq!(run.intervals.seconds, 1.0);
+/// // The series and what ended after the window add up to the type's totals.
+/// let ended_after = run.intervals.after_window.get("nap").map_or(0, |i| i.sufficient.n);
+/// let in_series: u64 = per_second.iter().map(|i| i.sufficient.n).sum();
+/// assert_eq!(in_series + ended_after, run.transactions[0].ok);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Intervals {
     /// Interval length in seconds.
@@ -246,6 +396,29 @@ pub struct Intervals {
 }
 
 /// One interval of one transaction type.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let first = &run.intervals.per_transaction["nap"][0]; // the first second
+/// assert!(first.sufficient.n > 0 && first.failed == 0);
+/// assert!(first.p50_ms >= 2.0 && first.p50_ms <= first.p99_ms);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     /// The sufficient statistics of the latencies (ms) of the successful transactions that
@@ -266,6 +439,24 @@ pub struct Interval {
 }
 
 /// How well an open-loop run kept its schedule.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Noop;
+/// # impl Transaction for Noop {
+/// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+/// # }
+/// # let workload = Workload::new("noop").transaction("noop", 1, || Noop).without_database();
+/// let mut config = RunConfig::new(None);
+/// config.rate = Some(200.0); // open loop: 200 arrivals a second
+/// config.duration = std::time::Duration::from_millis(500);
+/// let run = tokio::runtime::Runtime::new()?
+///     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let schedule = run.schedule.expect("an open-loop run keeps its schedule");
+/// assert!(schedule.arrivals > 0 && schedule.late <= schedule.arrivals);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Schedule {
     /// Arrivals intended in the measured window.
@@ -344,6 +535,28 @@ impl BenchRun {
     }
 
     /// Successful transactions per second over the measured window, all types.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    /// #         s.count().selects += 1;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// # config.users = 2;
+    /// # config.duration = std::time::Duration::from_millis(300);
+    /// # let run = tokio::runtime::Runtime::new()?
+    /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+    /// let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
+    /// assert_eq!(run.tps(), ok as f64 / run.measured_s);
+    /// # Ok(()) }
+    /// ```
     pub fn tps(&self) -> f64 {
         let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
         if self.measured_s > 0.0 {
@@ -354,6 +567,31 @@ impl BenchRun {
     }
 
     /// Writes the result as pretty JSON, atomically (a reader never sees half a file).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    /// #         s.count().selects += 1;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// # config.users = 2;
+    /// # config.duration = std::time::Duration::from_millis(300);
+    /// # let run = tokio::runtime::Runtime::new()?
+    /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("nap.json");
+    /// run.write_json(&path)?;
+    /// let back = slipstream_bench::BenchRun::read_json(&path)?;
+    /// assert_eq!((back.seed, back.tps()), (run.seed, run.tps()));
+    /// # Ok(()) }
+    /// ```
     pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(self)?;
         write_atomically(path, &json)

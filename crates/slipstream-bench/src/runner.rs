@@ -129,6 +129,14 @@ pub struct RunConfig {
 
 impl RunConfig {
     /// One user, 10 s, no warm-up, closed loop, no think time, a seed from the clock.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slipstream_bench::{DEFAULT_GRACE, RunConfig, ThinkTime};
+    /// let c = RunConfig::new(Some("postgres://app@db/orders".into()));
+    /// assert_eq!((c.users, c.duration, c.warmup), (1, Duration::from_secs(10), Duration::ZERO));
+    /// assert_eq!((c.rate, c.think, c.grace), (None, ThinkTime::NONE, DEFAULT_GRACE));
+    /// ```
     pub fn new(url: Option<String>) -> RunConfig {
         RunConfig {
             url,
@@ -216,6 +224,17 @@ impl RunConfig {
 /// A run stopped (by `stop` or `quit`) before measuring started: while the server's context
 /// was read or the users connected. Nothing ran, so there is no result; the CLI says so and
 /// exits as for any stop (130). Find it with `error.downcast_ref::<Interrupted>()`.
+///
+/// ```no_run
+/// # async fn f(workload: slipstream_bench::Workload, config: slipstream_bench::RunConfig) -> anyhow::Result<()> {
+/// use slipstream_bench::Interrupted;
+/// match slipstream_bench::run(&workload, &config, tokio::signal::ctrl_c()).await {
+///     Ok(run) => run.write_json("run.json".as_ref())?,
+///     Err(e) if e.downcast_ref::<Interrupted>().is_some() => eprintln!("{e}"), // no result
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interrupted {
     /// What the run was doing: `reading the server's context` or `connecting the users`.

@@ -30,16 +30,34 @@ impl ThinkTime {
     };
 
     /// Uniform in `min..=max`; `None` when `min > max`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use slipstream_bench::ThinkTime;
+    /// let t = ThinkTime::new(Duration::from_millis(10), Duration::from_millis(50)).unwrap();
+    /// assert_eq!(t, "10ms..50ms".parse().unwrap());
+    /// assert!(ThinkTime::new(Duration::from_secs(2), Duration::from_secs(1)).is_none());
+    /// ```
     pub fn new(min: Duration, max: Duration) -> Option<ThinkTime> {
         (min <= max).then_some(ThinkTime { min, max })
     }
 
     /// The shortest think.
+    ///
+    /// ```
+    /// let t: slipstream_bench::ThinkTime = "1s..3s".parse().unwrap();
+    /// assert_eq!(t.min(), std::time::Duration::from_secs(1));
+    /// ```
     pub fn min(&self) -> Duration {
         self.min
     }
 
     /// The longest think.
+    ///
+    /// ```
+    /// let t: slipstream_bench::ThinkTime = "1s..3s".parse().unwrap();
+    /// assert_eq!(t.max(), std::time::Duration::from_secs(3));
+    /// ```
     pub fn max(&self) -> Duration {
         self.max
     }

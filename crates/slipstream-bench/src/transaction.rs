@@ -81,6 +81,14 @@ impl<T: Transaction> DynTransaction for T {
 }
 
 /// Statements run, by kind, as Swingbench counts them.
+///
+/// ```
+/// let mut c = slipstream_bench::StatementCounts::default();
+/// c.selects += 2;
+/// c.updates += 1;
+/// c.commits += 1;
+/// assert_eq!(c.total(), 4);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatementCounts {
     /// SELECTs (and other statements returning rows).
@@ -120,6 +128,12 @@ impl StatementCounts {
     }
 
     /// All statements.
+    ///
+    /// ```
+    /// use slipstream_bench::StatementCounts;
+    /// let c = StatementCounts { inserts: 3, commits: 1, ..Default::default() };
+    /// assert_eq!(c.total(), 4);
+    /// ```
     pub fn total(&self) -> u64 {
         self.selects + self.inserts + self.updates + self.deletes + self.commits + self.rollbacks
     }
@@ -127,6 +141,13 @@ impl StatementCounts {
 
 /// A user's context: its connection, random numbers, statement counters and intra-transaction
 /// think time.
+///
+/// ```
+/// use slipstream_bench::{Session, ThinkTime};
+/// // What the runner hands each user; without a connection, `client()` says so.
+/// let mut s = Session::new(0, None, ThinkTime::NONE, 42);
+/// assert_eq!(s.client().unwrap_err().code(), "client:no-connection");
+/// ```
 pub struct Session {
     client: Option<Client>,
     /// Why `client` is `None` in a workload that has a database (the last reconnect's error),
@@ -152,6 +173,15 @@ impl fmt::Debug for Session {
 impl Session {
     /// A session for user `user` (seeding its random numbers from `seed` and `user`, so a run
     /// with a fixed seed repeats its choices).
+    ///
+    /// ```
+    /// use rand::Rng;
+    /// use slipstream_bench::{Session, ThinkTime};
+    /// let mut a = Session::new(3, None, ThinkTime::NONE, 42);
+    /// let mut b = Session::new(3, None, ThinkTime::NONE, 42);
+    /// // The same seed and user: the same choices.
+    /// assert_eq!(a.rng().random_range(0..1000), b.rng().random_range(0..1000));
+    /// ```
     pub fn new(user: usize, client: Option<Client>, think: ThinkTime, seed: u64) -> Session {
         Session {
             client,
@@ -185,22 +215,52 @@ impl Session {
     }
 
     /// The user's random number generator.
+    ///
+    /// ```
+    /// use rand::Rng;
+    /// let mut s = slipstream_bench::Session::new(0, None, slipstream_bench::ThinkTime::NONE, 7);
+    /// let product_id: u32 = s.rng().random_range(1..=1000);
+    /// assert!((1..=1000).contains(&product_id));
+    /// ```
     pub fn rng(&mut self) -> &mut SmallRng {
         &mut self.rng
     }
 
     /// The statement counters of the current transaction.
+    ///
+    /// ```
+    /// let mut s = slipstream_bench::Session::new(0, None, slipstream_bench::ThinkTime::NONE, 7);
+    /// s.count().selects += 1; // one after each statement the transaction ran
+    /// s.count().commits += 1;
+    /// assert_eq!(s.count().total(), 2);
+    /// ```
     pub fn count(&mut self) -> &mut StatementCounts {
         &mut self.counts
     }
 
     /// This user's number, from 0.
+    ///
+    /// ```
+    /// let s = slipstream_bench::Session::new(5, None, slipstream_bench::ThinkTime::NONE, 7);
+    /// assert_eq!(s.user(), 5);
+    /// ```
     pub fn user(&self) -> usize {
         self.user
     }
 
     /// Sleeps for the intra-transaction think time (a user reading a page between two steps).
     /// The sleep is not part of the transaction's recorded latency.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::{Duration, Instant};
+    /// let think = "20ms".parse().unwrap();
+    /// let mut s = slipstream_bench::Session::new(0, None, think, 7);
+    /// let t = Instant::now();
+    /// s.think().await;
+    /// assert!(t.elapsed() >= Duration::from_millis(20));
+    /// # }
+    /// ```
     pub async fn think(&mut self) {
         let d = self.think.draw(&mut self.rng);
         if !d.is_zero() {
@@ -241,6 +301,12 @@ impl Session {
 }
 
 /// Why a transaction failed: a SQLSTATE for server errors, `client:<kind>` otherwise.
+///
+/// ```
+/// use slipstream_bench::TxError;
+/// let e = TxError::new("23505", "duplicate key value");
+/// assert_eq!(e.to_string(), "duplicate key value (23505)");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxError {
     code: String,
@@ -273,11 +339,21 @@ impl TxError {
     pub const NO_CODE: &'static str = "client:no-code";
 
     /// The code failures are counted under.
+    ///
+    /// ```
+    /// use slipstream_bench::TxError;
+    /// assert_eq!(TxError::new("client:timeout", "no reply in 5 s").code(), "client:timeout");
+    /// ```
     pub fn code(&self) -> &str {
         &self.code
     }
 
     /// What went wrong.
+    ///
+    /// ```
+    /// use slipstream_bench::TxError;
+    /// assert_eq!(TxError::new("40P01", "deadlock detected").message(), "deadlock detected");
+    /// ```
     pub fn message(&self) -> &str {
         &self.message
     }

@@ -57,6 +57,12 @@ impl fmt::Debug for Workload {
 
 impl Workload {
     /// An empty workload called `name`.
+    ///
+    /// ```
+    /// let w = slipstream_bench::Workload::new("checkout");
+    /// assert_eq!(w.name(), "checkout");
+    /// assert!(w.weights().is_empty() && w.needs_database());
+    /// ```
     pub fn new(name: impl Into<String>) -> Workload {
         Workload {
             name: name.into(),
@@ -66,6 +72,18 @@ impl Workload {
     }
 
     /// Adds a transaction type with its default weight.
+    ///
+    /// ```
+    /// # use slipstream_bench::{Session, Transaction, TxError, Workload};
+    /// # struct Noop;
+    /// # impl Transaction for Noop {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+    /// # }
+    /// let w = Workload::new("shop")
+    ///     .transaction("browse", 9, || Noop)
+    ///     .transaction("buy", 1, || Noop);
+    /// assert_eq!(w.weights(), [("browse".to_string(), 9), ("buy".to_string(), 1)]);
+    /// ```
     pub fn transaction<T: Transaction>(
         mut self,
         name: impl Into<String>,
@@ -81,22 +99,50 @@ impl Workload {
     }
 
     /// Users run without a connection (to measure the runner itself).
+    ///
+    /// ```
+    /// # use slipstream_bench::{Session, Transaction, TxError, Workload};
+    /// # struct Noop;
+    /// # impl Transaction for Noop {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+    /// # }
+    /// let w = Workload::new("noop").transaction("noop", 1, || Noop).without_database();
+    /// assert!(!w.needs_database());
+    /// ```
     pub fn without_database(mut self) -> Workload {
         self.needs_database = false;
         self
     }
 
     /// The workload's name, as written into results.
+    ///
+    /// ```
+    /// assert_eq!(slipstream_bench::order_entry::workload().name(), "order-entry");
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// Whether users need a connection.
+    ///
+    /// ```
+    /// assert!(slipstream_bench::order_entry::workload().needs_database());
+    /// ```
     pub fn needs_database(&self) -> bool {
         self.needs_database
     }
 
     /// Each type's name and weight, in order.
+    ///
+    /// ```
+    /// # use slipstream_bench::{Session, Transaction, TxError, Workload};
+    /// # struct Noop;
+    /// # impl Transaction for Noop {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+    /// # }
+    /// let w = Workload::new("w").transaction("a", 2, || Noop).transaction("b", 0, || Noop);
+    /// assert_eq!(w.weights(), [("a".to_string(), 2), ("b".to_string(), 0)]);
+    /// ```
     pub fn weights(&self) -> Vec<(String, u32)> {
         self.kinds
             .iter()
@@ -105,6 +151,18 @@ impl Workload {
     }
 
     /// Changes one type's weight; an unknown name is an error listing the known ones.
+    ///
+    /// ```
+    /// # use slipstream_bench::{Session, Transaction, TxError, Workload};
+    /// # struct Noop;
+    /// # impl Transaction for Noop {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+    /// # }
+    /// let mut w = Workload::new("w").transaction("a", 1, || Noop);
+    /// w.set_weight("a", 5).unwrap();
+    /// assert_eq!(w.weights()[0].1, 5);
+    /// assert_eq!(w.set_weight("z", 1).unwrap_err(), "workload w has no transaction `z`; it has: a");
+    /// ```
     pub fn set_weight(&mut self, name: &str, weight: u32) -> Result<(), String> {
         match self.kinds.iter_mut().find(|k| k.name == name) {
             Some(k) => {

@@ -86,6 +86,22 @@ fn default_weight() -> u32 {
 }
 
 /// A workload read from a file, with the file's optional setup SQL and think times.
+///
+/// ```
+/// let file = slipstream_bench::workload_file::parse(r#"
+/// name = "key-value"
+/// think = "1ms..5ms"
+/// [params]
+/// key = { dist = "uniform", min = 1, max = 1000 }
+/// [[transaction]]
+/// name = "read"
+/// sql = "SELECT v FROM kv WHERE k = :key"
+/// "#, "kv.toml")?;
+/// assert_eq!(file.workload.name(), "key-value");
+/// assert_eq!(file.think, Some("1ms..5ms".parse()?));
+/// assert_eq!((file.setup, file.sha256.len()), (None, 64));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug)]
 pub struct WorkloadFile {
     /// The transactions and weights.
@@ -122,6 +138,16 @@ pub fn load(path: &Path) -> anyhow::Result<WorkloadFile> {
 }
 
 /// Parses workload-file text; `origin` names it in errors (`origin:line: what`).
+///
+/// ```
+/// use slipstream_bench::workload_file::parse;
+/// let file = parse("name = \"w\"\n[[transaction]]\nname = \"ping\"\nsql = \"SELECT 1\"\n", "w.toml")?;
+/// assert_eq!(file.workload.weights(), [("ping".to_string(), 1)]); // weight 1 unless given
+/// // Errors name the origin and the line.
+/// let err = parse("name = \"w\"\n[[transaction]]\nname = 7\n", "w.toml").unwrap_err();
+/// assert!(err.starts_with("w.toml:3:"), "{err}");
+/// # Ok::<(), String>(())
+/// ```
 pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
     let at = |span: Range<usize>, what: String| {
         format!("{origin}:{}: {what}", line_of(text, span.start))

@@ -33,6 +33,13 @@ use values::Scope;
 pub const CHANCE_PER_TYPE: f64 = 0.05;
 
 /// What one value of the comparison is.
+///
+/// ```
+/// use slipstream_bench::compare::Unit;
+/// assert_eq!("interval".parse::<Unit>().unwrap(), Unit::Interval);
+/// assert_eq!(Unit::default().to_string(), "auto");
+/// assert!("runs".parse::<Unit>().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Unit {
     /// [`Unit::Run`] with two or more runs on each side, [`Unit::Interval`] with one on each.
@@ -74,6 +81,12 @@ impl fmt::Display for Unit {
 }
 
 /// What a row compares.
+///
+/// ```
+/// use slipstream_bench::compare::Metric;
+/// assert_eq!(Metric::P99.to_string(), "p99 ms");
+/// assert_eq!(Metric::Tps.to_string(), "TPS");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Metric {
     /// Mean latency (ms).
@@ -98,6 +111,17 @@ impl fmt::Display for Metric {
 }
 
 /// One row's result.
+///
+/// ```
+/// use slipstream_bench::compare::{Metric, Outcome, Row};
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// let c = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &CompareSettings::default())?;
+/// let row = Row { name: None, metric: Metric::Mean, outcome: Outcome::Compared(Box::new(c)) };
+/// if let Outcome::Compared(c) = &row.outcome {
+///     assert!(c.ratio.mean > 1.1); // B about 20% slower
+/// }
+/// # Ok::<(), slipstream_stats::CompareError>(())
+/// ```
 #[derive(Debug)]
 pub enum Outcome {
     /// Latency or throughput compared (throughput as ms per transaction: larger is slower).
@@ -109,6 +133,16 @@ pub enum Outcome {
 }
 
 /// One comparison: a transaction type (or the whole mix) and a metric.
+///
+/// ```
+/// use slipstream_bench::compare::{Metric, Outcome, Row};
+/// let row = Row {
+///     name: Some("new-order".into()),
+///     metric: Metric::P99,
+///     outcome: Outcome::Skipped("too few transactions for a p99".into()),
+/// };
+/// assert_eq!((row.scope(), row.verdict_text().as_str()), ("new-order", "not compared"));
+/// ```
 #[derive(Debug)]
 pub struct Row {
     /// The transaction type, or `None` for the whole mix.
@@ -120,6 +154,16 @@ pub struct Row {
 }
 
 /// Whether a row says B is worse or better than A.
+///
+/// ```
+/// use slipstream_bench::compare::{Direction, Metric, Outcome, Row};
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// // Throughput halved: as ms per transaction, B is credibly slower, which is worse.
+/// let c = compare_run_values(&[1.0, 1.02, 0.99], &[2.0, 2.03, 1.98], &CompareSettings::default())?;
+/// let row = Row { name: None, metric: Metric::Tps, outcome: Outcome::Compared(Box::new(c)) };
+/// assert_eq!(row.direction(), Some(Direction::Worse));
+/// # Ok::<(), slipstream_stats::CompareError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
     /// Slower, lower throughput, or more failures.
@@ -130,11 +174,28 @@ pub enum Direction {
 
 impl Row {
     /// The row's label: the type's name, or `all types`.
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Metric, Outcome, Row};
+    /// let mix = Row { name: None, metric: Metric::Mean, outcome: Outcome::Skipped("no runs".into()) };
+    /// assert_eq!(mix.scope(), "all types");
+    /// ```
     pub fn scope(&self) -> &str {
         self.name.as_deref().unwrap_or("all types")
     }
 
     /// The verdict, if the row was compared.
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Metric, Outcome, Row};
+    /// use slipstream_stats::{CompareSettings, Verdict, compare_run_values};
+    /// let c = compare_run_values(&[10.0, 10.2, 9.9], &[10.1, 10.0, 10.05], &CompareSettings::default())?;
+    /// let row = Row { name: None, metric: Metric::Mean, outcome: Outcome::Compared(Box::new(c)) };
+    /// assert!(row.verdict().is_some());
+    /// let skipped = Row { outcome: Outcome::Skipped("no runs".into()), ..row };
+    /// assert_eq!(skipped.verdict(), None::<&Verdict>);
+    /// # Ok::<(), slipstream_stats::CompareError>(())
+    /// ```
     pub fn verdict(&self) -> Option<&Verdict> {
         match &self.outcome {
             Outcome::Compared(c) => Some(&c.verdict),
@@ -144,6 +205,15 @@ impl Row {
     }
 
     /// Worse or better, for a credible difference.
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Direction, Metric, Outcome, Row};
+    /// use slipstream_stats::{CompareSettings, compare_run_values};
+    /// let c = compare_run_values(&[10.0, 10.2, 9.9], &[8.0, 8.1, 7.9], &CompareSettings::default())?;
+    /// let row = Row { name: None, metric: Metric::Mean, outcome: Outcome::Compared(Box::new(c)) };
+    /// assert_eq!(row.direction(), Some(Direction::Better)); // B's latency credibly lower
+    /// # Ok::<(), slipstream_stats::CompareError>(())
+    /// ```
     pub fn direction(&self) -> Option<Direction> {
         match self.verdict()? {
             Verdict::CrediblySlower => Some(Direction::Worse),
@@ -153,6 +223,16 @@ impl Row {
     }
 
     /// The verdict in the metric's words.
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Metric, Outcome, Row};
+    /// use slipstream_stats::{CompareSettings, compare_run_values};
+    /// // Milliseconds per transaction doubled: throughput credibly lower.
+    /// let c = compare_run_values(&[1.0, 1.02, 0.99], &[2.0, 2.03, 1.98], &CompareSettings::default())?;
+    /// let tps = Row { name: None, metric: Metric::Tps, outcome: Outcome::Compared(Box::new(c)) };
+    /// assert_eq!(tps.verdict_text(), "credibly lower");
+    /// # Ok::<(), slipstream_stats::CompareError>(())
+    /// ```
     pub fn verdict_text(&self) -> String {
         let Some(v) = self.verdict() else {
             return "not compared".into();
@@ -168,6 +248,29 @@ impl Row {
 }
 
 /// Everything `compare` found.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.duration = std::time::Duration::from_millis(150);
+/// # let rt = tokio::runtime::Runtime::new()?;
+/// # let mut run = || rt.block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()));
+/// # let (a, b) = ([run()?, run()?], [run()?, run()?]);
+/// use slipstream_bench::compare::{Unit, compare_sides};
+/// let report = compare_sides(&a, &b, None, Unit::Auto, &Default::default())?;
+/// assert_eq!((report.unit, report.runs), (Unit::Run, (2, 2))); // two runs a side: runs
+/// assert_eq!(report.rows.last().unwrap().scope(), "all types"); // the mix comes last
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Report {
     /// The unit used (never [`Unit::Auto`]).
@@ -189,12 +292,40 @@ pub struct Report {
 impl Report {
     /// How many per-type verdicts chance alone would call "credible" if nothing changed, and
     /// the probability of at least one, at [`CHANCE_PER_TYPE`].
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Report, Unit};
+    /// let r = Report {
+    ///     unit: Unit::Run, runs: (3, 3), rope: 0.05, rows: vec![], types: 9,
+    ///     warnings: vec![], notes: vec![],
+    /// };
+    /// let (expected, at_least_one) = r.chance(); // Order Entry's nine types
+    /// assert!((expected - 0.45).abs() < 1e-12);
+    /// assert!((at_least_one - (1.0 - 0.95f64.powi(9))).abs() < 1e-12); // about 37%
+    /// ```
     pub fn chance(&self) -> (f64, f64) {
         let k = self.types as f64;
         (k * CHANCE_PER_TYPE, 1.0 - (1.0 - CHANCE_PER_TYPE).powf(k))
     }
 
     /// Rows that are credibly different, per type (not the mix).
+    ///
+    /// ```
+    /// use slipstream_bench::compare::{Metric, Outcome, Report, Row, Unit};
+    /// use slipstream_stats::{CompareSettings, compare_run_values};
+    /// let slower = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &CompareSettings::default())?;
+    /// let row = |name: Option<&str>| Row {
+    ///     name: name.map(String::from),
+    ///     metric: Metric::Mean,
+    ///     outcome: Outcome::Compared(Box::new(slower.clone())),
+    /// };
+    /// let r = Report {
+    ///     unit: Unit::Run, runs: (3, 3), rope: 0.05, rows: vec![row(Some("browse")), row(None)],
+    ///     types: 1, warnings: vec![], notes: vec![],
+    /// };
+    /// assert_eq!(r.credible_per_type(), 1); // the mix's row is not a type
+    /// # Ok::<(), slipstream_stats::CompareError>(())
+    /// ```
     pub fn credible_per_type(&self) -> usize {
         self.rows
             .iter()
@@ -203,6 +334,30 @@ impl Report {
     }
 
     /// The report as JSON (schema `slipstream-lab/compare`, version 1), for CI.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// # config.duration = std::time::Duration::from_millis(150);
+    /// # let rt = tokio::runtime::Runtime::new()?;
+    /// # let mut run = || rt.block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()));
+    /// # let (a, b) = ([run()?, run()?], [run()?, run()?]);
+    /// use slipstream_bench::compare::{Unit, compare_sides};
+    /// let json = compare_sides(&a, &b, None, Unit::Auto, &Default::default())?.to_json();
+    /// assert_eq!(json["schema"], "slipstream-lab/compare");
+    /// assert_eq!(json["unit"], "run");
+    /// assert_eq!(json["rows"][0]["transaction"], "nap");
+    /// # Ok(()) }
+    /// ```
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::json;
         let est =
@@ -282,6 +437,14 @@ impl Report {
 }
 
 /// The unit `unit` resolves to for `na` and `nb` runs, or why it cannot be used.
+///
+/// ```
+/// use slipstream_bench::compare::{Unit, resolve_unit};
+/// assert_eq!(resolve_unit(Unit::Auto, 3, 3)?, Unit::Run);
+/// assert_eq!(resolve_unit(Unit::Auto, 1, 1)?, Unit::Interval);
+/// assert!(resolve_unit(Unit::Run, 1, 3).is_err()); // runs as the unit need two a side
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn resolve_unit(unit: Unit, na: usize, nb: usize) -> anyhow::Result<Unit> {
     let min = slipstream_stats::MIN_RUNS;
     match unit {
@@ -634,6 +797,16 @@ fn failures(
 /// Writes, for a compared row, `STEM-means.svg` (the posterior of both means) and
 /// `STEM-ratio.svg` (B / A with its HDI and the ROPE) into `dir`, where STEM is
 /// [`file_stem`](crate::file_stem)`(name)`: nothing is written outside `dir`.
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// let c = compare_run_values(&[10.0, 10.2, 9.9], &[12.1, 11.9, 12.0], &CompareSettings::default())?;
+/// let dir = tempfile::tempdir()?;
+/// slipstream_bench::compare::plot(dir.path(), "new-order", &c)?;
+/// assert!(dir.path().join("new-order-means.svg").exists());
+/// assert!(dir.path().join("new-order-ratio.svg").exists());
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn plot(dir: &Path, name: &str, c: &Comparison) -> anyhow::Result<()> {
     let name = crate::file_stem(name);
     std::fs::create_dir_all(dir)

@@ -16,6 +16,19 @@ use slipstream_stats::{Estimate, HDI_MASS, Verdict, hdi};
 pub const FAILURE_ROPE: f64 = 0.001;
 
 /// B's failure rate against A's.
+///
+/// ```no_run
+/// use slipstream_bench::{BenchRun, compare::{self, Outcome}};
+/// let read = |p: &str| BenchRun::read_json(p.as_ref());
+/// let report = compare::compare_sides(&[read("a.json")?], &[read("b.json")?], None,
+///     compare::Unit::Auto, &Default::default())?;
+/// for row in &report.rows {
+///     if let Outcome::Rates(r) = &row.outcome {
+///         println!("{}: {} of {} failed against {} of {}", row.scope(), r.b.0, r.b.1, r.a.0, r.a.1);
+///     }
+/// }
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct RateComparison {
     /// A's failed and total transactions.

@@ -54,6 +54,14 @@ pub struct Sizes {
 
 impl Sizes {
     /// Sizes for `scale` (at least 0.0001, at most 1000).
+    ///
+    /// ```
+    /// use slipstream_bench::order_entry::Sizes;
+    /// let s = Sizes::for_scale(0.01)?;
+    /// assert_eq!((s.customers, s.orders, s.warehouses, s.products), (10_000, 15_000, 10, 1000));
+    /// assert!(Sizes::for_scale(0.0).is_err());
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
     pub fn for_scale(scale: f64) -> anyhow::Result<Sizes> {
         anyhow::ensure!(
             scale.is_finite() && (0.0001..=1000.0).contains(&scale),
@@ -72,6 +80,15 @@ impl Sizes {
 }
 
 /// What a setup did and how long it took.
+///
+/// ```no_run
+/// # async fn f() -> anyhow::Result<()> {
+/// let url = "postgres://postgres@127.0.0.1/postgres";
+/// let report = slipstream_bench::order_entry::setup(url, 0.1, |line| eprintln!("{line}")).await?;
+/// assert_eq!(report.rows["customers"], report.sizes.customers as u64);
+/// println!("loaded in {:?}, indexed in {:?}", report.load, report.index);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SetupReport {
     /// The sizes loaded.
@@ -136,6 +153,20 @@ impl SetupCancel {
     /// Stops the setup: it starts no further statement, and the server is asked to cancel
     /// whatever each of its connections runs now; the setup then fails (or has already
     /// ended). The first error, if a request could not be sent; the others are still tried.
+    ///
+    /// ```no_run
+    /// # async fn f() -> anyhow::Result<()> {
+    /// use std::time::Duration;
+    /// use slipstream_bench::order_entry::{SetupCancel, setup_with_cancel};
+    /// let cancel = SetupCancel::default();
+    /// let url = "postgres://postgres@127.0.0.1/postgres";
+    /// tokio::select! {
+    ///     r = setup_with_cancel(url, 10.0, |_| {}, &cancel) => { r?; }
+    ///     // Too slow: stop it, the index builds running on the server included.
+    ///     _ = tokio::time::sleep(Duration::from_secs(600)) => cancel.cancel().await?,
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn cancel(&self) -> Result<(), slipstream_pg::Error> {
         self.0.stopped.store(true, Ordering::SeqCst);
         let tokens = self
@@ -167,6 +198,18 @@ impl SetupCancel {
 }
 
 /// [`setup`], with each connection's cancel key put into `cancel` as it connects.
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use slipstream_bench::order_entry::{SetupCancel, setup_with_cancel};
+/// let cancel = SetupCancel::default();
+/// // The scale is checked before anything connects.
+/// let err = setup_with_cancel("postgres://postgres@127.0.0.1/postgres", 5000.0, |_| {}, &cancel)
+///     .await
+///     .unwrap_err();
+/// assert!(err.to_string().starts_with("--scale 5000: use a value from 0.0001 to 1000"));
+/// # }
+/// ```
 pub async fn setup_with_cancel(
     url: &str,
     scale: f64,

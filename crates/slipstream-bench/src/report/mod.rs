@@ -14,6 +14,29 @@ pub use html::write_html;
 pub use series::tps_series;
 
 /// One run and the label it is shown under (usually its file name).
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// use slipstream_bench::report::{self, Labeled};
+/// let runs = [Labeled { label: "baseline".into(), run }];
+/// assert!(report::table(&runs).rows.iter().any(|r| r[0] == "nap"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Labeled {
     /// How the run is named in tables and legends.
@@ -106,6 +129,30 @@ pub fn table(runs: &[Labeled]) -> Table {
 }
 
 /// Every type's latency statistics together.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let all = slipstream_bench::report::all_stats(&run);
+/// let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
+/// assert_eq!(all.sufficient.n, ok);
+/// assert!(all.min >= 2.0); // every transaction slept 2 ms
+/// # Ok(()) }
+/// ```
 pub fn all_stats(r: &BenchRun) -> LatencyStats {
     let mut sums = LatencyStats::default();
     for t in &r.transactions {
@@ -116,6 +163,28 @@ pub fn all_stats(r: &BenchRun) -> LatencyStats {
 
 /// Percentiles of every successful transaction of the run, from the sum of the types'
 /// histograms; `None` when a type that succeeded has no histogram (a version 1 file).
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let p = slipstream_bench::report::all_percentiles(&run).expect("the run has histograms");
+/// assert!(p.p50 >= 2.0 && p.p50 <= p.p99);
+/// # Ok(()) }
+/// ```
 pub fn all_percentiles(r: &BenchRun) -> Option<Percentiles> {
     let mut all = histogram::new();
     for t in &r.transactions {
@@ -139,6 +208,28 @@ pub(crate) fn ms(v: f64) -> String {
 }
 
 /// Lines describing how a run was made, what a reader must know about it, and its context.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// let lines = slipstream_bench::report::describe(&run);
+/// assert!(lines[0].starts_with("nap: 2 users, closed loop"), "{}", lines[0]);
+/// # Ok(()) }
+/// ```
 pub fn describe(r: &BenchRun) -> Vec<String> {
     let mut lines = describe_run(r);
     if let Some(c) = &r.context {

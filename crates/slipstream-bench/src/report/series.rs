@@ -14,6 +14,30 @@ fn per_second(n: u64, seconds: f64) -> f64 {
 }
 
 /// Successful transactions per second over time, all types together: one series per run.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+/// # struct Nap;
+/// # impl Transaction for Nap {
+/// #     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+/// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+/// #         s.count().selects += 1;
+/// #         Ok(())
+/// #     }
+/// # }
+/// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+/// # let mut config = RunConfig::new(None);
+/// # config.users = 2;
+/// # config.duration = std::time::Duration::from_millis(300);
+/// # let run = tokio::runtime::Runtime::new()?
+/// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+/// use slipstream_bench::report::{Labeled, tps_series};
+/// let series = tps_series(&[Labeled { label: "a".into(), run }]);
+/// assert_eq!((series.len(), series[0].name.as_str()), (1, "a"));
+/// assert_eq!(series[0].points[0].0, 1.0); // x: the end of the first one-second interval
+/// # Ok(()) }
+/// ```
 pub fn tps_series(runs: &[Labeled]) -> Vec<Series> {
     runs.iter()
         .map(|l| {
