@@ -39,6 +39,30 @@ use crate::think::ThinkTime;
 pub trait Transaction: Send + 'static {
     /// Runs once per user before the first `execute`. A failure stops the run before it
     /// starts, naming the transaction.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// /// Counts the users it was set up for (with PostgreSQL: prepare its statements here).
+    /// struct Prepared(Arc<AtomicUsize>);
+    /// impl Transaction for Prepared {
+    ///     async fn init(&mut self, _: &mut Session) -> Result<(), TxError> {
+    ///         self.0.fetch_add(1, Ordering::Relaxed);
+    ///         Ok(())
+    ///     }
+    ///     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> { Ok(()) }
+    /// }
+    /// let inits = Arc::new(AtomicUsize::new(0));
+    /// let counter = Arc::clone(&inits);
+    /// let w = Workload::new("w").transaction("t", 1, move || Prepared(counter.clone())).without_database();
+    /// let mut config = RunConfig::new(None);
+    /// (config.users, config.duration) = (3, std::time::Duration::from_millis(100));
+    /// tokio::runtime::Runtime::new()?.block_on(slipstream_bench::run(&w, &config, std::future::pending::<()>()))?;
+    /// assert_eq!(inits.load(Ordering::Relaxed), 3); // once per user
+    /// # Ok(()) }
+    /// ```
     fn init(&mut self, session: &mut Session) -> impl Future<Output = Result<(), TxError>> + Send {
         let _ = session;
         async { Ok(()) }
@@ -47,12 +71,57 @@ pub trait Transaction: Send + 'static {
     /// Runs one transaction. An error is recorded as a failure of this type (by SQLSTATE) and
     /// the user goes on; the runner rolls back an open transaction and reconnects a broken
     /// connection first.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// /// Fails one time in four, as a serialization failure would.
+    /// struct Flaky;
+    /// impl Transaction for Flaky {
+    ///     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+    ///         use rand::Rng;
+    ///         match s.rng().random_range(0..4) {
+    ///             0 => Err(TxError::new("40001", "could not serialize access")),
+    ///             _ => Ok(()),
+    ///         }
+    ///     }
+    /// }
+    /// let w = Workload::new("w").transaction("flaky", 1, || Flaky).without_database();
+    /// let mut config = RunConfig::new(None);
+    /// config.duration = std::time::Duration::from_millis(100);
+    /// let run = tokio::runtime::Runtime::new()?
+    ///     .block_on(slipstream_bench::run(&w, &config, std::future::pending::<()>()))?;
+    /// let t = &run.transactions[0];
+    /// assert!(t.ok > 0 && t.failures["40001"] == t.failed && t.failed > 0);
+    /// # Ok(()) }
+    /// ```
     fn execute(
         &mut self,
         session: &mut Session,
     ) -> impl Future<Output = Result<(), TxError>> + Send;
 
     /// Runs once per user after the last `execute`.
+    ///
+    /// ```no_run
+    /// use slipstream_bench::{Session, Transaction, TxError};
+    /// /// Works in a temporary table of its own, dropped when the user ends.
+    /// struct Scratch;
+    /// impl Transaction for Scratch {
+    ///     async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
+    ///         s.client()?.simple_query("CREATE TEMP TABLE scratch (n int)").await?;
+    ///         Ok(())
+    ///     }
+    ///     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+    ///         s.client()?.execute("INSERT INTO scratch VALUES (1)", &[]).await?;
+    ///         s.count().inserts += 1;
+    ///         Ok(())
+    ///     }
+    ///     async fn close(&mut self, s: &mut Session) -> Result<(), TxError> {
+    ///         s.client()?.simple_query("DROP TABLE scratch").await?;
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
     fn close(&mut self, session: &mut Session) -> impl Future<Output = Result<(), TxError>> + Send {
         let _ = session;
         async { Ok(()) }
