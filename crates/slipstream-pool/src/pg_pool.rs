@@ -406,8 +406,10 @@ pub struct PgPoolBuilder {
 }
 
 impl PgPoolBuilder {
-    /// The most connections across all servers (default 10), shared evenly among the servers
-    /// that are up.
+    /// The most connections across all servers (default 10), shared evenly: among every
+    /// server listed when the pool is built (no server has answered yet), then among the
+    /// servers that are up, as the monitor finds servers down and back (`max_size` is never
+    /// exceeded in the meantime).
     ///
     /// ```
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -416,7 +418,7 @@ impl PgPoolBuilder {
     ///     .max_size(9)
     ///     .build()?;
     /// let shares: Vec<usize> = pool.servers().iter().map(|s| s.stats.max_size).collect();
-    /// assert_eq!(shares, [5, 4]); // the total, split as evenly as it goes
+    /// assert_eq!(shares, [5, 4]); // at build: the total split over both, as evenly as it goes
     /// # Ok(()) }
     /// ```
     pub fn max_size(mut self, n: usize) -> Self {
