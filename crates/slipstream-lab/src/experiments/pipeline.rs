@@ -1064,8 +1064,42 @@ fn run_pgbench(
         .chain([clients.to_string(), "-T".into(), secs.to_string()])
         .collect();
     let run = super::pgbench::run(url, &script, &args)?;
-    let (cpu, logs) = (run.cpu, run.logs);
-    // Per client: transactions after its first, and the time they took.
+    let log = after_first_transactions(&run.logs, per_tx);
+    anyhow::ensure!(
+        log.rate > 0.0,
+        "pgbench completed no transaction after its first in {secs} s"
+    );
+    let wall = Duration::from_secs_f64(log.statements as f64 / log.rate);
+    // CPU per statement over everything pgbench ran, first transactions included.
+    let cpu_share = log.statements as f64 / (log.all_transactions * per_tx as u64).max(1) as f64;
+    Ok(Run {
+        round,
+        ops: log.statements,
+        wall,
+        cpu: run.cpu.mul_f64(cpu_share),
+    })
+}
+
+/// What a pgbench per-transaction log (`-l`) says once each client's first transaction is
+/// left out.
+#[derive(Debug, PartialEq)]
+struct PgbenchLog {
+    /// Statements of the transactions after each client's first.
+    statements: u64,
+    /// Their rate, statements per second of the clients' time in them, summed over clients.
+    rate: f64,
+    /// Every transaction logged, first ones included.
+    all_transactions: u64,
+}
+
+/// Reads pgbench's `-l` lines (`client_id transaction_no time_us ...`), `per_tx` statements a
+/// transaction, leaving out each client's first transaction (the one in which `-M prepared`
+/// prepares every command). A client runs on one pgbench thread, which logs its transactions
+/// in order into its own file, so a client's first line is its first transaction. Not the
+/// line numbered 0: pgbench 15 counts a client's transactions from 1 (it bumps the count
+/// before it logs), so a test of `transaction_no > 0` kept every first transaction in.
+fn after_first_transactions(logs: &str, per_tx: usize) -> PgbenchLog {
+    // Per client: transactions after its first, and the microseconds they took.
     let mut per_client: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     let mut all_transactions = 0u64;
     for line in logs.lines() {
@@ -1074,14 +1108,19 @@ fn run_pgbench(
             .take(3)
             .filter_map(|v| v.parse().ok())
             .collect();
-        let [client, transaction, time_us] = f[..] else {
+        let [client, _transaction, time_us] = f[..] else {
             continue;
         };
         all_transactions += 1;
-        if transaction > 0 {
-            let e = per_client.entry(client).or_default();
-            e.0 += 1;
-            e.1 += time_us;
+        match per_client.entry(client) {
+            std::collections::hash_map::Entry::Vacant(first) => {
+                first.insert((0, 0));
+            }
+            std::collections::hash_map::Entry::Occupied(mut later) => {
+                let e = later.get_mut();
+                e.0 += 1;
+                e.1 += time_us;
+            }
         }
     }
     let rate: f64 = per_client
@@ -1089,20 +1128,12 @@ fn run_pgbench(
         .filter(|(_, us)| *us > 0)
         .map(|&(n, us)| (n * per_tx as u64) as f64 / (us as f64 / 1e6))
         .sum();
-    anyhow::ensure!(
-        rate > 0.0,
-        "pgbench completed no transaction after its first in {secs} s"
-    );
-    let statements: u64 = per_client.values().map(|(n, _)| n * per_tx as u64).sum();
-    let wall = Duration::from_secs_f64(statements as f64 / rate);
-    // CPU per statement over everything pgbench ran, first transactions included.
-    let cpu_share = statements as f64 / (all_transactions * per_tx as u64).max(1) as f64;
-    Ok(Run {
-        round,
-        ops: statements,
-        wall,
-        cpu: cpu.mul_f64(cpu_share),
-    })
+    let statements = per_client.values().map(|(n, _)| n * per_tx as u64).sum();
+    PgbenchLog {
+        statements,
+        rate,
+        all_transactions,
+    }
 }
 
 #[cfg(test)]
@@ -1198,6 +1229,50 @@ mod tests {
         assert_eq!(
             head_to_head(&cells, Workload::ReadOnly, 0, Peer::Pgbench),
             None
+        );
+    }
+
+    /// docs/lab.md: "pgbench's first transaction is left out of its rate in `pipeline`" (with
+    /// `-M prepared` it prepares every command then, a round trip each). Steps: run the real
+    /// pgbench with `-l`, two clients of three transactions, and read its log as the cell
+    /// does. Before the fix the reader skipped transaction number 0, which pgbench 15 never
+    /// logs (it numbers from 1): it counted all 6 transactions (12 statements), every
+    /// client's preparing one included.
+    #[test]
+    fn pgbench_rates_leave_out_each_clients_first_transaction() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        let args: Vec<String> = ["-M", "prepared", "-c", "2", "-j", "1", "-t", "3", "-l"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        let run =
+            super::super::pgbench::run(&cluster.url(), "SELECT 1;\nSELECT 2;\n", &args).unwrap();
+        let log = after_first_transactions(&run.logs, 2);
+        assert_eq!(log.all_transactions, 6, "pgbench's log:\n{}", run.logs);
+        assert_eq!(
+            log.statements,
+            2 * 2 * 2,
+            "two later transactions of two statements per client; pgbench's log:\n{}",
+            run.logs
+        );
+    }
+
+    /// The rate comes from the later transactions' own times: a slow first transaction (the
+    /// preparing one) changes nothing. Lines as pgbench 15 writes them, numbered from 1.
+    #[test]
+    fn a_slow_first_transaction_does_not_change_the_rate() {
+        let logs = "0 1 90000 0 1795867317 691484\n1 1 90000 0 1795867317 691598\n\
+                    0 2 100 0 1795867317 691628\n1 2 200 0 1795867317 691651\n\
+                    0 3 100 0 1795867317 691673\n";
+        let log = after_first_transactions(logs, 10);
+        // Client 0: 20 statements in 200 us; client 1: 10 in 200 us.
+        assert_eq!(
+            log,
+            PgbenchLog {
+                statements: 30,
+                rate: 100_000.0 + 50_000.0,
+                all_transactions: 5,
+            }
         );
     }
 
