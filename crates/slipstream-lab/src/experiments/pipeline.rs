@@ -1202,10 +1202,10 @@ mod tests {
         assert_eq!(continues.over(&aborts), 0.5);
         assert_eq!(continues.ops_per_s(), 60.0);
         // A round the twin missed (a failed pgbench run) is left out, not paired with another.
-        // Rounds 1 and 2 pair as 60/200 and 90/100; paired by position they would be 50/200
-        // and 60/100.
+        // Rounds 1 and 2 pair as 60/200 and 90/100, median (0.3 + 0.9) / 2; paired by
+        // position they would be 50/200 and 60/100, median 0.425.
         let gappy = cell(Mode::Batch, &[(1, 200), (2, 100)]);
-        assert_eq!(continues.over(&gappy), 0.3);
+        assert_eq!(continues.over(&gappy), 0.6);
     }
 
     /// The head-to-head ratio is the one a reader takes for "slipstream pipelined against the
