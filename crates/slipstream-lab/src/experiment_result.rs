@@ -42,6 +42,10 @@ pub struct ExperimentResult {
     /// Data behind the chart.
     pub series: Vec<Series>,
     /// Named ratios against peers (`> 1` means slipstream is faster unless the name says otherwise).
+    /// A figure that does not exist is NaN (`failover`'s times for a pool that never wrote on
+    /// the new primary, `rebalance`'s for one that never read from the restarted standby):
+    /// JSON has no NaN, so the file says `null`, and reading gives NaN back.
+    #[serde(deserialize_with = "nan_for_null")]
     pub ratios: BTreeMap<String, f64>,
     /// Caveats a reader needs (noise warnings, what a peer could not do).
     pub notes: Vec<String>,
@@ -99,6 +103,19 @@ impl ExperimentResult {
     }
 }
 
+/// Reads the ratios, `null` (what serde_json writes for NaN) as NaN: without it a result with
+/// a figure that does not exist could be written but not read back.
+fn nan_for_null<'de, D>(d: D) -> Result<BTreeMap<String, f64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let ratios = BTreeMap::<String, Option<f64>>::deserialize(d)?;
+    Ok(ratios
+        .into_iter()
+        .map(|(name, v)| (name, v.unwrap_or(f64::NAN)))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +138,26 @@ mod tests {
             .filter_map(|e| e.ok())
             .collect();
         assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+    }
+
+    /// `write_json` then `read_json` gives the result back, whatever it measured. Steps: a
+    /// result with a NaN ratio, as `failover` and `rebalance` write for a pool that never got
+    /// there ("'NaN' where a pool never wrote on the new primary"). Before the fix the file
+    /// said `null` and reading it failed: "invalid type: null, expected f64".
+    #[test]
+    fn a_figure_that_does_not_exist_survives_the_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("failover.json");
+        let mut r = ExperimentResult::new("failover", "F", true);
+        r.ratios.insert("bb8_all_writers_ms".into(), f64::NAN);
+        r.ratios.insert("slipstream_all_writers_ms".into(), 12.5);
+        r.write_json(&path).unwrap();
+        let back = ExperimentResult::read_json(&path).unwrap();
+        assert!(
+            back.ratios["bb8_all_writers_ms"].is_nan(),
+            "{:?}",
+            back.ratios
+        );
+        assert_eq!(back.ratios["slipstream_all_writers_ms"], 12.5);
     }
 }
