@@ -19,6 +19,17 @@ pub(crate) struct PgbenchRun {
 
 /// Runs `pgbench -n -f SCRIPT ARGS... URL` from a fresh directory (where `-l` writes its logs).
 pub(crate) fn run(url: &str, script: &str, args: &[String]) -> anyhow::Result<PgbenchRun> {
+    run_with_settings(url, script, args, &[])
+}
+
+/// [`run`], every session of pgbench started with these server settings (`-c name=value` in
+/// `PGOPTIONS`, after any the caller's environment gives, so these win).
+pub(crate) fn run_with_settings(
+    url: &str,
+    script: &str,
+    args: &[String],
+    settings: &[(&str, &str)],
+) -> anyhow::Result<PgbenchRun> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let install = slipstream_testkit::Install::find()?;
     let dir = std::env::temp_dir().join(format!(
@@ -30,7 +41,15 @@ pub(crate) fn run(url: &str, script: &str, args: &[String]) -> anyhow::Result<Pg
     let file = dir.join("script.sql");
     std::fs::write(&file, script)?;
     let before = children_cpu();
-    let out = Command::new(install.bindir().join("pgbench"))
+    let mut command = Command::new(install.bindir().join("pgbench"));
+    if !settings.is_empty() {
+        let mut options = std::env::var("PGOPTIONS").unwrap_or_default();
+        for (name, value) in settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
+        command.env("PGOPTIONS", options.trim_start());
+    }
+    let out = command
         .arg("-n")
         .args(args)
         .arg("-f")

@@ -1076,7 +1076,7 @@ fn run_pgbench(
         .map(|a| a.to_string())
         .chain([clients.to_string(), "-T".into(), secs.to_string()])
         .collect();
-    let run = super::pgbench::run(url, &script, &args)?;
+    let run = pgbench_peer(url, &script, &args)?;
     let log = after_first_transactions(&run.logs, per_tx);
     anyhow::ensure!(
         log.rate > 0.0,
@@ -1091,6 +1091,18 @@ fn run_pgbench(
         wall,
         cpu: run.cpu.mul_f64(cpu_share),
     })
+}
+
+/// Runs pgbench as this experiment's peer: with the server's own flushing, as every cell but
+/// the pipeline_flush ones (`Slip::connect`, `Tp::connect`). A server that preloads the
+/// module (`session_preload_libraries`, `shared_preload_libraries`) has it on by default, and
+/// pgbench's sessions would otherwise run with it while the note says they did not.
+fn pgbench_peer(
+    url: &str,
+    script: &str,
+    args: &[String],
+) -> anyhow::Result<super::pgbench::PgbenchRun> {
+    super::pgbench::run_with_settings(url, script, args, &[("pipeline_flush.enabled", "off")])
 }
 
 /// What a pgbench per-transaction log (`-l`) says once each client's first transaction is
@@ -1243,6 +1255,49 @@ mod tests {
             head_to_head(&cells, Workload::ReadOnly, 0, Peer::Pgbench),
             None
         );
+    }
+
+    /// The pipeline experiment's note: cells other than the pipeline_flush ones ran "with the
+    /// server's own flushing"; `Slip::connect` and `Tp::connect` turn the module off in case
+    /// the server preloads it. Steps: a server with `session_preload_libraries =
+    /// 'pipeline_flush'` (needs `make -C extension/pipeline_flush install`), pgbench run as
+    /// the peer, each session recording the setting it ran with. Before the fix pgbench's
+    /// sessions ran with the module on (its default) beside peers that had it off.
+    #[test]
+    fn pgbench_runs_with_the_servers_own_flushing_as_the_other_peers() {
+        let cluster = slipstream_testkit::Cluster::builder()
+            .setting("session_preload_libraries", "pipeline_flush")
+            .start()
+            .unwrap();
+        cluster.psql("CREATE TABLE seen (enabled text)").unwrap();
+        let args: Vec<String> = ["-t", "2"].iter().map(|a| a.to_string()).collect();
+        pgbench_peer(
+            &cluster.url(),
+            "INSERT INTO seen SELECT current_setting('pipeline_flush.enabled', true);\n",
+            &args,
+        )
+        .unwrap();
+        let seen = cluster
+            .psql("SELECT string_agg(coalesce(enabled, 'unset'), ',') FROM seen")
+            .unwrap();
+        assert_eq!(
+            seen.trim(),
+            "off,off",
+            "pipeline_flush.enabled in pgbench's sessions"
+        );
+        // Each in-process peer too (holds).
+        let url = without_tls(&cluster.url());
+        let rt = runtime().unwrap();
+        rt.block_on(setup(&url)).unwrap();
+        let (slip, tp) = rt.block_on(async {
+            const Q: &str = "SELECT current_setting('pipeline_flush.enabled', true)";
+            let mut slip = Slip::connect(&url, false).await.unwrap();
+            let s: Option<String> = slip.c.query_one(Q, &[]).await.unwrap().get(0).unwrap();
+            let tp = Tp::connect(&url).await.unwrap();
+            let t: Option<String> = tp.c.query_one(Q, &[]).await.unwrap().get(0);
+            (s, t)
+        });
+        assert_eq!((slip.as_deref(), tp.as_deref()), (Some("off"), Some("off")));
     }
 
     /// Round trips per statement of one pipelined ("batches") iteration of `workload`, for
