@@ -84,12 +84,24 @@ pub(crate) fn bytes_cell(bytes: Option<usize>) -> String {
 }
 
 /// Forces TLS off in a connection string for both clients, so connection costs compare like
-/// with like (tokio-postgres is measured with `NoTls`). Keeps the caller's choice if it made one.
+/// with like (tokio-postgres is measured with `NoTls`). A caller's `sslmode=prefer` or `allow`
+/// becomes `disable` too: those modes accept a plain connection, and kept as given they let
+/// slipstream-pg and libpq encrypt on a server that offers TLS while tokio-postgres talks in
+/// the clear. A mode that demands TLS (`require`, `verify-ca`, `verify-full`) is kept: the
+/// peer without TLS then fails to connect and says so, rather than being measured unlike.
 pub(crate) fn without_tls(url: &str) -> String {
-    if url.contains("sslmode") {
-        return url.to_string();
+    const KEY: &str = "sslmode=";
+    let Some(at) = url.find(KEY) else {
+        return with_param(url, "sslmode=disable");
+    };
+    let start = at + KEY.len();
+    let end = url[start..]
+        .find(|c: char| c == '&' || c.is_whitespace())
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].trim_matches('\'') {
+        "prefer" | "allow" => format!("{}disable{}", &url[..start], &url[end..]),
+        _ => url.to_string(),
     }
-    with_param(url, "sslmode=disable")
 }
 
 /// Adds a `key=value` parameter to a connection string of either form.
@@ -171,6 +183,40 @@ mod tests {
         assert_eq!(
             super::without_tls("host=h sslmode=require"),
             "host=h sslmode=require"
+        );
+    }
+
+    /// docs/lab.md: every client runs without TLS (tokio-postgres is measured with `NoTls`).
+    /// Steps: URLs that set `sslmode=prefer` or `allow`, which accept a plain connection. Before
+    /// the fix any `sslmode` was kept as given, so with `prefer` on a server that offers TLS
+    /// slipstream-pg and pgbench encrypted every round trip and tokio-postgres did not, while
+    /// the result said `"tls": false`.
+    #[test]
+    fn a_mode_that_accepts_plain_connections_is_turned_off() {
+        assert_eq!(
+            super::without_tls("postgres://h/db?sslmode=prefer"),
+            "postgres://h/db?sslmode=disable"
+        );
+        assert_eq!(
+            super::without_tls("postgres://h/db?sslmode=allow&application_name=x"),
+            "postgres://h/db?sslmode=disable&application_name=x"
+        );
+        assert_eq!(
+            super::without_tls("host=h sslmode=prefer port=5"),
+            "host=h sslmode=disable port=5"
+        );
+        assert_eq!(
+            super::without_tls("host=h sslmode='prefer'"),
+            "host=h sslmode=disable"
+        );
+        // Modes that demand TLS stay: the peer without it fails to connect instead.
+        assert_eq!(
+            super::without_tls("postgres://h/db?sslmode=verify-full"),
+            "postgres://h/db?sslmode=verify-full"
+        );
+        assert_eq!(
+            super::without_tls("postgres://h/db?sslmode=disable"),
+            "postgres://h/db?sslmode=disable"
         );
     }
 }

@@ -194,7 +194,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .into(),
     );
     r.notes.push(
-        "all three clients without TLS (sslmode=disable unless the URL sets a mode). \
+        "all three clients without TLS (sslmode=disable unless the URL demands TLS: require or verify-*). \
          same CPU / cross CPU: client thread and both backends pinned. On a small VM the placement, not the client, \
          decides most of a round trip; pgbench runs unpinned, so compare it with care."
             .into(),
@@ -204,7 +204,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 }
 
 /// The connection string of every client here, slipstream-pg, tokio-postgres and pgbench: TLS
-/// off unless the caller chose a mode. tokio-postgres is measured with `NoTls`; given the URL as
+/// off unless the caller demands it (see [`super::without_tls`]). tokio-postgres is measured
+/// with `NoTls`; given the URL as
 /// it came, slipstream-pg and libpq default to `sslmode=prefer` and, on a server that offers
 /// TLS, would encrypt every round trip the peer sends in the clear.
 fn client_url(url: &str) -> String {
