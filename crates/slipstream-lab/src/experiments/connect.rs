@@ -175,7 +175,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         series("tokio-postgres", &trust.tp),
     ];
     r.notes.push(format!(
-        "article 001: 100 opens+closes took 7.83 s without a pool, 0.13 s with one (60x); here fresh/pooled = {:.0}x",
+        "article 001: 100 opens+closes took 7.83 s without a pool, 0.13 s with one (60x); here fresh/pooled = {:.0}x (the two medians: the pooled borrows run after the fresh connections, not paired)",
         fresh_ms / pooled_ms.max(1e-9)
     ));
     r.notes.push("both clients without TLS; ratios are medians of per-connection ratios (interleaved); above 1 means slipstream-pg is faster".into());
