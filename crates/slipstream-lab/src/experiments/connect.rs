@@ -186,7 +186,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             "SCRAM rows skipped: no private cluster could start ({e:#})"
         ));
     }
-    r.notes
-        .extend(noise_warning("slipstream-pg", &ms(&trust.slip, wall)));
+    r.notes.extend(noise_warning(
+        "slipstream-pg",
+        &ms(&trust.slip, wall),
+        ctx.quick,
+    ));
     Ok(r)
 }

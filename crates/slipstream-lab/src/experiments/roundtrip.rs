@@ -146,10 +146,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         r.notes.extend(noise_warning(
             &format!("slipstream-pg, {}", m.placement),
             &s_us,
+            ctx.quick,
         ));
         r.notes.extend(noise_warning(
             &format!("tokio-postgres, {}", m.placement),
             &t_us,
+            ctx.quick,
         ));
         let series = |name: &str, t: &[Timing]| Series {
             name: format!("{name}, {}", m.placement),

@@ -128,7 +128,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     result.ratios.insert("select1_vs_pgbench".into(), ratio.p50);
     result
         .notes
-        .extend(noise_warning("SELECT 1 vs pgbench", &ratio));
+        .extend(noise_warning("SELECT 1 vs pgbench", &ratio, ctx.quick));
     result.notes.push(
         "Both clients run on this machine's 2 cores together with the server, so each takes CPU from the other's server; they run one after the other, never at once."
             .into(),

@@ -206,7 +206,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups, variants interleaved; every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
     r.notes.push(pin_note);
     r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
-    r.notes.extend(noise_warning("cache on", &summaries[0]));
+    r.notes
+        .extend(noise_warning("cache on", &summaries[0], ctx.quick));
     Ok(r)
 }
 
