@@ -15,6 +15,15 @@ mod sealed {
 }
 
 /// A column index: a position (`usize`) or a name (`&str`).
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let row = client.query_one("SELECT 1::int4 AS one, 'two' AS two", &[]).await?;
+/// let one: i32 = row.get(0)?; // by position
+/// let two: &str = row.get("two")?; // by name
+/// assert_eq!((one, two), (1, "two"));
+/// # Ok(()) }
+/// ```
 pub trait RowIndex: sealed::Sealed + fmt::Display {
     #[doc(hidden)]
     fn find<T>(&self, columns: &[T], name: impl Fn(&T) -> &str) -> Option<usize>;
@@ -107,16 +116,38 @@ impl Row {
     }
 
     /// The columns.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let row = client.query_one("SELECT 1::int4 AS one, now() AS at", &[]).await?;
+    /// assert_eq!(row.columns()[1].name(), "at");
+    /// assert_eq!(row.columns()[1].type_(), &slipstream_pg::types::Type::TIMESTAMPTZ);
+    /// # Ok(()) }
+    /// ```
     pub fn columns(&self) -> &[Column] {
         &self.columns
     }
 
     /// The number of values.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let row = client.query_one("SELECT 1, 2, 3", &[]).await?;
+    /// assert_eq!(row.len(), 3);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
 
     /// True if the row has no columns.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let row = client.query_one("SELECT", &[]).await?; // a row of no columns
+    /// assert!(row.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
@@ -124,6 +155,17 @@ impl Row {
     /// Decodes a value. Fails with [`crate::ErrorKind::Column`] if the column does not exist and
     /// [`crate::ErrorKind::Conversion`] if `T` cannot hold the column's type (or the value is
     /// NULL and `T` is not an `Option`).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::ErrorKind;
+    /// let row = client.query_one("SELECT 42::int8 AS n, NULL::text AS note", &[]).await?;
+    /// assert_eq!(row.get::<_, i64>("n")?, 42);
+    /// assert_eq!(row.get::<_, Option<String>>("note")?, None);
+    /// assert_eq!(row.get::<_, i32>("n").unwrap_err().kind(), ErrorKind::Conversion); // int8 is not i32
+    /// assert_eq!(row.get::<_, i64>("nope").unwrap_err().kind(), ErrorKind::Column);
+    /// # Ok(()) }
+    /// ```
     pub fn get<'a, I, T>(&'a self, idx: I) -> Result<T, Error>
     where
         I: RowIndex,
@@ -218,21 +260,66 @@ impl SimpleRow {
     }
 
     /// The column names.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let row = client.simple_query("SELECT 1 AS one, 2 AS two").await?.into_iter().find_map(|m| match m {
+    ///     SimpleQueryMessage::Row(row) => Some(row),
+    ///     _ => None,
+    /// }).expect("one row");
+    /// assert_eq!(row.columns(), ["one", "two"]);
+    /// # Ok(()) }
+    /// ```
     pub fn columns(&self) -> &[String] {
         &self.columns
     }
 
     /// The number of values.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let row = client.simple_query("SELECT 1, 2").await?.into_iter().find_map(|m| match m {
+    ///     SimpleQueryMessage::Row(row) => Some(row),
+    ///     _ => None,
+    /// }).expect("one row");
+    /// assert_eq!(row.len(), 2);
+    /// # Ok(()) }
+    /// ```
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
 
     /// True if the row has no columns.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let row = client.simple_query("SELECT").await?.into_iter().find_map(|m| match m {
+    ///     SimpleQueryMessage::Row(row) => Some(row),
+    ///     _ => None,
+    /// }).expect("one row");
+    /// assert!(row.is_empty()); // a row of no columns
+    /// # Ok(()) }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
     /// A value as text, `None` for NULL.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SimpleQueryMessage;
+    /// let row = client.simple_query("SELECT 1.50::numeric AS price, NULL AS note").await?.into_iter().find_map(|m| match m {
+    ///     SimpleQueryMessage::Row(row) => Some(row),
+    ///     _ => None,
+    /// }).expect("one row");
+    /// assert_eq!(row.get("price")?, Some("1.50")); // text, as the server printed it
+    /// assert_eq!(row.get(1)?, None); // NULL
+    /// # Ok(()) }
+    /// ```
     pub fn get<I: RowIndex>(&self, idx: I) -> Result<Option<&str>, Error> {
         let i = idx
             .find(&self.columns, |c| c.as_str())

@@ -12,6 +12,20 @@ use crate::query::rows_affected;
 use crate::{Client, DbError, Error, SimpleRow};
 
 /// One item of a simple query's reply, in the order the server sent it.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::SimpleQueryMessage;
+/// for message in client.simple_query("SELECT 1 AS one; UPDATE t SET x = 0").await? {
+///     match message {
+///         SimpleQueryMessage::RowDescription(names) => println!("columns: {names:?}"),
+///         SimpleQueryMessage::Row(row) => println!("one = {:?}", row.get("one")?),
+///         SimpleQueryMessage::CommandComplete { tag, rows } => println!("{tag}: {rows} rows"),
+///         _ => {}
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum SimpleQueryMessage {

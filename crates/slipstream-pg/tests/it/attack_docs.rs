@@ -384,3 +384,68 @@ async fn the_client_accessor_examples_hold() {
         "{e}"
     );
 }
+
+/// Holds. The `no_run` rustdoc examples of `Row`, `SimpleRow` and `RowIndex` state what they
+/// return; this runs the same calls on a real server.
+#[tokio::test]
+async fn the_row_examples_hold() {
+    use slipstream_pg::types::Type;
+    use slipstream_pg::{ErrorKind, SimpleQueryMessage, SimpleRow};
+    let (_cluster, mut client) = super::setup().await;
+    let row = client
+        .query_one("SELECT 1::int4 AS one, 'two' AS two", &[])
+        .await
+        .unwrap();
+    let one: i32 = row.get(0).unwrap();
+    let two: &str = row.get("two").unwrap();
+    assert_eq!((one, two), (1, "two"));
+    let row = client
+        .query_one("SELECT 1::int4 AS one, now() AS at", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.columns()[1].name(), "at");
+    assert_eq!(row.columns()[1].type_(), &Type::TIMESTAMPTZ);
+    assert_eq!(
+        client.query_one("SELECT 1, 2, 3", &[]).await.unwrap().len(),
+        3
+    );
+    assert!(client.query_one("SELECT", &[]).await.unwrap().is_empty());
+    let row = client
+        .query_one("SELECT 42::int8 AS n, NULL::text AS note", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>("n").unwrap(), 42);
+    assert_eq!(row.get::<_, Option<String>>("note").unwrap(), None);
+    assert_eq!(
+        row.get::<_, i32>("n").unwrap_err().kind(),
+        ErrorKind::Conversion
+    );
+    assert_eq!(
+        row.get::<_, i64>("nope").unwrap_err().kind(),
+        ErrorKind::Column
+    );
+
+    let mut first_row = async |sql: &str| -> SimpleRow {
+        let messages = client.simple_query(sql).await.unwrap();
+        assert!(matches!(
+            messages.first(),
+            Some(SimpleQueryMessage::RowDescription(_))
+        ));
+        messages
+            .into_iter()
+            .find_map(|m| match m {
+                SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+            .expect("one row")
+    };
+    assert_eq!(
+        first_row("SELECT 1 AS one, 2 AS two").await.columns(),
+        ["one", "two"]
+    );
+    assert_eq!(first_row("SELECT 1, 2").await.len(), 2);
+    assert!(first_row("SELECT").await.is_empty());
+    let row = first_row("SELECT 1.50::numeric AS price, NULL AS note").await;
+    assert_eq!(row.get("price").unwrap(), Some("1.50"));
+    assert_eq!(row.get(1).unwrap(), None);
+}
