@@ -147,7 +147,10 @@ impl<'a> Transaction<'a> {
     /// Commits (or releases the savepoint).
     ///
     /// If a statement in the transaction failed, PostgreSQL turns `COMMIT` into a rollback; this
-    /// returns an error then instead of pretending the work was saved.
+    /// returns an error then instead of pretending the work was saved. A transaction already
+    /// ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK` or `PREPARE
+    /// TRANSACTION` sent as a statement or in a pipeline) is an
+    /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -158,6 +161,7 @@ impl<'a> Transaction<'a> {
     /// ```
     pub async fn commit(mut self) -> Result<(), Error> {
         self.settle_then_end().await?;
+        self.check_still_open("committed")?;
         match &self.savepoint {
             Some(name) => {
                 self.client
@@ -176,7 +180,9 @@ impl<'a> Transaction<'a> {
         }
     }
 
-    /// Rolls back (to the savepoint, for a savepoint).
+    /// Rolls back (to the savepoint, for a savepoint). Like [`Transaction::commit`], an error
+    /// if the transaction was already ended through SQL (a `COMMIT` sent as a statement may
+    /// have saved what this would undo).
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -187,6 +193,7 @@ impl<'a> Transaction<'a> {
     /// ```
     pub async fn rollback(mut self) -> Result<(), Error> {
         self.settle_then_end().await?;
+        self.check_still_open("rolled back")?;
         let sql = self.rollback_sql();
         self.client.batch_execute(&sql).await
     }
@@ -227,6 +234,26 @@ impl<'a> Transaction<'a> {
     async fn settle_then_end(&mut self) -> Result<(), Error> {
         self.client.settle().await?;
         self.done = true;
+        Ok(())
+    }
+
+    /// Refuses to end a transaction that SQL the guard did not send has ended already. The
+    /// server would only warn ("there is no transaction in progress") and report `COMMIT` or
+    /// `ROLLBACK` as done, and the caller would read the opposite of what happened: the work
+    /// rolled back by a pipeline's `rollback()` "committed", or a `DELETE` committed by a
+    /// `COMMIT` statement "rolled back". Settled, the status is the server's; BEGIN succeeded,
+    /// so `Idle` means the block was ended. (A savepoint's RELEASE or ROLLBACK TO fails by
+    /// itself outside a block, naming the savepoint.)
+    fn check_still_open(&self, verb: &str) -> Result<(), Error> {
+        if self.savepoint.is_none() && self.client.conn.tx_status == crate::TransactionStatus::Idle
+        {
+            return Err(Error::usage(format!(
+                "this transaction had already ended through SQL it did not send (a COMMIT, \
+                 ROLLBACK or PREPARE TRANSACTION sent as a statement or in a pipeline), so \
+                 nothing was {verb} now: its work is as that statement left it, and statements \
+                 after it ran in autocommit"
+            )));
+        }
         Ok(())
     }
 

@@ -13,6 +13,7 @@ mod attack_routing_and_auth;
 mod attack_server_state;
 mod attack_statement_edges;
 mod attack_statements_and_lookups;
+mod attack_transactions_and_copy;
 mod attack_types;
 mod auth;
 mod cancel;

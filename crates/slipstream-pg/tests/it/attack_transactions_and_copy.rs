@@ -1,0 +1,441 @@
+//! Attacks on the promises of client.md's "Transactions" and "COPY" sections (helper-48):
+//! a failed or dropped transaction leaves no transaction behind, `commit`/`rollback` never
+//! report an outcome that did not happen, and a COPY that fails or is dropped inside a
+//! transaction leaves the connection in step and the transaction the caller's.
+
+use slipstream_pg::{Client, ErrorKind, IsolationLevel, TransactionStatus};
+use slipstream_testkit::Cluster;
+
+use super::engine::{DropAfter, bounded};
+
+/// More steps than any call here takes; reaching it fails the test.
+const MAX_POLLS: usize = 400;
+
+async fn one(c: &mut Client, what: &str) {
+    let row = bounded(what, c.query_one("SELECT 1", &[]))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the next call failed: {e}"));
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 1, "{what}");
+}
+
+/// Holds. Promise (client.md "Transactions", "Cancellation and timeouts": no transaction
+/// nobody opened): a `transaction()` whose options the server refuses leaves no transaction
+/// behind.
+///
+/// Steps: on a hot standby, start a SERIALIZABLE transaction, then a READ WRITE one (the
+/// standby refuses both options after `BEGIN` has opened the block); check the error names the
+/// refusal, and that the connection is idle and answers. tokio-postgres, on the same standby,
+/// is the reference. (PostgreSQL aborts a block whose `BEGIN` fails outright, so `start()`'s
+/// "no transaction was opened" is right.)
+#[tokio::test]
+async fn holds_begin_refused_by_a_standby_leaves_no_failed_transaction() {
+    let primary = Cluster::start().unwrap();
+    let standby = primary.start_standby().unwrap();
+    let mut c = slipstream_pg::connect(&standby.url()).await.unwrap();
+
+    let e = c
+        .build_transaction()
+        .isolation_level(IsolationLevel::Serializable)
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Db, "{e}");
+    assert!(e.to_string().contains("serializable"), "{e}");
+    assert_eq!(
+        c.transaction_status(),
+        TransactionStatus::Idle,
+        "a refused SERIALIZABLE BEGIN left a transaction open: {e}"
+    );
+    assert!(c.is_reusable());
+    one(&mut c, "after a refused SERIALIZABLE BEGIN").await;
+
+    let e = c
+        .build_transaction()
+        .read_only(false)
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Db, "{e}");
+    assert!(e.to_string().contains("read-write"), "{e}");
+    assert_eq!(
+        c.transaction_status(),
+        TransactionStatus::Idle,
+        "a refused READ WRITE BEGIN left a transaction open: {e}"
+    );
+    one(&mut c, "after a refused READ WRITE BEGIN").await;
+    // And a transaction the standby can run still starts.
+    let tx = c
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    // The reference: tokio-postgres rolls the failed BEGIN's block back.
+    let mut peer = super::peer(&standby).await;
+    let refused = peer
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::Serializable)
+        .start()
+        .await;
+    assert!(refused.is_err(), "the standby refuses SERIALIZABLE");
+    drop(refused);
+    peer.simple_query("SELECT 1")
+        .await
+        .expect("tokio-postgres's next statement runs");
+}
+
+/// Promise (client.md "Transactions"; `Transaction::commit`'s rustdoc: "returns an error then
+/// instead of pretending the work was saved"; `rollback`'s: "nothing was deleted").
+///
+/// Steps: inside a `Transaction`, end the transaction through SQL the guard does not see
+/// (a pipeline's `rollback()`/`commit()`, as `tx.pipeline()` allows), then call the guard's
+/// `commit()` (resp. `rollback()`).
+///
+/// Before the fix: `commit()` returned `Ok(())` after the pipeline had rolled the
+/// transaction's insert back (the server only warns "there is no transaction in progress"),
+/// and `rollback()` returned `Ok(())` after the pipeline had committed the delete: each
+/// reported the opposite of what happened to the data.
+#[tokio::test]
+async fn attack_commit_or_rollback_after_the_transaction_ended_through_sql_is_an_error() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (0)")
+        .await
+        .unwrap();
+
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let mut p = tx.pipeline();
+    p.rollback().await.unwrap();
+    for r in p.end().await {
+        r.unwrap();
+    }
+    let e = tx.commit().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("already ended"), "{e}");
+    let xs: Vec<i32> = super::column(&mut c, "SELECT x FROM t ORDER BY x").await;
+    assert_eq!(xs, vec![0], "the insert was rolled back, as the error says");
+
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("DELETE FROM t", &[]).await.unwrap();
+    let mut p = tx.pipeline();
+    p.commit().await.unwrap();
+    for r in p.end().await {
+        r.unwrap();
+    }
+    let e = tx.rollback().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("already ended"), "{e}");
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0, "the delete was committed, as the error says");
+    assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+    one(&mut c, "after the refused commit and rollback").await;
+}
+
+/// Holds. Promise (client.md "Transactions"): `build_transaction()` sets isolation level,
+/// read-only and deferrable; each option (and its opposite) reaches the server.
+///
+/// Steps: start transactions with each level, READ WRITE over a session whose default is read
+/// only, and DEFERRABLE alone; read the settings back inside each.
+#[tokio::test]
+async fn holds_every_transaction_option_reaches_the_server() {
+    let (_cluster, mut c) = super::setup().await;
+    for (level, name) in [
+        (IsolationLevel::ReadCommitted, "read committed"),
+        (IsolationLevel::RepeatableRead, "repeatable read"),
+        (IsolationLevel::Serializable, "serializable"),
+    ] {
+        c.batch_execute("SET default_transaction_isolation = 'serializable'")
+            .await
+            .unwrap();
+        let mut tx = c
+            .build_transaction()
+            .isolation_level(level)
+            .start()
+            .await
+            .unwrap();
+        let got: String = super::scalar(&mut tx, "SHOW transaction_isolation").await;
+        assert_eq!(got, name);
+        tx.commit().await.unwrap();
+    }
+    c.batch_execute(
+        "SET default_transaction_isolation = 'read committed'; \
+         SET default_transaction_read_only = on",
+    )
+    .await
+    .unwrap();
+    let mut tx = c
+        .build_transaction()
+        .read_only(false)
+        .start()
+        .await
+        .unwrap();
+    let got: String = super::scalar(&mut tx, "SHOW transaction_read_only").await;
+    assert_eq!(got, "off");
+    tx.execute("CREATE TEMP TABLE w (x int)", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = c
+        .build_transaction()
+        .deferrable(true)
+        .start()
+        .await
+        .unwrap();
+    let got: String = super::scalar(&mut tx, "SHOW transaction_deferrable").await;
+    assert_eq!(got, "on");
+    let got: String = super::scalar(&mut tx, "SHOW transaction_read_only").await;
+    assert_eq!(got, "on", "the session default applies to what was not set");
+    tx.rollback().await.unwrap();
+}
+
+/// Holds. Promise (client.md "Transactions" and "Cancellation and timeouts"): a `Transaction`
+/// dropped by a panic is rolled back with the next request, and the connection is reusable
+/// (what a pool asks) before that request.
+///
+/// Steps: insert in a transaction, panic while holding it (`catch_unwind`), then check
+/// `is_reusable`, the table and the status.
+#[tokio::test]
+async fn holds_a_transaction_dropped_by_a_panic_is_rolled_back() {
+    use futures_util::FutureExt;
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let caught = std::panic::AssertUnwindSafe(async {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        let mut sp = tx.savepoint("inner").await.unwrap();
+        sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        panic!("the caller's code failed mid-transaction");
+    })
+    .catch_unwind()
+    .await;
+    assert!(caught.is_err());
+    assert!(c.is_reusable(), "the rollback is owed: a pool may lend it");
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0, "nothing of the panicked transaction was committed");
+    assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+}
+
+/// Holds. Promise (client.md "Transactions", pipelining.md): a pipeline inside a transaction
+/// is part of it; in abort-on-error mode a failure skips the rest of the block and fails the
+/// transaction, whose `commit()` then reports that nothing was saved.
+#[tokio::test]
+async fn holds_a_failed_pipeline_inside_a_transaction_makes_commit_report_nothing_saved() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let mut p = tx.pipeline_with(
+        slipstream_pg::PipelineOptions::new().mode(slipstream_pg::PipelineMode::AbortOnError),
+    );
+    p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    p.execute("SELECT 1/0", &[]).await.unwrap();
+    p.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    let results = p.end().await;
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1].as_ref().unwrap_err().code().unwrap().code(),
+        "22012"
+    );
+    assert_eq!(results[2].as_ref().unwrap_err().kind(), ErrorKind::Aborted);
+    assert_eq!(tx.transaction_status(), TransactionStatus::Failed);
+    let e = tx.commit().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0);
+}
+
+/// Holds. Promise (client.md "COPY"): COPY on a connection in a failed transaction is refused
+/// by the server with 25P02, without a hang, and the caller's transaction stays theirs to roll
+/// back; a COPY TO STDOUT that fails part-way (an error in row 5000) reports the server's
+/// error after the rows sent before it, fails the transaction, and leaves the connection in
+/// step.
+#[tokio::test]
+async fn holds_copy_in_a_failed_transaction_and_copy_out_failing_mid_stream() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = bounded(
+        "copy_in in a failed transaction",
+        tx.copy_in("COPY t FROM STDIN"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "25P02", "{e}");
+    let e = bounded(
+        "copy_out in a failed transaction",
+        tx.copy_out("COPY t TO STDOUT"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "25P02", "{e}");
+    assert_eq!(tx.transaction_status(), TransactionStatus::Failed);
+    tx.rollback().await.unwrap();
+
+    let mut tx = c.transaction().await.unwrap();
+    let mut out = tx
+        .copy_out("COPY (SELECT 10000 / (5000 - g) FROM generate_series(1, 9999) g) TO STDOUT")
+        .await
+        .unwrap();
+    let mut chunks = 0;
+    let e = loop {
+        match bounded("copy_out failing mid-stream", out.next()).await {
+            Ok(Some(_)) => chunks += 1,
+            Ok(None) => panic!("the COPY ended without its error after {chunks} chunks"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(chunks, 4999, "every row before the failing one arrives");
+    assert_eq!(e.code().unwrap().code(), "22012", "{e}");
+    assert_eq!(out.rows(), None);
+    drop(out);
+    assert_eq!(tx.transaction_status(), TransactionStatus::Failed);
+    tx.rollback().await.unwrap();
+    one(&mut c, "after a failed COPY TO STDOUT").await;
+}
+
+/// Holds. Promise (client.md "COPY", "Streams"): a COPY inside a savepoint that is aborted,
+/// or dropped, is undone with the savepoint; the outer transaction goes on and commits the
+/// rest; a finished COPY in a rolled-back transaction loads nothing.
+#[tokio::test]
+async fn holds_copy_inside_savepoints_and_rolled_back_transactions() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    let mut copy = tx.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(b"1\n2\n").await.unwrap();
+    assert_eq!(copy.finish().await.unwrap(), 2);
+    {
+        let mut sp = tx.savepoint("aborted copy").await.unwrap();
+        let mut copy = sp.copy_in("COPY t FROM STDIN").await.unwrap();
+        copy.write(b"3\n").await.unwrap();
+        copy.abort("not this one").await.unwrap();
+        assert_eq!(sp.transaction_status(), TransactionStatus::Failed);
+        sp.rollback().await.unwrap();
+    }
+    {
+        let mut sp = tx.transaction().await.unwrap();
+        let mut copy = sp.copy_in("COPY t FROM STDIN").await.unwrap();
+        copy.write(b"4\n").await.unwrap();
+        drop(copy);
+        // The savepoint guard dropped too: both are undone with the next request.
+    }
+    let mut copy = tx.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(b"5\n").await.unwrap();
+    assert_eq!(copy.finish().await.unwrap(), 1);
+    tx.commit().await.unwrap();
+    let ids: Vec<i32> = super::column(&mut c, "SELECT id FROM t ORDER BY id").await;
+    assert_eq!(ids, vec![1, 2, 5]);
+
+    let mut tx = c.transaction().await.unwrap();
+    let mut copy = tx.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(b"6\n").await.unwrap();
+    copy.finish().await.unwrap();
+    tx.rollback().await.unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 3);
+}
+
+/// Holds. Promise (client.md "Cancellation and timeouts": a dropped `CopyOut` is discarded):
+/// inside the caller's transaction, a `COPY TO STDOUT` dropped after each of its polls in turn
+/// leaves that transaction open (not failed) and the next call in step. cancellation.rs runs
+/// `copy_out` at every poll in autocommit only.
+#[tokio::test]
+async fn holds_copy_out_dropped_at_every_poll_inside_a_transaction() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut completed = false;
+    for k in 1..=MAX_POLLS {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        let outcome = bounded(
+            "copy_out",
+            DropAfter::new(
+                async {
+                    let mut out = tx
+                        .copy_out(
+                            "COPY (SELECT g, repeat('x', 50) FROM generate_series(1, 20000) g) \
+                             TO STDOUT (FORMAT binary)",
+                        )
+                        .await?;
+                    let mut bytes = 0;
+                    while let Some(chunk) = out.next().await? {
+                        bytes += chunk.len();
+                    }
+                    Ok::<_, slipstream_pg::Error>((bytes, out.rows()))
+                },
+                k,
+            ),
+        )
+        .await;
+        let row = bounded(
+            "the call after the drop",
+            tx.query_one("SELECT $1::int4", &[&(k as i32)]),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("copy_out dropped at poll {k}: next call failed: {e}"));
+        assert_eq!(row.get::<_, i32>(0).unwrap(), k as i32);
+        assert_eq!(
+            tx.transaction_status(),
+            TransactionStatus::InTransaction,
+            "poll {k}"
+        );
+        tx.commit().await.unwrap();
+        if let Some(r) = outcome {
+            let (bytes, rows) = r.unwrap();
+            assert_eq!(rows, Some(20000));
+            assert!(bytes > 20000 * 50, "{bytes}");
+            completed = true;
+            break;
+        }
+    }
+    assert!(
+        completed,
+        "copy_out did not complete within {MAX_POLLS} polls"
+    );
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert!(
+        n >= 2,
+        "every transaction around a dropped COPY committed its insert"
+    );
+}
+
+/// Holds. Promise (client.md "COPY": data in the format the statement names): a binary COPY
+/// TO STDOUT fed back through a binary COPY FROM STDIN copies every value exactly, NULLs,
+/// empty strings and a 10 MiB value included.
+#[tokio::test]
+async fn holds_binary_copy_round_trips_every_value() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TABLE a (id int, v text, b bytea); CREATE TABLE b (LIKE a); \
+         INSERT INTO a VALUES (1, NULL, NULL), (2, '', ''), (3, repeat('é', 5 * 1024 * 1024), \
+         decode(repeat('00ff', 1000), 'hex'))",
+    )
+    .await
+    .unwrap();
+    let mut out = c
+        .copy_out("COPY a TO STDOUT (FORMAT binary)")
+        .await
+        .unwrap();
+    let mut data = Vec::new();
+    while let Some(chunk) = out.next().await.unwrap() {
+        data.extend_from_slice(&chunk);
+    }
+    assert_eq!(out.rows(), Some(3));
+    let mut copy = c
+        .copy_in("COPY b FROM STDIN (FORMAT binary)")
+        .await
+        .unwrap();
+    copy.write(&data).await.unwrap();
+    assert_eq!(copy.finish().await.unwrap(), 3);
+    let differ: i64 = super::scalar(
+        &mut c,
+        "SELECT count(*) FROM ((TABLE a EXCEPT TABLE b) UNION ALL (TABLE b EXCEPT TABLE a)) d",
+    )
+    .await;
+    assert_eq!(differ, 0);
+    let nulls: i64 = super::scalar(&mut c, "SELECT count(*) FROM b WHERE v IS NULL").await;
+    assert_eq!(nulls, 1);
+}
