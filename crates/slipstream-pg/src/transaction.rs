@@ -147,7 +147,11 @@ impl<'a> Transaction<'a> {
     /// Commits (or releases the savepoint).
     ///
     /// If a statement in the transaction failed, PostgreSQL turns `COMMIT` into a rollback; this
-    /// returns an error then instead of pretending the work was saved. A transaction already
+    /// returns an error then instead of pretending the work was saved. A savepoint in which a
+    /// statement failed is rolled back the same way (PostgreSQL would refuse its `RELEASE` and
+    /// leave the enclosing transaction failed), with an
+    /// [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) error naming it; the enclosing
+    /// transaction goes on. A transaction already
     /// ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK` or `PREPARE
     /// TRANSACTION` sent as a statement or in a pipeline) is an
     /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
@@ -163,6 +167,21 @@ impl<'a> Transaction<'a> {
         self.settle_then_end().await?;
         self.check_still_open("committed")?;
         match &self.savepoint {
+            Some(name) if self.client.conn.tx_status == crate::TransactionStatus::Failed => {
+                // PostgreSQL refuses RELEASE in a failed transaction (25P02) and, unlike
+                // COMMIT, does not turn it into a rollback: the guard would be spent and the
+                // enclosing transaction left failed, which is what a savepoint exists to
+                // prevent. A savepoint cannot be opened in a failed transaction, so the
+                // failure came after this one: undo it, as COMMIT undoes a failed transaction.
+                let sql = self.rollback_sql();
+                self.client.batch_execute(&sql).await?;
+                Err(Error::rolled_back(format!(
+                    "savepoint {} was rolled back, not released, because a statement after it \
+                     had failed: nothing done since it was opened was kept, and the enclosing \
+                     transaction goes on",
+                    quote_ident(name)
+                )))
+            }
             Some(name) => {
                 self.client
                     .batch_execute(&format!("RELEASE SAVEPOINT {}", quote_ident(name)))

@@ -439,3 +439,64 @@ async fn holds_binary_copy_round_trips_every_value() {
     let nulls: i64 = super::scalar(&mut c, "SELECT count(*) FROM b WHERE v IS NULL").await;
     assert_eq!(nulls, 1);
 }
+
+/// Promise (`Transaction::commit`'s rustdoc: "Commits (or releases the savepoint). If a
+/// statement in the transaction failed, PostgreSQL turns `COMMIT` into a rollback; this
+/// returns an error then"; client.md: a savepoint "undoes only the savepoint"): committing a
+/// savepoint in which a statement failed undoes that savepoint, reports that nothing of it was
+/// saved, and leaves the enclosing transaction usable, as committing a failed transaction
+/// rolls it back.
+///
+/// Steps: in a transaction, insert 1; in a savepoint, insert 2 and fail a statement; commit the
+/// savepoint; insert 3 and commit the transaction.
+///
+/// Before the fix: the savepoint's `RELEASE` was refused with 25P02 ("current transaction is
+/// aborted"), which neither named the savepoint nor undid it, and the guard was spent: the
+/// enclosing transaction stayed failed, so inserting 3 failed with 25P02 and the outer
+/// `commit()` lost row 1 too. (tokio-postgres behaves as the old code did; PostgreSQL does not
+/// turn a refused `RELEASE` into a rollback as it does a `COMMIT`.)
+#[tokio::test]
+async fn attack_committing_a_failed_savepoint_rolls_it_back_not_the_whole_transaction() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let mut sp = tx.savepoint("risky part").await.unwrap();
+    sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+    sp.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = sp.commit().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert!(
+        e.to_string().contains("risky part"),
+        "names the savepoint: {e}"
+    );
+    assert!(e.to_string().contains("nothing"), "says what was kept: {e}");
+    assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+    tx.execute("INSERT INTO t VALUES (3)", &[])
+        .await
+        .expect("the enclosing transaction goes on");
+    tx.commit().await.unwrap();
+    let xs: Vec<i32> = super::column(&mut c, "SELECT x FROM t ORDER BY x").await;
+    assert_eq!(xs, vec![1, 3]);
+
+    // A nested transaction (generated name) the same way, and one whose commit is refused
+    // for another reason (its savepoint released by hand) still reports the server's error.
+    let mut tx = c.transaction().await.unwrap();
+    let mut nested = tx.transaction().await.unwrap();
+    nested
+        .execute("INSERT INTO t VALUES (4)", &[])
+        .await
+        .unwrap();
+    nested.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = nested.commit().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    let mut sp = tx.savepoint("by hand").await.unwrap();
+    sp.batch_execute("RELEASE SAVEPOINT \"by hand\"")
+        .await
+        .unwrap();
+    let e = sp.commit().await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "3B001", "{e}");
+    tx.rollback().await.unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 2);
+}
