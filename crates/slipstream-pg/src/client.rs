@@ -315,6 +315,11 @@ impl Client {
     /// Waits for the next notification on a channel this connection `LISTEN`s on. Cancel-safe:
     /// wrap it in a timeout to poll.
     ///
+    /// Inside a transaction block (a [`Transaction`](crate::Transaction), or a `BEGIN` sent as
+    /// SQL), with no notification already received, it fails at once with
+    /// [`ErrorKind::Usage`](crate::ErrorKind::Usage): PostgreSQL holds notifications until the
+    /// transaction ends, so the wait could never end.
+    ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
     /// use std::time::Duration;
@@ -330,6 +335,7 @@ impl Client {
             return Ok(n);
         }
         self.conn.settle().await?;
+        self.conn.check_can_wait_for_notifications()?;
         self.conn.next_notification().await
     }
 

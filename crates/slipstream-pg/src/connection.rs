@@ -829,6 +829,22 @@ impl Connection {
     }
 
     /// Waits for a notification on an idle connection.
+    /// Refuses a wait for notifications inside a transaction block. PostgreSQL delivers a
+    /// notification only while the session is outside one (one that arrives during a
+    /// transaction waits for its end, and a `LISTEN` in it starts only at its commit), so such
+    /// a wait could end only with the connection: a hang, not a wait. Call when settled: the
+    /// status is then the server's.
+    pub(crate) fn check_can_wait_for_notifications(&self) -> Result<(), Error> {
+        if self.tx_status != TransactionStatus::Idle {
+            return Err(Error::usage(
+                "cannot wait for notifications inside a transaction block: PostgreSQL delivers \
+                 them only once the transaction has ended, so the wait would never end; commit \
+                 or roll back first (nothing is lost: they are delivered then)",
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) async fn next_notification(&mut self) -> Result<Notification, Error> {
         loop {
             if let Some(n) = self.notifications.pop_front() {

@@ -57,7 +57,10 @@ impl Client {
     /// holds `&mut Client`). Drop it to run statements again; notifications that arrive
     /// meanwhile are kept for the next stream or [`Client::take_notifications`].
     ///
-    /// The stream ends only after an error (the connection was closed).
+    /// The stream ends only after an error: the connection was closed, or it is inside a
+    /// transaction block, where PostgreSQL holds notifications until the transaction ends (the
+    /// stream then returns those already received, then an
+    /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error, instead of waiting for ever).
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -113,6 +116,12 @@ impl Stream for Notifications<'_> {
         }
         if this.terminated {
             return Poll::Ready(None);
+        }
+        // Settled when the stream was made, and nothing is sent while it lives: the status is
+        // the server's, and inside a transaction block nothing would ever arrive.
+        if let Err(e) = conn.check_can_wait_for_notifications() {
+            this.terminated = true;
+            return Poll::Ready(Some(Err(e)));
         }
         // Settled, nothing else is owed: whatever arrives is asynchronous (absorbed into the
         // queue by `poll_exchange`) or a protocol violation.

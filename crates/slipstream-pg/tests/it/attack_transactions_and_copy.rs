@@ -500,3 +500,77 @@ async fn attack_committing_a_failed_savepoint_rolls_it_back_not_the_whole_transa
     let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
     assert_eq!(n, 2);
 }
+
+/// How long the notification attack waits before calling a wait a hang. Only bounds the
+/// failure: a fixed client answers at once.
+const HANG: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Promise (client.md "Notifications": `wait_for_notification` "cancel-safe: wrap in a
+/// timeout to poll"; the brief's "never a hang"): waiting for a notification inside a
+/// transaction, where PostgreSQL holds every notification until the transaction ends, is a
+/// clear error, not a wait that can only end with the connection; nothing is lost.
+///
+/// Steps: LISTEN; open a `Transaction` (then a `BEGIN` sent as SQL, then a failed one);
+/// another session NOTIFYs; call `tx.wait_for_notification()` and pull from
+/// `tx.notifications()`; end the transaction and wait again.
+///
+/// Before the fix: both waited until the timeout ([`HANG`]), though the notification had
+/// been sent: the server delivers it only after the transaction.
+#[tokio::test]
+async fn attack_waiting_for_a_notification_inside_a_transaction_is_refused_not_a_hang() {
+    use futures_util::StreamExt;
+    let (cluster, mut c) = super::setup().await;
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("LISTEN jobs").await.unwrap();
+
+    let mut tx = c.transaction().await.unwrap();
+    other.batch_execute("NOTIFY jobs, 'one'").await.unwrap();
+    let e = tokio::time::timeout(HANG, tx.wait_for_notification())
+        .await
+        .unwrap_or_else(|_| panic!("wait_for_notification in a transaction hung ({HANG:?})"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("transaction"), "{e}");
+    {
+        let mut stream = tx.notifications().await.unwrap();
+        let next = tokio::time::timeout(HANG, stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("a notification stream in a transaction hung ({HANG:?})"));
+        assert_eq!(next.unwrap().unwrap_err().kind(), ErrorKind::Usage);
+        assert!(
+            stream.next().await.is_none(),
+            "the stream ends after its error"
+        );
+    }
+    tx.commit().await.unwrap();
+    let n = bounded(
+        "the notification after the commit",
+        c.wait_for_notification(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n.payload(), "one", "delivered once the transaction ended");
+
+    // The same after a BEGIN sent as SQL, and in a failed transaction.
+    c.batch_execute("BEGIN").await.unwrap();
+    let e = tokio::time::timeout(HANG, c.wait_for_notification())
+        .await
+        .unwrap_or_else(|_| panic!("wait_for_notification after BEGIN hung ({HANG:?})"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    c.batch_execute("SELECT 1/0").await.unwrap_err();
+    let e = tokio::time::timeout(HANG, c.wait_for_notification())
+        .await
+        .unwrap_or_else(|_| panic!("wait_for_notification in a failed transaction hung"))
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    other.batch_execute("NOTIFY jobs, 'two'").await.unwrap();
+    let n = bounded(
+        "a notification outside a transaction",
+        c.wait_for_notification(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n.payload(), "two");
+}
