@@ -147,7 +147,8 @@ struct End {
 }
 
 impl CopyIn<'_> {
-    /// Queues data in the COPY format the statement named; sends it in chunks of 64 KiB.
+    /// Queues data in the COPY format the statement named; sends it once 64 KiB are buffered
+    /// (a large write goes out in messages of up to 1 MiB).
     pub async fn write(&mut self, data: &[u8]) -> Result<(), Error> {
         self.buf.extend_from_slice(data);
         if self.buf.len() >= COPY_CHUNK {
@@ -244,6 +245,9 @@ impl CopyIn<'_> {
     }
 
     /// Aborts the COPY: the server loads nothing. Returns once the server has confirmed.
+    ///
+    /// The server takes the abort as the COPY's error, so inside a transaction it fails the
+    /// transaction (later statements get 25P02): roll back, or run the COPY in a savepoint.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {

@@ -574,3 +574,51 @@ async fn attack_waiting_for_a_notification_inside_a_transaction_is_refused_not_a
     .unwrap();
     assert_eq!(n.payload(), "two");
 }
+
+/// Holds. Promise (pipelining.md, "a block dropped part-way": "Inside your own BEGIN, the
+/// abandoned block fails that transaction and its COMMIT reports the rollback"; a block still
+/// wholly in the write buffer is taken back and nothing of it runs): a `Transaction`'s
+/// abort-on-error block abandoned by a `?` on a client-side failure never lets part of the
+/// block commit with the transaction.
+///
+/// Steps: for a small block (still buffered) and a large one (sent): in a transaction, insert
+/// 1; queue inserts of 2 in a block, then a value its statement cannot take, and drop the
+/// block; commit the transaction.
+#[tokio::test]
+async fn holds_a_block_abandoned_inside_a_transaction_never_commits_in_part() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int4)").await.unwrap();
+    let credit = c.prepare("INSERT INTO t VALUES ($1)").await.unwrap();
+    for block in [1usize, 5000] {
+        c.batch_execute("TRUNCATE t").await.unwrap();
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        let queued: Result<(), slipstream_pg::Error> = async {
+            let mut p = tx.pipeline_with(
+                slipstream_pg::PipelineOptions::new()
+                    .mode(slipstream_pg::PipelineMode::AbortOnError),
+            );
+            for _ in 0..block {
+                p.execute("INSERT INTO t VALUES (2)", &[]).await?;
+            }
+            p.execute(&credit, &[&100i64]).await?; // int8 for an int4 parameter: refused
+            p.end().await;
+            Ok(())
+        }
+        .await;
+        assert_eq!(queued.unwrap_err().kind(), ErrorKind::Conversion);
+        let committed = tx.commit().await;
+        eprintln!("block of {block}: commit {committed:?}");
+        let xs: Vec<i32> = super::column(&mut c, "SELECT DISTINCT x FROM t ORDER BY x").await;
+        match committed {
+            // Nothing of the block ran: the transaction's own insert commits.
+            Ok(()) => assert_eq!(xs, vec![1], "block of {block}"),
+            // The block ran and was failed on purpose: the whole transaction rolled back.
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Aborted, "block of {block}: {e}");
+                assert!(xs.is_empty(), "block of {block}: {xs:?}");
+            }
+        }
+        assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+    }
+}
