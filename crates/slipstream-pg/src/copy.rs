@@ -23,6 +23,10 @@ const COPY_CHUNK: usize = 64 * 1024;
 /// arrive.
 const COPY_MESSAGE_MAX: usize = 1024 * 1024;
 
+/// What to do when the caller's writer fails in [`CopyOut::write_to`].
+const WRITE_TO_HINT: &str =
+    "the connection is unharmed: drop the CopyOut to discard the rest of the data";
+
 impl Client {
     /// Starts `COPY ... FROM STDIN`. Write the data with [`CopyIn::write`] and end with
     /// [`CopyIn::finish`]; dropping the `CopyIn` instead aborts the COPY (nothing is loaded).
@@ -159,6 +163,10 @@ impl CopyIn<'_> {
 
     /// Copies everything from `reader`; returns the number of bytes read.
     ///
+    /// If `reader` fails, the error is [`ErrorKind::Io`](crate::ErrorKind::Io) with
+    /// [`Error::is_closed`] false: the connection and the COPY are unharmed, and what was read
+    /// before the failure is still buffered or sent, so abort the COPY rather than finish it.
+    ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), Box<dyn std::error::Error>> {
     /// let file = tokio::fs::File::open("items.csv").await?;
@@ -171,10 +179,14 @@ impl CopyIn<'_> {
         let mut total = 0;
         loop {
             self.buf.reserve(COPY_CHUNK);
-            let n = reader
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(|e| Error::io("could not read the data to copy", e))?;
+            let n = reader.read_buf(&mut self.buf).await.map_err(|e| {
+                Error::caller_io(
+                    "could not read the data to copy",
+                    e,
+                    "the connection and the COPY are unharmed: abort() the COPY (or drop it) \
+                         rather than finish it with part of the data",
+                )
+            })?;
             if n == 0 {
                 return Ok(total);
             }
@@ -479,6 +491,10 @@ impl<'a> CopyOut<'a> {
 
     /// Writes all the data to `writer`; returns the number of rows copied.
     ///
+    /// If `writer` fails, the error is [`ErrorKind::Io`](crate::ErrorKind::Io) with
+    /// [`Error::is_closed`] false: the connection is unharmed (drop the `CopyOut` to discard
+    /// the rest).
+    ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), Box<dyn std::error::Error>> {
     /// let file = tokio::fs::File::create("items.csv").await?;
@@ -488,15 +504,14 @@ impl<'a> CopyOut<'a> {
     /// ```
     pub async fn write_to<W: AsyncWrite + Unpin>(&mut self, mut writer: W) -> Result<u64, Error> {
         while let Some(chunk) = self.next().await? {
-            writer
-                .write_all(&chunk)
-                .await
-                .map_err(|e| Error::io("could not write the copied data", e))?;
+            writer.write_all(&chunk).await.map_err(|e| {
+                Error::caller_io("could not write the copied data", e, WRITE_TO_HINT)
+            })?;
         }
         writer
             .flush()
             .await
-            .map_err(|e| Error::io("could not write the copied data", e))?;
+            .map_err(|e| Error::caller_io("could not write the copied data", e, WRITE_TO_HINT))?;
         Ok(self.rows.unwrap_or(0))
     }
 

@@ -29,7 +29,10 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 pub enum ErrorKind {
     /// The server answered with an `ErrorResponse`; see [`Error::as_db_error`].
     Db,
-    /// Reading or writing the socket failed (refused, reset, closed by the server).
+    /// Reading or writing the socket failed (refused, reset, closed by the server), or the
+    /// caller's reader or writer did in [`CopyIn::write_from`](crate::CopyIn::write_from) /
+    /// [`CopyOut::write_to`](crate::CopyOut::write_to): [`Error::is_closed`] tells which (the
+    /// connection is unharmed by the latter).
     Io,
     /// The server sent bytes that are not the PostgreSQL protocol, or a message that is not
     /// valid in the current state. The connection is broken afterwards.
@@ -87,6 +90,9 @@ struct Inner {
     source: Option<BoxError>,
     /// For [`ErrorKind::Aborted`]: the pipeline operation whose failure caused it.
     aborted_by: Option<u64>,
+    /// For [`ErrorKind::Io`]: the I/O that failed was the caller's reader or writer, not the
+    /// socket, so the connection is unharmed (`is_closed()` is false).
+    caller_io: bool,
 }
 
 impl Error {
@@ -98,6 +104,7 @@ impl Error {
             db: None,
             source,
             aborted_by: None,
+            caller_io: false,
         }))
     }
 
@@ -157,7 +164,8 @@ impl Error {
     /// ```
     pub fn is_closed(&self) -> bool {
         match self.0.kind {
-            ErrorKind::Io | ErrorKind::Protocol | ErrorKind::Closed => true,
+            ErrorKind::Io => !self.0.caller_io,
+            ErrorKind::Protocol | ErrorKind::Closed => true,
             ErrorKind::Db => self.0.db.as_ref().is_some_and(DbError::is_fatal),
             _ => false,
         }
@@ -210,6 +218,14 @@ impl Error {
         Error::new(ErrorKind::Io, Some(context.to_string()), Some(Box::new(e)))
     }
 
+    /// The caller's own reader or writer failed (a COPY's file): an I/O error that leaves the
+    /// connection unharmed, so [`Error::is_closed`] is false and `hint` says what to do.
+    pub(crate) fn caller_io(context: &str, e: io::Error, hint: &'static str) -> Error {
+        let mut e = Error::io(context, e).hint(hint);
+        e.0.caller_io = true;
+        e
+    }
+
     /// Adds advice on what to do, shown after the cause.
     pub(crate) fn hint(mut self, hint: &'static str) -> Error {
         self.0.hint = Some(hint);
@@ -260,6 +276,7 @@ impl Error {
         e.0.hint = self.0.hint;
         e.0.db = self.0.db.clone();
         e.0.aborted_by = self.0.aborted_by;
+        e.0.caller_io = self.0.caller_io;
         e
     }
 

@@ -622,3 +622,95 @@ async fn holds_a_block_abandoned_inside_a_transaction_never_commits_in_part() {
         assert_eq!(c.transaction_status(), TransactionStatus::Idle);
     }
 }
+
+/// A reader that gives `good` bytes, then fails; a writer that fails at once.
+struct Failing {
+    good: Vec<u8>,
+}
+
+impl tokio::io::AsyncRead for Failing {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.good.is_empty() {
+            return std::task::Poll::Ready(Err(std::io::Error::other("disk read error")));
+        }
+        let n = self.good.len().min(buf.remaining());
+        buf.put_slice(&self.good[..n]);
+        self.good.drain(..n);
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for Failing {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        _: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::task::Poll::Ready(Err(std::io::Error::other("disk full")))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Promise (`Error::is_closed`: "True when the connection can no longer be used"; client.md
+/// "Errors": "After `Io` ... the connection is broken"; its example reconnects on
+/// `is_closed()`): the error of a failing *caller's* reader or writer in
+/// `CopyIn::write_from` / `CopyOut::write_to` does not claim the connection is lost, and the
+/// COPY can still be aborted (or its rest discarded) on the same connection.
+///
+/// Steps: `write_from` a reader that fails after two rows; check the error, abort, check the
+/// table and the connection. Then `write_to` a writer that fails; drop the `CopyOut`; check
+/// the connection.
+///
+/// Before the fix: both errors were `ErrorKind::Io` with `is_closed() == true` ("connection
+/// lost: reconnect" by the documented pattern), although the connection and the COPY were
+/// fine: a pool user would throw away a good connection, and the error did not say the COPY
+/// was still open.
+#[tokio::test]
+async fn attack_a_failing_copy_reader_or_writer_does_not_claim_the_connection_is_lost() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    let e = copy
+        .write_from(Failing {
+            good: b"1\n2\n".to_vec(),
+        })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("disk read error"), "{e}");
+    assert!(!e.is_closed(), "the connection is not lost: {e}");
+    assert!(e.to_string().contains("abort"), "says what to do: {e}");
+    copy.abort("the input file could not be read")
+        .await
+        .unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0);
+
+    let mut out = c
+        .copy_out("COPY (SELECT generate_series(1, 1000)) TO STDOUT")
+        .await
+        .unwrap();
+    let e = out
+        .write_to(Failing { good: Vec::new() })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("disk full"), "{e}");
+    assert!(!e.is_closed(), "the connection is not lost: {e}");
+    drop(out);
+    one(&mut c, "after a failing COPY writer").await;
+    assert!(c.is_reusable());
+}
