@@ -714,3 +714,38 @@ async fn attack_a_failing_copy_reader_or_writer_does_not_claim_the_connection_is
     one(&mut c, "after a failing COPY writer").await;
     assert!(c.is_reusable());
 }
+
+/// Promise (client.md "COPY": "bad data is a server error here"; the brief's "errors name
+/// what failed"): a COPY FROM STDIN refused for bad data names the line and column that
+/// failed, as psql shows it (the server sends them as the error's CONTEXT), through `finish()`
+/// and through the `Sink`.
+///
+/// Steps: load five lines whose third has a bad number, by `finish()` and by closing the sink;
+/// read the error's text.
+///
+/// Before the fix: the text was only `error 22P02: invalid input syntax for type integer:
+/// "x"`, which does not say where in a file of a million lines the bad value is (the context
+/// was only in `as_db_error().where_()`).
+#[tokio::test]
+async fn attack_a_copy_data_error_names_its_line() {
+    use futures_util::SinkExt;
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int, name text)")
+        .await
+        .unwrap();
+    let data = b"1\ta\n2\tb\nx\tc\n4\td\n5\te\n";
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(data).await.unwrap();
+    let e = copy.finish().await.unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "22P02", "{e}");
+    assert!(e.to_string().contains("line 3, column id"), "{e}");
+    eprintln!("{e}");
+
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.send(bytes::Bytes::from_static(data)).await.unwrap();
+    let e = copy.close().await.unwrap_err();
+    assert!(e.to_string().contains("line 3, column id"), "{e}");
+    drop(copy);
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0);
+}
