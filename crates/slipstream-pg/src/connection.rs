@@ -855,6 +855,31 @@ impl Connection {
         }
     }
 
+    /// Hands the whole asynchronous messages (notices, notifications, parameter changes) at
+    /// the front of `rbuf` to their handlers, stopping at the first message of another kind,
+    /// which stays for whoever reads the reply. A long COPY FROM STDIN reads the server's
+    /// output only while its writes wait for room (see [`Connection::poll_send`]), and nothing
+    /// parses it until the COPY ends: without this, a trigger's notice per row would pile up
+    /// in `rbuf` for the whole load (about 100 bytes a row), and reach the handler only then.
+    pub(crate) fn absorb_buffered_async(&mut self) -> Result<(), Error> {
+        // Backend message tags: NoticeResponse, NotificationResponse, ParameterStatus.
+        while let Some(b'N' | b'A' | b'S') = self.rbuf.first() {
+            let message = match self.parse_buffered() {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(()), // not whole yet
+                Err(e) => return Err(self.poison(e)),
+            };
+            if let Some(m) = self.absorb_async(message)? {
+                let name = crate::connect::message_name(&m);
+                return Err(self.poison(Error::protocol(format!(
+                    "a {name} message was taken for an asynchronous one: this is a bug in \
+                     slipstream-pg; the connection is closed"
+                ))));
+            }
+        }
+        Ok(())
+    }
+
     /// Takes in a message that arrived while nothing was asked of the server: only an
     /// asynchronous one may (see `absorb_async`); anything else breaks the connection.
     fn absorb_idle(&mut self, message: Message) -> Result<(), Error> {

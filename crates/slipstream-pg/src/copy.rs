@@ -199,7 +199,10 @@ impl CopyIn<'_> {
 
     async fn send_buffered(&mut self) -> Result<(), Error> {
         self.queue_buffered()?;
-        self.client.conn.flush().await
+        self.client.conn.flush().await?;
+        // What the server said while the data went out (its notices) reaches the handlers
+        // now, not at the end of the COPY; see `absorb_buffered_async`.
+        self.client.conn.absorb_buffered_async()
     }
 
     /// Moves the buffered data into the write buffer as `CopyData` messages of at most
@@ -300,6 +303,7 @@ impl Sink<Bytes> for CopyIn<'_> {
         }
         if !this.client.conn.wbuf.is_empty() {
             ready!(this.client.conn.poll_send(cx))?;
+            this.client.conn.absorb_buffered_async()?;
         }
         Poll::Ready(Ok(()))
     }
@@ -318,7 +322,8 @@ impl Sink<Bytes> for CopyIn<'_> {
         if !this.finished {
             this.queue_buffered()?;
         }
-        this.client.conn.poll_send(cx)
+        ready!(this.client.conn.poll_send(cx))?;
+        Poll::Ready(this.client.conn.absorb_buffered_async())
     }
 
     /// Ends the COPY (`CopyDone`) and waits for the server's verdict, as [`CopyIn::finish`].

@@ -749,3 +749,67 @@ async fn attack_a_copy_data_error_names_its_line() {
     let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
     assert_eq!(n, 0);
 }
+
+/// Rows (of about 1 KiB) written before the notice attack gives up: 100 times what the
+/// socket buffers on both sides hold, so the client's writes have waited for room, and read
+/// what the server sent, long before.
+const NOTICE_ROWS_LIMIT: usize = 200_000;
+
+/// Promise (client.md "Limits": what the server sends never makes the client allocate without
+/// bound, except data the application asked for and has not read; notices go to the notice
+/// handler): the notices a long COPY FROM STDIN raises (a trigger's `RAISE NOTICE` per row)
+/// reach the handler while the COPY runs, instead of piling up unparsed in the client's read
+/// buffer until `finish()`.
+///
+/// Steps: a table whose trigger raises a notice per row; a handler that counts; write rows of
+/// 1 KiB, 100 at a time, until the handler has seen a notice, or give up at
+/// [`NOTICE_ROWS_LIMIT`].
+///
+/// Before the fix: the writes read the server's output into the read buffer only to keep the
+/// socket from deadlocking, and nothing parsed it until `finish()`: the handler saw nothing
+/// while 200,000 rows were written, and the buffer grew by every notice read (about 100 bytes
+/// a row: 1 GB for a ten-million-row load).
+#[tokio::test]
+async fn attack_notices_raised_during_a_copy_in_reach_the_handler_while_it_runs() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TABLE t (id int, pad text); \
+         CREATE FUNCTION tell() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE NOTICE 'row %', NEW.id; RETURN NEW; END $$; \
+         CREATE TRIGGER tell BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION tell()",
+    )
+    .await
+    .unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    // Relaxed: the count is read on the same task that runs the handler.
+    c.set_notice_handler(move |_| {
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    let mut written = 0;
+    let mut batch = String::new();
+    let pad = "x".repeat(1000);
+    while seen.load(Ordering::Relaxed) == 0 {
+        assert!(
+            written < NOTICE_ROWS_LIMIT,
+            "no notice reached the handler while {written} rows were written: they are held \
+             unread in memory until finish()"
+        );
+        batch.clear();
+        for i in written..written + 100 {
+            batch.push_str(&format!("{i}\t{pad}\n"));
+        }
+        written += 100;
+        copy.write(batch.as_bytes()).await.unwrap();
+    }
+    eprintln!("first notice after {written} rows written");
+    assert_eq!(copy.finish().await.unwrap(), written as u64);
+    assert_eq!(
+        seen.load(Ordering::Relaxed),
+        written,
+        "every row's notice, once"
+    );
+}
