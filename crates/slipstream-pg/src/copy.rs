@@ -264,6 +264,8 @@ impl CopyIn<'_> {
     ///
     /// The server takes the abort as the COPY's error, so inside a transaction it fails the
     /// transaction (later statements get 25P02): roll back, or run the COPY in a savepoint.
+    /// A session the server ended meanwhile (a FATAL error, a lost connection) is an error
+    /// with [`Error::is_closed`] true, not a confirmation.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -282,7 +284,10 @@ impl CopyIn<'_> {
         self.finished = true;
         self.client.conn.flush().await?;
         match read_copy_end(self.client).await {
-            Err(e) if e.code().is_some() => Ok(()), // the expected "COPY from stdin failed"
+            // The expected "COPY from stdin failed" (or the data error that had already failed
+            // the COPY). Not a FATAL one: the session was ended, not the COPY aborted, and the
+            // caller must learn that here rather than from the next call's `Closed`.
+            Err(e) if e.code().is_some() && !e.is_closed() => Ok(()),
             Err(e) => Err(e),
             Ok(_) => Err(Error::protocol("server accepted a COPY the client aborted")),
         }

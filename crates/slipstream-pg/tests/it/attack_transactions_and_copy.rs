@@ -813,3 +813,46 @@ async fn attack_notices_raised_during_a_copy_in_reach_the_handler_while_it_runs(
         "every row's notice, once"
     );
 }
+
+/// Promise (`CopyIn::abort`: "Returns once the server has confirmed"; client.md "Errors":
+/// after a FATAL server error the connection is broken and later calls fail with `Closed`):
+/// an abort whose session was ended by the server (`pg_terminate_backend`) reports that, not
+/// success, so the caller knows to reconnect instead of reading the next call's `Closed` as a
+/// new failure.
+///
+/// Steps: start a COPY; terminate its backend from another session and wait until it is gone;
+/// `abort()`.
+///
+/// Before the fix: `abort()` took any server error as the expected confirmation of its
+/// `CopyFail`, the FATAL "terminating connection due to administrator command" included, and
+/// returned `Ok(())` on a connection that was closed.
+#[tokio::test]
+async fn attack_an_abort_whose_session_was_terminated_is_not_a_success() {
+    let (cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let pid = c.backend_pid();
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(b"1\n").await.unwrap();
+    other
+        .execute("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .backend_gone_within(pid, std::time::Duration::from_secs(30))
+            .unwrap(),
+        "backend {pid} still there"
+    );
+    let r = bounded(
+        "abort on a terminated session",
+        copy.abort("changed my mind"),
+    )
+    .await;
+    let e = r.expect_err("abort reported success on a session the server had ended");
+    assert!(e.is_closed(), "{e}");
+    let e = c.batch_execute("SELECT 1").await.unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    let n: i64 = super::scalar(&mut other, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0);
+}
