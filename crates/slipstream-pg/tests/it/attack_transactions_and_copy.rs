@@ -404,13 +404,14 @@ async fn holds_copy_out_dropped_at_every_poll_inside_a_transaction() {
 
 /// Holds. Promise (client.md "COPY": data in the format the statement names): a binary COPY
 /// TO STDOUT fed back through a binary COPY FROM STDIN copies every value exactly, NULLs,
-/// empty strings and a 10 MiB value included.
+/// empty strings and a 24 MiB row included (past the 16 MiB a length prefix is trusted for,
+/// so its memory grows as its bytes arrive: client.md "Limits").
 #[tokio::test]
 async fn holds_binary_copy_round_trips_every_value() {
     let (_cluster, mut c) = super::setup().await;
     c.batch_execute(
         "CREATE TABLE a (id int, v text, b bytea); CREATE TABLE b (LIKE a); \
-         INSERT INTO a VALUES (1, NULL, NULL), (2, '', ''), (3, repeat('é', 5 * 1024 * 1024), \
+         INSERT INTO a VALUES (1, NULL, NULL), (2, '', ''), (3, repeat('é', 12 * 1024 * 1024), \
          decode(repeat('00ff', 1000), 'hex'))",
     )
     .await
@@ -855,4 +856,64 @@ async fn attack_an_abort_whose_session_was_terminated_is_not_a_success() {
     assert!(e.is_closed(), "{e}");
     let n: i64 = super::scalar(&mut other, "SELECT count(*) FROM t").await;
     assert_eq!(n, 0);
+}
+
+/// Holds. Promise (client.md "Streams": "a `CopyIn` sink dropped before it is closed aborts the
+/// COPY"; "COPY": dropping a `CopyIn` loads nothing): a COPY fed through the `Sink` (`forward`,
+/// which closes it) and dropped after each of its polls in turn loads all of its rows or none,
+/// never part, and the next call answers in step. cancellation.rs drops `write()`/`finish()`
+/// at every poll, not the `Sink`'s `poll_ready`/`poll_flush`/`poll_close`.
+#[tokio::test]
+async fn holds_a_copy_sink_dropped_at_every_poll_loads_all_or_nothing() {
+    use futures_util::{StreamExt, stream};
+    const ROWS: usize = 20_000;
+    let pad = "x".repeat(1000);
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE UNLOGGED TABLE t (id int, name text)")
+        .await
+        .unwrap();
+    let mut completed = false;
+    for k in 1..=MAX_POLLS {
+        c.batch_execute("TRUNCATE t").await.unwrap();
+        let outcome = bounded(
+            "copy_in through the sink",
+            DropAfter::new(
+                async {
+                    // 1 KiB rows, 20 MiB in all: far past the socket buffers, so the sink
+                    // waits for room many times, and is dropped there too.
+                    let lines = stream::iter(0..ROWS)
+                        .map(|i| Ok(bytes::Bytes::from(format!("{i}\t{pad}\n"))));
+                    let mut copy = c.copy_in("COPY t FROM STDIN").await?;
+                    lines.forward(&mut copy).await?;
+                    Ok::<_, slipstream_pg::Error>(copy.rows())
+                },
+                k,
+            ),
+        )
+        .await;
+        let n: i64 = bounded(
+            "the count after the drop",
+            c.query_one("SELECT count(*) FROM t", &[]),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("sink dropped at poll {k}: next call failed: {e}"))
+        .get(0)
+        .unwrap();
+        assert!(
+            n == 0 || n == ROWS as i64,
+            "sink dropped at poll {k}: {n} of {ROWS} rows loaded"
+        );
+        assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+        if let Some(r) = outcome {
+            assert_eq!(r.unwrap(), Some(ROWS as u64));
+            assert_eq!(n, ROWS as i64);
+            eprintln!("completed at poll {k}");
+            completed = true;
+            break;
+        }
+    }
+    assert!(
+        completed,
+        "the sink did not complete within {MAX_POLLS} polls"
+    );
 }
