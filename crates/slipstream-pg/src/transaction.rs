@@ -151,9 +151,10 @@ impl<'a> Transaction<'a> {
     /// statement failed is rolled back the same way (PostgreSQL would refuse its `RELEASE` and
     /// leave the enclosing transaction failed), with an
     /// [`ErrorKind::Aborted`](crate::ErrorKind::Aborted) error naming it; the enclosing
-    /// transaction goes on. A transaction already
-    /// ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK` or `PREPARE
-    /// TRANSACTION` sent as a statement or in a pipeline) is an
+    /// transaction goes on.
+    ///
+    /// A transaction already ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK`
+    /// or `PREPARE TRANSACTION` sent as a statement or in a pipeline) is an
     /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
     ///
     /// ```no_run
