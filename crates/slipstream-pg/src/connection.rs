@@ -880,6 +880,48 @@ impl Connection {
         Ok(())
     }
 
+    /// Between the writes of a COPY FROM STDIN: reads what the server has sent, without
+    /// waiting (as [`Connection::check_idle`] does), hands notices to their handler, and
+    /// returns the server's error if it has failed the COPY already (bad data, a constraint).
+    /// The server then discards every further `CopyData`, so the rest of the data would be
+    /// sent for nothing (libpq's `PQputCopyData` stops likewise). Any other message stays
+    /// for the COPY's end.
+    pub(crate) fn copy_in_failure(&mut self) -> Result<Option<DbError>, Error> {
+        // As in `check_idle`: a read that would wait registers this no-op waker, and the next
+        // real wait registers its own.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            self.absorb_buffered_async()?;
+            let whole = self.pending_len().is_some_and(|len| len <= self.rbuf.len());
+            match self.rbuf.first() {
+                Some(b'E') if whole => {
+                    return match self.parse_buffered() {
+                        Ok(Some(Message::ErrorResponse(body))) => {
+                            let db =
+                                DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
+                            if db.is_fatal() {
+                                return Err(self.poison(Error::db(db)));
+                            }
+                            Ok(Some(db))
+                        }
+                        Ok(_) => Err(self.poison(Error::protocol(
+                            "an ErrorResponse did not parse as one: this is a bug in \
+                             slipstream-pg; the connection is closed",
+                        ))),
+                        Err(e) => Err(self.poison(e)),
+                    };
+                }
+                Some(_) if whole => return Ok(None),
+                _ => {} // nothing, or part of a message: read what has arrived
+            }
+            match self.poll_read_more(&mut cx, 0) {
+                Poll::Pending => return Ok(None),
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(e),
+            }
+        }
+    }
+
     /// Takes in a message that arrived while nothing was asked of the server: only an
     /// asynchronous one may (see `absorb_async`); anything else breaks the connection.
     fn absorb_idle(&mut self, message: Message) -> Result<(), Error> {

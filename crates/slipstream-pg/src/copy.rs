@@ -135,9 +135,11 @@ impl Client {
 pub struct CopyIn<'a> {
     client: &'a mut Client,
     buf: BytesMut,
-    /// `CopyDone` or `CopyFail` is queued: dropping no longer aborts.
+    /// `CopyDone` or `CopyFail` is queued, or the server failed the COPY and left COPY mode
+    /// (its `ReadyForQuery` is all that is still owed): dropping no longer aborts.
     finished: bool,
-    /// How the COPY ended, read by [`Sink::poll_close`].
+    /// How the COPY ended, read by [`Sink::poll_close`]. `end.error` is also set when a write
+    /// finds the server has failed the COPY already (see [`CopyIn::check_server`]).
     end: End,
 }
 
@@ -153,7 +155,12 @@ struct End {
 impl CopyIn<'_> {
     /// Queues data in the COPY format the statement named; sends it once 64 KiB are buffered
     /// (a large write goes out in messages of up to 1 MiB).
+    ///
+    /// Once the server has failed the COPY (bad data, a constraint violation), the next write
+    /// that sends returns the server's error, and so does every later one, instead of sending
+    /// data the server discards; [`CopyIn::finish`] returns it too. Nothing is loaded then.
     pub async fn write(&mut self, data: &[u8]) -> Result<(), Error> {
+        self.check_failed()?;
         self.buf.extend_from_slice(data);
         if self.buf.len() >= COPY_CHUNK {
             self.send_buffered().await?;
@@ -176,6 +183,7 @@ impl CopyIn<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn write_from<R: AsyncRead + Unpin>(&mut self, mut reader: R) -> Result<u64, Error> {
+        self.check_failed()?;
         let mut total = 0;
         loop {
             self.buf.reserve(COPY_CHUNK);
@@ -200,9 +208,30 @@ impl CopyIn<'_> {
     async fn send_buffered(&mut self) -> Result<(), Error> {
         self.queue_buffered()?;
         self.client.conn.flush().await?;
-        // What the server said while the data went out (its notices) reaches the handlers
-        // now, not at the end of the COPY; see `absorb_buffered_async`.
-        self.client.conn.absorb_buffered_async()
+        self.check_server()
+    }
+
+    /// The server's error, if a write found it had failed the COPY.
+    fn check_failed(&self) -> Result<(), Error> {
+        match &self.end.error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    /// After a send: what the server said meanwhile reaches the notice handler now, not at the
+    /// end of the COPY, and an error that failed the COPY is kept and returned (see
+    /// `Connection::copy_in_failure`).
+    fn check_server(&mut self) -> Result<(), Error> {
+        if self.end.error.is_none()
+            && let Some(db) = self.client.conn.copy_in_failure()?
+        {
+            // The server has left COPY mode: only its ReadyForQuery is owed, and a CopyFail
+            // on drop would be ignored.
+            self.finished = true;
+            self.end.error = Some(copy_error(db));
+        }
+        self.check_failed()
     }
 
     /// Moves the buffered data into the write buffer as `CopyData` messages of at most
@@ -242,6 +271,21 @@ impl CopyIn<'_> {
     /// (bad data, constraint violation) is reported here; nothing is loaded then. Its text
     /// starts with the line (and column) of the data that failed, from the server's CONTEXT.
     pub async fn finish(mut self) -> Result<u64, Error> {
+        // An error that failed the COPY itself is returned below, once its ReadyForQuery is in.
+        if self.end.error.is_none()
+            && !self.finished
+            && let Err(e) = self.send_buffered().await
+            && self.end.error.is_none()
+        {
+            return Err(e);
+        }
+        if let Some(e) = self.end.error.take() {
+            // The server failed the COPY during a write (or a sink's close read its error
+            // and was dropped) and left COPY mode: its ReadyForQuery is all that is left
+            // (`finished` is set, so a drop sends nothing).
+            read_copy_end(self.client).await?;
+            return Err(e);
+        }
         if self.finished {
             // Closed as a Sink already: its outcome, or the rest of its reply.
             return match (self.end.done, self.end.rows) {
@@ -252,7 +296,6 @@ impl CopyIn<'_> {
                 (false, _) => read_copy_end(self.client).await,
             };
         }
-        self.send_buffered().await?;
         // From here a dropped future must not abort: CopyDone is queued and will be sent.
         self.finished = true;
         frontend::copy_done(&mut self.client.conn.wbuf);
@@ -275,6 +318,11 @@ impl CopyIn<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn abort(mut self, reason: &str) -> Result<(), Error> {
+        if self.end.error.is_some() {
+            // A write found the server had failed the COPY: nothing was loaded, and only its
+            // ReadyForQuery is left to read.
+            return read_copy_end(self.client).await.map(drop);
+        }
         if self.finished {
             return Err(Error::usage(
                 "this COPY has already ended (the sink was closed): there is nothing to abort",
@@ -300,6 +348,7 @@ impl Sink<Bytes> for CopyIn<'_> {
     /// Ready once less than a chunk (64 KiB) waits to be sent.
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let this = self.get_mut();
+        this.check_failed()?;
         if this.finished {
             return Poll::Ready(Err(Error::usage("this COPY has already ended")));
         }
@@ -308,13 +357,14 @@ impl Sink<Bytes> for CopyIn<'_> {
         }
         if !this.client.conn.wbuf.is_empty() {
             ready!(this.client.conn.poll_send(cx))?;
-            this.client.conn.absorb_buffered_async()?;
+            this.check_server()?;
         }
         Poll::Ready(Ok(()))
     }
 
     fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), Error> {
         let this = self.get_mut();
+        this.check_failed()?;
         if this.finished {
             return Err(Error::usage("this COPY has already ended"));
         }
@@ -328,7 +378,7 @@ impl Sink<Bytes> for CopyIn<'_> {
             this.queue_buffered()?;
         }
         ready!(this.client.conn.poll_send(cx))?;
-        Poll::Ready(this.client.conn.absorb_buffered_async())
+        Poll::Ready(this.check_server())
     }
 
     /// Ends the COPY (`CopyDone`) and waits for the server's verdict, as [`CopyIn::finish`].

@@ -917,3 +917,83 @@ async fn holds_a_copy_sink_dropped_at_every_poll_loads_all_or_nothing() {
         "the sink did not complete within {MAX_POLLS} polls"
     );
 }
+
+/// Bytes of COPY data the mid-COPY failure attack writes before it gives up: far more than
+/// the socket buffers hold, so a client that looks at what the server sent has seen its error
+/// long before.
+const FAILED_COPY_BYTES_LIMIT: usize = 64 << 20;
+
+/// Promise (client.md "COPY": "bad data is a server error"; the brief's "server errors
+/// mid-COPY"): once the server has failed a COPY FROM STDIN (a unique violation in its second
+/// row), the client's writes return that error instead of sending data the server only
+/// discards, `finish()` returns it too, nothing is loaded and the connection is in step.
+/// libpq's `PQputCopyData` stops likewise.
+///
+/// Steps: a table with a primary key; write a duplicate key, then rows of 1 KiB until a write
+/// fails or [`FAILED_COPY_BYTES_LIMIT`] bytes were written; `finish()`.
+///
+/// Before the fix: every write succeeded: the client never read the server's error until
+/// `finish()`, and sent all 64 MiB (a whole multi-gigabyte file, in real use) to a server that
+/// threw it away.
+#[tokio::test]
+async fn attack_writes_after_the_server_failed_the_copy_return_its_error() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
+        .await
+        .unwrap();
+    let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+    copy.write(b"1\ta\n1\tb\n").await.unwrap();
+    let pad = "x".repeat(1000);
+    let (mut written, mut i) = (0, 2);
+    let e = loop {
+        assert!(
+            written < FAILED_COPY_BYTES_LIMIT,
+            "{written} bytes written after the server failed the COPY, and no write said so"
+        );
+        let mut batch = String::new();
+        for _ in 0..64 {
+            batch.push_str(&format!("{i}\t{pad}\n"));
+            i += 1;
+        }
+        written += batch.len();
+        if let Err(e) = copy.write(batch.as_bytes()).await {
+            break e;
+        }
+    };
+    eprintln!("the write after {written} bytes failed: {e}");
+    assert_eq!(e.code().unwrap().code(), "23505", "{e}");
+    let again = copy.write(b"9\tz\n").await.unwrap_err();
+    assert_eq!(again.code().unwrap().code(), "23505", "{again}");
+    let e = bounded("finish after the failure", copy.finish())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code().unwrap().code(), "23505", "{e}");
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 0);
+
+    // abort() and a drop after the failure are quiet and leave the connection in step.
+    for abort in [true, false] {
+        let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+        copy.write(b"1\ta\n1\tb\n").await.unwrap();
+        // Rows, not one endless line: COPY checks the key when it flushes its buffered rows.
+        let mut failed = false;
+        for j in 0..(FAILED_COPY_BYTES_LIMIT / (64 * 1000)) {
+            let batch: String = (0..64)
+                .map(|k| format!("{}\t{pad}\n", 2 + j * 64 + k))
+                .collect();
+            if copy.write(batch.as_bytes()).await.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "no write reported the failed COPY");
+        if abort {
+            bounded("abort after the failure", copy.abort("stop"))
+                .await
+                .unwrap();
+        } else {
+            drop(copy);
+        }
+        one(&mut c, "after a failed COPY ended by abort or drop").await;
+    }
+}
