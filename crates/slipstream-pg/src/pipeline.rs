@@ -1098,6 +1098,22 @@ impl Pipeline<'_> {
         let columns = match source {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.client.id)?;
+                // A pipeline cannot look the types up again before the operation (the lookup
+                // would be a request of its own in the middle of the block): a statement
+                // whose types may be stale is refused here; `Client::query` and the others
+                // check it with one lookup.
+                if (self.client.conn.statements_discarded
+                    || !stmt.types_checked_at(self.client.types.generation()))
+                    && let Some(t) = stmt.looked_up_types().next()
+                {
+                    return Err(crate::query::stale_statement_types(
+                        stmt,
+                        t,
+                        false,
+                        "prepare it again, or run it once outside a pipeline (which looks its \
+                         types up again)",
+                    ));
+                }
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
                     cached: false,
@@ -1598,14 +1614,19 @@ impl Pipeline<'_> {
                     return;
                 }
                 Kind::Commit | Kind::Rollback => Output::Done,
-                Kind::Prepare { name, sql, params } => Output::Prepared(Statement::new(
-                    name,
-                    sql,
-                    params.unwrap_or_default(),
-                    pending.reply.columns(),
-                    self.client.id,
-                    Arc::downgrade(&self.client.conn.closes),
-                )),
+                Kind::Prepare { name, sql, params } => {
+                    let stmt = Statement::new(
+                        name,
+                        sql,
+                        params.unwrap_or_default(),
+                        pending.reply.columns(),
+                        self.client.id,
+                        Arc::downgrade(&self.client.conn.closes),
+                    );
+                    // Its types came from the cache as it is now (`resolve_reply` above).
+                    stmt.mark_types_checked(self.client.types.generation());
+                    Output::Prepared(stmt)
+                }
             }),
         };
         if let Err(cause) = &result {

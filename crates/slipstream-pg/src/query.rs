@@ -175,14 +175,48 @@ impl Client {
         if let Some(resolved) = self.types.resolve_columns(&columns) {
             columns = resolved;
         }
-        Ok(Statement::new(
+        let stmt = Statement::new(
             name,
             sql.to_string(),
             params,
             columns,
             self.id,
             Arc::downgrade(&self.conn.closes),
-        ))
+        );
+        stmt.mark_types_checked(self.types.generation());
+        Ok(stmt)
+    }
+
+    /// A statement the caller holds keeps the definitions of the enums, composites and domains
+    /// it was prepared with. After the type cache was cleared (an `ALTER TYPE` or `ALTER
+    /// DOMAIN` the connection ran, `DISCARD ALL`, [`Client::clear_statement_cache`]) they may
+    /// be stale: read by the old definition, a composite whose attribute was dropped and added
+    /// again puts each value in another field, with no error. So its looked-up types are
+    /// looked up again (one round trip, once per clearing) and compared: the same, it runs;
+    /// changed or gone, it is refused, naming the type. Free for a statement whose types are
+    /// all built in, or that was checked since the last clearing.
+    pub(crate) async fn check_statement_types(&mut self, stmt: &Statement) -> Result<(), Error> {
+        self.forget_discarded();
+        if stmt.types_checked_at(self.types.generation()) {
+            return Ok(());
+        }
+        let held: Vec<Type> = stmt.looked_up_types().cloned().collect();
+        if !held.is_empty() {
+            let again: Vec<Type> = held
+                .iter()
+                .map(|t| crate::type_info::placeholder(t.oid()))
+                .collect();
+            self.look_up_types(&again).await?;
+            if let Some((t, _)) = held
+                .iter()
+                .zip(&again)
+                .find(|(t, p)| self.types.resolve(p).as_ref() != Some(*t))
+            {
+                return Err(stale_statement_types(stmt, t, true, "prepare it again"));
+            }
+        }
+        stmt.mark_types_checked(self.types.generation());
+        Ok(())
     }
 
     /// Looks up the placeholders among `types` that the connection's type cache does not hold
@@ -379,6 +413,7 @@ impl Client {
         let (sql, use_cache) = match source {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.id)?;
+                self.check_statement_types(stmt).await?;
                 self.conn.start_request().await?;
                 let plan = Plan::Named {
                     stmt: stmt.clone(),
@@ -840,6 +875,28 @@ pub(crate) fn split_typed<'a>(params: &[(Param<'a>, Type)]) -> (Vec<Wire>, Vec<P
         .iter()
         .map(|(p, t)| (Wire::Binary(t.clone()), *p))
         .unzip()
+}
+
+/// The error for a statement the caller holds whose type `t` changed (`changed`), or may have,
+/// since it was prepared (see `Client::check_statement_types`), ending with what to do.
+pub(crate) fn stale_statement_types(
+    stmt: &Statement,
+    t: &Type,
+    changed: bool,
+    remedy: &str,
+) -> Error {
+    Error::usage(format!(
+        "the prepared statement `{}` holds the definition type {t} had when it was prepared, \
+         and the type {} since (ALTER TYPE or ALTER DOMAIN, DISCARD ALL, or \
+         clear_statement_cache after a change elsewhere): its values would be read and written \
+         by the old definition (a composite's fields in their old order); {remedy}",
+        stmt.sql(),
+        if changed {
+            "has changed"
+        } else {
+            "may have changed"
+        },
+    ))
 }
 
 /// A statement prepared on another connection names nothing on this one.

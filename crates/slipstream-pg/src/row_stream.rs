@@ -159,6 +159,7 @@ impl Client {
         let (sql, use_cache, prepared) = match statement.source() {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.id)?;
+                self.check_statement_types(stmt).await?;
                 (stmt.sql(), false, Some(stmt))
             }
             Source::Sql(sql) => (sql, self.cache.enabled(), None),

@@ -1,6 +1,7 @@
 //! Prepared statements and their result columns.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use fallible_iterator::FallibleIterator;
@@ -38,7 +39,24 @@ struct Inner {
     /// `Bind` + `Execute` of all rows, for a statement run without values: the same bytes every
     /// time, so they are encoded once (`SELECT 1`, `SELECT now()`, ...).
     bind_without_values: OnceLock<Box<[u8]>>,
+    /// The connection's type-cache generation ([`TypeCache::generation`]) at which the types
+    /// in `params` and `columns` that were looked up in the catalogs were last known to match
+    /// the cache (`UNCHECKED`: never). The statement keeps the definitions it was prepared
+    /// with, and after an `ALTER TYPE` (the cache is cleared, its generation moves on) they
+    /// may be stale: a composite's fields in their old order would put each value in another
+    /// field without an error. A statement the caller holds is checked again before it runs
+    /// (`Client::check_statement_types`).
+    ///
+    /// Relaxed: a hint read and written only by the client that owns the statement (checked
+    /// by `check_owner`) under `&mut Client`; whatever hands that client to another thread
+    /// orders these accesses too.
+    ///
+    /// [`TypeCache::generation`]: crate::type_info::TypeCache::generation
+    types_checked: AtomicU64,
 }
+
+/// [`Inner::types_checked`] of a statement whose looked-up types were never checked.
+const UNCHECKED: u64 = u64::MAX;
 
 impl Statement {
     pub(crate) fn new(
@@ -57,7 +75,28 @@ impl Statement {
             client_id,
             closes,
             bind_without_values: OnceLock::new(),
+            types_checked: AtomicU64::new(UNCHECKED),
         }))
+    }
+
+    /// The types of its parameters and columns that were looked up in the catalogs: neither
+    /// built in (those never change) nor placeholders (never looked up; read raw only).
+    pub(crate) fn looked_up_types(&self) -> impl Iterator<Item = &Type> {
+        self.0
+            .params
+            .iter()
+            .chain(self.0.columns.iter().map(Column::type_))
+            .filter(|t| Type::from_oid(t.oid()).is_none() && !crate::type_info::is_placeholder(t))
+    }
+
+    /// Whether its looked-up types are known to match the type cache of `generation`.
+    pub(crate) fn types_checked_at(&self, generation: u64) -> bool {
+        self.0.types_checked.load(Ordering::Relaxed) == generation
+    }
+
+    /// Records that its looked-up types match the type cache of `generation`.
+    pub(crate) fn mark_types_checked(&self, generation: u64) {
+        self.0.types_checked.store(generation, Ordering::Relaxed);
     }
 
     /// Replaces the placeholder types the cache holds, if this is the only handle (a statement

@@ -117,11 +117,20 @@ pub(crate) fn is_placeholder(ty: &Type) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct TypeCache {
     types: HashMap<u32, Type>,
+    /// How many times the cache was cleared: a statement records the generation its types
+    /// were checked at, and one from an older generation may hold stale definitions.
+    generation: u64,
 }
 
 impl TypeCache {
     pub(crate) fn clear(&mut self) {
         self.types.clear();
+        self.generation += 1;
+    }
+
+    /// Moves on with each [`TypeCache::clear`] (see `Statement::types_checked_at`).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The placeholders among `types` whose OID the cache does not hold, deduplicated.
