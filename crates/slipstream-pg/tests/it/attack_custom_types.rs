@@ -461,3 +461,48 @@ async fn custom_values_agree_with_tokio_postgres_through_every_way() {
         }
     }
 }
+
+/// Promise (docs/client.md, "Types", as corrected): a `Vec<T>` is a one-dimensional array, as
+/// in tokio-postgres: a multi-dimensional array is a `Conversion` error (not flattened), a
+/// lower bound other than 1 is dropped (`'[0:1]={5,6}'` reads as `[5, 6]`); a `Vec` is sent
+/// one-dimensional from 1, an empty one as an array of no dimensions; a NULL element into a
+/// non-`Option` element is an error. Steps: arrays of each shape read as `Vec<i32>` and
+/// `Vec<Option<i32>>` through slipstream and tokio-postgres (same values, or both errors), and
+/// the server's `array_dims` of sent `Vec`s. Holds (the docs did not say so before).
+#[tokio::test]
+async fn arrays_keep_one_dimension_and_drop_lower_bounds_as_in_tokio_postgres() {
+    let (cluster, mut c) = super::setup().await;
+    let peer = super::peer(&cluster).await;
+    let arrays = [
+        ("'{{1,2},{3,4}}'", None),
+        ("'[0:1]={5,6}'", Some(vec![5, 6])),
+        ("'[-3:-2]={8,9}'", Some(vec![8, 9])),
+        ("'[-3:-2][7:7]={{8},{9}}'", None),
+        ("'{}'", Some(vec![])),
+        ("'{1,NULL}'", None),
+    ];
+    for (literal, flat) in arrays {
+        let sql = format!("SELECT {literal}::int4[]");
+        let theirs = peer.query_one(&*sql, &[]).await.unwrap();
+        let row = c.query_one(&*sql, &[]).await.unwrap();
+        let ours: Result<Vec<i32>, _> = row.get(0);
+        let their: Result<Vec<i32>, _> = theirs.try_get(0);
+        assert_eq!(ours.as_ref().ok(), their.as_ref().ok(), "{literal}");
+        assert_eq!(ours.as_ref().ok(), flat.as_ref(), "{literal}");
+        if let Err(e) = ours {
+            assert_eq!(e.kind(), ErrorKind::Conversion, "{literal}: {e}");
+        }
+        let ours: Result<Vec<Option<i32>>, _> = row.get(0);
+        let their: Result<Vec<Option<i32>>, _> = theirs.try_get(0);
+        assert_eq!(ours.ok(), their.ok(), "{literal}");
+    }
+    for v in [vec![], vec![1i32, 2]] {
+        let sql = "SELECT array_dims($1::int4[]), array_ndims($1::int4[])";
+        let row = c.query_one(sql, &[&v]).await.unwrap();
+        let theirs = peer.query_one(sql, &[&v]).await.unwrap();
+        let ours: (Option<String>, Option<i32>) = (row.get(0).unwrap(), row.get(1).unwrap());
+        assert_eq!(ours, (theirs.get(0), theirs.get(1)), "{v:?}");
+        let want = (!v.is_empty()).then(|| format!("[1:{}]", v.len()));
+        assert_eq!(ours.0, want, "{v:?}");
+    }
+}
