@@ -701,7 +701,8 @@ impl Client {
 
     /// Closes every cached statement (with the next request; no round trip of its own), and
     /// forgets the types looked up in the catalogs: call it after another connection's
-    /// `ALTER TYPE` changed an enum or composite this connection has used, or after any
+    /// `ALTER TYPE` changed an enum or composite this connection has used (or this one's, run
+    /// inside a function or `DO` block, whose command tag the client never sees), or after any
     /// `ALTER TABLE` changed a table whose row type it has used (`DISCARD ALL`, and `ALTER TYPE`
     /// or `ALTER DOMAIN` run on this connection, do the same by themselves).
     ///
