@@ -557,3 +557,87 @@ async fn an_alter_type_inside_a_do_block_needs_clear_statement_cache() {
         truth
     );
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, ToSql, FromSql)]
+#[postgres(name = "mood")]
+enum Mood {
+    #[postgres(name = "sad")]
+    Sad,
+    #[postgres(name = "ok")]
+    Ok,
+}
+
+/// Promise (docs/client.md, "Types"): "a lookup that fails after the statement itself ran
+/// leaves the values readable with `Row::get_raw`"; a type the client cannot handle is a clear
+/// error naming the column; a row stream whose lookup fails ends with that error; nothing is
+/// cached from a failed lookup, and the connection stays in step. Steps: a role that may not
+/// read `pg_enum` (the lookup's catalog; its own statements still parse `'ok'::mood`) runs
+/// `SELECT 'ok'::mood AS m` through `query`, a row stream, a pipeline and `prepare`; each
+/// outcome is checked, then `SELECT 1`; after `GRANT` back the same query decodes. Holds.
+#[tokio::test]
+async fn a_lookup_the_catalog_refuses_leaves_values_raw_and_the_connection_in_step() {
+    let (cluster, mut admin) = super::setup().await;
+    admin
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('sad', 'ok'); CREATE ROLE app LOGIN;
+             REVOKE SELECT ON pg_catalog.pg_enum FROM PUBLIC",
+        )
+        .await
+        .unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url_for("app", None))
+        .await
+        .unwrap();
+    const SQL: &str = "SELECT 'ok'::mood AS m";
+
+    let row = c.query_one(SQL, &[]).await.unwrap();
+    assert_eq!(row.get_raw("m").unwrap(), Some(&b"ok"[..]));
+    let e = row.get::<_, Mood>("m").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
+    assert!(
+        e.to_string().contains("column m") && e.to_string().contains("get_raw"),
+        "{e}"
+    );
+
+    let streamed = match c.query_stream(SQL, &[]).await {
+        Ok(rows) => rows.try_collect::<Vec<_>>().await,
+        Err(e) => Err(e),
+    };
+    let e = streamed.unwrap_err();
+    assert!(
+        e.to_string().contains("permission denied") && e.to_string().contains("types"),
+        "{e}"
+    );
+
+    let mut p = c.pipeline();
+    let op = p.query(SQL, &[]).await.unwrap();
+    let mut results = p.end().await;
+    let _ = op;
+    let slipstream_pg::Output::Rows(rows) = results.remove(0).unwrap() else {
+        panic!("not rows")
+    };
+    assert_eq!(rows[0].get_raw(0).unwrap(), Some(&b"ok"[..]));
+    assert!(rows[0].get::<_, Mood>(0).is_err());
+
+    let e = c.prepare(SQL).await.unwrap_err();
+    assert!(e.to_string().contains("looking up its types failed"), "{e}");
+
+    let one: i32 = c.query_one("SELECT 1", &[]).await.unwrap().get(0).unwrap();
+    assert_eq!(one, 1);
+    assert!(c.is_reusable());
+
+    admin
+        .batch_execute("GRANT SELECT ON pg_catalog.pg_enum TO PUBLIC")
+        .await
+        .unwrap();
+    let row = c.query_one(SQL, &[]).await.unwrap();
+    assert_eq!(row.get::<_, Mood>("m").unwrap(), Mood::Ok);
+    let stmt = c.prepare(SQL).await.unwrap();
+    let rows: Vec<_> = c
+        .query_stream(&stmt, &[])
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, Mood>(0).unwrap(), Mood::Ok);
+}
