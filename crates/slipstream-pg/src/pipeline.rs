@@ -1098,6 +1098,9 @@ impl Pipeline<'_> {
         let columns = match source {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.client.id)?;
+                // Prepared in an earlier block and taken before its `end` looked its types up:
+                // the cache may hold them now (no lookup can be sent from here).
+                stmt.resolve_shared(&self.client.types);
                 // A pipeline cannot look the types up again before the operation (the lookup
                 // would be a request of its own in the middle of the block): a statement
                 // whose types may be stale is refused here; `Client::query` and the others

@@ -195,8 +195,17 @@ impl Client {
     /// looked up again (one round trip, once per clearing) and compared: the same, it runs;
     /// changed or gone, it is refused, naming the type. Free for a statement whose types are
     /// all built in, or that was checked since the last clearing.
+    ///
+    /// A statement with types never looked up (a `Pipeline::prepare` taken with `process`
+    /// before the block's `end`) has them looked up here, once for every handle.
     pub(crate) async fn check_statement_types(&mut self, stmt: &Statement) -> Result<(), Error> {
         self.forget_discarded();
+        if stmt.has_placeholders() {
+            self.look_up_types(&stmt.placeholders())
+                .await
+                .map_err(|e| e.context("looking up the prepared statement's types failed"))?;
+            stmt.resolve_shared(&self.types);
+        }
         if stmt.types_checked_at(self.types.generation()) {
             return Ok(());
         }
@@ -206,7 +215,12 @@ impl Client {
                 .iter()
                 .map(|t| crate::type_info::placeholder(t.oid()))
                 .collect();
-            self.look_up_types(&again).await?;
+            self.look_up_types(&again).await.map_err(|e| {
+                e.context(
+                    "looking up the prepared statement's types again (the type cache was \
+                     cleared since it was prepared) failed",
+                )
+            })?;
             if let Some((t, _)) = held
                 .iter()
                 .zip(&again)
@@ -1100,13 +1114,25 @@ fn encode_bind(
     );
     match result {
         Ok(()) => Ok(()),
-        Err(frontend::BindError::Conversion(e)) => Err(Error::conversion(
-            format!(
-                "cannot encode parameter ${failed_at} as {}",
-                types.get(failed_at.saturating_sub(1)).0
-            ),
-            Some(e),
-        )),
+        Err(frontend::BindError::Conversion(e)) => {
+            let ty = types.get(failed_at.saturating_sub(1)).0;
+            // A placeholder accepts no Rust type: say why the type is unknown.
+            let why = if is_placeholder(ty) {
+                format!(
+                    " (OID {}: a type not built in whose lookup has not run, as for a statement \
+                     prepared in a pipeline before its end, or failed: see the log); run the \
+                     statement outside a pipeline, which looks it up, or prepare it with \
+                     Client::prepare",
+                    ty.oid()
+                )
+            } else {
+                String::new()
+            };
+            Err(Error::conversion(
+                format!("cannot encode parameter ${failed_at} as {ty}{why}"),
+                Some(e),
+            ))
+        }
         Err(frontend::BindError::Serialization(e)) => {
             Err(Error::usage(format!("cannot encode parameters: {e}")))
         }

@@ -53,6 +53,14 @@ struct Inner {
     ///
     /// [`TypeCache::generation`]: crate::type_info::TypeCache::generation
     types_checked: AtomicU64,
+    /// Some of `params` and `columns` are placeholders (types not looked up when the statement
+    /// was made: a `Pipeline::prepare` taken with `process` before the block's `end`).
+    placeholders: bool,
+    /// `params` and `columns` with every placeholder replaced, once the type cache could
+    /// replace them all (`Statement::resolve_shared`). A handle the caller holds cannot be
+    /// changed in place, and without this its values could never be encoded nor its rows
+    /// read (a placeholder accepts no Rust type).
+    resolved: OnceLock<(Vec<Type>, Arc<[Column]>)>,
 }
 
 /// [`Inner::types_checked`] of a statement whose looked-up types were never checked.
@@ -67,11 +75,17 @@ impl Statement {
         client_id: u64,
         closes: Weak<Mutex<Vec<String>>>,
     ) -> Statement {
+        let placeholders = params
+            .iter()
+            .chain(columns.iter().map(Column::type_))
+            .any(crate::type_info::is_placeholder);
         Statement(Arc::new(Inner {
             name,
             sql,
             params,
             columns,
+            placeholders,
+            resolved: OnceLock::new(),
             client_id,
             closes,
             bind_without_values: OnceLock::new(),
@@ -82,11 +96,51 @@ impl Statement {
     /// The types of its parameters and columns that were looked up in the catalogs: neither
     /// built in (those never change) nor placeholders (never looked up; read raw only).
     pub(crate) fn looked_up_types(&self) -> impl Iterator<Item = &Type> {
-        self.0
-            .params
-            .iter()
-            .chain(self.0.columns.iter().map(Column::type_))
+        self.types()
             .filter(|t| Type::from_oid(t.oid()).is_none() && !crate::type_info::is_placeholder(t))
+    }
+
+    /// Its parameter types, then its columns' types.
+    fn types(&self) -> impl Iterator<Item = &Type> {
+        self.params()
+            .iter()
+            .chain(self.columns().iter().map(Column::type_))
+    }
+
+    /// Whether some of its types were never looked up (see [`Inner::placeholders`]).
+    pub(crate) fn has_placeholders(&self) -> bool {
+        self.0.placeholders && self.0.resolved.get().is_none()
+    }
+
+    /// The placeholders among its types.
+    pub(crate) fn placeholders(&self) -> Vec<Type> {
+        self.types()
+            .filter(|t| crate::type_info::is_placeholder(t))
+            .cloned()
+            .collect()
+    }
+
+    /// Replaces its placeholders for every handle, if the cache holds all of them (see
+    /// [`Inner::resolved`]); true if none is left.
+    pub(crate) fn resolve_shared(&self, cache: &crate::type_info::TypeCache) -> bool {
+        if !self.has_placeholders() {
+            return true;
+        }
+        let mut params = self.0.params.clone();
+        cache.resolve_params(&mut params);
+        let columns = cache
+            .resolve_columns(&self.0.columns)
+            .unwrap_or_else(|| self.0.columns.clone());
+        let left = params
+            .iter()
+            .chain(columns.iter().map(Column::type_))
+            .any(crate::type_info::is_placeholder);
+        if left {
+            return false;
+        }
+        // Its other looked-up types are as old as before: `types_checked` is left alone.
+        let _ = self.0.resolved.set((params, columns));
+        true
     }
 
     /// Whether its looked-up types are known to match the type cache of `generation`.
@@ -107,6 +161,11 @@ impl Statement {
             if let Some(columns) = cache.resolve_columns(&inner.columns) {
                 inner.columns = columns;
             }
+            inner.placeholders = inner
+                .params
+                .iter()
+                .chain(inner.columns.iter().map(Column::type_))
+                .any(crate::type_info::is_placeholder);
         }
     }
 
@@ -143,7 +202,7 @@ impl Statement {
     }
 
     pub(crate) fn columns_arc(&self) -> &Arc<[Column]> {
-        &self.0.columns
+        self.0.resolved.get().map_or(&self.0.columns, |(_, c)| c)
     }
 
     /// The parameter types the server inferred (or that were given).
@@ -156,7 +215,7 @@ impl Statement {
     /// # Ok(()) }
     /// ```
     pub fn params(&self) -> &[Type] {
-        &self.0.params
+        self.0.resolved.get().map_or(&self.0.params, |(p, _)| p)
     }
 
     /// The result columns (empty for statements that return no rows).
@@ -170,7 +229,7 @@ impl Statement {
     /// # Ok(()) }
     /// ```
     pub fn columns(&self) -> &[Column] {
-        &self.0.columns
+        self.columns_arc()
     }
 }
 
@@ -194,8 +253,8 @@ impl fmt::Debug for Statement {
         f.debug_struct("Statement")
             .field("name", &self.0.name)
             .field("sql", &self.0.sql)
-            .field("params", &self.0.params)
-            .field("columns", &self.0.columns)
+            .field("params", &self.params())
+            .field("columns", &self.columns())
             .finish()
     }
 }

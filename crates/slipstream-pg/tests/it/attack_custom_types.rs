@@ -641,3 +641,79 @@ async fn a_lookup_the_catalog_refuses_leaves_values_raw_and_the_connection_in_st
         .unwrap();
     assert_eq!(rows[0].get::<_, Mood>(0).unwrap(), Mood::Ok);
 }
+
+/// Promise (docs/pipelining.md): "a statement prepared inside a block can be used once
+/// `process` has returned it", and `end()` looks up the types a block met ("Prepare the
+/// statement before the block to have them resolved everywhere" is about rows `process`
+/// returns early). Steps: in a block, `prepare` three statements of an enum the connection
+/// has not met and take each with `process` (types not looked up yet), `end` the block
+/// (which looks the type up); then run one with `Client::query_one`, one in a later block,
+/// one as a row stream, each with an enum value, and read the enum back.
+/// Before the fix: the handles kept their placeholders for good, so every run failed with
+/// "cannot encode parameter $1 as (type not looked up).oid_16385" (with a `&str` too), a
+/// statement nobody could use.
+#[tokio::test]
+async fn a_statement_taken_from_a_block_before_its_end_becomes_usable() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+        .await
+        .unwrap();
+    const SQL: &str = "SELECT $1::mood AS m";
+    let mut p = c.pipeline();
+    let ops = [
+        p.prepare(SQL).await.unwrap(),
+        p.prepare(SQL).await.unwrap(),
+        p.prepare(SQL).await.unwrap(),
+    ];
+    let mut stmts = vec![];
+    for op in &ops {
+        stmts.push(p.process(op).await.unwrap());
+    }
+    drop(p.end().await);
+
+    let row = c.query_one(&stmts[0], &[&Mood::Ok]).await.unwrap();
+    assert_eq!(row.get::<_, Mood>("m").unwrap(), Mood::Ok);
+    // The handle is resolved for good: its clones too.
+    let again = stmts[0].clone();
+    let row = c.query_one(&again, &[&Mood::Sad]).await.unwrap();
+    assert_eq!(row.get::<_, Mood>("m").unwrap(), Mood::Sad);
+
+    let mut p = c.pipeline();
+    let op = p.query(&stmts[1], &[&Mood::Sad]).await.unwrap();
+    let rows = p.process(&op).await.unwrap();
+    drop(p.end().await);
+    assert_eq!(rows[0].get::<_, Mood>("m").unwrap(), Mood::Sad);
+
+    let rows: Vec<_> = c
+        .query_stream(&stmts[2], &[&Mood::Ok])
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, Mood>("m").unwrap(), Mood::Ok);
+}
+
+/// The error for a parameter whose type was never looked up says why and what to do.
+/// Steps: a statement prepared in a block on a fresh connection, taken before `end`, used in
+/// the same block (nothing can be looked up there). Holds after the fix above (before it the
+/// message named only "(type not looked up).oid_N").
+#[tokio::test]
+async fn a_parameter_type_not_looked_up_is_a_clear_error() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+        .await
+        .unwrap();
+    let mut p = c.pipeline();
+    let op = p.prepare("SELECT $1::mood").await.unwrap();
+    let stmt = p.process(&op).await.unwrap();
+    let e = p.query(&stmt, &[&Mood::Ok]).await.unwrap_err();
+    drop(p.end().await);
+    assert_eq!(e.kind(), ErrorKind::Conversion, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("parameter $1") && text.contains("Client::prepare"),
+        "{text}"
+    );
+    assert!(c.is_reusable());
+}
