@@ -113,3 +113,30 @@ async fn every_way_a_reported_setting_changes_is_reflected() {
         agrees(c, name, "DISCARD ALL").await;
     }
 }
+
+/// The same promise for changes made row by row inside a row stream (`set_config` in the
+/// select list): PostgreSQL reports them when the stream's `Sync` is answered, after its
+/// rows; read whole, or dropped part-way (the next call reads the rest), `parameter()` ends
+/// as the server's value. Holds.
+#[tokio::test]
+async fn settings_changed_inside_a_row_stream_are_reflected_after_it() {
+    use futures_util::StreamExt;
+    let (_cluster, mut c) = super::setup().await;
+    const SQL: &str = "SELECT set_config('application_name', 'row ' || g, false) \
+                       FROM generate_series(1, 500) g";
+    let rows = c
+        .query_stream_with(SQL, &[], slipstream_pg::FetchSize::Rows(7))
+        .await
+        .unwrap();
+    assert_eq!(rows.count().await, 500);
+    agrees(&mut c, "application_name", "a row stream read whole").await;
+    assert_eq!(c.parameter("application_name"), Some("row 500"));
+
+    let rows = c
+        .query_stream_with(SQL, &[], slipstream_pg::FetchSize::Rows(7))
+        .await
+        .unwrap();
+    let first: Vec<_> = rows.take(10).collect().await;
+    assert_eq!(first.len(), 10);
+    agrees(&mut c, "application_name", "a row stream dropped part-way").await;
+}
