@@ -1128,8 +1128,14 @@ fn encode_bind(
             } else {
                 String::new()
             };
+            // A placeholder's schema is a sentence, not a name: show its name (oid_N) alone.
+            let shown = if is_placeholder(ty) {
+                ty.name().to_string()
+            } else {
+                ty.to_string()
+            };
             Err(Error::conversion(
-                format!("cannot encode parameter ${failed_at} as {ty}{why}"),
+                format!("cannot encode parameter ${failed_at} as {shown}{why}"),
                 Some(e),
             ))
         }

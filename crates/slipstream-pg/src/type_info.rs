@@ -35,9 +35,12 @@ use postgres_types::{Field, Kind, ToSql, Type};
 
 use crate::{Column, Error, Row};
 
-/// The schema name given to placeholders: no real schema can be called this (PostgreSQL
-/// identifiers are at most 63 bytes, and this one has a space, which only a quoted name could).
-const PLACEHOLDER_SCHEMA: &str = "(type not looked up)";
+/// The schema name given to placeholders: no real schema can be called this, since
+/// PostgreSQL cuts identifiers to 63 bytes and this is longer. (A shorter one, even with spaces
+/// and parentheses, can be a quoted schema's name: `"(type not looked up)"` was, and the types
+/// in it were then taken for placeholders, their statements never cached.)
+const PLACEHOLDER_SCHEMA: &str =
+    "(not looked up: a type this connection has not read from the catalog)";
 
 /// How deep a type may nest (array of composite of domain of ...). PostgreSQL has no cycles
 /// here; a reply that claims one is refused rather than followed for ever.
@@ -354,6 +357,7 @@ mod tests {
 
     #[test]
     fn placeholders_are_told_apart_from_real_types() {
+        assert!(PLACEHOLDER_SCHEMA.len() > 63, "a schema could have the name");
         assert!(is_placeholder(&placeholder(16385)));
         assert!(!is_placeholder(&Type::INT4));
         assert!(!is_placeholder(&Type::new(

@@ -777,3 +777,38 @@ async fn looked_up_types_equal_tokio_postgres_types() {
         );
     }
 }
+
+/// Promise (docs/client.md, "Types"): a statement held across an `ALTER TYPE` on its
+/// connection never reads or writes a composite's fields in the old order, whatever schema the
+/// type is in. The client marks a type it has not looked up yet with a schema name that no
+/// real schema may have. Steps: as `a_statement_held_across_an_alter_type_on_its_connection_
+/// never_swaps_fields`, with `pair` in a schema named `"(type not looked up)"`.
+/// Before the fix (session 44, found by helper-50): that was the marker's exact name, so the
+/// looked-up `pair` was taken for a placeholder and left out of the held statement's check,
+/// and the read after the `ALTER TYPE` gave `b`'s value as `a` with no error.
+#[tokio::test]
+async fn a_type_in_a_schema_named_like_the_placeholder_marker_is_checked_like_any_other() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE SCHEMA \"(type not looked up)\";
+         CREATE TYPE \"(type not looked up)\".pair AS (a int4, b int4);
+         CREATE TABLE tp (p \"(type not looked up)\".pair); INSERT INTO tp VALUES (ROW(1, 2))",
+    )
+    .await
+    .unwrap();
+    let select = c.prepare("SELECT p FROM tp").await.unwrap();
+    let before: Pair = c.query_one(&select, &[]).await.unwrap().get(0).unwrap();
+    assert_eq!((before.a, before.b), (Some(1), Some(2)));
+    c.batch_execute(
+        "ALTER TYPE \"(type not looked up)\".pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4",
+    )
+    .await
+    .unwrap();
+    let (a, b) = truth(&mut c).await;
+    assert_eq!((a, b), (None, Some(2)), "the server dropped a's values");
+    let got = c
+        .query_one(&select, &[])
+        .await
+        .and_then(|row| row.get::<_, Pair>(0));
+    read_or_refused("query", got, &Pair { a, b });
+}
