@@ -127,11 +127,16 @@ impl Client {
     }
 
     /// A run-time parameter the server reported (`server_version`, `TimeZone`,
-    /// `in_hot_standby`, ...), kept current as the server sends changes.
+    /// `in_hot_standby`, ...), kept current as the server sends changes. The name is matched
+    /// exactly, as the server spells it (`TimeZone`, not `timezone`), as libpq's
+    /// `PQparameterStatus` does; only the parameters the server reports are here (others:
+    /// `SHOW`).
     ///
     /// ```no_run
     /// # fn f(client: &slipstream_pg::Client) {
     /// println!("server {}", client.parameter("server_version").unwrap_or("?"));
+    /// assert!(client.parameter("TimeZone").is_some());
+    /// assert_eq!(client.parameter("timezone"), None); // the server's spelling only
     /// # }
     /// ```
     pub fn parameter(&self, name: &str) -> Option<&str> {

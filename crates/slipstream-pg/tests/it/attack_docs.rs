@@ -351,6 +351,8 @@ async fn the_client_accessor_examples_hold() {
         assert!(p.end().await.iter().all(Result::is_ok));
     }
 
+    assert!(client.parameter("TimeZone").is_some());
+    assert_eq!(client.parameter("timezone"), None);
     assert_eq!(client.cancel_token().process_id(), client.backend_pid());
     let pid: i32 = client
         .query_one("SELECT pg_backend_pid()", &[])
