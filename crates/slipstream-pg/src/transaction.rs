@@ -61,6 +61,13 @@ impl<'a> TransactionBuilder<'a> {
         if !self.client.conn.is_settled() || !self.client.conn.deferred.is_empty() {
             self.client.settle().await?;
         }
+        if self.client.conn.tx_status == crate::TransactionStatus::Failed {
+            return Err(Error::usage(
+                "a failed transaction is open on this connection (a statement in it failed, and \
+                 every statement fails until it ends): roll it back first (ROLLBACK, or the \
+                 rollback of the Transaction or pipeline that began it), then begin again",
+            ));
+        }
         if self.client.conn.tx_status != crate::TransactionStatus::Idle {
             return Err(Error::usage(
                 "a transaction is already open on this connection: use Transaction::transaction() \

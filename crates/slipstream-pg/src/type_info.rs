@@ -357,7 +357,10 @@ mod tests {
 
     #[test]
     fn placeholders_are_told_apart_from_real_types() {
-        assert!(PLACEHOLDER_SCHEMA.len() > 63, "a schema could have the name");
+        assert!(
+            PLACEHOLDER_SCHEMA.len() > 63,
+            "a schema could have the name"
+        );
         assert!(is_placeholder(&placeholder(16385)));
         assert!(!is_placeholder(&Type::INT4));
         assert!(!is_placeholder(&Type::new(

@@ -997,3 +997,25 @@ async fn attack_writes_after_the_server_failed_the_copy_return_its_error() {
         one(&mut c, "after a failed COPY ended by abort or drop").await;
     }
 }
+
+/// Promise (bad input gets an error that names what failed and what to do): beginning a
+/// transaction on a connection whose transaction has failed says it failed and to roll it
+/// back. Steps: `BEGIN; SELECT 1/0` sent as SQL, then `Client::transaction`; then `ROLLBACK`
+/// and `Client::transaction` again.
+/// Before (session 44, helper-48 noticed): "a transaction is already open ... use
+/// Transaction::transaction() or Transaction::savepoint()", which would only fail again.
+#[tokio::test]
+async fn beginning_inside_a_failed_transaction_says_to_roll_it_back() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("BEGIN").await.unwrap();
+    c.batch_execute("SELECT 1/0").await.unwrap_err();
+    let e = c.transaction().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("failed transaction") && text.contains("roll it back"),
+        "{text}"
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+    c.transaction().await.unwrap().commit().await.unwrap();
+}
