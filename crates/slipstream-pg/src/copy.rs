@@ -159,6 +159,16 @@ impl CopyIn<'_> {
     /// Once the server has failed the COPY (bad data, a constraint violation), the next write
     /// that sends returns the server's error, and so does every later one, instead of sending
     /// data the server discards; [`CopyIn::finish`] returns it too. Nothing is loaded then.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut copy = client.copy_in("COPY items (id, name) FROM STDIN").await?;
+    /// for id in 1..=1000 {
+    ///     copy.write(format!("{id}\tpen {id}\n").as_bytes()).await?;
+    /// }
+    /// assert_eq!(copy.finish().await?, 1000);
+    /// # Ok(()) }
+    /// ```
     pub async fn write(&mut self, data: &[u8]) -> Result<(), Error> {
         self.check_failed()?;
         self.buf.extend_from_slice(data);
@@ -270,6 +280,15 @@ impl CopyIn<'_> {
     /// Ends the COPY and returns the number of rows the server loaded. A server-side error
     /// (bad data, constraint violation) is reported here; nothing is loaded then. Its text
     /// starts with the line (and column) of the data that failed, from the server's CONTEXT.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut copy = client.copy_in("COPY items (id) FROM STDIN").await?;
+    /// copy.write(b"1\n2\nthree\n").await?;
+    /// let e = copy.finish().await.unwrap_err(); // nothing was loaded
+    /// assert!(e.to_string().contains("line 3"), "{e}");
+    /// # Ok(()) }
+    /// ```
     pub async fn finish(mut self) -> Result<u64, Error> {
         // An error that failed the COPY itself is returned below, once its ReadyForQuery is in.
         if self.end.error.is_none()
@@ -518,6 +537,18 @@ pub struct CopyOut<'a> {
 
 impl<'a> CopyOut<'a> {
     /// The next chunk of data, or `None` at the end.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut out = client.copy_out("COPY (SELECT g FROM generate_series(1, 3) g) TO STDOUT").await?;
+    /// let mut text = Vec::new();
+    /// while let Some(chunk) = out.next().await? {
+    ///     text.extend_from_slice(&chunk);
+    /// }
+    /// assert_eq!(text, b"1\n2\n3\n");
+    /// assert_eq!(out.rows(), Some(3));
+    /// # Ok(()) }
+    /// ```
     pub async fn next(&mut self) -> Result<Option<Bytes>, Error> {
         std::future::poll_fn(|cx| self.poll_chunk(cx)).await
     }
@@ -561,6 +592,15 @@ impl<'a> CopyOut<'a> {
     }
 
     /// The number of rows copied, once the stream has ended.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut out = client.copy_out("COPY (SELECT 1) TO STDOUT").await?;
+    /// assert_eq!(out.rows(), None); // not ended yet
+    /// while out.next().await?.is_some() {}
+    /// assert_eq!(out.rows(), Some(1));
+    /// # Ok(()) }
+    /// ```
     pub fn rows(&self) -> Option<u64> {
         self.rows
     }

@@ -379,6 +379,16 @@ impl fmt::Display for Error {
 impl StdError for Error {}
 
 /// Where in the query text an error points, as the server reports it (1-based characters).
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) {
+/// use slipstream_pg::ErrorPosition;
+/// let e = client.batch_execute("SELECT nope FROM pg_class").await.unwrap_err();
+/// if let Some(ErrorPosition::Original(at)) = e.as_db_error().and_then(|db| db.position()) {
+///     assert_eq!(*at, 8); // `nope` starts at the 8th character
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ErrorPosition {
     /// A position in the query the client sent.

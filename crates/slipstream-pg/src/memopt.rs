@@ -41,6 +41,16 @@ mod sealed {
 /// A primary-key value [`Client::memopt_get`] takes: an integer (`i16`, `i32`, `i64`; sent as
 /// `bigint`, for `smallint`, `integer` and `bigint` keys) or text (`&str`, `String`; for `text`
 /// and `varchar` keys). The server refuses a key of the other kind with a clear error.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let items = client.memopt_table("items").await?; // items (id int PRIMARY KEY, ...)
+/// let row = client.memopt_get(&items, &42i32).await?;
+/// let tags = client.memopt_table("tags").await?; // tags (name text PRIMARY KEY, ...)
+/// let tag = client.memopt_get(&tags, "rust").await?;
+/// # let _ = (row, tag);
+/// # Ok(()) }
+/// ```
 pub trait MemoptKey: sealed::Sealed + Sync {
     /// Text (true) or an integer: which overload a key calls, known from the type alone so
     /// that an empty batch calls the right one too.

@@ -37,14 +37,40 @@ impl Notification {
     }
 
     /// The process id of the backend that sent it.
+    ///
+    /// ```no_run
+    /// # async fn f(listener: &mut slipstream_pg::Client, sender: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// listener.batch_execute("LISTEN jobs").await?;
+    /// sender.batch_execute("NOTIFY jobs, 'job 7'").await?;
+    /// let n = listener.wait_for_notification().await?;
+    /// assert_eq!(n.process_id(), sender.backend_pid());
+    /// # Ok(()) }
+    /// ```
     pub fn process_id(&self) -> i32 {
         self.process_id
     }
     /// The channel name.
+    ///
+    /// ```no_run
+    /// # async fn f(listener: &mut slipstream_pg::Client, sender: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// listener.batch_execute("LISTEN jobs").await?;
+    /// sender.batch_execute("NOTIFY jobs").await?;
+    /// assert_eq!(listener.wait_for_notification().await?.channel(), "jobs");
+    /// # Ok(()) }
+    /// ```
     pub fn channel(&self) -> &str {
         &self.channel
     }
     /// The payload (empty if none was given).
+    ///
+    /// ```no_run
+    /// # async fn f(listener: &mut slipstream_pg::Client, sender: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// listener.batch_execute("LISTEN jobs").await?;
+    /// sender.batch_execute("SELECT pg_notify('jobs', 'job 7'); NOTIFY jobs").await?;
+    /// assert_eq!(listener.wait_for_notification().await?.payload(), "job 7");
+    /// assert_eq!(listener.wait_for_notification().await?.payload(), ""); // none given
+    /// # Ok(()) }
+    /// ```
     pub fn payload(&self) -> &str {
         &self.payload
     }

@@ -20,6 +20,19 @@ use crate::{
 };
 
 /// A SQL string or a prepared [`Statement`]: what [`Client::query`] and friends accept.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::Uncached;
+/// let sql = "SELECT relname FROM pg_class WHERE oid = $1";
+/// let stmt = client.prepare(sql).await?;
+/// let by_text = client.query_one(sql, &[&1259u32]).await?; // cached SQL
+/// let by_stmt = client.query_one(&stmt, &[&1259u32]).await?; // a prepared statement
+/// let uncached = client.query_one(&Uncached(sql), &[&1259u32]).await?; // past the cache
+/// assert_eq!(by_text.get::<_, &str>(0)?, "pg_class");
+/// # let _ = (by_stmt, uncached);
+/// # Ok(()) }
+/// ```
 pub trait ToStatement: sealed::Sealed {
     #[doc(hidden)]
     fn source(&self) -> Source<'_>;

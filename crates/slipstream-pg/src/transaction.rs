@@ -5,6 +5,16 @@ use std::ops::{Deref, DerefMut};
 use crate::{Client, Error};
 
 /// The isolation level of a transaction.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// use slipstream_pg::IsolationLevel;
+/// let mut tx = client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().await?;
+/// let level: String = tx.query_one("SHOW transaction_isolation", &[]).await?.get(0)?;
+/// assert_eq!(level, "repeatable read");
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IsolationLevel {
     /// READ COMMITTED (PostgreSQL's default).
@@ -34,16 +44,52 @@ pub struct TransactionBuilder<'a> {
 
 impl<'a> TransactionBuilder<'a> {
     /// Sets the isolation level.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::{IsolationLevel, SqlState};
+    /// let mut tx = client.build_transaction().isolation_level(IsolationLevel::Serializable).start().await?;
+    /// match tx.execute("UPDATE accounts SET balance = balance - 10 WHERE id = 1", &[]).await {
+    ///     Err(e) if e.code() == Some(SqlState::T_R_SERIALIZATION_FAILURE) => { /* retry the whole transaction */ }
+    ///     other => { other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn isolation_level(mut self, level: IsolationLevel) -> Self {
         self.isolation = Some(level);
         self
     }
     /// READ ONLY or READ WRITE.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::SqlState;
+    /// let mut tx = client.build_transaction().read_only(true).start().await?;
+    /// let e = tx.batch_execute("CREATE TABLE t (x int)").await.unwrap_err();
+    /// assert_eq!(e.code(), Some(SqlState::READ_ONLY_SQL_TRANSACTION));
+    /// # Ok(()) }
+    /// ```
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = Some(read_only);
         self
     }
     /// DEFERRABLE (only meaningful for serializable read-only transactions).
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::IsolationLevel;
+    /// // A long report that waits for a safe snapshot instead of risking a serialization failure.
+    /// let mut tx = client
+    ///     .build_transaction()
+    ///     .isolation_level(IsolationLevel::Serializable)
+    ///     .read_only(true)
+    ///     .deferrable(true)
+    ///     .start()
+    ///     .await?;
+    /// let on: String = tx.query_one("SHOW transaction_deferrable", &[]).await?.get(0)?;
+    /// assert_eq!(on, "on");
+    /// # Ok(()) }
+    /// ```
     pub fn deferrable(mut self, deferrable: bool) -> Self {
         self.deferrable = Some(deferrable);
         self
@@ -53,6 +99,18 @@ impl<'a> TransactionBuilder<'a> {
     /// Refused with [`ErrorKind::Usage`](crate::ErrorKind::Usage) inside a transaction (one
     /// reached through a [`Transaction`]'s `Deref`, or a `BEGIN` sent as SQL): use
     /// [`Transaction::transaction`] or [`Transaction::savepoint`] for a nested one.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::ErrorKind;
+    /// let mut tx = client.build_transaction().read_only(true).start().await?;
+    /// // A second BEGIN through the first transaction is refused:
+    /// assert_eq!(tx.build_transaction().start().await.unwrap_err().kind(), ErrorKind::Usage);
+    /// let nested = tx.transaction().await?; // a savepoint instead
+    /// nested.commit().await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn start(self) -> Result<Transaction<'a>, Error> {
         // The server only warns about a second BEGIN, and this guard's COMMIT or ROLLBACK
         // (a dropped guard's too) would end the outer transaction, whose later statements
@@ -135,11 +193,33 @@ pub struct Transaction<'a> {
 
 impl Client {
     /// Starts a transaction with `BEGIN`.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut tx = client.transaction().await?;
+    /// tx.execute("UPDATE accounts SET balance = balance - 10 WHERE id = 1", &[]).await?;
+    /// tx.execute("UPDATE accounts SET balance = balance + 10 WHERE id = 2", &[]).await?;
+    /// tx.commit().await?; // both or neither; dropping `tx` instead rolls back
+    /// # Ok(()) }
+    /// ```
     pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
         self.build_transaction().start().await
     }
 
     /// Starts building a transaction with an isolation level or access mode.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// use slipstream_pg::IsolationLevel;
+    /// let tx = client
+    ///     .build_transaction()
+    ///     .isolation_level(IsolationLevel::RepeatableRead)
+    ///     .read_only(true)
+    ///     .start()
+    ///     .await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn build_transaction(&mut self) -> TransactionBuilder<'_> {
         TransactionBuilder {
             client: self,
@@ -226,6 +306,19 @@ impl<'a> Transaction<'a> {
     }
 
     /// Opens a named savepoint inside this transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO log VALUES ('kept')", &[]).await?;
+    /// {
+    ///     let mut sp = tx.savepoint("try_it").await?;
+    ///     sp.execute("INSERT INTO log VALUES ('undone')", &[]).await?;
+    ///     sp.rollback().await?; // ROLLBACK TO SAVEPOINT try_it
+    /// }
+    /// tx.commit().await?; // 'kept' only
+    /// # Ok(()) }
+    /// ```
     pub async fn savepoint(&mut self, name: &str) -> Result<Transaction<'_>, Error> {
         self.client
             .batch_execute(&format!("SAVEPOINT {}", quote_ident(name)))

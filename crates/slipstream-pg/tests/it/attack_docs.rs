@@ -451,3 +451,124 @@ async fn the_row_examples_hold() {
     assert_eq!(row.get("price").unwrap(), Some("1.50"));
     assert_eq!(row.get(1).unwrap(), None);
 }
+
+/// Holds. The `no_run` rustdoc examples of transactions, notifications and COPY state
+/// results; this runs the same calls on a real server.
+#[tokio::test]
+async fn the_transaction_notification_and_copy_examples_hold() {
+    use slipstream_pg::{IsolationLevel, SqlState};
+    let (cluster, mut client) = super::setup().await;
+    client
+        .batch_execute(
+            "CREATE TABLE items (id int PRIMARY KEY, name text); CREATE TABLE log (t text)",
+        )
+        .await
+        .unwrap();
+
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    let level: String = tx
+        .query_one("SHOW transaction_isolation", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(level, "repeatable read");
+    tx.commit().await.unwrap();
+
+    let mut tx = client
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .await
+        .unwrap();
+    let e = tx
+        .batch_execute("CREATE TABLE t (x int)")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::READ_ONLY_SQL_TRANSACTION));
+    drop(tx);
+
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::Serializable)
+        .read_only(true)
+        .deferrable(true)
+        .start()
+        .await
+        .unwrap();
+    let on: String = tx
+        .query_one("SHOW transaction_deferrable", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(on, "on");
+    assert_eq!(
+        tx.build_transaction().start().await.unwrap_err().kind(),
+        slipstream_pg::ErrorKind::Usage
+    );
+    let nested = tx.transaction().await.unwrap();
+    nested.commit().await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = client.transaction().await.unwrap();
+    tx.execute("INSERT INTO log VALUES ('kept')", &[])
+        .await
+        .unwrap();
+    {
+        let mut sp = tx.savepoint("try_it").await.unwrap();
+        sp.execute("INSERT INTO log VALUES ('undone')", &[])
+            .await
+            .unwrap();
+        sp.rollback().await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let rows = client.query("SELECT t FROM log", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, &str>(0).unwrap(), "kept");
+
+    let mut sender = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    client.batch_execute("LISTEN jobs").await.unwrap();
+    sender
+        .batch_execute("SELECT pg_notify('jobs', 'job 7'); NOTIFY jobs")
+        .await
+        .unwrap();
+    let n = client.wait_for_notification().await.unwrap();
+    assert_eq!(
+        (n.process_id(), n.channel(), n.payload()),
+        (sender.backend_pid(), "jobs", "job 7")
+    );
+    assert_eq!(client.wait_for_notification().await.unwrap().payload(), "");
+
+    let mut copy = client
+        .copy_in("COPY items (id, name) FROM STDIN")
+        .await
+        .unwrap();
+    for id in 1..=1000 {
+        copy.write(format!("{id}\tpen {id}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    assert_eq!(copy.finish().await.unwrap(), 1000);
+    let mut copy = client.copy_in("COPY items (id) FROM STDIN").await.unwrap();
+    copy.write(b"1001\n1002\nthree\n").await.unwrap();
+    let e = copy.finish().await.unwrap_err();
+    assert!(e.to_string().contains("line 3"), "{e}");
+
+    let mut out = client
+        .copy_out("COPY (SELECT g FROM generate_series(1, 3) g) TO STDOUT")
+        .await
+        .unwrap();
+    assert_eq!(out.rows(), None);
+    let mut text = Vec::new();
+    while let Some(chunk) = out.next().await.unwrap() {
+        text.extend_from_slice(&chunk);
+    }
+    assert_eq!(text, b"1\n2\n3\n");
+    assert_eq!(out.rows(), Some(3));
+}
