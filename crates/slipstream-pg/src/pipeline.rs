@@ -222,6 +222,17 @@ pub struct Op<T> {
 impl<T> Op<T> {
     /// The operation's position in its pipeline block, from 0: its index in the vector
     /// [`Pipeline::end`] returns.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+    /// let mut p = client.pipeline();
+    /// let first = p.query("SELECT 1", &[]).await?;
+    /// let second = p.query("SELECT 2", &[]).await?;
+    /// assert_eq!((first.id(), second.id()), (0, 1));
+    /// let results = p.end().await;
+    /// assert!(results[second.id() as usize].is_ok());
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -276,6 +287,19 @@ mod sealed {
 }
 
 /// A type [`Pipeline::process`] can return: `Vec<Row>`, `u64`, [`Statement`] or `()`.
+///
+/// ```no_run
+/// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
+/// let mut p = client.pipeline();
+/// let rows = p.query("SELECT 1", &[]).await?; // Op<Vec<Row>>
+/// let n = p.execute("UPDATE jobs SET state = 'new'", &[]).await?; // Op<u64>
+/// let stmt = p.prepare("SELECT $1::int4").await?; // Op<Statement>
+/// let rows: Vec<slipstream_pg::Row> = p.process(&rows).await?;
+/// let updated: u64 = p.process(&n).await?;
+/// let stmt: slipstream_pg::Statement = p.process(&stmt).await?;
+/// # let _ = (rows, updated, stmt);
+/// # Ok(()) }
+/// ```
 pub trait FromOutput: sealed::Sealed + Sized {
     #[doc(hidden)]
     fn from_output(output: Output) -> Option<Self>;

@@ -572,3 +572,27 @@ async fn the_transaction_notification_and_copy_examples_hold() {
     assert_eq!(text, b"1\n2\n3\n");
     assert_eq!(out.rows(), Some(3));
 }
+
+/// Holds. `Op::id` and `FromOutput`'s examples: ids count from 0 in queue order and index
+/// what `end` returns; each `Op` gives its own output type.
+#[tokio::test]
+async fn the_pipeline_op_examples_hold() {
+    let (_cluster, mut client) = super::setup().await;
+    client
+        .batch_execute("CREATE TABLE jobs (state text); INSERT INTO jobs VALUES ('a'), ('b')")
+        .await
+        .unwrap();
+    let mut p = client.pipeline();
+    let rows = p.query("SELECT 1", &[]).await.unwrap();
+    let n = p
+        .execute("UPDATE jobs SET state = 'new'", &[])
+        .await
+        .unwrap();
+    let stmt = p.prepare("SELECT $1::int4").await.unwrap();
+    assert_eq!((rows.id(), n.id(), stmt.id()), (0, 1, 2));
+    assert_eq!(p.process(&rows).await.unwrap().len(), 1);
+    assert_eq!(p.process(&n).await.unwrap(), 2);
+    assert_eq!(p.process(&stmt).await.unwrap().sql(), "SELECT $1::int4");
+    let results = p.end().await;
+    assert_eq!(results.len(), 3);
+}
