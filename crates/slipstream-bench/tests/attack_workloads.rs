@@ -32,6 +32,18 @@ sql = "INSERT INTO drawn (pid, kind, k, w) VALUES (pg_backend_pid(), 'b', :key, 
 const DRAWN: &str =
     "CREATE TABLE drawn (id bigserial PRIMARY KEY, pid int, kind text, k bigint, w text)";
 
+/// A cluster that preloads pg_stat_statements (not yet created in any database), a runtime,
+/// and a connection to it.
+fn preloading_pg_stat_statements() -> (Cluster, tokio::runtime::Runtime, Client) {
+    let cluster = Cluster::builder()
+        .setting("shared_preload_libraries", "pg_stat_statements")
+        .start()
+        .unwrap();
+    let rt = rt();
+    let c = rt.block_on(slipstream_pg::connect(&cluster.url())).unwrap();
+    (cluster, rt, c)
+}
+
 fn config(url: &str, users: usize, secs: f64, seed: u64) -> RunConfig {
     let mut c = RunConfig::new(Some(url.into()));
     c.users = users;
@@ -173,13 +185,8 @@ fn a_seeded_run_repeats_each_users_picks_and_parameters() {
 /// the INSERT's `calls` in pg_stat_statements over the run equal to the successes.
 #[test]
 fn the_runs_context_matches_what_the_server_says() {
-    let cluster = Cluster::builder()
-        .setting("shared_preload_libraries", "pg_stat_statements")
-        .start()
-        .unwrap();
+    let (cluster, rt, mut c) = preloading_pg_stat_statements();
     let url = cluster.url();
-    let rt = rt();
-    let mut c = rt.block_on(slipstream_pg::connect(&url)).unwrap();
     rt.block_on(c.batch_execute(&format!("CREATE EXTENSION pg_stat_statements; {DRAWN}")))
         .unwrap();
     let file = workload_file::parse(LOGGING, "logging.toml").unwrap();
@@ -397,13 +404,8 @@ fn order_entry_at_its_smallest_scale_runs_every_type_without_failures() {
 /// was right.
 #[test]
 fn pg_stat_statements_in_a_schema_off_the_search_path_is_read() {
-    let cluster = Cluster::builder()
-        .setting("shared_preload_libraries", "pg_stat_statements")
-        .start()
-        .unwrap();
+    let (cluster, rt, mut c) = preloading_pg_stat_statements();
     let url = cluster.url();
-    let rt = rt();
-    let mut c = rt.block_on(slipstream_pg::connect(&url)).unwrap();
     rt.block_on(c.batch_execute(
         "CREATE SCHEMA \"Stats Ext\"; CREATE EXTENSION pg_stat_statements SCHEMA \"Stats Ext\"",
     ))
