@@ -1074,7 +1074,11 @@ fn run_pgbench(
     let args: Vec<String> = ["-M", "prepared", "-j", "1", "-l", "-c"]
         .iter()
         .map(|a| a.to_string())
-        .chain([clients.to_string(), "-T".into(), secs.to_string()])
+        .chain([
+            clients.to_string(),
+            "-T".into(),
+            pgbench_secs(secs, per_tx, rtt_us).to_string(),
+        ])
         .collect();
     let run = pgbench_peer(url, &script, &args)?;
     let log = after_first_transactions(&run.logs, per_tx);
@@ -1103,6 +1107,15 @@ fn pgbench_peer(
     args: &[String],
 ) -> anyhow::Result<super::pgbench::PgbenchRun> {
     super::pgbench::run_with_settings(url, script, args, &[("pipeline_flush.enabled", "off")])
+}
+
+/// How long pgbench runs: `secs` after its clients' first transactions, which prepare each of
+/// the script's `per_tx` commands with a round trip of its own (twice the RTT allowed for each,
+/// for the proxy and the server). Only later transactions are measured: at 1 ms a pipelined
+/// DML transaction (1,002 commands) prepares for over a second, so a fixed `-T 1` left no
+/// later transaction and the cell was skipped on a loaded machine.
+fn pgbench_secs(secs: u64, per_tx: usize, rtt_us: u64) -> u64 {
+    secs + (per_tx as u64 * rtt_us * 2).div_ceil(1_000_000)
 }
 
 /// What a pgbench per-transaction log (`-l`) says once each client's first transaction is
@@ -1381,6 +1394,24 @@ mod tests {
             "two later transactions of two statements per client; pgbench's log:\n{}",
             run.logs
         );
+    }
+
+    /// pgbench runs long enough for later transactions after the preparing ones, which take a
+    /// round trip per command. Before (session 44's clean-clone CI): `-T 1` at 1 ms RTT for
+    /// the 1,002-command DML pipeline, whose first transaction alone takes over a second, so
+    /// the quick form's `dml_rtt1000us_pgbench_batch` cell had no transaction to measure.
+    #[test]
+    fn pgbench_outlasts_the_preparing_transaction() {
+        let dml = DML_LOOPS * 5 + 2;
+        let preparing_s = |per_tx: usize, rtt_us: u64| per_tx as f64 * rtt_us as f64 / 1e6;
+        for (per_tx, rtt_us) in [(dml, 1000), (dml, 5000), (BATCH, 1000), (1, 1000)] {
+            let total = pgbench_secs(1, per_tx, rtt_us) as f64;
+            assert!(
+                total >= 1.0 + 2.0 * preparing_s(per_tx, rtt_us),
+                "{per_tx} commands at {rtt_us} us: {total} s"
+            );
+        }
+        assert_eq!(pgbench_secs(2, dml, 0), 2, "no delay: no time added");
     }
 
     /// The rate comes from the later transactions' own times: a slow first transaction (the
