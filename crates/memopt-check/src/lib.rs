@@ -76,11 +76,18 @@ where
 /// (`memopt.test_cleanup_delay`), so that readers land in that window often: only the fences
 /// keep them from stale rows.
 ///
+/// # Errors
+/// The connect or the `SET` failing (no server, memopt not loaded), or the connection lost
+/// mid-run: a writer that could only count failures would pass the stress tests' "the writers
+/// ran" check without writing.
+///
 /// ```no_run
 /// # use std::sync::{Arc, atomic::{AtomicBool, AtomicU64}};
 /// # async fn demo(url: String) {
 /// let (stop, writes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-/// tokio::spawn(memopt_check::write_randomly(url, &["t"], 1000, 7, stop, writes));
+/// let writer = tokio::spawn(memopt_check::write_randomly(url, &["t"], 1000, 7, stop, writes));
+/// // ... later: stop it, then
+/// writer.await.expect("the writer did not panic").expect("the writer kept its connection");
 /// # }
 /// ```
 pub async fn write_randomly(
@@ -90,13 +97,10 @@ pub async fn write_randomly(
     seed: u64,
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicU64>,
-) {
-    let mut c = slipstream_pg::connect(&url)
-        .await
-        .expect("a writer connects");
+) -> Result<(), Error> {
+    let mut c = slipstream_pg::connect(&url).await?;
     c.batch_execute("SET memopt.test_cleanup_delay = '1ms'")
-        .await
-        .expect("memopt is loaded");
+        .await?;
     let mut rng = SmallRng::seed_from_u64(seed);
     while !stop.load(Ordering::Relaxed) {
         let t = tables[rng.random_range(0..tables.len())];
@@ -122,12 +126,16 @@ pub async fn write_randomly(
             "COMMIT;"
         });
         // Key moves collide (unique violations) and writers deadlock at times: the transaction
-        // is then rolled back, which is part of what is being tested.
-        if c.batch_execute(&sql).await.is_err() {
+        // is then rolled back, which is part of what is being tested. A lost connection is not.
+        if let Err(e) = c.batch_execute(&sql).await {
+            if e.is_closed() {
+                return Err(e);
+            }
             let _ = c.batch_execute("ROLLBACK").await;
         }
         writes.fetch_add(1, Ordering::Relaxed);
     }
+    Ok(())
 }
 
 pub mod fuzz;

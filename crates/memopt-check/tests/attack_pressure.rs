@@ -57,7 +57,7 @@ async fn eviction_on_a_full_pool_racing_writes_drops_and_populates_stays_right_h
     {
         let (url, stop) = (url.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let mut c = slipstream_pg::connect(&url).await.unwrap();
+            let mut c = slipstream_pg::connect(&url).await?;
             let mut round = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let t = TABLES[round % 2];
@@ -67,10 +67,11 @@ async fn eviction_on_a_full_pool_racing_writes_drops_and_populates_stays_right_h
                 } else {
                     format!("SELECT memopt.populate('{t}')")
                 };
-                c.batch_execute(&sql).await.unwrap();
+                c.batch_execute(&sql).await?;
                 round += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
+            Ok(())
         }));
     }
 
@@ -122,7 +123,7 @@ async fn eviction_on_a_full_pool_racing_writes_drops_and_populates_stays_right_h
     }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
-        t.await.unwrap();
+        t.await.unwrap().unwrap();
     }
 
     let row = setup

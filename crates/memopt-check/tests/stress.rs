@@ -80,7 +80,7 @@ async fn memopt_answers_match_the_normal_plan_under_concurrent_writes() {
     }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
-        w.await.unwrap();
+        w.await.unwrap().unwrap();
     }
 
     let row = setup

@@ -1129,23 +1129,19 @@ fn encode_bind(
         Ok(()) => Ok(()),
         Err(frontend::BindError::Conversion(e)) => {
             let ty = types.get(failed_at.saturating_sub(1)).0;
-            // A placeholder accepts no Rust type: say why the type is unknown.
-            let why = if is_placeholder(ty) {
-                format!(
+            // A placeholder accepts no Rust type: say why the type is unknown. Its schema is a
+            // sentence, not a name: show its name (oid_N) alone.
+            let (shown, why) = if is_placeholder(ty) {
+                let why = format!(
                     " (OID {}: a type not built in whose lookup has not run, as for a statement \
                      prepared in a pipeline before its end, or failed: see the log); run the \
                      statement outside a pipeline, which looks it up, or prepare it with \
                      Client::prepare",
                     ty.oid()
-                )
+                );
+                (ty.name().to_string(), why)
             } else {
-                String::new()
-            };
-            // A placeholder's schema is a sentence, not a name: show its name (oid_N) alone.
-            let shown = if is_placeholder(ty) {
-                ty.name().to_string()
-            } else {
-                ty.to_string()
+                (ty.to_string(), String::new())
             };
             Err(Error::conversion(
                 format!("cannot encode parameter ${failed_at} as {shown}{why}"),

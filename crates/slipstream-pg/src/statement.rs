@@ -75,10 +75,7 @@ impl Statement {
         client_id: u64,
         closes: Weak<Mutex<Vec<String>>>,
     ) -> Statement {
-        let placeholders = params
-            .iter()
-            .chain(columns.iter().map(Column::type_))
-            .any(crate::type_info::is_placeholder);
+        let placeholders = any_placeholder(&params, &columns);
         Statement(Arc::new(Inner {
             name,
             sql,
@@ -131,11 +128,7 @@ impl Statement {
         let columns = cache
             .resolve_columns(&self.0.columns)
             .unwrap_or_else(|| self.0.columns.clone());
-        let left = params
-            .iter()
-            .chain(columns.iter().map(Column::type_))
-            .any(crate::type_info::is_placeholder);
-        if left {
+        if any_placeholder(&params, &columns) {
             return false;
         }
         // Its other looked-up types are as old as before: `types_checked` is left alone.
@@ -161,11 +154,7 @@ impl Statement {
             if let Some(columns) = cache.resolve_columns(&inner.columns) {
                 inner.columns = columns;
             }
-            inner.placeholders = inner
-                .params
-                .iter()
-                .chain(inner.columns.iter().map(Column::type_))
-                .any(crate::type_info::is_placeholder);
+            inner.placeholders = any_placeholder(&inner.params, &inner.columns);
         }
     }
 
@@ -231,6 +220,14 @@ impl Statement {
     pub fn columns(&self) -> &[Column] {
         self.columns_arc()
     }
+}
+
+/// Whether some of these parameter or column types were never looked up.
+fn any_placeholder(params: &[Type], columns: &[Column]) -> bool {
+    params
+        .iter()
+        .chain(columns.iter().map(Column::type_))
+        .any(crate::type_info::is_placeholder)
 }
 
 impl Drop for Inner {
