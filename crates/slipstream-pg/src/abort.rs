@@ -48,7 +48,16 @@ impl AbortHandle {
             Socket::Unix(s) => s.as_fd().try_clone_to_owned(),
             Socket::Tls(s) => s.get_ref().0.as_fd().try_clone_to_owned(),
         }
-        .map_err(|e| Error::io("duplicating the socket for an abort handle", e))?;
+        // A failed dup (EMFILE) is the process's limit, not the connection's: the connection
+        // stays usable, so the error must not say `is_closed`, or a caller following the
+        // documented reconnect pattern would throw a good connection away.
+        .map_err(|e| {
+            Error::local_io(
+                "could not duplicate the socket for an abort handle",
+                e,
+                "the connection is unharmed; raise the process's open-file limit (ulimit -n) or close files",
+            )
+        })?;
         Ok(AbortHandle {
             cancel,
             socket: fd,

@@ -93,7 +93,8 @@ impl Client {
     ///
     /// # Errors
     /// [`ErrorKind::Io`](crate::ErrorKind::Io) if the socket's descriptor cannot be duplicated
-    /// (the process is out of file descriptors).
+    /// (the process is out of file descriptors); the connection itself is unharmed, so
+    /// [`Error::is_closed`](crate::Error::is_closed) is false.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {

@@ -198,7 +198,7 @@ impl CopyIn<'_> {
         loop {
             self.buf.reserve(COPY_CHUNK);
             let n = reader.read_buf(&mut self.buf).await.map_err(|e| {
-                Error::caller_io(
+                Error::local_io(
                     "could not read the data to copy",
                     e,
                     "the connection and the COPY are unharmed: abort() the COPY (or drop it) \
@@ -621,13 +621,13 @@ impl<'a> CopyOut<'a> {
     pub async fn write_to<W: AsyncWrite + Unpin>(&mut self, mut writer: W) -> Result<u64, Error> {
         while let Some(chunk) = self.next().await? {
             writer.write_all(&chunk).await.map_err(|e| {
-                Error::caller_io("could not write the copied data", e, WRITE_TO_HINT)
+                Error::local_io("could not write the copied data", e, WRITE_TO_HINT)
             })?;
         }
         writer
             .flush()
             .await
-            .map_err(|e| Error::caller_io("could not write the copied data", e, WRITE_TO_HINT))?;
+            .map_err(|e| Error::local_io("could not write the copied data", e, WRITE_TO_HINT))?;
         Ok(self.rows.unwrap_or(0))
     }
 

@@ -92,7 +92,7 @@ struct Inner {
     aborted_by: Option<u64>,
     /// For [`ErrorKind::Io`]: the I/O that failed was the caller's reader or writer, not the
     /// socket, so the connection is unharmed (`is_closed()` is false).
-    caller_io: bool,
+    local_io: bool,
 }
 
 impl Error {
@@ -104,7 +104,7 @@ impl Error {
             db: None,
             source,
             aborted_by: None,
-            caller_io: false,
+            local_io: false,
         }))
     }
 
@@ -164,7 +164,7 @@ impl Error {
     /// ```
     pub fn is_closed(&self) -> bool {
         match self.0.kind {
-            ErrorKind::Io => !self.0.caller_io,
+            ErrorKind::Io => !self.0.local_io,
             ErrorKind::Protocol | ErrorKind::Closed => true,
             ErrorKind::Db => self.0.db.as_ref().is_some_and(DbError::is_fatal),
             _ => false,
@@ -225,11 +225,12 @@ impl Error {
         Error::new(ErrorKind::Io, Some(context.to_string()), Some(Box::new(e)))
     }
 
-    /// The caller's own reader or writer failed (a COPY's file): an I/O error that leaves the
-    /// connection unharmed, so [`Error::is_closed`] is false and `hint` says what to do.
-    pub(crate) fn caller_io(context: &str, e: io::Error, hint: &'static str) -> Error {
+    /// An I/O error outside the connection (the caller's reader or writer in a COPY, or the
+    /// process out of file descriptors): the connection is unharmed, so [`Error::is_closed`]
+    /// is false and `hint` says what to do.
+    pub(crate) fn local_io(context: &str, e: io::Error, hint: &'static str) -> Error {
         let mut e = Error::io(context, e).hint(hint);
-        e.0.caller_io = true;
+        e.0.local_io = true;
         e
     }
 
@@ -283,7 +284,7 @@ impl Error {
         e.0.hint = self.0.hint;
         e.0.db = self.0.db.clone();
         e.0.aborted_by = self.0.aborted_by;
-        e.0.caller_io = self.0.caller_io;
+        e.0.local_io = self.0.local_io;
         e
     }
 
