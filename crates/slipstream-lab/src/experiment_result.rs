@@ -53,6 +53,11 @@ pub struct ExperimentResult {
 
 impl ExperimentResult {
     /// An empty result for `experiment`, stamped now.
+    /// ```
+    /// let r = slipstream_lab::ExperimentResult::new("my-experiment", "What it measures", false);
+    /// assert_eq!((r.experiment.as_str(), r.quick), ("my-experiment", false));
+    /// assert!(r.ratios.is_empty() && r.started_at.ends_with('Z'));
+    /// ```
     pub fn new(experiment: &str, title: &str, quick: bool) -> ExperimentResult {
         ExperimentResult {
             schema: SCHEMA.into(),
@@ -72,17 +77,43 @@ impl ExperimentResult {
     }
 
     /// Records a parameter.
+    /// ```
+    /// let mut r = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+    /// r.param("rounds", 5);
+    /// r.param("workload", "read-only");
+    /// assert_eq!(r.parameters["rounds"], 5);
+    /// ```
     pub fn param(&mut self, name: &str, value: impl Into<serde_json::Value>) {
         self.parameters.insert(name.into(), value.into());
     }
 
     /// Writes the result as pretty JSON, atomically: a reader never sees half a file.
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("demo.json");
+    /// let mut r = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+    /// r.ratios.insert("ours_over_peer".into(), f64::NAN); // never measured: written as null
+    /// r.write_json(&path)?;
+    /// assert!(std::fs::read_to_string(&path)?.contains("\"ours_over_peer\": null"));
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
     pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)?;
         write_atomically(path, text.as_bytes())
     }
 
     /// Reads a result file, checking its schema.
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("demo.json");
+    /// let mut r = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+    /// r.ratios.insert("ours_over_peer".into(), 1.25);
+    /// r.write_json(&path)?;
+    /// assert_eq!(slipstream_lab::ExperimentResult::read_json(&path)?.ratios["ours_over_peer"], 1.25);
+    /// std::fs::write(&path, r#"{"schema": "something else"}"#)?;
+    /// assert!(slipstream_lab::ExperimentResult::read_json(&path).is_err());
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
     pub fn read_json(path: &Path) -> anyhow::Result<ExperimentResult> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;

@@ -10,6 +10,16 @@ use crate::ExperimentResult;
 
 /// Writes `index.html` into `dir`, embedding each result's SVG chart (`<name>.svg` in `dir`)
 /// so the page stands alone.
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let mut r = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+/// r.table = slipstream_lab::Table::new(&["client", "ops/s"]);
+/// r.table.row(vec!["ours".into(), "1200".into()]);
+/// slipstream_lab::write_report(dir.path(), &[r])?;
+/// let html = std::fs::read_to_string(dir.path().join("index.html"))?;
+/// assert!(html.contains("demo: A demo") && html.contains("1200"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn write_report(dir: &Path, results: &[ExperimentResult]) -> anyhow::Result<()> {
     let mut html = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>slipstream lab report</title><style>\

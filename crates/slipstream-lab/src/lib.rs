@@ -28,6 +28,10 @@ pub use summary::{Summary, noise_warning, paired_ratios};
 
 /// Where and how to run an experiment.
 #[derive(Debug, Clone)]
+/// ```
+/// let ctx = slipstream_lab::Context { url: "postgres://postgres@127.0.0.1/postgres".into(), quick: true };
+/// assert!(ctx.quick);
+/// ```
 pub struct Context {
     /// The database to run against (URL or key=value).
     pub url: String,
@@ -37,6 +41,11 @@ pub struct Context {
 
 /// One experiment the lab can run.
 #[derive(Debug, Clone, Copy)]
+/// ```
+/// for e in slipstream_lab::EXPERIMENTS {
+///     println!("{:16} {} ({})", e.name, e.title, e.source);
+/// }
+/// ```
 pub struct Experiment {
     /// Its name on the command line.
     pub name: &'static str,
@@ -136,6 +145,13 @@ pub const EXPERIMENTS: &[Experiment] = &[
 ];
 
 /// Looks an experiment up by name.
+/// ```
+/// let e = slipstream_lab::find("pipeline")?;
+/// assert!(e.source.contains("article 000"));
+/// let unknown = slipstream_lab::find("pipelines").unwrap_err().to_string();
+/// assert!(unknown.contains("available: connect, roundtrip"), "{unknown}");
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn find(name: &str) -> anyhow::Result<&'static Experiment> {
     EXPERIMENTS.iter().find(|e| e.name == name).ok_or_else(|| {
         let names: Vec<_> = EXPERIMENTS.iter().map(|e| e.name).collect();
@@ -147,6 +163,14 @@ pub fn find(name: &str) -> anyhow::Result<&'static Experiment> {
 }
 
 /// Runs an experiment by name and returns its result (nothing is written).
+/// ```no_run
+/// let ctx = slipstream_lab::Context { url: "postgres://postgres@127.0.0.1/postgres".into(), quick: true };
+/// let result = slipstream_lab::run("statement-cache", &ctx)?;
+/// for (name, ratio) in &result.ratios {
+///     println!("{name}: {ratio:.2}");
+/// }
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn run(name: &str, ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let experiment = find(name)?;
     let start = std::time::Instant::now();
@@ -157,6 +181,19 @@ pub fn run(name: &str, ctx: &Context) -> anyhow::Result<ExperimentResult> {
 }
 
 /// Writes `<dir>/<name>.json` and `<dir>/<name>.svg` for a result.
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let mut result = slipstream_lab::ExperimentResult::new("demo", "A demo", true);
+/// result.series.push(slipstream_lab::Series {
+///     name: "ours".into(),
+///     x_label: "round".into(),
+///     y_label: "ops/s".into(),
+///     points: vec![(1.0, 10.0), (2.0, 12.0)],
+/// });
+/// slipstream_lab::write_outputs(&result, dir.path())?;
+/// assert!(dir.path().join("demo.json").exists() && dir.path().join("demo.svg").exists());
+/// # Ok::<(), anyhow::Error>(())
+/// ```
 pub fn write_outputs(result: &ExperimentResult, dir: &std::path::Path) -> anyhow::Result<()> {
     result.write_json(&dir.join(format!("{}.json", result.experiment)))?;
     if !result.series.is_empty() {

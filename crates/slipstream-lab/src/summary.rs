@@ -29,6 +29,12 @@ pub struct Summary {
 
 impl Summary {
     /// Summarises `samples` (empty gives zeros).
+    /// ```
+    /// let s = slipstream_lab::Summary::of(&[3.0, 1.0, 2.0, 10.0]);
+    /// assert_eq!((s.n, s.min, s.max), (4, 1.0, 10.0));
+    /// assert_eq!(s.p50, 2.5); // the mean of the middle two
+    /// assert_eq!(slipstream_lab::Summary::of(&[]).n, 0);
+    /// ```
     pub fn of(samples: &[f64]) -> Summary {
         if samples.is_empty() {
             return Summary::default();
@@ -63,6 +69,10 @@ impl Summary {
     }
 
     /// Coefficient of variation (sd / mean).
+    /// ```
+    /// let s = slipstream_lab::Summary::of(&[90.0, 100.0, 110.0]);
+    /// assert!((s.cv() - 0.1).abs() < 1e-12); // sd 10 over mean 100
+    /// ```
     pub fn cv(&self) -> f64 {
         if self.mean == 0.0 {
             0.0
@@ -72,11 +82,19 @@ impl Summary {
     }
 
     /// `mean ± sd` with `digits` decimals.
+    /// ```
+    /// let s = slipstream_lab::Summary::of(&[90.0, 100.0, 110.0]);
+    /// assert_eq!(s.mean_sd(1), "100.0 ± 10.0");
+    /// ```
     pub fn mean_sd(&self, digits: usize) -> String {
         format!("{:.d$} ± {:.d$}", self.mean, self.sd, d = digits)
     }
 
     /// `min … max` with `digits` decimals.
+    /// ```
+    /// let s = slipstream_lab::Summary::of(&[90.0, 100.0, 110.0]);
+    /// assert_eq!(s.range(0), "90 … 110");
+    /// ```
     pub fn range(&self, digits: usize) -> String {
         format!("{:.d$} … {:.d$}", self.min, self.max, d = digits)
     }
@@ -101,6 +119,12 @@ pub fn paired_ratios(ours: &[f64], peer: &[f64]) -> Summary {
 }
 
 /// A warning with a remedy when a measurement is noisy (coefficient of variation above 10%).
+/// ```
+/// use slipstream_lab::{Summary, noise_warning};
+/// assert!(noise_warning("rate", &Summary::of(&[99.0, 100.0, 101.0]), true).is_none());
+/// let w = noise_warning("rate", &Summary::of(&[50.0, 100.0, 150.0]), true).unwrap();
+/// assert!(w.starts_with("rate: the runs vary by 50%"), "{w}");
+/// ```
 pub fn noise_warning(what: &str, s: &Summary, quick: bool) -> Option<String> {
     // The full form has no more rounds to offer: only a quieter machine helps then.
     let remedy = if quick {
