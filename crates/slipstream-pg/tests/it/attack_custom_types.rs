@@ -2,6 +2,7 @@
 //! what a value looks like through slipstream against tokio-postgres and the server's own text,
 //! and whether a definition the client holds can go stale without an error.
 
+use super::attack_types::Mood;
 use futures_util::TryStreamExt;
 use slipstream_pg::types::{FromSql, ToSql};
 use slipstream_pg::{Client, ErrorKind};
@@ -556,15 +557,6 @@ async fn an_alter_type_inside_a_do_block_needs_clear_statement_cache() {
         read(c.query_one("SELECT p FROM tp", &[]).await.unwrap()),
         truth
     );
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, ToSql, FromSql)]
-#[postgres(name = "mood")]
-enum Mood {
-    #[postgres(name = "sad")]
-    Sad,
-    #[postgres(name = "ok")]
-    Ok,
 }
 
 /// Promise (docs/client.md, "Types"): "a lookup that fails after the statement itself ran

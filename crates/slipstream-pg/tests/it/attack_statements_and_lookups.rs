@@ -7,18 +7,8 @@ use futures_util::{SinkExt, StreamExt};
 use slipstream_pg::types::{FromSql, Kind, ToSql};
 use slipstream_pg::{Client, Uncached};
 
+use super::custom_types::Mood;
 use super::engine::{DropAfter, bounded};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
-#[postgres(name = "mood")]
-enum Mood {
-    #[postgres(name = "sad")]
-    Sad,
-    #[postgres(name = "ok")]
-    Ok,
-    #[postgres(name = "happy")]
-    Happy,
-}
 
 async fn count(c: &mut Client, sql: &str) -> i64 {
     bounded(sql, c.query_one(&Uncached(sql), &[]))

@@ -5,7 +5,7 @@ use slipstream_pg::types::{FromSql, Kind, ToSql, Type};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
 #[postgres(name = "mood")]
-enum Mood {
+pub(crate) enum Mood {
     #[postgres(name = "sad")]
     Sad,
     #[postgres(name = "ok")]

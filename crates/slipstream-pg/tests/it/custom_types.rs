@@ -8,7 +8,7 @@ use slipstream_pg::{Client, FetchSize, PipelineMode, PipelineOptions, Row, Uncac
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ToSql, FromSql)]
 #[postgres(name = "mood")]
-enum Mood {
+pub(crate) enum Mood {
     #[postgres(name = "sad")]
     Sad,
     #[postgres(name = "ok")]
