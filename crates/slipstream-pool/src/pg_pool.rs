@@ -852,7 +852,13 @@ impl PgPool {
             // connection learns a restart as a standby (the manager records it), a returned one
             // a promotion. Such a connection goes back and the borrow picks again, so a
             // Role::Primary borrower never gets a standby, nor a Role::Standby one a primary.
-            let fits = |conn: PgPooled| (state.role() == picked_as).then_some(conn);
+            // Nor is it lent if the server stopped serving meanwhile: a drain (or a mark-down)
+            // wakes the wait below, but `select!` polls its branches in random order, so a wait
+            // that finished in the same poll (a validation's or a labeling's reply) won about
+            // half the time and lent the drained server's connection after `drain` returned.
+            // Dropped, it goes back to a server not serving and is closed.
+            let fits =
+                |conn: PgPooled| (state.serving() && state.role() == picked_as).then_some(conn);
             if first.is_none() && any_idle {
                 match server.take_idle() {
                     Some(Idle::Ready(conn)) => match fits(conn) {
