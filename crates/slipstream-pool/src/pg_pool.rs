@@ -648,7 +648,10 @@ impl PgPool {
     }
 
     /// Borrows a connection to a server of `role`: the one, among those serving, with the
-    /// fewest borrows outstanding, waiting there (up to the borrow timeout) if it has none idle.
+    /// fewest borrows outstanding, waiting there if it has none idle. A borrow whose server is
+    /// drained or goes down while it waits picks another; it fails with
+    /// [`PoolError::Timeout`] once the borrow timeout has passed since it began to wait,
+    /// however often it picked.
     ///
     /// # Errors
     /// [`PoolError::NoServer`] at once if no server of that role is up, naming each server's
@@ -818,6 +821,12 @@ impl PgPool {
             return Err(runtime_gone());
         }
         let mut first_look = None;
+        // When the borrow gives up, whatever servers it waits on: fixed when it first waits (a
+        // borrow served at once reads no clock), `None` inside for no timeout. Each pick waits
+        // in a sub-pool whose own borrow timeout starts from that pick: a borrow moved from
+        // server to server (drains, mark-downs, a role that changed under it) waited a fresh
+        // timeout on each, and while they kept changing it never failed.
+        let mut ends: Option<Option<Instant>> = None;
         loop {
             // The caller's connection due for validation, while its server still serves the
             // role (else it goes back: its server no longer lends it for this role).
@@ -833,7 +842,9 @@ impl PgPool {
                 // probe's), not NoServer. Once any server is up, a role none serves fails at
                 // once, as promised.
                 let deadline = *first_look.get_or_insert_with(|| {
-                    Instant::now() + self.shared.borrow_timeout.min(PROBE_TIMEOUT)
+                    let now = Instant::now();
+                    ends.get_or_insert(now.checked_add(self.shared.borrow_timeout));
+                    now + self.shared.borrow_timeout.min(PROBE_TIMEOUT)
                 });
                 let looked = self.shared.looked.notified();
                 let mut looked = std::pin::pin!(looked);
@@ -878,11 +889,28 @@ impl PgPool {
                 continue;
             }
             let counted = server.count();
+            // The first wait is bounded by the sub-pool's own timeout, which starts with it (no
+            // second timer); a later one by what is left of the borrow's.
+            let until = match ends {
+                Some(until) => until,
+                None => {
+                    ends = Some(Instant::now().checked_add(self.shared.borrow_timeout));
+                    None
+                }
+            };
             let wait = async {
-                match first {
-                    // Validated first (and, if it fails, the wait goes on as `get`'s).
-                    Some(conn) => server.pool.get_waiting(Some(conn)).await,
-                    None => get(&server.pool).await,
+                let wait = async {
+                    match first {
+                        // Validated first (and, if it fails, the wait goes on as `get`'s).
+                        Some(conn) => server.pool.get_waiting(Some(conn)).await,
+                        None => get(&server.pool).await,
+                    }
+                };
+                match until {
+                    None => wait.await,
+                    Some(until) => tokio::time::timeout_at(until.into(), wait)
+                        .await
+                        .unwrap_or_else(|_| Err(server.pool.timeout_error())),
                 }
             };
             tokio::select! {

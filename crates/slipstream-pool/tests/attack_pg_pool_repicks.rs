@@ -12,9 +12,85 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use slipstream_pool::{Config, Labeling, Labels, PgPool, Role};
+use slipstream_pool::{Config, Labeling, Labels, PgPool, PoolError, Role};
 use slipstream_testkit::Cluster;
 use tokio::sync::Notify;
+
+/// Promise: `PgPool::get` fails with `PoolError::Timeout` once its borrow timeout has passed,
+/// whichever servers it waited on.
+///
+/// Steps: two servers, one connection each, both held; a third borrow (1 s timeout) waits.
+/// Every 300 ms the server it waits on is drained and the other resumed, so it picks the other
+/// one again; the test waits for its answer at most five borrow timeouts.
+///
+/// Before the fix each pick started a fresh wait on the new server's sub-pool, with a fresh
+/// borrow timeout: the borrow never failed while the servers kept changing (here it was
+/// still waiting after 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrow_moved_between_servers_still_ends_at_its_borrow_timeout() {
+    let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
+    let timeout = Duration::from_secs(1);
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .pool_config(Config {
+            max_size: 2,
+            borrow_timeout: timeout,
+            ..Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    let held = (
+        pool.get(Role::Any).await.unwrap(),
+        pool.get(Role::Any).await.unwrap(),
+    );
+    assert_ne!(
+        held.0.server(),
+        held.1.server(),
+        "one connection per server"
+    );
+    let p = pool.clone();
+    let started = Instant::now();
+    let mut borrow = tokio::spawn(async move { p.get(Role::Any).await.map(|_| ()) });
+    common::until(
+        Duration::from_secs(5),
+        "the third borrow waits",
+        || pool.servers(),
+        |s| s.iter().map(|s| s.outstanding).sum::<usize>() == 3,
+    )
+    .await;
+    let limit = timeout * 5;
+    let mut moves = 0;
+    let answer = loop {
+        tokio::select! {
+            answer = &mut borrow => break Some(answer.unwrap()),
+            () = tokio::time::sleep(Duration::from_millis(300)) => {}
+        }
+        if started.elapsed() > limit {
+            break None;
+        }
+        // The server it waits on counts it beside its held connection.
+        let servers = pool.servers();
+        if let Some(on) = servers.iter().find(|s| s.outstanding == 2) {
+            for s in servers.iter().filter(|s| s.name != on.name && s.drained) {
+                pool.resume(&s.name).unwrap();
+            }
+            pool.drain(&on.name).unwrap();
+            moves += 1;
+        }
+    };
+    let Some(answer) = answer else {
+        panic!(
+            "a borrow with a {timeout:?} borrow timeout still waited after {limit:?}, moved \
+             {moves} times between servers: {:?}",
+            pool.servers()
+        );
+    };
+    assert!(
+        matches!(answer, Err(PoolError::Timeout { .. })),
+        "the borrow should have timed out: {answer:?}"
+    );
+    assert!(moves > 0, "the test never moved the borrow");
+}
 
 /// A labeling whose `configure` runs its statement, says so, then finishes when the test
 /// lets it (as a `SET` whose reply arrives when the test chooses).
