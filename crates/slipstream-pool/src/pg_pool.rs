@@ -468,7 +468,8 @@ impl PgPoolBuilder {
     /// every server. Does not wait; [`PgPoolBuilder::build_ready`] does.
     ///
     /// # Errors
-    /// [`PoolError::Config`] if the hosts and ports of the connection string do not pair up.
+    /// [`PoolError::Config`] if the hosts and ports of the connection string do not pair up,
+    /// and outside a tokio runtime.
     ///
     /// ```
     /// use slipstream_pool::{PgPool, PoolError};
@@ -479,6 +480,17 @@ impl PgPoolBuilder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn build(self) -> Result<PgPool, PoolError> {
+        // The monitor and every sub-pool's opener are tasks on this runtime: without one the
+        // first sub-pool's build panicked in tokio, from a call that returns `Result` (and
+        // from `Registry::pool`, holding the registry's lock).
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            PoolError::Config(
+                "a PgPool must be built inside a tokio runtime, which runs its monitor and \
+                 connection openers and must outlive the pool: build it from a task (e.g. \
+                 under #[tokio::main]) or inside `Runtime::enter`"
+                    .to_string(),
+            )
+        })?;
         let configs = self
             .config
             .per_host()
@@ -572,7 +584,7 @@ impl PgPoolBuilder {
             runtime_gone: Arc::new(AtomicBool::new(false)),
             borrow_timeout: self.pool.borrow_timeout,
             leak_warning: self.pool.leak_warning.is_some(),
-            runtime: tokio::runtime::Handle::current(),
+            runtime,
         });
         let weak = Arc::downgrade(&shared);
         let gone = RuntimeGone(Some(shared.runtime_gone.clone()));

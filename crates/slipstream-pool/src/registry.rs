@@ -51,7 +51,8 @@ impl Registry {
     /// `configure`.
     ///
     /// # Errors
-    /// [`PoolError::Config`] if the string does not parse, naming the problem.
+    /// [`PoolError::Config`] if the string does not parse, naming the problem, or (on first
+    /// use) outside a tokio runtime, as [`crate::PgPoolBuilder::build`].
     ///
     /// ```
     /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
