@@ -151,7 +151,11 @@ impl ServerState {
         let up = self.up.load(Ordering::Relaxed);
         let why = lock(&self.last_error).clone();
         if self.draining.load(Ordering::Relaxed) {
-            return format!("{} drained", self.name);
+            // Unlike a down server, one drained is not retried: say what brings it back.
+            return format!(
+                "{} drained (lends again once resumed: PgPool::resume)",
+                self.name
+            );
         }
         match (up, why) {
             (true, _) => format!("{} {:?}", self.name, self.role()).to_lowercase(),

@@ -115,3 +115,33 @@ async fn a_pg_pool_whose_server_is_down_still_says_to_retry() {
     let err = pool.get(Role::Primary).await.unwrap_err();
     assert!(err.to_string().contains("retry shortly"), "{err}");
 }
+
+/// Promise (STYLE.md, `PoolError`: "each says what happened and what to do"): a `NoServer`
+/// because the servers of a role are drained says how they come back.
+///
+/// Steps: two servers, both drained; a borrow fails with `NoServer`.
+///
+/// Before the fix it said "no server can serve role any now (127.0.0.1:... drained; ...
+/// drained); down servers are retried in the background, so retry shortly or ask for another
+/// role": retrying never helps a drained server, only `PgPool::resume` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_pool_whose_servers_are_drained_says_they_need_resuming() {
+    let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .max_size(2)
+        .build_ready()
+        .await
+        .unwrap();
+    let names: Vec<String> = pool.servers().into_iter().map(|s| s.name).collect();
+    for name in &names {
+        pool.drain(name).unwrap();
+    }
+    let err = pool.get(Role::Any).await.unwrap_err();
+    assert!(matches!(err, PoolError::NoServer { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        names.iter().all(|n| text.contains(n.as_str())) && text.contains("resume"),
+        "a NoServer for drained servers should name them and say they come back with \
+         PgPool::resume: {text}"
+    );
+}
