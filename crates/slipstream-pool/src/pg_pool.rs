@@ -431,7 +431,8 @@ impl PgPoolBuilder {
     }
 
     /// Every other setting of the sub-pools ([`Config`]: timeouts, lifetimes, validation);
-    /// its `max_size` is the total across servers, and its `min_size` is per server.
+    /// its `max_size` is the total across servers, and its `min_size` is per server (each
+    /// server keeps that many open, or its whole share while the share is smaller).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -569,6 +570,11 @@ impl PgPoolBuilder {
                     server: Some(state.name.clone()),
                 }
                 .build();
+                // `min_size` is per server, whatever the share: the build clamped it to the
+                // share at build, and kept it clamped when the share grew (a resize, a server
+                // down or drained), so a server with room for `min_size` kept fewer open.
+                // Stored as asked, it is clamped to the share of the moment.
+                pool.set_min_size(self.pool.min_size);
                 Server {
                     state,
                     pool,

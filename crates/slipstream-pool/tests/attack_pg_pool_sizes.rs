@@ -85,3 +85,44 @@ async fn each_server_keeps_min_size_open_across_timers_drain_and_resume() {
     .await;
     assert_eq!(common::open_total(&pool), 4);
 }
+
+/// Promise (`PgPoolBuilder::pool_config`: "its `min_size` is per server"): a server whose
+/// share grows to hold `min_size` keeps `min_size` open, even if its share at build was
+/// smaller.
+///
+/// Steps: two servers, `max_size` 4 (shares 2 + 2), `min_size` 3, no borrow: each keeps 2
+/// open (its whole share). `resize(8)` (shares 4 + 4): each should open a third. Bounded wait
+/// (10 s).
+///
+/// Before the fix each sub-pool stored `min_size` clamped to its share at build (2), so it
+/// kept 2 open after its share grew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_share_grows_keeps_the_min_size_asked_for() {
+    let a = Cluster::start().unwrap();
+    let b = Cluster::start().unwrap();
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .pool_config(Config {
+            max_size: 4,
+            min_size: 3,
+            ..Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    let limit = Duration::from_secs(10);
+    common::until(
+        limit,
+        "each server opens its whole share, below min_size",
+        || open_and_share(&pool),
+        |s| s == &[(2, 2), (2, 2)],
+    )
+    .await;
+    assert_eq!(pool.resize(8), 8);
+    common::until(
+        limit,
+        "with a share of 4, each server keeps min_size 3 open",
+        || open_and_share(&pool),
+        |s| s == &[(3, 4), (3, 4)],
+    )
+    .await;
+}
