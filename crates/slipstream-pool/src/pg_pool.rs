@@ -432,7 +432,9 @@ impl PgPoolBuilder {
 
     /// Every other setting of the sub-pools ([`Config`]: timeouts, lifetimes, validation);
     /// its `max_size` is the total across servers, and its `min_size` is per server (each
-    /// server keeps that many open, or its whole share while the share is smaller).
+    /// server keeps that many open, or its whole share while the share is smaller), as is
+    /// `max_waiters` (each server's queue takes that many). The borrow timeout is per borrow,
+    /// however many servers it waits on.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
