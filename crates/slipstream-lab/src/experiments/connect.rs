@@ -24,20 +24,41 @@ async fn fresh(url: &str, n: usize) -> anyhow::Result<Fresh> {
     let tp_config: tokio_postgres::Config =
         url.parse().context("tokio-postgres cannot parse the URL")?;
     let (mut slip, mut tp) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for _ in 0..n {
-        let sw = Stopwatch::start();
-        let c = slipstream_pg::connect(url).await?;
-        c.close().await?;
-        slip.push(sw.stop());
-
-        let sw = Stopwatch::start();
-        let (client, connection) = tp_config.connect(tokio_postgres::NoTls).await?;
-        let task = tokio::spawn(connection);
-        drop(client); // tokio-postgres sends Terminate when the client is dropped
-        task.await??;
-        tp.push(sw.stop());
+    for i in 0..n {
+        for side in order(i) {
+            match side {
+                Side::Slipstream => {
+                    let sw = Stopwatch::start();
+                    let c = slipstream_pg::connect(url).await?;
+                    c.close().await?;
+                    slip.push(sw.stop());
+                }
+                Side::TokioPostgres => {
+                    let sw = Stopwatch::start();
+                    let (client, connection) = tp_config.connect(tokio_postgres::NoTls).await?;
+                    let task = tokio::spawn(connection);
+                    drop(client); // tokio-postgres sends Terminate when the client is dropped
+                    task.await??;
+                    tp.push(sw.stop());
+                }
+            }
+        }
     }
     Ok(Fresh { slip, tp })
+}
+
+/// The clients that open fresh connections here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Side {
+    Slipstream,
+    TokioPostgres,
+}
+
+/// Who opens first in pair `i`: each client every other pair ([`super::round_order`]), so
+/// neither always connects right after the other's backend exited (the postmaster reaping
+/// it, the freed memory) nor always meets the machine first.
+fn order(i: usize) -> Vec<Side> {
+    super::round_order(i, &[Side::Slipstream, Side::TokioPostgres])
 }
 
 /// "Open" and "close" through slipstream-pool: borrow a connection and give it back, as the
@@ -178,7 +199,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "article 001: 100 opens+closes took 7.83 s without a pool, 0.13 s with one (60x); here fresh/pooled = {:.0}x (the two medians: the pooled borrows run after the fresh connections, not paired)",
         fresh_ms / pooled_ms.max(1e-9)
     ));
-    r.notes.push("both clients without TLS; ratios are medians of per-connection ratios (interleaved); above 1 means slipstream-pg is faster".into());
+    r.notes.push("both clients without TLS; ratios are medians of per-connection ratios (interleaved, each client first in every other pair); above 1 means slipstream-pg is faster".into());
     r.notes.push("'as configured' uses the database's own authentication (trust for the embedded one); SCRAM rows use a private cluster the lab starts with scram-sha-256 over TCP".into());
     r.notes.push("pooled: borrow from and return to a slipstream-pool of one connection (PgManager), the article's pooled Open()/Close()".into());
     if let Err(e) = &scram {
@@ -192,4 +213,32 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ctx.quick,
     ));
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/lab.md: the clients run "in alternating short rounds (or alternating
+    /// connections)". Steps: the order of the clients in the first pairs. Before the fix
+    /// slipstream-pg opened first in every pair, always right after tokio-postgres's
+    /// connection had closed.
+    #[test]
+    fn each_client_opens_first_every_other_pair() {
+        let firsts: Vec<Side> = (0..4).map(|i| order(i)[0]).collect();
+        assert_eq!(
+            firsts,
+            [
+                Side::Slipstream,
+                Side::TokioPostgres,
+                Side::Slipstream,
+                Side::TokioPostgres
+            ]
+        );
+        for i in 0..4 {
+            let mut sides = order(i);
+            sides.dedup();
+            assert_eq!(sides.len(), 2, "pair {i}: {sides:?}");
+        }
+    }
 }

@@ -74,6 +74,22 @@ impl Stopwatch {
     }
 }
 
+/// The order round `round` runs `items` in: as given in even rounds, reversed in odd ones.
+///
+/// Clients (or cells) measured side by side run in short rounds, and a ratio pairs the runs
+/// of one round (docs/lab.md, "Ratios are paired"). In a fixed order the first always meets
+/// the machine as the previous round left it and the last always follows the others' work
+/// (their backends' caches, the CPU's frequency, the kernel's placement), a bias no number of
+/// rounds cancels. Reversing every other round puts each in each position equally often, and
+/// keeps neighbours neighbours (a pair that must run back to back stays back to back).
+pub(crate) fn round_order<T: Copy>(round: usize, items: &[T]) -> Vec<T> {
+    let mut order = items.to_vec();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 /// A byte count for a table: `812 KiB`, `14.2 MiB`, or `n/a` when not measured.
 pub(crate) fn bytes_cell(bytes: Option<usize>) -> String {
     match bytes {
@@ -169,6 +185,16 @@ pub(crate) fn children_cpu() -> Duration {
 
 #[cfg(test)]
 mod tests {
+    /// Every item runs in every position equally often over two rounds, and neighbours stay
+    /// neighbours.
+    #[test]
+    fn odd_rounds_run_in_reverse() {
+        assert_eq!(super::round_order(0, &['a', 'b', 'c']), ['a', 'b', 'c']);
+        assert_eq!(super::round_order(1, &['a', 'b', 'c']), ['c', 'b', 'a']);
+        assert_eq!(super::round_order(2, &['a', 'b']), ['a', 'b']);
+        assert_eq!(super::round_order(3, &['a', 'b']), ['b', 'a']);
+    }
+
     #[test]
     fn tls_is_turned_off_only_when_unspecified() {
         assert_eq!(

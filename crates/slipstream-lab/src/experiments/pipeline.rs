@@ -345,11 +345,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             let first = cells.len();
             for round in 0..rounds {
                 // Odd rounds run the cells in reverse, so no cell always follows the same one.
-                let mut order = SHAPES.to_vec();
-                if round % 2 == 1 {
-                    order.reverse();
-                }
-                for shape in order {
+                for shape in super::round_order(round, &SHAPES) {
                     let run = match shape {
                         (Peer::Pgbench, _) if pgbench.is_none() => continue,
                         (Peer::Pgbench, mode) => {

@@ -191,7 +191,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     }
     r.table = table;
     r.notes.push(
-        "ratios are medians of per-round ratios (rounds of both clients interleaved); above 1 means slipstream-pg is \
+        "ratios are medians of per-round ratios (rounds of both clients interleaved, each first in every other round); above 1 means slipstream-pg is \
          faster / uses less CPU. Both clients run on one current-thread runtime."
             .into(),
     );
@@ -235,15 +235,32 @@ async fn measure(
     placement: &'static str,
 ) -> anyhow::Result<Measured> {
     let (mut s, mut t) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
-    for _ in 0..rounds {
-        s.push(slip_round(slip, slip_stmt).await?);
-        t.push(tp_round(tp, tp_stmt).await?);
+    for round in 0..rounds {
+        for side in order(round) {
+            match side {
+                Side::Slipstream => s.push(slip_round(slip, slip_stmt).await?),
+                Side::TokioPostgres => t.push(tp_round(tp, tp_stmt).await?),
+            }
+        }
     }
     Ok(Measured {
         placement,
         slip: s,
         tp: t,
     })
+}
+
+/// The clients measured in rounds here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Side {
+    Slipstream,
+    TokioPostgres,
+}
+
+/// The order of the clients in round `round`: each goes first every other round
+/// ([`super::round_order`]), so neither always runs right after the other's statements.
+fn order(round: usize) -> Vec<Side> {
+    super::round_order(round, &[Side::Slipstream, Side::TokioPostgres])
 }
 
 async fn slip_round(
@@ -292,6 +309,29 @@ fn pgbench(url: &str, transactions: usize) -> anyhow::Result<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/lab.md: "The clients run in alternating short rounds", so machine drift hits both
+    /// halves of a pair alike. Steps: the order of the clients in the first rounds. Before the
+    /// fix slipstream-pg ran first in every round, always on the machine as tokio-postgres's
+    /// round had left it, while every other experiment alternated.
+    #[test]
+    fn each_client_goes_first_every_other_round() {
+        let firsts: Vec<Side> = (0..4).map(|round| order(round)[0]).collect();
+        assert_eq!(
+            firsts,
+            [
+                Side::Slipstream,
+                Side::TokioPostgres,
+                Side::Slipstream,
+                Side::TokioPostgres
+            ]
+        );
+        for round in 0..4 {
+            let mut sides = order(round);
+            sides.dedup();
+            assert_eq!(sides.len(), 2, "round {round}: {sides:?}");
+        }
+    }
 
     /// A server that offers TLS, with a self-signed certificate (`sslmode=prefer` takes it
     /// unchecked).
