@@ -106,6 +106,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (rows, reps) = if ctx.quick { (10_000, 2) } else { (100_000, 9) };
     let url = without_tls(&ctx.url);
     let mut r = ExperimentResult::new("statement-cache", TITLE, ctx.quick);
+    r.param("rows", rows);
     r.param("queries_per_run", QUERIES);
     r.param("runs", reps);
 
@@ -203,7 +204,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)"
             .into(),
     );
-    r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups, variants interleaved; every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
+    r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups over {rows} rows, variants interleaved; every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
     r.notes.push(pin_note);
     r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
     r.notes
@@ -226,6 +227,28 @@ mod tests {
     /// docs/lab.md: a ratio is the median of the per-pair ratios. Each run times every variant
     /// back to back, so a run is a pair; the machine's drift between runs must cancel within
     /// it.
+    /// The result says what it measured: docs/lab.md gives the table size (100,000 rows;
+    /// quick: 10,000) beside the runs, and a reader comparing two results needs it. Steps: the
+    /// quick form on a fresh cluster; the `rows` parameter against the table the lookups
+    /// read. Before the fix the JSON had `queries_per_run` and `runs` but no table size.
+    #[test]
+    fn the_result_names_the_table_size_it_ran_on() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let ctx = Context {
+            url: cluster.url(),
+            quick: true,
+        };
+        let r = run(&ctx).unwrap();
+        let counted = cluster.psql("SELECT count(*) FROM fetch_test").unwrap();
+        let counted: i64 = counted.trim().parse().unwrap();
+        assert_eq!(
+            r.parameters.get("rows").and_then(|v| v.as_i64()),
+            Some(counted),
+            "{:?}",
+            r.parameters
+        );
+    }
+
     #[test]
     fn ratios_pair_the_variants_of_one_run() {
         // Cache off takes 0.5, 0.3 and 0.9 of cache on's time in runs 0, 1 and 2 (run 1 on
