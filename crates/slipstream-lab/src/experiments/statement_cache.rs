@@ -147,7 +147,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         }
         let mut times: Vec<Vec<f64>> = VARIANTS.iter().map(|_| Vec::new()).collect();
         for rep in 0..reps {
-            for (k, v) in VARIANTS.into_iter().enumerate() {
+            for v in order(rep) {
+                let k = index(v);
                 let sw = Stopwatch::start();
                 for i in 0..QUERIES {
                     clients.lookup(v, key(rep * QUERIES + i)).await?;
@@ -204,7 +205,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "article 001: 0.64 s without the statement cache, 0.39 s with it (1000 queries, ODP.NET)"
             .into(),
     );
-    r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups over {rows} rows, variants interleaved; every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
+    r.notes.push(format!("times are medians of {reps} runs of {QUERIES} lookups over {rows} rows, variants interleaved (odd runs in reverse order); every ratio is the median of the per-run ratios (each run times every variant back to back); round trips counted through a zero-delay proxy over 20 queries after a first one"));
     r.notes.push(pin_note);
     r.notes.push("cache off runs Uncached(sql) on the same connection: Parse + Bind + Describe + Execute + Sync on the unnamed statement, what statement_cache_size=0 sends".into());
     r.notes
@@ -216,17 +217,39 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 /// run times all the variants back to back, so the machine's drift between runs (this VM's
 /// speed moves over seconds) cancels within each pair, as it would not in a ratio of medians.
 fn time_over(times: &[Vec<f64>], a: Variant, b: Variant) -> f64 {
-    let of = |v: Variant| &times[VARIANTS.iter().position(|&x| x == v).unwrap_or(0)];
-    paired_ratios(of(a), of(b)).p50
+    paired_ratios(&times[index(a)], &times[index(b)]).p50
+}
+
+/// The order run `rep` times the variants in: odd runs in reverse ([`super::round_order`]),
+/// so no variant always runs first, or always right after `query(&str)`'s extra round trips.
+fn order(rep: usize) -> Vec<Variant> {
+    super::round_order(rep, &VARIANTS)
+}
+
+/// Where `v`'s figures are in arrays that follow [`VARIANTS`].
+fn index(v: Variant) -> usize {
+    VARIANTS.iter().position(|&x| x == v).unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// docs/lab.md: a ratio is the median of the per-pair ratios. Each run times every variant
-    /// back to back, so a run is a pair; the machine's drift between runs must cancel within
-    /// it.
+    /// docs/lab.md: the variants run in alternating rounds, so drift hits both halves of a
+    /// pair alike. Steps: which variant runs first in the first runs. Before the fix cache on
+    /// ran first in every run, always on the machine as query(&str)'s thousand extra round
+    /// trips had left it.
+    #[test]
+    fn each_run_reverses_the_order_of_the_one_before() {
+        let firsts: Vec<Variant> = (0..2).map(|rep| order(rep)[0]).collect();
+        assert_eq!(firsts, [Variant::CacheOn, Variant::TpUnprepared]);
+        for rep in 0..2 {
+            let mut all = order(rep);
+            all.sort_by_key(|&v| index(v));
+            assert_eq!(all, VARIANTS, "run {rep} times every variant once");
+        }
+    }
+
     /// The result says what it measured: docs/lab.md gives the table size (100,000 rows;
     /// quick: 10,000) beside the runs, and a reader comparing two results needs it. Steps: the
     /// quick form on a fresh cluster; the `rows` parameter against the table the lookups
@@ -249,6 +272,9 @@ mod tests {
         );
     }
 
+    /// docs/lab.md: a ratio is the median of the per-pair ratios. Each run times every variant
+    /// back to back, so a run is a pair; the machine's drift between runs must cancel within
+    /// it.
     #[test]
     fn ratios_pair_the_variants_of_one_run() {
         // Cache off takes 0.5, 0.3 and 0.9 of cache on's time in runs 0, 1 and 2 (run 1 on
