@@ -227,7 +227,8 @@ impl Cell {
 
     /// This cell's rate over `other`'s: the median of the per-round ratios, so that the
     /// machine's drift between rounds cancels within each pair (rounds only one of them
-    /// completed are left out).
+    /// completed are left out). NaN when no round gave a pair (or `other` completed nothing
+    /// in every one): a missing figure, shown and written as such (`null` in the file).
     fn over(&self, other: &Cell) -> f64 {
         let (theirs, ours): (Vec<f64>, Vec<f64>) = other
             .runs
@@ -237,7 +238,9 @@ impl Cell {
                 Some((o.ops_per_s(), mine.ops_per_s()))
             })
             .unzip();
-        paired_ratios(&theirs, &ours).p50
+        let ratios = paired_ratios(&theirs, &ours);
+        // An empty summary's median is 0, a figure nobody measured.
+        if ratios.n == 0 { f64::NAN } else { ratios.p50 }
     }
 }
 
@@ -434,7 +437,10 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
             c.mode_label().into(),
             format!("{:.0}", c.ops_per_s()),
             Summary::of(&c.rates()).range(0),
-            speedup.map_or("-".into(), |s| format!("{s:.1}x")),
+            speedup.map_or("-".into(), |s| match s.is_nan() {
+                true => "NaN".into(),
+                false => format!("{s:.1}x"),
+            }),
             format!("{:.2}", c.cpu_us_per_op()),
         ]);
         let key = format!(
@@ -445,20 +451,17 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
             c.mode.key()
         );
         r.ratios
-            .insert(format!("{key}_statements_per_s"), c.ops_per_s().max(1e-9));
-        r.ratios.insert(
-            format!("{key}_cpu_us_per_statement"),
-            c.cpu_us_per_op().max(1e-9),
-        );
+            .insert(format!("{key}_statements_per_s"), c.ops_per_s());
+        r.ratios
+            .insert(format!("{key}_cpu_us_per_statement"), c.cpu_us_per_op());
         if let Some(s) = speedup.filter(|_| c.mode != Mode::Plain) {
-            r.ratios.insert(format!("{key}_speedup"), s.max(1e-9));
+            r.ratios.insert(format!("{key}_speedup"), s);
         }
         // Continue on error beside abort on error, same shape, same run.
         if c.mode.continues()
             && let Some(abort) = find(c.workload, c.rtt_us, c.peer, c.mode.abort_twin())
         {
-            r.ratios
-                .insert(format!("{key}_over_abort"), c.over(abort).max(1e-9));
+            r.ratios.insert(format!("{key}_over_abort"), c.over(abort));
         }
     }
     r.table = table;
@@ -473,7 +476,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
                             w.key(),
                             peer.key()
                         ),
-                        ratio.max(1e-9),
+                        ratio,
                     );
                 }
             }
@@ -489,7 +492,7 @@ fn report(r: &mut ExperimentResult, cells: &[Cell], rtts_us: &[u64], rounds: usi
     ) {
         r.ratios.insert(
             format!("readonly1_window_rtt{}us_over_loopback", far.rtt_us),
-            far.over(loopback).max(1e-9),
+            far.over(loopback),
         );
     }
 
@@ -1227,6 +1230,29 @@ mod tests {
         // position they would be 50/200 and 60/100, median 0.425.
         let gappy = cell(Mode::Batch, &[(1, 200), (2, 100)]);
         assert_eq!(continues.over(&gappy), 0.6);
+    }
+
+    /// docs/lab.md: a ratio that does not exist is NaN (`null` in the file), never a made-up
+    /// figure. Steps: a plain cell that completed nothing in its one round (a run too short
+    /// for a transaction at 1 ms RTT) beside its batch cell; the report's speed-up and the
+    /// plain cell's rate. Before the fix every ratio went through `.max(1e-9)`: the speed-up
+    /// with no pair to divide came out as 1e-9 (a measured slow-down of a billion times, in
+    /// the JSON), and the plain rate of 0 statements/s as 1e-9.
+    #[test]
+    fn a_ratio_without_pairs_stays_missing() {
+        let cells = [cell(Mode::Plain, &[(0, 0)]), cell(Mode::Batch, &[(0, 100)])];
+        let mut r = ExperimentResult::new("pipeline", TITLE, true);
+        report(&mut r, &cells, &[0], 1);
+        let speedup = r.ratios["readonly1_rtt0us_slipstream_batch_speedup"];
+        assert!(speedup.is_nan(), "speed-up over no pairs: {speedup}");
+        assert_eq!(
+            r.ratios["readonly1_rtt0us_slipstream_plain_statements_per_s"],
+            0.0
+        );
+        assert_eq!(
+            r.ratios["readonly1_rtt0us_slipstream_batch_statements_per_s"],
+            100.0
+        );
     }
 
     /// The head-to-head ratio is the one a reader takes for "slipstream pipelined against the
