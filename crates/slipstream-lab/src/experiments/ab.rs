@@ -92,8 +92,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         })
     };
     let mut arms: [Vec<BenchRun>; 3] = Default::default();
-    for _ in 0..rounds {
-        for (arm, sync) in [(0, true), (1, false), (2, true)] {
+    for round in 0..rounds {
+        for (arm, sync) in order(round) {
             let r = go(sync)?;
             let t = &r.transactions[0];
             anyhow::ensure!(t.ok > 0, "a run committed nothing: {:?}", t.failures);
@@ -164,7 +164,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     }
     result.table = table;
     result.notes.push(format!(
-        "{rounds} interleaved rounds ({rounds} runs a side); mean TPS: A {:.0}, B {:.0}, A' {:.0}; unit: runs (`slipstream compare`'s code path), ROPE ±{:.0}%",
+        "{rounds} interleaved rounds (odd rounds in reverse; {rounds} runs a side); mean TPS: A {:.0}, B {:.0}, A' {:.0}; unit: runs (`slipstream compare`'s code path), ROPE ±{:.0}%",
         tps[0], tps[1], tps[2], settings.rope * 100.0
     ));
     if !pass {
@@ -173,4 +173,28 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .push("an outcome differs from the expected one: see the verdicts".into());
     }
     Ok(result)
+}
+
+/// The arms round `round` runs, as (index, `synchronous_commit`): A, B, A' in even rounds,
+/// reversed in odd ones ([`super::round_order`]). In one fixed order A always ran first on
+/// the freshly started round and A' always right after B's burst of unsynced commits: a
+/// difference of position between the A/A control's two sides that no number of rounds
+/// cancels.
+fn order(round: usize) -> Vec<(usize, bool)> {
+    super::round_order(round, &[(0, true), (1, false), (2, true)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The A/A control compares A with A': like every pair in the lab (docs/lab.md, "Ratios
+    /// are paired"), its sides must run in alternating positions. Steps: the arms of the
+    /// first two rounds. Before the fix every round ran A, B, A': A always first, A' always
+    /// after B.
+    #[test]
+    fn the_control_arms_swap_places_every_other_round() {
+        assert_eq!(order(0), [(0, true), (1, false), (2, true)]);
+        assert_eq!(order(1), [(2, true), (1, false), (0, true)]);
+    }
 }
