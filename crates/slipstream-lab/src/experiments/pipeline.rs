@@ -183,8 +183,10 @@ impl Run {
         self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
     }
 
-    fn cpu_us_per_op(&self) -> f64 {
-        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    /// CPU per statement; `None` for a run that completed none (its CPU went to nothing a
+    /// statement can be charged with).
+    fn cpu_us_per_op(&self) -> Option<f64> {
+        (self.ops > 0).then(|| self.cpu.as_secs_f64() * 1e6 / self.ops as f64)
     }
 }
 
@@ -219,10 +221,14 @@ impl Cell {
         Summary::of(&self.rates()).p50
     }
 
-    /// Median over the rounds.
+    /// Median over the rounds that completed a statement; NaN when none did (a missing
+    /// figure, not the zero an empty summary gives).
     fn cpu_us_per_op(&self) -> f64 {
-        let cpu: Vec<f64> = self.runs.iter().map(Run::cpu_us_per_op).collect();
-        Summary::of(&cpu).p50
+        let cpu: Vec<f64> = self.runs.iter().filter_map(Run::cpu_us_per_op).collect();
+        match cpu.is_empty() {
+            true => f64::NAN,
+            false => Summary::of(&cpu).p50,
+        }
     }
 
     /// This cell's rate over `other`'s: the median of the per-round ratios, so that the
@@ -1253,6 +1259,33 @@ mod tests {
             r.ratios["readonly1_rtt0us_slipstream_batch_statements_per_s"],
             100.0
         );
+    }
+
+    /// docs/lab.md: a figure that does not exist stays missing. CPU per statement of a run
+    /// that completed no statement is not a figure. Steps: a cell whose one run completed
+    /// nothing (its CPU spent all the same), and one with such a run among others. Before the
+    /// fix the run's CPU was divided by `ops.max(1)`: 0.5 s of CPU over no statement read as
+    /// 500,000 µs per statement, and in the second cell it took part in the median.
+    #[test]
+    fn cpu_per_statement_leaves_out_runs_without_statements() {
+        let run = |round, ops, cpu_ms| Run {
+            round,
+            ops,
+            wall: Duration::from_secs(1),
+            cpu: Duration::from_millis(cpu_ms),
+        };
+        let idle = Cell {
+            runs: vec![run(0, 0, 500)],
+            ..cell(Mode::Plain, &[])
+        };
+        let cpu = idle.cpu_us_per_op();
+        assert!(cpu.is_nan(), "CPU per statement over no statement: {cpu}");
+        // 10 and 20 µs per statement in the runs that did something: the median is 15.
+        let mixed = Cell {
+            runs: vec![run(0, 0, 500), run(1, 1000, 10), run(2, 1000, 20)],
+            ..cell(Mode::Plain, &[])
+        };
+        assert_eq!(mixed.cpu_us_per_op(), 15.0);
     }
 
     /// The head-to-head ratio is the one a reader takes for "slipstream pipelined against the
