@@ -16,6 +16,10 @@ pub(crate) const TITLE: &str =
 /// The bookkeeping rate the runner must sustain on one core (issue 6's target).
 const TARGET_PER_CORE: f64 = 1_000_000.0;
 const USERS: usize = 8;
+/// Client threads of both runners at 8 users: slipstream bench's `threads` and pgbench's `-j`.
+/// Left to its default, the bench runner takes one thread per CPU, so on any machine but a
+/// 2-CPU one it would measure against pgbench with a different number of client threads.
+const THREADS: usize = 2;
 
 struct Noop;
 
@@ -37,6 +41,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     result.param("seconds_per_run", secs);
     result.param("rounds", rounds);
     result.param("users", USERS);
+    result.param("threads", THREADS);
 
     // The runner alone: every transaction is ready at once, so this is pure bookkeeping
     // (pick, two clock reads, a boxed future, a buffered sample) on a one-worker runtime.
@@ -65,11 +70,13 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         .build()?;
     let mut config = RunConfig::new(Some(ctx.url.clone()));
     config.users = USERS;
+    config.threads = THREADS;
     config.duration = duration;
-    let pgbench_args: Vec<String> = ["-M", "prepared", "-c", "8", "-j", "2", "-T"]
+    let pgbench_args: Vec<String> = ["-M", "prepared", "-c"]
         .iter()
         .map(|a| a.to_string())
-        .chain([secs.to_string()])
+        .chain([USERS.to_string(), "-j".into(), THREADS.to_string()])
+        .chain(["-T".into(), secs.to_string()])
         .collect();
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -108,7 +115,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ),
     ]);
     table.row(vec![
-        format!("slipstream bench, SELECT 1, {USERS} users"),
+        format!("slipstream bench, SELECT 1, {USERS} users, {THREADS} threads"),
         o.mean_sd(0),
         format!(
             "{:.2}x pgbench (median of {} paired rounds; {:.2} … {:.2})",
@@ -116,7 +123,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         ),
     ]);
     table.row(vec![
-        format!("pgbench -M prepared -c {USERS} -j 2, SELECT 1"),
+        format!("pgbench -M prepared -c {USERS} -j {THREADS}, SELECT 1"),
         t.mean_sd(0),
         String::new(),
     ]);
@@ -134,4 +141,38 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .into(),
     );
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/lab.md: `runner` measures `SELECT 1` at 8 users against `pgbench -M prepared -c 8
+    /// -j 2`; the two must run with the same client threads, and the result must say how many.
+    /// Steps: the quick form on a fresh cluster; the `threads` parameter against the `-j` the
+    /// pgbench row names. Before the fix the bench runner took its default (one thread per
+    /// CPU, equal to pgbench's 2 only on a 2-CPU machine) and the result did not say it.
+    #[test]
+    fn both_runners_use_the_threads_the_result_names() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let ctx = Context {
+            url: cluster.url(),
+            quick: true,
+        };
+        let r = run(&ctx).unwrap();
+        let threads = r.parameters.get("threads").and_then(|v| v.as_u64());
+        let pgbench_row = r
+            .table
+            .rows
+            .iter()
+            .find(|row| row[0].starts_with("pgbench"))
+            .expect("a pgbench row");
+        let j = pgbench_row[0]
+            .split_whitespace()
+            .skip_while(|w| *w != "-j")
+            .nth(1)
+            .and_then(|n| n.trim_end_matches(',').parse::<u64>().ok());
+        assert!(j.is_some(), "{pgbench_row:?}");
+        assert_eq!(threads, j, "{:?}", r.parameters);
+    }
 }
