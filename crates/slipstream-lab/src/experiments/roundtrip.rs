@@ -57,6 +57,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let mut pin_note = None;
         if placement::is_local(&url) {
             plan.extend(placement::placements().into_iter().map(Some));
+            if plan.is_empty() {
+                // The docs promise both placements on a local server: say why they are not here.
+                pin_note = Some("one CPU available: no placement to fix; client and backends measured unpinned".to_string());
+            }
         } else {
             pin_note = Some("the server is not local: client and backends were left where the kernel put them".to_string());
         }
@@ -331,6 +335,36 @@ mod tests {
             sides.dedup();
             assert_eq!(sides.len(), 2, "round {round}: {sides:?}");
         }
+    }
+
+    /// docs/lab.md: on a local server `roundtrip` "pins the client thread and both backends
+    /// and reports both placements"; a form that cannot must say so, not drop them silently.
+    /// Steps: the quick form from a thread allowed on one CPU only. Before the fix the result
+    /// had one "unpinned" placement and no note saying why the pinned ones were missing.
+    #[test]
+    fn a_missing_placement_is_explained() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let ctx = Context {
+            url: cluster.url(),
+            quick: true,
+        };
+        let r = std::thread::spawn(move || {
+            slipstream_testkit::pin_current_thread(&[0]).unwrap();
+            run(&ctx)
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        let placements: Vec<&str> = r.table.rows.iter().map(|row| row[0].as_str()).collect();
+        assert!(
+            placements.iter().all(|p| *p == "unpinned"),
+            "{placements:?}"
+        );
+        assert!(
+            r.notes.iter().any(|n| n.contains("one CPU")),
+            "no note on the missing placements: {:?}",
+            r.notes
+        );
     }
 
     /// A server that offers TLS, with a self-signed certificate (`sslmode=prefer` takes it
