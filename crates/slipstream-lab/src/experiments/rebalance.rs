@@ -190,9 +190,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             peer.name(Route::Reads).into(),
             format!("{share_before:.2}"),
             format!("{failed:.0}"),
-            format!("{last_failure:.1}"),
-            format!("{first_back:.1}"),
-            format!("{even_back:.1}"),
+            time_cell(last_failure, "none"),
+            time_cell(first_back, "never"),
+            time_cell(even_back, "never"),
             format!("{share_after:.2}"),
         ]);
         let key = peer.key();
@@ -232,11 +232,23 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         down.as_millis()
     ));
     r.notes.push(format!(
-        "\"even again\": the end of the first {} ms window after the restart in which the standby took at least {EVEN} of the reads; 'NaN' where a pool never sent it a read again in the run (times are medians over the rounds)",
+        "\"even again\": the end of the first {} ms window after the restart in which the standby took at least {EVEN} of the reads; 'never' where a pool never sent it a read again in the run (NaN in the JSON), 'none' where no read failed (times are medians over the rounds)",
         WINDOW.as_millis()
     ));
     r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there; like slipstream-pg's statement cache, they prepare the statement once per connection".into());
     Ok(r)
+}
+
+/// A median time in ms for the table, or what its absence means there: the columns' times
+/// are NaN for different reasons ("none": no read failed; "never": the pool sent the
+/// restarted standby no read, or not enough of them). Printed as a bare `NaN`, the reader had
+/// only the note's one explanation ("never sent it a read again"), which a pool without a
+/// failed read does not fit.
+fn time_cell(ms: f64, missing: &str) -> String {
+    match ms.is_nan() {
+        true => missing.to_string(),
+        false => format!("{ms:.1}"),
+    }
 }
 
 #[cfg(test)]
@@ -307,6 +319,25 @@ mod tests {
             },
         );
         assert_eq!((r.failed, r.last_failure), (1, Some(at(10))));
+    }
+
+    /// docs/lab.md: a time a pool never reached is NaN in the file, and the table says what
+    /// is missing. Steps: a run with no failed read and no read on the restarted standby,
+    /// summarized, its three times put in the table's cells. Before the fix all three read
+    /// `NaN`, explained by one note as "never sent it a read again", so a pool that lost no
+    /// read seemed to have failed.
+    #[test]
+    fn the_table_says_what_a_missing_time_means() {
+        let done = vec![(vec![op(100, Some(2)), op(2500, Some(1))], None)];
+        let times = Times {
+            stop: at(1000),
+            back: at(2000),
+            end: at(3000),
+        };
+        let r = summarize(&done, 2, times);
+        assert_eq!(time_cell(opt_ms(r.last_failure), "none"), "none");
+        assert_eq!(time_cell(opt_ms(r.first_back), "never"), "never");
+        assert_eq!(time_cell(12.34, "never"), "12.3");
     }
 
     /// A pool that never sends the restarted standby a read has neither time, and a run with
