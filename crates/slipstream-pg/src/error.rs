@@ -405,6 +405,10 @@ pub enum ErrorPosition {
 
 /// An error or notice sent by the server, with every field it carried.
 ///
+/// Its `Display` (and so an [`Error`]'s) reads as libpq's default verbosity does: severity,
+/// SQLSTATE and message, then the detail, the hint and the context (where in a function,
+/// trigger or COPY the error happened) when the server sent them.
+///
 /// ```
 /// # fn f(e: &slipstream_pg::Error) {
 /// if let Some(db) = e.as_db_error() {
@@ -707,6 +711,21 @@ impl fmt::Display for DbError {
         }
         if let Some(hint) = &self.hint {
             write!(f, " (hint: {hint})")?;
+        }
+        // What libpq's default verbosity prints as CONTEXT: the PL/pgSQL function and line, or
+        // the SQL function, trigger or COPY line, where the error happened. Without it an error
+        // raised in a function reads the same as one raised by the statement itself, and a
+        // logged `{e}` cannot say where to look. One line per frame from the server, innermost
+        // first; joined so that the message stays one line in a log.
+        if let Some(context) = &self.where_ {
+            f.write_str(" (context: ")?;
+            for (i, frame) in context.lines().enumerate() {
+                if i > 0 {
+                    f.write_str("; ")?;
+                }
+                f.write_str(frame)?;
+            }
+            f.write_str(")")?;
         }
         Ok(())
     }

@@ -1,0 +1,509 @@
+//! Attacks on transactions, savepoints and pipelines used together (helper-53, session 45):
+//! client.md "Transactions", "Cancellation and timeouts", "Errors" and "Notifications", and
+//! pipelining.md's table of what a failure does inside `BEGIN`. Each test checks the outcome
+//! against what the server kept, never only against what the client reported.
+
+use slipstream_pg::{Client, ErrorKind, Output, PipelineMode, PipelineOptions, SqlState};
+use slipstream_pg::{Error, TransactionStatus};
+
+use super::engine::{DropAfter, bounded};
+
+/// More steps than any call here takes; reaching it fails the test.
+const MAX_POLLS: usize = 200;
+
+async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
+    super::column(c, sql).await
+}
+
+fn describe(results: &[Result<Output, Error>]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(o) => format!("ok {o:?}"),
+            Err(e) => format!("{:?}: {e}", e.kind()),
+        })
+        .collect()
+}
+
+/// Promise (client.md "Errors", the `DbError` docs): an error's `Display` shows the server's
+/// error as libpq's default verbosity does, context included: where in a PL/pgSQL function
+/// the error happened. A user reading a logged `{e}` must be able to find the function and
+/// line.
+///
+/// Steps: a function `inner()` that divides by zero on its third line, called from `outer()`;
+/// run `SELECT outer()`; the error's text must name both functions and the line, on one line.
+///
+/// Before the fix: the text was `error 22012: division by zero`, the same as a bare
+/// `SELECT 1/0`: `DbError::where_` held the context, but nothing printed it.
+#[tokio::test]
+async fn an_error_raised_in_a_function_says_where_in_its_display() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE FUNCTION inner_f(d int) RETURNS int LANGUAGE plpgsql AS $$
+         BEGIN
+           RETURN 1 / d;
+         END $$;
+         CREATE FUNCTION outer_f() RETURNS int LANGUAGE plpgsql AS $$
+         BEGIN
+           RETURN inner_f(0);
+         END $$;",
+    )
+    .await
+    .unwrap();
+    let e = c.query_one("SELECT outer_f()", &[]).await.unwrap_err();
+    let db = e.as_db_error().expect("a server error");
+    assert_eq!(db.code(), SqlState::DIVISION_BY_ZERO);
+    let where_ = db.where_().expect("the server sent a context");
+    let text = e.to_string();
+    for frame in where_.lines() {
+        assert!(
+            text.contains(frame),
+            "the error's text leaves out the context frame {frame:?}: {text}"
+        );
+    }
+    assert!(
+        text.contains("inner_f(integer) line 3") && text.contains("outer_f()"),
+        "the error's text does not say where the error happened: {text}"
+    );
+    assert!(!text.contains('\n'), "one line in a log: {text:?}");
+
+    // A plain statement's error has no context, and says nothing more.
+    let e = c.query_one("SELECT 1/0", &[]).await.unwrap_err();
+    assert!(e.as_db_error().unwrap().where_().is_none());
+    assert!(!e.to_string().contains("context"), "{e}");
+}
+
+/// Holds. Promise (client.md "Transactions"; pipelining.md, "inside `BEGIN`"): a savepoint in
+/// which a statement failed is rolled back by its `commit()`, with an `Aborted` error naming
+/// it, and the enclosing transaction goes on. Here the failure came from a pipeline run inside
+/// the savepoint, in each mode.
+///
+/// Steps: for each mode, in a transaction that inserted 1, open savepoint `s`; run a block
+/// `INSERT 2; INSERT 1/0; INSERT 3` through it; `commit()` the savepoint; insert 4 in the
+/// transaction and commit it. Only 1 and 4 must be in the table.
+#[tokio::test]
+async fn holds_a_savepoint_committed_after_its_pipeline_failed_rolls_back_to_it() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    for mode in [PipelineMode::AbortOnError, PipelineMode::ContinueOnError] {
+        c.batch_execute("TRUNCATE t").await.unwrap();
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            let mut p = sp.pipeline_with(PipelineOptions::new().mode(mode));
+            p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+            let bad = p.execute("INSERT INTO t VALUES (1/0)", &[]).await.unwrap();
+            let after = p.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+            let results = bounded("end", p.end()).await;
+            let seen = describe(&results);
+            let e = results[bad.id() as usize].as_ref().unwrap_err();
+            assert_eq!(
+                e.code(),
+                Some(SqlState::DIVISION_BY_ZERO),
+                "{mode:?}: {seen:#?}"
+            );
+            assert!(results[after.id() as usize].is_err(), "{mode:?}: {seen:#?}");
+            assert_eq!(
+                sp.transaction_status(),
+                TransactionStatus::Failed,
+                "{mode:?}"
+            );
+            let e = bounded("savepoint commit", sp.commit()).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Aborted, "{mode:?}: {e}");
+            assert!(e.to_string().contains("\"s\""), "{mode:?}: {e}");
+        }
+        assert_eq!(
+            tx.transaction_status(),
+            TransactionStatus::InTransaction,
+            "{mode:?}: the enclosing transaction goes on"
+        );
+        tx.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+        bounded("commit", tx.commit()).await.unwrap();
+        assert_eq!(
+            ints(&mut c, "SELECT x FROM t ORDER BY x").await,
+            [1, 4],
+            "{mode:?}"
+        );
+    }
+}
+
+/// Holds. Promise (client.md "Transactions", `Transaction::commit`/`rollback` and `Drop`):
+/// savepoints nest; each guard's `commit` releases, `rollback` undoes only its own work and
+/// what was nested in it, a failure at any depth is rolled back by that depth's `commit` (an
+/// `Aborted` error) and the levels above go on, and a guard dropped without either is rolled
+/// back with the next request.
+///
+/// Steps: three levels of `tx.transaction()` (`sp_1` .. `sp_3`), each inserting its depth
+/// times 10 plus a case number; a failure at depth 3, 2 and 1 in turn (after the deeper levels
+/// committed), inner guards dropped, and an outer rollback. The table must hold exactly the
+/// work of the levels that were committed up to the top.
+#[tokio::test]
+async fn holds_three_deep_savepoints_fail_commit_and_drop_at_each_depth() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+
+    async fn insert(c: &mut Client, x: i32) {
+        c.execute("INSERT INTO t VALUES ($1)", &[&x]).await.unwrap();
+    }
+    async fn fail(c: &mut Client) {
+        let e = c
+            .execute("INSERT INTO t VALUES (1/0)", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(SqlState::DIVISION_BY_ZERO), "{e}");
+    }
+    fn aborted(r: Result<(), Error>, name: &str) {
+        let e = r.expect_err("a failed savepoint's commit is an error");
+        assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+        assert!(e.to_string().contains(name), "names {name}: {e}");
+    }
+
+    // Case 1: failure at depth 3; 2 and 1 commit.
+    {
+        let mut tx = c.transaction().await.unwrap();
+        insert(&mut tx, 1).await;
+        let mut sp1 = tx.transaction().await.unwrap();
+        insert(&mut sp1, 11).await;
+        let mut sp2 = sp1.transaction().await.unwrap();
+        insert(&mut sp2, 21).await;
+        let mut sp3 = sp2.transaction().await.unwrap();
+        insert(&mut sp3, 31).await;
+        fail(&mut sp3).await;
+        aborted(sp3.commit().await, "sp_3");
+        insert(&mut sp2, 22).await;
+        sp2.commit().await.unwrap();
+        sp1.commit().await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(
+        ints(&mut c, "SELECT x FROM t ORDER BY x").await,
+        [1, 11, 21, 22]
+    );
+
+    // Case 2: depth 3 commits, then depth 2 fails: 3's released work goes with 2's.
+    c.batch_execute("TRUNCATE t").await.unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        insert(&mut tx, 2).await;
+        let mut sp1 = tx.transaction().await.unwrap();
+        insert(&mut sp1, 12).await;
+        let mut sp2 = sp1.transaction().await.unwrap();
+        insert(&mut sp2, 22).await;
+        let mut sp3 = sp2.transaction().await.unwrap();
+        insert(&mut sp3, 32).await;
+        sp3.commit().await.unwrap();
+        fail(&mut sp2).await;
+        aborted(sp2.commit().await, "sp_2");
+        insert(&mut sp1, 13).await;
+        sp1.commit().await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(
+        ints(&mut c, "SELECT x FROM t ORDER BY x").await,
+        [2, 12, 13]
+    );
+
+    // Case 3: 3 and 2 commit, then depth 1 fails: only the top level's work is kept.
+    c.batch_execute("TRUNCATE t").await.unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        insert(&mut tx, 3).await;
+        let mut sp1 = tx.transaction().await.unwrap();
+        insert(&mut sp1, 13).await;
+        let mut sp2 = sp1.transaction().await.unwrap();
+        insert(&mut sp2, 23).await;
+        let mut sp3 = sp2.transaction().await.unwrap();
+        insert(&mut sp3, 33).await;
+        sp3.commit().await.unwrap();
+        sp2.commit().await.unwrap();
+        fail(&mut sp1).await;
+        aborted(sp1.commit().await, "sp_1");
+        insert(&mut tx, 4).await;
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(ints(&mut c, "SELECT x FROM t ORDER BY x").await, [3, 4]);
+
+    // Case 4: depth 3 fails and is dropped, depth 2 is dropped, depth 1 commits: the drops
+    // roll back (innermost first) with the commit's request.
+    c.batch_execute("TRUNCATE t").await.unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        insert(&mut tx, 5).await;
+        let mut sp1 = tx.transaction().await.unwrap();
+        insert(&mut sp1, 15).await;
+        {
+            let mut sp2 = sp1.transaction().await.unwrap();
+            insert(&mut sp2, 25).await;
+            {
+                let mut sp3 = sp2.transaction().await.unwrap();
+                insert(&mut sp3, 35).await;
+                fail(&mut sp3).await;
+            }
+        }
+        sp1.commit().await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(ints(&mut c, "SELECT x FROM t ORDER BY x").await, [5, 15]);
+
+    // Case 5: everything committed inside, then the top rolls back: nothing is kept.
+    c.batch_execute("TRUNCATE t").await.unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        insert(&mut tx, 6).await;
+        let mut sp1 = tx.transaction().await.unwrap();
+        let mut sp2 = sp1.transaction().await.unwrap();
+        let mut sp3 = sp2.transaction().await.unwrap();
+        insert(&mut sp3, 36).await;
+        sp3.commit().await.unwrap();
+        sp2.commit().await.unwrap();
+        sp1.commit().await.unwrap();
+        tx.rollback().await.unwrap();
+    }
+    assert_eq!(ints(&mut c, "SELECT x FROM t ORDER BY x").await, [0i32; 0]);
+    assert!(c.is_reusable());
+}
+
+/// Holds. Promise (client.md "Cancellation and timeouts": a dropped future never
+/// desynchronises the connection; "Transactions": a dropped guard is rolled back): a
+/// `savepoint()` future dropped at any poll, also after its `SAVEPOINT` ran on the server but
+/// before the guard was returned, leaves the enclosing transaction open and usable, and never
+/// keeps work done inside the savepoint.
+///
+/// Steps: for k = 1, 2, ...: a transaction inserts k; a future opens savepoint `s`, inserts
+/// -k in it and rolls it back, dropped after k polls; then the transaction must be open, a
+/// fresh savepoint must roll back its own insert (1000 + k) only, and the commit keeps k. At
+/// the end the table holds exactly 1..=k.
+#[tokio::test]
+async fn holds_a_savepoint_future_dropped_at_every_poll_leaves_the_transaction_whole() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut last = None;
+    for k in 1..=MAX_POLLS as i32 {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+            .await
+            .unwrap();
+        let outcome = bounded(
+            "savepoint",
+            DropAfter::new(
+                async {
+                    let mut sp = tx.savepoint("s").await?;
+                    sp.execute("INSERT INTO t VALUES ($1)", &[&-k]).await?;
+                    sp.rollback().await
+                },
+                k as usize,
+            ),
+        )
+        .await;
+        let status = bounded("settle", tx.settle()).await;
+        status.unwrap_or_else(|e| panic!("poll {k}: settling failed: {e}"));
+        assert_eq!(
+            tx.transaction_status(),
+            TransactionStatus::InTransaction,
+            "poll {k}: the enclosing transaction must stay open"
+        );
+        {
+            let mut sp = tx.savepoint("s2").await.unwrap();
+            sp.execute("INSERT INTO t VALUES ($1)", &[&(1000 + k)])
+                .await
+                .unwrap();
+            sp.rollback().await.unwrap();
+        }
+        bounded("commit", tx.commit())
+            .await
+            .unwrap_or_else(|e| panic!("poll {k}: commit failed: {e}"));
+        if let Some(r) = outcome {
+            r.unwrap();
+            last = Some(k);
+            break;
+        }
+    }
+    let k = last.expect("the savepoint future never completed within MAX_POLLS polls");
+    assert!(
+        k > 1,
+        "the future completed at its first poll: nothing was dropped"
+    );
+    assert_eq!(
+        ints(&mut c, "SELECT x FROM t ORDER BY x").await,
+        (1..=k).collect::<Vec<_>>(),
+        "only the transactions' own inserts are kept"
+    );
+    assert!(c.is_reusable());
+}
+
+/// Holds. Promise (pipelining.md, "How this differs from Oracle": inside `BEGIN` "use
+/// `SAVEPOINT`s in the pipeline if you need statement-level recovery"; the mode table: in
+/// continue-on-error mode "later operations run").
+///
+/// Steps: in a `Transaction`, a continue-on-error block `INSERT 1; SAVEPOINT p; INSERT 1/0;
+/// ROLLBACK TO SAVEPOINT p; INSERT 3`; then the guard commits. Each result must be what the
+/// server did (only the division failed), and 1 and 3 must be kept.
+#[tokio::test]
+async fn holds_a_savepoint_in_a_continue_mode_block_recovers_inside_a_transaction() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    let mut p = tx.pipeline_with(super::continue_on_error());
+    p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    p.execute("SAVEPOINT p", &[]).await.unwrap();
+    p.execute("INSERT INTO t VALUES (1/0)", &[]).await.unwrap();
+    p.execute("ROLLBACK TO SAVEPOINT p", &[]).await.unwrap();
+    p.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    let seen = describe(&results);
+    assert!(matches!(results[0], Ok(Output::Affected(1))), "{seen:#?}");
+    assert!(results[1].is_ok(), "{seen:#?}");
+    assert_eq!(
+        results[2].as_ref().unwrap_err().code(),
+        Some(SqlState::DIVISION_BY_ZERO),
+        "{seen:#?}"
+    );
+    assert!(results[3].is_ok(), "{seen:#?}");
+    assert!(matches!(results[4], Ok(Output::Affected(1))), "{seen:#?}");
+    assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+    bounded("commit", tx.commit()).await.unwrap();
+    assert_eq!(ints(&mut c, "SELECT x FROM t ORDER BY x").await, [1, 3]);
+}
+
+/// Holds. Promise (client.md "Notifications": PostgreSQL delivers notifications between
+/// transactions, and a `LISTEN` starts at its commit; pipelining.md: an abort-mode block's
+/// operations up to a sync point are one implicit transaction, rolled back whole by a failure).
+///
+/// Steps: (1) an abort-mode block `LISTEN ch; NOTIFY ch, 'one'; SELECT 1`: after `end()` the
+/// notification must arrive. (2) An abort-mode block `LISTEN other; NOTIFY ch, 'two';
+/// SELECT 1/0`: everything is rolled back, so no `two` arrives and `other` is not listened to
+/// (a NOTIFY on it from another session stays unseen). (3) A continue-mode block `LISTEN
+/// other; SELECT 1/0; NOTIFY ch, 'three'`: the LISTEN and the NOTIFY committed on their own.
+#[tokio::test]
+async fn holds_notifications_follow_a_pipelines_implicit_transactions() {
+    let (cluster, mut c) = super::setup().await;
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+
+    let mut p = c.pipeline();
+    p.execute("LISTEN ch", &[]).await.unwrap();
+    p.execute("NOTIFY ch, 'one'", &[]).await.unwrap();
+    p.execute("SELECT 1", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    assert!(
+        results.iter().all(Result::is_ok),
+        "{:#?}",
+        describe(&results)
+    );
+    let n = bounded("notification one", c.wait_for_notification())
+        .await
+        .unwrap();
+    assert_eq!((n.channel(), n.payload()), ("ch", "one"));
+
+    let mut p = c.pipeline();
+    p.execute("LISTEN other", &[]).await.unwrap();
+    p.execute("NOTIFY ch, 'two'", &[]).await.unwrap();
+    p.execute("SELECT 1/0", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    assert!(
+        results.iter().all(Result::is_err),
+        "{:#?}",
+        describe(&results)
+    );
+    other.batch_execute("NOTIFY other, 'unseen'").await.unwrap();
+    // A NOTIFY committed by another session is sent before its COMMIT's reply; a round trip
+    // after it here reads whatever this session was sent.
+    other.batch_execute("NOTIFY ch, 'marker'").await.unwrap();
+    let n = bounded("marker", c.wait_for_notification()).await.unwrap();
+    assert_eq!(
+        (n.channel(), n.payload()),
+        ("ch", "marker"),
+        "the rolled-back NOTIFY or LISTEN took effect"
+    );
+    c.query_one("SELECT 1", &[]).await.unwrap();
+    let rest: Vec<_> = c
+        .take_notifications()
+        .iter()
+        .map(|n| format!("{} {}", n.channel(), n.payload()))
+        .collect();
+    assert!(rest.is_empty(), "rolled back, yet delivered: {rest:?}");
+
+    let mut p = c.pipeline_with(super::continue_on_error());
+    p.execute("LISTEN other", &[]).await.unwrap();
+    p.execute("SELECT 1/0", &[]).await.unwrap();
+    p.execute("NOTIFY ch, 'three'", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    assert!(
+        results[0].is_ok() && results[2].is_ok(),
+        "{:#?}",
+        describe(&results)
+    );
+    let n = bounded("notification three", c.wait_for_notification())
+        .await
+        .unwrap();
+    assert_eq!((n.channel(), n.payload()), ("ch", "three"));
+    other.batch_execute("NOTIFY other, 'seen'").await.unwrap();
+    let n = bounded("notification seen", c.wait_for_notification())
+        .await
+        .unwrap();
+    assert_eq!((n.channel(), n.payload()), ("other", "seen"));
+}
+
+/// Holds. Promise (statement-cache.md: `DISCARD ALL` run through any call empties the cache;
+/// a `Statement` from `Client::prepare` lives until dropped; client.md: bad input gives a
+/// clear error, never a desync): a held statement used after a `DISCARD ALL` sent in a block
+/// fails with the server's "does not exist" and nothing else goes wrong: cached SQL is
+/// prepared again, and the connection stays in step. Inside a transaction `DISCARD ALL` is
+/// refused and the statement keeps working after the rollback.
+#[tokio::test]
+async fn holds_a_held_statement_after_discard_all_in_a_block_errors_clearly() {
+    let (_cluster, mut c) = super::setup().await;
+    let stmt = c.prepare("SELECT $1::int4 + 1").await.unwrap();
+    let cached: i32 = c
+        .query_one("SELECT 40 + 2", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(cached, 42);
+
+    let mut p = c.pipeline_with(super::continue_on_error());
+    p.execute("DISCARD ALL", &[]).await.unwrap();
+    let used = p.query(&stmt, &[&1i32]).await.unwrap();
+    p.query("SELECT 7", &[]).await.unwrap();
+    let results = bounded("end", p.end()).await;
+    let seen = describe(&results);
+    assert!(results[0].is_ok(), "{seen:#?}");
+    let e = results[used.id() as usize].as_ref().unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(SqlState::INVALID_SQL_STATEMENT_NAME),
+        "{seen:#?}"
+    );
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(
+        matches!(&results[2], Ok(Output::Rows(r)) if r.len() == 1),
+        "{seen:#?}"
+    );
+
+    let e = c.query_one(&stmt, &[&1i32]).await.unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::INVALID_SQL_STATEMENT_NAME), "{e}");
+    // The cached statement was forgotten and is prepared again, not run by a stale name.
+    let cached: i32 = c
+        .query_one("SELECT 40 + 2", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(cached, 42);
+    drop(stmt);
+
+    let stmt = c.prepare("SELECT $1::int4 + 1").await.unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        let mut p = tx.pipeline_with(super::continue_on_error());
+        p.execute("DISCARD ALL", &[]).await.unwrap();
+        let results = bounded("end", p.end()).await;
+        let e = results[0].as_ref().unwrap_err();
+        assert_eq!(e.code(), Some(SqlState::ACTIVE_SQL_TRANSACTION), "{e}");
+        tx.rollback().await.unwrap();
+    }
+    let v: i32 = c.query_one(&stmt, &[&1i32]).await.unwrap().get(0).unwrap();
+    assert_eq!(v, 2, "the refused DISCARD ALL took the statement away");
+    assert!(c.is_reusable());
+}
