@@ -243,6 +243,8 @@ impl<'a> Transaction<'a> {
     /// A transaction already ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK`
     /// or `PREPARE TRANSACTION` sent as a statement or in a pipeline) is an
     /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
+    /// A savepoint ended through such SQL (`RELEASE SAVEPOINT`, `ROLLBACK TO` an earlier one)
+    /// is the server's 3B001 error, saying that the failure aborted the enclosing transaction.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -262,7 +264,8 @@ impl<'a> Transaction<'a> {
                 // prevent. A savepoint cannot be opened in a failed transaction, so the
                 // failure came after this one: undo it, as COMMIT undoes a failed transaction.
                 let sql = self.rollback_sql();
-                self.client.batch_execute(&sql).await?;
+                let done = self.client.batch_execute(&sql).await;
+                self.check_savepoint_exists(done, "rolled back")?;
                 Err(Error::rolled_back(format!(
                     "savepoint {} was rolled back, not released, because a statement after it \
                      had failed: nothing done since it was opened was kept, and the enclosing \
@@ -271,9 +274,9 @@ impl<'a> Transaction<'a> {
                 )))
             }
             Some(name) => {
-                self.client
-                    .batch_execute(&format!("RELEASE SAVEPOINT {}", quote_ident(name)))
-                    .await
+                let sql = format!("RELEASE SAVEPOINT {}", quote_ident(name));
+                let done = self.client.batch_execute(&sql).await;
+                self.check_savepoint_exists(done, "released")
             }
             None => {
                 let tag = self.client.run_simple("COMMIT", None).await?;
@@ -302,7 +305,8 @@ impl<'a> Transaction<'a> {
         self.settle_then_end().await?;
         self.check_still_open("rolled back")?;
         let sql = self.rollback_sql();
-        self.client.batch_execute(&sql).await
+        let done = self.client.batch_execute(&sql).await;
+        self.check_savepoint_exists(done, "rolled back")
     }
 
     /// Opens a named savepoint inside this transaction.
@@ -375,6 +379,31 @@ impl<'a> Transaction<'a> {
             )));
         }
         Ok(())
+    }
+
+    /// Explains a savepoint's `RELEASE` or `ROLLBACK TO` that failed because SQL the guard did
+    /// not send ended the savepoint (a `RELEASE SAVEPOINT`, or a `ROLLBACK TO` an earlier one).
+    /// Inside a block that failure aborts the enclosing transaction: the server's bare
+    /// "savepoint does not exist" reads as if nothing else happened, and a caller going on
+    /// would lose the rest of its work at `COMMIT`. (Outside a block, after the transaction
+    /// was ended through SQL, the server's own error says so.)
+    fn check_savepoint_exists(&self, done: Result<(), Error>, verb: &str) -> Result<(), Error> {
+        let Err(e) = done else { return Ok(()) };
+        match &self.savepoint {
+            Some(name)
+                if e.code() == Some(crate::SqlState::S_E_INVALID_SPECIFICATION)
+                    && self.client.conn.tx_status == crate::TransactionStatus::Failed =>
+            {
+                Err(e.context(format!(
+                    "savepoint {} no longer exists (a RELEASE SAVEPOINT, or a ROLLBACK TO an \
+                     earlier savepoint, sent as SQL ended it), so nothing was {verb} now; the \
+                     failed statement aborted the enclosing transaction: roll it back (an \
+                     enclosing savepoint's commit or rollback rolls back to that savepoint)",
+                    quote_ident(name)
+                )))
+            }
+            _ => Err(e),
+        }
     }
 
     fn rollback_sql(&self) -> String {

@@ -507,3 +507,56 @@ async fn holds_a_held_statement_after_discard_all_in_a_block_errors_clearly() {
     assert_eq!(v, 2, "the refused DISCARD ALL took the statement away");
     assert!(c.is_reusable());
 }
+
+/// Promise (`Transaction::commit`/`rollback`: they never report an outcome that did not
+/// happen, and their errors say what failed and what to do; STYLE.md "Errors"): a savepoint
+/// ended behind its guard's back (a `RELEASE SAVEPOINT` sent as SQL) makes the guard's
+/// `commit()` and `rollback()` fail, and the error says that the savepoint no longer exists
+/// and that the failed statement aborted the enclosing transaction (PostgreSQL fails the
+/// block on the guard's `RELEASE`/`ROLLBACK TO`), so the caller knows to roll it back rather
+/// than going on and losing the rest of its work at `COMMIT`.
+///
+/// Steps: for `commit` and `rollback`: a transaction inserts 1, a savepoint `s` inserts 2,
+/// then `RELEASE SAVEPOINT s` through the guard; end the guard; check the error and the
+/// status; the transaction's `commit()` must then report that nothing was saved, and the
+/// table must be empty.
+///
+/// Before the fix: the error was only the server's `error 3B001: savepoint "s" does not
+/// exist`, which reads as if nothing happened to the enclosing transaction.
+#[tokio::test]
+async fn a_savepoint_released_behind_its_guards_back_says_the_transaction_failed() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    for end in ["commit", "rollback"] {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+            sp.batch_execute("RELEASE SAVEPOINT s").await.unwrap();
+            let r = match end {
+                "commit" => bounded("commit", sp.commit()).await,
+                _ => bounded("rollback", sp.rollback()).await,
+            };
+            let e = r.expect_err("the savepoint no longer exists");
+            assert_eq!(
+                e.code(),
+                Some(SqlState::S_E_INVALID_SPECIFICATION),
+                "{end}: {e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("\"s\"") && text.contains("no longer exists"),
+                "{end}: the error does not say the savepoint was already ended: {text}"
+            );
+            assert!(
+                text.contains("aborted the enclosing transaction") && text.contains("roll"),
+                "{end}: the error does not say the transaction is now failed: {text}"
+            );
+        }
+        assert_eq!(tx.transaction_status(), TransactionStatus::Failed, "{end}");
+        let e = bounded("commit", tx.commit()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Aborted, "{end}: {e}");
+        assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0], "{end}");
+    }
+}
