@@ -212,6 +212,11 @@ pub(crate) struct Connection {
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
+    /// The server's error for a deferred `ROLLBACK TO SAVEPOINT` of a dropped savepoint guard
+    /// (its savepoint was already ended through SQL): that failure aborted the enclosing
+    /// transaction while no caller was reading, so the transaction's `COMMIT` names it instead
+    /// of "a statement in it had failed". Kept until the transaction ends (`Idle`).
+    pub(crate) deferred_failure: Option<String>,
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
     pub(crate) closes: Arc<Mutex<Vec<String>>>,
@@ -260,6 +265,7 @@ impl Connection {
             notice_handler: default_notice_handler(),
             copy_in_abort: false,
             deferred: Vec::new(),
+            deferred_failure: None,
             closes: Arc::new(Mutex::new(Vec::new())),
             unclaimed: VecDeque::new(),
             statements_discarded: false,
@@ -1186,6 +1192,9 @@ impl Connection {
             b'E' => TransactionStatus::Failed,
             _ => TransactionStatus::Idle,
         };
+        if self.tx_status == TransactionStatus::Idle {
+            self.deferred_failure = None;
+        }
     }
 
     /// Settles the connection: answers everything dropped calls left owed, runs what dropped
@@ -1224,6 +1233,15 @@ impl Connection {
     pub(crate) fn discard(&mut self, message: &Message) -> Result<bool, Error> {
         match message {
             Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
+            // Only a savepoint's rollback can fail (its savepoint gone); the first failure is
+            // the one that aborted the transaction.
+            Message::ErrorResponse(body)
+                if self.owed.front() == Some(&Owed::Rollback)
+                    && self.deferred_failure.is_none() =>
+            {
+                let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
+                self.deferred_failure = Some(db.to_string());
+            }
             Message::CopyInResponse(_) => {
                 let what = self.owed.front().copied();
                 if what == Some(Owed::PipelineSync) {

@@ -256,6 +256,8 @@ impl<'a> Transaction<'a> {
     pub async fn commit(mut self) -> Result<(), Error> {
         self.settle_then_end().await?;
         self.check_still_open("committed")?;
+        // Taken now: the COMMIT's own ReadyForQuery (idle) forgets it.
+        let dropped_failed = self.client.conn.deferred_failure.take();
         match &self.savepoint {
             Some(name) if self.client.conn.tx_status == crate::TransactionStatus::Failed => {
                 // PostgreSQL refuses RELEASE in a failed transaction (25P02) and, unlike
@@ -266,10 +268,16 @@ impl<'a> Transaction<'a> {
                 let sql = self.rollback_sql();
                 let done = self.client.batch_execute(&sql).await;
                 self.check_savepoint_exists(done, "rolled back")?;
+                let what = match dropped_failed {
+                    Some(failure) => format!(
+                        "the rollback of a savepoint inside it whose guard was dropped had \
+                         failed ({failure}: SQL the guard did not send had ended that savepoint)"
+                    ),
+                    None => "a statement after it had failed".to_string(),
+                };
                 Err(Error::rolled_back(format!(
-                    "savepoint {} was rolled back, not released, because a statement after it \
-                     had failed: nothing done since it was opened was kept, and the enclosing \
-                     transaction goes on",
+                    "savepoint {} was rolled back, not released, because {what}: nothing done \
+                     since it was opened was kept, and the enclosing transaction goes on",
                     quote_ident(name)
                 )))
             }
@@ -281,6 +289,13 @@ impl<'a> Transaction<'a> {
             None => {
                 let tag = self.client.run_simple("COMMIT", None).await?;
                 if tag == "ROLLBACK" {
+                    if let Some(failure) = dropped_failed {
+                        return Err(Error::rolled_back(format!(
+                            "COMMIT rolled the transaction back because the rollback of a \
+                             savepoint whose guard was dropped had failed ({failure}: SQL the \
+                             guard did not send had ended that savepoint); nothing was saved"
+                        )));
+                    }
                     return Err(Error::rolled_back(
                         "COMMIT rolled the transaction back because a statement in it had failed; nothing was saved",
                     ));

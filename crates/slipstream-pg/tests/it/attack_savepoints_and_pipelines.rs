@@ -560,3 +560,138 @@ async fn a_savepoint_released_behind_its_guards_back_says_the_transaction_failed
         assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0], "{end}");
     }
 }
+
+/// Holds. Promise (client.md "COPY": an aborted or failed COPY inside a transaction fails it
+/// like any failed statement, "run the COPY in a savepoint and roll back to it"; "Transactions":
+/// a failed savepoint's `commit()` rolls back to it and the enclosing transaction goes on).
+///
+/// Steps: in a transaction that inserted 1, savepoint `c`; a COPY whose second row breaks the
+/// primary key, finished (the server's error) or aborted after the server failed it (a
+/// `CopyFail` after the error); `commit()` the savepoint (an `Aborted` error) or roll it back;
+/// insert 2 and commit. Only 1 and 2 must be kept, in each of the four combinations.
+#[tokio::test]
+async fn holds_a_copy_failed_by_the_server_inside_a_savepoint_is_undone_with_it() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int PRIMARY KEY)")
+        .await
+        .unwrap();
+    for (abort, commit) in [(false, true), (false, false), (true, true), (true, false)] {
+        let case = format!("abort {abort}, commit {commit}");
+        c.batch_execute("TRUNCATE t").await.unwrap();
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        {
+            let mut sp = tx.savepoint("c").await.unwrap();
+            let mut copy = sp.copy_in("COPY t FROM STDIN").await.unwrap();
+            // 1 is already in the table: the server fails the COPY at its second row.
+            copy.write(b"10\n1\n11\n").await.unwrap();
+            if abort {
+                // Let the server's error arrive first: the abort comes after the failure.
+                write_until_the_server_fails(&mut copy).await;
+                bounded("abort", copy.abort("giving up")).await.unwrap();
+            } else {
+                let e = bounded("finish", copy.finish()).await.unwrap_err();
+                assert_eq!(e.code(), Some(SqlState::UNIQUE_VIOLATION), "{case}: {e}");
+            }
+            assert_eq!(sp.transaction_status(), TransactionStatus::Failed, "{case}");
+            if commit {
+                let e = bounded("commit", sp.commit()).await.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Aborted, "{case}: {e}");
+            } else {
+                bounded("rollback", sp.rollback()).await.unwrap();
+            }
+        }
+        assert_eq!(
+            tx.transaction_status(),
+            TransactionStatus::InTransaction,
+            "{case}"
+        );
+        tx.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        bounded("commit", tx.commit()).await.unwrap();
+        assert_eq!(
+            ints(&mut c, "SELECT x FROM t ORDER BY x").await,
+            [1, 2],
+            "{case}"
+        );
+    }
+}
+
+/// Writes single rows until a write reports the server's failure of the COPY (the duplicate
+/// key already sent), within a bound.
+async fn write_until_the_server_fails(copy: &mut slipstream_pg::CopyIn<'_>) {
+    for i in 0..100_000 {
+        if let Err(e) = copy.write(format!("{}\n", 1000 + i).as_bytes()).await {
+            assert_eq!(e.code(), Some(SqlState::UNIQUE_VIOLATION), "{e}");
+            return;
+        }
+        if i % 100 == 99 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    panic!("no write reported the server's failure of the COPY");
+}
+
+/// Promise (client.md "Transactions": a guard dropped without `commit`/`rollback` is rolled
+/// back with the next request; `commit()` never reports an outcome that did not happen, and
+/// errors say what failed). A dropped savepoint guard whose savepoint SQL already ended (a
+/// `RELEASE SAVEPOINT` sent through it) has its deferred `ROLLBACK TO` fail, which aborts the
+/// enclosing transaction: its `commit()` must then say that this is what failed.
+///
+/// Steps: a transaction inserts 1; savepoint `s` inserts 2 and is released through SQL; the
+/// guard is dropped; the transaction's `commit()` must be an `Aborted` error naming the
+/// dropped savepoint's failed rollback, and nothing must be kept. The same one level down,
+/// where the enclosing savepoint's `commit()` must name it.
+///
+/// Before the fix: "COMMIT rolled the transaction back because a statement in it had failed",
+/// while every statement the caller ran had succeeded: the failure of the deferred rollback
+/// was read and thrown away with the next request.
+#[tokio::test]
+async fn a_dropped_savepoint_whose_rollback_failed_is_named_by_the_commit() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    {
+        let mut sp = tx.savepoint("s").await.unwrap();
+        sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        sp.batch_execute("RELEASE SAVEPOINT s").await.unwrap();
+    }
+    let e = bounded("commit", tx.commit()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("dropped") && text.contains("savepoint \"s\" does not exist"),
+        "the commit's error does not say what failed: {text}"
+    );
+    assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0]);
+
+    // One level down: the enclosing savepoint's commit rolls back to it and names the same
+    // failure; the transaction goes on and keeps what it did outside.
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    {
+        let mut outer = tx.savepoint("o").await.unwrap();
+        {
+            let mut sp = outer.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+            sp.batch_execute("RELEASE SAVEPOINT s").await.unwrap();
+        }
+        let e = bounded("savepoint commit", outer.commit())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("\"o\"") && text.contains("savepoint \"s\" does not exist"),
+            "the savepoint's error does not say what failed: {text}"
+        );
+    }
+    bounded("commit", tx.commit()).await.unwrap();
+    assert_eq!(ints(&mut c, "SELECT x FROM t").await, [3]);
+
+    // The failure is forgotten with its transaction: the next one's failure is its own.
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = bounded("commit", tx.commit()).await.unwrap_err();
+    assert!(!e.to_string().contains("dropped"), "{e}");
+}
