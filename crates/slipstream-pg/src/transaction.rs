@@ -243,8 +243,9 @@ impl<'a> Transaction<'a> {
     /// A transaction already ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK`
     /// or `PREPARE TRANSACTION` sent as a statement or in a pipeline) is an
     /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
-    /// A savepoint ended through such SQL (`RELEASE SAVEPOINT`, `ROLLBACK TO` an earlier one)
-    /// is the server's 3B001 error, saying that the failure aborted the enclosing transaction.
+    /// The same for a savepoint whose transaction such SQL ended. A savepoint ended through SQL
+    /// (`RELEASE SAVEPOINT`, `ROLLBACK TO` an earlier one) is the server's 3B001 error, saying
+    /// that the failure aborted the enclosing transaction.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -381,19 +382,25 @@ impl<'a> Transaction<'a> {
     /// `ROLLBACK` as done, and the caller would read the opposite of what happened: the work
     /// rolled back by a pipeline's `rollback()` "committed", or a `DELETE` committed by a
     /// `COMMIT` statement "rolled back". Settled, the status is the server's; BEGIN succeeded,
-    /// so `Idle` means the block was ended. (A savepoint's RELEASE or ROLLBACK TO fails by
-    /// itself outside a block, naming the savepoint.)
+    /// so `Idle` means the block was ended. A savepoint's `RELEASE` or `ROLLBACK TO` would fail
+    /// by itself there, but with 25P01 "can only be used in transaction blocks", which names
+    /// no savepoint and does not say that the work meant to be undone may have been committed.
     fn check_still_open(&self, verb: &str) -> Result<(), Error> {
-        if self.savepoint.is_none() && self.client.conn.tx_status == crate::TransactionStatus::Idle
-        {
-            return Err(Error::usage(format!(
-                "this transaction had already ended through SQL it did not send (a COMMIT, \
-                 ROLLBACK or PREPARE TRANSACTION sent as a statement or in a pipeline), so \
-                 nothing was {verb} now: its work is as that statement left it, and statements \
-                 after it ran in autocommit"
-            )));
+        if self.client.conn.tx_status != crate::TransactionStatus::Idle {
+            return Ok(());
         }
-        Ok(())
+        let what = match &self.savepoint {
+            Some(name) => format!(
+                "the transaction of savepoint {} had already ended",
+                quote_ident(name)
+            ),
+            None => "this transaction had already ended".to_string(),
+        };
+        Err(Error::usage(format!(
+            "{what} through SQL it did not send (a COMMIT, ROLLBACK or PREPARE TRANSACTION \
+             sent as a statement or in a pipeline), so nothing was {verb} now: its work is as \
+             that statement left it, and statements after it ran in autocommit"
+        )))
     }
 
     /// Explains a savepoint's `RELEASE` or `ROLLBACK TO` that failed because SQL the guard did

@@ -695,3 +695,62 @@ async fn a_dropped_savepoint_whose_rollback_failed_is_named_by_the_commit() {
     let e = bounded("commit", tx.commit()).await.unwrap_err();
     assert!(!e.to_string().contains("dropped"), "{e}");
 }
+
+/// Promise (`Transaction::commit`: "A transaction already ended through SQL the guard did not
+/// send ... is an `ErrorKind::Usage` error: that statement decided the outcome", and for a
+/// savepoint "RELEASE or ROLLBACK TO fails by itself outside a block, naming the savepoint").
+///
+/// Steps: for a pipelined `commit()` and `rollback()` queued inside a savepoint (they end the
+/// whole transaction), then the savepoint's `commit()` or `rollback()`: the error must be a
+/// `Usage` error naming the savepoint and saying the transaction had ended; the rows must be
+/// as the pipeline's statement left them.
+///
+/// Before the fix: the server's `error 25P01: RELEASE SAVEPOINT can only be used in
+/// transaction blocks` (or `ROLLBACK TO SAVEPOINT ...`), which names no savepoint and does not
+/// say that the work the caller meant to undo was committed.
+#[tokio::test]
+async fn a_savepoint_whose_transaction_a_pipeline_ended_says_so() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    for (pipelined_commit, guard_commit) in
+        [(true, true), (true, false), (false, true), (false, false)]
+    {
+        let case = format!("pipeline commit {pipelined_commit}, guard commit {guard_commit}");
+        c.batch_execute("TRUNCATE t").await.unwrap();
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            let mut p = sp.pipeline();
+            p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+            if pipelined_commit {
+                p.commit().await.unwrap();
+            } else {
+                p.rollback().await.unwrap();
+            }
+            let results = bounded("end", p.end()).await;
+            assert!(
+                results.iter().all(Result::is_ok),
+                "{case}: {:#?}",
+                describe(&results)
+            );
+            let r = match guard_commit {
+                true => bounded("commit", sp.commit()).await,
+                false => bounded("rollback", sp.rollback()).await,
+            };
+            let e = r.expect_err("the transaction had ended");
+            assert_eq!(e.kind(), ErrorKind::Usage, "{case}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("\"s\"") && text.contains("already ended"),
+                "{case}: {text}"
+            );
+        }
+        assert_eq!(tx.transaction_status(), TransactionStatus::Idle, "{case}");
+        let e = bounded("commit", tx.commit()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Usage, "{case}: {e}");
+        let kept = ints(&mut c, "SELECT x FROM t ORDER BY x").await;
+        let expected: &[i32] = if pipelined_commit { &[1, 2] } else { &[] };
+        assert_eq!(kept, expected, "{case}");
+    }
+}
