@@ -239,7 +239,7 @@ impl CopyIn<'_> {
             // The server has left COPY mode: only its ReadyForQuery is owed, and a CopyFail
             // on drop would be ignored.
             self.finished = true;
-            self.end.error = Some(copy_error(db));
+            self.end.error = Some(Error::db(db));
         }
         self.check_failed()
     }
@@ -419,7 +419,7 @@ impl Sink<Bytes> for CopyIn<'_> {
                     this.end.rows.get_or_insert(rows_affected(body.tag()));
                 }
                 Message::ErrorResponse(body) => {
-                    this.end.error = Some(copy_error(DbError::parse(&mut body.fields())?));
+                    this.end.error = Some(Error::db(DbError::parse(&mut body.fields())?));
                 }
                 Message::ReadyForQuery(_) => this.end.done = true,
                 m => {
@@ -448,21 +448,6 @@ impl Drop for CopyIn<'_> {
     }
 }
 
-/// The server's error at the end of a COPY FROM STDIN, led by the line of its CONTEXT that
-/// says where in the data it failed (`COPY t, line 3, column id: "x"`), as psql shows it:
-/// the message alone (`invalid input syntax for type integer: "x"`) does not say which of a
-/// file's million lines to fix.
-fn copy_error(db: DbError) -> Error {
-    let at = db
-        .where_()
-        .and_then(|w| w.lines().find(|l| l.starts_with("COPY ")))
-        .map(str::to_string);
-    match at {
-        Some(at) => Error::db_at(at, db),
-        None => Error::db(db),
-    }
-}
-
 /// Reads a COPY's completion up to `ReadyForQuery`; returns the row count.
 async fn read_copy_end(client: &mut Client) -> Result<u64, Error> {
     let mut rows = None;
@@ -478,7 +463,7 @@ async fn read_copy_end(client: &mut Client) -> Result<u64, Error> {
                 rows.get_or_insert(rows_affected(body.tag()));
             }
             Message::ErrorResponse(body) => {
-                error = Some(copy_error(DbError::parse(&mut body.fields())?))
+                error = Some(Error::db(DbError::parse(&mut body.fields())?))
             }
             Message::ReadyForQuery(_) => break,
             m => return Err(client.conn.poison(unexpected(&m, "at the end of a COPY"))),

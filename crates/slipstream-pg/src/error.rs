@@ -208,13 +208,6 @@ impl Error {
         e
     }
 
-    /// A server error led by where it happened (`at`, shown before it).
-    pub(crate) fn db_at(at: String, db: DbError) -> Error {
-        let mut e = Error::new(ErrorKind::Db, Some(at), None);
-        e.0.db = Some(db);
-        e
-    }
-
     pub(crate) fn auth_db(db: DbError) -> Error {
         let mut e = Error::new(ErrorKind::Authentication, None, None);
         e.0.db = Some(db);

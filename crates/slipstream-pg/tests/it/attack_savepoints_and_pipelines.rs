@@ -754,3 +754,76 @@ async fn a_savepoint_whose_transaction_a_pipeline_ended_says_so() {
         assert_eq!(kept, expected, "{case}");
     }
 }
+
+/// Holds. Promise (client.md "Cancellation and timeouts": a dropped future never
+/// desynchronises, and leaves no transaction nobody opened; "Transactions": a failed
+/// savepoint's `commit()` rolls back to it and the enclosing transaction goes on): the
+/// `commit()` (or `rollback()`) of a savepoint in which a statement failed, dropped at any
+/// poll, still leaves the savepoint rolled back and the enclosing transaction open and usable.
+///
+/// Steps: for k = 1, 2, ... and both ends: a transaction inserts k; savepoint `s` inserts -k,
+/// then fails; its `commit()`/`rollback()` is dropped after k polls; the transaction must be
+/// open (not failed), insert 1000 + k and commit. At the end no negative row is kept.
+#[tokio::test]
+async fn holds_a_failed_savepoints_commit_dropped_at_every_poll_still_rolls_back_to_it() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    for commit in [true, false] {
+        let mut completed = false;
+        for k in 1..=MAX_POLLS as i32 {
+            let mut tx = c.transaction().await.unwrap();
+            tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+                .await
+                .unwrap();
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES ($1)", &[&-k])
+                .await
+                .unwrap();
+            sp.execute("SELECT 1/0", &[]).await.unwrap_err();
+            let outcome = bounded(
+                "end the savepoint",
+                DropAfter::new(
+                    async move {
+                        match commit {
+                            true => sp.commit().await,
+                            false => sp.rollback().await,
+                        }
+                    },
+                    k as usize,
+                ),
+            )
+            .await;
+            let row = bounded("the next call", tx.query_one("SELECT $1::int4", &[&k]))
+                .await
+                .unwrap_or_else(|e| panic!("commit {commit}, poll {k}: next call failed: {e}"));
+            assert_eq!(row.get::<_, i32>(0).unwrap(), k);
+            assert_eq!(
+                tx.transaction_status(),
+                TransactionStatus::InTransaction,
+                "commit {commit}, poll {k}: the enclosing transaction must go on"
+            );
+            tx.execute("INSERT INTO t VALUES ($1)", &[&(1000 + k)])
+                .await
+                .unwrap();
+            bounded("commit", tx.commit())
+                .await
+                .unwrap_or_else(|e| panic!("commit {commit}, poll {k}: {e}"));
+            if let Some(r) = outcome {
+                match commit {
+                    true => assert_eq!(r.unwrap_err().kind(), ErrorKind::Aborted),
+                    false => r.unwrap(),
+                }
+                completed = true;
+                break;
+            }
+        }
+        assert!(
+            completed,
+            "commit {commit}: never completed within {MAX_POLLS} polls"
+        );
+    }
+    let negative: i64 = super::scalar(&mut c, "SELECT count(*) FROM t WHERE x < 0").await;
+    assert_eq!(negative, 0, "work of a failed savepoint was kept");
+    let kept: i64 = super::scalar(&mut c, "SELECT count(*) FROM t WHERE x > 0").await;
+    assert!(kept >= 4, "{kept}");
+}
