@@ -215,7 +215,7 @@ pub(crate) struct Connection {
     /// The server's error for a deferred `ROLLBACK TO SAVEPOINT` of a dropped savepoint guard
     /// (its savepoint was already ended through SQL): that failure aborted the enclosing
     /// transaction while no caller was reading, so the transaction's `COMMIT` names it instead
-    /// of "a statement in it had failed". Kept until the transaction ends (`Idle`).
+    /// of "a statement in it had failed". Kept while the transaction stays failed.
     pub(crate) deferred_failure: Option<String>,
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
@@ -1192,7 +1192,8 @@ impl Connection {
             b'E' => TransactionStatus::Failed,
             _ => TransactionStatus::Idle,
         };
-        if self.tx_status == TransactionStatus::Idle {
+        if self.tx_status != TransactionStatus::Failed {
+            // Ended, or recovered (rolled back to a savepoint): no longer why it fails.
             self.deferred_failure = None;
         }
     }

@@ -827,3 +827,26 @@ async fn holds_a_failed_savepoints_commit_dropped_at_every_poll_still_rolls_back
     let kept: i64 = super::scalar(&mut c, "SELECT count(*) FROM t WHERE x > 0").await;
     assert!(kept >= 4, "{kept}");
 }
+
+/// Follows the fix of `a_dropped_savepoint_whose_rollback_failed_is_named_by_the_commit`:
+/// the failed rollback of a dropped savepoint guard is named only while it is why the
+/// transaction is failed. Steps: savepoint `o` opened through SQL; a guard `s` released through
+/// SQL and dropped (its rollback fails); `ROLLBACK TO SAVEPOINT o` recovers the transaction;
+/// then a statement of its own fails: the commit must not blame the dropped guard. Before:
+/// the failure was kept until the transaction ended, and the commit blamed the guard.
+#[tokio::test]
+async fn a_recovered_dropped_savepoint_failure_is_not_blamed_later() {
+    let (_cluster, mut c) = super::setup().await;
+    let mut tx = c.transaction().await.unwrap();
+    tx.batch_execute("SAVEPOINT o").await.unwrap();
+    {
+        let mut sp = tx.savepoint("s").await.unwrap();
+        sp.batch_execute("RELEASE SAVEPOINT s").await.unwrap();
+    }
+    tx.batch_execute("ROLLBACK TO SAVEPOINT o").await.unwrap();
+    assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+    tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = bounded("commit", tx.commit()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert!(!e.to_string().contains("dropped"), "{e}");
+}
