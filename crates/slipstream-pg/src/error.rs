@@ -399,8 +399,8 @@ pub enum ErrorPosition {
 /// An error or notice sent by the server, with every field it carried.
 ///
 /// Its `Display` (and so an [`Error`]'s) reads as libpq's default verbosity does: severity,
-/// SQLSTATE and message, then the detail, the hint and the context (where in a function,
-/// trigger or COPY the error happened) when the server sent them.
+/// SQLSTATE and message, then the detail, the hint and, for an error (not a notice), the
+/// context (where in a function, trigger or COPY it happened) when the server sent them.
 ///
 /// ```
 /// # fn f(e: &slipstream_pg::Error) {
@@ -709,8 +709,11 @@ impl fmt::Display for DbError {
         // the SQL function, trigger or COPY line, where the error happened. Without it an error
         // raised in a function reads the same as one raised by the statement itself, and a
         // logged `{e}` cannot say where to look. One line per frame from the server, innermost
-        // first; joined so that the message stays one line in a log.
-        if let Some(context) = &self.where_ {
+        // first; joined so that the message stays one line in a log. Errors only, as libpq
+        // shows it by default (PQSHOW_CONTEXT_ERRORS): every `RAISE NOTICE` has a context,
+        // and the notice handler's log would repeat "PL/pgSQL function ... at RAISE".
+        let is_error = matches!(self.severity.as_str(), "ERROR" | "FATAL" | "PANIC");
+        if let Some(context) = self.where_.as_ref().filter(|_| is_error) {
             f.write_str(" (context: ")?;
             for (i, frame) in context.lines().enumerate() {
                 if i > 0 {

@@ -32,6 +32,7 @@ fn describe(results: &[Result<Output, Error>]) -> Vec<String> {
 ///
 /// Steps: a function `inner()` that divides by zero on its third line, called from `outer()`;
 /// run `SELECT outer()`; the error's text must name both functions and the line, on one line.
+/// A notice's text leaves its context out (libpq's default shows it for errors only).
 ///
 /// Before the fix: the text was `error 22012: division by zero`, the same as a bare
 /// `SELECT 1/0`: `DbError::where_` held the context, but nothing printed it.
@@ -71,6 +72,21 @@ async fn an_error_raised_in_a_function_says_where_in_its_display() {
     let e = c.query_one("SELECT 1/0", &[]).await.unwrap_err();
     assert!(e.as_db_error().unwrap().where_().is_none());
     assert!(!e.to_string().contains("context"), "{e}");
+
+    // A notice's context is left out, as libpq does by default: every RAISE has one.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    c.set_notice_handler(move |n| {
+        let has_context = n.where_().is_some();
+        sink.lock().unwrap().push((has_context, n.to_string()));
+    });
+    c.batch_execute("DO $$ BEGIN RAISE NOTICE 'hello'; END $$")
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].0, "the server sent the notice's context");
+    assert!(!seen[0].1.contains("context"), "{:?}", seen[0].1);
 }
 
 /// Holds. Promise (client.md "Transactions"; pipelining.md, "inside `BEGIN`"): a savepoint in
