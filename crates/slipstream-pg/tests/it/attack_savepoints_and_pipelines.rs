@@ -866,3 +866,29 @@ async fn a_recovered_dropped_savepoint_failure_is_not_blamed_later() {
     assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
     assert!(!e.to_string().contains("dropped"), "{e}");
 }
+
+/// Holds. Promise (bad input gives a clear error, never a panic, a hang or a desync;
+/// "Transactions": a savepoint's failure leaves the enclosing transaction to the caller): a
+/// savepoint name the protocol cannot carry (a NUL) or the server refuses (empty) is an error
+/// that says what is wrong; the NUL one never reaches the server, so the transaction stays
+/// open, and after either the connection answers.
+#[tokio::test]
+async fn holds_a_savepoint_name_that_cannot_be_used_is_a_clear_error() {
+    let (_cluster, mut c) = super::setup().await;
+    let mut tx = c.transaction().await.unwrap();
+    let e = bounded("nul name", tx.savepoint("a\0b")).await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("nul"), "{e}");
+    assert_eq!(
+        tx.transaction_status(),
+        TransactionStatus::InTransaction,
+        "{e}"
+    );
+    let e = bounded("empty name", tx.savepoint("")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Db, "{e}");
+    assert!(e.to_string().contains("zero-length"), "{e}");
+    assert_eq!(tx.transaction_status(), TransactionStatus::Failed);
+    tx.rollback().await.unwrap();
+    assert!(c.is_reusable());
+    let one: i32 = super::scalar(&mut c, "SELECT 1").await;
+    assert_eq!(one, 1);
+}
