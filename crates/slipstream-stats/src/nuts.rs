@@ -136,8 +136,9 @@ impl CpuLogpFunc for Density {
 /// any run worth comparing); ±1.5 on logit(s/U) moves the sd by a factor of about 4.
 const DISPERSION: [[f64; 2]; 4] = [[0.0, 0.0], [0.3, 1.5], [-0.3, -1.5], [0.15, -0.75]];
 
-/// Samples `model` with chains starting around `start` (see [`DISPERSION`]). An unrecoverable
-/// sampler error is returned as text.
+/// Samples `model` with chains starting around `start`, each moved from it by a fixed
+/// dispersion (±35% on the mean, a factor of about 4 on the sd) so that chains stuck in
+/// different modes disagree. An unrecoverable sampler error is returned as text.
 ///
 /// ```
 /// use slipstream_stats::{GammaModel, MeanSd, Prior, SamplerSettings, Suff, sample};

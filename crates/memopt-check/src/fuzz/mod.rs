@@ -7,7 +7,7 @@
 //! that read), savepoints with partial rollback, ROLLBACK, deferred foreign keys failing at
 //! COMMIT, TRUNCATE, primary-key and column DDL (committed and rolled back), VACUUM FULL,
 //! populate, forced parallel plans and prepared statements under every `plan_cache_mode`.
-//! See [`schema`](self::schema) for how each read is compared.
+//! The `schema` module says how each read is compared.
 //!
 //! The seed fixes each session's stream of operations; the interleaving of sessions is up to
 //! the scheduler, so the log of the run (not the seed) is the reproducer. At the first
