@@ -214,9 +214,12 @@ pub(crate) struct Connection {
     pub(crate) deferred: Vec<String>,
     /// The server's error for a deferred `ROLLBACK TO SAVEPOINT` of a dropped savepoint guard
     /// (its savepoint was already ended through SQL): that failure aborted the enclosing
-    /// transaction while no caller was reading, so the transaction's `COMMIT` names it instead
-    /// of "a statement in it had failed". Kept while the transaction stays failed.
-    pub(crate) deferred_failure: Option<String>,
+    /// transaction while no caller was reading, so what the caller is told next names it
+    /// ([`Connection::explain_failed`], and every way to end the transaction) instead of the
+    /// server's 25P02 or "a statement in it had failed", which blame nothing the caller did.
+    /// Kept while the transaction stays failed, and only then: a note about a transaction
+    /// that ended or recovered would blame the guard for the caller's own failures.
+    pub(crate) deferred_failure: Option<DbError>,
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
     pub(crate) closes: Arc<Mutex<Vec<String>>>,
@@ -1198,6 +1201,23 @@ impl Connection {
         }
     }
 
+    /// `e`, an error of the caller's request, with why the transaction is failed when the
+    /// server refused a statement because it is (25P02) and a dropped savepoint guard's failed
+    /// rollback, not a statement of the caller's, failed it (see `deferred_failure`). Call it
+    /// with the error of the reply it came in, before a later `ReadyForQuery` could forget the
+    /// reason (a pipeline's next operation may end the transaction).
+    pub(crate) fn explain_failed(&self, e: Error) -> Error {
+        match &self.deferred_failure {
+            Some(failure) if e.code() == Some(crate::SqlState::IN_FAILED_SQL_TRANSACTION) => e
+                .note(format!(
+                    "the transaction is aborted because {}, not by a statement you ran: roll \
+                     the transaction back",
+                    dropped_guard_failed(failure)
+                )),
+            _ => e,
+        }
+    }
+
     /// Settles the connection: answers everything dropped calls left owed, runs what dropped
     /// handles deferred (a `ROLLBACK`, `Close`s), and reads it all, so that the transaction
     /// status is the server's current one.
@@ -1241,7 +1261,7 @@ impl Connection {
                     && self.deferred_failure.is_none() =>
             {
                 let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
-                self.deferred_failure = Some(db.to_string());
+                self.deferred_failure = Some(db);
             }
             Message::CopyInResponse(_) => {
                 let what = self.owed.front().copied();
@@ -1392,6 +1412,20 @@ impl Forget {
             _ => Forget::Nothing,
         }
     }
+}
+
+/// Why a transaction failed when a dropped savepoint guard's deferred rollback failed it with
+/// `failure`: the one wording every message uses (`explain_failed`, the commits).
+pub(crate) fn dropped_guard_failed(failure: &DbError) -> String {
+    // The rollback fails this way only when its savepoint is gone; anything else (a cancel
+    // that hit it) is left to the server's words.
+    let why = match failure.code() {
+        crate::SqlState::S_E_INVALID_SPECIFICATION => {
+            ": SQL the guard did not send had ended that savepoint"
+        }
+        _ => "",
+    };
+    format!("the rollback of a savepoint whose guard was dropped had failed ({failure}{why})")
 }
 
 /// The notice handler of a new connection: a `tracing` event at INFO level.

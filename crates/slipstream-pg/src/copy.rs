@@ -103,12 +103,13 @@ impl Client {
                     error.get_or_insert(Error::db(DbError::parse(&mut body.fields())?));
                 }
                 Message::ReadyForQuery(_) => {
-                    return Err(error.unwrap_or_else(|| {
-                        Error::usage(format!(
+                    return Err(match error {
+                        Some(e) => self.conn.explain_failed(e),
+                        None => Error::usage(format!(
                             "the statement is not a COPY {}; nothing was copied",
                             if inbound { "FROM STDIN" } else { "TO STDOUT" }
-                        ))
-                    }));
+                        )),
+                    });
                 }
                 _ => {} // rows or tags of a statement that is not the COPY we expected
             }

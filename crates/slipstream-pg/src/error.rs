@@ -1,5 +1,6 @@
 //! The crate's one error type.
 
+use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
@@ -84,8 +85,9 @@ pub struct Error(Box<Inner>);
 struct Inner {
     kind: ErrorKind,
     message: Option<String>,
-    /// What to do about it, shown after the cause (libpq's "Is the server running ...?").
-    hint: Option<&'static str>,
+    /// What to do about it, shown after the cause (libpq's "Is the server running ...?"), or
+    /// why the server refused when its error cannot say (see [`Error::note`]).
+    hint: Option<Cow<'static, str>>,
     db: Option<DbError>,
     source: Option<BoxError>,
     /// For [`ErrorKind::Aborted`]: the pipeline operation whose failure caused it.
@@ -229,7 +231,18 @@ impl Error {
 
     /// Adds advice on what to do, shown after the cause.
     pub(crate) fn hint(mut self, hint: &'static str) -> Error {
-        self.0.hint = Some(hint);
+        self.0.hint = Some(Cow::Borrowed(hint));
+        self
+    }
+
+    /// Adds why it happened and what to do, shown after the cause, when the cause cannot say
+    /// (a server error that names nothing the caller did). Kind, SQLSTATE and the server's
+    /// error stay as they are, for code that matches on them.
+    pub(crate) fn note(mut self, note: String) -> Error {
+        self.0.hint = Some(match self.0.hint.take() {
+            Some(hint) => Cow::Owned(format!("{note}; {hint}")),
+            None => Cow::Owned(note),
+        });
         self
     }
 
@@ -274,7 +287,7 @@ impl Error {
     pub(crate) fn duplicate(&self) -> Error {
         let source: Option<BoxError> = self.0.source.as_ref().map(|s| s.to_string().into());
         let mut e = Error::new(self.0.kind, self.0.message.clone(), source);
-        e.0.hint = self.0.hint;
+        e.0.hint = self.0.hint.clone();
         e.0.db = self.0.db.clone();
         e.0.aborted_by = self.0.aborted_by;
         e.0.local_io = self.0.local_io;
@@ -360,7 +373,7 @@ impl fmt::Display for Error {
         } else if let Some(s) = &self.0.source {
             write!(f, "{sep}{s}")?;
         }
-        if let Some(hint) = self.0.hint {
+        if let Some(hint) = &self.0.hint {
             write!(f, "; {hint}")?;
         }
         Ok(())

@@ -376,7 +376,7 @@ impl Client {
             }
         }
         Ok(match error {
-            Some(e) => Err(e),
+            Some(e) => Err(self.conn.explain_failed(e)),
             None => Ok(value.flatten()),
         })
     }

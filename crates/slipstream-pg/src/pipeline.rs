@@ -1577,9 +1577,14 @@ impl Pipeline<'_> {
     /// Stores the front operation's result; after a failure, the server skips every operation
     /// up to the next `Sync`, so those are completed as aborted here.
     fn complete(&mut self) {
-        let Some(Expect::Op(pending)) = self.expect.pop_front() else {
+        let Some(Expect::Op(mut pending)) = self.expect.pop_front() else {
             return;
         };
+        // Named now: the next `ReadyForQuery` of the block may end the transaction, and with
+        // it the reason the server's 25P02 cannot give.
+        if let Some(e) = pending.reply.error.take() {
+            pending.reply.error = Some(self.client.conn.explain_failed(e));
+        }
         self.in_flight_ops -= pending.kind.ops() as usize;
         self.in_flight_bytes -= pending.bytes;
         let id = pending.id;
@@ -1598,7 +1603,6 @@ impl Pipeline<'_> {
         }
         // Types looked up earlier on this connection replace their placeholders now; the
         // others wait for `end` (see `look_up_types`).
-        let mut pending = pending;
         self.client.types.resolve_reply(&mut pending.reply);
         if let Kind::Prepare {
             params: Some(params),
@@ -1667,13 +1671,17 @@ impl Pipeline<'_> {
                 }
                 self.in_flight_ops -= skipped.kind.ops() as usize;
                 self.in_flight_bytes -= skipped.bytes;
-                self.results[skipped_id as usize] = Slot::Ready(Err(Error::aborted(
+                let skip = Error::aborted(
                     format!(
                         "pipeline operation {skipped_id} was not run: operation {id} failed earlier in the same sync block"
                     ),
                     id,
                     cause,
-                )));
+                );
+                // A skipped `commit()` leaves the transaction open and failed: it says why,
+                // as the failed operation does.
+                let skip = self.client.conn.explain_failed(skip);
+                self.results[skipped_id as usize] = Slot::Ready(Err(skip));
                 self.expect.pop_front();
             }
         }

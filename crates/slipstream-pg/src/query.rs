@@ -163,7 +163,7 @@ impl Client {
         // close it as a dropped call's, and a drop or a failure before the handle exists must.
         let unkept = (!name.is_empty()).then(|| self.conn.claim_for_now(&name));
         if let Some(db) = error {
-            return Err(Error::db(db));
+            return Err(self.conn.explain_failed(Error::db(db)));
         }
         let (mut params, mut columns) = match (params, columns) {
             (Some(params), Some(columns)) => (params, columns),
@@ -623,7 +623,7 @@ impl Client {
         }
         self.cache_prepared(plan, sql, &reply);
         match reply.error {
-            Some(e) => Err(e),
+            Some(e) => Err(self.conn.explain_failed(e)),
             None => Ok((reply.rows, reply.affected)),
         }
     }

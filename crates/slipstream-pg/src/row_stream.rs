@@ -202,7 +202,7 @@ impl Client {
         if stream.buffer.is_empty()
             && let Some(e) = stream.reply.error.take()
         {
-            return Err(e);
+            return Err(stream.client.conn.explain_failed(e));
         }
         Ok(stream)
     }

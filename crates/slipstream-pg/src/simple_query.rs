@@ -178,7 +178,7 @@ impl Client {
             }
         }
         match error {
-            Some(e) => Err(e),
+            Some(e) => Err(self.conn.explain_failed(e)),
             None => Ok(last_tag),
         }
     }

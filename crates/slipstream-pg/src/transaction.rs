@@ -120,11 +120,15 @@ impl<'a> TransactionBuilder<'a> {
             self.client.settle().await?;
         }
         if self.client.conn.tx_status == crate::TransactionStatus::Failed {
-            return Err(Error::usage(
-                "a failed transaction is open on this connection (a statement in it failed, and \
-                 every statement fails until it ends): roll it back first (ROLLBACK, or the \
-                 rollback of the Transaction or pipeline that began it), then begin again",
-            ));
+            let why = match &self.client.conn.deferred_failure {
+                Some(failure) => crate::connection::dropped_guard_failed(failure),
+                None => "a statement in it failed".to_string(),
+            };
+            return Err(Error::usage(format!(
+                "a failed transaction is open on this connection ({why}, and every statement \
+                 fails until it ends): roll it back first (ROLLBACK, or the rollback of the \
+                 Transaction or pipeline that began it), then begin again"
+            )));
         }
         if self.client.conn.tx_status != crate::TransactionStatus::Idle {
             return Err(Error::usage(
@@ -269,11 +273,8 @@ impl<'a> Transaction<'a> {
                 let sql = self.rollback_sql();
                 let done = self.client.batch_execute(&sql).await;
                 self.check_savepoint_exists(done, "rolled back")?;
-                let what = match dropped_failed {
-                    Some(failure) => format!(
-                        "the rollback of a savepoint inside it whose guard was dropped had \
-                         failed ({failure}: SQL the guard did not send had ended that savepoint)"
-                    ),
+                let what = match &dropped_failed {
+                    Some(failure) => crate::connection::dropped_guard_failed(failure),
                     None => "a statement after it had failed".to_string(),
                 };
                 Err(Error::rolled_back(format!(
@@ -290,11 +291,10 @@ impl<'a> Transaction<'a> {
             None => {
                 let tag = self.client.run_simple("COMMIT", None).await?;
                 if tag == "ROLLBACK" {
-                    if let Some(failure) = dropped_failed {
+                    if let Some(failure) = &dropped_failed {
                         return Err(Error::rolled_back(format!(
-                            "COMMIT rolled the transaction back because the rollback of a \
-                             savepoint whose guard was dropped had failed ({failure}: SQL the \
-                             guard did not send had ended that savepoint); nothing was saved"
+                            "COMMIT rolled the transaction back because {}; nothing was saved",
+                            crate::connection::dropped_guard_failed(failure)
                         )));
                     }
                     return Err(Error::rolled_back(
