@@ -1639,9 +1639,14 @@ impl Pipeline<'_> {
                 }
                 Kind::Execute => Output::Affected(pending.reply.affected),
                 Kind::Commit if pending.reply.rolled_back => {
-                    self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(
-                        "COMMIT rolled the transaction back: a statement in it had failed",
-                    )));
+                    // Read before this COMMIT's `ReadyForQuery` forgets it.
+                    let why = match &self.client.conn.deferred_failure {
+                        Some(failure) => crate::connection::dropped_guard_failed(failure),
+                        None => "a statement in it had failed".to_string(),
+                    };
+                    self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(format!(
+                        "COMMIT rolled the transaction back: {why}"
+                    ))));
                     return;
                 }
                 Kind::Commit | Kind::Rollback => Output::Done,

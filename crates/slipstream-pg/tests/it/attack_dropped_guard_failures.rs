@@ -8,7 +8,7 @@
 //! did nothing to fail. Each test checks the text the caller gets and what the server kept.
 
 use slipstream_pg::types::Type;
-use slipstream_pg::{Error, ErrorKind, PipelineMode, PipelineOptions, SqlState};
+use slipstream_pg::{Client, Error, ErrorKind, Output, PipelineMode, PipelineOptions, SqlState};
 use slipstream_pg::{Transaction, TransactionStatus, Uncached};
 
 use super::engine::bounded;
@@ -213,6 +213,103 @@ async fn a_pipeline_after_a_dropped_guards_failed_rollback_names_it() {
             tx.rollback().await.unwrap();
         }
     }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let kept: Vec<i32> = super::column(&mut c, "SELECT x FROM t").await;
+    assert_eq!(kept, [0i32; 0]);
+}
+
+/// The result of a commit that must fail, naming the dropped guard (and, if the transaction
+/// is still open, `advice`: to roll it back); `None` if it does.
+fn commit_unnamed(case: &str, r: Result<Output, Error>, advice: bool) -> Option<String> {
+    match r {
+        Ok(o) => Some(format!("{case}: the commit succeeded: {o:?}")),
+        Err(e) if e.kind() != ErrorKind::Aborted => {
+            Some(format!("{case}: not Aborted: {:?}: {e}", e.kind()))
+        }
+        Err(e) => unnamed(&e, advice).map(|text| format!("{case}: {text}")),
+    }
+}
+
+/// Promise (client.md "Transactions": the enclosing transaction's `commit()` names the
+/// dropped guard's failure; `Transaction::commit` never reports an outcome that did not happen
+/// and says why). Every way to end a transaction that a dropped guard's failed rollback
+/// aborted must say so, as `Transaction::commit` does.
+///
+/// Steps, each in a fresh transaction that inserted 1 and dropped a released guard:
+/// - a pipelined `commit()` as the block's first operation (each mode, and after a statement
+///   read the failure): an `Aborted` error naming it; the transaction is over, nothing kept,
+///   and the guard's own `commit()` is then the Usage error "already ended";
+/// - a pipelined `commit()` behind a statement (each mode): named; in abort mode it was
+///   skipped, so the transaction is still open and failed;
+/// - the transaction's own `commit()` after a continue-on-error block holding statements was
+///   dropped unread, and after a statement read the failure: named.
+///
+/// Before the fix: the pipelined commit said "COMMIT rolled the transaction back: a statement
+/// in it had failed" (or, skipped, "pipeline operation 1 was not run: ...: error 25P02: ...");
+/// the transaction's own commit already named it.
+#[tokio::test]
+async fn every_way_to_end_a_transaction_failed_by_a_dropped_guard_names_it() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut wrong = Vec::new();
+    async fn begin(c: &mut Client) -> Transaction<'_> {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        drop_a_released_guard(&mut tx).await;
+        tx
+    }
+
+    for (mode, options) in pipelines() {
+        for read_first in [false, true] {
+            let case = format!("commit() first in a {mode} block, failure read first {read_first}");
+            let mut tx = begin(&mut c).await;
+            if read_first {
+                tx.execute("SELECT 1", &[]).await.unwrap_err();
+            }
+            let mut p = tx.pipeline_with(options.clone());
+            let commit = p.commit().await.unwrap();
+            let r = bounded("process", p.process(&commit)).await;
+            wrong.extend(commit_unnamed(&case, r.map(|()| Output::Done), false));
+            bounded("end", p.end()).await;
+            assert_eq!(tx.transaction_status(), TransactionStatus::Idle, "{case}");
+            let e = bounded("commit", tx.commit()).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Usage, "{case}: {e}");
+        }
+
+        let case = format!("commit() behind a statement in a {mode} block");
+        let mut tx = begin(&mut c).await;
+        let mut p = tx.pipeline_with(options.clone());
+        p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        p.commit().await.unwrap();
+        let mut results = bounded("end", p.end()).await;
+        // Skipped in abort mode: the transaction is still open, and failed.
+        let status = match options.get_mode() {
+            PipelineMode::AbortOnError => TransactionStatus::Failed,
+            PipelineMode::ContinueOnError => TransactionStatus::Idle,
+        };
+        let open = status == TransactionStatus::Failed;
+        wrong.extend(commit_unnamed(&case, results.pop().unwrap(), open));
+        assert_eq!(tx.transaction_status(), status, "{case}");
+        if status == TransactionStatus::Failed {
+            tx.rollback().await.unwrap();
+        }
+    }
+
+    let case = "the transaction's commit() after a dropped block";
+    let mut tx = begin(&mut c).await;
+    let mut p = tx.pipeline_with(PipelineOptions::new().mode(PipelineMode::ContinueOnError));
+    p.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    p.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+    drop(p);
+    let r = bounded("commit", tx.commit()).await;
+    wrong.extend(commit_unnamed(case, r.map(|()| Output::Done), false));
+
+    let case = "the transaction's commit() after a statement read the failure";
+    let mut tx = begin(&mut c).await;
+    tx.execute("SELECT 1", &[]).await.unwrap_err();
+    let r = bounded("commit", tx.commit()).await;
+    wrong.extend(commit_unnamed(case, r.map(|()| Output::Done), false));
+
     assert!(wrong.is_empty(), "{wrong:#?}");
     let kept: Vec<i32> = super::column(&mut c, "SELECT x FROM t").await;
     assert_eq!(kept, [0i32; 0]);
