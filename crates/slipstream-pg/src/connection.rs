@@ -1210,8 +1210,9 @@ impl Connection {
         match &self.deferred_failure {
             Some(failure) if e.code() == Some(crate::SqlState::IN_FAILED_SQL_TRANSACTION) => e
                 .note(format!(
-                    "the transaction is aborted because {}, not by a statement you ran: roll \
-                     the transaction back",
+                    // Not "rather than by a statement of yours": one may have failed first,
+                    // and the guard's rollback was what would have undone it.
+                    "the transaction is aborted because {}: roll the transaction back",
                     dropped_guard_failed(failure)
                 )),
             _ => e,

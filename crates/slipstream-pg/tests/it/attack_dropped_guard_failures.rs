@@ -71,7 +71,8 @@ fn pipelines() -> [(&'static str, PipelineOptions); 2] {
 /// server's 25P02 (`code()` and `as_db_error()`), and its text must name the dropped guard,
 /// the server's 3B001 and "roll the transaction back". A `build_transaction()` through the
 /// transaction is the client's Usage error, which must name it too (it said "a statement in
-/// it failed"). Nothing is kept after the rollback.
+/// it failed"). Nothing is kept after the rollback. The same when a statement of the
+/// caller's failed inside the guard before it was dropped to undo that failure.
 ///
 /// Before the fix: `error 25P02: current transaction is aborted, commands ignored until end
 /// of transaction block` from every call, naming nothing.
@@ -124,9 +125,25 @@ async fn every_statement_after_a_dropped_guards_failed_rollback_names_it() {
         Some(e) if e.kind() == ErrorKind::Usage && unnamed(&e, false).is_none() => {}
         e => wrong.push(format!("build_transaction: {e:?}")),
     }
-    assert!(wrong.is_empty(), "{wrong:#?}");
     assert_eq!(tx.transaction_status(), TransactionStatus::Failed);
     bounded("rollback", tx.rollback()).await.unwrap();
+
+    // A statement of the caller's failed inside the guard first, and the guard was dropped to
+    // undo it: its rollback's failure is why the transaction stays failed, and is named.
+    let mut tx = c.transaction().await.unwrap();
+    {
+        let mut sp = tx.savepoint("s").await.unwrap();
+        sp.batch_execute("RELEASE SAVEPOINT s").await.unwrap();
+        sp.execute("SELECT 1/0", &[]).await.unwrap_err();
+    }
+    let e = tx.execute("INSERT INTO t VALUES (4)", &[]).await.err();
+    check_refused(
+        "after a failure the dropped guard was to undo",
+        e,
+        &mut wrong,
+    );
+    tx.rollback().await.unwrap();
+    assert!(wrong.is_empty(), "{wrong:#?}");
     let kept: Vec<i32> = super::column(&mut c, "SELECT x FROM t").await;
     assert_eq!(kept, [0i32; 0]);
 }
