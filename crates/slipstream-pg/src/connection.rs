@@ -131,7 +131,8 @@ pub(crate) enum Owed {
     Stream,
     /// A pipeline sync point; the operations before it were pipelined behind each other.
     PipelineSync,
-    /// The `ROLLBACK` (or `ROLLBACK TO SAVEPOINT`) of a dropped transaction.
+    /// The `ROLLBACK` (or `ROLLBACK TO SAVEPOINT`) of a dropped transaction, or the `RELEASE
+    /// SAVEPOINT` of a dropped `savepoint()` future.
     Rollback,
     /// `Close` of statements whose last handle was dropped.
     Close,
@@ -1256,13 +1257,16 @@ impl Connection {
         match message {
             Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
             // Only a savepoint's rollback can fail (its savepoint gone); the first failure is
-            // the one that aborted the transaction.
+            // the one that aborted the transaction. A deferred RELEASE (of a `savepoint()`
+            // future dropped) refused because the transaction had already failed did not.
             Message::ErrorResponse(body)
                 if self.owed.front() == Some(&Owed::Rollback)
                     && self.deferred_failure.is_none() =>
             {
                 let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
-                self.deferred_failure = Some(db);
+                if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION {
+                    self.deferred_failure = Some(db);
+                }
             }
             Message::CopyInResponse(_) => {
                 let what = self.owed.front().copied();

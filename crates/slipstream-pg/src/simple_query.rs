@@ -110,13 +110,31 @@ impl Client {
     pub(crate) async fn run_simple(
         &mut self,
         sql: &str,
-        mut out: Option<&mut Vec<SimpleQueryMessage>>,
+        out: Option<&mut Vec<SimpleQueryMessage>>,
     ) -> Result<String, Error> {
         self.conn.start_request().await?;
+        self.queue_simple(sql)?;
+        self.read_simple(out).await
+    }
+
+    /// Appends `sql` as a simple query, its reply owed, without an await: once it returns, the
+    /// query goes to the server even if the caller's future is dropped, so a caller can arm
+    /// what such a drop must undo before its first await. Call after `start_request`.
+    pub(crate) fn queue_simple(&mut self, sql: &str) -> Result<(), Error> {
         self.conn
             .encode(|buf| frontend::query(sql, buf))
             .map_err(|e| Error::usage(format!("cannot send this SQL: {e}")))?;
-        self.conn.finish_request(Owed::Simple).await?;
+        self.conn.owed.push_back(Owed::Simple);
+        Ok(())
+    }
+
+    /// Sends what [`Client::queue_simple`] queued and reads its reply; returns the last command
+    /// tag.
+    pub(crate) async fn read_simple(
+        &mut self,
+        mut out: Option<&mut Vec<SimpleQueryMessage>>,
+    ) -> Result<String, Error> {
+        self.conn.flush().await?;
 
         let mut columns: Arc<[String]> = Arc::from(Vec::new());
         let mut last_tag = String::new();

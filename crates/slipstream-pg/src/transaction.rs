@@ -327,6 +327,10 @@ impl<'a> Transaction<'a> {
 
     /// Opens a named savepoint inside this transaction.
     ///
+    /// A future dropped before it returns leaves no savepoint behind: one whose `SAVEPOINT`
+    /// was already sent is released with the connection's next request, as a dropped guard's
+    /// is rolled back.
+    ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
     /// let mut tx = client.transaction().await?;
@@ -340,9 +344,30 @@ impl<'a> Transaction<'a> {
     /// # Ok(()) }
     /// ```
     pub async fn savepoint(&mut self, name: &str) -> Result<Transaction<'_>, Error> {
-        self.client
-            .batch_execute(&format!("SAVEPOINT {}", quote_ident(name)))
-            .await?;
+        let name_sql = quote_ident(name);
+        self.client.conn.start_request().await?;
+        self.client.queue_simple(&format!("SAVEPOINT {name_sql}"))?;
+        // From here the SAVEPOINT goes to the server whatever happens to this future. Dropped
+        // before its reply is read (a timeout, a `select!`), it would leave the savepoint open
+        // with no guard, and an enclosing savepoint of the same name (a recursive helper's)
+        // would be shadowed: PostgreSQL's ROLLBACK TO takes the newest, so that guard's
+        // rollback would stop here and report as undone work its transaction then commits.
+        // So the drop defers a RELEASE, run with the next request: nothing ran inside the
+        // savepoint yet, and what runs after the drop belongs to the enclosing one, as without
+        // it. (An empty name never makes a savepoint: the server refuses it.) In a failed
+        // transaction both are refused, and that refusal is not a failure of the deferred
+        // work (see `Connection::discard`). `deferred` is empty once the request has started,
+        // and nothing else adds to it before this call returns.
+        let armed = !name.is_empty();
+        if armed {
+            let release = format!("RELEASE SAVEPOINT {name_sql}");
+            self.client.conn.deferred.push(release);
+        }
+        let done = self.client.read_simple(None).await;
+        if armed {
+            self.client.conn.deferred.pop();
+        }
+        done?;
         Ok(Transaction {
             client: self.client,
             savepoint: Some(name.to_string()),

@@ -17,6 +17,7 @@ mod attack_savepoints_and_pipelines;
 mod attack_server_state;
 mod attack_statement_edges;
 mod attack_statements_and_lookups;
+mod attack_transaction_guards;
 mod attack_transactions_and_copy;
 mod attack_types;
 mod auth;

@@ -1,0 +1,127 @@
+//! Attacks on the promises client.md "Transactions" and "Cancellation and timeouts" make about
+//! transaction and savepoint guards (helper-57, session 46): futures dropped at each await
+//! point of `transaction()`, `savepoint()`, `commit()` and `rollback()`, nested guards, and a
+//! connection handed back mid-transaction. Each test checks what the server kept, not only
+//! what the client reported.
+
+use slipstream_pg::{Client, SqlState, TransactionStatus};
+
+use super::engine::{DropAfter, bounded};
+
+/// More steps than any call here takes; reaching it fails the test.
+const MAX_POLLS: usize = 200;
+
+async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
+    super::column(c, sql).await
+}
+
+/// Promise (client.md "Transactions": `sp.rollback()` "undoes only the savepoint", i.e. all of
+/// it; a `savepoint()` future dropped after its `SAVEPOINT` ran "does no harm ... work done
+/// after the drop is kept or undone with the enclosing transaction, as without the
+/// savepoint"). Nested guards may share a name (a recursive helper that opens
+/// `savepoint("retry")` at each level): while every guard lives, each `RELEASE`/`ROLLBACK TO`
+/// finds its own. A nested `savepoint("s")` future dropped inside guard `s` must not make
+/// guard `s`'s rollback stop short.
+///
+/// Steps: for k = 1, 2, ...: a transaction inserts k; guard `s` inserts -k; its
+/// `savepoint("s")` future is dropped after k polls (or completes, and its guard is dropped);
+/// guard `s` inserts -1000 - k and rolls back; the transaction commits. No negative row may
+/// be kept.
+#[tokio::test]
+async fn a_savepoint_future_dropped_inside_a_same_named_guard_does_not_cut_its_rollback_short() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut completed = false;
+    for k in 1..=MAX_POLLS as i32 {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+            .await
+            .unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES ($1)", &[&-k])
+                .await
+                .unwrap();
+            let inner = bounded("savepoint", DropAfter::new(sp.savepoint("s"), k as usize)).await;
+            completed = inner.is_some();
+            drop(inner);
+            sp.execute("INSERT INTO t VALUES ($1)", &[&(-1000 - k)])
+                .await
+                .unwrap();
+            bounded("rollback", sp.rollback())
+                .await
+                .unwrap_or_else(|e| panic!("poll {k}: the savepoint's rollback failed: {e}"));
+        }
+        assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+        bounded("commit", tx.commit()).await.unwrap();
+        let kept = ints(&mut c, "SELECT x FROM t WHERE x < 0 ORDER BY x").await;
+        assert_eq!(
+            kept, [0i32; 0],
+            "dropped after {k} polls: guard s's rollback reported success, and this work of it \
+             was committed"
+        );
+        if completed {
+            break;
+        }
+    }
+    assert!(
+        completed,
+        "savepoint() never completed within {MAX_POLLS} polls"
+    );
+}
+
+/// Holds. Follows `a_savepoint_future_dropped_inside_a_same_named_guard_does_not_cut_its_rollback_short`,
+/// whose fix releases the savepoint of a dropped `savepoint()` future with the next request:
+/// in a failed transaction the server refuses both the `SAVEPOINT` and that `RELEASE`, and
+/// neither may touch the enclosing guard of the same name or be blamed for the failure.
+///
+/// Steps: for k = 1, 2, ...: a transaction inserts k; guard `s` inserts -k, then a statement
+/// in it fails; its `savepoint("s")` future is dropped after k polls; the next statement's
+/// error must be the caller's own 25P02 (no dropped guard named); guard `s`'s rollback must
+/// recover the transaction, which then commits k alone.
+#[tokio::test]
+async fn holds_a_savepoint_future_dropped_in_a_failed_savepoint_leaves_its_guard_to_recover() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut completed = false;
+    for k in 1..=MAX_POLLS as i32 {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+            .await
+            .unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES ($1)", &[&-k])
+                .await
+                .unwrap();
+            sp.execute("SELECT 1/0", &[]).await.unwrap_err();
+            let inner = bounded("savepoint", DropAfter::new(sp.savepoint("s"), k as usize))
+                .await
+                .map(|r| r.err().and_then(|e| e.code()));
+            completed = inner.is_some();
+            if let Some(code) = inner {
+                // Refused: a savepoint cannot be opened in a failed transaction.
+                assert_eq!(code, Some(SqlState::IN_FAILED_SQL_TRANSACTION), "poll {k}");
+            }
+            let e = sp.execute("SELECT 1", &[]).await.unwrap_err();
+            assert_eq!(e.code(), Some(SqlState::IN_FAILED_SQL_TRANSACTION), "{e}");
+            assert!(!e.to_string().contains("dropped"), "poll {k}: {e}");
+            bounded("rollback", sp.rollback())
+                .await
+                .unwrap_or_else(|e| panic!("poll {k}: the savepoint's rollback failed: {e}"));
+        }
+        assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+        bounded("commit", tx.commit())
+            .await
+            .unwrap_or_else(|e| panic!("poll {k}: {e}"));
+        if completed {
+            break;
+        }
+    }
+    assert!(
+        completed,
+        "savepoint() never completed within {MAX_POLLS} polls"
+    );
+    let kept = ints(&mut c, "SELECT x FROM t WHERE x < 0").await;
+    assert_eq!(kept, [0i32; 0]);
+}
