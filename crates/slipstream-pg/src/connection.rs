@@ -213,14 +213,13 @@ pub(crate) struct Connection {
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
-    /// The server's error for a deferred `ROLLBACK TO SAVEPOINT` of a dropped savepoint guard
-    /// (its savepoint was already ended through SQL): that failure aborted the enclosing
-    /// transaction while no caller was reading, so what the caller is told next names it
-    /// ([`Connection::explain_failed`], and every way to end the transaction) instead of the
-    /// server's 25P02 or "a statement in it had failed", which blame nothing the caller did.
-    /// Kept while the transaction stays failed, and only then: a note about a transaction
-    /// that ended or recovered would blame the guard for the caller's own failures.
-    pub(crate) deferred_failure: Option<DbError>,
+    /// A failure that aborted the transaction while no caller was reading ([`Unseen`]): what
+    /// the caller is told next names it ([`Connection::explain_failed`], and every way to end
+    /// the transaction) instead of the server's 25P02 or "a statement in it had failed",
+    /// which blame nothing the caller did. Kept while the transaction stays failed, and only
+    /// then: a note about a transaction that ended or recovered would blame the caller's own
+    /// failures on it.
+    pub(crate) deferred_failure: Option<Unseen>,
     /// Names of server-side statements whose last handle was dropped; closed with the next
     /// request, in the same write.
     pub(crate) closes: Arc<Mutex<Vec<String>>>,
@@ -1213,8 +1212,7 @@ impl Connection {
                 .note(format!(
                     // Not "rather than by a statement of yours": one may have failed first,
                     // and the guard's rollback was what would have undone it.
-                    "the transaction is aborted because {}: roll the transaction back",
-                    dropped_guard_failed(failure)
+                    "the transaction is aborted because {failure}: roll the transaction back"
                 )),
             _ => e,
         }
@@ -1256,17 +1254,25 @@ impl Connection {
     pub(crate) fn discard(&mut self, message: &Message) -> Result<bool, Error> {
         match message {
             Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
-            // Only a savepoint's rollback can fail (its savepoint gone); the first failure is
-            // the one that aborted the transaction. A deferred RELEASE (of a `savepoint()`
-            // future dropped) refused because the transaction had already failed did not.
+            // The failures nobody reads that abort a transaction: a savepoint's deferred
+            // rollback (its savepoint gone), and the error that fails an abandoned pipeline
+            // block on purpose. The first is the one that aborted it. A deferred RELEASE (of a
+            // `savepoint()` future dropped) refused because the transaction had already
+            // failed did not.
             Message::ErrorResponse(body)
-                if self.owed.front() == Some(&Owed::Rollback)
+                if matches!(self.owed.front(), Some(Owed::Rollback | Owed::PipelineSync))
                     && self.deferred_failure.is_none() =>
             {
                 let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
-                if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION {
-                    self.deferred_failure = Some(db);
-                }
+                self.deferred_failure = match self.owed.front() {
+                    Some(Owed::Rollback)
+                        if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION =>
+                    {
+                        Some(Unseen::DroppedGuard(Box::new(db)))
+                    }
+                    _ if crate::pipeline::is_abandoned_block(&db) => Some(Unseen::AbandonedBlock),
+                    _ => None,
+                };
             }
             Message::CopyInResponse(_) => {
                 let what = self.owed.front().copied();
@@ -1419,18 +1425,41 @@ impl Forget {
     }
 }
 
-/// Why a transaction failed when a dropped savepoint guard's deferred rollback failed it with
-/// `failure`: the one wording every message uses (`explain_failed`, the commits).
-pub(crate) fn dropped_guard_failed(failure: &DbError) -> String {
-    // The rollback fails this way only when its savepoint is gone; anything else (a cancel
-    // that hit it) is left to the server's words.
-    let why = match failure.code() {
-        crate::SqlState::S_E_INVALID_SPECIFICATION => {
-            ": SQL the guard did not send had ended that savepoint"
+/// A failure that aborted the transaction while no caller was reading (see
+/// `Connection::deferred_failure`). Its `Display` is why the transaction failed, the one
+/// wording every message uses (`explain_failed`, the commits).
+#[derive(Debug)]
+pub(crate) enum Unseen {
+    /// A dropped savepoint guard's deferred rollback failed with this error.
+    DroppedGuard(Box<DbError>),
+    /// A pipeline block dropped before its `end()`, with part of it sent, was failed on
+    /// purpose so that none of it commits (see `Pipeline`'s `Drop`).
+    AbandonedBlock,
+}
+
+impl std::fmt::Display for Unseen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unseen::DroppedGuard(db) => {
+                // The rollback fails this way only when its savepoint is gone; anything else
+                // (a cancel that hit it) is left to the server's words.
+                let why = match db.code() {
+                    crate::SqlState::S_E_INVALID_SPECIFICATION => {
+                        ": SQL the guard did not send had ended that savepoint"
+                    }
+                    _ => "",
+                };
+                write!(
+                    f,
+                    "the rollback of a savepoint whose guard was dropped had failed ({db}{why})"
+                )
+            }
+            Unseen::AbandonedBlock => f.write_str(
+                "a pipeline block dropped before its end() had been failed on purpose, so that \
+                 none of its unfinished work would commit",
+            ),
         }
-        _ => "",
-    };
-    format!("the rollback of a savepoint whose guard was dropped had failed ({failure}{why})")
+    }
 }
 
 /// The notice handler of a new connection: a `tracing` event at INFO level.

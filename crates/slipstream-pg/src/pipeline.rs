@@ -1641,7 +1641,7 @@ impl Pipeline<'_> {
                 Kind::Commit if pending.reply.rolled_back => {
                     // Read before this COMMIT's `ReadyForQuery` forgets it.
                     let why = match &self.client.conn.deferred_failure {
-                        Some(failure) => crate::connection::dropped_guard_failed(failure),
+                        Some(failure) => failure.to_string(),
                         None => "a statement in it had failed".to_string(),
                     };
                     self.results[id as usize] = Slot::Ready(Err(Error::rolled_back(format!(
@@ -1716,6 +1716,12 @@ impl Pipeline<'_> {
 
 /// A portal that never exists: executing it fails an abandoned abort-mode block on purpose.
 const ABANDONED_BLOCK: &str = "slipstream: abort-on-error block dropped before end()";
+
+/// Whether `db` is the server's refusal of [`ABANDONED_BLOCK`]: the failure an abandoned
+/// block was given on purpose, which inside a transaction aborts it while nobody reads.
+pub(crate) fn is_abandoned_block(db: &DbError) -> bool {
+    db.code() == crate::SqlState::INVALID_CURSOR_NAME && db.message().contains(ABANDONED_BLOCK)
+}
 
 impl Drop for Pipeline<'_> {
     fn drop(&mut self) {

@@ -121,7 +121,7 @@ impl<'a> TransactionBuilder<'a> {
         }
         if self.client.conn.tx_status == crate::TransactionStatus::Failed {
             let why = match &self.client.conn.deferred_failure {
-                Some(failure) => crate::connection::dropped_guard_failed(failure),
+                Some(failure) => failure.to_string(),
                 None => "a statement in it failed".to_string(),
             };
             return Err(Error::usage(format!(
@@ -274,7 +274,7 @@ impl<'a> Transaction<'a> {
                 let done = self.client.batch_execute(&sql).await;
                 self.check_savepoint_exists(done, "rolled back")?;
                 let what = match &dropped_failed {
-                    Some(failure) => crate::connection::dropped_guard_failed(failure),
+                    Some(failure) => failure.to_string(),
                     None => "a statement after it had failed".to_string(),
                 };
                 Err(Error::rolled_back(format!(
@@ -293,8 +293,8 @@ impl<'a> Transaction<'a> {
                 if tag == "ROLLBACK" {
                     if let Some(failure) = &dropped_failed {
                         return Err(Error::rolled_back(format!(
-                            "COMMIT rolled the transaction back because {}; nothing was saved",
-                            crate::connection::dropped_guard_failed(failure)
+                            "COMMIT rolled the transaction back because {failure}; nothing was \
+                             saved"
                         )));
                     }
                     return Err(Error::rolled_back(

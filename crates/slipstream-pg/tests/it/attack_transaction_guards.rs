@@ -4,7 +4,7 @@
 //! connection handed back mid-transaction. Each test checks what the server kept, not only
 //! what the client reported.
 
-use slipstream_pg::{Client, SqlState, TransactionStatus};
+use slipstream_pg::{Client, ErrorKind, SqlState, TransactionStatus};
 
 use super::engine::{DropAfter, bounded};
 
@@ -124,4 +124,59 @@ async fn holds_a_savepoint_future_dropped_in_a_failed_savepoint_leaves_its_guard
     );
     let kept = ints(&mut c, "SELECT x FROM t WHERE x < 0").await;
     assert_eq!(kept, [0i32; 0]);
+}
+
+/// Promise (pipelining.md: a pipeline dropped part-way "inside your own `BEGIN`, the abandoned
+/// block fails that transaction and its `COMMIT` reports the rollback"; client.md "Errors":
+/// errors name what failed and what to do). The block is failed on purpose, by an error the
+/// caller never sees: what the caller is told next must say so, not blame a statement.
+///
+/// Steps: a transaction inserts 1; an abort-mode block inserts 2 (processed, so the block
+/// reached the server) and queues 3, and is dropped before `end()`; the next statement must
+/// be the server's 25P02 naming the dropped block and saying to roll back; the commit must be
+/// an `Aborted` error naming it; nothing is kept.
+///
+/// Before the fix: `error 25P02: current transaction is aborted, commands ignored until end
+/// of transaction block`, then "COMMIT rolled the transaction back because a statement in it
+/// had failed", while every statement the caller saw had succeeded.
+#[tokio::test]
+async fn a_pipeline_block_dropped_part_way_in_a_transaction_is_named_by_what_follows() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    {
+        let mut p = tx.pipeline();
+        let first = p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        assert_eq!(bounded("process", p.process(&first)).await.unwrap(), 1);
+        p.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+    }
+    let e = bounded("execute", tx.execute("SELECT 1", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::IN_FAILED_SQL_TRANSACTION), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("pipeline block") && text.contains("roll the transaction back"),
+        "{text}"
+    );
+    let e = bounded("commit", tx.commit()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Aborted, "{e}");
+    assert!(e.to_string().contains("pipeline block"), "{e}");
+    assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0]);
+
+    // Outside a transaction block the abandoned block's own implicit transaction ends with
+    // it: nothing is noted, and a later transaction's failure is its own.
+    {
+        let mut p = c.pipeline();
+        let first = p.execute("INSERT INTO t VALUES (4)", &[]).await.unwrap();
+        bounded("process", p.process(&first)).await.unwrap();
+        p.execute("INSERT INTO t VALUES (5)", &[]).await.unwrap();
+    }
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = tx.execute("SELECT 1", &[]).await.unwrap_err();
+    assert!(!e.to_string().contains("pipeline block"), "{e}");
+    tx.rollback().await.unwrap();
+    assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0]);
 }
