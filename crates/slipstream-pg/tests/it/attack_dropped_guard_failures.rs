@@ -153,7 +153,8 @@ async fn every_statement_after_a_dropped_guards_failed_rollback_names_it() {
 /// the caller's own failed statement must not blame a dropped guard.
 ///
 /// Steps: (1) the failure, then `rollback()`; a new transaction fails on `SELECT 1/0`, and
-/// its next statement's 25P02 must not mention a dropped guard. (2) Savepoint `o` opened
+/// its next statement's 25P02 must not mention a dropped guard. The same when the guard and
+/// its transaction are dropped together, for the commit too. (2) Savepoint `o` opened
 /// through SQL; the guard's failure; `ROLLBACK TO SAVEPOINT o` recovers; `SELECT 1/0`; the
 /// next 25P02 must not mention it either.
 #[tokio::test]
@@ -174,6 +175,24 @@ async fn a_dropped_guards_failure_is_forgotten_when_its_transaction_ends_or_reco
         "after the rollback: {e}"
     );
     tx.rollback().await.unwrap();
+
+    // The guard and its transaction both dropped: their deferred rollbacks go out together,
+    // the guard's fails, the transaction's ends it.
+    let mut tx = c.transaction().await.unwrap();
+    drop_a_released_guard(&mut tx).await;
+    drop(tx);
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+    let e = tx.execute("SELECT 1", &[]).await.unwrap_err();
+    assert!(
+        !e.to_string().contains("dropped"),
+        "after a dropped transaction: {e}"
+    );
+    let e = tx.commit().await.unwrap_err();
+    assert!(
+        !e.to_string().contains("dropped"),
+        "after a dropped transaction: {e}"
+    );
 
     let mut tx = c.transaction().await.unwrap();
     tx.batch_execute("SAVEPOINT o").await.unwrap();
