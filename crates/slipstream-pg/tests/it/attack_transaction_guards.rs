@@ -180,3 +180,83 @@ async fn a_pipeline_block_dropped_part_way_in_a_transaction_is_named_by_what_fol
     tx.rollback().await.unwrap();
     assert_eq!(ints(&mut c, "SELECT x FROM t").await, [0i32; 0]);
 }
+
+/// A call dropped after its first poll, its reply still owed: the next call must settle
+/// (read it) before it writes, so a future dropped at its first polls is dropped there.
+async fn leave_a_reply_owed(c: &mut Client) {
+    let _ = DropAfter::new(c.execute("SELECT 1", &[]), 1).await;
+}
+
+/// Holds. Promise (client.md "Transactions": a guard dropped without `commit`/`rollback` is
+/// rolled back with the next request; "Cancellation and timeouts": every future can be
+/// dropped part-way). A `rollback()` future dropped at any poll either has its rollback
+/// queued or leaves it to the guard's drop: the work is undone either way, never kept.
+/// `tests/it/cancellation.rs` checks the connection is idle and in step afterwards, not what
+/// the server kept.
+///
+/// Steps: for k = 1, 2, ...: (a) a transaction inserts -k, a savepoint inserts -1000 - k, a
+/// call is dropped with its reply owed (so the rollback settles first, and a drop there
+/// leaves the rollback to the guard's `Drop`), and the savepoint's `rollback()` is dropped
+/// after k polls; the transaction must still be open, insert k and
+/// commit; (b) the same for a transaction's own `rollback()`, its insert -2000 - k. No negative row may be kept but the transactions' own -k.
+#[tokio::test]
+async fn holds_a_rollback_dropped_at_every_poll_still_undoes_the_work() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut done = [false, false];
+    for k in 1..=MAX_POLLS as i32 {
+        if !done[0] {
+            let mut tx = c.transaction().await.unwrap();
+            tx.execute("INSERT INTO t VALUES ($1)", &[&-k])
+                .await
+                .unwrap();
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.execute("INSERT INTO t VALUES ($1)", &[&(-1000 - k)])
+                .await
+                .unwrap();
+            leave_a_reply_owed(&mut sp).await;
+            let outcome = bounded("rollback", DropAfter::new(sp.rollback(), k as usize)).await;
+            tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+                .await
+                .unwrap();
+            assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+            bounded("commit", tx.commit()).await.unwrap();
+            if let Some(r) = outcome {
+                r.unwrap();
+                done[0] = true;
+            }
+        }
+        if !done[1] {
+            let mut tx = c.transaction().await.unwrap();
+            tx.execute("INSERT INTO t VALUES ($1)", &[&(-2000 - k)])
+                .await
+                .unwrap();
+            leave_a_reply_owed(&mut tx).await;
+            let outcome = bounded("rollback", DropAfter::new(tx.rollback(), k as usize)).await;
+            assert_eq!(
+                super::scalar::<i32>(&mut c, "SELECT 1").await,
+                1,
+                "poll {k}: the next call"
+            );
+            assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+            if let Some(r) = outcome {
+                r.unwrap();
+                done[1] = true;
+            }
+        }
+        let undone = ints(&mut c, "SELECT x FROM t WHERE x <= -1000").await;
+        assert_eq!(
+            undone, [0i32; 0],
+            "dropped after {k} polls: rolled-back work kept"
+        );
+        if done == [true, true] {
+            assert!(k > 1, "completed at the first poll: nothing was dropped");
+            break;
+        }
+    }
+    assert_eq!(
+        done,
+        [true, true],
+        "never completed within {MAX_POLLS} polls"
+    );
+}
