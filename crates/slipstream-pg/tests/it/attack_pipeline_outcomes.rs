@@ -6,24 +6,10 @@
 use slipstream_pg::{Client, ErrorKind, Output, PipelineMode, PipelineOptions, SqlState};
 
 use super::engine::bounded;
+use super::{describe, ints};
 
 fn abort_mode() -> PipelineOptions {
     PipelineOptions::new().mode(PipelineMode::AbortOnError)
-}
-
-/// Each result as `Ok` or the error's kind and text, for assertion messages.
-fn describe(results: &[Result<Output, slipstream_pg::Error>]) -> Vec<String> {
-    results
-        .iter()
-        .map(|r| match r {
-            Ok(o) => format!("ok {o:?}"),
-            Err(e) => format!("{:?}: {e}", e.kind()),
-        })
-        .collect()
-}
-
-async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
-    super::column(c, sql).await
 }
 
 /// Promise (docs/pipelining.md): "A commit can fail at the `Sync` itself (a deferred

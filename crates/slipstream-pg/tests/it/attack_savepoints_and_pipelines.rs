@@ -7,23 +7,10 @@ use slipstream_pg::{Client, ErrorKind, Output, PipelineMode, PipelineOptions, Sq
 use slipstream_pg::{Error, TransactionStatus};
 
 use super::engine::{DropAfter, bounded};
+use super::{describe, ints};
 
 /// More steps than any call here takes; reaching it fails the test.
 const MAX_POLLS: usize = 200;
-
-async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
-    super::column(c, sql).await
-}
-
-fn describe(results: &[Result<Output, Error>]) -> Vec<String> {
-    results
-        .iter()
-        .map(|r| match r {
-            Ok(o) => format!("ok {o:?}"),
-            Err(e) => format!("{:?}: {e}", e.kind()),
-        })
-        .collect()
-}
 
 /// Promise (client.md "Errors", the `DbError` docs): an error's `Display` shows the server's
 /// error as libpq's default verbosity does, context included: where in a PL/pgSQL function

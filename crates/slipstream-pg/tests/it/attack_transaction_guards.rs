@@ -7,13 +7,10 @@
 use slipstream_pg::{Client, ErrorKind, SqlState, TransactionStatus};
 
 use super::engine::{DropAfter, bounded};
+use super::ints;
 
 /// More steps than any call here takes; reaching it fails the test.
 const MAX_POLLS: usize = 200;
-
-async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
-    super::column(c, sql).await
-}
 
 /// Promise (client.md "Transactions": `sp.rollback()` "undoes only the savepoint", i.e. all of
 /// it; a `savepoint()` future dropped after its `SAVEPOINT` ran "does no harm ... work done

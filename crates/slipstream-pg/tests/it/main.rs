@@ -132,6 +132,23 @@ async fn column<T: for<'a> slipstream_pg::types::FromSql<'a>>(c: &mut Client, sq
     rows.iter().map(|r| r.get(0).unwrap()).collect()
 }
 
+/// The `int4` first column of every row of a query, in order.
+async fn ints(c: &mut Client, sql: &str) -> Vec<i32> {
+    column(c, sql).await
+}
+
+/// Each pipeline result as `ok` and its output, or the error's kind and text: for assertion
+/// messages that must show what every operation was told.
+fn describe(results: &[Result<slipstream_pg::Output, slipstream_pg::Error>]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(o) => format!("ok {o:?}"),
+            Err(e) => format!("{:?}: {e}", e.kind()),
+        })
+        .collect()
+}
+
 /// Waits until backend `pid` is running a statement (polling `pg_stat_activity` on `watcher`:
 /// the condition itself, not a guess of how long it takes).
 async fn wait_until_active(watcher: &mut Client, pid: i32) {
