@@ -182,9 +182,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let f = &runs[i];
         let share_before = median(f.iter().map(|f| f.share_before).collect());
         let failed = median(f.iter().map(|f| f.failed as f64).collect());
-        let last_failure = median(f.iter().map(|f| opt_ms(f.last_failure)).collect());
-        let first_back = median(f.iter().map(|f| opt_ms(f.first_back)).collect());
-        let even_back = median(f.iter().map(|f| opt_ms(f.even_back)).collect());
+        let (last_failure, first_back, even_back) = median_times(f);
         let share_after = median(f.iter().map(|f| f.share_after).collect());
         table.row(vec![
             peer.name(Route::Reads).into(),
@@ -237,6 +235,19 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     ));
     r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there; like slipstream-pg's statement cache, they prepare the statement once per connection".into());
     Ok(r)
+}
+
+/// The medians over the rounds of the last failure, the first read back and "even again",
+/// in ms, NaN where missing.
+fn median_times(rounds: &[Rebalance]) -> (f64, f64, f64) {
+    let median = |d: fn(&Rebalance) -> Option<Duration>| {
+        Summary::of(&rounds.iter().map(|f| opt_ms(d(f))).collect::<Vec<_>>()).p50
+    };
+    (
+        median(|f| f.last_failure),
+        median(|f| f.first_back),
+        median(|f| f.even_back),
+    )
 }
 
 /// A median time in ms for the table, or what its absence means there: the columns' times
