@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use slipstream_testkit::Cluster;
 
-use super::two_hosts::{Op, Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, ms, opt_ms};
+use super::two_hosts::{
+    Missing, Op, Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, median_ms, ms,
+};
 use crate::{Context, ExperimentResult, Series, Summary, Table};
 
 pub(crate) const TITLE: &str = "Failover: the primary stops, its standby is promoted";
@@ -181,7 +183,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     for (i, &peer) in PEERS.iter().enumerate() {
         let f = &runs[i];
         let after_promotion = |d: fn(&Failover) -> Option<Duration>| {
-            median(f.iter().map(|f| opt_ms(d(f)) - ms(f.promoted)).collect())
+            median_ms(
+                f.iter().map(|f| d(f).map(|d| ms(d) - ms(f.promoted))),
+                Missing::Never,
+            )
         };
         let first = after_promotion(|f| f.first_write);
         let all = after_promotion(|f| f.all_writers);
@@ -203,7 +208,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .insert(format!("{key}_all_writers_after_promotion_ms"), all);
         r.ratios.insert(
             format!("{key}_all_writers_ms"),
-            median(f.iter().map(|f| opt_ms(f.all_writers)).collect()),
+            median_ms(f.iter().map(|f| f.all_writers.map(ms)), Missing::Never),
         );
         r.ratios.insert(format!("{key}_failed_writes"), failed);
         if let Some(e) = f.iter().find_map(|f| f.first_error.as_deref()) {

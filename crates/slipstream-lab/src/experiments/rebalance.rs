@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use slipstream_testkit::Cluster;
 
-use super::two_hosts::{Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, ms, opt_ms};
+use super::two_hosts::{
+    Missing, Ops, PEERS, PacedLoad, Peer, Route, binned, interleaved, median_ms, ms,
+};
 use crate::{Context, ExperimentResult, Series, Summary, Table};
 
 pub(crate) const TITLE: &str = "Rebalance: a standby stops and comes back under readers";
@@ -240,13 +242,15 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 /// The medians over the rounds of the last failure, the first read back and "even again",
 /// in ms, NaN where missing.
 fn median_times(rounds: &[Rebalance]) -> (f64, f64, f64) {
-    let median = |d: fn(&Rebalance) -> Option<Duration>| {
-        Summary::of(&rounds.iter().map(|f| opt_ms(d(f))).collect::<Vec<_>>()).p50
+    let median = |d: fn(&Rebalance) -> Option<Duration>, missing| {
+        median_ms(rounds.iter().map(|f| d(f).map(ms)), missing)
     };
+    // A round where no read failed has its last failure before any other's; a standby never
+    // read again comes back after every round that saw it.
     (
-        median(|f| f.last_failure),
-        median(|f| f.first_back),
-        median(|f| f.even_back),
+        median(|f| f.last_failure, Missing::Earliest),
+        median(|f| f.first_back, Missing::Never),
+        median(|f| f.even_back, Missing::Never),
     )
 }
 
@@ -265,7 +269,7 @@ fn time_cell(ms: f64, missing: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::two_hosts::Op;
+    use crate::experiments::two_hosts::{Op, opt_ms};
 
     fn op(ms: u64, port: Option<i32>) -> Op {
         Op::at(ms, port)
@@ -349,6 +353,43 @@ mod tests {
         assert_eq!(time_cell(opt_ms(r.last_failure), "none"), "none");
         assert_eq!(time_cell(opt_ms(r.first_back), "never"), "never");
         assert_eq!(time_cell(12.34, "never"), "12.3");
+    }
+
+    fn round(last_failure: Option<u64>, first_back: Option<u64>) -> Rebalance {
+        Rebalance {
+            share_before: 0.5,
+            failed: usize::from(last_failure.is_some()),
+            last_failure: last_failure.map(at),
+            first_back: first_back.map(at),
+            even_back: first_back.map(at),
+            share_after: 0.5,
+            first_error: None,
+            bins: Vec::new(),
+        }
+    }
+
+    /// docs/lab.md: "none" is a pool that lost no read, "never" a standby never read again.
+    /// Steps: three crafted rounds, one without a failure and one whose standby never came
+    /// back. Before the fix every missing time sorted last (NaN), so the round without a
+    /// failure made the median last failure the latest (300 ms, not 100 ms).
+    #[test]
+    fn a_round_without_a_failure_is_the_earliest_last_failure() {
+        let rounds = [
+            round(None, Some(50)),
+            round(Some(100), None),
+            round(Some(300), Some(70)),
+        ];
+        let (last_failure, first_back, even_back) = median_times(&rounds);
+        assert_eq!(last_failure, 100.0);
+        assert_eq!((first_back, even_back), (70.0, 70.0));
+        // A majority without the time: the median is missing, and says which way.
+        let none = [
+            round(None, None),
+            round(None, None),
+            round(Some(5), Some(5)),
+        ];
+        let (last_failure, first_back, _) = median_times(&none);
+        assert!(last_failure.is_nan() && first_back.is_nan());
     }
 
     /// A pool that never sends the restarted standby a read has neither time, and a run with

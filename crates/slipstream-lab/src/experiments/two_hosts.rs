@@ -290,8 +290,33 @@ pub(crate) fn interleaved<T>(
 
 /// A time in ms, `NaN` when there is none (a pool that never got there): medians and tables
 /// show it as such.
+#[cfg(test)]
 pub(crate) fn opt_ms(d: Option<Duration>) -> f64 {
     d.map_or(f64::NAN, ms)
+}
+
+/// What a round without the time (the event never happened in it) means in a median over
+/// rounds. NaN has no place in an order: `Summary::of` sorts it last whatever it meant, so a
+/// round where nothing failed counted as the latest last failure.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Missing {
+    /// Nothing to wait for (no read failed): earlier than any time.
+    Earliest,
+    /// Never reached: later than any time.
+    Never,
+}
+
+/// The median over rounds of a time in ms some rounds lack, each missing one sorted where
+/// `missing` says; NaN when the median itself is missing (with an even count, also when the
+/// middle two are one time and one missing: half the rounds lack it).
+pub(crate) fn median_ms(times: impl IntoIterator<Item = Option<f64>>, missing: Missing) -> f64 {
+    let stand_in = match missing {
+        Missing::Earliest => f64::NEG_INFINITY,
+        Missing::Never => f64::INFINITY,
+    };
+    let v: Vec<f64> = times.into_iter().map(|t| t.unwrap_or(stand_in)).collect();
+    let m = crate::Summary::of(&v).p50;
+    if m.is_finite() { m } else { f64::NAN }
 }
 
 pub(crate) fn ms(d: Duration) -> f64 {
