@@ -46,6 +46,13 @@ struct Read {
     round_trips: Option<u64>,
 }
 
+/// The two clients a repetition reads with.
+#[derive(Clone, Copy)]
+enum Side {
+    Slipstream,
+    TokioPostgres,
+}
+
 pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let (rows, reps) = if ctx.quick { (10_000, 2) } else { (100_000, 5) };
     let settings: Vec<Setting> = if ctx.quick {
@@ -93,15 +100,19 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let mut theirs: Vec<Vec<Read>> = settings.iter().map(|_| Vec::new()).collect();
         for rep in 0..reps {
             for (i, &setting) in settings.iter().enumerate() {
-                // Alternate who goes first, so neither always follows the other's work.
-                if rep % 2 == 0 {
-                    ours[i].push(read_slipstream(&mut slip, setting, rows).await?);
-                }
-                if let Some(read) = read_tokio_postgres(&mut tp, &tp_stmt, setting, rows).await? {
-                    theirs[i].push(read);
-                }
-                if rep % 2 == 1 {
-                    ours[i].push(read_slipstream(&mut slip, setting, rows).await?);
+                // Who goes first alternates as in every experiment, so neither always follows
+                // the other's work: slipstream-pg in even repetitions, as before.
+                for side in super::round_order(rep, &[Side::Slipstream, Side::TokioPostgres]) {
+                    match side {
+                        Side::Slipstream => {
+                            ours[i].push(read_slipstream(&mut slip, setting, rows).await?);
+                        }
+                        Side::TokioPostgres => {
+                            let read =
+                                read_tokio_postgres(&mut tp, &tp_stmt, setting, rows).await?;
+                            theirs[i].extend(read);
+                        }
+                    }
                 }
             }
         }

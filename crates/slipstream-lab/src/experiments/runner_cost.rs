@@ -92,12 +92,12 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             let p = super::pgbench::run(&ctx.url, "SELECT 1;\n", &pgbench_args)?;
             super::pgbench::tps(&p.stdout)
         };
-        if round % 2 == 0 {
-            ours.push(ours_run()?);
-            theirs.push(theirs_run()?);
-        } else {
-            theirs.push(theirs_run()?);
-            ours.push(ours_run()?);
+        // Ours first in even rounds, as every experiment orders its sides.
+        for ours_now in super::round_order(round, &[true, false]) {
+            match ours_now {
+                true => ours.push(ours_run()?),
+                false => theirs.push(theirs_run()?),
+            }
         }
     }
     let (o, t) = (Summary::of(&ours), Summary::of(&theirs));
