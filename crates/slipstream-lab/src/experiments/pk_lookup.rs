@@ -462,9 +462,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let mut times = vec![vec![Vec::new(); PATHS.len()]; TABLES.len()];
         let mut cpu = vec![vec![Vec::new(); PATHS.len()]; TABLES.len()];
         let measured = async {
-            for _ in 0..reps {
+            for rep in 0..reps {
                 for (p, path) in PATHS.into_iter().enumerate() {
-                    for (ti, (name, t, _)) in TABLES.into_iter().enumerate() {
+                    for ti in table_order(rep) {
+                        let (name, t, _) = TABLES[ti];
                         if ti == FAST && !path.has_fast() {
                             continue;
                         }
@@ -659,9 +660,24 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     Ok(r)
 }
 
+/// The tables' indexes in the order repetition `rep` reads them ([`super::round_order`]): in
+/// a fixed order t1 always read first, after the previous path's t4, and t4 always last.
+fn table_order(rep: usize) -> Vec<usize> {
+    let all: Vec<usize> = (0..TABLES.len()).collect();
+    super::round_order(rep, &all)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/lab.md: the sides compared run in alternating order. Steps: the first table read
+    /// in two repetitions. Before the fix every repetition read t1 first and t4 last.
+    #[test]
+    fn each_repetition_reverses_the_tables() {
+        assert_eq!(table_order(0), [0, 1, 2, 3, 4]);
+        assert_eq!(table_order(1), [4, 3, 2, 1, 0]);
+    }
 
     /// The experiment's warm-up reads "every table and path once" before the measured runs
     /// (its comment). Steps: a private cluster with memopt and function statistics, the
