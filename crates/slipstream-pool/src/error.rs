@@ -14,15 +14,22 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum PoolError {
     /// No connection became free within the borrow timeout.
+    ///
+    /// Fields may be added: match it with `{ .. }`.
+    #[non_exhaustive]
     Timeout {
         /// How long the borrow waited.
         waited: Duration,
-        /// Connections open when it gave up.
+        /// Connections open when it gave up (of a [`crate::PgPool`]: on [`Self::Timeout::server`]).
         open: usize,
-        /// The pool's maximum.
+        /// The pool's maximum; of a [`crate::PgPool`], the share of its `max_size` that
+        /// [`Self::Timeout::server`] had when the borrow gave up.
         max_size: usize,
         /// Why the last attempt to open a connection failed, if it did.
         last_connect_error: Option<String>,
+        /// The server (`host:port`) a [`crate::PgPool`] borrow waited on last, as
+        /// [`crate::PgPool::servers`] names it; `None` for a [`crate::Pool`].
+        server: Option<String>,
     },
     /// Too many borrowers were already waiting: rejected at once.
     Full {
@@ -54,6 +61,17 @@ pub enum PoolError {
     },
 }
 
+impl PoolError {
+    /// A sub-pool's error as a [`crate::PgPool`] borrow reports it: a timeout names the
+    /// server it waited on.
+    pub(crate) fn on_server(mut self, name: &str) -> PoolError {
+        if let PoolError::Timeout { server, .. } = &mut self {
+            *server = Some(name.to_string());
+        }
+        self
+    }
+}
+
 impl fmt::Display for PoolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -62,15 +80,26 @@ impl fmt::Display for PoolError {
                 open,
                 max_size,
                 last_connect_error,
+                server,
             } => {
                 // "All in use" only when they are: with fewer open than max_size, the pool
                 // could not open more (the connect error says why) or was still opening them.
                 let full = open >= max_size;
-                write!(
-                    f,
-                    "no connection became free within {waited:?} ({open} of {max_size} open{})",
-                    if full { ", all in use" } else { "" }
-                )?;
+                let all_in_use = if full { ", all in use" } else { "" };
+                match server {
+                    // A multi-host pool's numbers are one server's: without its name and
+                    // "share", "1 of 1 open" reads as a pool of one the user never configured.
+                    Some(server) => write!(
+                        f,
+                        "no connection to {server} became free within {waited:?} ({open} open \
+                         of {max_size}, {server}'s share of the pool's max_size{all_in_use})"
+                    )?,
+                    None => write!(
+                        f,
+                        "no connection became free within {waited:?} ({open} of {max_size} \
+                         open{all_in_use})"
+                    )?,
+                }
                 match last_connect_error {
                     Some(e) => write!(
                         f,

@@ -942,7 +942,7 @@ impl PgPool {
                     // The connection's own latest report counts too: a validation or a
                     // labeling run in the wait may be the first to have read a promotion. (An
                     // idle one taken above ran nothing since its return, which learned it.)
-                    let conn = conn?;
+                    let conn = conn.map_err(|e| e.on_server(&state.name))?;
                     state.learn_promotion(&conn);
                     if let Some(conn) = fits(PgPooled { conn, _counted: counted }) {
                         return Ok(conn);

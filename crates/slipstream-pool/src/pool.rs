@@ -1094,6 +1094,7 @@ impl<M: Manager> Pool<M> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            server: None,
         }
     }
 }

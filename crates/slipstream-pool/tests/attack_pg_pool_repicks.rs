@@ -190,3 +190,60 @@ async fn a_borrow_finishing_after_a_drain_gets_no_connection_of_the_drained_serv
          {handed:?} of {ROUNDS}"
     );
 }
+
+/// Promise (docs/pool.md, `PoolError`: each error "says what happened and what to do"): a
+/// `PgPool` borrow that times out names the server it waited on, and its numbers say they are
+/// that server's share of `max_size`, not the pool's.
+///
+/// Steps: two servers and `max_size` 2, so each has a share of one; both connections held; a
+/// third borrow, by `get` and by `get_blocking`, times out.
+///
+/// Before the fix both said "no connection became free within 300ms (1 of 1 open, all in
+/// use)": no server named, and a max_size of 1 the user never set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_borrow_names_its_server_and_says_the_numbers_are_its_share() {
+    let (a, b) = (Cluster::start().unwrap(), Cluster::start().unwrap());
+    let pool = PgPool::builder(common::two_primaries_url(&a, &b).parse().unwrap())
+        .pool_config(Config {
+            max_size: 2,
+            borrow_timeout: Duration::from_millis(300),
+            ..Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    let held = (
+        pool.get(Role::Any).await.unwrap(),
+        pool.get(Role::Any).await.unwrap(),
+    );
+    let names = [held.0.server().to_string(), held.1.server().to_string()];
+    let by_get = pool.get(Role::Any).await.map(|_| ()).unwrap_err();
+    let p = pool.clone();
+    let by_blocking = tokio::task::spawn_blocking(move || p.get_blocking(Role::Any).map(|_| ()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    for (how, e) in [("get", by_get), ("get_blocking", by_blocking)] {
+        let text = e.to_string();
+        let PoolError::Timeout {
+            server: Some(server),
+            open,
+            max_size,
+            ..
+        } = &e
+        else {
+            panic!("{how}: a timeout naming its server, got {e:?}");
+        };
+        assert!(
+            names.contains(server),
+            "{how}: {server} is not one of {names:?}"
+        );
+        assert_eq!((*open, *max_size), (1, 1), "{how}: {e:?}");
+        assert!(
+            text.contains(&format!("no connection to {server}"))
+                && text.contains("share of the pool's max_size"),
+            "{how}: {text}"
+        );
+    }
+    drop(held);
+}
