@@ -177,6 +177,12 @@ pub fn run(name: &str, ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let mut result =
         (experiment.run)(ctx).map_err(|e| e.context(format!("experiment `{name}` failed")))?;
     result.duration_s = start.elapsed().as_secs_f64();
+    // Every result says what it ran on: the experiments that read the server's version capture
+    // the environment themselves; for the others the machine is recorded here, or their files
+    // (runner, failover, ab, ...) named no OS, CPU or version at all.
+    if result.environment.os.is_empty() {
+        result.environment = slipstream_bench::capture_environment(&ctx.url, None);
+    }
     Ok(result)
 }
 

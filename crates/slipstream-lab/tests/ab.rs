@@ -17,6 +17,13 @@ fn the_ab_experiment_finds_synchronous_commit_and_not_its_twin() {
     };
     for attempt in 1..=TRIES {
         let r = slipstream_lab::run("ab", &ctx).unwrap();
+        // Before the fix every experiment that does not read the server's version (ab among
+        // them) wrote `"os": "", "cpus": 0`: a result file that cannot say what it ran on.
+        assert!(
+            !r.environment.os.is_empty() && r.environment.cpus >= 1,
+            "the result names the machine it ran on: {:?}",
+            r.environment
+        );
         let verdict = |row: usize| r.table.rows[row][5].clone();
         assert!(verdict(0).starts_with("credibly"), "{:?}", r.table.rows);
         assert!(r.ratios["sync_off_speedup"] > 1.5, "{:?}", r.ratios);
