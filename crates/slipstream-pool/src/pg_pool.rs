@@ -858,7 +858,15 @@ impl PgPool {
                 Some((server, conn)) if self.candidates(role).any(|s| std::ptr::eq(s, server)) => {
                     (Some(server), Some(conn))
                 }
-                _ => (self.pick(role), None),
+                // Closed, not given back: a return stamps it as just returned, and the next
+                // borrow would lend it at once though it sat idle past `validate_after`
+                // (`Idle::Due`). Rare (the role changed since the caller's look), so the
+                // reconnect it may cost is cheaper than validating it here.
+                Some((_, conn)) => {
+                    conn.discard();
+                    (self.pick(role), None)
+                }
+                None => (self.pick(role), None),
             };
             let Some(server) = picked else {
                 // A pool just built (e.g. by the registry), none of whose servers the monitor
@@ -1637,4 +1645,73 @@ fn share_out(shared: &Shared, serving: &[bool]) -> (Vec<usize>, bool, bool) {
         }
     }
     (held, any_over, held_back)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Promise (`Idle::Due`): a connection idle past `validate_after` is never lent without
+    /// its validation. `get_blocking` takes one due on its own thread and hands it to the
+    /// async borrow; if meanwhile its server stopped serving the role asked for (a promotion
+    /// learned, here a role no server of the pool has), the borrow gives it back.
+    ///
+    /// Steps: one primary, `validate_after` 50 ms, a connection idle for 150 ms taken as due;
+    /// a `Role::Standby` borrow is handed it (as `get_blocking` hands it, the role having
+    /// changed in between) and fails with `NoServer`; then the connection on the idle list
+    /// must still be due.
+    ///
+    /// Before the fix the borrow dropped it, which returned it stamped "just returned": the
+    /// next borrow lent it at once, unvalidated, after it had sat idle past the window.
+    #[test]
+    fn a_due_connection_handed_to_a_borrow_that_cannot_use_it_is_not_made_fresh() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let url = format!(
+                "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+                cluster.port()
+            );
+            let pool = PgPool::builder(url.parse().unwrap())
+                .pool_config(Config {
+                    max_size: 1,
+                    validate_after: Some(Duration::from_millis(50)),
+                    ..Config::default()
+                })
+                .build_ready()
+                .await
+                .unwrap();
+            drop(pool.get(Role::Primary).await.unwrap());
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let server = &pool.shared.servers[0];
+            let Some(Idle::Due(conn)) = server.take_idle() else {
+                panic!("the connection idle past validate_after is due");
+            };
+            let e = pool
+                .borrow(Role::Standby, true, Some((server, conn)), |p| p.get())
+                .await
+                .map(|_| ())
+                .unwrap_err();
+            assert!(matches!(e, PoolError::NoServer { .. }), "{e:?}");
+            // A connection given back goes through its reset on the runtime first: wait until
+            // it is idle again or closed (bounded, to catch a hang).
+            for _ in 0..500 {
+                let stats = server.pool.stats();
+                if stats.borrowed == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            match server.take_idle() {
+                Some(Idle::Ready(_)) => {
+                    panic!("the due connection came back as just returned, lendable unvalidated")
+                }
+                Some(Idle::Due(_)) | None => {}
+            }
+        });
+    }
 }
