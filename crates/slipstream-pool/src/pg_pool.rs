@@ -861,9 +861,11 @@ impl PgPool {
                 // Closed, not given back: a return stamps it as just returned, and the next
                 // borrow would lend it at once though it sat idle past `validate_after`
                 // (`Idle::Due`). Rare (the role changed since the caller's look), so the
-                // reconnect it may cost is cheaper than validating it here.
-                Some((_, conn)) => {
-                    conn.discard();
+                // reconnect it may cost is cheaper than validating it here. Not counted as
+                // broken: nothing says it is.
+                Some((_, mut conn)) => {
+                    conn.set_discard(crate::pooled::Discard::Counted);
+                    drop(conn);
                     (self.pick(role), None)
                 }
                 None => (self.pick(role), None),
@@ -1712,6 +1714,11 @@ mod tests {
                 }
                 Some(Idle::Due(_)) | None => {}
             }
+            assert_eq!(
+                server.pool.stats().closed_broken,
+                0,
+                "nothing said it was broken"
+            );
         });
     }
 }
