@@ -197,7 +197,12 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
         "readonly1_rtt0us_slipstream_batch_continue_pipeline_flush_over_abort",
         "dml_rtt1000us_slipstream_window_continue_pipeline_flush_over_abort",
     ] {
-        assert!(ratios.contains_key(key), "{key} missing from {ratios:?}");
+        // The notes say why a cell is missing (a pgbench run that failed, a skipped RTT).
+        assert!(
+            ratios.contains_key(key),
+            "{key} missing from {ratios:?}; the result's notes: {:#}",
+            result["notes"]
+        );
     }
     assert!(
         ratios
