@@ -298,13 +298,27 @@ impl Server {
 
     /// An idle connection, if one is there now: the lock-free fast path of every borrow.
     fn take_idle(&self) -> Option<Idle> {
-        // `try_get` closes any it finds closed while idle.
-        let conn = self.pool.try_get()?;
+        let conn = self.claim_idle()?;
         Some(if self.pool.needs_validation(&conn) {
             Idle::Due(conn)
         } else {
             Idle::Ready(self.lent(conn))
         })
+    }
+
+    /// Claims an idle connection of the sub-pool (`try_get` closes any it finds closed while
+    /// idle). Whoever claims must then check that the server still serves the borrow's role
+    /// (`PgPool::serves`) before lending it: a `drain` or a role change may have come between
+    /// the borrow's pick and this claim, and `drain`'s sweep closes only what is idle.
+    fn claim_idle(&self) -> Option<Pooled<ServerManager>> {
+        let conn = self.pool.try_get()?;
+        #[cfg(test)]
+        tests::AFTER_IDLE_CLAIM.with(|hook| {
+            if let Some(hook) = hook.borrow_mut().as_mut() {
+                hook();
+            }
+        });
+        Some(conn)
     }
 
     fn lent(&self, conn: Pooled<ServerManager>) -> PgPooled {
@@ -742,12 +756,17 @@ impl PgPool {
     /// ```
     pub fn try_get(&self, role: Role) -> Option<PgPooled> {
         let first = self.pick(role)?;
-        if let Some(conn) = first.pool.try_get() {
-            return Some(first.lent(conn));
-        }
-        self.candidates(role)
-            .filter(|s| !std::ptr::eq(*s, first))
-            .find_map(|server| Some(server.lent(server.pool.try_get()?)))
+        // Lent only if its server still serves the role once claimed; else dropped, back to
+        // a server that closes it (drained, down) or keeps it for the role it has now.
+        let lend = |server: &Server| {
+            let conn = server.claim_idle()?;
+            self.serves(server, role).then(|| server.lent(conn))
+        };
+        lend(first).or_else(|| {
+            self.candidates(role)
+                .filter(|s| !std::ptr::eq(*s, first))
+                .find_map(lend)
+        })
     }
 
     /// Borrows as [`PgPool::get`] does, blocking the calling thread (for code outside the
@@ -772,7 +791,11 @@ impl PgPool {
         // A connection due for validation goes to the borrow, which validates it on the
         // runtime, with the server it was found on.
         let due = match self.pick(role).map(|s| (s, s.take_idle())) {
-            Some((_, Some(Idle::Ready(conn)))) => return Ok(conn),
+            // Its server may have been drained or changed role since the pick (`claim_idle`);
+            // then it goes back and the borrow below picks again.
+            Some((server, Some(Idle::Ready(conn)))) if self.serves(server, role) => {
+                return Ok(conn);
+            }
             // `pick` chose among the pool's servers, so the position is found; were it not,
             // the connection would go back to its sub-pool and the borrow validate another.
             Some((server, Some(Idle::Due(conn)))) => self
@@ -855,9 +878,7 @@ impl PgPool {
             // The caller's connection due for validation, while its server still serves the
             // role (else it goes back: its server no longer lends it for this role).
             let (picked, mut first) = match due.take() {
-                Some((server, conn)) if self.candidates(role).any(|s| std::ptr::eq(s, server)) => {
-                    (Some(server), Some(conn))
-                }
+                Some((server, conn)) if self.serves(server, role) => (Some(server), Some(conn)),
                 // Closed, not given back: a return stamps it as just returned, and the next
                 // borrow would lend it at once though it sat idle past `validate_after`
                 // (`Idle::Due`). Rare (the role changed since the caller's look), so the
@@ -1080,6 +1101,11 @@ impl PgPool {
     }
 
     /// The serving server of `role` with the fewest outstanding borrows.
+    /// Whether `server` is still one that a borrow for `role` may be lent from.
+    fn serves(&self, server: &Server, role: Role) -> bool {
+        self.candidates(role).any(|s| std::ptr::eq(s, server))
+    }
+
     fn pick(&self, role: Role) -> Option<&Server> {
         self.candidates(role)
             .min_by_key(|s| s.state.outstanding.load(Ordering::Relaxed))
@@ -1652,6 +1678,90 @@ fn share_out(shared: &Shared, serving: &[bool]) -> (Vec<usize>, bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Runs on this thread between a fast path's claim of an idle connection and its
+        /// check that the server still serves (`Server::claim_idle`): the window a `drain` or a
+        /// role change on another thread can fall into, made deterministic.
+        pub(super) static AFTER_IDLE_CLAIM: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// docs/pool.md: "A borrow still under way when `drain` returns ... is not handed that
+    /// server's connection". Steps: one server with an idle connection; `try_get` and then
+    /// `get_blocking` claim it, and `drain` of that server runs and returns right after the
+    /// claim (the test hook), before the borrow hands the connection out. Before the fix both
+    /// fast paths lent it (only the async borrow re-checked): "try_get lent a connection of
+    /// 127.0.0.1:... after its drain had returned".
+    #[test]
+    fn a_fast_path_that_claimed_just_before_a_drain_does_not_lend_the_drained_servers() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+            cluster.port()
+        );
+        let pool = rt.block_on(async {
+            let pool = PgPool::builder(url.parse().unwrap())
+                .pool_config(Config {
+                    max_size: 1,
+                    ..Config::default()
+                })
+                .build_ready()
+                .await
+                .unwrap();
+            drop(pool.get(Role::Primary).await.unwrap());
+            pool
+        });
+        let name = pool.servers()[0].name.clone();
+        let idle_again = |pool: &PgPool| {
+            pool.resume(&name).unwrap();
+            // Bounded, to catch a hang: the share comes back and a return's reset runs on
+            // the runtime before the connection is idle.
+            rt.block_on(async {
+                for _ in 0..500 {
+                    if pool.servers()[0].stats.idle == 1 {
+                        return;
+                    }
+                    if let Ok(Ok(conn)) =
+                        tokio::time::timeout(Duration::from_secs(1), pool.get(Role::Primary)).await
+                    {
+                        drop(conn);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                panic!("no idle connection after resume: {:?}", pool.servers());
+            });
+            let (pool, name) = (pool.clone(), name.clone());
+            let mut once = Some(());
+            AFTER_IDLE_CLAIM.with(|hook| {
+                *hook.borrow_mut() = Some(Box::new(move || {
+                    if once.take().is_some() {
+                        pool.drain(&name).unwrap();
+                    }
+                }));
+            });
+        };
+        idle_again(&pool);
+        let lent = pool.try_get(Role::Primary).map(|c| c.server().to_string());
+        assert_eq!(
+            lent, None,
+            "try_get lent a connection after its drain had returned"
+        );
+        idle_again(&pool);
+        let lent = pool
+            .get_blocking(Role::Primary)
+            .map(|c| c.server().to_string());
+        assert!(
+            matches!(lent, Err(PoolError::NoServer { .. })),
+            "get_blocking after the only server's drain had returned: {lent:?}"
+        );
+        AFTER_IDLE_CLAIM.with(|hook| hook.borrow_mut().take());
+    }
 
     /// Promise (`Idle::Due`): a connection idle past `validate_after` is never lent without
     /// its validation. `get_blocking` takes one due on its own thread and hands it to the
