@@ -298,8 +298,8 @@ impl Server {
 
     /// An idle connection, if one is there now: the lock-free fast path of every borrow.
     fn take_idle(&self) -> Option<Idle> {
-        let conn = self.claim_idle()?;
-        Some(if self.pool.needs_validation(&conn) {
+        let mut conn = self.claim_idle()?;
+        Some(if self.pool.needs_validation(&mut conn) {
             Idle::Due(conn)
         } else {
             Idle::Ready(self.lent(conn))
@@ -334,8 +334,8 @@ enum Idle {
     /// Lendable as it is.
     Ready(PgPooled),
     /// Idle for longer than `validate_after`'s window: the borrow's wait validates it
-    /// (`Pool::get_waiting`). Never dropped back unvalidated: its return would stamp it as
-    /// just returned, and the wait would then take it again and lend it unvalidated.
+    /// (`Pool::get_waiting`). Marked due, so dropped on any path before that it goes back
+    /// still due, not as just returned (`Held::due`).
     Due(Pooled<ServerManager>),
 }
 
@@ -879,17 +879,8 @@ impl PgPool {
             // role (else it goes back: its server no longer lends it for this role).
             let (picked, mut first) = match due.take() {
                 Some((server, conn)) if self.serves(server, role) => (Some(server), Some(conn)),
-                // Closed, not given back: a return stamps it as just returned, and the next
-                // borrow would lend it at once though it sat idle past `validate_after`
-                // (`Idle::Due`). Rare (the role changed since the caller's look), so the
-                // reconnect it may cost is cheaper than validating it here. Not counted as
-                // broken: nothing says it is.
-                Some((_, mut conn)) => {
-                    conn.set_discard(crate::pooled::Discard::Counted);
-                    drop(conn);
-                    (self.pick(role), None)
-                }
-                None => (self.pick(role), None),
+                // Given back still due (`Held::due`): the next borrow validates it.
+                Some(_) | None => (self.pick(role), None),
             };
             let Some(server) = picked else {
                 // A pool just built (e.g. by the registry), none of whose servers the monitor

@@ -296,13 +296,17 @@ impl<M: Manager> Inner<M> {
 
     /// Puts connection `conn` back into owned slot `o` and releases the slot: to a waiter, or
     /// IDLE.
-    pub(crate) fn put_back(&self, o: Owned, conn: Box<Held<M::Connection>>) {
+    pub(crate) fn put_back(&self, o: Owned, mut conn: Box<Held<M::Connection>>) {
         let i = o.index();
+        // A connection due for validation and not validated keeps the time it was last
+        // returned, so the next borrow finds it due (and marks it again).
+        if !std::mem::take(&mut conn.due) {
+            self.core.slots[i]
+                .returned_ms
+                .store(self.now(), Ordering::Relaxed);
+        }
         // The cell is empty while the connection is lent.
         self.core.conn(&o, |c| *c = Some(conn));
-        self.core.slots[i]
-            .returned_ms
-            .store(self.now(), Ordering::Relaxed);
         self.release_open(o);
     }
 
@@ -580,7 +584,7 @@ impl<M: Manager> Pool<M> {
         if !self.still_open(&mut conn) {
             return Ok(None);
         }
-        if !self.needs_validation(&conn) {
+        if !self.needs_validation(&mut conn) {
             return Ok(Some(conn));
         }
         let (until, borrow_ends) = self.validation_bound(deadline);
@@ -594,6 +598,7 @@ impl<M: Manager> Pool<M> {
             Err(_) => false,
         };
         if ok {
+            conn.set_due(false);
             return Ok(Some(conn));
         }
         self.validation_failed(&mut conn);
@@ -636,8 +641,10 @@ impl<M: Manager> Pool<M> {
         true
     }
 
+    /// Whether `conn`, just claimed, sat idle past `validate_after`; if so it is marked due
+    /// (`Held::due`) until validated, so no way its borrow ends makes it look fresh.
     #[inline]
-    pub(crate) fn needs_validation(&self, conn: &Pooled<M>) -> bool {
+    pub(crate) fn needs_validation(&self, conn: &mut Pooled<M>) -> bool {
         let Some(window) = self.inner.config.validate_after else {
             return false;
         };
@@ -646,7 +653,11 @@ impl<M: Manager> Pool<M> {
             .inner
             .now()
             .saturating_sub(slot.returned_ms.load(Ordering::Relaxed));
-        idle >= window.as_millis() as u64
+        let due = idle >= window.as_millis() as u64;
+        if due {
+            conn.set_due(true);
+        }
+        due
     }
 
     fn validation_failed(&self, conn: &mut Pooled<M>) {
@@ -737,7 +748,7 @@ impl<M: Manager> Pool<M> {
             if !self.still_open(&mut conn) {
                 continue;
             }
-            if !self.needs_validation(&conn) {
+            if !self.needs_validation(&mut conn) {
                 return Ok(conn);
             }
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -752,7 +763,10 @@ impl<M: Manager> Pool<M> {
                 let _ = tx.send((conn, ok));
             });
             match rx.recv() {
-                Ok((conn, Some(true))) => return Ok(conn),
+                Ok((mut conn, Some(true))) => {
+                    conn.set_due(false);
+                    return Ok(conn);
+                }
                 Ok((mut conn, Some(false))) => self.validation_failed(&mut conn),
                 Ok((mut conn, None)) if !borrow_ends => self.validation_failed(&mut conn),
                 Ok((mut conn, None)) => {

@@ -52,6 +52,11 @@ pub(crate) struct Held<C> {
     /// Close the connection on return instead of putting it back, and whether that close is
     /// counted there.
     discard: Discard,
+    /// Found idle past `validate_after` and not validated since. Such a connection goes back
+    /// (however its borrow ended: dropped, cancelled, handed on and given up) with the time
+    /// it was last returned, not now, so it is still due for the next borrow: stamped as just
+    /// returned, it would be lent unvalidated (`Pool::put_back`).
+    pub(crate) due: bool,
 }
 
 /// Whether a lent connection goes back into service when it returns.
@@ -75,6 +80,7 @@ impl<C> Held<C> {
             slot,
             lent: None,
             discard: Discard::Keep,
+            due: false,
         }
     }
 }
@@ -120,6 +126,11 @@ impl<M: Manager> Pooled<M> {
     /// Closes the connection when this guard drops instead of returning it.
     pub(crate) fn set_discard(&mut self, how: Discard) {
         self.held_mut().discard = how;
+    }
+
+    /// Marks the connection due for validation, or validated (see `Held::due`).
+    pub(crate) fn set_due(&mut self, due: bool) {
+        self.held_mut().due = due;
     }
 
     /// True once [`Pooled::set_discard`] was called.
