@@ -890,3 +890,138 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
         assert!(e.contains("no transactions"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::SmallRng};
+
+    const RICH: &str = r#"name = "kv"
+description = "d"
+think = "1ms..2ms"
+intra_think = "0ms"
+ramp_up = "1s"
+stages = ["2s:4", "1s:rate=5"]
+setup = """
+CREATE TABLE kv (k int);
+"""
+
+[params]
+key = { dist = "uniform", min = 1, max = 100 }
+z = { dist = "zipfian", min = 1, max = 100, exponent = 1.1 }
+g = { dist = "gaussian", mean = 5.0, sd = 1.0, min = 0.5, max = 9.5, decimals = 1 }
+s = { dist = "sequence", start = 9223372036854775800, step = 3 }
+word = { dist = "string", min_len = 1, max_len = 3, alphabet = "ab" }
+c = { dist = "choice", values = ["x", "y"] }
+
+[[transaction]]
+name = "read"
+weight = 3
+sql = "SELECT :key::int, ':not', $$:no$$, E'\\':no' /* :n /* */ */ -- :nor\n"
+
+[[transaction]]
+name = "write"
+atomic = false
+statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :z, :g, :s, :c"]
+"#;
+
+    /// Where an error must point: `w.toml:LINE:` with a line in the file, or `w.toml: ` for
+    /// what belongs to no line.
+    fn well_formed(text: &str, e: &str) -> bool {
+        let lines = text.matches('\n').count() + 1;
+        let Some(rest) = e.strip_prefix("w.toml:") else {
+            return false;
+        };
+        if rest.starts_with(' ') {
+            return rest.len() > 1;
+        }
+        let (n, what) = rest.split_once(": ").unwrap_or(("", ""));
+        n.parse::<usize>().is_ok_and(|n| (1..=lines).contains(&n)) && !what.is_empty()
+    }
+
+    fn check(text: &str) {
+        let got = std::panic::catch_unwind(|| parse(text, "w.toml").map(drop));
+        match got {
+            Err(_) => panic!("parse panicked on {text:?}"),
+            Ok(Err(e)) => assert!(well_formed(text, &e), "{e:?} for {text:?}"),
+            Ok(Ok(())) => {}
+        }
+    }
+
+    /// Truncated at every character, and mutated at random (characters that matter to TOML,
+    /// SQL quoting and the parameter scanner inserted, deleted, lines duplicated and swapped):
+    /// read or refused naming the file and a line in it, never a panic.
+    #[test]
+    fn truncated_and_mutated_files_are_read_or_refused_never_a_panic() {
+        for (i, _) in RICH.char_indices() {
+            check(&RICH[..i]);
+        }
+        const SPICE: &[&str] = &[
+            "\"",
+            "'",
+            "$",
+            "$$",
+            ":",
+            "::",
+            "\n",
+            "[",
+            "]",
+            "{",
+            "}",
+            "=",
+            "/*",
+            "*/",
+            "--",
+            "E'",
+            "\\",
+            "0",
+            "-1",
+            "1e999",
+            "nan",
+            "é",
+            "\u{0}",
+            "\u{202e}",
+            "$1",
+            ":x",
+            ",",
+            "18446744073709551616",
+            "[[transaction]]\n",
+            "name = \"\"\n",
+        ];
+        let mut rng = SmallRng::seed_from_u64(61);
+        for _ in 0..4000 {
+            let mut text: Vec<String> = RICH.lines().map(str::to_string).collect();
+            for _ in 0..rng.random_range(1..4) {
+                let l = rng.random_range(0..text.len());
+                match rng.random_range(0..4) {
+                    0 => {
+                        let line = &mut text[l];
+                        let at = (0..=line.len())
+                            .filter(|&i| line.is_char_boundary(i))
+                            .nth(rng.random_range(0..=line.chars().count()))
+                            .unwrap_or(0);
+                        line.insert_str(at, SPICE[rng.random_range(0..SPICE.len())]);
+                    }
+                    1 => {
+                        let line = &mut text[l];
+                        if let Some((at, c)) = line
+                            .char_indices()
+                            .nth(rng.random_range(0..=line.chars().count()))
+                        {
+                            line.replace_range(at..at + c.len_utf8(), "");
+                        }
+                    }
+                    2 => {
+                        let dup = text[l].clone();
+                        text.insert(l, dup);
+                    }
+                    _ => {
+                        let m = rng.random_range(0..text.len());
+                        text.swap(l, m);
+                    }
+                }
+            }
+            check(&text.join("\n"));
+        }
+    }
+}
