@@ -110,6 +110,11 @@ fn target(path: &Path) -> anyhow::Result<Target> {
     bail!("{}: too many levels of symbolic links", path.display())
 }
 
+/// The most bytes of a file's name its temporary keeps: with the 37 bytes the temporary adds
+/// (`.`, `.tmp-`, a pid of up to 10 digits, `-`, a counter of up to 20), it stays within
+/// NAME_MAX, 255 bytes on Linux's file systems.
+const TEMPORARY_NAME_KEPT: usize = 200;
+
 /// A new name beside `file` (its directory created if missing), unique within this process
 /// and across processes.
 fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
@@ -119,9 +124,17 @@ fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
+    // The temporary's name adds up to 37 bytes to the file's (`.`, `.tmp-`, a pid, a counter),
+    // so a name near the file system's 255-byte limit is cut to keep the temporary under it:
+    // a name `-o` may give must not fail for its temporary's sake.
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let mut cut = name.len().min(TEMPORARY_NAME_KEPT);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
     Ok(dir.join(format!(
         ".{}.tmp-{}-{}",
-        file.file_name().and_then(|n| n.to_str()).unwrap_or("out"),
+        &name[..cut],
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )))
@@ -193,5 +206,19 @@ mod tests {
             .filter(|n| n.contains(".tmp-"))
             .collect();
         assert!(left.is_empty(), "temporary files left: {left:?}");
+    }
+
+    /// A file name at the file system's limit (255 bytes) is a name a result can have: the
+    /// temporary beside it must fit under that limit too.
+    #[test]
+    fn a_name_at_the_length_limit_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two-byte characters too: the temporary's cut falls inside one unless it is careful.
+        for name in ["r".repeat(250), "é".repeat(125)] {
+            let path = dir.path().join(format!("{name}.json"));
+            check_writable(&path).unwrap();
+            write_atomically(&path, b"{}").unwrap();
+            assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        }
     }
 }
