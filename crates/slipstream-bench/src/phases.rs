@@ -79,9 +79,6 @@ impl FromStr for Stage {
             .split_once(':')
             .ok_or_else(|| bad("no load after the duration".into()))?;
         let duration = parse_duration(d.trim()).map_err(bad)?;
-        if duration.is_zero() {
-            return Err(bad("the duration must be longer than 0".into()));
-        }
         let load = load.trim();
         let (key, value) = load.split_once('=').unwrap_or(("users", load));
         let load = match key.trim() {
@@ -89,9 +86,6 @@ impl FromStr for Stage {
                 let n: usize = value.trim().parse().map_err(|_| {
                     bad(format!("`{}` is not a whole number of users", value.trim()))
                 })?;
-                if n == 0 {
-                    return Err(bad("a stage needs at least 1 user".into()));
-                }
                 StageLoad::Users(n)
             }
             "rate" | "r" => {
@@ -101,14 +95,34 @@ impl FromStr for Stage {
                         value.trim()
                     ))
                 })?;
-                if !(r.is_finite() && r > 0.0) {
-                    return Err(bad("the rate must be a positive number per second".into()));
-                }
                 StageLoad::Rate(r)
             }
             other => return Err(bad(format!("unknown load `{other}`"))),
         };
-        Ok(Stage { duration, load })
+        let stage = Stage { duration, load };
+        match stage.problem() {
+            Some(why) => Err(bad(why.into())),
+            None => Ok(stage),
+        }
+    }
+}
+
+impl Stage {
+    /// What keeps the stage from running, if anything. Checked where stages are parsed and
+    /// again where a run's plan is made, since a library builds `Stage`s directly: a stage of
+    /// 0 users panicked the runner (a channel of 0 slots), and one of no arrivals or no
+    /// length would measure nothing.
+    fn problem(&self) -> Option<&'static str> {
+        if self.duration.is_zero() {
+            return Some("the duration must be longer than 0");
+        }
+        match self.load {
+            StageLoad::Users(0) => Some("a stage needs at least 1 user"),
+            StageLoad::Rate(r) if !(r.is_finite() && r > 0.0) => {
+                Some("the rate must be a positive, finite number per second")
+            }
+            _ => None,
+        }
     }
 }
 
@@ -273,6 +287,12 @@ impl Plan {
                 rate.is_none(),
                 "--rate and --stage both set the load; give open-loop stages as --stage 30s:rate=500 instead"
             );
+            // `--duration`, `--users` and `--rate` are checked under their own names.
+            for (i, s) in stages.iter().enumerate() {
+                if let Some(why) = s.problem() {
+                    anyhow::bail!("stage {} ({s:?}): {why}", i + 1);
+                }
+            }
             stages.to_vec()
         };
         let open = matches!(stages[0].load, StageLoad::Rate(_));

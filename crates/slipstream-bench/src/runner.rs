@@ -1423,4 +1423,47 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("needs a database"), "{err}");
     }
+
+    /// `RunConfig::stages` is public, so a library may build stages the `--stage` parser
+    /// would refuse: none of them may run (a run of no users or no arrivals would write a
+    /// result that measured nothing as if it had measured something), each is refused
+    /// naming the stage.
+    #[test]
+    fn stages_the_parser_would_refuse_are_refused_from_a_library_too() {
+        use crate::phases::{Stage, StageLoad};
+        let (second, zero) = (Duration::from_secs(1), Duration::ZERO);
+        let bad = [
+            (second, StageLoad::Users(0), "at least 1 user"),
+            (zero, StageLoad::Users(2), "longer than 0"),
+            (second, StageLoad::Rate(0.0), "rate"),
+            (second, StageLoad::Rate(-5.0), "rate"),
+            (second, StageLoad::Rate(f64::NAN), "rate"),
+            (second, StageLoad::Rate(f64::INFINITY), "rate"),
+        ];
+        let mut wrong = Vec::new();
+        for (duration, load, says) in bad {
+            let stage = Stage { duration, load };
+            let mut config = RunConfig::new(None);
+            config.duration = Duration::ZERO;
+            config.stages = vec![stage];
+            let got = std::panic::catch_unwind(|| {
+                rt().block_on(run(&noop_workload(), &config, std::future::pending::<()>()))
+            });
+            match got {
+                Err(_) => wrong.push(format!("{stage:?} panicked the run")),
+                Ok(Ok(r)) => wrong.push(format!(
+                    "{stage:?} ran: {} transactions in {} s",
+                    r.transactions.iter().map(|t| t.ok + t.failed).sum::<u64>(),
+                    r.measured_s
+                )),
+                Ok(Err(e))
+                    if !(e.to_string().contains("stage 1") && e.to_string().contains(says)) =>
+                {
+                    wrong.push(format!("{stage:?}: {e}"))
+                }
+                Ok(Err(_)) => {}
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
 }
