@@ -50,6 +50,7 @@ pub mod report;
 mod run_result;
 mod runner;
 pub mod table;
+mod text_file;
 mod think;
 mod threads;
 mod transaction;

@@ -605,14 +605,23 @@ impl BenchRun {
     /// # Ok::<(), anyhow::Error>(())
     /// ```
     pub fn read_json(path: &Path) -> anyhow::Result<BenchRun> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| anyhow::anyhow!("could not read {}: {e}", path.display()))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            anyhow::anyhow!(
-                "{} is not UTF-8 text (byte {} is not): a result file is JSON; is it another kind of file?",
-                path.display(),
-                e.utf8_error().valid_up_to()
-            )
+        use crate::text_file::{NotText, read_text};
+        // Checked as it is read: a device or binary given by mistake (`report /dev/zero`) is
+        // refused at its first byte rather than read into memory until the process is killed.
+        let text = read_text(path, None).map_err(|e| {
+            let path = path.display();
+            match e {
+                NotText::Io(e) => anyhow::anyhow!("could not read {path}: {e}"),
+                NotText::Byte { offset, byte, control: true, .. } => anyhow::anyhow!(
+                    "{path} holds a control character (byte {byte:#04x} at byte {offset}), which JSON does not allow: a result file is JSON; is it another kind of file?"
+                ),
+                NotText::Byte { offset, .. } => anyhow::anyhow!(
+                    "{path} is not UTF-8 text (byte {offset} is not): a result file is JSON; is it another kind of file?"
+                ),
+                NotText::TooLong { limit } => {
+                    anyhow::anyhow!("{path} is longer than {limit} bytes")
+                }
+            }
         })?;
         // The schema first, from a struct of two fields: serde skips the rest without building
         // it (a `serde_json::Value` of the whole file took 17 times the file's size).

@@ -132,10 +132,29 @@ pub struct WorkloadFile {
 /// # Ok::<(), anyhow::Error>(())
 /// ```
 pub fn load(path: &Path) -> anyhow::Result<WorkloadFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("could not read workload file {}: {e}", path.display()))?;
+    use crate::text_file::{NotText, read_text};
+    let text = read_text(path, Some(WORKLOAD_FILE_LIMIT)).map_err(|e| {
+        let path = path.display();
+        match e {
+            NotText::Io(e) => anyhow::anyhow!("could not read workload file {path}: {e}"),
+            NotText::Byte { offset, line, byte, control: true } => anyhow::anyhow!(
+                "{path}:{line}: a control character (byte {byte:#04x} at byte {offset}), which TOML does not allow; a workload file is UTF-8 text: is this the file you meant?"
+            ),
+            NotText::Byte { offset, line, byte, control: false } => anyhow::anyhow!(
+                "{path}:{line}: byte {byte:#04x} at byte {offset} is not UTF-8; a workload file is UTF-8 text: save it as UTF-8"
+            ),
+            NotText::TooLong { limit } => anyhow::anyhow!(
+                "{path} is longer than {} MiB, which no workload file is (a TOML file of transactions): is this the file you meant?",
+                limit >> 20
+            ),
+        }
+    })?;
     parse(&text, &path.display().to_string()).map_err(anyhow::Error::msg)
 }
+
+/// The longest workload file read (16 MiB): one is a few kilobytes of TOML written by hand, so
+/// anything near this is another file given by mistake, and reading on would only fill memory.
+const WORKLOAD_FILE_LIMIT: usize = 16 << 20;
 
 /// Parses workload-file text; `origin` names it in errors (`origin:line: what`).
 ///
