@@ -81,6 +81,10 @@ struct TxSpec {
     atomic: Option<bool>,
 }
 
+/// The most parameters one statement can have: the protocol's Bind message counts them in a
+/// 16-bit field, and the server refuses more. A statement past it could never run.
+const MAX_STATEMENT_PARAMETERS: usize = u16::MAX as usize;
+
 fn default_weight() -> u32 {
     1
 }
@@ -290,6 +294,16 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         for s in sources {
             let (sql, refs) = bind_names(s.get_ref())
                 .map_err(|e| at(s.span(), format!("transaction `{}` {e}", tx.name)))?;
+            if refs.len() > MAX_STATEMENT_PARAMETERS {
+                return Err(at(
+                    s.span(),
+                    format!(
+                        "transaction `{}` has a statement of {} parameters; PostgreSQL takes at most {MAX_STATEMENT_PARAMETERS} in one statement (its protocol counts them in 16 bits): split it",
+                        tx.name,
+                        refs.len()
+                    ),
+                ));
+            }
             let mut args = Vec::new();
             for r in refs {
                 let g = index.get(r.as_str()).copied().ok_or_else(|| {
@@ -874,6 +888,29 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             ));
             assert!(e.contains("empty statement"), "{sql:?}: {e}");
         }
+    }
+
+    /// A statement of more parameters than the protocol can bind was read as fine, though
+    /// none of its transactions could run; it is refused when read, naming its line.
+    #[test]
+    fn a_statement_of_more_parameters_than_postgresql_takes_is_refused() {
+        let file = |n: usize| {
+            let params: String = (0..n)
+                .map(|i| format!("p{i} = {{ dist = \"uniform\", min = 1, max = 2 }}\n"))
+                .collect();
+            let refs: Vec<String> = (0..n).map(|i| format!(":p{i}")).collect();
+            format!(
+                "name = \"x\"\n[params]\n{params}[[transaction]]\nname = \"a\"\nsql = \"SELECT {}\"\n",
+                refs.join(",")
+            )
+        };
+        assert!(parse(&file(65_535), "w.toml").is_ok());
+        let e = error(&file(65_536));
+        assert!(
+            e.starts_with(&format!("w.toml:{}:", 65_536 + 5)) && e.contains("at most 65535"),
+            "{}",
+            &e[..e.len().min(300)]
+        );
     }
 
     #[test]
