@@ -19,6 +19,15 @@ pub(crate) struct UserThreads {
 
 impl UserThreads {
     pub(crate) fn start(n: usize) -> anyhow::Result<UserThreads> {
+        // The system's words alone ("Too many open files") name neither the threads nor the
+        // flag that asked for them: each thread's event loop takes file descriptors of its
+        // own, so `-j` can ask for more than the process may open.
+        let cannot = |i: usize, e: &dyn std::fmt::Display| {
+            anyhow::anyhow!(
+                "could not start user thread {} of {n} (--threads): {e}; ask for fewer threads, or raise the process's limits (ulimit -n, ulimit -u)",
+                i + 1
+            )
+        };
         let mut t = UserThreads {
             handles: Vec::new(),
             stops: Vec::new(),
@@ -33,7 +42,8 @@ impl UserThreads {
                 // neither side pays for waking a sleeper. Measured (`lab run runner`, SELECT 1,
                 // 8 users, quiet): 0.91x pgbench without, 0.95x with (6 interleaved rounds).
                 .on_thread_park(std::thread::yield_now)
-                .build()?;
+                .build()
+                .map_err(|e| cannot(i, &e))?;
             let (stop, stopped) = oneshot::channel::<()>();
             t.handles.push(rt.handle().clone());
             t.stops.push(stop);
@@ -42,7 +52,8 @@ impl UserThreads {
                     .name(format!("bench-users-{i}"))
                     // Runs the user tasks until told to stop; dropping the runtime then drops
                     // any task still there (its recorder flushes on drop).
-                    .spawn(move || rt.block_on(async { drop(stopped.await) }))?,
+                    .spawn(move || rt.block_on(async { drop(stopped.await) }))
+                    .map_err(|e| cannot(i, &e))?,
             );
         }
         Ok(t)
