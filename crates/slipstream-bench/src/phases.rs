@@ -415,8 +415,18 @@ impl Plan {
         let n = s.value as usize;
         if s.ramp {
             // User i starts at ramp * i / n: user 0 at once, the last one just before the end.
-            let started = ((t.max(0.0) / s.end) * n as f64).floor() as usize + 1;
-            started.min(n)
+            // Counted with the very expression `next_active` starts user i by: the quotient
+            // t / ramp * n rounds otherwise at a start's instant (at 1.89 s of a 7 s ramp of
+            // 100 users, user 27 ran while this said 27 users, not 28).
+            let starts = |i: usize| s.end * i as f64 / n as f64;
+            let mut started = (((t.max(0.0) / s.end) * n as f64).floor() as usize + 1).min(n);
+            while started < n && starts(started) <= t {
+                started += 1;
+            }
+            while started > 1 && starts(started - 1) > t {
+                started -= 1;
+            }
+            started
         } else {
             n
         }
@@ -818,5 +828,44 @@ mod tests {
             &stages(&["1s:2"]),
         );
         assert!(rate.unwrap_err().to_string().contains("--rate"));
+    }
+
+    /// The users the progress line says run at `t` are the users the plan runs then: users
+    /// 0..k and no other, at any time of a ramp-up and of stages that raise and lower the
+    /// count, their boundaries included.
+    #[test]
+    fn the_users_said_to_run_are_the_users_that_run() {
+        for (ramp, st) in [
+            (3, &["2s:4", "1s:2", "2s:7"][..]),
+            (1, &["1s:3"][..]),
+            (7, &["1s:100", "1s:1"][..]),
+            (0, &["1s:5", "3s:2", "1s:5"][..]),
+        ] {
+            let p = Plan::new(
+                1,
+                None,
+                Duration::ZERO,
+                Duration::ZERO,
+                Duration::from_secs(ramp),
+                &stages(st),
+            )
+            .unwrap();
+            let total = p.total().as_secs_f64();
+            let mut times: Vec<f64> = (0..=2000).map(|i| total * i as f64 / 2000.0).collect();
+            // Every start a ramp-up plans, exactly, and every boundary.
+            let n = p.users();
+            times.extend((0..n).map(|u| ramp as f64 * u as f64 / n as f64));
+            times.extend(p.ends());
+            for t in times.into_iter().filter(|&t| t < total) {
+                let k = p.users_at(t);
+                let running: Vec<usize> =
+                    (0..n).filter(|&u| p.next_active(u, t) == Some(t)).collect();
+                assert_eq!(
+                    running,
+                    (0..k).collect::<Vec<_>>(),
+                    "ramp {ramp} s, stages {st:?}, at {t} s the progress line says {k} users"
+                );
+            }
+        }
     }
 }
