@@ -28,10 +28,32 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         }
         Target::Replace(p) => p,
     };
-    let tmp = temporary_beside(&file)?;
-    let written = std::fs::write(&tmp, bytes)
+    // Created new, never opened through what is there: a link planted at a temporary's
+    // name in a shared directory would have the write replace the file it points to.
+    let (tmp, mut out) = (0..TEMPORARY_ATTEMPTS)
+        .find_map(|_| {
+            let tmp = match temporary_beside(&file) {
+                Ok(t) => t,
+                Err(e) => return Some(Err(e)),
+            };
+            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                Err(e) => {
+                    Some(Err(e).with_context(|| format!("could not write {}", file.display())))
+                }
+                Ok(f) => Some(Ok((tmp, f))),
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "could not write {}: every temporary name tried beside it is taken",
+                file.display()
+            ))
+        })?;
+    let written = std::io::Write::write_all(&mut out, bytes)
         .with_context(|| format!("could not write {}", file.display()))
         .and_then(|()| {
+            drop(out);
             std::fs::rename(&tmp, &file)
                 .with_context(|| format!("could not move the new {} into place", file.display()))
         });
@@ -110,9 +132,13 @@ fn target(path: &Path) -> anyhow::Result<Target> {
     bail!("{}: too many levels of symbolic links", path.display())
 }
 
-/// The most bytes of a file's name its temporary keeps: with the 37 bytes the temporary adds
-/// (`.`, `.tmp-`, a pid of up to 10 digits, `-`, a counter of up to 20), it stays within
-/// NAME_MAX, 255 bytes on Linux's file systems.
+/// Temporary names tried before giving up: each is new (a counter, random bits), so only
+/// names planted by someone else are ever taken.
+const TEMPORARY_ATTEMPTS: usize = 16;
+
+/// The most bytes of a file's name its temporary keeps: with the 46 bytes the temporary adds
+/// (`.`, `.tmp-`, a pid of up to 10 digits, `-`, a counter of up to 20, `-`, 8 random hex
+/// digits), it stays within NAME_MAX, 255 bytes on Linux's file systems.
 const TEMPORARY_NAME_KEPT: usize = 200;
 
 /// A new name beside `file` (its directory created if missing), unique within this process
@@ -124,7 +150,8 @@ fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("could not create {}", dir.display()))?;
-    // The temporary's name adds up to 37 bytes to the file's (`.`, `.tmp-`, a pid, a counter),
+    // The temporary's name adds up to 46 bytes to the file's (`.`, `.tmp-`, a pid, a counter,
+    // random bits),
     // so a name near the file system's 255-byte limit is cut to keep the temporary under it:
     // a name `-o` may give must not fail for its temporary's sake.
     let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("out");
@@ -133,11 +160,21 @@ fn temporary_beside(file: &Path) -> anyhow::Result<PathBuf> {
         cut -= 1;
     }
     Ok(dir.join(format!(
-        ".{}.tmp-{}-{}",
+        ".{}.tmp-{}-{}-{:08x}",
         &name[..cut],
         std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        unpredictable() as u32
     )))
+}
+
+/// Bits no other process can guess: std's hash keys, drawn from the OS's random source (the
+/// `rand` crate here is built without one).
+fn unpredictable() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 #[cfg(test)]
@@ -220,5 +257,28 @@ mod tests {
             write_atomically(&path, b"{}").unwrap();
             assert_eq!(std::fs::read(&path).unwrap(), b"{}");
         }
+    }
+
+    /// The temporary's name is predictable (the pid, a counter): in a shared directory such
+    /// as /tmp, a link planted at that name made the write go through it, replacing the file
+    /// it points to (as root, any file). The temporary is created new, never opened through
+    /// what is already there, and the write still lands.
+    #[test]
+    fn a_link_planted_at_the_temporarys_name_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let path = dir.path().join("r.json");
+        // Every name this process's counter can have reached in this test binary, and more.
+        for n in 0..2000 {
+            let planted = dir
+                .path()
+                .join(format!(".r.json.tmp-{}-{n}", std::process::id()));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        let got = write_atomically(&path, b"{}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        got.unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
     }
 }
