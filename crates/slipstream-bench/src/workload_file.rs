@@ -447,6 +447,7 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
     let mut numbers: HashMap<String, usize> = HashMap::new();
     let chars: Vec<char> = sql.chars().collect();
     let ident = ident_char;
+    let atomic_body = begins_atomic(sql);
     let mut i = 0;
     while i < chars.len() {
         if let Some(end) = comment_end(&chars, i) {
@@ -537,6 +538,20 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
                 out.push_str(&format!("${n}"));
                 i = end;
             }
+            // A second command after a `;`: the extended protocol takes one, so every
+            // transaction would fail (42601, cannot insert multiple commands into a prepared
+            // statement). A `BEGIN ATOMIC` function body holds `;`s inside its one command.
+            // (Once per entry: the first `;` outside a function body ends the scan either way.)
+            ';' if !atomic_body => {
+                if has_sql(&chars[i + 1..].iter().collect::<String>()) {
+                    return Err(
+                        "holds more than one statement in one entry (a `;` with SQL after it); PostgreSQL prepares one at a time: give each its own entry in `statements`"
+                            .to_string(),
+                    );
+                }
+                out.extend(&chars[i..]);
+                i = chars.len();
+            }
             _ => {
                 out.push(c);
                 i += 1;
@@ -544,6 +559,18 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
         }
     }
     Ok((out, names))
+}
+
+/// Whether `sql` holds a SQL-standard function body (`BEGIN ATOMIC ... END`), whose
+/// statements end in `;` inside one command.
+fn begins_atomic(sql: &str) -> bool {
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .map(str::to_ascii_lowercase)
+        .collect();
+    words
+        .windows(2)
+        .any(|w| w[0] == "begin" && w[1] == "atomic")
 }
 
 /// Whether PostgreSQL's lexer takes `c` into an identifier or a dollar-quote tag after its
@@ -887,6 +914,39 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
                 "name = \"x\"\n[[transaction]]\nname = \"a\"\nsql = \"{sql}\"\n"
             ));
             assert!(e.contains("empty statement"), "{sql:?}: {e}");
+        }
+    }
+
+    /// Two commands in one entry (`SELECT 1; SELECT 2`) were read as fine, and every
+    /// transaction failed with 42601 (cannot insert multiple commands into a prepared
+    /// statement); refused when read now, naming the line. A trailing `;`, one followed by a
+    /// comment, and `;`s in quotes, comments, dollar quotes or a `BEGIN ATOMIC` body are not
+    /// a second command.
+    #[test]
+    fn two_commands_in_one_entry_are_refused() {
+        let file = |sql: &str| {
+            format!("name = \"x\"\n\n[[transaction]]\nname = \"a\"\nsql = '''{sql}'''\n")
+        };
+        for two in [
+            "SELECT 1; SELECT 2",
+            "SELECT 1;\nUPDATE t SET a = 1;",
+            "SELECT ';'; SELECT 2",
+        ] {
+            let e = error(&file(two));
+            assert!(
+                e.starts_with("w.toml:5:") && e.contains("more than one statement"),
+                "{two:?}: {e}"
+            );
+        }
+        for one in [
+            "SELECT 1;",
+            "SELECT 1;;",
+            "SELECT 1; -- done",
+            "SELECT 1; /* done */",
+            "SELECT ';', $$;$$, \"a;b\" -- ;x\n",
+            "CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; SELECT 2; END",
+        ] {
+            assert!(parse(&file(one), "w.toml").is_ok(), "{one:?}");
         }
     }
 
