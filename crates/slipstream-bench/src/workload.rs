@@ -200,7 +200,10 @@ impl Workload {
                 format!("--mix entry `{part}` is not NAME=WEIGHT (e.g. browse-products=50)")
             })?;
             let weight: u32 = weight.trim().parse().map_err(|_| {
-                format!("--mix entry `{part}`: the weight must be a whole number >= 0")
+                format!(
+                    "--mix entry `{part}`: the weight must be a whole number from 0 to {}",
+                    u32::MAX
+                )
             })?;
             self.set_weight(name.trim(), weight)?;
         }
@@ -254,5 +257,29 @@ impl Picker {
             .iter()
             .position(|&c| x < c)
             .unwrap_or(self.cumulative.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Session, TxError};
+
+    struct Noop;
+    impl Transaction for Noop {
+        async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+            Ok(())
+        }
+    }
+
+    /// A weight past u32 was refused as not "a whole number >= 0", which it is: the error
+    /// now gives the range.
+    #[test]
+    fn a_mix_weight_out_of_range_is_refused_naming_the_range() {
+        let mut w = Workload::new("w").transaction("a", 1, || Noop);
+        let e = w.apply_mix("a=5000000000").unwrap_err();
+        assert!(e.contains("from 0 to 4294967295"), "{e}");
+        w.apply_mix("a=4294967295").unwrap();
+        assert_eq!(w.weights(), [("a".to_string(), u32::MAX)]);
     }
 }
