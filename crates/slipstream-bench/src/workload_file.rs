@@ -345,9 +345,14 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
             values: vec![String::new(); plan.uses.len()],
         });
     }
-    workload
-        .check()
-        .map_err(|e| format!("{origin}: {e}; give one a positive weight"))?;
+    // Every type is off: named at the first, where a weight would turn one on (every
+    // mistake in a file names a line).
+    workload.check().map_err(|e| {
+        at(
+            spec.transaction[0].span(),
+            format!("{e}; give one a positive weight"),
+        )
+    })?;
     Ok(WorkloadFile {
         workload,
         description: spec.description,
@@ -970,6 +975,18 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             e.starts_with(&format!("w.toml:{}:", 65_536 + 5)) && e.contains("at most 65535"),
             "{}",
             &e[..e.len().min(300)]
+        );
+    }
+
+    /// A file whose every transaction has weight 0 was refused naming the file alone.
+    #[test]
+    fn a_file_of_types_all_off_names_a_line() {
+        let e = error(
+            "name = \"x\"\n\n[[transaction]]\nname = \"a\"\nweight = 0\nsql = \"SELECT 1\"\n[[transaction]]\nname = \"b\"\nweight = 0\nsql = \"SELECT 1\"\n",
+        );
+        assert!(
+            e.starts_with("w.toml:3:") && e.contains("weight above 0"),
+            "{e}"
         );
     }
 
