@@ -1678,14 +1678,8 @@ mod tests {
             const { std::cell::RefCell::new(None) };
     }
 
-    /// docs/pool.md: "A borrow still under way when `drain` returns ... is not handed that
-    /// server's connection". Steps: one server with an idle connection; `try_get` and then
-    /// `get_blocking` claim it, and `drain` of that server runs and returns right after the
-    /// claim (the test hook), before the borrow hands the connection out. Before the fix both
-    /// fast paths lent it (only the async borrow re-checked): "try_get lent a connection of
-    /// 127.0.0.1:... after its drain had returned".
-    #[test]
-    fn a_fast_path_that_claimed_just_before_a_drain_does_not_lend_the_drained_servers() {
+    /// A real server, a one-worker runtime for the pool, and the server's connection string.
+    fn one_server() -> (slipstream_testkit::Cluster, tokio::runtime::Runtime, String) {
         let cluster = slipstream_testkit::Cluster::start().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -1696,6 +1690,18 @@ mod tests {
             "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
             cluster.port()
         );
+        (cluster, rt, url)
+    }
+
+    /// docs/pool.md: "A borrow still under way when `drain` returns ... is not handed that
+    /// server's connection". Steps: one server with an idle connection; `try_get` and then
+    /// `get_blocking` claim it, and `drain` of that server runs and returns right after the
+    /// claim (the test hook), before the borrow hands the connection out. Before the fix both
+    /// fast paths lent it (only the async borrow re-checked): "try_get lent a connection of
+    /// 127.0.0.1:... after its drain had returned".
+    #[test]
+    fn a_fast_path_that_claimed_just_before_a_drain_does_not_lend_the_drained_servers() {
+        let (_cluster, rt, url) = one_server();
         let pool = rt.block_on(async {
             let pool = PgPool::builder(url.parse().unwrap())
                 .pool_config(Config {
@@ -1768,17 +1774,8 @@ mod tests {
     /// next borrow lent it at once, unvalidated, after it had sat idle past the window.
     #[test]
     fn a_due_connection_handed_to_a_borrow_that_cannot_use_it_is_not_made_fresh() {
-        let cluster = slipstream_testkit::Cluster::start().unwrap();
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let (_cluster, rt, url) = one_server();
         rt.block_on(async {
-            let url = format!(
-                "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
-                cluster.port()
-            );
             let pool = PgPool::builder(url.parse().unwrap())
                 .pool_config(Config {
                     max_size: 1,
@@ -1794,6 +1791,7 @@ mod tests {
             let Some(Idle::Due(conn)) = server.take_idle() else {
                 panic!("the connection idle past validate_after is due");
             };
+            let borrows = server.pool.stats().borrows;
             let e = pool
                 .borrow(Role::Standby, true, Some((server, conn)), |p| p.get())
                 .await
@@ -1809,11 +1807,15 @@ mod tests {
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            match server.take_idle() {
-                Some(Idle::Ready(_)) => {
-                    panic!("the due connection came back as just returned, lendable unvalidated")
-                }
-                Some(Idle::Due(_)) | None => {}
+            // NoServer asks the monitor for a role probe, which may borrow the connection and
+            // run a statement on it (validating it if due): then it is rightly fresh. Only a
+            // connection no one borrowed since must still be due.
+            let borrowed_since = server.pool.stats().borrows - borrows;
+            if let Some(Idle::Ready(_)) = server.take_idle() {
+                assert!(
+                    borrowed_since > 0,
+                    "the due connection came back as just returned, lendable unvalidated"
+                );
             }
             assert_eq!(
                 server.pool.stats().closed_broken,
