@@ -217,17 +217,22 @@ async fn probe(c: &mut slipstream_pg::Client, table: &str, k: i32) -> anyhow::Re
     // EXPLAIN's output is `json`, whose binary form is its text.
     let text = row.get_raw(0)?.context("EXPLAIN returned NULL")?;
     let v: serde_json::Value = serde_json::from_slice(text).context("EXPLAIN's JSON")?;
+    Ok(plan_probe(&v))
+}
+
+/// The probe of one EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) output: its top node's figures.
+fn plan_probe(v: &serde_json::Value) -> Probe {
     let plan = &v[0]["Plan"];
     let n = |f: &str| plan[f].as_f64().unwrap_or(0.0);
     let node = match plan["Custom Plan Provider"].as_str() {
         Some(p) => p.to_string(),
         None => plan["Node Type"].as_str().unwrap_or("?").to_string(),
     };
-    Ok(Probe {
+    Probe {
         buffers: n("Shared Hit Blocks") + n("Shared Read Blocks"),
         heap_fetches: n("Heap Fetches"),
         node,
-    })
+    }
 }
 
 /// Lookups through memopt's node so far, over all tables.
