@@ -195,9 +195,20 @@ async fn probe_fast(
     })
 }
 
+/// A table's shared buffers per lookup as the report shows it: NaN, a count EXPLAIN did not
+/// give, says so instead of printing a number.
+fn buffers_cell(buffers: f64) -> String {
+    if buffers.is_nan() {
+        "missing (EXPLAIN gave no Shared Hit/Read Blocks)".into()
+    } else {
+        format!("{buffers:.1}")
+    }
+}
+
 /// What EXPLAIN (ANALYZE, BUFFERS) says about one lookup, or the mean of several.
 struct Probe {
-    /// Shared buffers hit or read.
+    /// Shared buffers hit or read; NaN where EXPLAIN did not give them (a mean with one
+    /// missing probe is missing).
     buffers: f64,
     /// Heap visits of an index-only scan (pages the visibility map does not vouch for).
     heap_fetches: f64,
@@ -221,15 +232,20 @@ async fn probe(c: &mut slipstream_pg::Client, table: &str, k: i32) -> anyhow::Re
 }
 
 /// The probe of one EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) output: its top node's figures.
+/// A buffer count the top node does not carry is NaN, "missing", never 0: memopt's headline is
+/// zero buffers per lookup, and an absent field (EXPLAIN without BUFFERS, a server that names
+/// it otherwise, a plan shape without the node) would otherwise read as exactly that.
 fn plan_probe(v: &serde_json::Value) -> Probe {
     let plan = &v[0]["Plan"];
+    let buffers = |f: &str| plan[f].as_f64().unwrap_or(f64::NAN);
+    // Only index-only scans carry Heap Fetches; any other node has no such visits to count.
     let n = |f: &str| plan[f].as_f64().unwrap_or(0.0);
     let node = match plan["Custom Plan Provider"].as_str() {
         Some(p) => p.to_string(),
         None => plan["Node Type"].as_str().unwrap_or("?").to_string(),
     };
     Probe {
-        buffers: n("Shared Hit Blocks") + n("Shared Read Blocks"),
+        buffers: buffers("Shared Hit Blocks") + buffers("Shared Read Blocks"),
         heap_fetches: n("Heap Fetches"),
         node,
     }
@@ -560,7 +576,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let mut cells = vec![
             format!("{t}: {what}"),
             probes[ti].node.clone(),
-            format!("{:.1}", probes[ti].buffers),
+            buffers_cell(probes[ti].buffers),
         ];
         for (p, path) in PATHS.into_iter().enumerate() {
             let (Some(m), Some(ratio)) = (med[ti][p], time_over(&times, 0, ti, p)) else {
@@ -649,6 +665,20 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
          tables interleaved; ratios between tables are medians of the per-run ratios; buffers: mean over {PROBES} lookups of EXPLAIN (ANALYZE, BUFFERS), \
          hit + read; a private cluster on this machine"
     ));
+    let no_buffers: Vec<&str> = TABLES
+        .iter()
+        .zip(&probes)
+        .filter(|(_, p)| p.buffers.is_nan())
+        .map(|((t, _, _), _)| *t)
+        .collect();
+    if !no_buffers.is_empty() {
+        r.notes.push(format!(
+            "shared buffers per lookup missing for {} (written as null): EXPLAIN (ANALYZE, \
+             BUFFERS, FORMAT JSON)'s top node carried no Shared Hit/Read Blocks; check the \
+             server's EXPLAIN output for that table's lookup",
+            no_buffers.join(", ")
+        ));
+    }
     if probes[1].heap_fetches > 0.0 {
         r.notes.push(format!(
             "t2's index-only scans visited the heap {:.1} times per lookup: the visibility map \
@@ -720,6 +750,43 @@ mod tests {
             Some("read_all_fast=1,read_all_t1=1,read_all_t2=1,read_all_t3=1,read_all_t4=1"),
             "PL/pgSQL loops run by the warm-up"
         );
+    }
+
+    /// A figure that is missing is said to be missing (docs/lab.md). Steps: real EXPLAIN
+    /// output from PostgreSQL for a lookup, once without BUFFERS (the top node carries no
+    /// Shared Hit/Read Blocks), once with; each read as the experiment reads it. Before the
+    /// fix the absent fields read as 0 buffers, memopt's headline figure.
+    #[test]
+    fn a_plan_without_buffer_counts_reads_as_missing_not_zero_buffers() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        let (without, with) = runtime()
+            .unwrap()
+            .block_on(async {
+                let mut c = slipstream_pg::connect(&cluster.url()).await?;
+                c.batch_execute(
+                    "CREATE TABLE t (key int PRIMARY KEY, value text);
+                     INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 1000) i;
+                     ANALYZE t",
+                )
+                .await?;
+                let mut plans = Vec::new();
+                for options in ["ANALYZE, FORMAT JSON", "ANALYZE, BUFFERS, FORMAT JSON"] {
+                    let sql = format!("EXPLAIN ({options}) SELECT value FROM t WHERE key = 7");
+                    let row = c.query_one(&sql, &[]).await?;
+                    let text = row.get_raw(0)?.context("EXPLAIN returned NULL")?;
+                    plans.push(serde_json::from_slice::<serde_json::Value>(text)?);
+                }
+                anyhow::Ok((plans[0].clone(), plans[1].clone()))
+            })
+            .unwrap();
+        let missing = plan_probe(&without);
+        assert!(
+            missing.buffers.is_nan(),
+            "a plan without buffer counts read as {} buffers: {without}",
+            missing.buffers
+        );
+        assert!(buffers_cell(missing.buffers).starts_with("missing"));
+        assert!(plan_probe(&with).buffers >= 1.0, "{with}");
     }
 
     /// docs/lab.md: a ratio is the median of the per-pair ratios. Each run reads every table
