@@ -81,11 +81,21 @@ impl Waits {
         self.max_ns = self.max_ns.max(other.max_ns);
     }
 
-    /// The wait at quantile `q`, in microseconds (the bucket's upper edge).
+    /// The longest wait, in microseconds; NaN where no borrow completed, as [`Self::quantile_us`].
+    fn max_us(&self) -> f64 {
+        if self.buckets.iter().all(|&n| n == 0) {
+            return f64::NAN;
+        }
+        self.max_ns as f64 / 1e3
+    }
+
+    /// The wait at quantile `q`, in microseconds (the bucket's upper edge); NaN, missing, when
+    /// no borrow completed in the window: 0 would read as the shortest wait of all for a pool
+    /// that stalled or whose every borrow failed.
     fn quantile_us(&self, q: f64) -> f64 {
         let total: u64 = self.buckets.iter().sum();
         if total == 0 {
-            return 0.0;
+            return f64::NAN;
         }
         let want = ((total as f64) * q).ceil() as u64;
         let mut seen = 0;
@@ -300,15 +310,24 @@ impl Run {
             self.pool.into(),
             format!("{:.0}", self.per_sec),
             range,
-            format!("{:.1}", self.waits.quantile_us(0.5)),
-            format!("{:.1}", self.waits.quantile_us(0.99)),
-            format!("{:.1}", self.waits.quantile_us(0.999)),
-            format!("{:.0}", self.waits.max_ns as f64 / 1e3),
+            wait_cell(self.waits.quantile_us(0.5), 1),
+            wait_cell(self.waits.quantile_us(0.99), 1),
+            wait_cell(self.waits.quantile_us(0.999), 1),
+            wait_cell(self.waits.max_us(), 0),
             self.zero.to_string(),
             format!("{} … {}", self.min, self.max),
             format!("{:.3}", self.jain),
             format!("{ours_over:.2}x"),
         ]
+    }
+}
+
+/// A wait in µs as the table shows it; NaN, no borrow completed in the window, says so.
+fn wait_cell(us: f64, decimals: usize) -> String {
+    if us.is_nan() {
+        "missing (no borrow completed)".into()
+    } else {
+        format!("{us:.decimals$}")
     }
 }
 
@@ -1096,6 +1115,32 @@ mod tests {
         }
         let p50 = w.quantile_us(0.5);
         assert!((480.0..=540.0).contains(&p50), "{p50}");
+    }
+
+    /// A figure that is missing is said to be missing (docs/lab.md). Steps: a run in which no
+    /// borrow completed inside the window (a stalled pool, or every borrow failing), its waits
+    /// and its table row. Before the fix its p50, p99, p99.9 and max waits read 0.0 µs, the
+    /// best waits of any pool.
+    #[test]
+    fn a_run_without_a_completed_borrow_shows_its_waits_missing_not_zero() {
+        let rec = Record::new(2);
+        let (before, seconds, after) = (rec.snapshot(), 0.2, rec.snapshot());
+        rec.done(0, None);
+        let run = summarize("stalled", seconds, &before, &rec, &after);
+        let p999 = run.waits.quantile_us(0.999);
+        assert!(
+            p999.is_nan(),
+            "p99.9 wait of a run with no completed borrow: {p999} µs"
+        );
+        let cells = run.cells("tasks", Hold::Zero, 1.0);
+        for (column, cell) in ["p50", "p99", "p99.9", "max"].iter().zip(&cells[6..10]) {
+            assert!(cell.starts_with("missing"), "{column} wait: {cell}");
+        }
+        // With borrows, figures as before.
+        rec.measuring.store(true, Relaxed);
+        rec.done(1, Some(Duration::from_micros(3)));
+        let run = summarize("ok", seconds, &before, &rec, &rec.snapshot());
+        assert_eq!(run.cells("tasks", Hold::Zero, 1.0)[9], "3");
     }
 
     #[test]
