@@ -8,19 +8,14 @@ use slipstream_pg::Client;
 pub(crate) const WIDE_SPACING: i32 = 50;
 
 /// Article 001's `fetch_test(id number primary key, data varchar(32))`, with `rows` rows.
+///
+/// Reused only when its comment carries this load's signature, which is written last, after
+/// VACUUM ANALYZE: a row count alone took any `fetch_test` with as many rows (other contents,
+/// other widths, a load cut short before its VACUUM) for this one, and the figures then
+/// measured another table than the one they describe.
 pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Result<()> {
-    let exists: bool = c
-        .query_one("SELECT to_regclass('fetch_test') IS NOT NULL", &[])
-        .await?
-        .get(0)?;
-    let present: i64 = match exists {
-        true => c
-            .query_one("SELECT count(*) FROM fetch_test", &[])
-            .await?
-            .get(0)?,
-        false => -1,
-    };
-    if present == rows as i64 {
+    let signature = format!("slipstream-lab fetch_test: ids 1..{rows}, data md5(id)");
+    if comment(c, "fetch_test").await?.as_deref() == Some(signature.as_str()) {
         return Ok(());
     }
     c.batch_execute(
@@ -35,7 +30,19 @@ pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Resu
     .await
     .context("loading fetch_test")?;
     c.batch_execute("VACUUM ANALYZE fetch_test").await?;
+    c.batch_execute(&format!("COMMENT ON TABLE fetch_test IS '{signature}'"))
+        .await?;
     Ok(())
+}
+
+/// The comment on table `name`, `None` where it has none or does not exist.
+async fn comment(c: &mut Client, name: &str) -> anyhow::Result<Option<String>> {
+    Ok(c.query_one(
+        "SELECT obj_description(to_regclass($1), 'pg_class')",
+        &[&name],
+    )
+    .await?
+    .get(0)?)
 }
 
 /// `fetch_memory_test`: `narrow` rows of about 40 bytes, `wide` of them `wide_bytes` wide,
@@ -73,10 +80,52 @@ pub(crate) async fn ensure_fetch_memory_test(
     )
     .await
     .context("loading fetch_memory_test")?;
+    c.batch_execute("VACUUM ANALYZE fetch_memory_test").await?;
+    // Last, as for fetch_test: a load cut short is not taken for a complete one.
     c.batch_execute(&format!(
         "COMMENT ON TABLE fetch_memory_test IS '{signature}'"
     ))
     .await?;
-    c.batch_execute("VACUUM ANALYZE fetch_memory_test").await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The experiments read the table they describe. Steps: a `fetch_test` with the expected
+    /// number of rows but other contents (a table of that name left by something else); then
+    /// `ensure_fetch_test`, and its rows; then again, which must reuse the loaded table. Before
+    /// the fix the first table was reused because its row count matched: 0 of its 500 rows
+    /// were article 001's.
+    #[test]
+    fn a_fetch_test_with_the_right_count_but_other_rows_is_reloaded() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        let (matching, reloaded) = super::super::runtime()
+            .unwrap()
+            .block_on(async {
+                let mut c = slipstream_pg::connect(&cluster.url()).await?;
+                c.batch_execute(
+                    "CREATE TABLE fetch_test (id int PRIMARY KEY, data varchar(32));
+                     INSERT INTO fetch_test SELECT g, 'x' FROM generate_series(1, 500) g",
+                )
+                .await?;
+                ensure_fetch_test(&mut c, 500).await?;
+                let matching: i64 = c
+                    .query_one(
+                        "SELECT count(*) FROM fetch_test WHERE data = md5(id::text)",
+                        &[],
+                    )
+                    .await?
+                    .get(0)?;
+                let oid = "SELECT 'fetch_test'::regclass::oid::int8";
+                let first: i64 = c.query_one(oid, &[]).await?.get(0)?;
+                ensure_fetch_test(&mut c, 500).await?;
+                let second: i64 = c.query_one(oid, &[]).await?.get(0)?;
+                anyhow::Ok((matching, first != second))
+            })
+            .unwrap();
+        assert_eq!(matching, 500, "rows of article 001's fetch_test");
+        assert!(!reloaded, "a complete fetch_test was loaded again");
+    }
 }
