@@ -316,7 +316,11 @@ impl Run {
             wait_cell(self.waits.max_us(), 0),
             self.zero.to_string(),
             format!("{} … {}", self.min, self.max),
-            format!("{:.3}", self.jain),
+            if self.jain.is_nan() {
+                "missing (no borrows)".into()
+            } else {
+                format!("{:.3}", self.jain)
+            },
             format!("{ours_over:.2}x"),
         ]
     }
@@ -402,14 +406,17 @@ impl Point {
     }
 }
 
-/// Jain's fairness index of `counts`: 1 when all are equal, 1/n when one borrower got all.
+/// Jain's fairness index of `counts`: 1 when all are equal, 1/n when one borrower got all;
+/// NaN, missing, when nobody borrowed: there are no shares to compare, and 0 (below the 1/n
+/// floor of any real run) would read as the worst unfairness, not as a run that measured
+/// nothing.
 fn jain(counts: &[u64]) -> f64 {
     let total: f64 = counts.iter().map(|&c| c as f64).sum();
     let sum_sq: f64 = counts.iter().map(|&c| (c as f64).powi(2)).sum();
     if sum_sq > 0.0 {
         total.powi(2) / (counts.len() as f64 * sum_sq)
     } else {
-        0.0
+        f64::NAN
     }
 }
 
@@ -1227,5 +1234,18 @@ mod tests {
     fn jain_is_one_for_equal_shares() {
         assert!((jain(&[5, 5, 5, 5]) - 1.0).abs() < 1e-12);
         assert!((jain(&[8, 0, 0, 0]) - 0.25).abs() < 1e-12);
+    }
+
+    /// A figure that is missing is said to be missing (docs/lab.md). Steps: the fairness of a
+    /// run in which no borrower borrowed, and its table cell. Before the fix it was 0.000, an
+    /// unfairness no run can have (the floor is 1/n), written into the JSON's `_jain` as such.
+    #[test]
+    fn the_fairness_of_a_run_without_borrows_is_missing_not_zero() {
+        let j = jain(&[0, 0, 0]);
+        assert!(j.is_nan(), "Jain of no borrows: {j}");
+        let rec = Record::new(3);
+        let run = summarize("stalled", 0.2, &rec.snapshot(), &rec, &rec.snapshot());
+        let cell = &run.cells("tasks", Hold::Zero, 1.0)[12];
+        assert!(cell.starts_with("missing"), "Jain cell: {cell}");
     }
 }
