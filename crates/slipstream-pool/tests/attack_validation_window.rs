@@ -30,6 +30,20 @@ const WINDOW: Duration = Duration::from_millis(50);
 const IDLE: Duration = Duration::from_millis(150);
 const ROUNDS: u64 = 20;
 
+/// A pool of one connection with `validate_after` WINDOW, that connection opened, lent once
+/// and returned.
+async fn one_connection<M: Manager>(manager: M) -> Pool<M> {
+    let pool = Pool::builder(manager)
+        .max_size(1)
+        .min_size(1)
+        .validate_after(WINDOW)
+        .build_ready()
+        .await
+        .unwrap();
+    drop(pool.get().await.unwrap());
+    pool
+}
+
 /// Promise: a connection idle longer than the window is validated before it is lent.
 ///
 /// Steps: a one-connection pool with `validate_after` 50 ms and no other timer; 20 rounds of
@@ -43,14 +57,7 @@ const ROUNDS: u64 = 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_idle_past_the_window_is_validated() {
     let count = Arc::new(AtomicU64::new(0));
-    let pool = Pool::builder(Validations(count.clone()))
-        .max_size(1)
-        .min_size(1)
-        .validate_after(WINDOW)
-        .build_ready()
-        .await
-        .unwrap();
-    drop(pool.get().await.unwrap());
+    let pool = one_connection(Validations(count.clone())).await;
     let before = count.load(Ordering::SeqCst);
     for _ in 0..ROUNDS {
         tokio::time::sleep(IDLE).await;
@@ -72,14 +79,7 @@ async fn every_connection_idle_past_the_window_is_validated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_blocking_borrow_of_a_connection_idle_past_the_window_validates() {
     let count = Arc::new(AtomicU64::new(0));
-    let pool = Pool::builder(Validations(count.clone()))
-        .max_size(1)
-        .min_size(1)
-        .validate_after(WINDOW)
-        .build_ready()
-        .await
-        .unwrap();
-    drop(pool.get().await.unwrap());
+    let pool = one_connection(Validations(count.clone())).await;
     let before = count.load(Ordering::SeqCst);
     let borrower = pool.clone();
     tokio::task::spawn_blocking(move || {
@@ -128,17 +128,11 @@ impl Manager for Hangs {
 async fn a_borrow_dropped_while_it_validates_leaves_the_connection_due() {
     let begun = Arc::new(AtomicU64::new(0));
     let hang = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let pool = Pool::builder(Hangs {
+    let pool = one_connection(Hangs {
         begun: begun.clone(),
         hang: hang.clone(),
     })
-    .max_size(1)
-    .min_size(1)
-    .validate_after(WINDOW)
-    .build_ready()
-    .await
-    .unwrap();
-    drop(pool.get().await.unwrap());
+    .await;
     tokio::time::sleep(IDLE).await;
     hang.store(true, Ordering::SeqCst);
     let cut = tokio::time::timeout(Duration::from_millis(50), pool.get()).await;
