@@ -124,14 +124,13 @@ fn lab_experiments_run_in_quick_mode_and_write_json_and_svg() {
     for experiment in ["connect", "roundtrip"] {
         let json = dir.path().join(format!("{experiment}.json"));
         let svg = dir.path().join(format!("{experiment}.svg"));
-        let o = slipstream(
+        let o = lab_with_user_from_env(
+            &cluster,
             &[
                 "lab",
                 "run",
                 experiment,
                 "--quick",
-                "--url",
-                &cluster.url(),
                 "--json",
                 json.to_str().unwrap(),
                 "--svg",
@@ -212,18 +211,34 @@ fn pipeline_experiment_prints_the_peers_and_writes_the_ratios() {
     );
 }
 
-/// Runs `lab run <experiment> --quick` against `cluster` and returns its stdout and JSON.
+/// `lab ARGS` against `cluster`, the user given as PGUSER and left out of the URL, as a
+/// shell's environment may give it: every client an experiment compares must read the URL
+/// and the `PG*` environment alike, as `slipstream_pg::connect` and libpq do. Before the lab
+/// gave tokio-postgres (and the pool experiment's clients) the environment, tokio-postgres
+/// failed here ("user missing"); with PGOPTIONS it would have run under other settings than
+/// the client it is compared with.
+fn lab_with_user_from_env(cluster: &Cluster, args: &[&str], home: &std::path::Path) -> Output {
+    let url = format!("postgres://127.0.0.1:{}/postgres", cluster.port());
+    let mut all = args.to_vec();
+    all.extend(["--url", &url]);
+    common::command(&all, home)
+        .env("PGUSER", "postgres")
+        .output()
+        .expect("run slipstream")
+}
+
+/// Runs `lab run <experiment> --quick` against `cluster` (see [`lab_with_user_from_env`]) and
+/// returns its stdout and JSON.
 fn run_quick(cluster: &Cluster, experiment: &str) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join(format!("{experiment}.json"));
-    let o = slipstream(
+    let o = lab_with_user_from_env(
+        cluster,
         &[
             "lab",
             "run",
             experiment,
             "--quick",
-            "--url",
-            &cluster.url(),
             "--json",
             json.to_str().unwrap(),
         ],

@@ -66,8 +66,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 
         let mut peers = Vec::new();
         for per_fetch in [1000i32, 0] {
-            let (mut tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-            tokio::spawn(connection);
+            let mut tp = super::client_config::connect_tokio_postgres(&url).await?;
             let stmt = tp.prepare(SQL).await?;
             let growth = CountingAllocator::measure();
             let sw = Stopwatch::start();

@@ -86,8 +86,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .context("connecting to the database")?;
         let server_version = slip.parameter("server_version").map(str::to_string);
         ensure_fetch_test(&mut slip, rows).await?;
-        let (mut tp, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
+        let mut tp = super::client_config::connect_tokio_postgres(&url).await?;
         let tp_stmt = tp.prepare(SQL).await?;
         let tp_pid: i32 = tp.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
         let backends = [slip.backend_pid(), tp_pid];

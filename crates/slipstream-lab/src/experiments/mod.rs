@@ -1,6 +1,7 @@
 //! The experiments, one module each.
 
 pub(crate) mod ab;
+mod client_config;
 pub(crate) mod connect;
 pub(crate) mod failover;
 pub(crate) mod fetch_memory;

@@ -874,10 +874,7 @@ struct Tp {
 
 impl Tp {
     async fn connect(url: &str) -> anyhow::Result<Tp> {
-        let (c, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .context("tokio-postgres could not connect")?;
-        tokio::spawn(connection);
+        let c = super::client_config::connect_tokio_postgres(url).await?;
         // The server's own flushing, as slipstream's cells without the module have.
         c.batch_execute("SET pipeline_flush.enabled = off").await?;
         Ok(Tp {

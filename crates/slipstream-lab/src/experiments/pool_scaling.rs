@@ -799,7 +799,7 @@ fn measure_one(
 
 /// slipstream-pool over slipstream-pg, as the `tasks, SELECT 1` rows run it.
 async fn pg_ours(url: &str) -> anyhow::Result<slipstream_pool::Pool<slipstream_pool::PgManager>> {
-    let config: slipstream_pg::Config = url.parse()?;
+    let config = super::client_config::slipstream_config(url)?;
     Ok(
         slipstream_pool::Pool::builder(slipstream_pool::PgManager::new(config))
             .max_size(CONNECTIONS)
@@ -813,10 +813,12 @@ async fn pg_ours(url: &str) -> anyhow::Result<slipstream_pool::Pool<slipstream_p
 
 /// deadpool over tokio-postgres, as the `tasks, SELECT 1` rows run it.
 fn pg_deadpool(url: &str) -> anyhow::Result<deadpool::managed::Pool<DeadPg>> {
-    Ok(deadpool::managed::Pool::builder(DeadPg(url.parse()?))
-        .max_size(CONNECTIONS)
-        .runtime(deadpool::Runtime::Tokio1)
-        .build()?)
+    Ok(
+        deadpool::managed::Pool::builder(DeadPg(super::client_config::tokio_postgres_config(url)?))
+            .max_size(CONNECTIONS)
+            .runtime(deadpool::Runtime::Tokio1)
+            .build()?,
+    )
 }
 
 /// bb8 over tokio-postgres, as the `tasks, SELECT 1` rows run it.
@@ -825,7 +827,7 @@ async fn pg_bb8(url: &str) -> anyhow::Result<bb8::Pool<B8Pg>> {
         .max_size(CONNECTIONS as u32)
         .connection_timeout(GENEROUS)
         .test_on_check_out(false)
-        .build(B8Pg(url.parse()?))
+        .build(B8Pg(super::client_config::tokio_postgres_config(url)?))
         .await?)
 }
 

@@ -223,10 +223,7 @@ async fn connect(url: &str) -> anyhow::Result<(slipstream_pg::Client, tokio_post
     let slip = slipstream_pg::connect(url)
         .await
         .context("connecting to the database")?;
-    let (tp, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .context("tokio-postgres could not connect")?;
-    tokio::spawn(connection);
+    let tp = super::client_config::connect_tokio_postgres(url).await?;
     Ok((slip, tp))
 }
 

@@ -60,8 +60,7 @@ struct Clients {
 impl Clients {
     async fn connect(url: &str) -> anyhow::Result<Clients> {
         let slip = slipstream_pg::connect(url).await?;
-        let (tp, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-        tokio::spawn(connection);
+        let tp = super::client_config::connect_tokio_postgres(url).await?;
         let tp_stmt = tp.prepare(SQL).await?;
         Ok(Clients { slip, tp, tp_stmt })
     }
