@@ -925,8 +925,8 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
     /// Two commands in one entry (`SELECT 1; SELECT 2`) were read as fine, and every
     /// transaction failed with 42601 (cannot insert multiple commands into a prepared
     /// statement); refused when read now, naming the line. A trailing `;`, one followed by a
-    /// comment, and `;`s in quotes, comments, dollar quotes or a `BEGIN ATOMIC` body are not
-    /// a second command.
+    /// comment, and `;`s in quotes (escape strings with `\'` and `\\` too), comments, dollar
+    /// quotes or a `BEGIN ATOMIC` body are not a second command.
     #[test]
     fn two_commands_in_one_entry_are_refused() {
         let file = |sql: &str| {
@@ -936,6 +936,7 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             "SELECT 1; SELECT 2",
             "SELECT 1;\nUPDATE t SET a = 1;",
             "SELECT ';'; SELECT 2",
+            "SELECT E'\\\\'; SELECT 2",
         ] {
             let e = error(&file(two));
             assert!(
@@ -949,6 +950,8 @@ statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
             "SELECT 1; -- done",
             "SELECT 1; /* done */",
             "SELECT ';', $$;$$, \"a;b\" -- ;x\n",
+            "SELECT E'it\\'s; ok', e'\\\\', 'a'';b'",
+            "SELECT U&'d;a', X'1F', B'01', $q$ $$; $q$",
             "CREATE FUNCTION f() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; SELECT 2; END",
         ] {
             assert!(parse(&file(one), "w.toml").is_ok(), "{one:?}");
