@@ -50,17 +50,34 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
                 file.display()
             ))
         })?;
+    // On disk before the rename, and the rename on disk after it: a crash (a power cut, a VM
+    // killed) between the two could otherwise leave the old name pointing at an empty file on
+    // file systems that write data after metadata, losing the old result and the new one.
     let written = std::io::Write::write_all(&mut out, bytes)
+        .and_then(|()| out.sync_all())
         .with_context(|| format!("could not write {}", file.display()))
         .and_then(|()| {
             drop(out);
             std::fs::rename(&tmp, &file)
                 .with_context(|| format!("could not move the new {} into place", file.display()))
-        });
+        })
+        .map(|()| sync_directory_of(&file));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// Flushes the directory entry of `file`'s rename to disk. Best effort: the new file is in
+/// place and whole either way, and some file systems refuse to sync a directory.
+fn sync_directory_of(file: &Path) {
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
 }
 
 /// Fails, saying why, if [`write_atomically`] could not write `path`: a directory, a
