@@ -118,3 +118,46 @@ async fn next(signal: &mut Signal) {
         std::future::pending::<()>().await;
     }
 }
+
+/// For commands whose stop needs nothing but a clean exit (`lab run`, `demo`): from this call
+/// on, Ctrl-C or SIGTERM stops the throwaway PostgreSQL clusters the process started (an
+/// experiment's private servers) and removes their directories, then exits with
+/// [`INTERRUPTED`]. Killed by the signal's default action, the process left those servers
+/// running, each with its data directory, until some later process's sweep. The experiment
+/// under way is lost either way: it writes its result only at its end.
+pub fn stop_clusters_on_signal() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    // Registered before this returns: a signal from now on is handled, not fatal.
+    let (mut int, mut term) = runtime.block_on(async {
+        anyhow::Ok((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
+    std::thread::Builder::new()
+        .name("stop-on-signal".into())
+        .spawn(move || {
+            let what = runtime.block_on(async {
+                tokio::select! {
+                    _ = next(&mut int) => "Ctrl-C",
+                    _ = next(&mut term) => "SIGTERM",
+                }
+            });
+            let stopped = slipstream_testkit::stop_every_cluster();
+            eprintln!(
+                "slipstream: stopped by {what}; the experiment under way wrote no result{}",
+                match stopped {
+                    0 => String::new(),
+                    1 => "; the private PostgreSQL cluster it had started is stopped and removed"
+                        .into(),
+                    n => format!(
+                        "; the {n} private PostgreSQL clusters it had started are stopped and removed"
+                    ),
+                }
+            );
+            std::process::exit(i32::from(INTERRUPTED));
+        })?;
+    Ok(())
+}

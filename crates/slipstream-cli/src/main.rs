@@ -97,6 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 slipstream_lab::check_writable(out)?;
             }
             let url = database::resolve(cli.url, cli.home)?;
+            interrupt::stop_clusters_on_signal()?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
             print_result(&result)?;
             if let Some(path) = json {
@@ -128,6 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             slipstream_lab::check_writable(&out.join("index.html"))?;
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };
+            interrupt::stop_clusters_on_signal()?;
             let mut results = Vec::new();
             for e in EXPERIMENTS {
                 eprintln!("running {} ...", e.name);

@@ -705,6 +705,67 @@ fn ctrl_c(child: std::process::Child, times: usize) -> (Output, std::time::Durat
     (o, sent.elapsed())
 }
 
+/// The throwaway cluster directories process `pid` made (the testkit marks each with its
+/// maker in an `owner` file).
+fn clusters_made_by(pid: u32) -> Vec<std::path::PathBuf> {
+    let base = std::env::temp_dir().join(format!(
+        "slipstream-testkit-{}",
+        nix::unistd::geteuid().as_raw()
+    ));
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| {
+            std::fs::read_to_string(dir.join("owner"))
+                .is_ok_and(|t| t.split_whitespace().next() == Some(&pid.to_string()))
+        })
+        .collect()
+}
+
+/// docs/lab.md: Ctrl-C during `lab run` stops the private clusters the experiment started.
+/// Steps: `lab run pk-lookup` (which starts one), SIGINT once its cluster exists, then its
+/// exit status and what is left of the cluster. Before the fix SIGINT's default action killed
+/// the process and its private server ran on, with its data directory, until some later
+/// process's sweep.
+#[test]
+fn ctrl_c_during_an_experiment_stops_its_private_cluster() {
+    let _machine = loads_the_machine();
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let child = common::command(&["lab", "run", "pk-lookup", "--quick"], dir.path())
+        .args(["--url", &cluster.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let made = loop {
+        let made = clusters_made_by(child.id());
+        // Its server is up once postmaster.pid names a port (its fourth line).
+        if made.iter().any(|d| {
+            std::fs::read_to_string(d.join("data/postmaster.pid"))
+                .is_ok_and(|t| t.lines().count() >= 4)
+        }) {
+            break made;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pk-lookup started no private cluster"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (o, after) = ctrl_c(child, 1);
+    assert!(after < Duration::from_secs(30), "slow to stop: {after:?}");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(text(&o).contains("stopped and removed"), "{}", text(&o));
+    for d in made {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+}
+
 /// A delay proxy in front of `cluster`, and a URL through it: stalled, it leaves a cancel
 /// request hanging.
 fn proxied(cluster: &Cluster) -> (slipstream_testkit::DelayProxy, String) {

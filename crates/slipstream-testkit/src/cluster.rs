@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -160,6 +160,8 @@ impl ClusterBuilder {
             server: None,
             env: self.env,
         };
+        // From here its Drop removes it, so it is listed until then.
+        live().insert(cluster.root.path().to_path_buf());
         cluster.start_server()?;
         Ok(cluster)
     }
@@ -243,6 +245,7 @@ impl Cluster {
             server: None,
             env: self.env.clone(),
         };
+        live().insert(standby.root.path().to_path_buf());
         standby.start_server()?;
         Ok(standby)
     }
@@ -596,7 +599,38 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Immediate shutdown: nothing in a throwaway cluster is worth a checkpoint.
         let _ = self.stop_with(Signal::SIGQUIT);
+        // The directory goes with `root` right after this.
+        live().remove(self.root.path());
     }
+}
+
+/// The directories of this process's clusters not yet dropped, for [`stop_every_cluster`].
+fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<PathBuf>> {
+    static LIVE: Mutex<std::collections::BTreeSet<PathBuf>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stops every cluster this process started and has not dropped (immediate shutdown) and
+/// removes its directory; returns how many. For a process about to exit without running
+/// destructors: a command stopped by Ctrl-C or SIGTERM calls it before it exits, so its
+/// throwaway servers do not run on as orphans until the next process's sweep. The clusters'
+/// handles are left dangling: call it only on the way out.
+///
+/// ```no_run
+/// let cluster = slipstream_testkit::Cluster::start()?;
+/// let data = cluster.data_dir().to_path_buf();
+/// std::mem::forget(cluster); // as a process killed by a signal would
+/// assert_eq!(slipstream_testkit::stop_every_cluster(), 1);
+/// assert!(!data.exists());
+/// # Ok::<(), slipstream_testkit::Error>(())
+/// ```
+pub fn stop_every_cluster() -> usize {
+    let dirs = std::mem::take(&mut *live());
+    for dir in &dirs {
+        stop_and_remove(dir);
+    }
+    dirs.len()
 }
 
 /// A fresh directory owned by the server's OS user for a cluster (`what` names it in errors),
@@ -648,18 +682,25 @@ fn sweep(base: &Path) {
         if owner.is_none_or(|o| o.is_alive()) {
             continue;
         }
-        match lock_file(&dir.join("data")) {
-            LockFile::Unknown => continue,
-            LockFile::Stale => {}
-            LockFile::Live { pid, .. } => {
-                let pid = Pid::from_raw(pid as i32);
-                let _ = kill(pid, Signal::SIGQUIT);
-                let deadline = std::time::Instant::now() + STOP_TIMEOUT;
-                while kill(pid, None).is_ok() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+        stop_and_remove(&dir);
+    }
+}
+
+/// Stops the server of the cluster directory `dir` (immediate shutdown, waiting for it to
+/// exit) and removes the directory. One whose server cannot be told for sure
+/// (`LockFile::Unknown`) is left alone.
+fn stop_and_remove(dir: &Path) {
+    match lock_file(&dir.join("data")) {
+        LockFile::Unknown => return,
+        LockFile::Stale => {}
+        LockFile::Live { pid, .. } => {
+            let pid = Pid::from_raw(pid as i32);
+            let _ = kill(pid, Signal::SIGQUIT);
+            let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+            while kill(pid, None).is_ok() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
+    let _ = std::fs::remove_dir_all(dir);
 }

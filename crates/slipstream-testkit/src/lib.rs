@@ -31,7 +31,7 @@ mod postmaster;
 mod proxy;
 
 pub use alloc::{CountingAllocator, HeapGrowth};
-pub use cluster::{Cluster, ClusterBuilder};
+pub use cluster::{Cluster, ClusterBuilder, stop_every_cluster};
 pub use embedded::{Embedded, Status};
 pub use error::Error;
 pub use install::{INSTALL_HINT, Install, free_port};
