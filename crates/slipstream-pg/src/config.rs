@@ -145,6 +145,9 @@ pub struct Config {
     pub(crate) passfile: Option<PathBuf>,
     pub(crate) require_auth: Option<RequireAuth>,
     pub(crate) channel_binding: Option<ChannelBinding>,
+    /// Session settings libpq sends at startup from `PGDATESTYLE`, `PGTZ` and `PGGEQO`
+    /// (`ENV_SETTINGS`), as (startup parameter, value); only `apply_env` fills it.
+    pub(crate) env_settings: Vec<(&'static str, String)>,
 }
 
 /// How many statements a connection caches unless told otherwise (as pgjdbc's
@@ -684,7 +687,11 @@ impl Config {
     /// `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGOPTIONS`,
     /// `PGCONNECT_TIMEOUT`, `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`,
     /// `PGTARGETSESSIONATTRS`, `PGLOADBALANCEHOSTS`, `PGPASSFILE`, `PGREQUIREAUTH`,
-    /// `PGCHANNELBINDING`).
+    /// `PGCHANNELBINDING`, `PGGSSENCMODE`, and `PGREQUIRESSL=1` as `sslmode=require` when
+    /// neither the string nor `PGSSLMODE` sets it), and sends `PGDATESTYLE`, `PGTZ` and
+    /// `PGGEQO` as the session's `DateStyle`, `TimeZone` and `geqo`, as libpq does. A variable
+    /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSERVICE`, `PGSSLCRL`,
+    /// `PGSSLCRLDIR`, `PGREQUIREPEER`) is an error naming it.
     ///
     /// ```
     /// // With PGHOST=db.internal in the environment, the string's host still wins:
@@ -708,6 +715,19 @@ impl Config {
                  PGHOST={addr} (or host= in the connection string) instead, or unset PGHOSTADDR"
             )));
         }
+        // libpq reads these for checks or sources slipstream does not have: ignoring one
+        // would connect where libpq would not (a service file's host, a revoked certificate, a
+        // socket's server run by another OS user). Empty is libpq's "not set", except for a
+        // service, where libpq looks for the service named "" and fails.
+        for (env, what) in UNSUPPORTED_ENV_VARS {
+            if let Some(value) = var(env).filter(|v| !v.is_empty() || env == "PGSERVICE") {
+                return Err(Error::config(format!(
+                    "{env}={value} is set, but slipstream-pg does not support {what}, so it \
+                     cannot connect as libpq would: give the parameters in the connection string \
+                     (or their own PG* variables) instead, or unset {env}"
+                )));
+            }
+        }
         for (param, env) in ENV_VARS {
             if self.is_set(param) {
                 continue;
@@ -715,6 +735,17 @@ impl Config {
             if let Some(value) = var(env) {
                 self.set(param, &value)
                     .map_err(|e| e.context(format!("environment variable {env}")))?;
+            }
+        }
+        // libpq's conninfo_add_defaults: after PGSSLMODE, a PGREQUIRESSL starting with "1" is
+        // sslmode=require; any other value is ignored.
+        if self.ssl_mode.is_none() && var("PGREQUIRESSL").is_some_and(|v| v.starts_with('1')) {
+            self.ssl_mode = Some(SslMode::Require);
+        }
+        // libpq's build_startup_packet sends these unless the value is "default" (any case).
+        for (param, env) in ENV_SETTINGS {
+            if let Some(value) = var(env).filter(|v| !v.eq_ignore_ascii_case("default")) {
+                self.env_settings.push((param, value));
             }
         }
         Ok(self)
@@ -828,8 +859,26 @@ fn os_user() -> Option<String> {
 /// Where Debian's (and most distributions') PostgreSQL puts its Unix socket.
 pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
+/// Environment variables libpq 15 reads for what slipstream-pg cannot do -> what that is.
+const UNSUPPORTED_ENV_VARS: [(&str, &str); 4] = [
+    ("PGSERVICE", "connection service files (service=)"),
+    ("PGSSLCRL", "certificate revocation lists (sslcrl=)"),
+    ("PGSSLCRLDIR", "certificate revocation lists (sslcrldir=)"),
+    (
+        "PGREQUIREPEER",
+        "checking the Unix socket peer's user (requirepeer=)",
+    ),
+];
+
+/// Startup parameter -> the environment variable libpq sends it from.
+const ENV_SETTINGS: [(&str, &str); 3] = [
+    ("datestyle", "PGDATESTYLE"),
+    ("timezone", "PGTZ"),
+    ("geqo", "PGGEQO"),
+];
+
 /// libpq keyword -> environment variable.
-const ENV_VARS: [(&str, &str); 17] = [
+const ENV_VARS: [(&str, &str); 18] = [
     ("host", "PGHOST"),
     ("port", "PGPORT"),
     ("user", "PGUSER"),
@@ -847,6 +896,9 @@ const ENV_VARS: [(&str, &str); 17] = [
     ("passfile", "PGPASSFILE"),
     ("require_auth", "PGREQUIREAUTH"),
     ("channel_binding", "PGCHANNELBINDING"),
+    // Never set by a string (only `require` would matter, and a string refuses it), so a
+    // `PGGSSENCMODE=require` is refused by name as the string's would be.
+    ("gssencmode", "PGGSSENCMODE"),
 ];
 
 impl fmt::Debug for Config {
@@ -879,6 +931,7 @@ impl fmt::Debug for Config {
             .field("passfile", &self.passfile)
             .field("require_auth", &self.require_auth.as_ref().map(|r| &r.text))
             .field("channel_binding", &self.channel_binding)
+            .field("env_settings", &self.env_settings)
             .finish()
     }
 }

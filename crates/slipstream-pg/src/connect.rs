@@ -395,6 +395,10 @@ async fn startup(
     if let Some(options) = &config.options {
         params.push(("options", options));
     }
+    // After `options`, as libpq: the server applies them in order, so these win.
+    for (param, value) in &config.env_settings {
+        params.push((param, value));
+    }
     frontend::startup_message(params.iter().copied(), &mut conn.wbuf)
         .map_err(|e| Error::config(format!("invalid startup parameter: {e}")))?;
     conn.flush().await?;

@@ -1,0 +1,229 @@
+//! Attacks on "PG* variables fill what the string leaves out" (docs/client.md, "Connecting")
+//! and "Where slipstream differs from libpq" (helper h63): the environment variables libpq 15
+//! reads that slipstream had no entry for. The same parameter in a connection string is an
+//! unknown parameter, refused by name; in the environment it was ignored without a word, so
+//! the same environment connected somewhere else, with less protection, or to a session set
+//! up differently than libpq's.
+//!
+//! Method: the differential of `attack_connect.rs`: `psql` (libpq 15) and slipstream-pg, each
+//! in a process of its own with only the variables given, against a trust cluster; what each
+//! reads from the server, or that each refuses, is compared. slipstream must read the
+//! variable as libpq does, or refuse it naming the variable.
+
+use super::attack_connect::libpq;
+use slipstream_testkit::Cluster;
+use std::time::Duration;
+
+/// Every connection attempt of ours must end within this.
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// What the session reads back: where it landed, and the settings libpq takes from
+/// `PGTZ`, `PGDATESTYLE` and `PGGEQO`.
+const SESSION: &str = "SELECT current_setting('port') || '|' || current_user || '|' || \
+     current_setting('TimeZone') || '|' || current_setting('DateStyle') || '|' || \
+     current_setting('geqo')";
+
+/// libpq's reading of `SESSION`, or its refusal.
+async fn theirs(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new("timeout");
+    cmd.args([
+        "6", "psql", "-X", "-w", "-At", "-c", SESSION, "-d", conninfo,
+    ]);
+    scrub(cmd.as_std_mut(), env);
+    let out = cmd.output().await.expect("run psql");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// No PG* variable of this process leaks into a child; `env` is added.
+fn scrub(cmd: &mut std::process::Command, env: &[(&str, &str)]) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PG") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", "/nonexistent-attack-home");
+    cmd.env("LC_ALL", "C");
+    cmd.envs(env.iter().copied());
+}
+
+/// slipstream's reading of `SESSION` with `env`, in a child process (this test binary running
+/// only `child_session`), so that no other test sees the variables.
+async fn ours(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "attack_libpq_env::child_session",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    scrub(cmd.as_std_mut(), env);
+    cmd.env("ATTACK_ENV_CHILD", conninfo);
+    let out = cmd.output().await.expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("ATTACK_RESULT ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("child printed no result: {stdout}"))
+        .to_string();
+    match line.strip_prefix("ok ") {
+        Some(r) => Ok(r.to_string()),
+        None => Err(line.trim_start_matches("err ").to_string()),
+    }
+}
+
+/// Not an attack: the child half of `ours`. Does nothing when run normally.
+#[tokio::test]
+async fn child_session() {
+    let Ok(conninfo) = std::env::var("ATTACK_ENV_CHILD") else {
+        return;
+    };
+    let attempt = async {
+        let mut c = slipstream_pg::connect(&conninfo)
+            .await
+            .map_err(|e| e.to_string())?;
+        let row = c.query_one(SESSION, &[]).await.map_err(|e| e.to_string())?;
+        Ok::<String, String>(row.get(0).unwrap())
+    };
+    let text = match tokio::time::timeout(LIMIT, attempt).await {
+        Ok(Ok(s)) => format!("ok {s}"),
+        Ok(Err(e)) => format!("err {e}"),
+        Err(_) => format!("err HANG: no answer within {LIMIT:?}"),
+    };
+    println!("ATTACK_RESULT {}", text.replace('\n', " "));
+}
+
+/// Asserts that slipstream, given `env`, reads the session as libpq does, or refuses naming
+/// `var`.
+async fn as_libpq_or_refused(conninfo: &str, env: &[(&str, &str)], var: &str) {
+    let t = theirs(conninfo, env).await;
+    let o = ours(conninfo, env).await;
+    assert!(
+        o == t || o.as_ref().is_err_and(|e| e.contains(var)),
+        "{var}: slipstream neither read it as libpq does nor refused it\n  libpq: {t:?}\n  ours: {o:?}"
+    );
+}
+
+/// Promise: PG* variables are read as libpq reads them, or refused by name (as `PGHOSTADDR`
+/// is). libpq sends `PGTZ`, `PGDATESTYLE` and `PGGEQO` as the session's `TimeZone`,
+/// `DateStyle` and `geqo` (fe-protocol3.c, `EnvironmentOptions`; the value `default` sends
+/// nothing). slipstream ignored them: under `PGTZ=Asia/Tokyo` every `timestamptz` the server
+/// printed, and every `now()::date`, was in the server's zone instead.
+///
+/// Before the fix: `libpq: Ok("<port>|postgres|Asia/Tokyo|German, DMY|off")`, `ours:
+/// Ok("<port>|postgres|Etc/UTC|ISO, MDY|on")` (the cluster's own settings).
+#[tokio::test]
+async fn break_pgtz_pgdatestyle_and_pggeqo_are_ignored() {
+    let cluster = Cluster::start().unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    let env = [
+        ("PGTZ", "Asia/Tokyo"),
+        ("PGDATESTYLE", "German"),
+        ("PGGEQO", "off"),
+    ];
+    let t = theirs(&conninfo, &env).await;
+    assert!(
+        t.as_ref().is_ok_and(|s| s.contains("Asia/Tokyo|German")),
+        "libpq: {t:?}"
+    );
+    assert_eq!(ours(&conninfo, &env).await, t);
+    // `default` (any case) means "send nothing", as in libpq.
+    let env = [("PGTZ", "DEFAULT"), ("PGDATESTYLE", "default")];
+    assert_eq!(ours(&conninfo, &env).await, theirs(&conninfo, &env).await);
+    // A value the server refuses fails the connection in both.
+    let env = [("PGTZ", "Not/AZone")];
+    let (t, o) = (theirs(&conninfo, &env).await, ours(&conninfo, &env).await);
+    assert!(t.is_err(), "libpq: {t:?}");
+    assert!(
+        o.as_ref().is_err_and(|e| e.contains("Not/AZone")),
+        "ours: {o:?}"
+    );
+}
+
+/// Promise as above. `PGSERVICE` makes libpq read the named section of the service file
+/// (`PGSERVICEFILE`, else `~/.pg_service.conf`, else the system one) for every parameter the
+/// string leaves out: here the port, so libpq lands on the cluster and slipstream, ignoring
+/// it, tried port 5432. `PGGSSENCMODE=require` makes libpq refuse any connection that is not
+/// GSSAPI-encrypted; slipstream refuses `gssencmode=require` in a string, but connected in
+/// clear under the variable. `PGREQUIRESSL=1` (libpq 15's old spelling of
+/// `sslmode=require`) makes libpq refuse a server without TLS; slipstream connected in clear.
+/// `PGSSLCRL`/`PGSSLCRLDIR` (a revoked server certificate must be refused) and
+/// `PGREQUIREPEER` (the Unix socket's server must run as that OS user) are checks slipstream
+/// cannot make: ignoring them accepts a server libpq would refuse.
+///
+/// Before the fix: each variable was ignored: `PGSERVICE`: `libpq: Ok("<port>|...")`, `ours:
+/// Err("...127.0.0.1:5432...Connection refused...")`; `PGGSSENCMODE=require`: `libpq: Err("psql:
+/// error: gssencmode value \"require\" invalid when GSSAPI support is not compiled in")` or a
+/// refused connection, `ours: Ok(...)`; the others likewise `Ok` where they must refuse.
+#[tokio::test]
+async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let services = dir.path().join("pg_service.conf");
+    std::fs::write(&services, format!("[attack]\nport={}\n", cluster.port())).unwrap();
+    let services = services.display().to_string();
+    let no_port = "host=127.0.0.1 user=postgres dbname=postgres sslmode=disable";
+    as_libpq_or_refused(
+        no_port,
+        &[("PGSERVICE", "attack"), ("PGSERVICEFILE", &services)],
+        "PGSERVICE",
+    )
+    .await;
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        cluster.port()
+    );
+    for (var, value) in [
+        ("PGGSSENCMODE", "require"),
+        // libpq looks for a service named "" and fails.
+        ("PGSERVICE", ""),
+        ("PGSSLCRL", "/nonexistent/root.crl"),
+        ("PGSSLCRLDIR", "/nonexistent/crls"),
+        ("PGREQUIREPEER", "nobody"),
+    ] {
+        let o = ours(&conninfo, &[(var, value)]).await;
+        assert!(
+            o.as_ref().is_err_and(|e| e.contains(var)),
+            "{var}={value}: slipstream connected without the check libpq makes: {o:?}"
+        );
+    }
+    // What slipstream can do is not refused: `PGGSSENCMODE=disable`/`prefer` are honoured
+    // (no GSSAPI encryption either way), `PGREQUIRESSL=0` asks nothing, and an empty
+    // variable is no request. libpq connects under each as well.
+    for (var, value) in [
+        ("PGGSSENCMODE", "disable"),
+        ("PGGSSENCMODE", "prefer"),
+        ("PGREQUIRESSL", "0"),
+        ("PGSSLCRL", ""),
+    ] {
+        let t = theirs(&conninfo, &[(var, value)]).await;
+        assert!(t.is_ok(), "libpq under {var}={value}: {t:?}");
+        assert_eq!(ours(&conninfo, &[(var, value)]).await, t, "{var}={value}");
+    }
+    // PGREQUIRESSL=1 is read as libpq reads it: `sslmode=require` unless the string or
+    // PGSSLMODE says otherwise, so against this server without TLS both refuse.
+    let env = [("PGREQUIRESSL", "1")];
+    let (t, o) = (libpq(&conninfo, &env).await, ours(&conninfo, &env).await);
+    assert!(t.is_err(), "libpq under PGREQUIRESSL=1 connected: {t:?}");
+    assert!(
+        o.as_ref()
+            .is_err_and(|e| e.contains("TLS") || e.contains("SSL")),
+        "ours under PGREQUIRESSL=1: {o:?}"
+    );
+    let env = [("PGREQUIRESSL", "1"), ("PGSSLMODE", "disable")];
+    let t = theirs(&conninfo, &env).await;
+    assert!(t.is_ok(), "libpq: {t:?}");
+    assert_eq!(ours(&conninfo, &env).await, t);
+    // libpq refuses PGGSSENCMODE=require too (no GSSAPI here, or no credentials).
+    let t = libpq(&conninfo, &[("PGGSSENCMODE", "require")]).await;
+    assert!(
+        t.is_err(),
+        "libpq under PGGSSENCMODE=require connected: {t:?}"
+    );
+}
