@@ -204,6 +204,9 @@ pub(crate) struct Connection {
     /// Bytes written to the socket since the connection opened: `written + wbuf.len()` is the
     /// stream offset just past the last queued byte.
     pub(crate) written: u64,
+    /// Where the first failed write left the stream: bytes from here on were counted into
+    /// `written` (see `write_failed`) but never reached the socket.
+    pub(crate) unsent_from: Option<u64>,
     pub(crate) tx_status: TransactionStatus,
     pub(crate) parameters: HashMap<String, String>,
     pub(crate) notifications: VecDeque<Notification>,
@@ -262,6 +265,7 @@ impl Connection {
             since_ready: 0,
             flush_bytes: 0,
             written: 0,
+            unsent_from: None,
             tx_status: TransactionStatus::Idle,
             parameters: HashMap::new(),
             notifications: VecDeque::new(),
@@ -725,6 +729,7 @@ impl Connection {
     /// the receiving side, and a Unix socket whose peer is gone reads what was left, then EOF.
     fn write_failed(&mut self, e: Error) {
         self.write_error.get_or_insert(e);
+        self.unsent_from.get_or_insert(self.written);
         // Counted as written: `written + wbuf.len()` stays the stream position a pipeline
         // keeps its operations' ends in (`Pipeline::flush_through` splits `wbuf` by it).
         self.written += self.wbuf.len() as u64;

@@ -1694,14 +1694,29 @@ impl Pipeline<'_> {
     }
 
     /// The connection failed: every operation not yet answered fails with the cause.
+    ///
+    /// Whether an operation was sent decides what its error may say. One that went to the
+    /// socket may have run and committed although its reply was never read: the server may
+    /// have died after its commit, or answered while the client closed the connection itself
+    /// (a `client_encoding` change, reported only at the block's next `ReadyForQuery`, after
+    /// the operations sent behind it ran). Told "did not complete", a caller would retry it.
     fn fail_all(&mut self, cause: &Error) {
         self.syncs.clear();
+        let conn = &self.client.conn;
+        let sent_until = conn.unsent_from.unwrap_or(conn.written);
         for expect in self.expect.drain(..) {
             if let Expect::Op(pending) = expect {
+                let sent = pending.end <= sent_until;
                 for id in pending.id..pending.id + pending.kind.ops() {
-                    self.results[id as usize] = Slot::Ready(Err(Error::closed(format!(
-                        "pipeline operation {id} did not complete: {cause}"
-                    ))));
+                    let message = if sent {
+                        format!(
+                            "pipeline operation {id} was sent, but its reply was not read, so it \
+                             may have run (and committed): {cause}"
+                        )
+                    } else {
+                        format!("pipeline operation {id} was not sent: {cause}")
+                    };
+                    self.results[id as usize] = Slot::Ready(Err(Error::closed(message)));
                 }
             }
         }

@@ -800,6 +800,8 @@ async fn replies_before_a_reset_are_results_though_the_next_write_fails() {
     let err = results[2].as_ref().expect_err("never sent");
     assert!(err.is_closed(), "{err}");
     assert!(err.to_string().contains("terminating connection"), "{err}");
+    // Its write failed, so it cannot have run, and it says so (a retry is safe).
+    assert!(err.to_string().contains("was not sent"), "{err}");
     closed_after(&mut c).await;
 }
 
