@@ -129,6 +129,7 @@ impl Client {
         sql: &str,
         oids: &[u32],
     ) -> Result<Statement, Error> {
+        check_parameter_count(oids.len())?;
         self.conn.start_request().await?;
         let mark = self.conn.wbuf.len();
         let encoded = frontend::parse(&name, sql, oids.iter().copied(), &mut self.conn.wbuf)
@@ -888,8 +889,24 @@ fn encode_named_now(
 }
 
 fn encode_parse(buf: &mut BytesMut, name: &str, sql: &str, wires: &[Wire]) -> Result<(), Error> {
+    check_parameter_count(wires.len())?;
     frontend::parse(name, sql, wires.iter().map(Wire::oid), buf)
         .map_err(|e| Error::usage(format!("cannot send this statement: {e}")))
+}
+
+/// The protocol counts a statement's parameters in 16 bits (PostgreSQL, like libpq, takes up
+/// to 65535): more would fail in the encoder as "value too large to transmit", which names
+/// neither the count nor the way out.
+pub(crate) fn check_parameter_count(n: usize) -> Result<(), Error> {
+    if n > usize::from(u16::MAX) {
+        return Err(Error::usage(format!(
+            "{n} parameter values were given, but a statement takes at most {} (the \
+             protocol's 16-bit count); send them as arrays (`= ANY($1)`, `unnest($1, $2)`) or \
+             split the statement",
+            u16::MAX
+        )));
+    }
+    Ok(())
 }
 
 fn describe(buf: &mut BytesMut, kind: u8, name: &str) -> Result<(), Error> {

@@ -9,6 +9,7 @@ mod attack_connect_url;
 mod attack_custom_types;
 mod attack_docs;
 mod attack_dropped_guard_failures;
+mod attack_inputs;
 mod attack_libpq_env;
 mod attack_parameters;
 mod attack_pipeline_outcomes;
