@@ -155,21 +155,38 @@ impl Config {
         // by position (an entry left out is empty: the default), each set only if it says
         // anything. So `h1,h2:7777` gives h1 the default port, and two port-less hosts both
         // get 5432 (PGPORT applies only where no port list is set at all).
-        let (mut hosts, mut ports) = (Vec::new(), Vec::new());
-        if !hostlist.is_empty() {
-            for part in hostlist.split(',') {
-                let (host, port) = split_host_port(part)?;
-                hosts.push(host);
-                ports.push(port.unwrap_or(""));
+        let read_hosts = |config: &mut Config| -> Result<(), Error> {
+            let (mut hosts, mut ports) = (Vec::new(), Vec::new());
+            if !hostlist.is_empty() {
+                for part in hostlist.split(',') {
+                    let (host, port) = split_host_port(part)?;
+                    hosts.push(host);
+                    ports.push(port.unwrap_or(""));
+                }
             }
-        }
-        let (hosts, ports) = (hosts.join(","), ports.join(","));
-        if !hosts.is_empty() {
-            config.set("host", &decode(&hosts)?)?;
-        }
-        if !ports.is_empty() {
-            config.set("port", &decode(&ports)?)?;
-        }
+            let (hosts, ports) = (hosts.join(","), ports.join(","));
+            if !hosts.is_empty() {
+                config.set("host", &decode(&hosts)?)?;
+            }
+            if !ports.is_empty() {
+                config.set("port", &decode(&ports)?)?;
+            }
+            Ok(())
+        };
+        // An `@` after the host list means a password with a `/` or `?` in it, which ended the
+        // host list early (as in libpq): what was read as `host:port` is `user:` and the
+        // password's start, so the error must not show it.
+        let misplaced_at = userinfo.is_none() && (path.contains('@') || query.contains('@'));
+        read_hosts(&mut config).map_err(|e| {
+            if misplaced_at {
+                Error::config(
+                    "cannot read the URL's hosts, and an `@` follows them: if the password \
+                     contains `/`, `?` or `#`, percent-encode it (%2F, %3F, %23)",
+                )
+            } else {
+                e
+            }
+        })?;
         if !path.is_empty() {
             config.dbname = Some(decode(path)?);
         }
@@ -264,6 +281,15 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair<'_>>, Error> {
         }
         while chars.next_if(space).is_some() {}
         if chars.next().map(|(_, c)| c) != Some('=') {
+            // A URL whose scheme the client does not take (`POSTGRES://`, `jdbc:postgresql://`)
+            // lands here whole: echoing it would echo its password.
+            if let Some((scheme, _)) = key.split_once("://") {
+                return Err(Error::config(format!(
+                    "`{scheme}://...` is not a connection string slipstream-pg reads: a URL \
+                     starts with postgres:// or postgresql:// (in lower case, as for libpq); \
+                     otherwise give key=value pairs"
+                )));
+            }
             return Err(Error::config(format!(
                 "missing `=` after `{key}` in connection string: expected key=value pairs"
             )));
@@ -328,7 +354,7 @@ pub fn redact_password(conninfo: &str) -> String {
             .strip_prefix(scheme)
             .and_then(|r| r.strip_prefix("://"))
         {
-            return redact_url(scheme, rest);
+            return redact_url(scheme, &misplaced_password_cut(trimmed, rest));
         }
     }
     match key_value_pairs(conninfo) {
@@ -345,6 +371,22 @@ pub fn redact_password(conninfo: &str) -> String {
         Err(_) if !conninfo.contains("password") && !conninfo.contains('@') => conninfo.to_string(),
         Err(_) => "(a connection string the client cannot read; not shown)".into(),
     }
+}
+
+/// `rest` (a URL after its `scheme://`) with the span from its first `:` to its last `@`
+/// replaced by `:***`, when the URL does not parse because of an `@` after its host list: a
+/// password with an unencoded `/` or `?` (see `parse_url`). A URL that parses is never
+/// touched, so an `@` in a valid URL's path or query stays as written.
+fn misplaced_password_cut(url: &str, rest: &str) -> String {
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let cut = || {
+        let at = rest.rfind('@').filter(|&at| at > authority_end)?;
+        let colon = rest[..authority_end].find(':')?;
+        url.parse::<Config>()
+            .is_err()
+            .then(|| format!("{}:***{}", &rest[..colon], &rest[at..]))
+    };
+    cut().unwrap_or_else(|| rest.to_string())
 }
 
 fn redact_url(scheme: &str, rest: &str) -> String {

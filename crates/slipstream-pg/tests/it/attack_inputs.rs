@@ -63,3 +63,56 @@ async fn too_many_parameters_is_refused_naming_the_count_and_the_limit() {
         assert_eq!(n, 7, "{how}: the next call gets its own answer");
     }
 }
+
+/// Promise (client.md, "Limits": "Error messages never contain the password"; "Connecting": a
+/// URL is read as libpq reads it). libpq refuses each of these strings too; the refusal must
+/// not carry the password, which the caller's logs would then hold.
+///
+/// - A URL scheme in capitals (`POSTGRES://`) is not a URL to libpq or to slipstream, so the
+///   string is read as key=value and refused with `missing "=" after` the whole string.
+/// - A password with an unencoded `/` or `?` ends the host list early, as in libpq: `u:` and
+///   the password's first part are read as `host:port`, and refused as an invalid port.
+///
+/// Before the fix: ``missing `=` after `POSTGRES://u:zq9xk7@h/db` in connection string: ...``
+/// and ``invalid port `zq9`: expected a number 1-65535``.
+#[tokio::test]
+async fn refused_urls_do_not_echo_their_password() {
+    for (url, says) in [
+        ("POSTGRES://u:zq9xk7@h/db", "lower case"),
+        ("Postgresql://u:zq9xk7@h/db", "lower case"),
+        ("postgres://u:zq9/xk7@h/db", "percent-encode"),
+        ("postgres://u:zq9?xk7@h/db", "percent-encode"),
+        ("postgres://u:zq9/xk7@h1,h2/db", "percent-encode"),
+    ] {
+        let theirs = super::attack_connect::libpq(url, &[]).await;
+        assert!(theirs.is_err(), "libpq read {url}: {theirs:?}");
+        let e = url
+            .parse::<slipstream_pg::Config>()
+            .expect_err("refused as by libpq");
+        assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        let text = e.to_string();
+        assert!(
+            !text.contains("zq9") && !text.contains("xk7"),
+            "{url}: the error shows the password: {text}"
+        );
+        assert!(text.contains(says), "{url}: {text}");
+        let shown = slipstream_pg::redact_password(url);
+        assert!(
+            !shown.contains("zq9") && !shown.contains("xk7"),
+            "{url}: {shown}"
+        );
+    }
+    // A valid URL with an `@` after its hosts keeps it as written.
+    let url = "postgres://u:zq9@h:5432/db?application_name=me@x";
+    assert_eq!(
+        slipstream_pg::redact_password(url),
+        "postgres://u:***@h:5432/db?application_name=me@x"
+    );
+    let url = "postgres://h:5432/db?application_name=me@x";
+    assert_eq!(slipstream_pg::redact_password(url), url);
+    // A port that is wrong for its own sake is still named.
+    let e = "postgres://u@h:54x2/db"
+        .parse::<slipstream_pg::Config>()
+        .unwrap_err();
+    assert!(e.to_string().contains("54x2"), "{e}");
+}
