@@ -703,6 +703,25 @@ impl Config {
         self.apply_vars(|name| std::env::var(name).ok())
     }
 
+    /// Every environment variable [`Config::apply_env`] reads, in the order it reads them: for
+    /// a tool that must give another client the same environment (the lab hands the same
+    /// variables to tokio-postgres), or show what a connection's settings came from.
+    ///
+    /// ```
+    /// let read = slipstream_pg::Config::environment_variables();
+    /// assert!(read.iter().any(|v| v == "PGHOST") && read.iter().any(|v| v == "PGTZ"));
+    /// ```
+    pub fn environment_variables() -> Vec<String> {
+        // Asked of a configuration with nothing set, `apply_vars` reads every variable it
+        // knows: each is read unless the string set its parameter, and none is set here.
+        let read = std::cell::RefCell::new(Vec::new());
+        let _ = Config::default().apply_vars(|name| {
+            read.borrow_mut().push(name.to_string());
+            None
+        });
+        read.into_inner()
+    }
+
     /// As libpq, a variable set to the empty string counts as given (`PGHOST=` is the default
     /// host, `PGCONNECT_TIMEOUT=` an error), and a parameter given empty is, for the ones where
     /// libpq reads empty as "not set" (user, password, dbname, the files), the default.

@@ -28,6 +28,15 @@ const ENV_REFUSED: [(&str, &str); 5] = [
     ("PGREQUIREAUTH", "require_auth"),
 ];
 
+/// Variables slipstream-pg sends as a session setting whatever the URL says (libpq's
+/// `PGDATESTYLE`, `PGTZ`, `PGGEQO`), with the setting: tokio-postgres has no such startup
+/// parameter, so only the URL's `options` can give both the same.
+const ENV_SESSION_SETTINGS: [(&str, &str); 3] = [
+    ("PGDATESTYLE", "DateStyle"),
+    ("PGTZ", "TimeZone"),
+    ("PGGEQO", "geqo"),
+];
+
 /// slipstream-pg's settings: the URL, then the `PG*` environment for what it leaves unset, as
 /// `slipstream_pg::connect` reads them (libpq's rule).
 pub(crate) fn slipstream_config(url: &str) -> anyhow::Result<slipstream_pg::Config> {
@@ -65,6 +74,24 @@ pub(crate) fn tokio_postgres_config_with(
                  alike; name {key} in the URL instead, or unset {env} for this experiment"
             );
         }
+    }
+    for (env, setting) in ENV_SESSION_SETTINGS {
+        if var(env).is_some_and(|v| !v.eq_ignore_ascii_case("default")) {
+            anyhow::bail!(
+                "environment variable {env} is set: slipstream-pg would send it as the \
+                 session's {setting} and tokio-postgres reads no environment, so the two \
+                 clients would not run alike; give both the setting in the URL \
+                 (options=-c {setting}=...) instead, or unset {env} for this experiment"
+            );
+        }
+    }
+    // libpq's rule, as slipstream-pg applies it: a PGREQUIRESSL starting with "1" is
+    // sslmode=require when neither the URL nor PGSSLMODE says otherwise.
+    if var("PGREQUIRESSL").is_some_and(|v| v.starts_with('1'))
+        && !named("sslmode")
+        && var("PGSSLMODE").is_none_or(|v| v.is_empty())
+    {
+        c.ssl_mode(SslMode::Require);
     }
     for env in ENV_APPLIED {
         let Some(value) = var(env).filter(|v| !v.is_empty()) else {
@@ -146,6 +173,65 @@ pub(crate) async fn connect_tokio_postgres(url: &str) -> anyhow::Result<tokio_po
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Variables that change neither client's connection here, or stop slipstream-pg's before
+    /// any comparison: the TLS files (both clients connect without TLS), GSS encryption (neither
+    /// uses it; slipstream-pg refuses `require`), and what slipstream-pg refuses by name itself.
+    const ENV_ALIKE: [&str; 9] = [
+        "PGSSLROOTCERT",
+        "PGSSLCERT",
+        "PGSSLKEY",
+        "PGGSSENCMODE",
+        "PGHOSTADDR",
+        "PGSERVICE",
+        "PGSSLCRL",
+        "PGSSLCRLDIR",
+        "PGREQUIREPEER",
+    ];
+
+    /// Every variable slipstream-pg reads is applied to tokio-postgres alike, refused by name,
+    /// or known to change neither connection here. Before slipstream-pg learned PGTZ,
+    /// PGDATESTYLE, PGGEQO and PGREQUIRESSL (session 48), nothing here knew of them: a PGTZ
+    /// in the shell ran slipstream-pg's session under another time zone than its peer's.
+    #[test]
+    fn every_variable_slipstream_pg_reads_is_handled_for_both_clients() {
+        let known: Vec<&str> = ENV_APPLIED
+            .iter()
+            .copied()
+            .chain(ENV_REFUSED.iter().map(|(e, _)| *e))
+            .chain(ENV_SESSION_SETTINGS.iter().map(|(e, _)| *e))
+            .chain(ENV_ALIKE)
+            .chain(["PGREQUIRESSL"])
+            .collect();
+        let unhandled: Vec<String> = slipstream_pg::Config::environment_variables()
+            .into_iter()
+            .filter(|v| !known.contains(&v.as_str()))
+            .collect();
+        assert!(
+            unhandled.is_empty(),
+            "slipstream-pg reads {unhandled:?}, which the lab neither gives tokio-postgres nor refuses"
+        );
+    }
+
+    /// A session setting slipstream-pg would send from the environment is refused by name,
+    /// with the URL's way to give it to both; PGREQUIRESSL asks tokio-postgres for TLS as it
+    /// asks slipstream-pg, unless the URL or PGSSLMODE decides.
+    #[test]
+    fn session_settings_are_refused_and_pgrequiressl_applies_to_both() {
+        let env = |name: &str| (name == "PGTZ").then(|| "Asia/Tokyo".into());
+        let e = tokio_postgres_config_with("host=127.0.0.1", env).unwrap_err();
+        assert!(
+            e.to_string().contains("PGTZ") && e.to_string().contains("options=-c TimeZone"),
+            "{e}"
+        );
+        let env = |name: &str| (name == "PGTZ").then(|| "DEFAULT".into());
+        tokio_postgres_config_with("host=127.0.0.1", env).unwrap();
+        let env = |name: &str| (name == "PGREQUIRESSL").then(|| "1".into());
+        let c = tokio_postgres_config_with("host=127.0.0.1", env).unwrap();
+        assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        let c = tokio_postgres_config_with("host=127.0.0.1 sslmode=disable", env).unwrap();
+        assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+    }
 
     /// A variable only slipstream-pg would apply is refused by name, with the remedy; named in
     /// the URL it is no longer the environment's to decide.
