@@ -30,6 +30,8 @@ async fn stored(peer: &tokio_postgres::Client) -> Vec<String> {
 ///
 /// Before the fix: both `INSERT`s were stored, and each was reported as `Closed: pipeline
 /// operation 1 did not complete: the session's client_encoding was set to LATIN1, ...`.
+/// (Under load the server may run fewer of them: a test that required both failed once in a
+/// full run, so each is checked against what was stored.)
 #[tokio::test]
 async fn operations_that_ran_after_a_client_encoding_change_are_not_reported_as_not_run() {
     let (cluster, mut c) = super::setup().await;
@@ -56,20 +58,29 @@ async fn operations_that_ran_after_a_client_encoding_change_are_not_reported_as_
         "{:?}",
         super::describe(&results)
     );
+    // The server runs what reached it before the client closed, converting the text from
+    // LATIN1; how much that is depends on timing (the close may reset data the server had
+    // not read yet), so the promise is checked per operation: one that ran is never told it
+    // did not.
     let kept = stored(&peer).await;
-    // The server ran both, converting their text from LATIN1.
-    assert_eq!(kept, ["Ã©1", "Ã©2"], "{:?}", super::describe(&results));
-    for op in [literal.id(), param.id()] {
+    for (op, text_stored) in [(literal.id(), "Ã©1"), (param.id(), "Ã©2")] {
         let e = results[op as usize]
             .as_ref()
             .expect_err("a result read under another encoding is not returned");
         let text = e.to_string();
-        assert!(
-            text.contains("may have run") && !text.contains("did not complete"),
-            "operation {op} ran and committed, and was told: {text}"
-        );
         assert!(text.contains("client_encoding"), "{text}");
+        assert!(!text.contains("did not complete"), "operation {op}: {text}");
+        if kept.iter().any(|k| k == text_stored) {
+            assert!(
+                text.contains("may have run"),
+                "operation {op} ran and committed, and was told: {text}"
+            );
+        }
     }
+    assert!(
+        kept.iter().all(|k| ["Ã©1", "Ã©2"].contains(&k.as_str())),
+        "{kept:?}"
+    );
     assert!(c.is_broken());
     let next = c.query("SELECT 1", &[]).await.unwrap_err();
     assert!(next.is_closed(), "{next}");
