@@ -181,7 +181,7 @@ impl Config {
             if misplaced_at {
                 Error::config(
                     "cannot read the URL's hosts, and an `@` follows them: if the password \
-                     contains `/`, `?` or `#`, percent-encode it (%2F, %3F, %23)",
+                     contains `/` or `?`, percent-encode them (%2F, %3F)",
                 )
             } else {
                 e
