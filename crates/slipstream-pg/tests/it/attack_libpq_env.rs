@@ -17,11 +17,11 @@ use std::time::Duration;
 /// Every connection attempt of ours must end within this.
 const LIMIT: Duration = Duration::from_secs(10);
 
-/// What the session reads back: where it landed, and the settings libpq takes from
-/// `PGTZ`, `PGDATESTYLE` and `PGGEQO`.
+/// What the session reads back: where it landed, the settings libpq takes from `PGTZ`,
+/// `PGDATESTYLE` and `PGGEQO`, and a setting only `options` sets here.
 const SESSION: &str = "SELECT current_setting('port') || '|' || current_user || '|' || \
      current_setting('TimeZone') || '|' || current_setting('DateStyle') || '|' || \
-     current_setting('geqo')";
+     current_setting('geqo') || '|' || current_setting('search_path')";
 
 /// libpq's reading of `SESSION`, or its refusal.
 async fn theirs(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
@@ -129,7 +129,8 @@ async fn break_pgtz_pgdatestyle_and_pggeqo_are_ignored() {
     ];
     let t = theirs(&conninfo, &env).await;
     assert!(
-        t.as_ref().is_ok_and(|s| s.contains("Asia/Tokyo|German")),
+        t.as_ref()
+            .is_ok_and(|s| s.contains("Asia/Tokyo|German, DMY|off")),
         "libpq: {t:?}"
     );
     assert_eq!(ours(&conninfo, &env).await, t);
@@ -226,4 +227,41 @@ async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
         t.is_err(),
         "libpq under PGGSSENCMODE=require connected: {t:?}"
     );
+}
+
+/// Holds. Promise: `options` (string, URL, `PGOPTIONS`) reaches the server as libpq sends it,
+/// whatever its spelling: `-c name=value` and `--name=value`, several separated by spaces or a
+/// tab, a backslash-escaped space inside a value, percent-encoded in a URL; and the
+/// environment's `PGTZ` wins over an `options` setting the same thing, as in libpq (the server
+/// applies `options` first). Each is compared with what libpq's session reads.
+#[tokio::test]
+async fn holds_options_in_every_spelling_reach_the_server_as_from_libpq() {
+    let cluster = Cluster::start().unwrap();
+    let p = cluster.port();
+    let kv = format!("host=127.0.0.1 port={p} user=postgres dbname=postgres sslmode=disable");
+    let url = format!("postgres://postgres@127.0.0.1:{p}/postgres?sslmode=disable");
+    // As written in the string; libpq and slipstream take `\\` in a quoted value as `\`,
+    // and the server splits `options` at unescaped white space.
+    let cases = [
+        format!(r"{kv} options='-csearch_path=x -c geqo=off'"),
+        format!(r"{kv} options='--search_path=y  --DateStyle=SQL'"),
+        format!("{kv} options='-c search_path=a,b\t-c geqo=off'"),
+        format!(r#"{kv} options='-c search_path="a\\ b"'"#),
+        format!(r"{kv} options=' '"),
+        format!(r"{url}&options=--search_path%3Dq%20--geqo%3Doff"),
+        format!(r"{url}&options=-c%20search_path%3D%22q%5C%20r%22"),
+    ];
+    for conninfo in &cases {
+        let t = theirs(conninfo, &[]).await;
+        assert!(t.is_ok(), "libpq: {conninfo}: {t:?}");
+        assert_eq!(ours(conninfo, &[]).await, t, "{conninfo}");
+    }
+    let both = format!("{kv} options='-c TimeZone=UTC'");
+    let env = [("PGTZ", "Asia/Tokyo"), ("PGOPTIONS", "-c geqo=off")];
+    let t = theirs(&both, &env).await;
+    assert!(
+        t.as_ref().is_ok_and(|s| s.contains("Asia/Tokyo")),
+        "libpq: {t:?}"
+    );
+    assert_eq!(ours(&both, &env).await, t);
 }
