@@ -310,22 +310,42 @@ pub(crate) async fn tcp_connect(
 /// the configuration sets them.
 fn set_keepalives(stream: &TcpStream, config: &Config) -> Result<(), Error> {
     let socket = socket2::SockRef::from(stream);
-    let failed = |e| Error::io("could not set TCP keepalive options", e);
+    // The kernel refuses values out of its range with a bare EINVAL: name what was given.
+    let failed = |given: &str| {
+        let what = format!("could not set {given}");
+        move |e| {
+            Error::io(&what, e).hint(
+                "Linux takes keepalives_idle and keepalives_interval of 1-32767 s, \
+                 keepalives_count of 1-127 and tcp_user_timeout of 0-2147483647 ms",
+            )
+        }
+    };
     if config.keepalives.unwrap_or(true) {
         let mut ka = socket2::TcpKeepalive::new();
+        let mut given = Vec::new();
         if let Some(idle) = config.keepalives_idle {
             ka = ka.with_time(idle);
+            given.push(format!("keepalives_idle={}", idle.as_secs()));
         }
         if let Some(interval) = config.keepalives_interval {
             ka = ka.with_interval(interval);
+            given.push(format!("keepalives_interval={}", interval.as_secs()));
         }
         if let Some(count) = config.keepalives_count {
             ka = ka.with_retries(count);
+            given.push(format!("keepalives_count={count}"));
         }
-        socket.set_tcp_keepalive(&ka).map_err(failed)?;
+        let given = match given.is_empty() {
+            true => "TCP keepalives".to_string(),
+            false => given.join(" "),
+        };
+        socket.set_tcp_keepalive(&ka).map_err(failed(&given))?;
     }
     if let Some(timeout) = config.tcp_user_timeout {
-        socket.set_tcp_user_timeout(Some(timeout)).map_err(failed)?;
+        let given = format!("tcp_user_timeout={}", timeout.as_millis());
+        socket
+            .set_tcp_user_timeout(Some(timeout))
+            .map_err(failed(&given))?;
     }
     Ok(())
 }

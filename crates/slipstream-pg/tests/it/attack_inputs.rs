@@ -116,3 +116,43 @@ async fn refused_urls_do_not_echo_their_password() {
         .unwrap_err();
     assert!(e.to_string().contains("54x2"), "{e}");
 }
+
+/// Promise: bad input is an error that names what failed and what to do. Keepalive and
+/// `tcp_user_timeout` values the kernel refuses (it answers a bare EINVAL) are refused by
+/// libpq naming the socket option; the error must name the parameter and its value, and say
+/// which values work.
+///
+/// Before the fix: `could not set TCP keepalive options: Invalid argument (os error 22)` for
+/// each, also for `tcp_user_timeout`, which is not a keepalive option.
+#[tokio::test]
+async fn keepalive_values_the_kernel_refuses_are_named() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let base = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    for (extra, named) in [
+        ("keepalives_idle=0", "keepalives_idle=0"),
+        ("keepalives_interval=40000", "keepalives_interval=40000"),
+        (
+            "keepalives_idle=60 keepalives_count=200",
+            "keepalives_count=200",
+        ),
+        (
+            "tcp_user_timeout=99999999999",
+            "tcp_user_timeout=99999999999",
+        ),
+    ] {
+        let conninfo = format!("{base} {extra}");
+        let theirs = super::attack_connect::libpq(&conninfo, &[]).await;
+        assert!(theirs.is_err(), "libpq took {extra}: {theirs:?}");
+        let e = slipstream_pg::connect(&conninfo)
+            .await
+            .expect_err("refused as by libpq");
+        let text = e.to_string();
+        assert!(
+            text.contains(named) && text.contains("1-32767"),
+            "{extra}: {text}"
+        );
+    }
+}
