@@ -691,7 +691,8 @@ impl Config {
     /// neither the string nor `PGSSLMODE` sets it), and sends `PGDATESTYLE`, `PGTZ` and
     /// `PGGEQO` as the session's `DateStyle`, `TimeZone` and `geqo`, as libpq does. A variable
     /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSERVICE`, `PGSSLCRL`,
-    /// `PGSSLCRLDIR`, `PGREQUIREPEER`) is an error naming it.
+    /// `PGSSLCRLDIR`, `PGREQUIREPEER`, a `PGSSLMINPROTOCOLVERSION` above TLS 1.2 or a
+    /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it.
     ///
     /// ```
     /// // With PGHOST=db.internal in the environment, the string's host still wins:
@@ -744,6 +745,26 @@ impl Config {
                     "{env}={value} is set, but slipstream-pg does not support {what}, so it \
                      cannot connect as libpq would: give the parameters in the connection string \
                      (or their own PG* variables) instead, or unset {env}"
+                )));
+            }
+        }
+        // rustls speaks TLS 1.2 and 1.3 only, and both: a floor of 1.2 or lower, or a ceiling
+        // of 1.3, is what it does anyway; any other bound would be ignored (libpq 15 holds to
+        // it, and refuses a TLS 1.2 server under a 1.3 floor).
+        for (env, fits) in [
+            (
+                "PGSSLMINPROTOCOLVERSION",
+                ["TLSv1", "TLSv1.1", "TLSv1.2"].as_slice(),
+            ),
+            ("PGSSLMAXPROTOCOLVERSION", ["TLSv1.3"].as_slice()),
+        ] {
+            let given = var(env).filter(|v| !v.is_empty());
+            if let Some(value) = given.filter(|v| !fits.iter().any(|f| f.eq_ignore_ascii_case(v))) {
+                return Err(Error::config(format!(
+                    "{env}={value} is set, but slipstream-pg always offers TLS 1.2 and 1.3 and \
+                     cannot narrow that, so it cannot connect as libpq would: unset {env} (or \
+                     set it to {})",
+                    fits.join(", ")
                 )));
             }
         }

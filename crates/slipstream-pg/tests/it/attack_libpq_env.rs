@@ -265,3 +265,55 @@ async fn holds_options_in_every_spelling_reach_the_server_as_from_libpq() {
     );
     assert_eq!(ours(&both, &env).await, t);
 }
+
+/// Promise as above. libpq 15 holds to `PGSSLMINPROTOCOLVERSION` and
+/// `PGSSLMAXPROTOCOLVERSION`: under a TLS 1.3 floor it refuses a server that speaks TLS 1.2
+/// at most. slipstream (rustls: TLS 1.2 and 1.3) ignored the variable and connected over
+/// TLS 1.2. A floor of 1.2 or lower is what it does anyway, and connects as libpq does.
+///
+/// Before the fix: libpq failed the TLS handshake, and `ours under a TLS 1.3 floor:
+/// Ok("<port>|postgres|Etc/UTC|...")`.
+#[tokio::test]
+async fn break_pgsslminprotocolversion_is_ignored() {
+    let pki = super::tls::pki();
+    let cluster = Cluster::builder()
+        .file("server.crt", &pki.cert_pem)
+        .file("server.key", &pki.key_pem)
+        .setting("ssl", "on")
+        .setting("ssl_cert_file", "server.crt")
+        .setting("ssl_key_file", "server.key")
+        .setting("ssl_max_protocol_version", "TLSv1.2")
+        .start()
+        .unwrap();
+    let conninfo = format!(
+        "host=localhost port={} user=postgres dbname=postgres sslmode=require",
+        cluster.port()
+    );
+    let env = [("PGSSLMINPROTOCOLVERSION", "TLSv1.3")];
+    let t = theirs(&conninfo, &env).await;
+    assert!(t.is_err(), "libpq under a TLS 1.3 floor: {t:?}");
+    let o = ours(&conninfo, &env).await;
+    assert!(
+        o.as_ref()
+            .is_err_and(|e| e.contains("PGSSLMINPROTOCOLVERSION")),
+        "ours under a TLS 1.3 floor: {o:?}"
+    );
+    for (var, value) in [
+        ("PGSSLMINPROTOCOLVERSION", "TLSv1.2"),
+        ("PGSSLMINPROTOCOLVERSION", "tlsv1"),
+        ("PGSSLMAXPROTOCOLVERSION", "TLSv1.3"),
+    ] {
+        let env = [(var, value)];
+        let t = theirs(&conninfo, &env).await;
+        assert!(t.is_ok(), "libpq under {var}={value}: {t:?}");
+        assert_eq!(ours(&conninfo, &env).await, t, "{var}={value}");
+    }
+    // A ceiling below 1.3 cannot be held to either: refused by name.
+    let env = [("PGSSLMAXPROTOCOLVERSION", "TLSv1.2")];
+    let o = ours(&conninfo, &env).await;
+    assert!(
+        o.as_ref()
+            .is_err_and(|e| e.contains("PGSSLMAXPROTOCOLVERSION")),
+        "{o:?}"
+    );
+}
