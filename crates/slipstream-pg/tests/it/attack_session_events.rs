@@ -86,6 +86,42 @@ async fn operations_that_ran_after_a_client_encoding_change_are_not_reported_as_
     assert!(next.is_closed(), "{next}");
 }
 
+/// Holds, within what the protocol allows. A row stream whose query changes
+/// `client_encoding` part-way (`set_config` in the select list) gets its later rows converted
+/// before the server reports the change, which it does only before the `ReadyForQuery` after
+/// the stream's `Sync` (client.md says so). The caller must still learn of it: the stream
+/// ends with the `Usage` error naming `client_encoding`, never with a clean end, and the
+/// connection is closed.
+#[tokio::test]
+async fn holds_a_stream_whose_query_changes_client_encoding_ends_with_its_error() {
+    let (_cluster, mut c) = super::setup().await;
+    let mut s = c
+        .query_stream_with(
+            "SELECT g, CASE WHEN g = 3 THEN set_config('client_encoding', 'LATIN1', false) END \
+             FROM generate_series(1, 10) g",
+            &[],
+            FetchSize::Rows(2),
+        )
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(LIMIT, async {
+        loop {
+            match s.next().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await
+    .expect("the stream ends");
+    let e = end.expect_err("a stream read under another encoding does not end cleanly");
+    assert_eq!(e.kind(), slipstream_pg::ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("client_encoding"), "{e}");
+    drop(s);
+    assert!(c.is_broken());
+}
+
 /// Terminates backend `pid` from `w`.
 async fn kill(w: &mut Client, pid: i32) {
     let done: bool = w
