@@ -783,7 +783,11 @@ impl Config {
             self.ssl_mode = Some(SslMode::Require);
         }
         // libpq's build_startup_packet sends these unless the value is "default" (any case).
+        // Once: a configuration given the environment twice sends each setting once.
         for (param, env) in ENV_SETTINGS {
+            if self.env_settings.iter().any(|(p, _)| *p == param) {
+                continue;
+            }
             if let Some(value) = var(env).filter(|v| !v.eq_ignore_ascii_case("default")) {
                 self.env_settings.push((param, value));
             }
@@ -978,6 +982,33 @@ impl fmt::Debug for Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The environment's session settings are sent once however often it is applied, and
+    /// `PGREQUIRESSL=1` yields to an `sslmode` from the string or `PGSSLMODE` (libpq's
+    /// `conninfo_add_defaults`).
+    #[test]
+    fn env_settings_are_taken_once_and_requiressl_yields_to_sslmode() {
+        let env = |name: &str| match name {
+            "PGTZ" => Some("UTC".to_string()),
+            "PGREQUIRESSL" => Some("1".to_string()),
+            _ => None,
+        };
+        let c = Config::new()
+            .apply_vars(env)
+            .unwrap()
+            .apply_vars(env)
+            .unwrap();
+        assert_eq!(c.env_settings, vec![("timezone", "UTC".to_string())]);
+        assert_eq!(c.get_ssl_mode(), SslMode::Require);
+        let c: Config = "sslmode=disable".parse().unwrap();
+        assert_eq!(c.apply_vars(env).unwrap().get_ssl_mode(), SslMode::Disable);
+        let with_mode = |name: &str| match name {
+            "PGSSLMODE" => Some("allow".to_string()),
+            other => env(other),
+        };
+        let c = Config::new().apply_vars(with_mode).unwrap();
+        assert_ne!(c.get_ssl_mode(), SslMode::Require);
+    }
 
     /// `Debug` "shows every parameter but the password": before session 44 it left out
     /// eleven (the client certificate and key, the keepalives, `tcp_user_timeout`, the
