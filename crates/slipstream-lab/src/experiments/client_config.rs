@@ -175,12 +175,15 @@ mod tests {
     use super::*;
 
     /// Variables that change neither client's connection here, or stop slipstream-pg's before
-    /// any comparison: the TLS files (both clients connect without TLS), GSS encryption (neither
-    /// uses it; slipstream-pg refuses `require`), and what slipstream-pg refuses by name itself.
-    const ENV_ALIKE: [&str; 9] = [
+    /// any comparison: the TLS files and protocol versions (both clients connect without
+    /// TLS), GSS encryption (neither uses it; slipstream-pg refuses `require`), and what
+    /// slipstream-pg refuses by name itself.
+    const ENV_ALIKE: [&str; 11] = [
         "PGSSLROOTCERT",
         "PGSSLCERT",
         "PGSSLKEY",
+        "PGSSLMINPROTOCOLVERSION",
+        "PGSSLMAXPROTOCOLVERSION",
         "PGGSSENCMODE",
         "PGHOSTADDR",
         "PGSERVICE",
