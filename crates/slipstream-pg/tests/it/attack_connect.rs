@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
     }
 }
 
-fn scrub_env(cmd: &mut std::process::Command, env: &[(&str, &str)]) {
+/// No PG* variable of this process leaks into a child; `env` is added.
+pub(super) fn scrub_env(cmd: &mut std::process::Command, env: &[(&str, &str)]) {
     for (k, _) in std::env::vars() {
         if k.starts_with("PG") {
             cmd.env_remove(k);
@@ -130,15 +131,28 @@ pub(super) async fn ours(conninfo: &str) -> Result<String, String> {
 /// slipstream's verdict with environment variables, in a child process (this test binary,
 /// running only `child_connect`), so that no other test sees them.
 pub(super) async fn ours_env(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
-    let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
+    in_child(
         "attack_connect::child_connect",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+        "ATTACK_CONNECT_CHILD",
+        conninfo,
+        env,
+    )
+    .await
+}
+
+/// Runs this test binary's test `child` alone in a child process with only the PG*
+/// variables `env` and `conninfo` in `var` (so that no other test sees them), and returns
+/// the verdict it printed on its `ATTACK_RESULT` line.
+pub(super) async fn in_child(
+    child: &str,
+    var: &str,
+    conninfo: &str,
+    env: &[(&str, &str)],
+) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([child, "--exact", "--nocapture", "--test-threads=1"]);
     scrub_env(cmd.as_std_mut(), env);
-    cmd.env("ATTACK_CONNECT_CHILD", conninfo);
+    cmd.env(var, conninfo);
     let out = cmd.output().await.expect("run the child");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
@@ -1405,12 +1419,8 @@ async fn break_default_client_certificate_is_not_sent() {
     let client_cert = cp.signed_by(&client_key, &ca).unwrap();
 
     let c = Cluster::builder()
-        .file("server.crt", server_cert.pem())
-        .file("server.key", server_key.serialize_pem())
+        .tls(server_cert.pem(), server_key.serialize_pem())
         .file("ca.crt", ca.pem())
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
         .setting("ssl_ca_file", "ca.crt")
         .hba("local all all trust\nhostssl all all 127.0.0.1/32 cert\n")
         .start()

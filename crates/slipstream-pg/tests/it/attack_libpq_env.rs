@@ -10,7 +10,7 @@
 //! reads from the server, or that each refuses, is compared. slipstream must read the
 //! variable as libpq does, or refuse it naming the variable.
 
-use super::attack_connect::libpq;
+use super::attack_connect::{in_child, libpq, scrub_env};
 use slipstream_testkit::Cluster;
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ async fn theirs(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> 
     cmd.args([
         "6", "psql", "-X", "-w", "-At", "-c", SESSION, "-d", conninfo,
     ]);
-    scrub(cmd.as_std_mut(), env);
+    scrub_env(cmd.as_std_mut(), env);
     let out = cmd.output().await.expect("run psql");
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -38,41 +38,16 @@ async fn theirs(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> 
     }
 }
 
-/// No PG* variable of this process leaks into a child; `env` is added.
-fn scrub(cmd: &mut std::process::Command, env: &[(&str, &str)]) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PG") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("HOME", "/nonexistent-attack-home");
-    cmd.env("LC_ALL", "C");
-    cmd.envs(env.iter().copied());
-}
-
 /// slipstream's reading of `SESSION` with `env`, in a child process (this test binary running
 /// only `child_session`), so that no other test sees the variables.
 async fn ours(conninfo: &str, env: &[(&str, &str)]) -> Result<String, String> {
-    let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
+    in_child(
         "attack_libpq_env::child_session",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    scrub(cmd.as_std_mut(), env);
-    cmd.env("ATTACK_ENV_CHILD", conninfo);
-    let out = cmd.output().await.expect("run the child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("ATTACK_RESULT ").map(|(_, r)| r))
-        .unwrap_or_else(|| panic!("child printed no result: {stdout}"))
-        .to_string();
-    match line.strip_prefix("ok ") {
-        Some(r) => Ok(r.to_string()),
-        None => Err(line.trim_start_matches("err ").to_string()),
-    }
+        "ATTACK_ENV_CHILD",
+        conninfo,
+        env,
+    )
+    .await
 }
 
 /// Not an attack: the child half of `ours`. Does nothing when run normally.
@@ -277,11 +252,7 @@ async fn holds_options_in_every_spelling_reach_the_server_as_from_libpq() {
 async fn break_pgsslminprotocolversion_is_ignored() {
     let pki = super::tls::pki();
     let cluster = Cluster::builder()
-        .file("server.crt", &pki.cert_pem)
-        .file("server.key", &pki.key_pem)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
+        .tls(&pki.cert_pem, &pki.key_pem)
         .setting("ssl_max_protocol_version", "TLSv1.2")
         .start()
         .unwrap();
