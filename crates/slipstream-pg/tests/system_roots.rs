@@ -29,11 +29,7 @@ fn sslrootcert_system_trusts_the_system_store_and_checks_the_name() {
         std::env::remove_var("SSL_CERT_DIR");
     }
     let cluster = Cluster::builder()
-        .file("server.crt", cert.pem())
-        .file("server.key", key.serialize_pem())
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
+        .tls(cert.pem(), key.serialize_pem())
         .hba("local all all trust\nhostssl all all 127.0.0.1/32 trust\n")
         .start()
         .unwrap();

@@ -304,12 +304,7 @@ enum Full {
 async fn full_server_case(kind: &str, full: Full) {
     let (crt, key) = self_signed();
     let a = Cluster::start().unwrap();
-    let mut b = Cluster::builder()
-        .file("server.crt", &crt)
-        .file("server.key", &key)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key");
+    let mut b = Cluster::builder().tls(&crt, &key);
     if let Full::MaxConnections = full {
         b = b
             .setting("max_connections", "3")

@@ -121,6 +121,26 @@ impl ClusterBuilder {
         self
     }
 
+    /// Serves TLS with this certificate and key (PEM): writes them into the data directory
+    /// and turns `ssl` on with them. Add `ssl_ca_file` and the like with [`Self::file`] and
+    /// [`Self::setting`].
+    ///
+    /// ```no_run
+    /// # let (cert_pem, key_pem) = (String::new(), String::new());
+    /// let cluster = slipstream_testkit::Cluster::builder()
+    ///     .tls(&cert_pem, &key_pem)
+    ///     .hba("local all all trust\nhostssl all all 127.0.0.1/32 trust\n")
+    ///     .start()?;
+    /// # Ok::<(), slipstream_testkit::Error>(())
+    /// ```
+    pub fn tls(self, cert_pem: impl AsRef<[u8]>, key_pem: impl AsRef<[u8]>) -> Self {
+        self.file("server.crt", cert_pem)
+            .file("server.key", key_pem)
+            .setting("ssl", "on")
+            .setting("ssl_cert_file", "server.crt")
+            .setting("ssl_key_file", "server.key")
+    }
+
     /// Creates and starts the cluster.
     ///
     /// ```no_run

@@ -373,11 +373,7 @@ mod tests {
             .self_signed(&key)
             .unwrap();
         slipstream_testkit::Cluster::builder()
-            .file("server.crt", cert.pem())
-            .file("server.key", key.serialize_pem())
-            .setting("ssl", "on")
-            .setting("ssl_cert_file", "server.crt")
-            .setting("ssl_key_file", "server.key")
+            .tls(cert.pem(), key.serialize_pem())
             .start()
             .unwrap()
     }

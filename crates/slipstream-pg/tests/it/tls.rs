@@ -45,11 +45,7 @@ fn tls_cluster(pki: &Pki) -> Cluster {
 /// A cluster with TLS on, serving `pki`'s certificate, with `hba` as its pg_hba.conf.
 pub(super) fn tls_cluster_with(pki: &Pki, hba: &str) -> Cluster {
     Cluster::builder()
-        .file("server.crt", &pki.cert_pem)
-        .file("server.key", &pki.key_pem)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
+        .tls(&pki.cert_pem, &pki.key_pem)
         .hba(hba)
         .start()
         .unwrap()
@@ -158,11 +154,7 @@ async fn verify_full_without_a_root_certificate_says_what_to_set() {
 /// trusted over TLS.
 fn scram_tls_cluster(pki: &Pki) -> Cluster {
     let cluster = Cluster::builder()
-        .file("server.crt", &pki.cert_pem)
-        .file("server.key", &pki.key_pem)
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "server.crt")
-        .setting("ssl_key_file", "server.key")
+        .tls(&pki.cert_pem, &pki.key_pem)
         .hba(
             "local all all trust\n\
              host all u_scram 127.0.0.1/32 scram-sha-256\n\
