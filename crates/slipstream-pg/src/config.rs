@@ -735,19 +735,6 @@ impl Config {
                  PGHOST={addr} (or host= in the connection string) instead, or unset PGHOSTADDR"
             )));
         }
-        // libpq reads these for checks or sources slipstream does not have: ignoring one
-        // would connect where libpq would not (a service file's host, a revoked certificate, a
-        // socket's server run by another OS user). Empty is libpq's "not set", except for a
-        // service, where libpq looks for the service named "" and fails.
-        for (env, what) in UNSUPPORTED_ENV_VARS {
-            if let Some(value) = var(env).filter(|v| !v.is_empty() || env == "PGSERVICE") {
-                return Err(Error::config(format!(
-                    "{env}={value} is set, but slipstream-pg does not support {what}, so it \
-                     cannot connect as libpq would: give the parameters in the connection string \
-                     (or their own PG* variables) instead, or unset {env}"
-                )));
-            }
-        }
         // rustls speaks TLS 1.2 and 1.3 only, and both: a floor of 1.2 or lower, or a ceiling
         // of 1.3, is what it does anyway; any other bound would be ignored (libpq 15 holds to
         // it, and refuses a TLS 1.2 server under a 1.3 floor).
@@ -781,6 +768,39 @@ impl Config {
         // sslmode=require; any other value is ignored.
         if self.ssl_mode.is_none() && var("PGREQUIRESSL").is_some_and(|v| v.starts_with('1')) {
             self.ssl_mode = Some(SslMode::Require);
+        }
+        // libpq reads these for checks or sources slipstream does not have: ignoring one
+        // would connect where libpq would not (a service file's host, a revoked certificate, a
+        // socket's server run by another OS user). Each is refused only where libpq would use
+        // it, now that the string and the environment have said where and how to connect: a
+        // revocation list only where TLS may be used, `requirepeer` only over a Unix-domain
+        // socket (libpq ignores both otherwise, so refusing there turned away connections
+        // libpq makes). Empty is libpq's "not set", except for a service, where libpq looks
+        // for the service named "" and fails.
+        for (env, what) in UNSUPPORTED_ENV_VARS {
+            let Some(value) = var(env).filter(|v| !v.is_empty() || env == "PGSERVICE") else {
+                continue;
+            };
+            let used = match env {
+                "PGSSLCRL" | "PGSSLCRLDIR" => self.ssl_mode != Some(SslMode::Disable),
+                "PGREQUIREPEER" => {
+                    let default = [Host::default_for_machine()];
+                    let hosts = if self.hosts.is_empty() {
+                        &default[..]
+                    } else {
+                        &self.hosts[..]
+                    };
+                    hosts.iter().any(|h| matches!(h, Host::Unix(_)))
+                }
+                _ => true,
+            };
+            if used {
+                return Err(Error::config(format!(
+                    "{env}={value} is set, but slipstream-pg does not support {what}, so it \
+                     cannot connect as libpq would: give the parameters in the connection string \
+                     (or their own PG* variables) instead, or unset {env}"
+                )));
+            }
         }
         // libpq's build_startup_packet sends these unless the value is "default" (any case).
         // Once: a configuration given the environment twice sends each setting once.

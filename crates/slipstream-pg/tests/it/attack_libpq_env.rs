@@ -161,7 +161,6 @@ async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
         ("PGSERVICE", ""),
         ("PGSSLCRL", "/nonexistent/root.crl"),
         ("PGSSLCRLDIR", "/nonexistent/crls"),
-        ("PGREQUIREPEER", "nobody"),
     ] {
         let o = ours(&conninfo, &[(var, value)]).await;
         assert!(
@@ -182,6 +181,37 @@ async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
         assert!(t.is_ok(), "libpq under {var}={value}: {t:?}");
         assert_eq!(ours(&conninfo, &[(var, value)]).await, t, "{var}={value}");
     }
+    // Where libpq would not use them, neither check is refused: a revocation list without
+    // TLS, `requirepeer` over TCP. Before session 48 both were refused whatever the
+    // connection, turning away what libpq connects ("PGREQUIREPEER=nobody is set, but ...").
+    let no_tls = format!("{conninfo} sslmode=disable");
+    for (target, var, value) in [
+        (&no_tls, "PGSSLCRL", "/nonexistent/root.crl"),
+        (&no_tls, "PGSSLCRLDIR", "/nonexistent/crls"),
+        (&conninfo, "PGREQUIREPEER", "nobody"),
+    ] {
+        let t = theirs(target, &[(var, value)]).await;
+        assert!(t.is_ok(), "libpq under {var}={value}: {t:?}");
+        assert_eq!(ours(target, &[(var, value)]).await, t, "{var}={value}");
+    }
+    // Over the Unix socket libpq checks the peer (the server runs as another OS user than
+    // `nobody`) and refuses; slipstream cannot check it, and refuses by name.
+    let socket = format!(
+        "host={} port={} user=postgres dbname=postgres",
+        cluster.socket_dir().display(),
+        cluster.port()
+    );
+    let env = [("PGREQUIREPEER", "nobody")];
+    let t = libpq(&socket, &env).await;
+    assert!(
+        t.is_err(),
+        "libpq over the socket under requirepeer=nobody: {t:?}"
+    );
+    let o = ours(&socket, &env).await;
+    assert!(
+        o.as_ref().is_err_and(|e| e.contains("PGREQUIREPEER")),
+        "ours over the socket: {o:?}"
+    );
     // PGREQUIRESSL=1 is read as libpq reads it: `sslmode=require` unless the string or
     // PGSSLMODE says otherwise, so against this server without TLS both refuse.
     let env = [("PGREQUIRESSL", "1")];
