@@ -148,6 +148,9 @@ pub struct Config {
     /// Session settings libpq sends at startup from `PGDATESTYLE`, `PGTZ` and `PGGEQO`
     /// (`ENV_SETTINGS`), as (startup parameter, value); only `apply_env` fills it.
     pub(crate) env_settings: Vec<(&'static str, String)>,
+    /// Whether `gssencmode` was given (`disable` or `prefer`: there is no GSSAPI encryption
+    /// to apply, `require` is refused), so that a `PGGSSENCMODE` does not override it.
+    pub(crate) gssencmode_given: bool,
 }
 
 /// How many statements a connection caches unless told otherwise (as pgjdbc's
@@ -907,6 +910,7 @@ impl Config {
             "passfile" => self.passfile.is_some(),
             "require_auth" => self.require_auth.is_some(),
             "channel_binding" => self.channel_binding.is_some(),
+            "gssencmode" => self.gssencmode_given,
             _ => false,
         }
     }
@@ -960,8 +964,8 @@ const ENV_VARS: [(&str, &str); 18] = [
     ("passfile", "PGPASSFILE"),
     ("require_auth", "PGREQUIREAUTH"),
     ("channel_binding", "PGCHANNELBINDING"),
-    // Never set by a string (only `require` would matter, and a string refuses it), so a
-    // `PGGSSENCMODE=require` is refused by name as the string's would be.
+    // `require` is refused by name, as the string's would be; a string's `disable` or
+    // `prefer` wins over the variable, as in libpq.
     ("gssencmode", "PGGSSENCMODE"),
 ];
 
@@ -996,6 +1000,7 @@ impl fmt::Debug for Config {
             .field("require_auth", &self.require_auth.as_ref().map(|r| &r.text))
             .field("channel_binding", &self.channel_binding)
             .field("env_settings", &self.env_settings)
+            .field("gssencmode_given", &self.gssencmode_given)
             .finish()
     }
 }

@@ -112,7 +112,10 @@ impl Config {
             "channel_binding" => self.channel_binding = Some(value.parse()?),
             // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq built without
             // GSSAPI does; `require` is refused rather than silently not applied.
-            "gssencmode" => refuse_gssencmode(value)?,
+            "gssencmode" => {
+                refuse_gssencmode(value)?;
+                self.gssencmode_given = true;
+            }
             other => {
                 return Err(Error::config(format!(
                     "unknown connection parameter `{other}` (supported: host, port, user, password, \

@@ -181,6 +181,17 @@ async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
         assert!(t.is_ok(), "libpq under {var}={value}: {t:?}");
         assert_eq!(ours(&conninfo, &[(var, value)]).await, t, "{var}={value}");
     }
+    // The string's gssencmode wins over PGGSSENCMODE, as in libpq. Before session 48
+    // `PGGSSENCMODE=require` was refused even under `gssencmode=disable`.
+    let plain = format!("{conninfo} gssencmode=disable");
+    let env = [("PGGSSENCMODE", "require")];
+    let t = theirs(&plain, &env).await;
+    assert!(t.is_ok(), "libpq under gssencmode=disable: {t:?}");
+    assert_eq!(
+        ours(&plain, &env).await,
+        t,
+        "gssencmode=disable, PGGSSENCMODE=require"
+    );
     // Where libpq would not use them, neither check is refused: a revocation list without
     // TLS, `requirepeer` over TCP. Before session 48 both were refused whatever the
     // connection, turning away what libpq connects ("PGREQUIREPEER=nobody is set, but ...").
