@@ -77,12 +77,14 @@ impl Config {
                 })?)
             }
             "tcp_user_timeout" => {
-                let ms: u64 = value.trim().parse().map_err(|_| {
+                // libpq reads a C int and takes a negative one as 0, the system's default.
+                let ms: i32 = value.trim().parse().map_err(|_| {
                     Error::config(format!(
-                        "invalid tcp_user_timeout `{value}`: expected milliseconds"
+                        "invalid tcp_user_timeout `{value}`: expected milliseconds, a whole number up to {}",
+                        i32::MAX
                     ))
                 })?;
-                self.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+                self.tcp_user_timeout = (ms > 0).then(|| Duration::from_millis(ms as u64));
             }
             "statement_cache_size" => {
                 self.statement_cache_size = Some(value.trim().parse().map_err(|_| {
@@ -743,6 +745,12 @@ mod tests {
         assert_eq!(c.keepalives_interval, Some(Duration::from_secs(5)));
         assert_eq!(c.keepalives_count, Some(3));
         assert_eq!(c.tcp_user_timeout, Some(Duration::from_millis(9000)));
+        // libpq takes a negative timeout as 0, the system's default, and refuses what is not
+        // a C int. Before session 48 `-1` was refused here while libpq connected with it.
+        let c: Config = "tcp_user_timeout=-1".parse().unwrap();
+        assert_eq!(c.tcp_user_timeout, None);
+        let e = "tcp_user_timeout=3000000000".parse::<Config>().unwrap_err();
+        assert!(e.to_string().contains("tcp_user_timeout"), "{e}");
         assert!("keepalives=yes".parse::<Config>().is_err());
         assert!(
             "keepalives_idle=soon"
