@@ -126,6 +126,7 @@ async fn next(signal: &mut Signal) {
 /// running, each with its data directory, until some later process's sweep. The experiment
 /// under way is lost either way: it writes its result only at its end.
 pub fn stop_clusters_on_signal() -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
@@ -145,6 +146,9 @@ pub fn stop_clusters_on_signal() -> anyhow::Result<()> {
                     _ = next(&mut term) => "SIGTERM",
                 }
             });
+            // Before the clusters stop: whatever fails because they do (a start waiting for
+            // its server, a query on it) must find the stop under way and leave the exit to us.
+            STOPPING.store(true, Ordering::SeqCst);
             let stopped = slipstream_testkit::stop_every_cluster();
             eprintln!(
                 "slipstream: stopped by {what}; the experiment under way wrote no result{}",
@@ -160,4 +164,19 @@ pub fn stop_clusters_on_signal() -> anyhow::Result<()> {
             std::process::exit(i32::from(INTERRUPTED));
         })?;
     Ok(())
+}
+
+/// Set by [`stop_clusters_on_signal`]'s thread when a signal came, before it stops anything.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Never returns while a stop on a signal is under way: the thread doing it exits the process
+/// with [`INTERRUPTED`] once the clusters are down. The command's own outcome then is a
+/// failure the stop caused ("postgres did not start", a closed connection), which would
+/// otherwise win the race to exit, with status 1 and a misleading error.
+pub fn defer_to_a_stop_under_way() {
+    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
 }

@@ -24,7 +24,9 @@ use cli::{Cli, Command, DbCommand, LabCommand};
 static ALLOC: slipstream_testkit::CountingAllocator = slipstream_testkit::CountingAllocator;
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let outcome = run(Cli::parse());
+    interrupt::defer_to_a_stop_under_way();
+    match outcome {
         Ok(code) => code,
         Err(e) => {
             // A closed pipe (`slipstream ... | head`) is not a failure.
