@@ -138,10 +138,6 @@ async fn keepalive_values_the_kernel_refuses_are_named() {
             "keepalives_idle=60 keepalives_count=200",
             "keepalives_count=200",
         ),
-        (
-            "tcp_user_timeout=99999999999",
-            "tcp_user_timeout=99999999999",
-        ),
     ] {
         let conninfo = format!("{base} {extra}");
         let theirs = super::attack_connect::libpq(&conninfo, &[]).await;
@@ -155,4 +151,17 @@ async fn keepalive_values_the_kernel_refuses_are_named() {
             "{extra}: {text}"
         );
     }
+    // A timeout past a C int is refused when read, as libpq's parse_int_param refuses it,
+    // naming the parameter and the limit (the kernel takes any int; a negative one is 0).
+    let conninfo = format!("{base} tcp_user_timeout=99999999999");
+    let theirs = super::attack_connect::libpq(&conninfo, &[]).await;
+    assert!(theirs.is_err(), "libpq took it: {theirs:?}");
+    let e = slipstream_pg::connect(&conninfo)
+        .await
+        .expect_err("refused as by libpq");
+    let text = e.to_string();
+    assert!(
+        text.contains("tcp_user_timeout") && text.contains("2147483647"),
+        "{text}"
+    );
 }
