@@ -1801,8 +1801,157 @@ fn is_stream_copy(sql: &str) -> bool {
     if !starts_with_copy {
         return false;
     }
-    let lower = rest.to_ascii_lowercase();
-    lower.contains("stdin") || lower.contains("stdout")
+    match copy_target(&rest[4..]) {
+        Some(target) => target == CopyTarget::Stream,
+        // Text this scanner cannot read with certainty (a backslash in a plain literal means
+        // different things under `standard_conforming_strings` on and off; an unterminated
+        // quote or comment): any mention of a stream is taken as one. A stream COPY let
+        // through would make the server take every operation queued after it as COPY data.
+        None => {
+            let lower = rest.to_ascii_lowercase();
+            lower.contains("stdin") || lower.contains("stdout")
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum CopyTarget {
+    /// `STDIN` or `STDOUT`: the data flows through the connection.
+    Stream,
+    /// A server-side file (a string constant) or `PROGRAM`: an ordinary statement.
+    ServerSide,
+}
+
+/// Where the COPY whose text after the keyword is `sql` reads or writes. PostgreSQL's grammar
+/// puts the direction at the first `FROM` or `TO` outside parentheses: before it come only
+/// `BINARY`, a (possibly quoted and qualified) table name and a parenthesised column list, or
+/// a parenthesised query, and `FROM` and `TO` are reserved words, so no unquoted name is
+/// spelled so. After the direction comes `STDIN`, `STDOUT`, `PROGRAM` or a string constant.
+/// `None` when the text cannot be read with certainty.
+fn copy_target(sql: &str) -> Option<CopyTarget> {
+    let bytes = sql.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    let mut after_direction = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if sql[i..].starts_with("--") {
+            i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
+            continue;
+        }
+        if sql[i..].starts_with("/*") {
+            let rest = after_block_comment(&sql[i..]);
+            if rest.is_empty() && !sql.ends_with("*/") {
+                return None;
+            }
+            i = bytes.len() - rest.len();
+            continue;
+        }
+        // A string constant: '...', $tag$...$tag$ (not a parameter such as $1), or one with a
+        // prefix: E'...', U&'...', B'...', X'...', N'...'.
+        let literal_start = match c {
+            b'\'' => Some(i),
+            b'$' if !bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => Some(i),
+            _ if c.is_ascii_alphabetic() => {
+                let prefix = if bytes.len() > i + 2 && bytes[i..i + 2].eq_ignore_ascii_case(b"u&") {
+                    2
+                } else {
+                    1
+                };
+                (bytes.get(i + prefix) == Some(&b'\'')).then_some(i + prefix)
+            }
+            _ => None,
+        };
+        if let Some(start) = literal_start {
+            if after_direction {
+                return Some(CopyTarget::ServerSide);
+            }
+            let escapes = start == i + 1 && c.eq_ignore_ascii_case(&b'e');
+            i = end_of_literal(sql, start, escapes)?;
+            continue;
+        }
+        if c == b'"' {
+            if after_direction {
+                return Some(CopyTarget::Stream);
+            }
+            // A quoted identifier: `""` inside is one quote.
+            let mut j = i + 1;
+            loop {
+                match bytes.get(j)? {
+                    b'"' if bytes.get(j + 1) == Some(&b'"') => j += 2,
+                    b'"' => break,
+                    _ => j += 1,
+                }
+            }
+            i = j + 1;
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+            let end = sql[i..]
+                .find(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
+                .map_or(bytes.len(), |n| i + n);
+            let word = &sql[i..end];
+            if after_direction {
+                // STDIN, STDOUT, or a syntax error the server reports: refused either way.
+                return Some(if word.eq_ignore_ascii_case("program") {
+                    CopyTarget::ServerSide
+                } else {
+                    CopyTarget::Stream
+                });
+            }
+            if depth == 0 && (word.eq_ignore_ascii_case("from") || word.eq_ignore_ascii_case("to"))
+            {
+                after_direction = true;
+            }
+            i = end;
+            continue;
+        }
+        if after_direction {
+            return Some(CopyTarget::Stream);
+        }
+        match c {
+            b'(' => depth += 1,
+            b')' => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The index just past the string constant whose opening quote (or dollar tag) is at
+/// `start`; `escapes` for an `E'...'` constant, where a backslash escapes the next byte.
+/// `None` for an unterminated constant, or for a backslash in a plain one: whether it escapes
+/// depends on the session's `standard_conforming_strings`.
+fn end_of_literal(sql: &str, start: usize, escapes: bool) -> Option<usize> {
+    let bytes = sql.as_bytes();
+    if bytes[start] == b'$' {
+        // $tag$ ... $tag$, the tag empty or an identifier without `$`.
+        let tag_len = sql[start + 1..].find('$')?;
+        let tag = &sql[start + 1..start + 1 + tag_len];
+        if tag.starts_with(|c: char| c.is_ascii_digit())
+            || !tag.chars().all(|c| c.is_alphanumeric() || c == '_')
+        {
+            return None;
+        }
+        let open = &sql[start..start + tag_len + 2];
+        let body = start + open.len();
+        return sql[body..].find(open).map(|n| body + n + open.len());
+    }
+    let mut j = start + 1;
+    loop {
+        match bytes.get(j)? {
+            b'\\' if escapes => j += 2,
+            b'\\' => return None,
+            b'\'' if bytes.get(j + 1) == Some(&b'\'') => j += 2,
+            b'\'' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
 }
 
 /// What follows the block comment `sql` starts with. PostgreSQL's block comments nest, so
@@ -1901,4 +2050,127 @@ mod tests {
         assert!(is_stream_copy(" ; /* x */ ;\n-- y\n; copy t to stdout"));
         assert!(!is_stream_copy("; SELECT 'copy from stdin'"));
     }
+
+    /// A name, path or query that merely mentions stdin or stdout is not a stream: only the
+    /// word after the direction decides.
+    #[test]
+    fn server_side_copies_that_mention_a_stream_are_not_refused() {
+        for sql in [
+            "COPY t FROM '/srv/stdin.csv'",
+            "COPY logs (stdout_text, stdin_text) FROM '/srv/logs.csv' (FORMAT csv)",
+            "COPY (SELECT stdout FROM jobs) TO '/tmp/jobs.txt'",
+            "COPY (SELECT 'to stdout', ')' FROM jobs) TO '/tmp/jobs.txt'",
+            "COPY stdin FROM '/srv/x'",
+            r#"COPY "from stdin" TO '/tmp/x'"#,
+            "copy t from program 'gunzip -c /srv/stdin.gz'",
+            "COPY t TO PROGRAM 'cat > /tmp/stdout'",
+            r"COPY t FROM E'/srv/a\\stdin'",
+            r"COPY t FROM e'/srv/\'stdin'",
+            "COPY t FROM $$/srv/stdin$$",
+            "COPY t FROM $p$/srv/$$stdin$p$",
+            "COPY t FROM U&'/srv/stdin'",
+            "COPY t /* from stdin */ FROM '/srv/x'",
+            "COPY t -- to stdout\n FROM '/srv/x'",
+            "COPY (SELECT $1::text AS stdin) TO '/tmp/x'",
+            r#"COPY s."T""x" (a) FROM '/srv/x' WHERE a <> 'stdin'"#,
+            "COPY été FROM '/srv/stdin'",
+        ] {
+            assert!(!is_stream_copy(sql), "{sql}");
+        }
+    }
+
+    /// Every stream COPY is still caught, also where the text is hard to read: a stream let
+    /// through would make the server swallow the operations queued after it.
+    #[test]
+    fn stream_copies_in_hard_text_are_still_refused() {
+        for sql in [
+            "COPY t FROM STDIN",
+            "COPY BINARY t FROM stdin",
+            "COPY t (a, b) FROM STDIN WITH (FORMAT csv)",
+            "COPY (SELECT 'x FROM ''/f''' FROM t) TO STDOUT",
+            r#"COPY (SELECT ')', "(" FROM t) TO STDOUT"#,
+            r#"COPY "a""b" FROM STDIN"#,
+            "COPY t FROM /* '/f' */ STDIN",
+            "COPY t FROM\n-- '/f'\nSTDIN",
+            "COPY (SELECT $$ to '/f' $$) TO STDOUT",
+            "COPY (SELECT $q$ ) to '/f' $q$) TO STDOUT",
+            r"COPY (SELECT E'\' FROM ''/f''' ) TO STDOUT",
+            "COPY (SELECT $1 FROM t) TO STDOUT",
+            // A backslash in a plain literal reads two ways: the mention decides.
+            r"COPY (SELECT 'a\' FROM t WHERE '' = ' ') TO STDOUT",
+            // Unterminated or unbalanced text: the mention decides.
+            "COPY (SELECT 'x) TO '/f' FROM STDIN",
+            "COPY t) FROM '/f' STDIN",
+            r#"COPY "t FROM '/f' STDIN"#,
+            "COPY t /* FROM '/f' STDIN",
+        ] {
+            assert!(is_stream_copy(sql), "{sql}");
+        }
+    }
+
+    proptest::proptest! {
+        /// COPY statements put together from parts whose answer is known, with names, literals
+        /// and comments that mention the other answer everywhere but the target.
+        #[test]
+        fn the_target_alone_decides(
+            seps in proptest::collection::vec(proptest::sample::select(SEPARATORS), 4),
+            source in proptest::sample::select(SOURCES),
+            direction in proptest::sample::select(&["FROM", "from", "To", "TO"][..]),
+            (target, stream) in proptest::sample::select(TARGETS),
+            tail in proptest::sample::select(TAILS),
+        ) {
+            let sql = format!(
+                "{}COPY{}{source}{}{direction}{}{target}{}{tail}",
+                seps[0].trim_start_matches(' '), seps[1], seps[2], seps[3], seps[1]
+            );
+            proptest::prop_assert_eq!(is_stream_copy(&sql), stream, "{}", sql);
+        }
+    }
+
+    const SEPARATORS: &[&str] = &[
+        " ",
+        "\n\t",
+        " /* from stdin */ ",
+        " /* to /* nested */ '/f' */ ",
+        " -- to stdout\n",
+        " --\n",
+    ];
+
+    const SOURCES: &[&str] = &[
+        "t",
+        "stdin",
+        "stdout",
+        r#""from stdin""#,
+        r#""a""b" (stdin, "to")"#,
+        "s.t (stdout)",
+        "BINARY t",
+        "été",
+        "(SELECT 'to stdout' FROM t)",
+        "(SELECT $$ ) to '/f' $$)",
+        "(SELECT $q$ from stdin $q$ AS stdout)",
+        r"(SELECT E'\' ) TO ''/f''', E'\\' FROM t)",
+        "(SELECT $1, 'x''y) to stdin' FROM t WHERE (a) = (b))",
+        r#"(SELECT ")" FROM t)"#,
+    ];
+
+    const TARGETS: &[(&str, bool)] = &[
+        ("STDIN", true),
+        ("stdout", true),
+        ("StdOut", true),
+        ("'/srv/stdin.csv'", false),
+        (r"E'/srv/\'stdout'", false),
+        ("$$/srv/stdin$$", false),
+        ("$p$/srv/$$stdout$p$", false),
+        ("U&'/srv/stdin'", false),
+        ("PROGRAM 'cat /srv/stdin'", false),
+        ("program $$gzip > stdout$$", false),
+    ];
+
+    const TAILS: &[&str] = &[
+        "",
+        " (FORMAT csv)",
+        " WITH (FORMAT csv, DELIMITER ';')",
+        " WHERE stdin <> 'stdout'",
+        ";",
+    ];
 }

@@ -335,6 +335,40 @@ async fn copy_is_refused_with_a_clear_error() {
     p.end().await;
 }
 
+/// COPY to and from a server-side file is an ordinary statement, and runs in a pipeline even
+/// where its table, columns or path mention stdin or stdout (they were refused as streams).
+#[tokio::test]
+async fn server_side_copies_naming_stdin_or_stdout_run_in_a_pipeline() {
+    let (cluster, mut c) = setup().await;
+    c.batch_execute("CREATE TABLE stdin (id int, stdout text)")
+        .await
+        .unwrap();
+    let path = cluster.data_dir().join("stdout.csv");
+    let path = path.to_str().unwrap();
+    let mut p = c.pipeline();
+    p.execute(
+        &format!("COPY (SELECT 1 AS id, 'to stdout' AS stdout) TO '{path}' (FORMAT csv)"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let load = p
+        .execute(
+            &format!("COPY stdin (id, stdout) FROM '{path}' (FORMAT csv)"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.process(&load).await.unwrap(), 1);
+    p.end().await;
+    let row = c
+        .query_one("SELECT id, stdout FROM stdin", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 1);
+    assert_eq!(row.get::<_, &str>(1).unwrap(), "to stdout");
+}
+
 #[tokio::test]
 async fn statements_prepared_in_a_pipeline_work_in_the_next_one() {
     let (_cluster, mut c) = setup().await;
