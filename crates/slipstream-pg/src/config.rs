@@ -132,6 +132,7 @@ pub struct Config {
     pub(crate) ssl_root_cert: Option<PathBuf>,
     pub(crate) ssl_cert: Option<PathBuf>,
     pub(crate) ssl_key: Option<PathBuf>,
+    pub(crate) ssl_sni: Option<bool>,
     pub(crate) keepalives: Option<bool>,
     pub(crate) keepalives_idle: Option<Duration>,
     pub(crate) keepalives_interval: Option<Duration>,
@@ -312,6 +313,24 @@ impl Config {
     /// ```
     pub fn ssl_key(mut self, path: impl Into<PathBuf>) -> Config {
         self.ssl_key = Some(path.into());
+        self
+    }
+
+    /// Whether TLS names the server in its handshake (Server Name Indication), as libpq's
+    /// `sslsni`: on by default, and never for a host written as an address. A proxy that
+    /// routes TLS connections by name needs it; turning it off keeps the host name out of
+    /// the clear text.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// assert!(Config::new().get_ssl_sni());
+    /// let parsed: Config = "sslsni=0".parse()?;
+    /// assert!(!parsed.get_ssl_sni());
+    /// assert_eq!(format!("{parsed:?}"), format!("{:?}", Config::new().ssl_sni(false)));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
+    pub fn ssl_sni(mut self, on: bool) -> Config {
+        self.ssl_sni = Some(on);
         self
     }
 
@@ -669,6 +688,16 @@ impl Config {
             None => SslMode::default(),
         }
     }
+    /// Whether TLS sends the server's name (Server Name Indication); see [`Config::ssl_sni`].
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// assert!(Config::new().get_ssl_sni());
+    /// assert!(!Config::new().ssl_sni(false).get_ssl_sni());
+    /// ```
+    pub fn get_ssl_sni(&self) -> bool {
+        self.ssl_sni.unwrap_or(true)
+    }
     /// True with `sslrootcert=system`: the operating system's trusted CAs.
     pub(crate) fn uses_system_roots(&self) -> bool {
         self.ssl_root_cert
@@ -905,6 +934,7 @@ impl Config {
             "sslrootcert" => self.ssl_root_cert.is_some(),
             "sslcert" => self.ssl_cert.is_some(),
             "sslkey" => self.ssl_key.is_some(),
+            "sslsni" => self.ssl_sni.is_some(),
             "target_session_attrs" => self.target_session_attrs.is_some(),
             "load_balance_hosts" => self.load_balance_hosts.is_some(),
             "passfile" => self.passfile.is_some(),
@@ -946,7 +976,7 @@ const ENV_SETTINGS: [(&str, &str); 3] = [
 ];
 
 /// libpq keyword -> environment variable.
-const ENV_VARS: [(&str, &str); 18] = [
+const ENV_VARS: [(&str, &str); 19] = [
     ("host", "PGHOST"),
     ("port", "PGPORT"),
     ("user", "PGUSER"),
@@ -959,6 +989,7 @@ const ENV_VARS: [(&str, &str); 18] = [
     ("sslrootcert", "PGSSLROOTCERT"),
     ("sslcert", "PGSSLCERT"),
     ("sslkey", "PGSSLKEY"),
+    ("sslsni", "PGSSLSNI"),
     ("target_session_attrs", "PGTARGETSESSIONATTRS"),
     ("load_balance_hosts", "PGLOADBALANCEHOSTS"),
     ("passfile", "PGPASSFILE"),
@@ -986,6 +1017,7 @@ impl fmt::Debug for Config {
             .field("ssl_root_cert", &self.ssl_root_cert)
             .field("ssl_cert", &self.ssl_cert)
             .field("ssl_key", &self.ssl_key)
+            .field("ssl_sni", &self.ssl_sni)
             .field("keepalives", &self.keepalives)
             .field("keepalives_idle", &self.keepalives_idle)
             .field("keepalives_interval", &self.keepalives_interval)

@@ -103,6 +103,20 @@ impl Config {
             }
             // Accepted so that libpq strings work unchanged: client_encoding is always UTF8 here.
             "client_encoding" => {}
+            // libpq asks OpenSSL for compression, which no current build offers; rustls never
+            // compresses. Accepted, as libpq accepts it, with either value.
+            "sslcompression" => {}
+            // libpq 15 reads a value starting with `1` as SNI on, anything else as off.
+            "sslsni" => self.ssl_sni = Some(value.starts_with('1')),
+            // libpq's old spelling, stored as `sslmode` in its place (so the later of the two
+            // wins): a value starting with `1` is `require`, anything else `prefer`.
+            "requiressl" => {
+                self.ssl_mode = Some(if value.starts_with('1') {
+                    crate::SslMode::Require
+                } else {
+                    crate::SslMode::Prefer
+                })
+            }
             "fallback_application_name" => self.fallback_application_name = Some(value.into()),
             "target_session_attrs" => self.target_session_attrs = Some(value.parse()?),
             "load_balance_hosts" => self.load_balance_hosts = Some(value.parse()?),
@@ -122,6 +136,7 @@ impl Config {
                 return Err(Error::config(format!(
                     "unknown connection parameter `{other}` (supported: host, port, user, password, \
                      dbname, application_name, options, connect_timeout, sslmode, sslrootcert, sslcert, sslkey, \
+                     sslsni, sslcompression, requiressl, \
                      keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
                      statement_cache_size, fetch_size, max_result_buffer, target_session_attrs, \
                      load_balance_hosts, passfile, require_auth, channel_binding, gssencmode, \

@@ -146,6 +146,9 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
         }
         (None, None) => builder.with_no_client_auth(),
     };
+    // rustls never names an address; this turns the name off for host names too.
+    let mut tls = tls;
+    tls.enable_sni = config.get_ssl_sni();
     Ok(Some(Arc::new(tls)))
 }
 

@@ -178,10 +178,11 @@ mod tests {
     /// any comparison: the TLS files and protocol versions (both clients connect without
     /// TLS), GSS encryption (neither uses it; slipstream-pg refuses `require`), and what
     /// slipstream-pg refuses by name itself.
-    const ENV_ALIKE: [&str; 11] = [
+    const ENV_ALIKE: [&str; 12] = [
         "PGSSLROOTCERT",
         "PGSSLCERT",
         "PGSSLKEY",
+        "PGSSLSNI",
         "PGSSLMINPROTOCOLVERSION",
         "PGSSLMAXPROTOCOLVERSION",
         "PGGSSENCMODE",

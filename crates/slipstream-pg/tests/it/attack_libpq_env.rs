@@ -329,3 +329,119 @@ async fn break_pgsslminprotocolversion_is_ignored() {
         "{o:?}"
     );
 }
+
+/// The first TLS record (the ClientHello) a client sent to a listener that answers its
+/// `SSLRequest` with `S` and then hangs up; `None` if the client sent no TLS.
+async fn client_hello(
+    connect: impl std::future::Future<Output = Result<String, String>>,
+    listener: tokio::net::TcpListener,
+) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let serve = async {
+        let (mut socket, _) = listener.accept().await.ok()?;
+        let mut request = [0u8; 8];
+        socket.read_exact(&mut request).await.ok()?;
+        // SSLRequest: length 8, code 80877103.
+        if request != [0, 0, 0, 8, 4, 210, 22, 47] {
+            return None;
+        }
+        socket.write_all(b"S").await.ok()?;
+        let mut header = [0u8; 5];
+        socket.read_exact(&mut header).await.ok()?;
+        let mut record = vec![0u8; usize::from(u16::from_be_bytes([header[3], header[4]]))];
+        socket.read_exact(&mut record).await.ok()?;
+        Some(record)
+    };
+    let (hello, _) = tokio::join!(tokio::time::timeout(LIMIT, serve), connect);
+    hello.ok().flatten()
+}
+
+/// Promise: parameters and PG* variables are read as libpq reads them, or refused by name.
+/// libpq 15 names the server in its TLS handshake (SNI) unless `sslsni` (or `PGSSLSNI`) says
+/// otherwise, and never for an address. Checked on the ClientHello each client sends.
+///
+/// Before the fix: `sslsni=0` in a string was an unknown parameter ("libpq names the server:
+/// Some(false), ours: None"), and under `PGSSLSNI=0` ours sent `localhost` in the ClientHello
+/// where libpq sent no name ("libpq names the server: Some(false), ours: Some(true)").
+#[tokio::test]
+async fn break_sslsni_and_pgsslsni_are_refused_or_ignored() {
+    // `None`: the client sent no ClientHello (it refused the string).
+    let names = |hello: &Option<Vec<u8>>| {
+        hello
+            .as_ref()
+            .map(|h| h.windows(9).any(|w| w == b"localhost"))
+    };
+    for (extra, env, sni) in [
+        ("", &[][..], true),
+        ("sslsni=0", &[][..], false),
+        ("sslsni=1", &[("PGSSLSNI", "0")][..], true),
+        ("", &[("PGSSLSNI", "0")][..], false),
+        ("", &[("PGSSLSNI", "yes")][..], false),
+        ("", &[("PGSSLSNI", "1")][..], true),
+    ] {
+        let what = format!("{extra} {env:?}");
+        let mut seen = Vec::new();
+        for libpq in [true, false] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let conninfo = format!(
+                "host=localhost port={} user=postgres sslmode=require gssencmode=disable {extra}",
+                listener.local_addr().unwrap().port()
+            );
+            let hello = if libpq {
+                client_hello(theirs(&conninfo, env), listener).await
+            } else {
+                client_hello(ours(&conninfo, env), listener).await
+            };
+            seen.push(names(&hello));
+        }
+        assert_eq!(
+            seen,
+            [Some(sni), Some(sni)],
+            "{what}: libpq names the server: {:?}, ours: {:?}",
+            seen[0],
+            seen[1]
+        );
+    }
+    // An address is never named, whatever sslsni says.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} user=postgres sslmode=require sslsni=1",
+        listener.local_addr().unwrap().port()
+    );
+    let hello = client_hello(ours(&conninfo, &[]), listener).await;
+    assert_eq!(names(&hello), Some(false));
+}
+
+/// Promise as above: libpq 15 still reads `requiressl` in a string, as `sslmode` in its place
+/// (the later of the two wins): `1...` is `require`, anything else `prefer`. And it accepts
+/// `sslcompression`, which no current OpenSSL honours. Each string is compared with libpq's
+/// verdict against a server without TLS.
+///
+/// Before the fix: every one was "unknown connection parameter `requiressl`" (or
+/// `sslcompression`), where libpq connected or refused the plain server.
+#[tokio::test]
+async fn requiressl_and_sslcompression_in_a_string_read_as_libpq() {
+    let cluster = Cluster::start().unwrap();
+    for extra in [
+        "requiressl=1",
+        "requiressl=10",
+        "requiressl=yes",
+        "requiressl=",
+        "sslmode=disable requiressl=1",
+        "requiressl=1 sslmode=disable",
+        "sslmode=require requiressl=0",
+        "sslcompression=1",
+        "sslcompression=0 sslmode=disable",
+    ] {
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres gssencmode=disable {extra}",
+            cluster.port()
+        );
+        let t = theirs(&conninfo, &[]).await;
+        let o = ours(&conninfo, &[]).await;
+        assert_eq!(o.is_ok(), t.is_ok(), "{extra}: libpq {t:?}, ours {o:?}");
+        if let (Ok(o), Ok(t)) = (&o, &t) {
+            assert_eq!(o, t, "{extra}");
+        }
+    }
+}
