@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use crate::Error;
 use crate::install::{Install, append_settings, base_dir, free_port, run, write_owned};
-use crate::postmaster::{LockFile, ProcessMark, lock_file};
+use crate::postmaster::{LockFile, ProcessMark, has_exited, is_own_child, lock_file};
 
 /// How long a server may take to become ready before we give up and show its log.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -181,7 +181,7 @@ impl ClusterBuilder {
             env: self.env,
         };
         // From here its Drop removes it, so it is listed until then.
-        live().insert(cluster.root.path().to_path_buf());
+        live().insert(cluster.root.path().to_path_buf(), None);
         cluster.start_server()?;
         Ok(cluster)
     }
@@ -265,7 +265,7 @@ impl Cluster {
             server: None,
             env: self.env.clone(),
         };
-        live().insert(standby.root.path().to_path_buf());
+        live().insert(standby.root.path().to_path_buf(), None);
         standby.start_server()?;
         Ok(standby)
     }
@@ -531,14 +531,17 @@ impl Cluster {
         std::thread::spawn(move || {
             let _ = tx.send(server.child.wait());
         });
-        match rx.recv_timeout(STOP_TIMEOUT) {
+        let stopped = match rx.recv_timeout(STOP_TIMEOUT) {
             Ok(_) => Ok(()),
             Err(_) => {
                 let _ = kill(pid, Signal::SIGKILL);
                 let _ = rx.recv_timeout(STOP_TIMEOUT);
                 Err(Error::new("the server did not stop in time and was killed"))
             }
-        }
+        };
+        // Reaped (or beyond reach): its PID may now go to another process.
+        record_server(self.root.path(), None);
+        stopped
     }
 
     fn start_server(&mut self) -> Result<(), Error> {
@@ -575,6 +578,14 @@ impl Cluster {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| (Error::io("could not run postgres", e), false))?;
+        if !record_server(self.root.path(), Some(child.id())) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err((
+                Error::new("the cluster is being stopped (stop_every_cluster)"),
+                false,
+            ));
+        }
         let stderr = child
             .stderr
             .take()
@@ -604,6 +615,7 @@ impl Cluster {
         }
         let _ = child.kill();
         let _ = child.wait();
+        record_server(self.root.path(), None);
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let port_taken = text.contains("could not bind") || text.contains("Address already in use");
         Err((
@@ -624,11 +636,27 @@ impl Drop for Cluster {
     }
 }
 
-/// The directories of this process's clusters not yet dropped, for [`stop_every_cluster`].
-fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<PathBuf>> {
-    static LIVE: Mutex<std::collections::BTreeSet<PathBuf>> =
-        Mutex::new(std::collections::BTreeSet::new());
+/// The directories of this process's clusters not yet dropped, for [`stop_every_cluster`],
+/// each with the PID of the server this process spawned for it while that server may run
+/// (`None` before its first start and once it has been stopped and reaped): a stop must find
+/// a server that has not yet written its `postmaster.pid`.
+fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<PathBuf, Option<u32>>> {
+    static LIVE: Mutex<std::collections::BTreeMap<PathBuf, Option<u32>>> =
+        Mutex::new(std::collections::BTreeMap::new());
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Records `server` as the server of the cluster in `root`, or clears it. `false` when the
+/// cluster is no longer listed: [`stop_every_cluster`] has taken it, so the process is on its
+/// way out and a server started now would run on as an orphan.
+fn record_server(root: &Path, server: Option<u32>) -> bool {
+    match live().get_mut(root) {
+        Some(entry) => {
+            *entry = server;
+            true
+        }
+        None => false,
+    }
 }
 
 /// Stops every cluster this process started and has not dropped (immediate shutdown) and
@@ -647,8 +675,8 @@ fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<PathBuf>>
 /// ```
 pub fn stop_every_cluster() -> usize {
     let dirs = std::mem::take(&mut *live());
-    for dir in &dirs {
-        stop_and_remove(dir);
+    for (dir, server) in &dirs {
+        stop_and_remove(dir, *server);
     }
     dirs.len()
 }
@@ -702,24 +730,31 @@ fn sweep(base: &Path) {
         if owner.is_none_or(|o| o.is_alive()) {
             continue;
         }
-        stop_and_remove(&dir);
+        stop_and_remove(&dir, None);
     }
 }
 
 /// Stops the server of the cluster directory `dir` (immediate shutdown, waiting for it to
-/// exit) and removes the directory. One whose server cannot be told for sure
-/// (`LockFile::Unknown`) is left alone.
-fn stop_and_remove(dir: &Path) {
-    match lock_file(&dir.join("data")) {
+/// exit) and removes the directory. `spawned` is the server this process started for it, if
+/// any: one still starting has no whole `postmaster.pid` yet. A directory whose server cannot
+/// be told for sure (`LockFile::Unknown`, and not this process's child) is left alone.
+fn stop_and_remove(dir: &Path, spawned: Option<u32>) {
+    let server = match lock_file(&dir.join("data")) {
+        LockFile::Live { pid, .. } => Some(pid),
+        // An unreaped child of this process is the server it spawned, whatever the file says.
+        _ if spawned.is_some_and(is_own_child) => spawned,
         LockFile::Unknown => return,
-        LockFile::Stale => {}
-        LockFile::Live { pid, .. } => {
-            let pid = Pid::from_raw(pid as i32);
-            let _ = kill(pid, Signal::SIGQUIT);
-            let deadline = std::time::Instant::now() + STOP_TIMEOUT;
-            while kill(pid, None).is_ok() && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+        LockFile::Stale => None,
+    };
+    if let Some(server) = server {
+        let pid = Pid::from_raw(server as i32);
+        let _ = kill(pid, Signal::SIGQUIT);
+        let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+        // A server this process spawned stays a zombie once it exits: it is not reaped here,
+        // since its `Child` handle may still be waited on or killed, which must not reach a
+        // process that reused the PID. The zombie goes when this process exits.
+        while !has_exited(server) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
     let _ = std::fs::remove_dir_all(dir);

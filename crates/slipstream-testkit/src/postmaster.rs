@@ -45,6 +45,19 @@ pub(crate) fn lock_file(data: &Path) -> LockFile {
     }
 }
 
+/// Whether process `pid` has exited: it is gone, or a zombie waiting for its parent to reap it.
+/// A server this process spawned stays a zombie until reaped, so `kill(pid, 0)` alone would
+/// say it still runs.
+pub(crate) fn has_exited(pid: u32) -> bool {
+    stat_field(pid, 0).is_none_or(|state| state == "Z")
+}
+
+/// Whether `pid` is a child of this process that has not been reaped (running or a zombie):
+/// such a PID cannot have been given to another process.
+pub(crate) fn is_own_child(pid: u32) -> bool {
+    stat_field(pid, 1).is_some_and(|parent| parent == std::process::id().to_string())
+}
+
 /// Field `index` of `/proc/<pid>/stat` counted from the state (index 0), after the command
 /// name, whose parentheses may hold anything.
 fn stat_field(pid: u32, index: usize) -> Option<String> {
