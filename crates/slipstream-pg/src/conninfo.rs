@@ -13,6 +13,15 @@ use crate::{Config, Error};
 impl Config {
     /// Sets one libpq parameter by its keyword.
     pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        // The startup packet and the password message are NUL-terminated strings: a NUL would
+        // fail the connection later, naming no parameter (libpq's strings cannot hold one).
+        // The value is not shown: it may be the password.
+        if value.contains('\0') {
+            return Err(Error::config(format!(
+                "the value of `{key}` contains a NUL byte, which no connection parameter can \
+                 carry: remove it"
+            )));
+        }
         match key {
             // libpq's lists: an empty entry is the default host or port (`host=,db2`,
             // `port=5433,`), and a value given empty (`host=''`) is one default entry, which
@@ -22,12 +31,20 @@ impl Config {
                     .split(',')
                     .map(|h| {
                         if h.is_empty() {
-                            Host::default_for_machine()
+                            Ok(Host::default_for_machine())
+                        } else if h.starts_with('@') {
+                            // libpq 14+ reads `@name` as a Linux abstract Unix-domain socket;
+                            // taken as a host name it would be looked up in DNS instead.
+                            Err(Error::config(format!(
+                                "host `{h}` names an abstract Unix-domain socket (libpq's \
+                                 `@name`), which slipstream-pg does not support: give the \
+                                 socket's directory (e.g. /var/run/postgresql) or a host name"
+                            )))
                         } else {
-                            Host::parse(h)
+                            Ok(Host::parse(h))
                         }
                     })
-                    .collect();
+                    .collect::<Result<_, _>>()?;
             }
             "port" => {
                 self.ports = value
@@ -41,9 +58,10 @@ impl Config {
             "application_name" => self.application_name = Some(value.into()),
             "options" => self.options = Some(value.into()),
             "connect_timeout" => {
-                let secs: i64 = value.trim().parse().map_err(|_| {
+                let secs = c_int(value).ok_or_else(|| {
                     Error::config(format!(
-                        "invalid connect_timeout `{value}`: expected whole seconds"
+                        "invalid connect_timeout `{value}`: expected whole seconds, up to {}",
+                        i32::MAX
                     ))
                 })?;
                 // libpq: zero or negative means wait forever (and that, once given, keeps
@@ -58,7 +76,7 @@ impl Config {
             "sslkey" => self.ssl_key = non_empty(value).map(PathBuf::from),
             "keepalives" => {
                 // libpq: any integer, non-zero meaning on.
-                let n: i64 = value.trim().parse().map_err(|_| {
+                let n = c_int(value).ok_or_else(|| {
                     Error::config(format!(
                         "invalid keepalives `{value}`: use 1 (on) or 0 (off)"
                     ))
@@ -70,15 +88,19 @@ impl Config {
                 self.keepalives_interval = Some(seconds("keepalives_interval", value)?)
             }
             "keepalives_count" => {
-                self.keepalives_count = Some(value.trim().parse().map_err(|_| {
+                // As libpq: a C int, a negative one taken as 0 (which the kernel refuses when
+                // connecting, naming the parameter).
+                let n = c_int(value).ok_or_else(|| {
                     Error::config(format!(
-                        "invalid keepalives_count `{value}`: expected a whole number"
+                        "invalid keepalives_count `{value}`: expected a whole number up to {}",
+                        i32::MAX
                     ))
-                })?)
+                })?;
+                self.keepalives_count = Some(n.max(0) as u32);
             }
             "tcp_user_timeout" => {
                 // libpq reads a C int and takes a negative one as 0, the system's default.
-                let ms: i32 = value.trim().parse().map_err(|_| {
+                let ms = c_int(value).ok_or_else(|| {
                     Error::config(format!(
                         "invalid tcp_user_timeout `{value}`: expected milliseconds, a whole number up to {}",
                         i32::MAX
@@ -118,14 +140,16 @@ impl Config {
                 })
             }
             "fallback_application_name" => self.fallback_application_name = Some(value.into()),
-            "target_session_attrs" => self.target_session_attrs = Some(value.parse()?),
-            "load_balance_hosts" => self.load_balance_hosts = Some(value.parse()?),
+            "target_session_attrs" => {
+                self.target_session_attrs = Some(exact(key, value)?.parse()?)
+            }
+            "load_balance_hosts" => self.load_balance_hosts = Some(exact(key, value)?.parse()?),
             // Empty is libpq's "not set": ~/.pgpass, and any method.
             "passfile" => self.passfile = non_empty(value).map(PathBuf::from),
             "require_auth" => {
                 self.require_auth = non_empty(value).map(str::parse).transpose()?;
             }
-            "channel_binding" => self.channel_binding = Some(value.parse()?),
+            "channel_binding" => self.channel_binding = Some(exact(key, value)?.parse()?),
             // No GSSAPI encryption: `prefer` falls back to TLS or plain, as libpq built without
             // GSSAPI does; `require` is refused rather than silently not applied.
             "gssencmode" => {
@@ -152,13 +176,15 @@ impl Config {
             .strip_prefix("postgresql://")
             .or_else(|| s.strip_prefix("postgres://"))
             .ok_or_else(|| Error::config("a URL must start with postgres:// or postgresql://"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostlist) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
+        let UrlParts {
+            userinfo,
+            hosts: hostlist,
+            path,
+            query,
+        } = split_url(rest);
+        let (path, query) = (path.unwrap_or(""), query.unwrap_or(""));
         let mut config = Config::new();
+        let mut pending = LastWins::default();
         if let Some(userinfo) = userinfo {
             let (user, password) = match userinfo.split_once(':') {
                 Some((u, p)) => (u, Some(p)),
@@ -167,7 +193,8 @@ impl Config {
             if !user.is_empty() {
                 config.user = Some(decode(user)?);
             }
-            if let Some(p) = password {
+            // An empty one (`u:@h`) is not set, as in libpq, so PGPASSWORD still applies.
+            if let Some(p) = password.filter(|p| !p.is_empty()) {
                 config.password = Some(uri_decode(p, "the URL's password")?);
             }
         }
@@ -175,7 +202,7 @@ impl Config {
         // by position (an entry left out is empty: the default), each set only if it says
         // anything. So `h1,h2:7777` gives h1 the default port, and two port-less hosts both
         // get 5432 (PGPORT applies only where no port list is set at all).
-        let read_hosts = |config: &mut Config| -> Result<(), Error> {
+        let read_hosts = |config: &mut Config, pending: &mut LastWins| -> Result<(), Error> {
             let (mut hosts, mut ports) = (Vec::new(), Vec::new());
             if !hostlist.is_empty() {
                 for part in hostlist.split(',') {
@@ -186,27 +213,25 @@ impl Config {
             }
             let (hosts, ports) = (hosts.join(","), ports.join(","));
             if !hosts.is_empty() {
-                config.set("host", &decode(&hosts)?)?;
+                pending.set(config, "host", &decode(&hosts)?);
             }
             if !ports.is_empty() {
-                config.set("port", &decode(&ports)?)?;
+                pending.set(config, "port", &decode(&ports)?);
             }
             Ok(())
         };
-        // An `@` after the host list means a password with a `/` or `?` in it, which ended the
+        // An `@` after the host list means a password with a `/` in it, which ended the
         // host list early (as in libpq): what was read as `host:port` is `user:` and the
-        // password's start, so the error must not show it.
+        // password's start, so the error must not show it (nor wait for a later `?port=`).
         let misplaced_at = userinfo.is_none() && (path.contains('@') || query.contains('@'));
-        read_hosts(&mut config).map_err(|e| {
-            if misplaced_at {
-                Error::config(
-                    "cannot read the URL's hosts, and an `@` follows them: if the password \
-                     contains `/` or `?`, percent-encode them (%2F, %3F)",
-                )
-            } else {
-                e
-            }
-        })?;
+        let hosts_read = read_hosts(&mut config, &mut pending);
+        if misplaced_at && (hosts_read.is_err() || pending.failed()) {
+            return Err(Error::config(
+                "cannot read the URL's hosts, and an `@` follows them: if the password \
+                 contains `/`, percent-encode it as %2F",
+            ));
+        }
+        hosts_read?;
         if !path.is_empty() {
             config.dbname = Some(decode(path)?);
         }
@@ -254,21 +279,115 @@ impl Config {
             // copied from a JDBC configuration asks for TLS, and must not be refused (or, worse,
             // be read as anything weaker than `require`).
             if key == "ssl" && value == "true" {
-                config.set("sslmode", "require")?;
+                pending.set(&mut config, "sslmode", "require");
                 continue;
             }
-            config.set(&key, &value)?;
+            pending.set(&mut config, &key, &value);
         }
+        pending.finish()?;
         Ok(config)
     }
 
     fn parse_key_value(s: &str) -> Result<Config, Error> {
         let mut config = Config::new();
+        let mut pending = LastWins::default();
         for pair in key_value_pairs(s)? {
-            config.set(&pair.key, &pair.value)?;
+            pending.set(&mut config, &pair.key, &pair.value);
         }
+        pending.finish()?;
         Ok(config)
     }
+}
+
+/// Parameters set in the order a string gives them, where only the last value of each counts,
+/// as in libpq: it keeps the last and checks that one when connecting. So `sslmode=bogus
+/// sslmode=require` is `require`, and `postgres://h:0/db?port=5432` uses port 5432; refusing
+/// an overridden value would refuse strings libpq connects with. An unknown parameter is
+/// refused wherever it is (libpq refuses it while reading the string).
+#[derive(Default)]
+struct LastWins {
+    /// (parameter, why its last value was refused), in the order given.
+    refused: Vec<(String, Error)>,
+}
+
+impl LastWins {
+    fn set(&mut self, config: &mut Config, key: &str, value: &str) {
+        // libpq stores `requiressl` as `sslmode`: the later of the two wins.
+        let slot = if key == "requiressl" { "sslmode" } else { key };
+        self.refused.retain(|(k, _)| k != slot);
+        // `Config::set` changes nothing when it refuses, so an earlier value stays in place
+        // until the refusal is reported.
+        if let Err(e) = config.set(key, value) {
+            self.refused.push((slot.to_string(), e));
+        }
+    }
+
+    fn failed(&self) -> bool {
+        !self.refused.is_empty()
+    }
+
+    /// The first refusal still standing, if any.
+    fn finish(self) -> Result<(), Error> {
+        match self.refused.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A URL's parts after `scheme://`, split where libpq's `conninfo_uri_parse_options` splits
+/// them. The one splitter, for reading and for [`redact_password`].
+struct UrlParts<'a> {
+    userinfo: Option<&'a str>,
+    /// Up to the first `/` or `?` after the userinfo.
+    hosts: &'a str,
+    /// After that `/`, up to the next `?`.
+    path: Option<&'a str>,
+    /// After the `?`.
+    query: Option<&'a str>,
+}
+
+fn split_url(rest: &str) -> UrlParts<'_> {
+    // libpq looks for the userinfo's `@` up to the first `/` only: a `?` before it does not
+    // stop the search (`postgres://u:pa?ss@h` has the password `pa?ss`, and
+    // `postgres://h?application_name=a@b` the user `h?application_name=a` and the host `b`).
+    // libpq takes the first `@`; the client takes the last one before the host list's `/` or
+    // `?` (docs/client.md: a password may hold an unencoded `@`), and only when there is
+    // none, libpq's first `@` after a `?`.
+    let slash = rest.find('/').unwrap_or(rest.len());
+    let host_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let at = rest[..host_end]
+        .rfind('@')
+        .or_else(|| rest[..slash].find('@'));
+    let (userinfo, rest) = match at {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    let (path, query) = match tail.strip_prefix('/') {
+        Some(after) => match after.split_once('?') {
+            Some((path, query)) => (Some(path), Some(query)),
+            None => (Some(after), None),
+        },
+        None => (None, tail.strip_prefix('?')),
+    };
+    UrlParts {
+        userinfo,
+        hosts,
+        path,
+        query,
+    }
+}
+
+/// The URL in `s`, if `s` is one: it starts with `postgres://` or `postgresql://` once the
+/// ASCII whitespace around it is dropped. libpq refuses a URL after whitespace and keeps
+/// whitespace at its end in its last part; the client drops both (docs/client.md lists the
+/// difference), so a URL read from a file with its newline still works. A `key=value` string
+/// is not trimmed: its reader skips whitespace as libpq's does, and a no-break space or an
+/// escaped trailing space is part of a value.
+fn as_url(s: &str) -> Option<&str> {
+    let t = s.trim_matches(|c| is_space(&c));
+    (t.starts_with("postgres://") || t.starts_with("postgresql://")).then_some(t)
 }
 
 /// One pair of a `key=value` connection string, as the client reads it.
@@ -368,7 +487,7 @@ fn key_value_pairs(s: &str) -> Result<Vec<Pair<'_>>, Error> {
 pub fn redact_password(conninfo: &str) -> String {
     // A URL exactly when `Config::from_str` reads one: a `://` inside a key=value string's
     // value does not make it a URL.
-    let trimmed = conninfo.trim();
+    let trimmed = as_url(conninfo).unwrap_or_default();
     for scheme in ["postgres", "postgresql"] {
         if let Some(rest) = trimmed
             .strip_prefix(scheme)
@@ -410,20 +529,19 @@ fn misplaced_password_cut(url: &str, rest: &str) -> String {
 }
 
 fn redact_url(scheme: &str, rest: &str) -> String {
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, Some(q)),
-        None => (rest, None),
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{hosts}"),
-            None => authority.to_string(),
-        },
-        None => authority.to_string(),
-    };
-    let mut out = format!("{scheme}://{authority}{path}");
-    if let Some(q) = query {
+    let parts = split_url(rest);
+    let mut out = format!("{scheme}://");
+    match parts.userinfo.map(|u| (u, u.split_once(':'))) {
+        Some((_, Some((user, _)))) => out.push_str(&format!("{user}:***@")),
+        Some((user, None)) => out.push_str(&format!("{user}@")),
+        None => {}
+    }
+    out.push_str(parts.hosts);
+    if let Some(path) = parts.path {
+        out.push('/');
+        out.push_str(path);
+    }
+    if let Some(q) = parts.query {
         let pairs: Vec<String> = q
             .split('&')
             .map(|pair| match pair.split_once('=') {
@@ -448,15 +566,30 @@ fn is_space(c: &char) -> bool {
 
 /// One entry of a port list: empty is the default port, as in libpq.
 fn port_entry(p: &str) -> Result<u16, Error> {
-    let p = p.trim();
     if p.is_empty() {
         return Ok(crate::config::DEFAULT_PORT);
     }
+    // libpq's `strtol` skips C whitespace around the number, but a port of whitespace alone
+    // is no number (it is not the empty entry), and a no-break space makes it invalid.
+    let p = p.trim_matches(|c| is_space(&c));
     match p.parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(Error::config(format!(
             "invalid port `{p}`: expected a number 1-65535"
         ))),
+    }
+}
+
+/// `value` if no whitespace surrounds it. libpq compares these parameters' values exactly
+/// (`' any'` is not `any`, and is refused), while their parsers also serve callers that trim.
+fn exact<'a>(key: &str, value: &'a str) -> Result<&'a str, Error> {
+    if value.trim() == value {
+        Ok(value)
+    } else {
+        Err(Error::config(format!(
+            "invalid {key} `{value}`: remove the whitespace around the value (libpq takes it \
+             exactly as written)"
+        )))
     }
 }
 
@@ -486,7 +619,7 @@ pub(crate) fn parse_bytes(value: &str) -> Option<usize> {
 /// Accepts `gssencmode=disable|prefer` (there is no GSSAPI encryption to prefer) and refuses
 /// `require`: a protection silently not applied would be worse than a refusal.
 fn refuse_gssencmode(value: &str) -> Result<(), Error> {
-    match value.trim() {
+    match exact("gssencmode", value)? {
         "disable" | "prefer" => Ok(()),
         "require" => Err(Error::config(
             "gssencmode=require is not supported by slipstream-pg (it has no GSSAPI encryption), \
@@ -499,12 +632,24 @@ fn refuse_gssencmode(value: &str) -> Result<(), Error> {
     }
 }
 
+/// A keepalive time as libpq reads it: a C int of seconds, a negative one taken as 0 (which
+/// the kernel refuses when connecting, naming the parameter).
 fn seconds(key: &str, value: &str) -> Result<Duration, Error> {
-    value
-        .trim()
-        .parse::<u64>()
-        .map(Duration::from_secs)
-        .map_err(|_| Error::config(format!("invalid {key} `{value}`: expected whole seconds")))
+    c_int(value)
+        .map(|n| Duration::from_secs(n.max(0) as u64))
+        .ok_or_else(|| {
+            Error::config(format!(
+                "invalid {key} `{value}`: expected whole seconds, up to {}",
+                i32::MAX
+            ))
+        })
+}
+
+/// An integer parameter as libpq's `parse_int_param` reads it: C whitespace around it, an
+/// optional sign, and a value that fits a C `int` (libpq refuses a larger one, so reading it
+/// into a wider type would accept strings libpq refuses).
+fn c_int(value: &str) -> Option<i32> {
+    value.trim_matches(|c| is_space(&c)).parse().ok()
 }
 
 /// A URL part that is not secret (user, hosts, ports, database, a query key), decoded as
@@ -524,6 +669,12 @@ fn uri_decode(s: &str, what: &str) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        if bytes[i] == 0 {
+            // Written as is rather than as %00: refused alike (see `Config::set`).
+            return Err(Error::config(format!(
+                "{what} contains a NUL byte, which no connection parameter can carry: remove it"
+            )));
+        }
         if bytes[i] != b'%' {
             out.push(bytes[i]);
             i += 1;
@@ -601,11 +752,9 @@ impl FromStr for Config {
     /// Parses a URL (`postgres://user:pass@host:port/db?sslmode=require`) or a libpq key=value
     /// string (`host=... port=... user=...`). No environment variables are applied.
     fn from_str(s: &str) -> Result<Config, Error> {
-        let s = s.trim();
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            Config::parse_url(s)
-        } else {
-            Config::parse_key_value(s)
+        match as_url(s) {
+            Some(url) => Config::parse_url(url),
+            None => Config::parse_key_value(s),
         }
     }
 }
