@@ -98,6 +98,17 @@ impl Oracle {
         }
     }
 
+    /// The keywords libpq 15 knows (`PQconndefaults`).
+    pub(super) fn keywords() -> Vec<String> {
+        let mut cmd = Command::new(oracle_exe());
+        let out = scrubbed(&mut cmd).arg("--keys").output().unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
     pub(super) fn read(&mut self, s: &str) -> Theirs {
         writeln!(self.stdin, "{}", hex(s.as_bytes())).unwrap();
         self.stdin.flush().unwrap();
