@@ -10,8 +10,8 @@
 //! against the installed libpq (`PQconninfoParse`, then two connection attempts that cannot
 //! reach a server, which is where libpq checks the values: see the program's header). No NUL:
 //! libpq's API takes C strings. Compared: the verdict (read or refused), and for strings both
-//! read, every field a user can see (getters, and `Debug` for the rest; the password's
-//! presence, never its value, which has no getter).
+//! read, every field a user can see (getters, and `Debug` for the rest), and the password
+//! slipstream sends, as a fake server sees it (`Config` has no getter for it).
 //!
 //! A difference docs/client.md lists is recognised by name ([`Known`]) and counted, so a run
 //! shows which of them it met; any other difference fails with the string, both readings and
@@ -31,6 +31,7 @@
 
 mod compare;
 mod oracle;
+mod password;
 
 use std::collections::BTreeMap;
 
@@ -42,6 +43,7 @@ use slipstream_pg::Config;
 
 use compare::{Known, NEWER, c_space, one_case};
 use oracle::Oracle;
+use password::Catcher;
 
 /// Cases in the bounded form, which runs in `make test`.
 const DEFAULT_CASES: u32 = 512;
@@ -381,6 +383,7 @@ fn generated_strings_are_read_as_libpq_reads_them() {
         "libpq's keywords: {keys:?}"
     );
     let oracle = std::cell::RefCell::new(Oracle::start());
+    let catcher = Catcher::start();
     let met = std::cell::RefCell::new(BTreeMap::<Known, u32>::new());
     let (cases, seed) = (cases(), seed());
     let mut runner = TestRunner::new(RunnerConfig {
@@ -393,7 +396,7 @@ fn generated_strings_are_read_as_libpq_reads_them() {
     // first: for a survey after a change.
     let all = std::env::var_os("SLIPSTREAM_FUZZ_ALL").is_some();
     let result = runner.run(&connection_string(keys), |s| {
-        let known = match one_case(&mut oracle.borrow_mut(), &s) {
+        let known = match one_case(&mut oracle.borrow_mut(), &catcher, &s) {
             Err(d) if all => {
                 eprintln!("DIFF {d}");
                 None
@@ -406,7 +409,9 @@ fn generated_strings_are_read_as_libpq_reads_them() {
         Ok(())
     });
     eprintln!(
-        "{cases} cases (seed {seed}); documented differences met: {:?}",
+        "{cases} cases (seed {seed}); passwords compared on the wire: {}; documented \
+         differences met: {:?}",
+        catcher.compared.get(),
         met.borrow()
     );
     if let Err(e) = result {
@@ -419,9 +424,10 @@ fn generated_strings_are_read_as_libpq_reads_them() {
 /// Each string is read alike by both, or differs as docs/client.md says.
 fn assert_read_alike(strings: &[&str]) {
     let mut oracle = Oracle::start();
+    let catcher = Catcher::start();
     let failures: Vec<String> = strings
         .iter()
-        .filter_map(|s| one_case(&mut oracle, s).err())
+        .filter_map(|s| one_case(&mut oracle, &catcher, s).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use slipstream_pg::{ChannelBinding, Config, Host, SslMode, TargetSessionAttrs};
 
 use super::oracle::{Oracle, Theirs};
+use super::password::Catcher;
 
 // ---- slipstream's reading -------------------------------------------------------------------
 
@@ -432,8 +433,13 @@ fn fields_differ(opts: &BTreeMap<String, Vec<u8>>, c: &Config) -> Option<String>
 }
 
 /// One string through both parsers: the verdicts and fields agree, or differ as
-/// docs/client.md says; no panic; no error shows the password libpq read.
-pub(super) fn one_case(oracle: &mut Oracle, s: &str) -> Result<Option<Known>, String> {
+/// docs/client.md says; where both read a password, slipstream sends libpq's (to `catcher`);
+/// no panic; no error shows the password libpq read.
+pub(super) fn one_case(
+    oracle: &mut Oracle,
+    catcher: &Catcher,
+    s: &str,
+) -> Result<Option<Known>, String> {
     // A URL with whitespace around it is compared with libpq's reading of the URL alone
     // (docs/client.md: the whitespace is dropped).
     let trimmed = s.trim_matches(c_space);
@@ -454,5 +460,28 @@ pub(super) fn one_case(oracle: &mut Oracle, s: &str) -> Result<Option<Known>, St
         return Err(format!("{s:?}: the error shows the password: {e}"));
     }
     let known = compare(asked, &theirs, &ours).map_err(|d| format!("{s:?}: {d}"))?;
+    if let (
+        None,
+        Theirs::Read {
+            opts,
+            refusal: None,
+        },
+        Ok(read),
+    ) = (known, &theirs, &ours)
+        && (read.has_password() || opts.contains_key("password"))
+        && let Some(sent) = catcher.sent_password(s, read)
+    {
+        // An empty password is none to libpq: the password file is asked instead (and here
+        // there is none).
+        let want = opts.get("password").filter(|p| !p.is_empty());
+        if sent.as_ref() != want {
+            let shown = |p: Option<&Vec<u8>>| p.map(|p| String::from_utf8_lossy(p).into_owned());
+            return Err(format!(
+                "{s:?}: slipstream sends the password {:?}, libpq reads {:?}",
+                shown(sent.as_ref()),
+                shown(want)
+            ));
+        }
+    }
     Ok(known.or(around))
 }
