@@ -175,7 +175,9 @@ fn compare(
             {
                 return Ok(Some(Known::GssEncRequire));
             }
-            if e.contains("UTF-8") && opts.values().any(|v| std::str::from_utf8(v).is_err()) {
+            // (Or hidden behind the refusal of a host list a password's `/` ended early.)
+            let refused_text = e.contains("UTF-8") || e.contains("an `@` follows them");
+            if refused_text && opts.values().any(|v| std::str::from_utf8(v).is_err()) {
                 return Ok(Some(Known::NotUtf8));
             }
             known_url_split
@@ -459,6 +461,19 @@ pub(super) fn one_case(
     {
         return Err(format!("{s:?}: the error shows the password: {e}"));
     }
+    // redact_password hides the password wherever libpq reads one (checked where its text
+    // appears once in the string, as written, so that no other part can be the match).
+    if let Theirs::Read { opts, .. } = &theirs
+        && let Some(password) = opts.get("password").filter(|p| p.len() >= 4)
+        && let Ok(password) = std::str::from_utf8(password)
+        && s.matches(password).count() == 1
+        && slipstream_pg::redact_password(s).contains(password)
+    {
+        return Err(format!(
+            "{s:?}: redact_password shows the password: {}",
+            slipstream_pg::redact_password(s)
+        ));
+    }
     let known = compare(asked, &theirs, &ours).map_err(|d| format!("{s:?}: {d}"))?;
     if let (
         None,
@@ -469,6 +484,8 @@ pub(super) fn one_case(
         Ok(read),
     ) = (known, &theirs, &ours)
         && (read.has_password() || opts.contains_key("password"))
+        // Where the userinfo ends at another `@`, the password differs as documented.
+        && !userinfo_ends_differ(asked)
         && let Some(sent) = catcher.sent_password(s, read)
     {
         // An empty password is none to libpq: the password file is asked instead (and here

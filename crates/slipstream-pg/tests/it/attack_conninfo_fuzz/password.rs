@@ -79,7 +79,8 @@ impl Catcher {
             ("target_session_attrs", "any"),
             ("passfile", "/nonexistent-attack-home/pgpass"),
         ];
-        let trimmed = s.trim();
+        // As `Config::from_str` trims a URL: ASCII whitespace only.
+        let trimmed = s.trim_matches(super::compare::c_space);
         let redirected = if trimmed.starts_with("postgres") {
             let pairs: Vec<String> = redirect.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let sep = match trimmed.contains('?') {
