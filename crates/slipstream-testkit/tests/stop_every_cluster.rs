@@ -77,22 +77,29 @@ fn the_stop_does_not_wait_for_a_server_that_has_exited() {
     );
 }
 
-/// The throwaway cluster directories this process made (marked with its PID in `owner`).
+/// The throwaway cluster directories this process made: `owner` holds its PID and start time
+/// (a directory left by an earlier process with the same PID, not yet swept, is not ours).
 fn my_roots() -> Vec<PathBuf> {
     let base = std::env::temp_dir().join(format!(
         "slipstream-testkit-{}",
         nix::unistd::geteuid().as_raw()
     ));
-    let me = std::process::id().to_string();
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // `starttime` is field 22; fields after the command name's closing parenthesis start at 3.
+    let started = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap();
+    let me = format!("{} {started}", std::process::id());
     std::fs::read_dir(base)
         .map(|entries| {
             entries
                 .flatten()
                 .map(|e| e.path())
-                .filter(|d| {
-                    std::fs::read_to_string(d.join("owner"))
-                        .is_ok_and(|t| t.split_whitespace().next() == Some(me.as_str()))
-                })
+                .filter(|d| std::fs::read_to_string(d.join("owner")).is_ok_and(|t| t.trim() == me))
                 .collect()
         })
         .unwrap_or_default()
