@@ -1797,7 +1797,7 @@ fn is_stream_copy(sql: &str) -> bool {
     let starts_with_copy = rest
         .get(..4)
         .is_some_and(|w| w.eq_ignore_ascii_case("copy"))
-        && !rest[4..].starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$');
+        && !rest[4..].starts_with(ident_cont);
     if !starts_with_copy {
         return false;
     }
@@ -1891,8 +1891,9 @@ fn copy_target(sql: &str) -> Option<CopyTarget> {
             continue;
         }
         if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+            // Never empty: the character at `i` continues an identifier, so the scan moves on.
             let end = sql[i..]
-                .find(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
+                .find(|ch: char| !ident_cont(ch))
                 .map_or(bytes.len(), |n| i + n);
             let word = &sql[i..end];
             if after_direction {
@@ -1934,7 +1935,7 @@ fn end_of_literal(sql: &str, start: usize, escapes: bool) -> Option<usize> {
         let tag_len = sql[start + 1..].find('$')?;
         let tag = &sql[start + 1..start + 1 + tag_len];
         if tag.starts_with(|c: char| c.is_ascii_digit())
-            || !tag.chars().all(|c| c.is_alphanumeric() || c == '_')
+            || !tag.chars().all(|c| c != '$' && ident_cont(c))
         {
             return None;
         }
@@ -1952,6 +1953,14 @@ fn end_of_literal(sql: &str, start: usize, escapes: bool) -> Option<usize> {
             _ => j += 1,
         }
     }
+}
+
+/// Whether PostgreSQL's lexer takes `c` into an identifier after its first character (its
+/// `ident_cont`): ASCII letters and digits, `_`, `$`, and every non-ASCII character, since it
+/// takes each byte from 0x80 up. `char::is_alphanumeric` is not it: `t·x` and `€` are
+/// identifiers too, and a scan that stopped before such a character never moved past it.
+fn ident_cont(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '$' || !c.is_ascii()
 }
 
 /// What follows the block comment `sql` starts with. PostgreSQL's block comments nest, so
@@ -2074,6 +2083,9 @@ mod tests {
             "COPY (SELECT $1::text AS stdin) TO '/tmp/x'",
             r#"COPY s."T""x" (a) FROM '/srv/x' WHERE a <> 'stdin'"#,
             "COPY été FROM '/srv/stdin'",
+            "COPY t·x FROM '/srv/stdin'",
+            "COPY € (a) FROM '/srv/x'",
+            "COPY t FROM $€$/srv/stdin$€$",
         ] {
             assert!(!is_stream_copy(sql), "{sql}");
         }
@@ -2103,9 +2115,65 @@ mod tests {
             "COPY t) FROM '/f' STDIN",
             r#"COPY "t FROM '/f' STDIN"#,
             "COPY t /* FROM '/f' STDIN",
+            "COPY t· FROM STDIN",
+            "COPY (SELECT 1 AS €, 2 AS 😀) TO STDOUT",
         ] {
             assert!(is_stream_copy(sql), "{sql}");
         }
+    }
+
+    /// Promise: building a pipeline never hangs on a statement's text. The COPY scan stopped
+    /// at an identifier character that `char::is_alphanumeric` does not take (`·`, `€`, an
+    /// emoji) without moving past it, and spun forever. Before the fix: "the COPY check of
+    /// `COPY t· FROM '/x'` did not finish in 60 s".
+    #[test]
+    fn the_copy_check_ends_on_any_text() {
+        let (done, finished) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            use proptest::strategy::{Strategy, ValueTree};
+            let named = [
+                "COPY t· FROM '/x'",
+                "COPY (SELECT 1 AS €) TO STDOUT",
+                "COPY 😀",
+            ];
+            for sql in named {
+                let _ = done.send(Err(sql.to_string()));
+                is_stream_copy(sql);
+            }
+            // Arbitrary text after the keyword, any Unicode, built from SQL's own delimiters
+            // and characters of every class.
+            let mut runner = proptest::test_runner::TestRunner::deterministic();
+            let parts = proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::sample::select(vec![
+                        " ", "'", "\"", "$", "$$", "$a$", "(", ")", "--", "/*", "*/", "\n", "\\",
+                        "E'", "U&'", "from", "TO", "stdin", "program", "·", "€", "é", "😀", "1",
+                        "_", ";",
+                    ])
+                    .prop_map(str::to_string),
+                    proptest::arbitrary::any::<char>().prop_map(String::from),
+                ],
+                0..24,
+            );
+            for _ in 0..5_000 {
+                let sql = format!(
+                    "COPY {}",
+                    parts.new_tree(&mut runner).unwrap().current().concat()
+                );
+                let _ = done.send(Err(sql.clone()));
+                is_stream_copy(&sql);
+            }
+            let _ = done.send(Ok(()));
+        });
+        let mut last = String::new();
+        loop {
+            match finished.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(Ok(())) => break,
+                Ok(Err(sql)) => last = sql,
+                Err(_) => panic!("the COPY check of `{last}` did not finish in 60 s"),
+            }
+        }
+        worker.join().unwrap();
     }
 
     proptest::proptest! {

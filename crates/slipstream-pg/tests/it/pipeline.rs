@@ -369,6 +369,58 @@ async fn server_side_copies_naming_stdin_or_stdout_run_in_a_pipeline() {
     assert_eq!(row.get::<_, &str>(1).unwrap(), "to stdout");
 }
 
+/// Promise: a pipeline never hangs on a statement's text. An identifier character that is not
+/// alphanumeric to Rust (`·`, `€`; PostgreSQL takes every non-ASCII character into names) made
+/// the COPY check spin forever inside `execute`, a loop no timeout future can interrupt, so
+/// the case runs on a thread of its own and is waited for with a bound. Before the fix: "the
+/// pipeline's COPY check hung".
+#[test]
+fn copies_with_any_identifier_characters_are_checked_without_hanging() {
+    let (done, finished) = std::sync::mpsc::channel();
+    let case = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (cluster, mut c) = setup().await;
+            c.batch_execute("CREATE TABLE t· (€ int)").await.unwrap();
+            let path = cluster.data_dir().join("euro.csv");
+            let path = path.to_str().unwrap();
+            let mut p = c.pipeline();
+            let out = p
+                .execute(&format!("COPY (SELECT 7 AS €) TO '{path}'"), &[])
+                .await
+                .unwrap();
+            let load = p
+                .execute(&format!("COPY t· (€) FROM '{path}'"), &[])
+                .await
+                .unwrap();
+            let stream = p.execute("COPY (SELECT 1 AS €) TO STDOUT", &[]).await;
+            assert!(
+                stream.is_err_and(|e| e.to_string().contains("cannot run in a pipeline")),
+                "a stream COPY must still be refused"
+            );
+            assert_eq!(p.process(&out).await.unwrap(), 1);
+            assert_eq!(p.process(&load).await.unwrap(), 1);
+            p.end().await;
+            let row = c.query_one("SELECT € FROM t·", &[]).await.unwrap();
+            assert_eq!(row.get::<_, i32>(0).unwrap(), 7);
+        });
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the pipeline's COPY check hung")
+        }
+        // The case panicked: its own message says what failed.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(case.join().unwrap_err())
+        }
+    }
+}
+
 #[tokio::test]
 async fn statements_prepared_in_a_pipeline_work_in_the_next_one() {
     let (_cluster, mut c) = setup().await;
