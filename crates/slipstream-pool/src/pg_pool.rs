@@ -720,8 +720,10 @@ impl PgPool {
     ///         u32::from(wanted != current)
     ///     }
     ///     async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
-    ///         let sql = format!("SET search_path = {}", wanted["tenant"]);
-    ///         conn.simple_query(&sql).await.is_ok()
+    ///         // Bound, not spliced into the SQL: a label is data, and `quote_ident` makes it
+    ///         // one schema name whatever it holds.
+    ///         let sql = "SELECT set_config('search_path', quote_ident($1), false)";
+    ///         conn.execute(sql, &[&wanted["tenant"]]).await.is_ok()
     ///     }
     /// }
     /// let acme = Labels::from([("tenant".to_string(), "acme".to_string())]);
