@@ -152,6 +152,9 @@ pub struct Config {
     /// Whether `gssencmode` was given (`disable` or `prefer`: there is no GSSAPI encryption
     /// to apply, `require` is refused), so that a `PGGSSENCMODE` does not override it.
     pub(crate) gssencmode_given: bool,
+    /// The connection service (`service=`) whose section of a service file fills what the
+    /// string leaves unset; see `service_file.rs`.
+    pub(crate) service: Option<String>,
 }
 
 /// How many statements a connection caches unless told otherwise (as pgjdbc's
@@ -482,6 +485,24 @@ impl Config {
         self.passfile = Some(path.into());
         self
     }
+    /// The connection service (libpq's `service`): [`Config::apply_env`] (and so
+    /// [`crate::connect`]) fills every parameter still unset from the service's section of
+    /// `PGSERVICEFILE` (else `~/.pg_service.conf`) or, failing that,
+    /// `PGSYSCONFDIR/pg_service.conf`, before the `PG*` variables, as libpq 15 does. A service
+    /// found in no file is an error.
+    ///
+    /// ```
+    /// use slipstream_pg::Config;
+    /// let config = Config::new().service("orders").dbname("reports");
+    /// assert_eq!(config.get_service(), Some("orders"));
+    /// // A service that no file defines is an error naming it.
+    /// let e = Config::new().service("no-such-service").apply_env().unwrap_err();
+    /// assert!(e.to_string().contains("\"no-such-service\""), "{e}");
+    /// ```
+    pub fn service(mut self, name: &str) -> Config {
+        self.service = Some(name.to_string());
+        self
+    }
     /// The authentication methods the server may ask for (`require_auth`, libpq 16): a
     /// comma-separated list of `password`, `md5`, `scram-sha-256`, `gss`, `sspi`, `none`, or a
     /// list of the same each negated with `!`.
@@ -546,6 +567,17 @@ impl Config {
     /// ```
     pub fn get_passfile(&self) -> Option<&std::path::Path> {
         self.passfile.as_deref()
+    }
+    /// The connection service given (`service=` in the string, or [`Config::service`]), if
+    /// any; `PGSERVICE` is read only by [`Config::apply_env`].
+    ///
+    /// ```
+    /// let config: slipstream_pg::Config = "postgres:///?service=orders".parse()?;
+    /// assert_eq!(config.get_service(), Some("orders"));
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
+    pub fn get_service(&self) -> Option<&str> {
+        self.service.as_deref()
     }
     /// The `require_auth` list as given, if set.
     ///
@@ -722,9 +754,14 @@ impl Config {
     /// `PGCHANNELBINDING`, `PGGSSENCMODE`, and `PGREQUIRESSL=1` as `sslmode=require` when
     /// neither the string nor `PGSSLMODE` sets it), and sends `PGDATESTYLE`, `PGTZ` and
     /// `PGGEQO` as the session's `DateStyle`, `TimeZone` and `geqo`, as libpq does. A variable
-    /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSERVICE`, `PGSSLCRL`,
-    /// `PGSSLCRLDIR`, `PGREQUIREPEER`, a `PGSSLMINPROTOCOLVERSION` above TLS 1.2 or a
+    /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSSLCRL`, `PGSSLCRLDIR`,
+    /// `PGREQUIREPEER`, a `PGSSLMINPROTOCOLVERSION` above TLS 1.2 or a
     /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it.
+    ///
+    /// Before the variables, a connection service (`service=`, [`Config::service`], else
+    /// `PGSERVICE`) fills what the configuration leaves unset from its section of
+    /// `PGSERVICEFILE` (else `~/.pg_service.conf`) or `PGSYSCONFDIR/pg_service.conf`, as
+    /// libpq 15 reads them: so a service's host wins over `PGHOST`, and the string's over both.
     ///
     /// ```
     /// // With PGHOST=db.internal in the environment, the string's host still wins:
@@ -752,13 +789,41 @@ impl Config {
             read.borrow_mut().push(name.to_string());
             None
         });
-        read.into_inner()
+        // With no service the files are not looked for; with one they are read right after
+        // PGSERVICE (and HOME, as for ~/.pgpass, which is not listed).
+        let mut read = read.into_inner();
+        let at = read
+            .iter()
+            .position(|v| v == "PGSERVICE")
+            .map_or(read.len(), |i| i + 1);
+        for (i, v) in crate::service_file::VARS.iter().enumerate() {
+            read.insert(at + i, v.to_string());
+        }
+        read
     }
 
+    /// [`Config::apply_env`] with the variables `var` returns instead of this process's
+    /// environment (`None` is unset): for a tool that connects on behalf of another
+    /// environment, or a test that must not touch the process's. Every variable is asked
+    /// through `var`, `HOME` included (for `~/.pg_service.conf`).
+    ///
     /// As libpq, a variable set to the empty string counts as given (`PGHOST=` is the default
     /// host, `PGCONNECT_TIMEOUT=` an error), and a parameter given empty is, for the ones where
     /// libpq reads empty as "not set" (user, password, dbname, the files), the default.
-    fn apply_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
+    ///
+    /// ```
+    /// use slipstream_pg::{Config, Host};
+    /// let env = |name: &str| match name {
+    ///     "PGHOST" => Some("db.internal".to_string()),
+    ///     "PGPORT" => Some("6432".to_string()),
+    ///     _ => None,
+    /// };
+    /// let config = "port=5433".parse::<Config>()?.apply_vars(env)?;
+    /// assert_eq!(config.get_hosts(), &[Host::Tcp("db.internal".into())]);
+    /// assert_eq!(config.get_ports(), &[5433]); // the string's port wins
+    /// # Ok::<(), slipstream_pg::Error>(())
+    /// ```
+    pub fn apply_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config, Error> {
         // libpq connects to PGHOSTADDR (with or without a host, which then only names the
         // server); ignoring it would connect somewhere else.
         if let Some(addr) = var("PGHOSTADDR").filter(|v| !v.is_empty()) {
@@ -787,8 +852,28 @@ impl Config {
                 )));
             }
         }
+        // libpq's conninfo_add_defaults: the service's section first, for what the string
+        // left unset, then the variables for what is still unset. A parameter the section gives
+        // (even empty, which may leave its field unset) keeps its variable out, as in libpq.
+        let mut from_service = Vec::new();
+        let service = match self.service.clone() {
+            Some(name) => Some((name, "service")),
+            None => var("PGSERVICE").map(|name| (name, "PGSERVICE")),
+        };
+        if let Some((name, given_by)) = service {
+            let entries = crate::service_file::lookup(&name, &var)
+                .map_err(|e| e.context(format!("{given_by}={name}")))?;
+            for entry in entries {
+                if self.is_set(&entry.key) || from_service.contains(&entry.key) {
+                    continue;
+                }
+                self.set(&entry.key, &entry.value)
+                    .map_err(|e| e.context(format!("service \"{name}\" ({})", entry.origin)))?;
+                from_service.push(entry.key);
+            }
+        }
         for (param, env) in ENV_VARS {
-            if self.is_set(param) {
+            if self.is_set(param) || from_service.iter().any(|k| k == param) {
                 continue;
             }
             if let Some(value) = var(env) {
@@ -798,19 +883,21 @@ impl Config {
         }
         // libpq's conninfo_add_defaults: after PGSSLMODE, a PGREQUIRESSL starting with "1" is
         // sslmode=require; any other value is ignored.
-        if self.ssl_mode.is_none() && var("PGREQUIRESSL").is_some_and(|v| v.starts_with('1')) {
+        if self.ssl_mode.is_none()
+            && !from_service.iter().any(|k| k == "sslmode")
+            && var("PGREQUIRESSL").is_some_and(|v| v.starts_with('1'))
+        {
             self.ssl_mode = Some(SslMode::Require);
         }
         // libpq reads these for checks or sources slipstream does not have: ignoring one
         // would connect where libpq would not (a service file's host, a revoked certificate, a
         // socket's server run by another OS user). Each is refused only where libpq would use
-        // it, now that the string and the environment have said where and how to connect: a
-        // revocation list only where TLS may be used, `requirepeer` only over a Unix-domain
-        // socket (libpq ignores both otherwise, so refusing there turned away connections
-        // libpq makes). Empty is libpq's "not set", except for a service, where libpq looks
-        // for the service named "" and fails.
+        // it, now that the string, the service and the environment have said where and how to
+        // connect: a revocation list only where TLS may be used, `requirepeer` only over a
+        // Unix-domain socket (libpq ignores both otherwise, so refusing there turned away
+        // connections libpq makes). Empty is libpq's "not set".
         for (env, what) in UNSUPPORTED_ENV_VARS {
-            let Some(value) = var(env).filter(|v| !v.is_empty() || env == "PGSERVICE") else {
+            let Some(value) = var(env).filter(|v| !v.is_empty()) else {
                 continue;
             };
             let used = match env {
@@ -941,6 +1028,13 @@ impl Config {
             "require_auth" => self.require_auth.is_some(),
             "channel_binding" => self.channel_binding.is_some(),
             "gssencmode" => self.gssencmode_given,
+            "fallback_application_name" => self.fallback_application_name.is_some(),
+            "keepalives" => self.keepalives.is_some(),
+            "keepalives_idle" => self.keepalives_idle.is_some(),
+            "keepalives_interval" => self.keepalives_interval.is_some(),
+            "keepalives_count" => self.keepalives_count.is_some(),
+            "tcp_user_timeout" => self.tcp_user_timeout.is_some(),
+            "service" => self.service.is_some(),
             _ => false,
         }
     }
@@ -958,8 +1052,7 @@ fn os_user() -> Option<String> {
 pub(crate) const DEFAULT_SOCKET_DIR: &str = "/var/run/postgresql";
 
 /// Environment variables libpq 15 reads for what slipstream-pg cannot do -> what that is.
-const UNSUPPORTED_ENV_VARS: [(&str, &str); 4] = [
-    ("PGSERVICE", "connection service files (service=)"),
+const UNSUPPORTED_ENV_VARS: [(&str, &str); 3] = [
     ("PGSSLCRL", "certificate revocation lists (sslcrl=)"),
     ("PGSSLCRLDIR", "certificate revocation lists (sslcrldir=)"),
     (
@@ -1033,6 +1126,7 @@ impl fmt::Debug for Config {
             .field("channel_binding", &self.channel_binding)
             .field("env_settings", &self.env_settings)
             .field("gssencmode_given", &self.gssencmode_given)
+            .field("service", &self.service)
             .finish()
     }
 }

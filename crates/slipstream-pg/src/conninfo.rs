@@ -140,6 +140,8 @@ impl Config {
                 })
             }
             "fallback_application_name" => self.fallback_application_name = Some(value.into()),
+            // Looked up in the service files when the environment is applied (`apply_env`).
+            "service" => self.service = Some(value.into()),
             "target_session_attrs" => {
                 self.target_session_attrs = Some(exact(key, value)?.parse()?)
             }
@@ -164,7 +166,7 @@ impl Config {
                      keepalives, keepalives_idle, keepalives_interval, keepalives_count, tcp_user_timeout, \
                      statement_cache_size, fetch_size, max_result_buffer, target_session_attrs, \
                      load_balance_hosts, passfile, require_auth, channel_binding, gssencmode, \
-                     client_encoding, fallback_application_name)"
+                     client_encoding, fallback_application_name, service)"
                 )));
             }
         }

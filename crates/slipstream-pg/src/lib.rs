@@ -122,6 +122,7 @@ mod query;
 mod routing;
 mod row;
 mod row_stream;
+mod service_file;
 mod simple_query;
 mod socket;
 mod sqlstate;

@@ -71,17 +71,6 @@ async fn child_session() {
     println!("ATTACK_RESULT {}", text.replace('\n', " "));
 }
 
-/// Asserts that slipstream, given `env`, reads the session as libpq does, or refuses naming
-/// `var`.
-async fn as_libpq_or_refused(conninfo: &str, env: &[(&str, &str)], var: &str) {
-    let t = theirs(conninfo, env).await;
-    let o = ours(conninfo, env).await;
-    assert!(
-        o == t || o.as_ref().is_err_and(|e| e.contains(var)),
-        "{var}: slipstream neither read it as libpq does nor refused it\n  libpq: {t:?}\n  ours: {o:?}"
-    );
-}
-
 /// Promise: PG* variables are read as libpq reads them, or refused by name (as `PGHOSTADDR`
 /// is). libpq sends `PGTZ`, `PGDATESTYLE` and `PGGEQO` as the session's `TimeZone`,
 /// `DateStyle` and `geqo` (fe-protocol3.c, `EnvironmentOptions`; the value `default` sends
@@ -145,19 +134,22 @@ async fn break_pgservice_pggssencmode_and_unsupported_checks_are_ignored() {
     std::fs::write(&services, format!("[attack]\nport={}\n", cluster.port())).unwrap();
     let services = services.display().to_string();
     let no_port = "host=127.0.0.1 user=postgres dbname=postgres sslmode=disable";
-    as_libpq_or_refused(
-        no_port,
-        &[("PGSERVICE", "attack"), ("PGSERVICEFILE", &services)],
-        "PGSERVICE",
-    )
-    .await;
+    // Since helper h67 slipstream reads the service file itself: it must land where libpq does.
+    let env = [
+        ("PGSERVICE", "attack"),
+        ("PGSERVICEFILE", services.as_str()),
+    ];
+    let t = theirs(no_port, &env).await;
+    assert!(t.is_ok(), "libpq: {t:?}");
+    assert_eq!(ours(no_port, &env).await, t, "PGSERVICE");
     let conninfo = format!(
         "host=127.0.0.1 port={} user=postgres dbname=postgres",
         cluster.port()
     );
     for (var, value) in [
         ("PGGSSENCMODE", "require"),
-        // libpq looks for a service named "" and fails.
+        // libpq looks for a service named "" and fails; so does slipstream, naming the
+        // variable the name came from.
         ("PGSERVICE", ""),
         ("PGSSLCRL", "/nonexistent/root.crl"),
         ("PGSSLCRLDIR", "/nonexistent/crls"),
@@ -444,4 +436,97 @@ async fn requiressl_and_sslcompression_in_a_string_read_as_libpq() {
             assert_eq!(o, t, "{extra}");
         }
     }
+}
+
+/// Promise (helper h67): "a connection service (`service=`, `PGSERVICE`) fills what the
+/// string leaves unset from its section of the service file, before the `PG*` variables, as
+/// libpq 15 does" (docs/client.md, "Connection service files"). Each form is compared with
+/// what psql's session reads: `PGSERVICE`, `service=` in a key=value string and in a URL
+/// query, the string's value beating the service's, the service's beating `PGHOST`/`PGPORT`,
+/// the system file (`PGSYSCONFDIR`) when `PGSERVICEFILE` lacks the service, and a service no
+/// file defines.
+///
+/// Before the fix: `service=` was "unknown connection parameter `service`" and `PGSERVICE`
+/// "PGSERVICE=real is set, but slipstream-pg does not support connection service files", where
+/// libpq connected (`libpq: Ok("<port>|postgres|...")`).
+#[tokio::test]
+async fn break_service_files_were_refused() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = cluster.port();
+    let user_file = dir.path().join("services.conf");
+    std::fs::write(
+        &user_file,
+        format!(
+            "# the cluster\n[real]\nhost=127.0.0.1\nport={p}\nuser=postgres\n\
+             options=-c search_path=from_service\n[wrong]\nhost=/nonexistent-h67\n"
+        ),
+    )
+    .unwrap();
+    let sys = dir.path().join("sys");
+    std::fs::create_dir(&sys).unwrap();
+    std::fs::write(
+        sys.join("pg_service.conf"),
+        format!("[system]\nhost=127.0.0.1\nport={p}\ndbname=postgres\n"),
+    )
+    .unwrap();
+    let (user_file, sys) = (user_file.display().to_string(), sys.display().to_string());
+    let files = [
+        ("PGSERVICEFILE", user_file.as_str()),
+        ("PGSYSCONFDIR", sys.as_str()),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut env = files.to_vec();
+        env.extend_from_slice(extra);
+        env
+    };
+    for (conninfo, env) in [
+        (
+            "dbname=postgres sslmode=disable",
+            with(&[("PGSERVICE", "real")]),
+        ),
+        ("service=real dbname=postgres sslmode=disable", with(&[])),
+        (
+            "postgres:///postgres?service=real&sslmode=disable",
+            with(&[]),
+        ),
+        // The string's options beat the service's.
+        (
+            "service=real dbname=postgres sslmode=disable options='-c search_path=from_string'",
+            with(&[]),
+        ),
+        // The service's host and port beat PGHOST and PGPORT; PGUSER is beaten too.
+        (
+            "service=real dbname=postgres sslmode=disable",
+            with(&[
+                ("PGHOST", "/nonexistent-h67"),
+                ("PGPORT", "1"),
+                ("PGUSER", "nobody"),
+            ]),
+        ),
+        // Found only in the system file; PGUSER fills what it leaves out.
+        (
+            "service=system sslmode=disable",
+            with(&[("PGUSER", "postgres")]),
+        ),
+        // The string's `service=` beats PGSERVICE.
+        (
+            "service=real dbname=postgres sslmode=disable",
+            with(&[("PGSERVICE", "wrong")]),
+        ),
+    ] {
+        let t = theirs(conninfo, &env).await;
+        assert!(t.is_ok(), "libpq {conninfo:?} {env:?}: {t:?}");
+        assert_eq!(ours(conninfo, &env).await, t, "{conninfo:?} {env:?}");
+    }
+    // A service no file defines: both refuse; ours names it.
+    let env = with(&[]);
+    let t = theirs("service=nowhere", &env).await;
+    assert!(t.is_err(), "libpq: {t:?}");
+    let o = ours("service=nowhere", &env).await;
+    assert!(
+        o.as_ref()
+            .is_err_and(|e| e.contains("definition of service \"nowhere\" not found")),
+        "ours: {o:?}"
+    );
 }

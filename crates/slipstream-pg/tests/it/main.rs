@@ -19,6 +19,7 @@ mod attack_round_trip_savers;
 mod attack_routing_and_auth;
 mod attack_savepoints_and_pipelines;
 mod attack_server_state;
+mod attack_service_file;
 mod attack_session_events;
 mod attack_statement_edges;
 mod attack_statements_and_lookups;

@@ -60,9 +60,8 @@ pub(super) enum Known {
 }
 
 /// libpq 15 parameters slipstream refuses by name (docs/client.md lists each).
-const UNSUPPORTED: [&str; 11] = [
+const UNSUPPORTED: [&str; 10] = [
     "hostaddr",
-    "service",
     "sslcrl",
     "sslcrldir",
     "requirepeer",
