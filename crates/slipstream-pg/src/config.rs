@@ -155,6 +155,10 @@ pub struct Config {
     /// The connection service (`service=`) whose section of a service file fills what the
     /// string leaves unset; see `service_file.rs`.
     pub(crate) service: Option<String>,
+    /// True once `apply_vars` has read `service`'s section; false again when another service
+    /// is named. `connect_config` refuses a service never read: connecting without its
+    /// parameters would silently connect elsewhere.
+    pub(crate) service_read: bool,
 }
 
 /// How many statements a connection caches unless told otherwise (as pgjdbc's
@@ -489,7 +493,8 @@ impl Config {
     /// [`crate::connect`]) fills every parameter still unset from the service's section of
     /// `PGSERVICEFILE` (else `~/.pg_service.conf`) or, failing that,
     /// `PGSYSCONFDIR/pg_service.conf`, before the `PG*` variables, as libpq 15 does. A service
-    /// found in no file is an error.
+    /// found in no file is an error, and so is [`crate::connect_config`] (or a pool) given a
+    /// configuration whose service was never applied.
     ///
     /// ```
     /// use slipstream_pg::Config;
@@ -501,6 +506,7 @@ impl Config {
     /// ```
     pub fn service(mut self, name: &str) -> Config {
         self.service = Some(name.to_string());
+        self.service_read = false;
         self
     }
     /// The authentication methods the server may ask for (`require_auth`, libpq 16): a
@@ -871,6 +877,7 @@ impl Config {
                     .map_err(|e| e.context(format!("service \"{name}\" ({})", entry.origin)))?;
                 from_service.push(entry.key);
             }
+            self.service_read = true;
         }
         for (param, env) in ENV_VARS {
             if self.is_set(param) || from_service.iter().any(|k| k == param) {
@@ -932,6 +939,18 @@ impl Config {
             }
         }
         Ok(self)
+    }
+
+    /// An error if a service is named whose file was never read (see `service_read`).
+    pub(crate) fn check_service_read(&self) -> Result<(), Error> {
+        match &self.service {
+            Some(name) if !self.service_read => Err(Error::config(format!(
+                "service \"{name}\" is named but its service file was not read: call \
+                 Config::apply_env() (or apply_vars) before connecting, or use \
+                 slipstream_pg::connect, which does"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Every parameter still unset gets libpq's default: the Unix socket directory if it exists
@@ -1127,6 +1146,7 @@ impl fmt::Debug for Config {
             .field("env_settings", &self.env_settings)
             .field("gssencmode_given", &self.gssencmode_given)
             .field("service", &self.service)
+            .field("service_read", &self.service_read)
             .finish()
     }
 }

@@ -35,7 +35,9 @@ pub async fn connect(conninfo: &str) -> Result<Client, Error> {
 }
 
 /// Connects with a [`Config`] as it is (no environment variables applied). Hosts are tried in
-/// order; `connect_timeout` bounds each attempt.
+/// order; `connect_timeout` bounds each attempt. A configuration naming a connection service
+/// ([`Config::service`], `service=`) must have had [`Config::apply_env`] (or
+/// [`Config::apply_vars`]) read its file first, or this is an error saying so.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), slipstream_pg::Error> {
@@ -48,6 +50,7 @@ pub async fn connect(conninfo: &str) -> Result<Client, Error> {
 /// # Ok(()) }
 /// ```
 pub async fn connect_config(config: &Config) -> Result<Client, Error> {
+    config.check_service_read()?;
     let config = config.clone().with_defaults();
     let mut targets = config.targets()?;
     // libpq never uses TLS on a Unix socket, so a socket-only list needs no certificates.

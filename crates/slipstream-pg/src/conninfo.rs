@@ -141,7 +141,10 @@ impl Config {
             }
             "fallback_application_name" => self.fallback_application_name = Some(value.into()),
             // Looked up in the service files when the environment is applied (`apply_env`).
-            "service" => self.service = Some(value.into()),
+            "service" => {
+                self.service = Some(value.into());
+                self.service_read = false;
+            }
             "target_session_attrs" => {
                 self.target_session_attrs = Some(exact(key, value)?.parse()?)
             }

@@ -713,3 +713,52 @@ fn holds_generated_cases_read_as_libpq() {
         "read {read}, refused {refused}"
     );
 }
+
+/// Promise: "bad input gets a clear error, never silent loss". A configuration naming a
+/// service whose file was never read (built with `Config::service` or parsed from a string,
+/// then given to `connect_config` or a pool without `apply_env`) would connect without the
+/// service's parameters, to the default host as the default user. It is refused, saying what
+/// to call; once applied, it connects to where the service says.
+#[tokio::test]
+async fn holds_a_service_never_read_is_refused_not_ignored() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    for config in [
+        Config::new().service("real"),
+        "service=real".parse::<Config>().unwrap(),
+        // Another service named after the environment was applied is not read either.
+        Config::new()
+            .host("/nonexistent-h67")
+            .apply_vars(|_| None)
+            .unwrap()
+            .service("real"),
+    ] {
+        let e = slipstream_pg::connect_config(&config).await.unwrap_err();
+        assert!(
+            e.to_string().contains("apply_env") && e.to_string().contains("\"real\""),
+            "{e}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("services.conf");
+    std::fs::write(
+        &file,
+        format!(
+            "[real]\nhost=127.0.0.1\nport={}\nuser=postgres\ndbname=postgres\nsslmode=disable\n",
+            cluster.port()
+        ),
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let config = Config::new()
+        .service("real")
+        .apply_vars(|name| (name == "PGSERVICEFILE").then(|| file.clone()))
+        .unwrap();
+    let mut client = slipstream_pg::connect_config(&config).await.unwrap();
+    let port: String = client
+        .query_one("SELECT current_setting('port')", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(port, cluster.port().to_string());
+}
