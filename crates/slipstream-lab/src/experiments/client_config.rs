@@ -75,6 +75,17 @@ pub(crate) fn tokio_postgres_config_with(
             );
         }
     }
+    // slipstream-pg fills the URL's gaps from the service's section of a service file;
+    // tokio-postgres reads no service file and refuses `service=`, so no URL can give both the
+    // same. Even empty: slipstream-pg (as libpq) then looks up the service named "".
+    if let Some(name) = var("PGSERVICE") {
+        anyhow::bail!(
+            "environment variable PGSERVICE={name:?} is set: slipstream-pg would read that \
+             service's parameters from the service file and tokio-postgres reads none, so the \
+             two clients would not connect alike; write the service's parameters into the URL \
+             instead, and unset PGSERVICE for this experiment"
+        );
+    }
     for (env, setting) in ENV_SESSION_SETTINGS {
         if var(env).is_some_and(|v| !v.eq_ignore_ascii_case("default")) {
             anyhow::bail!(
@@ -177,8 +188,9 @@ mod tests {
     /// Variables that change neither client's connection here, or stop slipstream-pg's before
     /// any comparison: the TLS files and protocol versions (both clients connect without
     /// TLS), GSS encryption (neither uses it; slipstream-pg refuses `require`), and what
-    /// slipstream-pg refuses by name itself.
-    const ENV_ALIKE: [&str; 12] = [
+    /// slipstream-pg refuses by name itself; where to find service files, which matters only
+    /// with a PGSERVICE, which is refused (see below).
+    const ENV_ALIKE: [&str; 13] = [
         "PGSSLROOTCERT",
         "PGSSLCERT",
         "PGSSLKEY",
@@ -187,7 +199,8 @@ mod tests {
         "PGSSLMAXPROTOCOLVERSION",
         "PGGSSENCMODE",
         "PGHOSTADDR",
-        "PGSERVICE",
+        "PGSERVICEFILE",
+        "PGSYSCONFDIR",
         "PGSSLCRL",
         "PGSSLCRLDIR",
         "PGREQUIREPEER",
@@ -205,7 +218,7 @@ mod tests {
             .chain(ENV_REFUSED.iter().map(|(e, _)| *e))
             .chain(ENV_SESSION_SETTINGS.iter().map(|(e, _)| *e))
             .chain(ENV_ALIKE)
-            .chain(["PGREQUIRESSL"])
+            .chain(["PGREQUIRESSL", "PGSERVICE"])
             .collect();
         let unhandled: Vec<String> = slipstream_pg::Config::environment_variables()
             .into_iter()
@@ -256,5 +269,17 @@ mod tests {
         let env = |name: &str| (name == "PGSSLMODE").then(|| "verify-full".into());
         let e = tokio_postgres_config_with("host=127.0.0.1", env).unwrap_err();
         assert!(e.to_string().contains("PGSSLMODE"), "{e}");
+    }
+
+    /// A connection service is refused by name, even empty: slipstream-pg would fill the URL's
+    /// gaps from a service file tokio-postgres never reads (before slipstream-pg read service
+    /// files it refused PGSERVICE itself, so nothing here needed to).
+    #[test]
+    fn pgservice_is_refused_by_name() {
+        for value in ["orders", ""] {
+            let env = |name: &str| (name == "PGSERVICE").then(|| value.to_string());
+            let e = tokio_postgres_config_with("host=127.0.0.1", env).unwrap_err();
+            assert!(e.to_string().contains("PGSERVICE"), "{e}");
+        }
     }
 }
