@@ -17,6 +17,15 @@ use super::password::Catcher;
 /// configuration without hosts the default one).
 fn ours(s: &str) -> Result<Config, String> {
     let config: Config = s.parse().map_err(|e: slipstream_pg::Error| e.to_string())?;
+    // libpq's connection attempts look a `service=` up, in the oracle's environment (no
+    // PGSERVICEFILE, a home without files: the system file only); slipstream does when the
+    // environment is applied, here the same one. attack_service_file.rs tests the lookup.
+    let config = match config.get_service() {
+        Some(_) => config
+            .apply_vars(|name| (name == "HOME").then(|| "/nonexistent-attack-home".into()))
+            .map_err(|e| e.to_string())?,
+        None => config,
+    };
     let with_host = match config.get_hosts() {
         [] => config.clone().host("/var/run/postgresql"),
         _ => config.clone(),
@@ -30,8 +39,7 @@ fn ours(s: &str) -> Result<Config, String> {
 /// A difference from libpq 15 that docs/client.md lists, recognised by the comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Known {
-    /// "`hostaddr` is not supported", "No service files, CRLs, `requirepeer` or TLS version
-    /// bounds", "No GSSAPI" (`krbsrvname`, `gsslib`), and `replication`, `sslpassword`:
+    /// "`hostaddr` is not supported", "No CRLs, `requirepeer` or TLS version bounds", "No GSSAPI" (`krbsrvname`, `gsslib`), and `replication`, `sslpassword`:
     /// refused, naming the parameter.
     Unsupported,
     /// "`gssencmode=require` is refused (no GSSAPI)", naming it.
