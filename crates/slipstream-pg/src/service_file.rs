@@ -136,17 +136,24 @@ fn home(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     })
 }
 
-/// `None` if `file` cannot be opened (missing); `Some(None)` if it does not define the
-/// service; `Some(Some(entries))` if it does.
+/// `None` if `file` is missing; `Some(None)` if it does not define the service;
+/// `Some(Some(entries))` if it does.
 #[allow(clippy::type_complexity)]
 fn read(file: &str, name: &str) -> Result<Option<Option<Vec<Entry>>>, Error> {
     let path = PathBuf::from(file);
-    let Ok(bytes) = std::fs::read(&path) else {
+    match std::fs::read(&path) {
+        Ok(bytes) => parse(&bytes, file, name).map(Some),
         // libpq stats the file, then `fopen`s it: a directory opens, and `fgets` then reads
         // nothing from it, so it defines no service.
-        return Ok(if path.is_dir() { Some(None) } else { None });
-    };
-    parse(&bytes, file, name).map(Some)
+        Err(_) if path.is_dir() => Ok(Some(None)),
+        // A file that exists but cannot be opened is an error in libpq ("not found"), not a
+        // file to skip: skipping it would read the system file's service instead.
+        Err(e) if path.exists() => Err(Error::config(format!(
+            "service file \"{file}\" could not be read ({e}): make it readable by this user, or \
+             point PGSERVICEFILE elsewhere"
+        ))),
+        Err(_) => Ok(None),
+    }
 }
 
 /// The section of `name` in a file's bytes, `None` if there is none.
