@@ -302,4 +302,16 @@ mod tests {
         let fits = format!("[a]\nhost=/{}\n", "x".repeat(1021 - 6));
         assert!(section(&fits, "a").unwrap().is_some());
     }
+
+    /// libpq passes a value's bytes on; slipstream's parameters are text, so a value that is
+    /// not UTF-8 is refused naming the line, only in the service's section.
+    #[test]
+    fn a_value_that_is_not_utf8_is_refused_in_the_section_only() {
+        let file = b"[b]\nhost=\xff\n[a]\nport=1\nhost=/\xff\n";
+        assert!(parse(file, "f", "b").is_err());
+        let e = parse(file, "f", "a").unwrap_err().to_string();
+        assert!(e.contains("line 5") && e.contains("UTF-8"), "{e}");
+        assert_eq!(parse(b"[c]\n", "f", "a").unwrap(), None);
+        assert!(parse(&file[..9], "f", "a").unwrap().is_none());
+    }
 }

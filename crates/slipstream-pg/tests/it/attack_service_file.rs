@@ -498,6 +498,8 @@ fn holds_parsing_rules_as_libpq() {
         "[a]\nport=6000\nport=7000\nhost=/a\nhost=/b\n".into(),
         // An empty section defines the service.
         "[a]\n[b]\nhost=/b\n".into(),
+        // A NUL ends what libpq sees of a line (C strings).
+        "[a]\nhost=/nul\0junk\nport=6000\0\n".into(),
         // Lines of 1021 bytes (plus the newline) fit; a 1022-byte one does not.
         format!("[a]\n{}\n", long(1021)),
         format!("[a]\n{}", long(1022)),
@@ -512,6 +514,8 @@ fn holds_parsing_rules_as_libpq() {
         ("[a]\nno pair here\n", "syntax error"),
         ("[a]\n=value\n", "syntax error"),
         ("[a]\nfoo=bar\n", "syntax error"),
+        // A no-break space is not white space to C's isspace: part of the keyword.
+        ("[a]\n\u{a0}host=/a\n", "syntax error"),
         ("[a]\nrequiressl=1\n", "syntax error"),
         ("[a]\nrequire_auth=md5\n", "syntax error"),
         ("[a]\nstatement_cache_size=0\n", "syntax error"),
