@@ -113,6 +113,7 @@ mod conninfo;
 mod copy;
 mod end_point;
 mod error;
+mod home;
 mod memopt;
 mod notification;
 mod param_types;

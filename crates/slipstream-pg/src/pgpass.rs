@@ -21,12 +21,7 @@ use crate::config::{DEFAULT_SOCKET_DIR, Host};
 pub(crate) fn path(passfile: Option<&Path>) -> Option<PathBuf> {
     match passfile {
         Some(p) => Some(p.to_path_buf()),
-        // libpq 16's `pqGetHomeDirectory` reads the passwd entry's home directory; libpq 18
-        // reads $HOME first. $HOME is what tls.rs uses for root.crt too, and the two differ
-        // only when someone set HOME on purpose, which is then what they meant.
-        None => std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|home| Path::new(&home).join(".pgpass")),
+        None => crate::home::dir().map(|home| home.join(".pgpass")),
     }
 }
 

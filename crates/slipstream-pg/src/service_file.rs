@@ -106,8 +106,8 @@ pub(crate) fn lookup(
             })?;
             Some(found)
         }
-        None => match home(var) {
-            Some(home) => read(&format!("{home}/.pg_service.conf"), name)?,
+        None => match crate::home::dir_from(var("HOME").map(Into::into)) {
+            Some(home) => read(&format!("{}/.pg_service.conf", home.display()), name)?,
             None => None,
         },
     };
@@ -124,16 +124,6 @@ pub(crate) fn lookup(
          ~/.pg_service.conf (or the file PGSERVICEFILE names) or to {dir}/pg_service.conf, or \
          name another service"
     )))
-}
-
-/// libpq 15's `pqGetHomeDirectory`: `HOME` unless unset or empty, else the passwd entry's.
-fn home(var: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    var("HOME").filter(|h| !h.is_empty()).or_else(|| {
-        nix::unistd::User::from_uid(nix::unistd::geteuid())
-            .ok()
-            .flatten()
-            .map(|u| u.dir.display().to_string())
-    })
 }
 
 /// `None` if `file` is missing; `Some(None)` if it does not define the service;

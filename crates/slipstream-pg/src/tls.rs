@@ -136,7 +136,7 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
         }
         (Some(_), None) => {
             return Err(Error::config(
-                "sslcert needs its key: set sslkey (HOME is not set, so there is no default ~/.postgresql/postgresql.key)",
+                "sslcert needs its key: set sslkey (no home directory was found, so there is no default ~/.postgresql/postgresql.key)",
             ));
         }
         (None, Some(_)) => {
@@ -174,7 +174,7 @@ fn default_root_cert() -> Option<PathBuf> {
 
 /// A file in `~/.postgresql`, where libpq looks for certificates and keys by default.
 fn default_file(name: &str) -> Option<PathBuf> {
-    std::env::var_os("HOME").map(|home| Path::new(&home).join(".postgresql").join(name))
+    crate::home::dir().map(|home| home.join(".postgresql").join(name))
 }
 
 /// What to do about a root certificate file that cannot be used. A missing or unreadable file
