@@ -45,21 +45,8 @@ pub(super) async fn libpq(conninfo: &str, env: &[(&str, &str)]) -> Result<String
     }
 }
 
-/// libpq without psql in between: a tiny C program around PQconnectdb (built once with gcc
-/// against the installed libpq-dev) that prints the first value of `query`.
-async fn pq_client(conninfo: &str, query: &str) -> Result<String, String> {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let exe = BUILT.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let src = dir.join(format!("attack_pq_client_{}.c", std::process::id()));
-        let exe = dir.join("attack_pq_client");
-        if exe.exists() {
-            return exe;
-        }
-        let tmp = dir.join(format!("attack_pq_client_{}", std::process::id()));
-        std::fs::write(
-            &src,
-            r#"#include <stdio.h>
+/// The C program `pq_client` runs.
+const PQ_CLIENT_C: &str = r#"#include <stdio.h>
 #include <libpq-fe.h>
 int main(int argc, char **argv) {
     PGconn *c = PQconnectdb(argv[1]);
@@ -70,22 +57,12 @@ int main(int argc, char **argv) {
     PQfinish(c);
     return 0;
 }
-"#,
-        )
-        .unwrap();
-        let st = std::process::Command::new("gcc")
-            .arg(&src)
-            .arg("-I/usr/include/postgresql")
-            .arg("-lpq")
-            .arg("-o")
-            .arg(&tmp)
-            .status()
-            .unwrap();
-        assert!(st.success(), "gcc");
-        std::fs::rename(&tmp, &exe).unwrap();
-        let _ = std::fs::remove_file(&src);
-        exe
-    });
+"#;
+
+/// libpq without psql in between: a tiny C program around PQconnectdb (built once with gcc
+/// against the installed libpq-dev) that prints the first value of `query`.
+async fn pq_client(conninfo: &str, query: &str) -> Result<String, String> {
+    let exe = crate::libpq_program::libpq_program("attack_pq_client", PQ_CLIENT_C);
     let mut cmd = tokio::process::Command::new("timeout");
     cmd.arg("6").arg(exe).args([conninfo, query]);
     scrub_env(cmd.as_std_mut(), &[]);

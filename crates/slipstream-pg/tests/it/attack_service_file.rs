@@ -18,48 +18,12 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use slipstream_pg::{Config, Host, SslMode};
 
 const ORACLE_C: &str = include_str!("attack_service_file/oracle.c");
-
-/// The oracle's executable, compiled once per source text.
-fn oracle_exe() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            ORACLE_C.hash(&mut h);
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-            let exe = dir.join(format!("service_oracle_{:016x}", h.finish()));
-            if exe.exists() {
-                return exe;
-            }
-            let pid = std::process::id();
-            let src = dir.join(format!("service_oracle_{pid}.c"));
-            let tmp = dir.join(format!("service_oracle_{pid}"));
-            std::fs::write(&src, ORACLE_C).unwrap();
-            let out = Command::new("gcc")
-                .args(["-Wall", "-O1", "-I/usr/include/postgresql"])
-                .arg(&src)
-                .args(["-lpq", "-o"])
-                .arg(&tmp)
-                .output()
-                .expect("run gcc (needs libpq-dev)");
-            assert!(
-                out.status.success(),
-                "gcc attack_service_file/oracle.c: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &exe).unwrap();
-            let _ = std::fs::remove_file(&src);
-            exe
-        })
-        .clone()
-}
 
 /// Where the user's service file is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -182,11 +146,14 @@ fn ask(string: &str, env: &[(String, String)]) -> String {
     ORACLE.with(|slot| {
         let mut slot = slot.borrow_mut();
         let o = slot.get_or_insert_with(|| {
-            let mut child = Command::new(oracle_exe())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start the service oracle");
+            let mut child = Command::new(crate::libpq_program::libpq_program(
+                "service_oracle",
+                ORACLE_C,
+            ))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the service oracle");
             Oracle {
                 stdin: child.stdin.take().unwrap(),
                 stdout: BufReader::new(child.stdout.take().unwrap()),

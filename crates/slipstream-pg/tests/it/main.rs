@@ -35,6 +35,7 @@ mod engine;
 mod faults;
 mod fetch;
 mod hostile;
+mod libpq_program;
 mod memopt;
 mod memopt_runs;
 mod pipeline;

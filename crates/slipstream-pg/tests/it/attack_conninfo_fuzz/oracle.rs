@@ -30,41 +30,9 @@ pub(super) struct Oracle {
     stdout: BufReader<ChildStdout>,
 }
 
-/// The oracle's executable, compiled once per source text (the name carries a hash of it, so
-/// an edited oracle is never run stale from an earlier build).
+/// The oracle's executable.
 fn oracle_exe() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            ORACLE_C.hash(&mut h);
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-            let exe = dir.join(format!("conninfo_oracle_{:016x}", h.finish()));
-            if exe.exists() {
-                return exe;
-            }
-            let pid = std::process::id();
-            let src = dir.join(format!("conninfo_oracle_{pid}.c"));
-            let tmp = dir.join(format!("conninfo_oracle_{pid}"));
-            std::fs::write(&src, ORACLE_C).unwrap();
-            let out = Command::new("gcc")
-                .args(["-Wall", "-O1", "-I/usr/include/postgresql"])
-                .arg(&src)
-                .args(["-lpq", "-lpthread", "-o"])
-                .arg(&tmp)
-                .output()
-                .expect("run gcc (needs libpq-dev)");
-            assert!(
-                out.status.success(),
-                "gcc attack_conninfo_fuzz/oracle.c: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::fs::rename(&tmp, &exe).unwrap();
-            let _ = std::fs::remove_file(&src);
-            exe
-        })
-        .clone()
+    crate::libpq_program::libpq_program("conninfo_oracle", ORACLE_C)
 }
 
 /// The oracle's environment: no PG* variable of this process, no home directory (no
@@ -83,7 +51,11 @@ fn scrubbed(cmd: &mut Command) -> &mut Command {
 impl Oracle {
     pub(super) fn start() -> Oracle {
         let mut cmd = Command::new("timeout");
-        cmd.arg(ORACLE_LIMIT_SECS).arg(oracle_exe());
+        cmd.arg(ORACLE_LIMIT_SECS)
+            .arg(crate::libpq_program::libpq_program(
+                "conninfo_oracle",
+                ORACLE_C,
+            ));
         let mut child = scrubbed(&mut cmd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
