@@ -27,6 +27,7 @@
 
 use slipstream_pg::{Client, ErrorKind, SqlState};
 
+use crate::seeded::Rng;
 use crate::setup;
 
 /// Cases in the bounded form, which runs in `make test`.
@@ -99,34 +100,13 @@ const FRAGMENTS: &[&str] = &[
     " to ", " from ", ",", "::text", "$1",
 ];
 
-/// splitmix64: enough to pick parts reproducibly from a seed.
-struct Picker(u64);
-
-impl Picker {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len())]
-    }
-}
-
 /// One generated statement; `clean` when no fragment was inserted.
 struct Case {
     sql: String,
     clean: bool,
 }
 
-fn generate(p: &mut Picker, dir: &str) -> Case {
+fn generate(p: &mut Rng, dir: &str) -> Case {
     let (target, direction, _) = TARGETS[p.below(TARGETS.len())];
     let source = p.pick(SOURCES);
     // A query can only be copied out.
@@ -226,7 +206,7 @@ async fn attack_pipeline_copy_check_against_the_server() {
     .await
     .unwrap();
     let dir = cluster.data_dir().display().to_string();
-    let mut p = Picker(seed);
+    let mut p = Rng(seed);
     let (mut streams, mut runs, mut refused_by_server, mut hard_refusals) = (0, 0, 0, 0);
     for n in 0..cases {
         let case = generate(&mut p, &dir);

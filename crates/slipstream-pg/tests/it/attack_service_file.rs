@@ -23,6 +23,8 @@ use std::process::{Command, Stdio};
 
 use slipstream_pg::{Config, Host, SslMode};
 
+use crate::seeded::Rng;
+
 const ORACLE_C: &str = include_str!("attack_service_file/oracle.c");
 
 /// Where the user's service file is.
@@ -529,28 +531,6 @@ fn holds_unsupported_parameters_are_refused_not_dropped() {
             "{key}: {e}"
         );
         same(case);
-    }
-}
-
-/// A small deterministic generator (SplitMix64): no dependency, and a seed replays a run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
-        of[self.below(of.len())]
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
     }
 }
 

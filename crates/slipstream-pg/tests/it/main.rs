@@ -44,6 +44,7 @@ mod pipeline_flush_attack;
 mod pipeline_wakeups;
 mod query;
 mod routing;
+mod seeded;
 mod statement_cache;
 mod streams;
 mod tls;
