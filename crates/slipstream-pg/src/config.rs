@@ -152,6 +152,9 @@ pub struct Config {
     /// Whether `gssencmode` was given (`disable` or `prefer`: there is no GSSAPI encryption
     /// to apply, `require` is refused), so that a `PGGSSENCMODE` does not override it.
     pub(crate) gssencmode_given: bool,
+    /// The parameters given empty whose field that leaves unset (`passfile=''`: the default
+    /// file): given all the same, so no variable or service fills them.
+    pub(crate) given_empty: Vec<&'static str>,
     /// The connection service (`service=`) whose section of a service file fills what the
     /// string leaves unset; see `service_file.rs`.
     pub(crate) service: Option<String>,
@@ -1027,6 +1030,9 @@ impl Config {
     }
 
     fn is_set(&self, param: &str) -> bool {
+        if self.given_empty.contains(&param) {
+            return true;
+        }
         match param {
             "host" => !self.hosts.is_empty(),
             "port" => !self.ports.is_empty(),
@@ -1145,6 +1151,7 @@ impl fmt::Debug for Config {
             .field("channel_binding", &self.channel_binding)
             .field("env_settings", &self.env_settings)
             .field("gssencmode_given", &self.gssencmode_given)
+            .field("given_empty", &self.given_empty)
             .field("service", &self.service)
             .field("service_read", &self.service_read)
             .finish()

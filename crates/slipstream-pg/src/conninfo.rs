@@ -13,6 +13,20 @@ use crate::{Config, Error};
 impl Config {
     /// Sets one libpq parameter by its keyword.
     pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        self.set_value(key, value)?;
+        // A file or `require_auth` given empty is libpq's default, so its field stays unset;
+        // but it was given, which keeps its variable and a service's value out (libpq's
+        // conninfo_add_defaults fills only what is NULL, and an empty string is not).
+        if let Some(param) = EMPTY_IS_DEFAULT.iter().find(|p| **p == key) {
+            self.given_empty.retain(|p| p != param);
+            if value.is_empty() {
+                self.given_empty.push(param);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_value(&mut self, key: &str, value: &str) -> Result<(), Error> {
         // The startup packet and the password message are NUL-terminated strings: a NUL would
         // fail the connection later, naming no parameter (libpq's strings cannot hold one).
         // The value is not shown: it may be the password.
@@ -597,6 +611,15 @@ fn exact<'a>(key: &str, value: &'a str) -> Result<&'a str, Error> {
         )))
     }
 }
+
+/// Parameters whose empty value is libpq's default and leaves the field unset.
+const EMPTY_IS_DEFAULT: [&str; 5] = [
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "passfile",
+    "require_auth",
+];
 
 fn non_empty(value: &str) -> Option<&str> {
     (!value.is_empty()).then_some(value)

@@ -530,3 +530,54 @@ async fn break_service_files_were_refused() {
         "ours: {o:?}"
     );
 }
+
+/// Promise: a parameter the string gives, even empty, keeps its variable and a service's value
+/// out, as in libpq (its `conninfo_add_defaults` fills only what is unset, and `''` is set).
+/// `passfile=''` is the default file, but slipstream took its field for unset and filled it
+/// from `PGPASSFILE` or from the service's `passfile=`, so it logged in with a password libpq
+/// never read (found by helper h65). Before the fix: "passfile='' with PGPASSFILE: libpq
+/// Err(\"...no password supplied\"), ours Ok(...)".
+#[tokio::test]
+async fn break_an_empty_value_in_the_string_let_a_variable_or_a_service_fill_it() {
+    let cluster = Cluster::builder()
+        .hba("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        .start()
+        .unwrap();
+    cluster
+        .psql("ALTER ROLE postgres PASSWORD 'from-the-file'")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pass = dir.path().join("pgpass");
+    std::fs::write(&pass, "*:*:*:*:from-the-file\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let services = dir.path().join("services.conf");
+    std::fs::write(&services, format!("[a]\npassfile={}\n", pass.display())).unwrap();
+    let (pass, services) = (pass.display().to_string(), services.display().to_string());
+    let base = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    for (what, extra, env) in [
+        ("PGPASSFILE", "", [("PGPASSFILE", pass.as_str())]),
+        (
+            "the service",
+            "service=a",
+            [("PGSERVICEFILE", services.as_str())],
+        ),
+    ] {
+        // Without the empty value both read the file and log in: the case can fail.
+        let given = format!("{base} {extra}");
+        let t = theirs(&given, &env).await;
+        assert!(t.is_ok(), "libpq, {what}: {t:?}");
+        assert_eq!(ours(&given, &env).await, t, "{what}");
+        let empty = format!("{base} {extra} passfile=''");
+        let t = theirs(&empty, &env).await;
+        let o = ours(&empty, &env).await;
+        assert!(t.is_err(), "libpq, passfile='' with {what}: {t:?}");
+        assert!(
+            o.is_err(),
+            "passfile='' with {what}: libpq {t:?}, ours {o:?}"
+        );
+    }
+}
