@@ -580,7 +580,13 @@ fn redact_url(scheme: &str, rest: &str) -> String {
 /// no-break space, U+2028) are part of a value there, as they must be here: splitting on them
 /// would let a value that was checked for spaces carry another parameter.
 fn is_space(c: &char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '\x0B' | '\x0C' | '\r')
+    c.is_ascii() && is_c_space(*c as u8)
+}
+
+/// C's `isspace` in the C locale, for every reader of libpq's text formats (strings, service
+/// files).
+pub(crate) fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
 /// One entry of a port list: empty is the default port, as in libpq.

@@ -23,6 +23,7 @@
 use std::path::PathBuf;
 
 use crate::Error;
+use crate::conninfo::is_c_space;
 
 /// libpq 15's compiled system configuration directory on Debian (`pg_config --sysconfdir`),
 /// read when `PGSYSCONFDIR` is unset.
@@ -161,7 +162,6 @@ pub(crate) fn parse(bytes: &[u8], file: &str, name: &str) -> Result<Option<Vec<E
         let (chunk, after) = rest.split_at(take);
         rest = after;
         line_no += 1;
-        let origin = format!("service file \"{file}\", line {line_no}");
         let seen = chunk.split(|b| *b == 0).next().unwrap_or_default();
         if seen.len() >= LINE_BUFFER - 1 {
             return Err(Error::config(format!(
@@ -170,7 +170,7 @@ pub(crate) fn parse(bytes: &[u8], file: &str, name: &str) -> Result<Option<Vec<E
                 LINE_BUFFER - 2
             )));
         }
-        let line = seen.trim_ascii_with(is_c_space);
+        let line = trim_c_space(seen);
         if line.is_empty() || line[0] == b'#' {
             continue;
         }
@@ -188,6 +188,7 @@ pub(crate) fn parse(bytes: &[u8], file: &str, name: &str) -> Result<Option<Vec<E
         let Some(entries) = section.as_mut() else {
             continue;
         };
+        let origin = format!("service file \"{file}\", line {line_no}");
         if line.starts_with(b"ldap") {
             return Err(Error::config(format!(
                 "{origin}: slipstream-pg does not support LDAP service lookups (a line starting \
@@ -229,25 +230,18 @@ pub(crate) fn parse(bytes: &[u8], file: &str, name: &str) -> Result<Option<Vec<E
     Ok(section)
 }
 
-/// C's `isspace` in the C locale.
-fn is_c_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
-}
-
-/// Trimming by a byte predicate (the standard library's `trim_ascii` leaves `\x0b` in).
-trait TrimWith {
-    fn trim_ascii_with(&self, space: fn(u8) -> bool) -> &Self;
-}
-
-impl TrimWith for [u8] {
-    fn trim_ascii_with(&self, space: fn(u8) -> bool) -> &[u8] {
-        let start = self.iter().position(|b| !space(*b)).unwrap_or(self.len());
-        let end = self
-            .iter()
-            .rposition(|b| !space(*b))
-            .map_or(start, |i| i + 1);
-        &self[start..end]
-    }
+/// `bytes` without C whitespace at either end (the standard library's `trim_ascii` leaves
+/// `\x0b` in).
+fn trim_c_space(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !is_c_space(*b))
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !is_c_space(*b))
+        .map_or(start, |i| i + 1);
+    &bytes[start..end]
 }
 
 #[cfg(test)]
