@@ -782,13 +782,18 @@ impl Config {
         self.apply_vars(|name| std::env::var(name).ok())
     }
 
-    /// Every environment variable [`Config::apply_env`] reads, in the order it reads them: for
-    /// a tool that must give another client the same environment (the lab hands the same
-    /// variables to tokio-postgres), or show what a connection's settings came from.
+    /// Every environment variable [`Config::apply_env`] reads, in the order it reads them,
+    /// then `HOME`: for a tool that must give another client the same environment (the lab
+    /// hands the same variables to tokio-postgres), or show what a connection's settings came
+    /// from. `HOME` is last because it is also read when connecting, not only here: it finds
+    /// `~/.pg_service.conf` (with a service), `~/.pgpass` (without `passfile`) and
+    /// `~/.postgresql/` (TLS files), as libpq's does; unset or empty, the passwd entry's home
+    /// is used instead.
     ///
     /// ```
     /// let read = slipstream_pg::Config::environment_variables();
     /// assert!(read.iter().any(|v| v == "PGHOST") && read.iter().any(|v| v == "PGTZ"));
+    /// assert_eq!(read.last().map(String::as_str), Some("HOME"));
     /// ```
     pub fn environment_variables() -> Vec<String> {
         // Asked of a configuration with nothing set, `apply_vars` reads every variable it
@@ -799,7 +804,7 @@ impl Config {
             None
         });
         // With no service the files are not looked for; with one they are read right after
-        // PGSERVICE (and HOME, as for ~/.pgpass, which is not listed).
+        // PGSERVICE.
         let mut read = read.into_inner();
         let at = read
             .iter()
@@ -808,6 +813,7 @@ impl Config {
         for (i, v) in crate::service_file::VARS.iter().enumerate() {
             read.insert(at + i, v.to_string());
         }
+        read.push("HOME".to_string());
         read
     }
 

@@ -219,6 +219,10 @@ mod tests {
             .chain(ENV_SESSION_SETTINGS.iter().map(|(e, _)| *e))
             .chain(ENV_ALIKE)
             .chain(["PGREQUIRESSL", "PGSERVICE"])
+            // Finds ~/.pgpass, which only slipstream-pg reads: a password found there can
+            // only let slipstream-pg log in where tokio-postgres fails with an error, never
+            // make the two open different connections.
+            .chain(["HOME"])
             .collect();
         let unhandled: Vec<String> = slipstream_pg::Config::environment_variables()
             .into_iter()
