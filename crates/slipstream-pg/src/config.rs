@@ -66,7 +66,9 @@ impl FromStr for SslMode {
 pub enum Host {
     /// A host name or IP address reached over TCP.
     Tcp(String),
-    /// A directory holding the server's Unix-domain socket (`.s.PGSQL.<port>`).
+    /// A directory holding the server's Unix-domain socket (`.s.PGSQL.<port>`), or, starting
+    /// with `@`, a name in Linux's abstract socket namespace (`unix_socket_directories =
+    /// '@name'` on the server; libpq 14+ reads `host=@name` alike).
     Unix(PathBuf),
 }
 
@@ -82,7 +84,8 @@ impl Host {
     }
 
     pub(crate) fn parse(s: &str) -> Host {
-        if s.starts_with('/') {
+        // libpq's is_unixsock_path: an absolute path, or `@` for the abstract namespace.
+        if s.starts_with('/') || s.starts_with('@') {
             Host::Unix(PathBuf::from(s))
         } else {
             Host::Tcp(s.to_string())
@@ -182,14 +185,16 @@ impl Config {
         Config::default()
     }
 
-    /// Adds a host: a name or address for TCP, or an absolute directory path for a Unix socket.
-    /// Several hosts are tried in order.
+    /// Adds a host: a name or address for TCP, an absolute directory path for a Unix socket, or
+    /// `@name` for a Unix socket in Linux's abstract namespace. Several hosts are tried in
+    /// order.
     ///
     /// ```
     /// use slipstream_pg::{Config, Host};
-    /// let config = Config::new().host("db1.internal").host("/var/run/postgresql");
+    /// let config = Config::new().host("db1.internal").host("/var/run/postgresql").host("@pg");
     /// assert_eq!(config.get_hosts()[0], Host::Tcp("db1.internal".into()));
     /// assert_eq!(config.get_hosts()[1], Host::Unix("/var/run/postgresql".into()));
+    /// assert_eq!(config.get_hosts()[2], Host::Unix("@pg".into()));
     /// ```
     pub fn host(mut self, host: &str) -> Config {
         self.hosts.push(Host::parse(host));

@@ -500,9 +500,34 @@ pub(crate) fn message_name(message: &Message) -> &'static str {
 /// An open socket, where a cancel request for it goes, and the TLS it uses, if any.
 type Opened = (Socket, CancelTarget, Option<TlsTarget>);
 
+/// The address of the server's Unix socket for `port` in `dir`, as libpq forms it
+/// (`UNIXSOCK_PATH`): for a `dir` of `@name`, the abstract name `name/.s.PGSQL.<port>`, which
+/// tokio (on Linux) reads from a path starting with a NUL byte.
+fn unix_socket_path(dir: &Path, port: u16) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    let path = dir.join(format!(".s.PGSQL.{port}"));
+    match path.as_os_str().as_bytes().split_first() {
+        Some((b'@', name)) => {
+            let mut nul_name = vec![0u8];
+            nul_name.extend_from_slice(name);
+            PathBuf::from(std::ffi::OsString::from_vec(nul_name))
+        }
+        _ => path,
+    }
+}
+
 /// A connection to the server's Unix socket for `port` in `dir`.
 async fn unix_socket(dir: &Path, port: u16) -> Result<Opened, Error> {
-    let path: PathBuf = dir.join(format!(".s.PGSQL.{port}"));
+    use std::os::unix::ffi::OsStrExt as _;
+    let is_abstract = dir.as_os_str().as_bytes().first() == Some(&b'@');
+    if is_abstract && cfg!(not(any(target_os = "linux", target_os = "android"))) {
+        return Err(Error::config(format!(
+            "host {} names an abstract Unix-domain socket, which exists only on Linux: give \
+             the socket's directory or a host name",
+            dir.display()
+        )));
+    }
+    let path = unix_socket_path(dir, port);
     let s = UnixStream::connect(&path).await.map_err(|e| {
         Error::io("could not connect", e)
             .hint("is the server running locally and accepting connections on that socket?")

@@ -45,20 +45,12 @@ impl Config {
                     .split(',')
                     .map(|h| {
                         if h.is_empty() {
-                            Ok(Host::default_for_machine())
-                        } else if h.starts_with('@') {
-                            // libpq 14+ reads `@name` as a Linux abstract Unix-domain socket;
-                            // taken as a host name it would be looked up in DNS instead.
-                            Err(Error::config(format!(
-                                "host `{h}` names an abstract Unix-domain socket (libpq's \
-                                 `@name`), which slipstream-pg does not support: give the \
-                                 socket's directory (e.g. /var/run/postgresql) or a host name"
-                            )))
+                            Host::default_for_machine()
                         } else {
-                            Ok(Host::parse(h))
+                            Host::parse(h)
                         }
                     })
-                    .collect::<Result<_, _>>()?;
+                    .collect();
             }
             "port" => {
                 self.ports = value

@@ -162,6 +162,17 @@ pub(crate) fn tokio_postgres_config_with(
             _ => {}
         }
     }
+    // libpq (and slipstream-pg) read `@name` as a Linux abstract socket; tokio-postgres takes
+    // it for a host name, which could only fail, later and less clearly.
+    if let Some(h) = c.get_hosts().iter().find_map(|h| match h {
+        tokio_postgres::config::Host::Tcp(h) if h.starts_with('@') => Some(h),
+        _ => None,
+    }) {
+        anyhow::bail!(
+            "host {h} is an abstract Unix-domain socket, which slipstream-pg reaches and \
+             tokio-postgres cannot; give the server's socket directory or a TCP address instead"
+        );
+    }
     Ok(c)
 }
 
@@ -252,6 +263,19 @@ mod tests {
         assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
         let c = tokio_postgres_config_with("host=127.0.0.1 sslmode=disable", env).unwrap();
         assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Disable);
+    }
+
+    /// An abstract socket (`@name`, from the URL or PGHOST) is refused for tokio-postgres, which
+    /// would look it up as a host name.
+    #[test]
+    fn an_abstract_socket_is_refused_for_tokio_postgres() {
+        let none = |_: &str| None;
+        let e = tokio_postgres_config_with("postgresql://%40pg/db", none).unwrap_err();
+        assert!(e.to_string().contains("host @pg is an abstract"), "{e}");
+        let env = |name: &str| (name == "PGHOST").then(|| "@pg".into());
+        let e = tokio_postgres_config_with("dbname=postgres", env).unwrap_err();
+        assert!(e.to_string().contains("host @pg is an abstract"), "{e}");
+        tokio_postgres_config_with("host=/tmp dbname=postgres", env).unwrap();
     }
 
     /// A variable only slipstream-pg would apply is refused by name, with the remedy; named in

@@ -1,5 +1,6 @@
 //! slipstream-pg against real PostgreSQL clusters from the testkit.
 
+mod abstract_socket;
 mod attack_abandoned_calls;
 mod attack_cache_state;
 mod attack_client;

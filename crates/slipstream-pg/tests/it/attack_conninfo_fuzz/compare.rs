@@ -59,8 +59,6 @@ pub(super) enum Known {
     /// Whitespace around a URL is dropped: libpq refuses a URL after whitespace, and keeps
     /// whitespace at its end in its last part.
     WhitespaceAroundUrl,
-    /// A host `@name` (libpq 14+: a Linux abstract Unix-domain socket) is refused, naming it.
-    AbstractSocket,
     /// With `keepalives=0`, libpq 15 neither reads nor applies `keepalives_idle`,
     /// `keepalives_interval`, `keepalives_count` and `tcp_user_timeout`; slipstream checks
     /// them when reading the string (and applies `tcp_user_timeout`).
@@ -153,16 +151,6 @@ fn compare(
                 .any(|k| opts.contains_key(*k) && e.contains(&format!("`{k}`")))
             {
                 return Ok(Some(Known::Unsupported));
-            }
-            // The refusal of a URL whose host list ended early at a password's `/` does
-            // not show what it read as hosts (see `parse_url`).
-            let abstract_host = |h: &str| h.split(',').any(|h| h.starts_with('@'));
-            if opts
-                .get("host")
-                .is_some_and(|h| abstract_host(&String::from_utf8_lossy(h)))
-                && (e.contains("abstract Unix-domain socket") || e.contains("an `@` follows them"))
-            {
-                return Ok(Some(Known::AbstractSocket));
             }
             let keepalives_off = opts
                 .get("keepalives")
@@ -258,15 +246,6 @@ fn fields_differ(opts: &BTreeMap<String, Vec<u8>>, c: &Config) -> Option<String>
         (!same).then(|| format!("{what}: libpq's reading is {want}"))
     };
 
-    if let Some(h) = text("host").and_then(|l| {
-        l.split(',')
-            .find(|h| h.starts_with('@'))
-            .map(str::to_string)
-    }) {
-        return Some(format!(
-            "hosts: libpq reads `{h}` as an abstract Unix-domain socket"
-        ));
-    }
     let hosts: Vec<Host> = match text("host") {
         None => vec![],
         Some(list) => list
@@ -276,7 +255,8 @@ fn fields_differ(opts: &BTreeMap<String, Vec<u8>>, c: &Config) -> Option<String>
                     Host::Unix("/var/run/postgresql".into())
                 }
                 "" => Host::Tcp("localhost".into()),
-                h if h.starts_with('/') => Host::Unix(h.into()),
+                // libpq's is_unixsock_path: `@` is Linux's abstract namespace.
+                h if h.starts_with('/') || h.starts_with('@') => Host::Unix(h.into()),
                 h => Host::Tcp(h.into()),
             })
             .collect(),
