@@ -73,6 +73,7 @@ typedef struct GetContext
 static char *tuple_buf;
 
 static void missing_relation(Oid relid, const char *function) pg_attribute_noreturn();
+static void check_privileges(Oid relid, Oid nsp);
 
 static const char *
 type_family_name(Oid value_type)
@@ -114,13 +115,27 @@ missing_relation(Oid relid, const char *function)
 			 errhint("The table may have been dropped; resolve its name to an OID again.")));
 }
 
+/* USAGE on the table's schema and SELECT on the table or on every column, as SQL asks. */
+static void
+check_privileges(Oid relid, Oid nsp)
+{
+	AclResult	acl;
+
+	acl = pg_namespace_aclcheck(nsp, GetUserId(), ACL_USAGE);
+	if (acl != ACLCHECK_OK)
+		aclcheck_error(acl, OBJECT_SCHEMA, get_namespace_name(nsp));
+	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+	if (acl != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
+		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(relid));
+}
+
 static void
 open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 {
 	const PkLayout *pk;
 	char		relkind;
 	Oid			nsp;
-	AclResult	acl;
 
 	memopt_require_store();
 	relkind = get_rel_relkind(relid);
@@ -135,18 +150,12 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 	/*
 	 * Privileges first, as SQL checks them before it reads anything.  SQL reaches a table
 	 * only through its schema's name, which takes USAGE on the schema: an OID must not reach
-	 * a table its name cannot.
+	 * a table its name cannot.  (So a caller without them does not queue for the lock.)
 	 */
 	nsp = get_rel_namespace(relid);
 	if (!OidIsValid(nsp))
 		missing_relation(relid, function);
-	acl = pg_namespace_aclcheck(nsp, GetUserId(), ACL_USAGE);
-	if (acl != ACLCHECK_OK)
-		aclcheck_error(acl, OBJECT_SCHEMA, get_namespace_name(nsp));
-	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
-	if (acl != ACLCHECK_OK &&
-		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_SELECT, ACLMASK_ALL) != ACLCHECK_OK)
-		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(relid));
+	check_privileges(relid, nsp);
 
 	/*
 	 * The checks above read the catalog before the table is locked: a DROP that committed
@@ -156,6 +165,14 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 	c->rel = try_table_open(relid, AccessShareLock);
 	if (c->rel == NULL)
 		missing_relation(relid, function);
+
+	/*
+	 * And again under the lock, whose wait processed the invalidations of what committed
+	 * meanwhile: SQL checks SELECT only once it holds the lock (and looks the name up again,
+	 * USAGE included, after the wait), so a REVOKE committed by the transaction that held the
+	 * table locked refuses a SELECT that waited for it.  It must refuse this call too.
+	 */
+	check_privileges(relid, c->rel->rd_rel->relnamespace);
 	if (c->rel->rd_rel->relrowsecurity)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
