@@ -135,5 +135,33 @@ SELECT memopt.enable_read('elsewhere');
 SELECT tables_registered = :registered + 1 AS registered_elsewhere FROM memopt.pool();
 DROP DATABASE regress_memopt_db;
 SELECT tables_registered = :registered AS reclaimed FROM memopt.pool();
+
+-- A DROP in a prepared transaction: COMMIT PREPARED may run in any backend, none of which
+-- knows the table had a slot, so the slot would outlive the table.  Whatever happens to the
+-- DROP, once the table is gone its slot must be too.
+CREATE TABLE reg_prepared (k int PRIMARY KEY);
+SELECT memopt.enable_read('reg_prepared');
+SELECT tables_registered = :registered + 1 AS registered FROM memopt.pool();
+BEGIN;
+DROP TABLE reg_prepared;
+PREPARE TRANSACTION 'reg_drop';
+COMMIT PREPARED 'reg_drop';
+DROP TABLE IF EXISTS reg_prepared;
+SELECT tables_registered = :registered AS released FROM memopt.pool();
+-- Rolled back, the table is served again (from a slot claimed afresh), with the right rows.
+CREATE TABLE reg_prepared (k int PRIMARY KEY, v text);
+INSERT INTO reg_prepared VALUES (1, 'one');
+SELECT memopt.enable_read('reg_prepared');
+SELECT v FROM reg_prepared WHERE k = 1;
+BEGIN;
+DROP TABLE reg_prepared;
+PREPARE TRANSACTION 'reg_drop';
+ROLLBACK PREPARED 'reg_drop';
+UPDATE reg_prepared SET v = 'uno' WHERE k = 1;
+SELECT v FROM reg_prepared WHERE k = 1;
+SELECT v FROM reg_prepared WHERE k = 1;
+SELECT hits > 0 AS served, entries FROM memopt.stats WHERE "table" = 'reg_prepared'::regclass;
+DROP TABLE reg_prepared;
+SELECT tables_registered = :registered AS released FROM memopt.pool();
 DROP TABLE slow;
 DROP FUNCTION make_regs(int), drop_regs(int);
