@@ -323,7 +323,10 @@ release_fences(bool aborted)
 	}
 }
 
-/* At commit: the slots of what this transaction dropped.  Takes locks, never raises. */
+/*
+ * At commit (or prepare): the slots of what this transaction dropped.  Takes locks, never
+ * raises.
+ */
 static void
 release_dropped(void)
 {
@@ -406,10 +409,20 @@ xact_callback(XactEvent event, void *arg)
 			release_fences(false);
 			release_dropped();
 			break;
+		case XACT_EVENT_PREPARE:
+
+			/*
+			 * COMMIT PREPARED may run in any backend, and none knows what this transaction
+			 * dropped: the slots go now.  The prepared transaction keeps the tables locked
+			 * until it ends, so no one can claim them meanwhile; if it rolls back, the
+			 * first lookup claims a fresh slot, as after a restart.
+			 */
+			release_fences(false);
+			release_dropped();
+			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			release_fences(event != XACT_EVENT_PREPARE);
+			release_fences(true);
 			ndrops = 0;
 			break;
 	}
