@@ -48,6 +48,18 @@
 
 #define NODE_NAME "MemoptLookup"
 
+/*
+ * Where a scan that hit stands relative to its one row, as an index scan stands relative to
+ * its rows: a cursor may fetch backwards (PRIOR, ABSOLUTE ...) when its plan can scan
+ * backwards, as the primary key's index scan can, so the node must too.
+ */
+typedef enum HitPosition
+{
+	HIT_BEFORE,					/* before the row: forwards returns it */
+	HIT_ON,						/* on it: either way moves off it and returns nothing */
+	HIT_AFTER					/* after it: backwards returns it */
+} HitPosition;
+
 typedef struct LookupState
 {
 	CustomScanState css;
@@ -63,7 +75,7 @@ typedef struct LookupState
 	/* per lookup */
 	bool		decided;
 	bool		hit;
-	bool		returned;
+	HitPosition position;		/* a hit's one row, for scans in either direction */
 	bool		fill_pending;
 	uint32		hash;
 	uint32		tuple_len;
@@ -370,7 +382,8 @@ pathlist_hook(PlannerInfo *root, RelOptInfo *rel, Index rti, RangeTblEntry *rte)
 		cp->path.startup_cost = 0;
 		cp->path.total_cost = cheapest / 2;
 		cp->path.pathkeys = NIL;
-		cp->flags = 0;
+		/* Backwards too, as the child can: a cursor's scrollability must not change. */
+		cp->flags = CUSTOMPATH_SUPPORT_BACKWARD_SCAN;
 		cp->custom_paths = list_make1(child);
 		cp->custom_private = exprs;
 		cp->methods = &path_methods;
@@ -520,7 +533,7 @@ decide(LookupState *s, EState *estate)
 
 	s->decided = true;
 	s->hit = false;
-	s->returned = false;
+	s->position = HIT_BEFORE;
 	s->fill_pending = false;
 	if (!memopt_slot_current(s->table, s->css.ss.ss_currentRelation))
 	{
@@ -592,10 +605,14 @@ exec_scan(CustomScanState *node)
 	if (s->hit)
 	{
 		HeapTupleData tuple;
+		bool		forward = ScanDirectionIsForward(node->ss.ps.state->es_direction);
 
-		if (s->returned)
+		if (s->position != (forward ? HIT_BEFORE : HIT_AFTER))
+		{
+			s->position = forward ? HIT_AFTER : HIT_BEFORE;
 			return ExecClearTuple(scan);
-		s->returned = true;
+		}
+		s->position = HIT_ON;
 		tuple.t_len = s->tuple_len;
 		tuple.t_data = (HeapTupleHeader) s->tuple_buf;
 		ItemPointerSetInvalid(&tuple.t_self);
