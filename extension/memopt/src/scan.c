@@ -592,12 +592,25 @@ project(LookupState *s, TupleTableSlot *scan)
 	return ExecProject(proj);
 }
 
+/*
+ * The scan slot (virtual) keeps no TID of its own: WHERE CURRENT OF reads the row's TID from
+ * it, as from an index scan's slot, to write the row the cursor is on.
+ */
+static TupleTableSlot *
+with_tid(TupleTableSlot *scan, const ItemPointerData *tid, Oid table)
+{
+	scan->tts_tid = *tid;
+	scan->tts_tableOid = table;
+	return scan;
+}
+
 static TupleTableSlot *
 exec_scan(CustomScanState *node)
 {
 	LookupState *s = (LookupState *) node;
 	TupleTableSlot *scan = node->ss.ss_ScanTupleSlot;
 	TupleTableSlot *row;
+	TupleTableSlot *child_scan;
 
 	CHECK_FOR_INTERRUPTS();
 	if (!s->decided)
@@ -615,10 +628,10 @@ exec_scan(CustomScanState *node)
 		s->position = HIT_ON;
 		tuple.t_len = s->tuple_len;
 		tuple.t_data = (HeapTupleHeader) s->tuple_buf;
-		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_self = tuple.t_data->t_ctid;	/* the version's TID (memopt_fill) */
 		tuple.t_tableOid = RelationGetRelid(node->ss.ss_currentRelation);
 		ExecForceStoreHeapTuple(&tuple, scan, false);
-		return project(s, scan);
+		return project(s, with_tid(scan, &tuple.t_self, tuple.t_tableOid));
 	}
 	row = ExecProcNode(s->child);
 	if (TupIsNull(row))
@@ -629,7 +642,8 @@ exec_scan(CustomScanState *node)
 	if (s->fill_pending)
 		fill_from_child(s);
 	ExecCopySlot(scan, row);
-	return project(s, scan);
+	child_scan = ((ScanState *) s->child)->ss_ScanTupleSlot;
+	return project(s, with_tid(scan, &child_scan->tts_tid, child_scan->tts_tableOid));
 }
 
 static void

@@ -723,6 +723,15 @@ memopt_fill(MemoptTable *t, uint32 hash, const char *key, int keylen,
 	if (live)
 	{
 		memcpy(fill_buffer, h, len);
+
+		/*
+		 * The copy's t_ctid holds the version's own TID, which a hit hands to WHERE CURRENT
+		 * OF as the index scan would.  (The heap's t_ctid need not: an update that aborted
+		 * leaves it pointing at the aborted version.)  The version does not move while its
+		 * entry is current: an update or delete removes the entry, and only a rewrite
+		 * (VACUUM FULL, CLUSTER), which changes the layout fingerprint, moves live rows.
+		 */
+		((HeapTupleHeader) fill_buffer)->t_ctid = tuple->t_self;
 		xmin = HeapTupleHeaderGetXmin(h);
 		xmin_committed = HeapTupleHeaderXminCommitted(h) || HeapTupleHeaderXminFrozen(h);
 	}
