@@ -6,7 +6,9 @@
  * external parameter and the query needs only user columns.  Its child is a plain index scan
  * of the primary key with a physical target list: on a miss the node returns exactly what
  * that scan returns, and on the first row of a miss it tries to fill the store from the
- * child's pinned heap tuple.
+ * child's pinned heap tuple.  What a cursor can do with the index scan it can do with the
+ * node: scan backwards (a hit's one row is kept as a one-row index scan keeps it), and
+ * UPDATE or DELETE WHERE CURRENT OF it (every row carries its heap TID).
  *
  * A hit is served only when all of these hold (otherwise a miss with the first failing
  * reason): memopt.enabled; not in recovery; a READ COMMITTED MVCC snapshot; this transaction
