@@ -319,6 +319,9 @@ get_one(GetContext *c, Datum value, bool key_null, Oid value_type, bool *isnull)
 	{
 		if ((why = c->gate) == MISS_COUNT && key_null)
 			why = MISS_UNCACHEABLE;
+		else if (why == MISS_COUNT &&
+				 MAXALIGN(memopt_key_size(value_type, value)) >= (Size) memopt_entry_payload())
+			why = MISS_UNCACHEABLE; /* too long for an entry: not built, as the scan */
 		else if (why == MISS_COUNT)
 		{
 			resetStringInfo(&c->key);

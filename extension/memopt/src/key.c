@@ -6,6 +6,7 @@
 
 #include "key.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
@@ -130,6 +131,26 @@ memopt_pk_layout(Relation rel)
 	if (!found)
 		e->usable = read_layout(rel, &e->layout);
 	return e->usable ? &e->layout : NULL;
+}
+
+Size
+memopt_key_size(Oid type, Datum value)
+{
+	switch (type)
+	{
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+			return sizeof(int64);
+		case UUIDOID:
+			return UUID_LEN;
+		case TEXTOID:
+		case VARCHAROID:
+			return sizeof(uint32) + toast_raw_datum_size(value) - VARHDRSZ;
+		default:
+			elog(ERROR, "memopt: key type %u is not supported", type);
+	}
+	return 0;					/* keep the compiler quiet */
 }
 
 void

@@ -33,6 +33,13 @@ extern bool memopt_key_type_supported(Oid type);
  */
 extern const PkLayout *memopt_pk_layout(Relation rel);
 extern void memopt_key_append(StringInfo buf, Oid type, Datum value);
+
+/*
+ * The bytes memopt_key_append would add for the value, read from its header without
+ * detoasting it: a key too long for an entry is never built (a text key can be as long as
+ * 1 GB, whose bytes with their length word do not fit a StringInfo).
+ */
+extern Size memopt_key_size(Oid type, Datum value);
 extern void memopt_key_from_tuple(const PkLayout *pk, HeapTuple tuple, TupleDesc desc,
 								  StringInfo buf);
 extern void memopt_key_init(void);

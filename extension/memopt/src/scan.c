@@ -516,6 +516,10 @@ try_hit(LookupState *s, EState *estate)
 
 		if (isnull)
 			return MISS_UNCACHEABLE;
+		/* Too long for an entry: not built (the child evaluates every value again). */
+		if (MAXALIGN(s->key.len + memopt_key_size(s->value_types[i], v)) >=
+			(Size) memopt_entry_payload())
+			return MISS_UNCACHEABLE;
 		/* By the value's type: an int4 42 gives the bytes of the int8 column's 42. */
 		memopt_key_append(&s->key, s->value_types[i++], v);
 	}
