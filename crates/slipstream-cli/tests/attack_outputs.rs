@@ -317,3 +317,130 @@ sql = "SELECT 1/0"
         assert!(page.contains(escaped), "{escaped} is missing from the page");
     }
 }
+
+/// The JSON document `slipstream` wrote to its stdout, which must be all it wrote there: a
+/// table after it would stop `| jq` with "trailing garbage".
+fn json_alone(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not the JSON alone ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+/// Promise (docs/bench.md, "The result file": "a path that is not a regular file
+/// (`/dev/stdout`, a FIFO) is written in place"): `-o /dev/stdout` works when stdout is a
+/// pipe, as under `slipstream bench ... -o /dev/stdout | jq` or a test's captured output;
+/// so does `report --merge -o /dev/stdout`. The stream then holds the result alone, for `jq`
+/// to read; the table goes to stderr.
+///
+/// Steps: `bench kv.toml -o /dev/stdout` with its stdout a pipe (`Command::output`), then
+/// `report a.json b.json --merge -o /dev/stdout` the same way.
+///
+/// Before the fix: both refused at once, exit 1, "cannot write /dev/stdout: No such file or
+/// directory": the link was followed by hand, `/proc/self/fd/1` reads `pipe:[N]`, which is
+/// no path, and the write looked for a file of that name in /proc/self/fd to replace. It
+/// worked only when stdout was a terminal or a file, and the table followed the JSON into
+/// the same stream.
+#[test]
+fn results_are_written_to_dev_stdout_when_it_is_a_pipe() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let o = bench(
+        &workload,
+        &["-o", "/dev/stdout"],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(
+        o.status.success(),
+        "-o /dev/stdout into a pipe: {}",
+        text(&o)
+    );
+    let run = json_alone(&o);
+    assert_eq!(run["workload"], "kv", "{run}");
+
+    let a = dir.path().join("a.json");
+    let o = bench(
+        &workload,
+        &["-o", a.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let b = dir.path().join("b.json");
+    let o = bench(
+        &workload,
+        &["-o", b.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let o = slipstream(
+        &["report", a, b, "--merge", "-o", "/dev/stdout"],
+        dir.path(),
+    );
+    assert!(
+        o.status.success(),
+        "report --merge -o /dev/stdout into a pipe: {}",
+        text(&o)
+    );
+    let merged = json_alone(&o);
+    assert_eq!(
+        merged["merged_from"].as_array().map(Vec::len),
+        Some(2),
+        "{merged}"
+    );
+}
+
+/// Promise (docs/bench.md: a censored or failed transaction is "kept out of ... every
+/// latency figure, where a made-up value would bias the percentiles"; the report's type rows
+/// print `-` for a type without a success, "not a 0 that reads as fast"): a run without a
+/// single success shows no latency in its `all` row either.
+///
+/// Steps: a one-second run of a workload whose only statement fails (`SELECT 1/0`): exit 2,
+/// every transaction failed; then `report` of its result.
+///
+/// Before the fix: the type's row read `-` in every latency column, and the `all` row below
+/// it `0.000` in each (mean, p50, p90, p99, max), in bench's output and in `report`'s: a run
+/// that measured nothing read as the fastest possible.
+#[test]
+fn a_run_without_a_success_shows_no_latency_in_its_all_row() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("fail.toml");
+    std::fs::write(
+        &workload,
+        "name = \"fail\"\n[[transaction]]\nname = \"divide\"\nsql = \"SELECT 1/0\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("fail.json");
+    let o = bench(
+        &workload,
+        &["-o", out.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let report = slipstream(&["report", out.to_str().unwrap()], dir.path());
+    assert!(report.status.success(), "{}", text(&report));
+    for (what, printed) in [("bench", text(&o)), ("report", text(&report))] {
+        let all = printed
+            .lines()
+            .find(|l| l.starts_with("all "))
+            .unwrap_or_else(|| panic!("{what}: no `all` row in: {printed}"));
+        let cells: Vec<&str> = all.split_whitespace().collect();
+        // all, count, tps, failed, then the five latency columns.
+        assert_eq!(cells.len(), 9, "{what}: {all}");
+        assert_eq!(cells[1], "0", "{what}: {all}");
+        assert_eq!(
+            cells[4..],
+            ["-"; 5],
+            "{what}: a latency where none was measured: {all}"
+        );
+    }
+}
