@@ -116,6 +116,21 @@ enum Target {
 
 /// Follows `path`'s symlinks (a dangling one too: the write creates the file it names).
 fn target(path: &Path) -> anyhow::Result<Target> {
+    // What the kernel reaches through `path` first: a link in /proc names a pipe or a socket
+    // by text that is no path (`/dev/stdout` -> `/proc/self/fd/1` -> `pipe:[41]` when stdout
+    // is a pipe, as under `| jq` or `-o >(gzip > r.json.gz)`), which the walk below would
+    // take for a file yet to be created in /proc/self/fd, and fail to write there.
+    if let Ok(meta) = std::fs::metadata(path) {
+        let kind = meta.file_type();
+        if kind.is_socket() {
+            // No file system call opens a socket for writing: refused up front, not after
+            // the run whose result it was to hold.
+            bail!("{} is a socket: give a file name", path.display());
+        }
+        if !kind.is_file() && !kind.is_dir() {
+            return Ok(Target::InPlace(path.to_path_buf()));
+        }
+    }
     let mut p = path.to_path_buf();
     // Linux's own limit on symlinks followed in one lookup (ELOOP past it).
     for _ in 0..40 {

@@ -183,7 +183,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     run.write_json(&out)?;
     let label = out.display().to_string();
     let runs = [Labeled { label, run }];
-    print_runs(&runs)?;
+    print_runs(&runs, is_stdout(&out))?;
     eprintln!("wrote {}", out.display());
     let run = &runs[0].run;
     if run.interrupted {
@@ -501,7 +501,26 @@ fn default_out(workload: &str) -> PathBuf {
     ))
 }
 
-fn print_runs(runs: &[Labeled]) -> anyhow::Result<()> {
+/// Whether `path` is this process's stdout (`-o /dev/stdout`, `/proc/self/fd/1`, or a path
+/// stdout was redirected to): the result then goes there, and the table must not follow it
+/// into the same stream, where `| jq` would read it as trailing garbage.
+fn is_stdout(path: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    match (
+        std::fs::metadata(path),
+        std::fs::metadata("/proc/self/fd/1"),
+    ) {
+        // A terminal shows both streams alike, and /dev/null keeps neither.
+        (Ok(a), Ok(b)) => {
+            a.dev() == b.dev() && a.ino() == b.ino() && !a.file_type().is_char_device()
+        }
+        _ => false,
+    }
+}
+
+/// Prints the runs' descriptions and tables: to stdout, or to stderr when the result file
+/// itself went to stdout.
+fn print_runs(runs: &[Labeled], to_stderr: bool) -> anyhow::Result<()> {
     let mut text = String::new();
     for l in runs {
         if runs.len() > 1 {
@@ -523,6 +542,10 @@ fn print_runs(runs: &[Labeled]) -> anyhow::Result<()> {
             }
             text.push_str(&t.render());
         }
+    }
+    if to_stderr {
+        eprintln!("{}", slipstream_bench::table::printable_lines(&text));
+        return Ok(());
     }
     say(&text)
 }
@@ -566,10 +589,12 @@ pub fn report(
         };
         runs.push(Labeled { label, run });
     }
+    let mut table_to_stderr = false;
     if let Some(out) = merge_into {
         let parts: Vec<(String, BenchRun)> = runs.into_iter().map(|l| (l.label, l.run)).collect();
         let merged = slipstream_bench::merge(&parts)?;
         merged.write_json(&out)?;
+        table_to_stderr = is_stdout(&out);
         eprintln!("wrote {} (merged from {} runs)", out.display(), parts.len());
         let label = out
             .file_stem()
@@ -589,7 +614,7 @@ pub fn report(
             ))
         );
     }
-    print_runs(&runs)?;
+    print_runs(&runs, table_to_stderr)?;
     if let Some(path) = html {
         report::write_html(&runs, &path)?;
         eprintln!("wrote {}", path.display());
