@@ -161,14 +161,16 @@ fn headline(runs: &[Labeled]) -> Table {
         let r = &l.run;
         let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
         let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
-        let p = all_percentiles(r);
+        // No success, no latency: `-`, not the 0 an empty histogram reads as.
+        let p = all_percentiles(r).filter(|_| ok > 0);
+        let lat = |v: Option<f64>| v.map_or_else(|| "-".to_string(), ms);
         t.row(vec![
             l.label.clone(),
             format!("{:.1}", r.tps()),
             ok.to_string(),
             failed.to_string(),
-            p.map(|p| ms(p.p50)).unwrap_or_default(),
-            p.map(|p| ms(p.p99)).unwrap_or_default(),
+            lat(p.map(|p| p.p50)),
+            lat(p.map(|p| p.p99)),
             r.users.to_string(),
             format!("{:.1}", r.measured_s),
         ]);

@@ -86,18 +86,26 @@ pub fn table(runs: &[Labeled]) -> Table {
             if tx.is_none() {
                 let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
                 let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
-                let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
-                let p = all_percentiles(r);
                 row.extend([
                     ok.to_string(),
                     format!("{:.1}", ok as f64 / secs),
                     failed.to_string(),
-                    ms(all_stats(r).mean()),
-                    blank(p.map(|p| p.p50)),
-                    blank(p.map(|p| p.p90)),
-                    blank(p.map(|p| p.p99)),
-                    ms(all_stats(r).max),
                 ]);
+                if ok == 0 {
+                    // No success in any type, no latency: `-` as in the type rows, not the
+                    // 0 an empty histogram reads as, which would pass for "fast".
+                    row.extend(std::iter::repeat_n("-".to_string(), 5));
+                } else {
+                    let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
+                    let p = all_percentiles(r);
+                    row.extend([
+                        ms(all_stats(r).mean()),
+                        blank(p.map(|p| p.p50)),
+                        blank(p.map(|p| p.p90)),
+                        blank(p.map(|p| p.p99)),
+                        ms(all_stats(r).max),
+                    ]);
+                }
             } else if let Some(Some(tx)) = tx {
                 let p = &tx.latency_ms;
                 // No success, no latency: a blank, not a 0 that reads as "fast".
