@@ -180,10 +180,18 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         c.command_line = command_line();
         c.workload_sha256 = workload_sha256;
     }
-    run.write_json(&out)?;
+    // The figures are printed even when the write fails (a disk that filled during the
+    // run): the file is lost, the run need not be.
+    let written = run.write_json(&out);
     let label = out.display().to_string();
     let runs = [Labeled { label, run }];
     print_runs(&runs, is_stdout(&out))?;
+    if let Err(e) = written {
+        anyhow::bail!(
+            "{e:#}: the result file was not written (the figures above are the run's); \
+             free space there or give another -o, and run again to get the file"
+        );
+    }
     eprintln!("wrote {}", out.display());
     let run = &runs[0].run;
     if run.interrupted {
