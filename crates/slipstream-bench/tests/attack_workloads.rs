@@ -430,3 +430,48 @@ fn pg_stat_statements_in_a_schema_off_the_search_path_is_read() {
         entries(&ctx.after)
     );
 }
+
+/// Promise (README: "commands run at once on one home share one server"; docs/bench.md:
+/// "`--setup` drops and recreates" the `soe` schema): two Order Entry loads started together
+/// on one database (two load generators each running `--setup`, or two terminals) leave one
+/// whole load, not two half ones in the same tables.
+///
+/// Steps: `order_entry::setup` twice at once on one cluster, scale 0.001; both must succeed,
+/// and the schema must then hold one load's rows with its invariants whole.
+///
+/// Before the fix: here the second failed at once, "creating the soe schema failed: error
+/// 23505: duplicate key value violates unique constraint \"pg_namespace_nspname_index\"";
+/// two `slipstream bench order-entry --setup` processes both created the schema and copied
+/// into the same tables, then both failed on the first primary key ("could not create unique
+/// index \"customers_pkey\" ... Key (customer_id)=(2501) is duplicated"), each saying to run
+/// `--setup` again, with nothing naming the other load as the cause.
+#[test]
+fn two_order_entry_loads_at_once_leave_one_whole_load() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    let (first, second) = rt.block_on(async {
+        tokio::join!(
+            order_entry::setup(&url, 0.001, |_| {}),
+            order_entry::setup(&url, 0.001, |_| {}),
+        )
+    });
+    let first = first.expect("the first load failed");
+    let second = second.expect("the second load failed");
+    assert_eq!(first.rows, second.rows);
+    let mut c = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+    let customers: i64 = rt
+        .block_on(c.query_one("SELECT count(*) FROM soe.customers", &[]))
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(customers as u64, first.rows["customers"]);
+    let metas: i64 = rt
+        .block_on(c.query_one("SELECT count(*) FROM soe.meta", &[]))
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(metas, 1, "soe.meta holds {metas} rows");
+    let broken = rt.block_on(order_entry::check(&mut c)).unwrap();
+    assert!(broken.is_empty(), "invariants broken: {broken:?}");
+}
