@@ -28,6 +28,11 @@ pub(crate) const MAX_LINES: i32 = 5;
 const COPY_BATCH: usize = 64 * 1024;
 /// Index builds run this many at a time: more than the cores only queues them.
 const INDEX_WORKERS: usize = 2;
+/// The advisory lock a load holds on its database from before the schema is dropped until
+/// it ends (a session lock of its first connection): two loads at once (two load
+/// generators each running `--setup`) would copy into the same tables, so the second waits.
+/// The bytes of "soe load", a key no other user of advisory locks is likely to pick.
+const SETUP_LOCK: i64 = i64::from_be_bytes(*b"soe load");
 
 /// The row counts a scale factor gives.
 ///
@@ -227,6 +232,21 @@ pub async fn setup_with_cancel(
     };
     let mut main = connect().await?;
     cancel.go_on()?;
+    let free: bool = main
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&SETUP_LOCK])
+        .await
+        .and_then(|row| row.get(0))
+        .map_err(|e| anyhow::anyhow!("taking the Order Entry load's lock failed: {e}"))?;
+    if !free {
+        say("another Order Entry load is running on this database: waiting for it to end");
+        // A Ctrl-C cancels the wait as it would the load: `main`'s key is in `cancel`.
+        main.execute("SELECT pg_advisory_lock($1)", &[&SETUP_LOCK])
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("waiting for another Order Entry load to end failed: {e}")
+            })?;
+        cancel.go_on()?;
+    }
     main.batch_execute(TABLES)
         .await
         .map_err(|e| anyhow::anyhow!("creating the soe schema failed: {e}"))?;
