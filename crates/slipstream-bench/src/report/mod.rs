@@ -96,14 +96,15 @@ pub fn table(runs: &[Labeled]) -> Table {
                     // 0 an empty histogram reads as, which would pass for "fast".
                     row.extend(std::iter::repeat_n("-".to_string(), 5));
                 } else {
-                    let blank = |v: Option<f64>| v.map(ms).unwrap_or_default();
+                    let max = all_stats(r).max;
+                    let blank = |v: Option<f64>| v.map(|v| ms(at_most(v, max))).unwrap_or_default();
                     let p = all_percentiles(r);
                     row.extend([
                         ms(all_stats(r).mean()),
                         blank(p.map(|p| p.p50)),
                         blank(p.map(|p| p.p90)),
                         blank(p.map(|p| p.p99)),
-                        ms(all_stats(r).max),
+                        ms(max),
                     ]);
                 }
             } else if let Some(Some(tx)) = tx {
@@ -122,9 +123,9 @@ pub fn table(runs: &[Labeled]) -> Table {
                     format!("{:.1}", tx.ok as f64 / secs),
                     tx.failed.to_string(),
                     lat(p.mean),
-                    lat(p.p50),
-                    lat(p.p90),
-                    lat(p.p99),
+                    lat(at_most(p.p50, max)),
+                    lat(at_most(p.p90, max)),
+                    lat(at_most(p.p99, max)),
                     lat(max),
                 ]);
             } else {
@@ -203,6 +204,18 @@ pub fn all_percentiles(r: &BenchRun) -> Option<Percentiles> {
         histogram::add(&mut all, &h).ok()?;
     }
     Some(percentiles(&all, all_stats(r).mean()))
+}
+
+/// A percentile read from an HDR histogram (the top of its bucket, up to 0.1% above the
+/// values in it) held at the exact slowest success printed beside it: no percentile of a set
+/// of latencies is above its max. A row without exact statistics has the histogram's max,
+/// which is never below its percentiles.
+fn at_most(percentile: f64, max: f64) -> f64 {
+    if max > 0.0 {
+        percentile.min(max)
+    } else {
+        percentile
+    }
 }
 
 pub(crate) fn ms(v: f64) -> String {
