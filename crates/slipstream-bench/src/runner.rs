@@ -782,10 +782,16 @@ async fn cancel_all(tokens: Vec<CancelToken>) -> Option<String> {
 
 async fn connect_user(url: &str, user: usize) -> anyhow::Result<Client> {
     slipstream_pg::connect(url).await.map_err(|e| {
-        anyhow::anyhow!(
-            "user {user} could not connect: {e}; with many users check the server's \
-             max_connections"
-        )
+        // The server's own refusal for want of slots; other failures carry their own hint
+        // (a client out of descriptors is told of ulimit -n, not of the server).
+        if e.code() == Some(slipstream_pg::SqlState::TOO_MANY_CONNECTIONS) {
+            anyhow::anyhow!(
+                "user {user} could not connect: {e}; with many users check the server's \
+                 max_connections"
+            )
+        } else {
+            anyhow::anyhow!("user {user} could not connect: {e}")
+        }
     })
 }
 

@@ -302,11 +302,28 @@ pub(crate) async fn tcp_connect(
             Err(e) => last = Some(e),
         }
     }
-    Err(Error::io(
-        "could not connect",
-        last.unwrap_or_else(|| std::io::Error::other(format!("`{host}` resolved to no address"))),
-    )
-    .hint("is the server running on that host and accepting TCP/IP connections?"))
+    let e =
+        last.unwrap_or_else(|| std::io::Error::other(format!("`{host}` resolved to no address")));
+    let hint = connect_hint(
+        &e,
+        "is the server running on that host and accepting TCP/IP connections?",
+    );
+    Err(Error::io("could not connect", e).hint(hint))
+}
+
+/// What to check after a failed connect: `server` (is it running?), unless the socket could
+/// not be made at all for want of descriptors, which is this process's limit or the
+/// system's: the server was never asked (libpq: "could not create socket", and no hint).
+fn connect_hint(e: &std::io::Error, server: &'static str) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => {
+            "this process has as many files open as it may: raise its open-file limit (ulimit -n) or open fewer connections"
+        }
+        Some(libc::ENFILE) => {
+            "the system has as many files open as it may (fs.file-max): close files, or raise the limit; the process's own is ulimit -n"
+        }
+        _ => server,
+    }
 }
 
 /// Applies libpq's keepalive parameters: on by default, the operating system's timings unless
@@ -529,8 +546,11 @@ async fn unix_socket(dir: &Path, port: u16) -> Result<Opened, Error> {
     }
     let path = unix_socket_path(dir, port);
     let s = UnixStream::connect(&path).await.map_err(|e| {
-        Error::io("could not connect", e)
-            .hint("is the server running locally and accepting connections on that socket?")
+        let hint = connect_hint(
+            &e,
+            "is the server running locally and accepting connections on that socket?",
+        );
+        Error::io("could not connect", e).hint(hint)
     })?;
     Ok((Socket::Unix(s), CancelTarget::Unix(path), None))
 }
