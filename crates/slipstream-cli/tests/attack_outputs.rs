@@ -549,3 +549,40 @@ fn no_percentile_in_the_table_is_above_its_rows_max() {
     }
     assert_eq!(rows, naps.len() + 1, "{printed}");
 }
+
+/// Promise: as `bench -o /dev/stdout` (above), `lab run --json /dev/stdout` into a pipe
+/// writes the result there, alone, for `jq` to read; the table goes to stderr.
+///
+/// Steps: `lab run proxy --quick --json /dev/stdout --svg proxy.svg` with stdout a pipe.
+///
+/// Before the fix: refused as bench's was ("cannot write /dev/stdout: No such file or
+/// directory"); with write_atomically fixed, the table came first and the JSON after it.
+#[test]
+fn lab_run_writes_its_result_alone_to_dev_stdout() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("proxy.svg");
+    let o = slipstream(
+        &[
+            "lab",
+            "run",
+            "proxy",
+            "--quick",
+            "--url",
+            &cluster.url(),
+            "--json",
+            "/dev/stdout",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let result = json_alone(&o);
+    assert_eq!(result["experiment"], "proxy", "{result}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("note:"),
+        "the table went nowhere: {}",
+        text(&o)
+    );
+}
