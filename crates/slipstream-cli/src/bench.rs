@@ -512,7 +512,7 @@ fn default_out(workload: &str) -> PathBuf {
 /// Whether `path` is this process's stdout (`-o /dev/stdout`, `/proc/self/fd/1`, or a path
 /// stdout was redirected to): the result then goes there, and the table must not follow it
 /// into the same stream, where `| jq` would read it as trailing garbage.
-fn is_stdout(path: &Path) -> bool {
+pub(crate) fn is_stdout(path: &Path) -> bool {
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
     match (
         std::fs::metadata(path),

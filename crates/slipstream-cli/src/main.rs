@@ -101,7 +101,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = database::resolve(cli.url, cli.home)?;
             interrupt::stop_clusters_on_signal()?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
-            print_result(&result)?;
+            print_result(&result, json.as_deref().is_some_and(bench::is_stdout))?;
             if let Some(path) = json {
                 result.write_json(&path)?;
                 eprintln!("wrote {}", path.display());
@@ -136,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for e in EXPERIMENTS {
                 eprintln!("running {} ...", e.name);
                 let result = slipstream_lab::run(e.name, &ctx)?;
-                print_result(&result)?;
+                print_result(&result, false)?;
                 slipstream_lab::write_outputs(&result, &out)?;
                 results.push(result);
             }
@@ -175,7 +175,9 @@ fn db(cmd: DbCommand, home: Option<std::path::PathBuf>) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()> {
+/// Prints an experiment's table and notes: to stdout, or to stderr when its result file went
+/// to stdout (`--json /dev/stdout`), which then holds the JSON alone.
+fn print_result(result: &slipstream_lab::ExperimentResult, to_stderr: bool) -> anyhow::Result<()> {
     let mut text = format!(
         "\n{}: {}\n\n{}\n",
         result.experiment,
@@ -184,6 +186,10 @@ fn print_result(result: &slipstream_lab::ExperimentResult) -> anyhow::Result<()>
     );
     for note in &result.notes {
         text.push_str(&format!("note: {note}\n"));
+    }
+    if to_stderr {
+        eprintln!("{}", slipstream_bench::table::printable_lines(&text));
+        return Ok(());
     }
     say(&text)
 }
