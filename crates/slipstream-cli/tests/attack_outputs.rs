@@ -586,3 +586,46 @@ fn lab_run_writes_its_result_alone_to_dev_stdout() {
         text(&o)
     );
 }
+
+/// Promise (`bench --help`: "-d, --duration <D> The measured window (e.g. 30s, 5m)"; the
+/// duration parser takes `500ms` and `1.5s`): the run's first line says how long it measured.
+///
+/// Steps: `bench kv.toml -d 500ms -w 0s`.
+///
+/// Before the fix: "kv: 2 users, closed loop, think none, 0 s measured after 0 s warm-up":
+/// the seconds were rounded to whole ones, so a half-second run read as none (and `-d 1.5s`
+/// as 2 s), while the file said `measured_s` 0.5.
+#[test]
+fn a_window_of_a_fraction_of_a_second_is_described_as_measured() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let out = dir.path().join("kv.json");
+    // `-d 500ms` after bench's own `-d 1s`: clap refuses a flag given twice, so the whole
+    // command is spelled here.
+    let o = slipstream(
+        &[
+            "bench",
+            workload.to_str().unwrap(),
+            "-u",
+            "2",
+            "-d",
+            "500ms",
+            "-w",
+            "0s",
+            "-q",
+            "--url",
+            &cluster.url(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("0.5 s measured after 0 s warm-up"),
+        "{}",
+        text(&o)
+    );
+}
