@@ -260,6 +260,16 @@ pub fn describe(r: &BenchRun) -> Vec<String> {
     lines.into_iter().map(crate::table::printable).collect()
 }
 
+/// Seconds as a reader wants them: whole ones bare (`30`), others to a tenth (`0.5`, `2.5`),
+/// so a window under a second does not read as none.
+fn seconds(s: f64) -> String {
+    if (s - s.round()).abs() < 0.05 {
+        format!("{s:.0}")
+    } else {
+        format!("{s:.1}")
+    }
+}
+
 /// [`describe`] without the context (the HTML page shows that apart).
 pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
     let load = match r.load {
@@ -267,11 +277,11 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         Load::Open { rate } => format!("open loop at {rate}/s"),
     };
     let mut lines = vec![format!(
-        "{}: {} users, {load}, {:.0} s measured after {:.0} s warm-up, started {} (PostgreSQL {})",
+        "{}: {} users, {load}, {} s measured after {} s warm-up, started {} (PostgreSQL {})",
         r.workload,
         r.users,
-        r.measured_s,
-        r.warmup_s,
+        seconds(r.measured_s),
+        seconds(r.warmup_s),
         r.started_at,
         r.environment.server_version.as_deref().unwrap_or("?")
     )];
