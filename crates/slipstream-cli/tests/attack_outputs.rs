@@ -629,3 +629,30 @@ fn a_window_of_a_fraction_of_a_second_is_described_as_measured() {
         text(&o)
     );
 }
+
+/// Promise (docs/bench.md: `-o FILE` and `--raw FILE` are a run's two outputs): both take a
+/// path in a directory not made yet, as `-o` does (the result's write creates it).
+///
+/// Steps: `bench kv.toml -o out/a/r.json --raw out/b/r.csv` in an empty directory.
+///
+/// Before the fix: "could not create the raw CSV out/b/r.csv: No such file or directory",
+/// exit 1, though `-o out/a/r.json` alone made its directory and ran.
+#[test]
+fn the_raw_csv_goes_into_a_directory_not_made_yet_as_the_result_does() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let out = dir.path().join("out/a/r.json");
+    let raw = dir.path().join("out/b/r.csv");
+    let o = bench(
+        &workload,
+        &["-o", out.to_str().unwrap(), "--raw", raw.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.is_file(), "no result at {}", out.display());
+    let csv = std::fs::read_to_string(&raw).unwrap();
+    assert!(csv.lines().count() > 1, "{csv}");
+}
