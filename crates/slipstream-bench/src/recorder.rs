@@ -195,9 +195,14 @@ impl Recorder {
     ) -> anyhow::Result<Recorder> {
         let raw = match raw {
             Some(p) => {
-                let f = File::create(p).map_err(|e| {
+                let failed = |e: std::io::Error| {
                     anyhow::anyhow!("could not create the raw CSV {}: {e}", p.display())
-                })?;
+                };
+                // Its directory made if missing, as the result's write makes `-o`'s.
+                if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(failed)?;
+                }
+                let f = File::create(p).map_err(failed)?;
                 let mut w = BufWriter::new(f);
                 writeln!(w, "transaction,user,end_us,latency_us,lag_us,failure")?;
                 Some(w)
