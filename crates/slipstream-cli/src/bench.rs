@@ -134,6 +134,18 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
         config.seed = seed;
     }
     if let Some(late_after) = args.late_after {
+        // Lateness is measured against an open loop's schedule; a closed loop has none, so
+        // the flag would be accepted and change nothing.
+        let open_loop = config.rate.is_some()
+            || config
+                .stages
+                .iter()
+                .any(|s| matches!(s.load, slipstream_bench::StageLoad::Rate(_)));
+        anyhow::ensure!(
+            open_loop,
+            "--late-after applies to open-loop runs (--rate, or rate stages), where a \
+             transaction has an intended start; this run is closed-loop: drop --late-after"
+        );
         config.late_after = late_after;
     }
     if let Some(grace) = args.grace {

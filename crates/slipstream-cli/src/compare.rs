@@ -146,10 +146,16 @@ fn sides(a: &[String], b: &[String]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBu
         );
     }
     let (a, b) = if b.is_empty() {
+        // clap drops a `--` with nothing after it, so this also reads `a.json --`: say what
+        // is missing (B's files), which holds either way.
         match a {
             [x, y] => (vec![x.clone()], vec![y.clone()]),
+            [_] => anyhow::bail!(
+                "one file and no B side to compare it with: give B's files after `--` \
+                 (slipstream compare a.json -- b.json), or two files for one run a side"
+            ),
             _ => anyhow::bail!(
-                "{} file(s) and no `--`: with more than one file on a side, separate A's files \
+                "{} files and no B side: with more than one file on a side, separate A's files \
                  from B's with `--` (slipstream compare a1.json a2.json -- b1.json b2.json)",
                 a.len()
             ),
@@ -378,6 +384,13 @@ mod tests {
         assert_eq!((a.len(), b.len()), (1, 1));
         let e = sides(&s(&["a1", "a2", "b1"]), &[]).unwrap_err().to_string();
         assert!(e.contains("separate A's files from B's with `--`"), "{e}");
+        // `compare a.json --` reaches here as one file and no B side (clap drops the `--`):
+        // it said "1 file(s) and no `--`", to a user who gave one.
+        let e = sides(&s(&["a1"]), &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("no B side") && e.contains("after `--`") && !e.contains("no `--`"),
+            "{e}"
+        );
         let e = sides(&s(&["a1"]), &s(&["b1", "--json"]))
             .unwrap_err()
             .to_string();

@@ -157,6 +157,48 @@ fn run_only_flags_given_with_setup_are_refused() {
     }
 }
 
+/// Promise (bad input is never silently dropped; `--late-after`'s help: "Open loop: a
+/// transaction starting later than this after its intended start is late"): in a closed-loop
+/// run, which has no intended starts, `--late-after` is refused, naming it; with a rate (or
+/// rate stages) it is taken.
+///
+/// Steps: `bench FILE.toml --late-after 5ms` without and with `-r`/`--stage D:rate=R`, against
+/// a server that cannot be reached (the check comes before connecting).
+///
+/// Before the fix (session 51, found by helper h69): accepted without a word, changing
+/// nothing.
+#[test]
+fn late_after_in_a_closed_loop_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv.toml");
+    std::fs::write(&file, WITH_SETUP).unwrap();
+    let file = file.to_str().unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x?connect_timeout=2";
+    let closed = [
+        "bench",
+        file,
+        "--url",
+        nowhere,
+        "-d",
+        "1s",
+        "--late-after",
+        "5ms",
+    ];
+    let said = refused(
+        &closed,
+        dir.path(),
+        "--late-after applies to open-loop runs",
+    );
+    assert!(said.contains("drop --late-after"), "{said}");
+    for open in [&["-r", "100"][..], &["--stage", "1s:rate=100"][..]] {
+        let mut args = vec!["bench", file, "--url", nowhere, "--late-after", "5ms"];
+        args.extend(open);
+        let o = common::slipstream(&args, dir.path());
+        let said = common::text(&o);
+        assert!(!said.contains("--late-after applies"), "{args:?}: {said}");
+    }
+}
+
 /// Promise (`--quiet`'s help: "No progress line"): with `--setup` it quiets the load's
 /// progress lines, and is not refused as a run-only flag; the load's summary still prints.
 ///
