@@ -324,9 +324,9 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
     let stop = async move {
         let mut quit_tx = Some(quit_tx);
         let quit_now = |quit_tx: &mut Option<tokio::sync::oneshot::Sender<()>>| {
-            eprintln!(
-                "\nterminated: cancelling what is in flight on the server and writing the result"
-            );
+            // True in every phase: before measuring no result is written, and the runner's
+            // next line says which way it ended.
+            eprintln!("\nterminated: ending the run, cancelling what is in flight on the server");
             if let Some(tx) = quit_tx.take() {
                 let _ = tx.send(());
             }
@@ -340,8 +340,10 @@ async fn run(workload: &Workload, config: &RunConfig) -> anyhow::Result<BenchRun
             _ = term.recv() => return quit_now(&mut quit_tx),
         }
         let first = std::time::Instant::now();
+        // Before measuring there is nothing to finish or write, and in the drain what is in
+        // flight is cut off: the runner's next line says which way the run ended.
         eprintln!(
-            "\nstopping: finishing transactions in flight and writing the result (Ctrl-C again to stop waiting for them)"
+            "\nstopping: ending the run (Ctrl-C again to stop waiting for transactions in flight)"
         );
         tokio::spawn(async move {
             loop {

@@ -951,6 +951,13 @@ fn a_stop_before_measuring_starts_ends_the_run_at_once() {
             "{signal}: {}",
             text(&o)
         );
+        // Nor a first line that promises one (found by helper h69, session 51: "stopping:
+        // finishing transactions in flight and writing the result", then "nothing ran").
+        assert!(
+            !text(&o).contains("writing the result"),
+            "{signal}: {}",
+            text(&o)
+        );
         assert!(!out.exists(), "{signal}: a result was written");
     }
 }
