@@ -434,7 +434,18 @@ async fn setup(
                 .await;
             ran.map(|r| {
                 r.map(|()| format!("workload {} set up", f.workload.name()))
-                    .map_err(|e| anyhow::anyhow!("the workload's setup SQL failed: {e}"))
+                    .map_err(|e| {
+                        let at = e
+                            .as_db_error()
+                            .and_then(|db| match db.position() {
+                                Some(slipstream_pg::ErrorPosition::Original(p)) => Some(*p),
+                                _ => None,
+                            })
+                            .and_then(|p| setup_line(sql, p))
+                            .map(|(n, line)| format!(" at its line {n} (`{}`)", line.trim()))
+                            .unwrap_or_default();
+                        anyhow::anyhow!("the workload's setup SQL failed{at}: {e}")
+                    })
             })
         }
     };
@@ -486,6 +497,18 @@ pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// The line that reports a finished Order Entry load.
+/// The line (1-based) of `sql` holding the server's error position `p` (1-based, in
+/// characters), and its text: the setup SQL runs as one string of many statements, so the
+/// server's error alone does not say which one failed.
+fn setup_line(sql: &str, p: u32) -> Option<(usize, &str)> {
+    let byte = sql
+        .char_indices()
+        .nth(usize::try_from(p).ok()?.checked_sub(1)?)
+        .map(|(b, _)| b)?;
+    let n = sql[..byte].matches('\n').count() + 1;
+    Some((n, sql.split('\n').nth(n - 1)?))
+}
+
 fn loaded(r: &order_entry::SetupReport) -> String {
     let rows: Vec<String> = r.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
     format!(
@@ -647,6 +670,22 @@ pub fn report(
 #[cfg(test)]
 mod out_tests {
     use super::*;
+
+    /// The server's position counts characters from 1; a position past the text, or 0, names
+    /// no line.
+    #[test]
+    fn a_setup_error_position_names_its_line() {
+        let sql = "CREATE TABLE a (x int);\nCREATE TABLE é (y nosuchtype);\n";
+        // In characters, as the server counts: the `é` before it is two bytes.
+        let p = sql[..sql.find("nosuchtype").unwrap()].chars().count() + 1;
+        assert_eq!(
+            setup_line(sql, p as u32),
+            Some((2, "CREATE TABLE é (y nosuchtype);"))
+        );
+        assert_eq!(setup_line(sql, 1), Some((1, "CREATE TABLE a (x int);")));
+        assert_eq!(setup_line(sql, 0), None);
+        assert_eq!(setup_line(sql, 10_000), None);
+    }
 
     /// A workload named like a path writes its result in the current directory, under a
     /// flat name. Before (session 33's attacker), `../../x` and `/tmp/a/b/x` chose the

@@ -199,6 +199,42 @@ fn late_after_in_a_closed_loop_run_is_refused() {
     }
 }
 
+/// Promise (an error names what failed and what to do): a workload file's setup SQL runs as
+/// one string of statements, and when one fails the error says which line of it.
+///
+/// Steps: `bench FILE --setup` with a mistake in the setup's third line.
+///
+/// Before the fix (session 51, found by helper h69): `the workload's setup SQL failed: type
+/// "nosuchtype" does not exist`, leaving the user to find the statement.
+#[test]
+fn a_failing_setup_statement_is_named_by_its_line() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "bad"
+setup = """
+CREATE TABLE IF NOT EXISTS a (x int);
+CREATE TABLE IF NOT EXISTS b (x int);
+CREATE TABLE IF NOT EXISTS c (y nosuchtype);
+"""
+[[transaction]]
+name = "read"
+sql = "SELECT 1"
+"#,
+    )
+    .unwrap();
+    let url = cluster.url();
+    let said = refused(
+        &["bench", file.to_str().unwrap(), "--setup", "--url", &url],
+        dir.path(),
+        "the workload's setup SQL failed at its line 3 (`CREATE TABLE IF NOT EXISTS c (y nosuchtype);`)",
+    );
+    assert!(said.contains("nosuchtype"), "{said}");
+}
+
 /// Promise (`--quiet`'s help: "No progress line"): with `--setup` it quiets the load's
 /// progress lines, and is not refused as a run-only flag; the load's summary still prints.
 ///
