@@ -128,6 +128,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(compare::EXIT_ERROR))
         }),
         Command::Demo { out, full } => {
+            // The system's "Not a directory" names neither the flag nor what it wants.
+            anyhow::ensure!(
+                !out.exists() || out.is_dir(),
+                "--out {} is not a directory: the demo writes index.html and each experiment's \
+                 files into one; give a directory (made if missing)",
+                out.display()
+            );
             slipstream_lab::check_writable(&out.join("index.html"))?;
             let url = database::resolve(cli.url, cli.home)?;
             let ctx = Context { url, quick: !full };

@@ -228,6 +228,26 @@ fn lab_run_refuses_a_chart_that_would_replace_its_result_or_cannot_be_written() 
     }
 }
 
+/// Promise (an error names what failed and what to do): `demo --out` naming a file is refused
+/// before anything runs, naming the flag and asking for a directory.
+///
+/// Before the fix (session 51, found by helper h69): "could not create FILE: Not a
+/// directory", naming neither `--out` nor what it wants.
+#[test]
+fn demo_refuses_an_out_that_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.html");
+    std::fs::write(&file, "mine").unwrap();
+    let nowhere = "postgres://nobody@127.0.0.1:1/x";
+    let said = refused(
+        &["--url", nowhere, "demo", "--out", file.to_str().unwrap()],
+        dir.path(),
+        "is not a directory: the demo writes index.html",
+    );
+    assert!(said.contains("--out"), "{said}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
 /// Promise (`compare`'s exit codes: 1 when a `--fail-if` condition holds, 2 when nothing
 /// could be compared; and the CLI's rule that outputs are checked before the work): a
 /// `--plot` directory that cannot be made is refused before anything is read or sampled.
