@@ -643,7 +643,7 @@ pub fn stage_table(run: &BenchRun) -> Option<Table> {
     ]);
     for s in &run.stages {
         let load = match (s.users, s.rate) {
-            (Some(u), _) => format!("{u} users"),
+            (Some(u), _) => crate::report::users(u),
             (_, Some(r)) => format!("{r}/s"),
             _ => String::new(),
         };

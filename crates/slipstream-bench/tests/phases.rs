@@ -136,7 +136,7 @@ fn two_stages_report_their_own_figures_and_users() {
     // The text table has a row per stage.
     let table = bench::stage_table(&run).unwrap().render();
     assert!(
-        table.contains("stage 1") && table.contains("3 users") && table.contains("1 users"),
+        table.contains("stage 1") && table.contains("3 users") && table.contains("1 user "),
         "{table}"
     );
 }

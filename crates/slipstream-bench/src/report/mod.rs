@@ -270,6 +270,15 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// `1 user`, `8 users`.
+pub(crate) fn users(n: usize) -> String {
+    if n == 1 {
+        "1 user".into()
+    } else {
+        format!("{n} users")
+    }
+}
+
 /// [`describe`] without the context (the HTML page shows that apart).
 pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
     let load = match r.load {
@@ -277,9 +286,9 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         Load::Open { rate } => format!("open loop at {rate}/s"),
     };
     let mut lines = vec![format!(
-        "{}: {} users, {load}, {} s measured after {} s warm-up, started {} (PostgreSQL {})",
+        "{}: {}, {load}, {} s measured after {} s warm-up, started {} (PostgreSQL {})",
         r.workload,
-        r.users,
+        users(r.users),
         seconds(r.measured_s),
         seconds(r.warmup_s),
         r.started_at,
@@ -347,7 +356,7 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         let parts: Vec<String> = r
             .merged_from
             .iter()
-            .map(|p| format!("{} ({} users, seed {})", p.label, p.users, p.seed))
+            .map(|p| format!("{} ({}, seed {})", p.label, users(p.users), p.seed))
             .collect();
         lines.push(format!(
             "merged from {} load generators: {}",
