@@ -709,7 +709,9 @@ impl<M: Manager> Pool<M> {
 
     /// Borrows a connection on a thread that may block (not an async task), waiting up to the
     /// borrow timeout. A connection due for validation is validated on the pool's runtime
-    /// while this thread waits.
+    /// while this thread waits. Called from a task of that runtime (do not: it blocks the
+    /// worker), such a validation may never run: the borrow then fails with
+    /// [`PoolError::Config`] a second after the validation's bound instead of hanging.
     ///
     /// ```
     /// # struct Numbers;
@@ -762,7 +764,31 @@ impl<M: Manager> Pool<M> {
                 let ok = tokio::time::timeout_at(until.into(), validation).await.ok();
                 let _ = tx.send((conn, ok));
             });
-            match rx.recv() {
+            let answer = if self.inside_runtime() {
+                // Called from a task of the pool's own runtime (which the docs forbid), this
+                // thread may be the one that would run the validation: a current-thread
+                // runtime's only thread, or a worker whose LIFO slot the task went to, which
+                // no other worker steals. Bounded, as `PgPool::get_blocking` is there; the
+                // connection goes back still due whenever the task runs.
+                let limit = until
+                    .saturating_duration_since(Instant::now())
+                    .saturating_add(INSIDE_SLACK);
+                match rx.recv_timeout(limit) {
+                    Ok(answer) => Ok(answer),
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(()),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        return Err(PoolError::Config(format!(
+                            "get_blocking had no answer from the pool's runtime within \
+                             {limit:?} while it validated a connection; it was called inside \
+                             that runtime, where it can block the thread that would answer: \
+                             use `pool.get().await` there"
+                        )));
+                    }
+                }
+            } else {
+                rx.recv().map_err(drop)
+            };
+            match answer {
                 Ok((mut conn, Some(true))) => {
                     conn.set_due(false);
                     return Ok(conn);
@@ -777,6 +803,11 @@ impl<M: Manager> Pool<M> {
                 Err(_) => return Err(self.timeout_error()),
             }
         }
+    }
+
+    /// Whether the calling thread is in the pool's own runtime.
+    fn inside_runtime(&self) -> bool {
+        tokio::runtime::Handle::try_current().is_ok_and(|here| here.id() == self.inner.runtime.id())
     }
 
     fn claim_blocking(&self, deadline: &mut Deadline) -> Result<Pooled<M>, PoolError> {
@@ -1125,6 +1156,12 @@ impl<M: Manager> fmt::Debug for Pool<M> {
 /// How many connections a labeled borrow tries [`Labeling::configure`] on before it fails with
 /// [`PoolError::Labeling`]: a second, so one connection in a bad state does not fail the borrow.
 const CONFIGURE_TRIES: u32 = 2;
+
+/// How much longer than its validation's own bound a `get_blocking` called inside the pool's
+/// runtime waits for the validation's answer before giving up with an error (as
+/// `PgPool::get_blocking` waits its borrow timeout and a second there): room for a runtime
+/// that is merely busy to answer.
+const INSIDE_SLACK: Duration = Duration::from_secs(1);
 
 /// Times the waits for the wait histogram: the CPU's counter where it is invariant (about
 /// 10 ns a read here, where `Instant::now` costs 25: two reads per wait were 0.3% of a borrow
