@@ -169,7 +169,8 @@ impl<M: Manager> Builder<M> {
         self.config.max_waiters = n;
         self
     }
-    /// How long a borrow waits (default 30 s; `Duration::MAX`: for ever).
+    /// How long a borrow waits (default 30 s; `Duration::MAX`, or any time past the clock's
+    /// range such as `Duration::from_secs(u64::MAX)`: for ever).
     ///
     /// ```
     /// # struct Numbers;

@@ -1188,10 +1188,16 @@ const FAR_OFF: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 
 impl Deadline {
     /// The deadline, setting it to now + `timeout` if unset (`None`: no timeout, and no
-    /// clock read).
+    /// clock read for `Duration::MAX`). A timeout past the end of the clock's range
+    /// (`Duration::from_secs(u64::MAX)`, another way to write "for ever") is none too: added
+    /// unchecked, it panicked every borrow that waited (`tests/attack_huge_timeouts.rs`).
     fn from(&mut self, timeout: Duration) -> Option<Instant> {
         if let Deadline::Unset = self {
-            *self = Deadline::At((timeout != Duration::MAX).then(|| Instant::now() + timeout));
+            *self = Deadline::At(
+                (timeout != Duration::MAX)
+                    .then(Instant::now)
+                    .and_then(|now| now.checked_add(timeout)),
+            );
         }
         match *self {
             Deadline::At(d) => d,
