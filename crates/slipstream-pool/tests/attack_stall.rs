@@ -186,6 +186,51 @@ async fn a_reset_the_server_never_answers_frees_its_slot() {
     }
 }
 
+/// The same promise for a connection returned with a call's replies still owed (a timeout
+/// around a long statement): "A reset takes at most 5 s in all". Its reset first cancels the
+/// statement still running, over a new connection, and that cancel request is the first
+/// thing the silence holds up. With `connect_timeout=60` in the connection string the slot
+/// must still be freed in about 5 s (waited for up to 30 s here, against a hang).
+///
+/// Before the fix (helper h71): only the settling, rollback and session reset ran under the
+/// 5 s bound; the cancel request before them had its own, the connection's `connect_timeout`
+/// (10 s without one). The slot stayed lent to no one for that and 5 s more: over 30 s here,
+/// and 15.0 s with no `connect_timeout` (measured).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_whose_cancel_the_server_never_answers_frees_its_slot() {
+    let cluster = Cluster::start().unwrap();
+    let proxy = proxy(&cluster);
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable&connect_timeout=60",
+        proxy.port()
+    );
+    let pool = Pool::builder(PgManager::new(url.parse().unwrap()))
+        .max_size(1)
+        .borrow_timeout(Duration::from_secs(60))
+        .build();
+    let mut conn = pool.get().await.unwrap();
+    let dropped = conn.batch_execute("SELECT pg_sleep(60)");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), dropped)
+            .await
+            .is_err()
+    );
+    assert!(!conn.is_settled(), "the dropped call still owes its reply");
+    proxy.set_stalled(true);
+    drop(conn);
+    until(
+        Duration::from_secs(30),
+        "the reset gives up and frees the slot",
+        || pool.stats(),
+        |s| s.open == 0,
+    )
+    .await;
+    assert_eq!(pool.stats().failed_resets, 1);
+    proxy.set_stalled(false);
+    let mut conn = pool.get().await.unwrap();
+    conn.batch_execute("SELECT 1").await.unwrap();
+}
+
 /// The pool's task opens connections one at a time and also runs its timers; while a connect
 /// hangs (a server that accepts and never answers, and a connection string with no
 /// `connect_timeout`), the timers must keep running: here a connection lent past its
