@@ -34,8 +34,8 @@ pub enum Reset {
     Session,
 }
 
-/// How long a reset may take in all: reading the replies a dropped call left owed (after
-/// cancelling its statement), the `ROLLBACK` and the session reset. Each answers within a
+/// How long a reset may take in all: the cancel request for a dropped call's statement, reading
+/// the replies that call left owed, the `ROLLBACK` and the session reset. Each answers within a
 /// round trip or two, so a connection still silent after this is closed rather than lent: its
 /// server hung or the path to it was cut, and waiting for it held the slot, lent to no one,
 /// for as long as the silence lasted (a cut path: the kernel's TCP timeout, minutes).
@@ -161,12 +161,14 @@ impl Manager for PgManager {
         // and run what dropped handles deferred (a dropped BEGIN may have opened a transaction).
         // A dropped call's statement may still be running (a timeout around a long query):
         // cancel it rather than hold the slot for its whole run, or forever if it waits on a
-        // lock, and bound the whole reset; a connection not reset in time is closed. (The
-        // cancel request is bounded by its own connect timeout.)
-        if !conn.is_settled() {
-            let _ = conn.cancel_token().cancel().await;
-        }
+        // lock, and bound the whole reset, the cancel request included; a connection not
+        // reset in time is closed. (Outside the bound, the cancel request to a server that
+        // stopped answering held the slot for its own connect timeout, 10 s without one,
+        // before the 5 s bound even began: `tests/attack_stall.rs`.)
         let reset = async {
+            if !conn.is_settled() {
+                let _ = conn.cancel_token().cancel().await;
+            }
             if conn.settle().await.is_err() {
                 return false;
             }
