@@ -58,7 +58,7 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                         *inner
                             .last_connect_error
                             .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                            .unwrap_or_else(|p| p.into_inner()) = Some(e);
                         backoff = (backoff * 2)
                             .max(Duration::from_millis(10))
                             .min(Duration::from_secs(1));
@@ -82,6 +82,15 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
             }
         }
     }
+}
+
+/// The message a panic was raised with, if it is text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// How often the opener runs the timers: at least every 100 ms while any is set (or a tenth of
@@ -114,10 +123,29 @@ impl<M: Manager> Inner<M> {
     /// Opens a connection, running the timers meanwhile ([`Inner::upkeep`]): awaited alone, a
     /// connect that hung (a server that accepts and never answers, with no connect timeout)
     /// stopped every reclaim, reap, leak report and clock tick for as long as it hung.
-    /// `None`: the last handle went meanwhile, and the connect was given up.
-    async fn connect_with_upkeep(&self) -> Option<Result<M::Connection, M::Error>> {
+    /// `None`: the last handle went meanwhile, and the connect was given up. The error is the
+    /// manager's, or says that its `connect` panicked: a panic there is a failed connect,
+    /// not the end of this task (which would open nothing again, with the slot it was
+    /// opening still claimed, and run no timer; `tests/attack_opener_panic.rs`).
+    async fn connect_with_upkeep(&self) -> Option<Result<M::Connection, String>> {
         let connect = self.manager.connect();
         let mut connect = std::pin::pin!(connect);
+        // The manager's code, polled on this task: its panic is caught here. Unwind-safe: a
+        // connect that panicked is dropped, never polled again.
+        let mut connect = std::future::poll_fn(|cx| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                connect.as_mut().poll(cx)
+            })) {
+                Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+                Ok(std::task::Poll::Ready(connected)) => {
+                    std::task::Poll::Ready(connected.map_err(|e| e.to_string()))
+                }
+                Err(panic) => std::task::Poll::Ready(Err(format!(
+                    "the manager's connect panicked: {}",
+                    panic_message(&*panic)
+                ))),
+            }
+        });
         let period = upkeep_period(&self.config);
         loop {
             tokio::select! {
