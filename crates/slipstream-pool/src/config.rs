@@ -17,7 +17,7 @@ use crate::{Pool, PoolError};
 /// ```
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The most connections open at once.
+    /// The most connections open at once (at most 65,536: more is taken as 65,536).
     pub max_size: usize,
     /// Connections kept open even when idle.
     pub min_size: usize,
@@ -48,7 +48,7 @@ pub struct Config {
     /// A connection lent for longer than this is reclaimed, used or not. `None`: never.
     pub time_to_live: Option<Duration>,
     /// The largest `max_size` that [`Pool::resize`] may set: the pool's slot array is this
-    /// long. 0 (the default) means `max_size.max(64)`.
+    /// long. 0 (the default) means `max_size.max(64)`. At most 65,536: more is taken as 65,536.
     pub resize_limit: usize,
     /// A lent connection held longer than this is reported once as a possible leak: a
     /// `tracing` WARN with the backtrace of the borrow (HikariCP's `leakDetectionThreshold`).
@@ -109,7 +109,8 @@ pub struct Builder<M> {
 }
 
 impl<M: Manager> Builder<M> {
-    /// The most connections open at once (default 10).
+    /// The most connections open at once (default 10; at most 65,536, a larger size is taken
+    /// as 65,536: the pool allocates a slot for each at build).
     ///
     /// ```
     /// # struct Numbers;
@@ -337,7 +338,8 @@ impl<M: Manager> Builder<M> {
         self.config.time_to_live = Some(ttl);
         self
     }
-    /// The largest size [`Pool::resize`] may set later (default: `max_size.max(64)`).
+    /// The largest size [`Pool::resize`] may set later (default: `max_size.max(64)`; at most
+    /// 65,536, as `max_size`).
     ///
     /// ```
     /// # struct Numbers;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use slipstream_pg::Client;
 use tokio::sync::Notify;
 
+use crate::pool::MAX_CONNECTIONS;
 use crate::{
     AbortFn, Builder, Config, Labeling, Labels, Manager, PgManager, Pool, PoolError, Pooled, Reset,
 };
@@ -1435,9 +1436,6 @@ async fn probe_task(shared: Weak<Shared>, i: usize, how: Probe) {
     pool.looked.notify_waiters();
     pool.monitor.notify_one();
 }
-
-/// The most connections a pool is built for, across its servers.
-const MAX_CONNECTIONS: usize = 1 << 16;
 
 /// How long a probe may take when the connection string sets no `connect_timeout` (an
 /// unreachable host would otherwise hold the monitor for the OS's TCP timeout, minutes).

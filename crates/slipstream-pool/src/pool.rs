@@ -69,6 +69,10 @@ impl<M: Manager> Builder<M> {
     /// ```
     pub fn build(self) -> Pool<M> {
         let mut config = self.config;
+        // The pool allocates a slot per connection up to the resize limit: `usize::MAX`
+        // ("no limit") panicked allocating them (`tests/attack_huge_sizes.rs`).
+        config.max_size = config.max_size.min(MAX_CONNECTIONS);
+        config.resize_limit = config.resize_limit.min(MAX_CONNECTIONS);
         config.min_size = config.min_size.min(config.max_size);
         // A round trip cannot end inside a bound of zero: every validation would fail and every
         // idle connection be closed in turn.
@@ -1182,6 +1186,11 @@ enum Deadline {
 
 /// The shortest `validation_timeout` taken (HikariCP's least `validationTimeout`).
 pub(crate) const MIN_VALIDATION_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The most connections a pool is built for (a `PgPool`: across its servers). A larger
+/// `max_size` or `resize_limit` is taken as this: each is a slot allocated at build, and
+/// PostgreSQL itself serves a few thousand.
+pub(crate) const MAX_CONNECTIONS: usize = 1 << 16;
 
 /// Stands for "no time limit" where an `Instant` is needed: about 30 years.
 const FAR_OFF: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
