@@ -1,0 +1,59 @@
+//! Attacks on a generic `Pool` kept past the runtime it was built on (helper h71).
+//! docs/pool.md says a `PgPool` in that state "says so at once" (`attack_pg_pool_runtime.rs`);
+//! every error is to name what failed and what to do. `Pool::build` starts the pool's task
+//! on the current runtime, "which must outlive the pool".
+
+use std::time::Duration;
+
+use slipstream_pool::{Manager, Pool, PoolError};
+
+struct Numbers;
+
+impl Manager for Numbers {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(1)
+    }
+}
+
+/// A pool with no connection open, built on a runtime that has since shut down.
+fn orphan() -> Pool<Numbers> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pool = rt.block_on(async {
+        Pool::builder(Numbers)
+            .max_size(2)
+            .borrow_timeout(Duration::from_secs(1))
+            .build()
+    });
+    drop(rt);
+    pool
+}
+
+fn names_the_runtime(e: &PoolError) -> bool {
+    matches!(e, PoolError::Config(m) if m.contains("runtime") && m.contains("shut down"))
+}
+
+/// Promise: a borrow that needs a new connection from a pool whose runtime has shut down
+/// fails saying so, as a `PgPool`'s does.
+///
+/// Steps: a pool built on a runtime that is then dropped; `get` on another runtime, and
+/// `get_blocking` on a thread.
+///
+/// Before the fix: each waited out its borrow timeout and failed with "no connection became
+/// free within 1s (0 of 2 open); connections were still opening: raise the borrow timeout, or
+/// open min_size before the first borrow with build_ready": no connection was opening (the
+/// opener task was gone with its runtime), and neither remedy helps.
+#[test]
+fn a_borrow_from_a_pool_whose_runtime_is_gone_says_so() {
+    let pool = orphan();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let got = rt.block_on(async { pool.get().await.map(drop) });
+    let e = got.unwrap_err();
+    assert!(names_the_runtime(&e), "get: {e}");
+    let got = std::thread::spawn(move || pool.get_blocking().map(drop))
+        .join()
+        .unwrap();
+    let e = got.unwrap_err();
+    assert!(names_the_runtime(&e), "get_blocking: {e}");
+}
