@@ -15,6 +15,7 @@ use crate::{Config, Manager};
 /// and keeps running them while a connect is under way (a connect may hang: a server that
 /// accepts and never answers, with no `connect_timeout`). Ends when the pool is dropped.
 pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
+    let _gone = RuntimeGone(pool.clone());
     let mut backoff = Duration::ZERO;
     loop {
         let pause = {
@@ -80,6 +81,26 @@ pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
                 let _ = tokio::time::timeout(upkeep_period(&inner.config), inner.opener.notified())
                     .await;
             }
+        }
+    }
+}
+
+/// Dropped with the opener task. The task ends by itself only once the last handle has gone
+/// (`closed`, or the pool's memory freed); dropped before that and not by a panic, its runtime
+/// shut down: it flags the pool, whose borrows that must wait then say so
+/// (`Inner::runtime_gone`, `tests/attack_runtime_gone.rs`).
+struct RuntimeGone<M: Manager>(Weak<Inner<M>>);
+
+impl<M: Manager> Drop for RuntimeGone<M> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Some(inner) = self.0.upgrade()
+            && !inner.closed.load(Ordering::Relaxed)
+        {
+            // Release: pairs with the borrowers' Acquire loads.
+            inner.runtime_gone.store(true, Ordering::Release);
         }
     }
 }

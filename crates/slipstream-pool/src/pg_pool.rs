@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use slipstream_pg::Client;
 use tokio::sync::Notify;
 
-use crate::pool::MAX_CONNECTIONS;
+use crate::pool::{MAX_CONNECTIONS, runtime_gone};
 use crate::{
     AbortFn, Builder, Config, Labeling, Labels, Manager, PgManager, Pool, PoolError, Pooled, Reset,
 };
@@ -1374,15 +1374,6 @@ impl Drop for RuntimeGone {
             flag.store(true, Ordering::Release);
         }
     }
-}
-
-/// What a borrow of a pool whose runtime has shut down says.
-fn runtime_gone() -> PoolError {
-    PoolError::Config(
-        "the runtime the pool was built on has shut down; build the pool on a runtime \
-         that outlives its borrowers"
-            .to_string(),
-    )
 }
 
 /// A lock that a panic while it was held does not poison: every value under these locks is

@@ -50,6 +50,8 @@ impl<M: Manager> Builder<M> {
 
     /// Creates the pool and starts its opener task on the current tokio runtime, which must
     /// outlive the pool. `min_size` connections open in the background; `build` does not wait.
+    /// A pool kept past its runtime lends what is idle, and a borrow that would wait fails at
+    /// once with [`PoolError::Config`] saying the runtime has shut down.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -105,6 +107,7 @@ impl<M: Manager> Builder<M> {
             generation: AtomicU64::new(0),
             attachments: (0..capacity).map(|_| Attachment::default()).collect(),
             runtime: tokio::runtime::Handle::current(),
+            runtime_gone: AtomicBool::new(false),
             handles: AtomicUsize::new(1),
             closed: AtomicBool::new(false),
             shut: Notify::new(),
@@ -247,6 +250,10 @@ pub(crate) struct Inner<M: Manager> {
     pub(crate) attachments: Box<[Attachment]>,
     /// Where resets and blocking validations run.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Set when the opener task was dropped mid-run, which happens only when `runtime` shut
+    /// down: no connection will be opened again, and a borrow that must wait says so at once
+    /// rather than time out blaming connections "still opening".
+    pub(crate) runtime_gone: AtomicBool,
     /// [`Pool`] handles alive. Not the `Arc`'s count: guards and threads' cached references
     /// (`local_ref`) hold the `Arc` too, so its memory may outlive the last handle, and the
     /// connections must not.
@@ -681,6 +688,10 @@ impl<M: Manager> Pool<M> {
         if !scanned && let Some(o) = inner.core.try_claim() {
             return Ok(self.lend(o));
         }
+        // Acquire: pairs with the opener guard's Release store.
+        if inner.runtime_gone.load(Ordering::Acquire) {
+            return Err(runtime_gone());
+        }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
         // Dropped on a timeout: it gives up its place and passes on a connection handed to
@@ -804,7 +815,7 @@ impl<M: Manager> Pool<M> {
                     return Err(self.timeout_error());
                 }
                 // The runtime is gone (the connection went back with the dropped task).
-                Err(_) => return Err(self.timeout_error()),
+                Err(_) => return Err(runtime_gone()),
             }
         }
     }
@@ -818,6 +829,10 @@ impl<M: Manager> Pool<M> {
         let inner = &self.inner;
         if let Some(o) = inner.core.try_claim_blocking() {
             return Ok(self.lend(o));
+        }
+        // Acquire: as in `claim`.
+        if inner.runtime_gone.load(Ordering::Acquire) {
+            return Err(runtime_gone());
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
@@ -1186,6 +1201,15 @@ enum Deadline {
 
 /// The shortest `validation_timeout` taken (HikariCP's least `validationTimeout`).
 pub(crate) const MIN_VALIDATION_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// What a borrow that must wait on a pool whose runtime has shut down says (a `PgPool`'s too).
+pub(crate) fn runtime_gone() -> PoolError {
+    PoolError::Config(
+        "the runtime the pool was built on has shut down; build the pool on a runtime \
+         that outlives its borrowers"
+            .to_string(),
+    )
+}
 
 /// The most connections a pool is built for (a `PgPool`: across its servers). A larger
 /// `max_size` or `resize_limit` is taken as this: each is a slot allocated at build, and
