@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::until;
-use slipstream_pool::{PgManager, Pool, PoolError, Reset};
+use slipstream_pool::{Labeling, Labels, PgManager, Pool, PoolError, Reset};
 use slipstream_testkit::{Cluster, DelayProxy};
 
 /// A proxy in front of `cluster` that adds nothing until stalled.
@@ -75,6 +75,69 @@ async fn a_validation_the_server_never_answers_ends_within_the_borrow_timeout() 
         .expect("the pool lends again once the path answers")
         .unwrap();
     conn.batch_execute("SELECT 1").await.unwrap();
+}
+
+/// Labels are a `search_path`, set by `configure`.
+struct SearchPath;
+
+impl Labeling<slipstream_pg::Client> for SearchPath {
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+        conn.batch_execute(&format!("SET search_path = {}", wanted["schema"]))
+            .await
+            .is_ok()
+    }
+}
+
+fn schema(name: &str) -> Labels {
+    Labels::from([("schema".to_string(), name.to_string())])
+}
+
+/// A labeled borrow whose `Labeling::configure` runs over a path that stopped answering ends
+/// within its borrow timeout, as a validation does ("counts against the borrow timeout"), and
+/// the half-configured connection is not lent afterwards.
+///
+/// Steps (helper h71): one connection, configured for schema `a` and returned; the path
+/// stalls; a borrow for schema `b` (borrow timeout 1 s) must configure it.
+///
+/// Before the fix: the borrow hung in `configure` for as long as the silence (here, until
+/// the test gave up after 10 s): only the wait for a connection and its validation were
+/// bounded by the borrow timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configure_the_server_never_answers_ends_within_the_borrow_timeout() {
+    let cluster = Cluster::start().unwrap();
+    cluster.psql("CREATE SCHEMA a; CREATE SCHEMA b").unwrap();
+    let proxy = proxy(&cluster);
+    let pool = pool_via(&proxy, Reset::Rollback)
+        .borrow_timeout(Duration::from_secs(1))
+        .build();
+    drop(pool.get_labeled(&schema("a"), &SearchPath).await.unwrap());
+    proxy.set_stalled(true);
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        pool.get_labeled(&schema("b"), &SearchPath),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the labeled borrow hung in configure: {:?}", pool.stats()));
+    let err = got.map(drop).expect_err("lent over a stalled path");
+    assert!(matches!(err, PoolError::Timeout { .. }), "{err}");
+    proxy.set_stalled(false);
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(20),
+        pool.get_labeled(&schema("b"), &SearchPath),
+    )
+    .await
+    .expect("the pool lends again once the path answers")
+    .unwrap();
+    let path: String = conn
+        .query_one("SELECT current_setting('search_path')", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(path, "b");
 }
 
 /// A borrow that waits for ever (`borrow_timeout(Duration::MAX)`) and finds an idle
