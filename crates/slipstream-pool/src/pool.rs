@@ -472,7 +472,8 @@ impl<M: Manager> Pool<M> {
     /// UCP's connection labeling). With no idle connection below [`TOO_COSTLY`], it borrows as
     /// [`Pool::get`] does; a connection lent that way that is too costly is closed, and the
     /// pool opens a fresh one for the next try. Fails as `get` does when the borrow timeout
-    /// passes, and with [`PoolError::Labeling`] when `configure` fails on two connections.
+    /// passes (`configure` counts against it: one cut short closes its connection), and with
+    /// [`PoolError::Labeling`] when `configure` fails on two connections.
     ///
     /// ```
     /// # struct Numbers;
@@ -539,7 +540,18 @@ impl<M: Manager> Pool<M> {
             // labels say: if this borrow is dropped meanwhile (a timeout, a `select!`) or the
             // configure panics, it is closed on return, not lent again under its old labels.
             conn.set_discard(Discard::Unusable);
-            if labeling.configure(wanted, &mut conn).await {
+            // Counts against the borrow timeout, as a validation does: a configure whose
+            // server stopped answering (a hung host, a cut path) held the borrow for as long
+            // as the silence (`tests/attack_stall.rs`). Cut short, the connection closes.
+            let configure = labeling.configure(wanted, &mut conn);
+            let configured = match deadline.from(self.inner.config.borrow_timeout) {
+                None => configure.await,
+                Some(d) => match tokio::time::timeout_at(d.into(), configure).await {
+                    Ok(configured) => configured,
+                    Err(_) => return Err(self.timeout_error()),
+                },
+            };
+            if configured {
                 conn.set_discard(Discard::Keep);
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
