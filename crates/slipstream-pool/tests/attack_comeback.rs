@@ -90,6 +90,10 @@ async fn ten_thousand_waiters_are_served_when_the_server_comes_back() {
         said.contains("opening one failed") && said.contains("could not connect"),
         "a timeout while the server is down names the connect error: {said}"
     );
+    // The connect error ends with libpq's question ("is the server running on that host and
+    // accepting TCP/IP connections?"); before the fix the timeout's advice followed it as
+    // "connections?. Check that the database is reachable".
+    assert!(!said.contains("?."), "punctuation doubled: {said}");
     assert!(
         failed.is_empty(),
         "{} failed, first: {:?}",
