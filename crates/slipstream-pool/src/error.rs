@@ -103,10 +103,17 @@ impl fmt::Display for PoolError {
                 match last_connect_error {
                     Some(e) => write!(
                         f,
-                        "; opening {} failed: {e}. Check that the database is reachable and \
+                        "; opening {} failed: {e}{} Check that the database is reachable and \
                          accepts the pool's credentials (user, password, database); the pool \
                          keeps trying in the background",
-                        if *open == 0 { "one" } else { "another" }
+                        if *open == 0 { "one" } else { "another" },
+                        // A connect error may end a sentence of its own (libpq's "is the
+                        // server running ...?"): no "?." after it.
+                        if e.ends_with(['.', '?', '!']) {
+                            ""
+                        } else {
+                            "."
+                        }
                     ),
                     None if full => write!(
                         f,
