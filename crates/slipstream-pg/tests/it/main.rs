@@ -3,6 +3,7 @@
 mod abstract_socket;
 mod attack_abandoned_calls;
 mod attack_cache_state;
+mod attack_chained_transactions;
 mod attack_client;
 mod attack_connect;
 mod attack_connect_prefer;
