@@ -242,6 +242,13 @@ pub(crate) struct Connection {
     /// cached statements hold it): the statement cache and the type cache must forget their
     /// entries before their next use.
     pub(crate) statements_discarded: bool,
+    /// How many `COMMIT` and `PREPARE TRANSACTION` command tags the session has sent: each
+    /// ended a transaction block, also when the session is in one again when the reply ends
+    /// (`COMMIT AND CHAIN`, `COMMIT; BEGIN`, a pipeline's `COMMIT` then `BEGIN`), which the
+    /// transaction status alone cannot show. A [`Transaction`](crate::Transaction) guard
+    /// compares it with its value when its block began (see `check_still_open`). `ROLLBACK`
+    /// is not counted: `ROLLBACK TO SAVEPOINT` has the same tag and ends nothing.
+    pub(crate) transaction_ends: u64,
     /// The same for the memopt function OIDs a client resolved (a separate flag: each cache
     /// takes its own).
     pub(crate) functions_discarded: bool,
@@ -276,6 +283,7 @@ impl Connection {
             closes: Arc::new(Mutex::new(Vec::new())),
             unclaimed: VecDeque::new(),
             statements_discarded: false,
+            transaction_ends: 0,
             functions_discarded: false,
             aborted: Arc::new(Mutex::new(None)),
         }
@@ -1028,6 +1036,7 @@ impl Connection {
                 // DISCARD ALL / DEALLOCATE ALL, whichever protocol ran it.
                 if let Ok(tag) = body.tag() {
                     self.forget(Forget::after(tag.as_bytes()));
+                    self.count_end(tag.as_bytes());
                 }
                 return Ok(Some(Message::CommandComplete(body)));
             }
@@ -1139,6 +1148,7 @@ impl Connection {
         }
         let tag = self.rbuf[0];
         let mut forget = Forget::Nothing;
+        let mut ended = false;
         let common = match (tag, len) {
             (b'1' | b'2', 5) => Common::Ack,
             (b'n', 5) => Common::NoData,
@@ -1146,6 +1156,7 @@ impl Connection {
             (b'C', 6..) => match command_tag(&self.rbuf[5..len]) {
                 Some(text) => {
                     forget = Forget::after(text);
+                    ended = ends_transaction_block(text);
                     Common::Complete(CommandTag::parse(text))
                 }
                 None => return Ok(Common::Other),
@@ -1165,6 +1176,7 @@ impl Connection {
             _ => return Ok(Common::Other),
         };
         self.forget(forget);
+        self.transaction_ends += u64::from(ended);
         self.count_flush(len, tag == b'Z');
         if let Common::Ready = common {
             self.ready_for_query(self.rbuf[5]);
@@ -1184,6 +1196,11 @@ impl Connection {
             }
             Forget::Types => self.statements_discarded = true,
         }
+    }
+
+    /// Counts a command tag that ended a transaction block (see `transaction_ends`).
+    fn count_end(&mut self, tag: &[u8]) {
+        self.transaction_ends += u64::from(ends_transaction_block(tag));
     }
 
     /// Reads what the socket has into `rbuf`, once what is there holds no whole message (no
@@ -1403,6 +1420,13 @@ fn command_tag(body: &[u8]) -> Option<&[u8]> {
         Some((0, text)) if text.iter().all(|&b| b != 0 && b.is_ascii()) => Some(text),
         _ => None,
     }
+}
+
+/// Whether a command tag is one only the end of a transaction block sends: `COMMIT` (also
+/// `COMMIT AND CHAIN`) and `PREPARE TRANSACTION`. A `COMMIT` of a failed transaction answers
+/// `ROLLBACK`, which is also `ROLLBACK TO SAVEPOINT`'s tag, so it is not one of them.
+fn ends_transaction_block(tag: &[u8]) -> bool {
+    matches!(tag, b"COMMIT" | b"PREPARE TRANSACTION")
 }
 
 /// What a command, by its tag, makes the client's caches forget.

@@ -160,12 +160,14 @@ impl<'a> TransactionBuilder<'a> {
             savepoint: None,
             depth: 0,
             done: false,
+            ends: 0,
         };
         if let Err(e) = tx.client.batch_execute(&sql).await {
             // BEGIN failed: no transaction was opened.
             tx.done = true;
             return Err(e);
         }
+        tx.ends = tx.client.conn.transaction_ends;
         Ok(tx)
     }
 }
@@ -193,6 +195,9 @@ pub struct Transaction<'a> {
     savepoint: Option<String>,
     depth: u32,
     done: bool,
+    /// The connection's `transaction_ends` once this block (or savepoint) was open: if it
+    /// moves, SQL the guard did not send ended the transaction (see `check_still_open`).
+    ends: u64,
 }
 
 impl Client {
@@ -247,6 +252,9 @@ impl<'a> Transaction<'a> {
     /// A transaction already ended through SQL the guard did not send (a `COMMIT`, `ROLLBACK`
     /// or `PREPARE TRANSACTION` sent as a statement or in a pipeline) is an
     /// [`ErrorKind::Usage`](crate::ErrorKind::Usage) error: that statement decided the outcome.
+    /// So is one ended by a `COMMIT` after which SQL began another (`COMMIT AND CHAIN`,
+    /// `COMMIT; BEGIN`); that other transaction is rolled back (a `ROLLBACK AND CHAIN` is not
+    /// noticed: its tag is also `ROLLBACK TO SAVEPOINT`'s).
     /// The same for a savepoint whose transaction such SQL ended. A savepoint ended through SQL
     /// (`RELEASE SAVEPOINT`, `ROLLBACK TO` an earlier one) is the server's 3B001 error, saying
     /// that the failure aborted the enclosing transaction.
@@ -260,7 +268,7 @@ impl<'a> Transaction<'a> {
     /// ```
     pub async fn commit(mut self) -> Result<(), Error> {
         self.settle_then_end().await?;
-        self.check_still_open("committed")?;
+        self.check_still_open("committed").await?;
         // Taken now: the COMMIT's own ReadyForQuery (idle) forgets it.
         let dropped_failed = self.client.conn.deferred_failure.take();
         match &self.savepoint {
@@ -319,7 +327,7 @@ impl<'a> Transaction<'a> {
     /// ```
     pub async fn rollback(mut self) -> Result<(), Error> {
         self.settle_then_end().await?;
-        self.check_still_open("rolled back")?;
+        self.check_still_open("rolled back").await?;
         let sql = self.rollback_sql();
         let done = self.client.batch_execute(&sql).await;
         self.check_savepoint_exists(done, "rolled back")
@@ -368,11 +376,13 @@ impl<'a> Transaction<'a> {
             self.client.conn.deferred.pop();
         }
         done?;
+        let ends = self.client.conn.transaction_ends;
         Ok(Transaction {
             client: self.client,
             savepoint: Some(name.to_string()),
             depth: self.depth + 1,
             done: false,
+            ends,
         })
     }
 
@@ -407,11 +417,17 @@ impl<'a> Transaction<'a> {
     /// `ROLLBACK` as done, and the caller would read the opposite of what happened: the work
     /// rolled back by a pipeline's `rollback()` "committed", or a `DELETE` committed by a
     /// `COMMIT` statement "rolled back". Settled, the status is the server's; BEGIN succeeded,
-    /// so `Idle` means the block was ended. A savepoint's `RELEASE` or `ROLLBACK TO` would fail
-    /// by itself there, but with 25P01 "can only be used in transaction blocks", which names
-    /// no savepoint and does not say that the work meant to be undone may have been committed.
-    fn check_still_open(&self, verb: &str) -> Result<(), Error> {
-        if self.client.conn.tx_status != crate::TransactionStatus::Idle {
+    /// so `Idle` means the block was ended. A block ended by a `COMMIT` and begun again (`COMMIT
+    /// AND CHAIN`, `COMMIT; BEGIN`) is in a transaction again: the `COMMIT`'s tag tells (see
+    /// `Connection::transaction_ends`), and that new block, which this guard did not begin,
+    /// is rolled back rather than ended as if it were the guard's. (A `ROLLBACK AND CHAIN`
+    /// cannot be told from a `ROLLBACK TO SAVEPOINT`: both answer `ROLLBACK`.) A savepoint's
+    /// `RELEASE` or `ROLLBACK TO` would fail by itself there, but with 25P01 "can only be used
+    /// in transaction blocks", or 3B001 in the new block, which does not say that the work
+    /// meant to be undone may have been committed.
+    async fn check_still_open(&mut self, verb: &str) -> Result<(), Error> {
+        let idle = self.client.conn.tx_status == crate::TransactionStatus::Idle;
+        if !idle && self.client.conn.transaction_ends == self.ends {
             return Ok(());
         }
         let what = match &self.savepoint {
@@ -421,10 +437,23 @@ impl<'a> Transaction<'a> {
             ),
             None => "this transaction had already ended".to_string(),
         };
+        let after = if idle {
+            "statements after it ran in autocommit"
+        } else if self.savepoint.is_none() {
+            // Dropped while this runs, the guard's Drop defers the ROLLBACK instead.
+            self.done = false;
+            self.client.batch_execute("ROLLBACK").await?;
+            self.done = true;
+            "the transaction begun after it (COMMIT AND CHAIN, or a BEGIN) was rolled back now"
+        } else {
+            "statements after it ran in the transaction begun after it (COMMIT AND CHAIN, or a \
+             BEGIN), which the enclosing transaction's commit or rollback refuses in turn and \
+             rolls back"
+        };
         Err(Error::usage(format!(
             "{what} through SQL it did not send (a COMMIT, ROLLBACK or PREPARE TRANSACTION \
              sent as a statement or in a pipeline), so nothing was {verb} now: its work is as \
-             that statement left it, and statements after it ran in autocommit"
+             that statement left it, and {after}"
         )))
     }
 
