@@ -16,6 +16,7 @@ mod attack_inputs;
 mod attack_libpq_env;
 mod attack_parameters;
 mod attack_pipeline_copy_check;
+mod attack_pipeline_lost_commit;
 mod attack_pipeline_outcomes;
 mod attack_round_trip_savers;
 mod attack_routing_and_auth;
