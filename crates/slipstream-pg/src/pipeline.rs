@@ -1596,6 +1596,10 @@ impl Pipeline<'_> {
                 None if pending.reply.ends_transaction => self.implicit_from = id + 1,
                 _ => {}
             }
+        } else if pending.reply.error.is_none() && pending.reply.ends_transaction {
+            // Its own `Sync` commits nothing more: settled even if that `ReadyForQuery` is
+            // lost (see `fail_all`).
+            self.implicit_from = id + 1;
         }
         if let Kind::Prepare { name, .. } = &pending.kind {
             // Read: the statement gets its handle below, or it was never created.
@@ -1700,11 +1704,50 @@ impl Pipeline<'_> {
     /// have died after its commit, or answered while the client closed the connection itself
     /// (a `client_encoding` change, reported only at the block's next `ReadyForQuery`, after
     /// the operations sent behind it ran). Told "did not complete", a caller would retry it.
+    ///
+    /// An operation answered before its sync point's `ReadyForQuery` was read ran, but outside
+    /// a transaction block its work was committed (or not) only at that `Sync`: it is not
+    /// reported as done, nor as rolled back, unless that is known (a `COMMIT` in the block
+    /// after it settled it; a failure before the `Sync` in abort mode rolled it back). Inside
+    /// the caller's `BEGIN` nothing is marked, as when the block ends normally.
     fn fail_all(&mut self, cause: &Error) {
         self.syncs.clear();
+        let outside_block = self.client.conn.tx_status == crate::TransactionStatus::Idle;
+        if let Some((failed, why)) = self.group_failed.take()
+            && outside_block
+        {
+            let first = self.expect.iter().find_map(|expect| match expect {
+                Expect::Sync { first, end, .. } if (*first..*end).contains(&failed) => Some(*first),
+                _ => None,
+            });
+            if let Some(first) = first {
+                self.mark_rolled_back(first.max(self.implicit_from), failed, &why);
+            }
+        }
+        let implicit_from = self.implicit_from;
+        // The client closed the connection itself on a `client_encoding` change (the only
+        // `Usage` error a read can end in), which the server reports just before the
+        // `ReadyForQuery` of the first `Sync` still owed: that sync point's transaction has
+        // ended, and its operations' results stand.
+        let mut front_settled = cause.kind() == crate::ErrorKind::Usage;
         let conn = &self.client.conn;
         let sent_until = conn.unsent_from.unwrap_or(conn.written);
         for expect in self.expect.drain(..) {
+            if let Expect::Sync { first, end, .. } = expect {
+                if std::mem::take(&mut front_settled) {
+                    continue;
+                }
+                for id in first.max(implicit_from)..end {
+                    let slot = &mut self.results[id as usize];
+                    if outside_block && matches!(slot, Slot::Ready(Ok(_))) {
+                        *slot = Slot::Ready(Err(Error::closed(format!(
+                            "pipeline operation {id} ran, but the connection was lost before \
+                             the end of its implicit transaction was read, so whether its work \
+                             was committed is not known: {cause}"
+                        ))));
+                    }
+                }
+            }
             if let Expect::Op(pending) = expect {
                 let sent = pending.end <= sent_until;
                 for id in pending.id..pending.id + pending.kind.ops() {
