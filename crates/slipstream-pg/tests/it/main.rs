@@ -9,6 +9,7 @@ mod attack_connect;
 mod attack_connect_prefer;
 mod attack_connect_url;
 mod attack_conninfo_fuzz;
+mod attack_copy_misuse;
 mod attack_custom_types;
 mod attack_docs;
 mod attack_dropped_guard_failures;
