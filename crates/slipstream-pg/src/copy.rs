@@ -94,9 +94,13 @@ impl Client {
                         "copy_out needs a COPY ... TO STDOUT statement; use copy_in",
                     ));
                 }
+                // A COPY TO STDOUT cannot be stopped: it runs (its data is discarded here), and
+                // so does the rest of the string, as through `query`.
                 Message::CopyOutResponse(_) => {
                     error = Some(Error::usage(
-                        "copy_in needs a COPY ... FROM STDIN statement; use copy_out",
+                        "copy_in needs a COPY ... FROM STDIN statement; use copy_out. The COPY \
+                         ran (its data was discarded), and so did any statements after it in \
+                         the same string",
                     ));
                 }
                 Message::ErrorResponse(body) => {
@@ -105,8 +109,12 @@ impl Client {
                 Message::ReadyForQuery(_) => {
                     return Err(match error {
                         Some(e) => self.conn.explain_failed(e),
+                        // The simple protocol ran the SQL before its reply could show that
+                        // it is not the COPY asked for: say so, or a caller retries a DELETE.
                         None => Error::usage(format!(
-                            "the statement is not a COPY {}; nothing was copied",
+                            "the statement is not a COPY {}, and the server ran it as ordinary \
+                             SQL (committed, unless a transaction block is open): nothing was \
+                             copied; use batch_execute for it, and do not simply run it again",
                             if inbound { "FROM STDIN" } else { "TO STDOUT" }
                         )),
                     });
