@@ -2,6 +2,7 @@
 
 mod abstract_socket;
 mod attack_abandoned_calls;
+mod attack_async_messages;
 mod attack_cache_state;
 mod attack_chained_transactions;
 mod attack_client;
