@@ -106,3 +106,58 @@ async fn break_a_savepoint_guard_blames_a_release_for_an_sql_commit_and_chain() 
     assert_eq!(stored(&mut c).await, [7]);
     assert_eq!(c.transaction_status(), TransactionStatus::Idle);
 }
+
+/// Steps: as in the first test, a guard whose block `COMMIT AND CHAIN` ended, with row `k`
+/// inserted before it and row `k + 1000` after it; its `commit()` (then its `rollback()`)
+/// dropped after 1, 2, ... polls until one completes. Whatever the poll, the chained block is
+/// rolled back (by the refused call, or by the dropped guard with the next request), the
+/// connection ends idle, and only the rows before the `COMMIT AND CHAIN` are kept. Holds.
+#[tokio::test]
+async fn holds_a_refused_end_dropped_at_every_poll_leaves_no_transaction() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE ct (a int)").await.unwrap();
+    let mut expected = Vec::new();
+    for rollback in [false, true] {
+        for polls in 1..=50 {
+            let k = expected.len() as i32 + 1;
+            let mut tx = c.transaction().await.unwrap();
+            tx.execute("INSERT INTO ct VALUES ($1)", &[&k])
+                .await
+                .unwrap();
+            tx.batch_execute("COMMIT AND CHAIN").await.unwrap();
+            tx.execute("INSERT INTO ct VALUES ($1)", &[&(k + 1000)])
+                .await
+                .unwrap();
+            expected.push(k);
+            let end = async move {
+                if rollback {
+                    tx.rollback().await
+                } else {
+                    tx.commit().await
+                }
+            };
+            let outcome =
+                super::engine::bounded("end", super::engine::DropAfter::new(end, polls)).await;
+            assert_eq!(
+                stored(&mut c).await,
+                expected,
+                "rollback {rollback}, {polls} polls"
+            );
+            assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+            if let Some(result) = outcome {
+                let e = result.expect_err("a refusal");
+                assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+                // Dropped at poll 1, it was abandoned part-way: what this test is about.
+                assert!(
+                    polls > 1,
+                    "completed at its first poll: nothing was dropped"
+                );
+                eprintln!(
+                    "rollback {rollback}: dropped after 1..{} polls, completed at {polls}",
+                    polls - 1
+                );
+                break;
+            }
+        }
+    }
+}
