@@ -161,3 +161,48 @@ async fn holds_a_refused_end_dropped_at_every_poll_leaves_no_transaction() {
         }
     }
 }
+
+/// Steps: in a guard, insert 8; a pipeline whose `rollback()` ends the block, then `BEGIN`;
+/// insert 9; the guard's `commit()`. Then the same with the pipeline's `commit()` of the block
+/// after a failed statement, which the server answers `ROLLBACK`. The pipeline sent a plain
+/// `ROLLBACK` (or `COMMIT`) itself, so the client knows the block ended even though the tag is
+/// `ROLLBACK`: the guard's `commit()` must be refused, and neither 8 nor 9 kept.
+///
+/// Before the fix: `commit()` returned `Ok(())` and committed row 9, in a transaction the
+/// guard never began, after the pipeline had rolled back row 8 (the connection counted only
+/// `COMMIT` tags, and `ROLLBACK` is also `ROLLBACK TO SAVEPOINT`'s).
+#[tokio::test]
+async fn break_a_pipelines_rollback_then_begin_is_not_noticed_by_the_guard() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE ct (a int)").await.unwrap();
+    for failed_first in [false, true] {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO ct VALUES (8)", &[]).await.unwrap();
+        if failed_first {
+            tx.execute("SELECT 1/0", &[]).await.unwrap_err();
+        }
+        {
+            let mut p = tx.pipeline_with(super::continue_on_error());
+            if failed_first {
+                p.commit().await.unwrap();
+            } else {
+                p.rollback().await.unwrap();
+            }
+            p.execute("BEGIN", &[]).await.unwrap();
+            let results = p.end().await;
+            assert!(
+                results[1].is_ok(),
+                "{failed_first}: {:?}",
+                super::describe(&results)
+            );
+        }
+        tx.execute("INSERT INTO ct VALUES (9)", &[]).await.unwrap();
+        let e = tx
+            .commit()
+            .await
+            .expect_err("commit after the pipeline ended the block");
+        assert_eq!(e.kind(), ErrorKind::Usage, "{failed_first}: {e}");
+        assert_eq!(stored(&mut c).await, Vec::<i32>::new(), "{failed_first}");
+        assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+    }
+}
