@@ -246,8 +246,9 @@ pub(crate) struct Connection {
     /// ended a transaction block, also when the session is in one again when the reply ends
     /// (`COMMIT AND CHAIN`, `COMMIT; BEGIN`, a pipeline's `COMMIT` then `BEGIN`), which the
     /// transaction status alone cannot show. A [`Transaction`](crate::Transaction) guard
-    /// compares it with its value when its block began (see `check_still_open`). `ROLLBACK`
-    /// is not counted: `ROLLBACK TO SAVEPOINT` has the same tag and ends nothing.
+    /// compares it with its value when its block began (see `check_still_open`). A `ROLLBACK`
+    /// tag is not counted here: `ROLLBACK TO SAVEPOINT` has the same tag and ends nothing; a
+    /// pipeline counts those of the plain `ROLLBACK` and `COMMIT` it sent itself.
     pub(crate) transaction_ends: u64,
     /// The same for the memopt function OIDs a client resolved (a separate flag: each cache
     /// takes its own).

@@ -1643,6 +1643,10 @@ impl Pipeline<'_> {
                 }
                 Kind::Execute => Output::Affected(pending.reply.affected),
                 Kind::Commit if pending.reply.rolled_back => {
+                    // The block sent a plain COMMIT, so this `ROLLBACK` ended the transaction
+                    // block, which the connection cannot tell from the tag alone (see
+                    // `Connection::transaction_ends`).
+                    self.client.conn.transaction_ends += 1;
                     // Read before this COMMIT's `ReadyForQuery` forgets it.
                     let why = match &self.client.conn.deferred_failure {
                         Some(failure) => failure.to_string(),
@@ -1653,7 +1657,12 @@ impl Pipeline<'_> {
                     ))));
                     return;
                 }
-                Kind::Commit | Kind::Rollback => Output::Done,
+                Kind::Commit => Output::Done,
+                Kind::Rollback => {
+                    // A plain ROLLBACK, as above.
+                    self.client.conn.transaction_ends += 1;
+                    Output::Done
+                }
                 Kind::Prepare { name, sql, params } => {
                     let stmt = Statement::new(
                         name,
