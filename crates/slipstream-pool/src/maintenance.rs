@@ -14,8 +14,18 @@ use crate::{Config, Manager};
 /// failure it backs off exponentially up to a second. On each wake-up it also runs the timers,
 /// and keeps running them while a connect is under way (a connect may hang: a server that
 /// accepts and never answers, with no `connect_timeout`). Ends when the pool is dropped.
-pub(crate) async fn opener<M: Manager>(pool: Weak<Inner<M>>) {
-    let _gone = RuntimeGone(pool.clone());
+pub(crate) fn opener<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output = ()> {
+    // Made now, not when the task first runs: a runtime shut down before it polled the task
+    // drops the future unpolled, and with it this guard, which then still flags the pool
+    // (CI's loaded machine did exactly that, and the borrow timed out "still opening").
+    let gone = RuntimeGone(pool.clone());
+    async move {
+        let _gone = gone;
+        open_and_tend(pool).await;
+    }
+}
+
+async fn open_and_tend<M: Manager>(pool: Weak<Inner<M>>) {
     let mut backoff = Duration::ZERO;
     loop {
         let pause = {

@@ -17,9 +17,15 @@ impl Manager for Numbers {
     }
 }
 
-/// A pool with no connection open, built on a runtime that has since shut down.
+/// A pool with no connection open, built on a runtime that has since shut down. A
+/// current-thread runtime never ran the pool's task (nothing is polled outside `block_on`),
+/// so it is dropped unpolled: on CI's loaded machine a two-worker runtime did that by chance,
+/// and the guard made inside the task never existed to flag the pool.
 fn orphan() -> Pool<Numbers> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let pool = rt.block_on(async {
         Pool::builder(Numbers)
             .max_size(2)
