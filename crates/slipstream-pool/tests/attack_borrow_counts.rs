@@ -78,6 +78,46 @@ async fn a_claim_of_a_dead_idle_connection_is_not_a_borrow() {
     assert_eq!(lent, [1], "the fresh connection was lent once");
 }
 
+/// Promise: `Stats::waits` counts borrows that waited and got a connection, so it never
+/// passes `Stats::borrows` (docs/pool.md: "the rest are `borrows_total - waits_total`").
+///
+/// Steps: a one-connection pool, its connection lent; a second borrower queues; the server
+/// "hangs up" the lent connection, which is returned and handed to the waiter, who finds it
+/// closed and waits again for a fresh one.
+///
+/// Before the fix: 3 borrows and 3 waits for 2 borrows served; with the borrow count alone
+/// fixed, 2 borrows and 3 waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_handed_a_dead_connection_waits_once() {
+    let pool = pool(1);
+    let first = pool.get().await.unwrap();
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.get().await.map(|c| c.hung_up.load(Ordering::SeqCst)) })
+    };
+    let queued = tokio::time::timeout(Duration::from_secs(30), async {
+        while pool.stats().waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    assert!(queued.is_ok(), "the second borrower queued");
+    first.hung_up.store(true, Ordering::SeqCst);
+    drop(first);
+    assert_eq!(
+        waiter.await.unwrap(),
+        Ok(false),
+        "the waiter got a live connection"
+    );
+    let s = pool.stats();
+    assert_eq!(s.failed_validation, 1, "{s:?}");
+    assert_eq!(
+        (s.borrows, s.waits),
+        (2, 2),
+        "both borrows waited once: {s:?}"
+    );
+}
+
 /// Wants "tenant" set; an unlabeled connection can be configured for any tenant, one set up
 /// for another tenant never; the first `fail_first` configures fail.
 struct Tenants {
