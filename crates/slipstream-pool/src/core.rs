@@ -112,6 +112,15 @@ pub(crate) struct Slot<C> {
     /// Times this slot was lent: written by its owner only, so no borrow touches a counter
     /// shared with the other slots.
     pub(crate) borrows: AtomicU64,
+    /// Of those, claims that lent nothing: a borrow claims an idle connection before it knows
+    /// it can lend it, and one found closed, failing validation or not relabeled is closed
+    /// instead. Kept apart because `borrows` is also the stamp that tells a thread whether
+    /// its slot was borrowed since it returned it, and a stamp taken back could repeat.
+    /// Written by the slot's owner.
+    pub(crate) unlent: AtomicU64,
+    /// The slot's lends (`borrows - unlent`) before its connection opened: a slot outlives
+    /// its connections, and a connection's count starts at its open.
+    pub(crate) lends_before_open: AtomicU64,
     /// The pool clock (ms) when the connection was opened, last lent, last used by its holder
     /// and last returned, and the age (ms) at which it retires (`u64::MAX`: never). Written by
     /// the slot's owner.
@@ -144,10 +153,20 @@ pub(crate) const WAIT_BUCKETS: usize = 32;
 unsafe impl<C: Send> Sync for Slot<C> {}
 
 impl<C> Slot<C> {
+    /// Connections this slot has lent (claims that lent nothing left out).
+    pub(crate) fn lends(&self) -> u64 {
+        // Relaxed: a statistic; `unlent` never passes `borrows` (it counts a subset of its
+        // claims), and a stale pair only lags.
+        let unlent = self.unlent.load(Relaxed);
+        self.borrows.load(Relaxed).saturating_sub(unlent)
+    }
+
     fn new() -> Slot<C> {
         Slot {
             state: AtomicU8::new(EMPTY),
             borrows: AtomicU64::new(0),
+            unlent: AtomicU64::new(0),
+            lends_before_open: AtomicU64::new(0),
             opened_ms: AtomicU64::new(0),
             borrowed_ms: AtomicU64::new(0),
             active_ms: AtomicU64::new(0),

@@ -209,6 +209,7 @@ impl<M: Manager> Inner<M> {
         let now = self.tick();
         let s = &self.core.slots[slot];
         s.opened_ms.store(now, Ordering::Relaxed);
+        s.lends_before_open.store(s.lends(), Ordering::Relaxed);
         s.returned_ms.store(now, Ordering::Relaxed);
         s.busy_ms.store(0, Ordering::Relaxed);
         s.generation

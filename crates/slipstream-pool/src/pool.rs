@@ -530,6 +530,7 @@ impl<M: Manager> Pool<M> {
                     .label_closes
                     .fetch_add(1, Ordering::Relaxed);
                 conn.set_discard(Discard::Counted);
+                self.lent_nothing(&mut conn);
                 continue;
             }
             self.inner
@@ -548,7 +549,10 @@ impl<M: Manager> Pool<M> {
                 None => configure.await,
                 Some(d) => match tokio::time::timeout_at(d.into(), configure).await {
                     Ok(configured) => configured,
-                    Err(_) => return Err(self.timeout_error()),
+                    Err(_) => {
+                        self.lent_nothing(&mut conn);
+                        return Err(self.timeout_error());
+                    }
                 },
             };
             if configured {
@@ -556,6 +560,7 @@ impl<M: Manager> Pool<M> {
                 conn.set_labels(wanted.clone());
                 return Ok(conn);
             }
+            self.lent_nothing(&mut conn);
             // One failure may be the connection's; more are the set-up's (a schema or role
             // that does not exist): retrying until the borrow timeout opened and closed
             // connections as fast as the server took them, then said they were "all in use".
@@ -689,6 +694,23 @@ impl<M: Manager> Pool<M> {
             .failed_validation
             .fetch_add(1, Ordering::Relaxed);
         conn.set_discard(Discard::Counted);
+        self.lent_nothing(conn);
+    }
+
+    /// Takes back the borrow count of `conn`'s claim, and its wait if it waited: the
+    /// connection, just claimed, is closed instead of lent (called once per claim, as it is
+    /// marked to close). So `borrows` counts connections lent, and `waits` (borrows that
+    /// waited and got a connection) never passes it. A wait already published to `metrics`
+    /// stays there.
+    #[cold]
+    fn lent_nothing(&self, conn: &mut Pooled<M>) {
+        let slot = &self.inner.core.slots[conn.slot()];
+        // Read-modify-writes although the slot's owner writes these: a cold path, and one
+        // that may run after a reclaim made the slot another's.
+        slot.unlent.fetch_add(1, Ordering::Relaxed);
+        if let Some(bucket) = conn.take_waited() {
+            slot.wait_buckets[usize::from(bucket)].fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Borrows a slot, without validation, waiting until `deadline` (set on the first wait).
@@ -719,8 +741,10 @@ impl<M: Manager> Pool<M> {
         };
         match waited {
             Ok(Ok(o)) => {
-                self.waited(start, &o);
-                Ok(self.lend(o))
+                let bucket = self.waited(start, &o);
+                let mut conn = self.lend(o);
+                conn.set_waited(bucket);
+                Ok(conn)
             }
             Ok(Err(waiting)) => {
                 // "Full" only after a scan found no idle connection: `get`'s first try skips
@@ -851,8 +875,10 @@ impl<M: Manager> Pool<M> {
         let wake = || self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline, inner.config.max_waiters, &wake) {
             Ok(o) => {
-                self.waited(start, &o);
-                Ok(self.lend(o))
+                let bucket = self.waited(start, &o);
+                let mut conn = self.lend(o);
+                conn.set_waited(bucket);
+                Ok(conn)
             }
             Err(Refused::TimedOut) => Err(self.timeout_error()),
             Err(Refused::Full(waiting)) => Err(self.full_error(waiting)),
@@ -1022,7 +1048,7 @@ impl<M: Manager> Pool<M> {
             idle,
             borrowed,
             waiting: core.q.count(Ordering::Relaxed),
-            borrows: core.slots.iter().map(|s| load(&s.borrows)).sum(),
+            borrows: core.slots.iter().map(|s| s.lends()).sum(),
             waits: wait_histogram_us.iter().sum(),
             timeouts: load(&c.timeouts),
             rejected: load(&c.rejected),
@@ -1079,7 +1105,7 @@ impl<M: Manager> Pool<M> {
                 Some(ConnectionInfo {
                     slot: i,
                     borrowed: state == BORROWED,
-                    borrows: load(&s.borrows),
+                    borrows: s.lends().saturating_sub(load(&s.lends_before_open)),
                     age: ms(load(&s.opened_ms)),
                     since_borrowed: ms(load(&s.borrowed_ms)),
                     since_active: ms(load(&s.active_ms)),
@@ -1140,8 +1166,8 @@ impl<M: Manager> Pool<M> {
     /// Records a borrow that waited from `start` and got owned slot `o`: in the slot's own
     /// histogram (written by its owner only, so a wait touches no counter that the other
     /// workers write: a shared one cost a contended read-modify-write per wait, measured in
-    /// docs/benchmarks.md, pool-scaling).
-    fn waited(&self, start: u64, o: &Owned) {
+    /// docs/benchmarks.md, pool-scaling). Returns the bucket.
+    fn waited(&self, start: u64, o: &Owned) -> u8 {
         let clock = &*WAIT_CLOCK;
         let waited = clock.delta(start, clock.raw());
         if let Some(published) = &self.inner.published {
@@ -1151,6 +1177,7 @@ impl<M: Manager> Pool<M> {
         let bucket = (63 - us.leading_zeros() as usize).min(WAIT_BUCKETS - 1);
         let count = &self.inner.core.slots[o.index()].wait_buckets[bucket];
         count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        bucket as u8
     }
 
     pub(crate) fn timeout_error(&self) -> PoolError {
@@ -1275,7 +1302,7 @@ pub struct ConnectionInfo {
     pub slot: usize,
     /// Lent out now.
     pub borrowed: bool,
-    /// Times it was lent.
+    /// Times it was lent (this connection, not others before it in its slot).
     pub borrows: u64,
     /// Time since it was opened.
     pub age: Duration,

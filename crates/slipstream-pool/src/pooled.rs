@@ -57,6 +57,9 @@ pub(crate) struct Held<C> {
     /// it was last returned, not now, so it is still due for the next borrow: stamped as just
     /// returned, it would be lent unvalidated (`Pool::put_back`).
     pub(crate) due: bool,
+    /// The wait-histogram bucket this borrow's claim was counted in, if it waited
+    /// (`Pool::waited`): a claim that lends nothing takes its wait back with its borrow.
+    pub(crate) waited: Option<u8>,
 }
 
 /// Whether a lent connection goes back into service when it returns.
@@ -81,6 +84,7 @@ impl<C> Held<C> {
             lent: None,
             discard: Discard::Keep,
             due: false,
+            waited: None,
         }
     }
 }
@@ -95,6 +99,7 @@ impl<M: Manager> Pooled<M> {
     ) -> Pooled<M> {
         // `discard` is `Keep` here: a discarded connection is closed, never put back.
         held.lent = Some(lent);
+        held.waited = None;
         Pooled {
             pool: ManuallyDrop::new(pool),
             held: Some(held),
@@ -131,6 +136,17 @@ impl<M: Manager> Pooled<M> {
     /// Marks the connection due for validation, or validated (see `Held::due`).
     pub(crate) fn set_due(&mut self, due: bool) {
         self.held_mut().due = due;
+    }
+
+    /// Records the wait-histogram bucket this borrow's claim was counted in (see
+    /// `Held::waited`).
+    pub(crate) fn set_waited(&mut self, bucket: u8) {
+        self.held_mut().waited = Some(bucket);
+    }
+
+    /// The bucket recorded by [`Pooled::set_waited`], taken so it is given back once.
+    pub(crate) fn take_waited(&mut self) -> Option<u8> {
+        self.held_mut().waited.take()
     }
 
     /// True once [`Pooled::set_discard`] was called.

@@ -32,7 +32,9 @@ pub struct Stats {
     pub borrowed: usize,
     /// Borrowers waiting now.
     pub waiting: usize,
-    /// Borrows so far.
+    /// Borrows so far: connections lent. A connection a borrow claimed and closed instead
+    /// (found closed, failing validation, not relabeled) counts in `failed_validation`,
+    /// `label_closes` or `closed_broken`, not here.
     pub borrows: u64,
     /// Borrows that had to wait.
     pub waits: u64,
