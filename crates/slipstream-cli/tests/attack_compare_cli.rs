@@ -1,0 +1,165 @@
+//! Attacks on `slipstream compare` as a pipeline runs it: `--json` for CI and the exit status
+//! a gate reads (docs/compare.md, "For CI: `--json` and `--fail-if`"). Written by helper h74.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use slipstream_testkit::Cluster;
+
+mod common;
+use common::{command, slipstream, text};
+
+/// Two workload files of the same transaction types under two workload names.
+const KV: &str = r#"
+name = "kv"
+[params]
+n = { dist = "uniform", min = 1, max = 100 }
+[[transaction]]
+name = "read"
+weight = 3
+sql = "SELECT :n::int + 1"
+[[transaction]]
+name = "write"
+sql = "SELECT :n::int * 2"
+"#;
+
+/// Result files made once for every test here: `kv-1.json` and `kv-2.json` (two runs of
+/// `kv`), and `kv2.json` (a run of the same types under the workload name `kv2`); each 3 s
+/// at 2 users against a throwaway cluster.
+fn files() -> &'static (tempfile::TempDir, Vec<PathBuf>) {
+    static FILES: OnceLock<(tempfile::TempDir, Vec<PathBuf>)> = OnceLock::new();
+    FILES.get_or_init(|| {
+        let cluster = Cluster::start().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kv = dir.path().join("kv.toml");
+        std::fs::write(&kv, KV).unwrap();
+        let kv2 = dir.path().join("kv2.toml");
+        std::fs::write(&kv2, KV.replace("name = \"kv\"", "name = \"kv2\"")).unwrap();
+        let mut out = Vec::new();
+        for (workload, name) in [(&kv, "kv-1"), (&kv, "kv-2"), (&kv2, "kv2")] {
+            let file = dir.path().join(format!("{name}.json"));
+            let o = slipstream(
+                &[
+                    "bench",
+                    workload.to_str().unwrap(),
+                    "-u",
+                    "2",
+                    "-d",
+                    "3s",
+                    "-w",
+                    "0s",
+                    "-q",
+                    "--url",
+                    &cluster.url(),
+                    "-o",
+                    file.to_str().unwrap(),
+                ],
+                dir.path(),
+            );
+            assert!(o.status.success(), "{}", text(&o));
+            out.push(file);
+        }
+        (dir, out)
+    })
+}
+
+fn arg(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Promise (docs/compare.md, "What gets a message instead of a number": "Different
+/// workloads. A warning"; "For CI": `--json` "prints the report: ... the warnings"): what a
+/// reader must know first is in the JSON a pipeline reads, as it is in the table.
+///
+/// Steps: `compare --json` of a run of `kv` against a run of `kv2` (same types, another
+/// workload), and of a run marked interrupted (its file edited to `"interrupted": true`, as a
+/// Ctrl-C writes it) against another.
+///
+/// Before the fix: the text said "warning: A ran kv and B ran kv2" and "note: a run of B was
+/// interrupted", but the JSON's `warnings` and `notes` held neither: a CI job reading
+/// `--json` compared two workloads, or a cut-short run, without a word of it.
+#[test]
+fn compare_json_keeps_the_warnings_the_table_prints() {
+    let (dir, f) = files();
+    let o = slipstream(&["compare", "--json", arg(&f[0]), arg(&f[2])], dir.path());
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "compare failed: {}",
+        text(&o)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings = json["warnings"].to_string();
+    assert!(
+        warnings.contains("A ran kv and B ran kv2"),
+        "the JSON does not warn that the workloads differ: {warnings}"
+    );
+
+    let run = std::fs::read_to_string(&f[1]).unwrap();
+    let cut = dir.path().join("kv-cut.json");
+    std::fs::write(
+        &cut,
+        run.replacen("\"interrupted\": false", "\"interrupted\": true", 1),
+    )
+    .unwrap();
+    let o = slipstream(&["compare", "--json", arg(&f[0]), arg(&cut)], dir.path());
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let said = format!("{} {}", json["warnings"], json["notes"]);
+    assert!(
+        said.contains("a run of B was interrupted"),
+        "the JSON does not say B's run was interrupted: {said}"
+    );
+    // The table still says both.
+    let o = slipstream(&["compare", arg(&f[0]), arg(&cut)], dir.path());
+    assert!(
+        text(&o).contains("a run of B was interrupted"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Promise (docs/compare.md, "For CI": exit status 0 compared and nothing tripped, 1 a
+/// `--fail-if` condition met, 2 nothing could be compared; STYLE.md: a closed pipe is not a
+/// failure): a reader that stops reading (`| head`, `| grep -q`) does not turn the gate's
+/// answer into "nothing could be compared".
+///
+/// Steps: `compare --fail-if ...` of two runs, once with its output read, once with its
+/// stdout a pipe whose reading end is already closed (what `| grep -q` leaves once it has
+/// matched); the same files and seed give the same verdicts, so the status must be the same.
+///
+/// Before the fix: the second exited 2 with "error: writing to stdout: Broken pipe", where the
+/// first exited 0 or 1: under `set -o pipefail` a CI step read "nothing could be compared",
+/// and a `--fail-if` that tripped was hidden.
+#[test]
+fn compare_into_a_closed_pipe_keeps_its_exit_status() {
+    let (dir, f) = files();
+    let args = [
+        "compare",
+        "--fail-if",
+        "undecided,different",
+        arg(&f[0]),
+        arg(&f[1]),
+    ];
+    let read = slipstream(&args, dir.path());
+    let want = read.status.code();
+    assert!(matches!(want, Some(0 | 1)), "{}", text(&read));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let closed = command(&args, dir.path())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(
+        closed.status.code(),
+        want,
+        "with its stdout closed, compare exited otherwise: {}",
+        String::from_utf8_lossy(&closed.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&closed.stderr).contains("Broken pipe"),
+        "{}",
+        String::from_utf8_lossy(&closed.stderr)
+    );
+}
