@@ -272,23 +272,6 @@ fn header(
         },
         report.rope * 100.0,
     );
-    let workload = &ra[0].workload;
-    if let Some(other) = ra.iter().chain(rb).find(|r| &r.workload != workload) {
-        let line = format!(
-            "warning: A ran {workload} and B ran {}: only transaction types with the same name are compared",
-            other.workload
-        );
-        text.push_str(&printable(line));
-        text.push('\n');
-    }
-    for (runs, which) in [(ra, "A"), (rb, "B")] {
-        for r in runs.iter().filter(|r| r.interrupted) {
-            text.push_str(&format!(
-                "note: a run of {which} was interrupted after {:.1} s\n",
-                r.measured_s
-            ));
-        }
-    }
     for w in &report.warnings {
         text.push_str(&printable(format!("warning: {w}")));
         text.push('\n');

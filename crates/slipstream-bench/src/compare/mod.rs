@@ -537,6 +537,22 @@ pub fn compare_sides(
         ),
         _ => {}
     }
+    // Said here, not by the CLI's table alone: `--json` is what a pipeline reads.
+    let workload = &a[0].workload;
+    if let Some(other) = a.iter().chain(b).find(|r| &r.workload != workload) {
+        report.warnings.push(format!(
+            "A ran {workload} and B ran {}: only transaction types with the same name are compared",
+            other.workload
+        ));
+    }
+    for (runs, which) in [(a, "A"), (b, "B")] {
+        for r in runs.iter().filter(|r| r.interrupted) {
+            report.warnings.push(format!(
+                "a run of {which} was interrupted after {:.1} s: its figures cover what ran",
+                r.measured_s
+            ));
+        }
+    }
     if unit != Unit::Run {
         report
             .notes
