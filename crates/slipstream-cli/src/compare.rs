@@ -74,10 +74,17 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     for n in &report.notes {
         text.push_str(&format!("{}\n", printable(format!("note: {n}"))));
     }
-    if args.json {
-        say(&serde_json::to_string_pretty(&report.to_json())?)?;
+    let printed = if args.json {
+        say(&serde_json::to_string_pretty(&report.to_json())?)
     } else {
-        say(&text)?;
+        say(&text)
+    };
+    // A reader that stopped reading (`| grep -q`) is not a failure to compare: the exit
+    // status still says what the comparison found, not 2.
+    if let Err(e) = printed
+        && !crate::broken_pipe(&e)
+    {
+        return Err(e);
     }
     if let Some(dir) = &args.plot {
         // Each row its own files: two names can map to one stem (`a/b` and `a_b`, or a type
