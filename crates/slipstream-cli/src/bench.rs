@@ -575,6 +575,16 @@ fn print_runs(runs: &[Labeled], to_stderr: bool) -> anyhow::Result<()> {
             text.push_str(&format!("  {line}\n"));
         }
     }
+    let differ = report::differences(runs);
+    if !differ.is_empty() {
+        text.push_str("these runs differ in what they ran on:\n");
+        for line in differ {
+            text.push_str(&format!(
+                "  differs: {}\n",
+                slipstream_bench::table::printable(line)
+            ));
+        }
+    }
     text.push('\n');
     text.push_str(&report::table(runs).render());
     for l in runs {

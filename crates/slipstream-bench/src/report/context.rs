@@ -26,6 +26,12 @@ fn count(v: f64) -> String {
     format!("{v:.0}")
 }
 
+/// A setting the run's own connection set (`client`, `session`), or one the server derives
+/// itself (`override`: paths and computed values): noise beside the server's configuration.
+pub(super) fn own_session(s: &crate::context::Setting) -> bool {
+    matches!(s.source.as_str(), "client" | "session" | "override")
+}
+
 /// Terminal lines: version, scale, command, settings, the database's activity and the top
 /// waits, and what could not be read.
 pub(super) fn lines(c: &RunContext) -> Vec<String> {
@@ -46,8 +52,7 @@ pub(super) fn lines(c: &RunContext) -> Vec<String> {
         let s: Vec<String> = c
             .settings
             .iter()
-            // `override` rows are paths and derived values the server sets itself: noise here.
-            .filter(|s| !matches!(s.source.as_str(), "client" | "session" | "override"))
+            .filter(|s| !own_session(s))
             .map(|s| format!("{}={}", s.name, s.value))
             .collect();
         out.push(format!(

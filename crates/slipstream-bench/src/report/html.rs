@@ -38,6 +38,14 @@ pub(super) fn render(runs: &[Labeled]) -> anyhow::Result<String> {
     html.push_str("<h2>Summary</h2>\n");
     push_table(&mut html, &headline(runs));
     push_table(&mut html, &table(runs));
+    let differ = super::differences(runs);
+    if !differ.is_empty() {
+        html.push_str("<p class=\"note\">These runs differ in what they ran on:</p><ul>\n");
+        for line in differ {
+            let _ = writeln!(html, "<li class=\"note\">differs: {}</li>", esc(&line));
+        }
+        html.push_str("</ul>\n");
+    }
     for l in runs {
         let _ = writeln!(html, "<h3>{}</h3>", esc(&l.label));
         for line in describe_run(&l.run) {

@@ -7,9 +7,11 @@ use crate::recorder::percentiles;
 use crate::run_result::{BenchRun, LatencyStats, Load, Percentiles};
 
 mod context;
+mod differ;
 mod html;
 mod series;
 
+pub use differ::differences;
 pub use html::write_html;
 pub use series::tps_series;
 
@@ -294,6 +296,16 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         r.started_at,
         r.environment.server_version.as_deref().unwrap_or("?")
     )];
+    let e = &r.environment;
+    let mut machine = format!("machine: {}, {} CPUs", e.os, e.cpus);
+    if let Some(model) = &e.cpu_model {
+        machine.push_str(&format!(" ({model})"));
+    }
+    machine.push_str(&format!(", slipstream {}", e.slipstream_version));
+    if !e.database.is_empty() {
+        machine.push_str(&format!("; database {}", e.database));
+    }
+    lines.push(machine);
     if r.interrupted {
         lines.push(format!(
             "interrupted after {:.1} s of the {:.0} s asked for: the figures cover what ran",
