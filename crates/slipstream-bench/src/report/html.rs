@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::series::{active_types, errors_per_type, p50_p99, tps_per_type, tps_series};
-use super::{Labeled, all_percentiles, context, describe_run, ms, table};
+use super::{Labeled, all_percentiles, all_stats, at_most, context, describe_run, ms, table};
 use crate::table::{esc, push_table};
 use crate::{Series, Table, line_chart_svg, percentile_chart_svg, write_atomically};
 
@@ -169,9 +169,11 @@ fn headline(runs: &[Labeled]) -> Table {
         let r = &l.run;
         let ok: u64 = r.transactions.iter().map(|t| t.ok).sum();
         let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
-        // No success, no latency: `-`, not the 0 an empty histogram reads as.
+        // No success, no latency: `-`, not the 0 an empty histogram reads as. Held at the
+        // exact slowest success, as the table's "all" row below holds them.
         let p = all_percentiles(r).filter(|_| ok > 0);
-        let lat = |v: Option<f64>| v.map_or_else(|| "-".to_string(), ms);
+        let max = all_stats(r).max;
+        let lat = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| ms(at_most(v, max)));
         t.row(vec![
             l.label.clone(),
             format!("{:.1}", r.tps()),
