@@ -163,3 +163,62 @@ fn compare_into_a_closed_pipe_keeps_its_exit_status() {
         String::from_utf8_lossy(&closed.stderr)
     );
 }
+
+/// Promise (docs/bench.md, "The result file": reading a file refuses one that cannot be what
+/// a run wrote, "(from version 2) ... a second ... whose histogram does not hold its count";
+/// "per type, the series plus `after_window` add up to the totals"; the brief's "a
+/// hand-edited file gives a clear error, never a nonsense verdict").
+///
+/// Steps: a real run's file with every second's successes (and their sums) multiplied by a
+/// thousand and its per-second histograms emptied, as an edit that keeps the JSON valid would
+/// leave it; its totals untouched. `compare` against the original, and `report`.
+///
+/// Before the fix: read as sound (an empty histogram passed as "an older file's", though
+/// version 2 files always hold them, and the series was never held to the totals):
+/// `compare` put B's throughput in the hundreds of thousands of TPS beside a header reading
+/// the same TPS for both, exit 0, and `report` drew it.
+#[test]
+fn a_series_edited_past_its_totals_is_refused() {
+    let (dir, f) = files();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&f[0]).unwrap()).unwrap();
+    for series in v["intervals"]["per_transaction"]
+        .as_object_mut()
+        .unwrap()
+        .values_mut()
+    {
+        for iv in series.as_array_mut().unwrap() {
+            for k in ["n", "sum", "sum_sq", "sum_ln", "sum_ln_sq"] {
+                let x = &iv[k];
+                iv[k] = if k == "n" {
+                    (x.as_u64().unwrap() * 1000).into()
+                } else {
+                    (x.as_f64().unwrap() * 1000.0).into()
+                };
+            }
+            iv["histogram"] = "".into();
+        }
+    }
+    // Another start: not the same run given twice.
+    let start = v["started_at"].as_str().unwrap().replacen("20", "19", 1);
+    v["started_at"] = start.into();
+    let edited = dir.path().join("kv-edited.json");
+    std::fs::write(&edited, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let o = slipstream(&["compare", arg(&f[0]), arg(&edited)], dir.path());
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an edited file was compared: {}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("kv-edited.json") && text(&o).contains("interval"),
+        "{}",
+        text(&o)
+    );
+    let o = slipstream(&["report", arg(&edited)], dir.path());
+    assert!(
+        !o.status.success(),
+        "an edited file was reported: {}",
+        text(&o)
+    );
+}
