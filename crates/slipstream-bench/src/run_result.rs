@@ -784,6 +784,8 @@ impl BenchRun {
             .map(|(name, s)| (name, s.as_slice()));
         for (name, series) in series.chain(no_series) {
             let what = || format!("the intervals of {name:?}");
+            // This type's successes and failures over its series and after the window.
+            let (mut ok, mut failed) = (0u64, 0u64);
             for (i, iv) in series
                 .iter()
                 .chain(self.intervals.after_window.get(name))
@@ -791,13 +793,37 @@ impl BenchRun {
             {
                 n = add(n, iv.sufficient.n, &what)?;
                 n = add(n, iv.failed, &what)?;
+                ok += iv.sufficient.n;
+                failed += iv.failed;
                 sums_hold(&iv.sufficient, &|| format!("{name:?}'s interval {}", i + 1))?;
-                // Older files have none (an empty text); one that is there must hold the
-                // interval's successes, as `--merge` adds them.
                 let label = || format!("{name:?}'s interval {}", i + 1);
+                // Version 1 files have none (an empty text); from version 2 every interval
+                // with a success has one, and it must hold them, as `--merge` adds them.
+                if self.schema_version >= 2 && iv.sufficient.n > 0 && iv.histogram.is_empty() {
+                    return Err(format!(
+                        "{} counts {} successes, but has no histogram",
+                        label(),
+                        iv.sufficient.n
+                    ));
+                }
                 holds(&iv.histogram, iv.sufficient.n, &label)?;
                 latency_holds(iv.p50_ms, &label)?;
                 latency_holds(iv.p99_ms, &label)?;
+            }
+            // Each success and failure is in one interval or after the window, and in the
+            // type's totals: the series never holds more than those (`compare` and the
+            // report's charts read it).
+            let totals = self
+                .transactions
+                .iter()
+                .find(|t| t.name == *name)
+                .map_or((0, 0), |t| (t.ok, t.failed));
+            if ok > totals.0 || failed > totals.1 {
+                return Err(format!(
+                    "the intervals of {name:?} hold {ok} successes and {failed} failures, more \
+                     than its totals ({} and {})",
+                    totals.0, totals.1
+                ));
             }
         }
         // The open-loop lag per second: drawn by the report (its "schedule lag" chart) and
