@@ -222,3 +222,44 @@ fn a_series_edited_past_its_totals_is_refused() {
         text(&o)
     );
 }
+
+/// Promise (docs/compare.md: "Side A's files, then `--`, then side B's files"; "Two files
+/// without `--` are one run a side"; exit status 2 for bad arguments): A's files followed by
+/// a `--` with nothing after it are A's files and no B side, not a comparison of A's files
+/// with each other. A CI step `compare --fail-if slower base-*.json -- $NEW` whose `$NEW`
+/// came out empty (a bench that wrote nothing, a glob under `nullglob`) must not pass.
+///
+/// Steps: `compare --fail-if slower kv-1.json kv-2.json --`.
+///
+/// Before the fix: clap drops a trailing `--`, and two files with no B side were read as one
+/// run a side: kv-1 was compared with kv-2 (A's two runs, the baseline against itself) and
+/// the gate passed, exit 0.
+#[test]
+fn a_double_dash_with_no_b_files_is_refused_not_read_as_one_run_a_side() {
+    let (dir, f) = files();
+    let o = slipstream(
+        &[
+            "compare",
+            "--fail-if",
+            "slower",
+            arg(&f[0]),
+            arg(&f[1]),
+            "--",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "A's two files were compared with each other: {}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("no B") && text(&o).contains("after `--`"),
+        "{}",
+        text(&o)
+    );
+    // Without the `--`, two files are still one run a side.
+    let o = slipstream(&["compare", arg(&f[0]), arg(&f[1])], dir.path());
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+}
