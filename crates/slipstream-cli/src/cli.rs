@@ -210,6 +210,10 @@ pub struct CompareArgs {
     /// (slower, lower TPS or more failures), faster, different, undecided, unreliable.
     #[arg(long, value_delimiter = ',', value_parser = gate, value_name = "WHAT")]
     pub fail_if: Vec<Gate>,
+    /// Whether the command line gave a `--` (clap drops one with nothing after it); set from
+    /// the raw arguments by `main`.
+    #[arg(skip)]
+    pub double_dash: bool,
 }
 
 /// A verdict `--fail-if` can gate on.

@@ -32,7 +32,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
     }
-    let (a_files, b_files) = sides(&args.a, &args.b)?;
+    let (a_files, b_files) = sides(&args.a, &args.b, args.double_dash)?;
     let read = |files: &[PathBuf]| -> anyhow::Result<Vec<BenchRun>> {
         files.iter().map(|f| BenchRun::read_json(f)).collect()
     };
@@ -145,11 +145,32 @@ fn trips(gate: Gate, row: &Row) -> bool {
     }
 }
 
+/// Whether a command line (`std::env::args_os()`) holds a `--` after its `compare`: clap
+/// drops one with nothing after it, which would make `compare a1.json a2.json --` (B's files
+/// an empty variable or glob) read as one run a side.
+pub fn double_dash_given(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    args.into_iter()
+        .skip_while(|a| a != "compare")
+        .any(|a| a == "--")
+}
+
 /// Splits the positional arguments into side A's and side B's files, expanding globs.
-fn sides(a: &[String], b: &[String]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+/// `double_dash`: the command line gave a `--` (see [`double_dash_given`]).
+fn sides(
+    a: &[String],
+    b: &[String],
+    double_dash: bool,
+) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     if let Some(opt) = b.iter().find(|f| f.starts_with("--")) {
         anyhow::bail!(
             "`{opt}` comes after `--`, where only B's files go: put options before the `--`"
+        );
+    }
+    if b.is_empty() && double_dash && a.len() > 1 {
+        anyhow::bail!(
+            "no B side: nothing came after `--`, where B's files go (a variable or a glob that \
+             expanded to nothing?); A's {} files are not compared with each other",
+            a.len()
         );
     }
     let (a, b) = if b.is_empty() {
@@ -370,18 +391,31 @@ mod tests {
     #[test]
     fn sides_need_a_double_dash_beyond_two_files() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let (a, b) = sides(&s(&["a.json", "b.json"]), &[]).unwrap();
+        let (a, b) = sides(&s(&["a.json", "b.json"]), &[], false).unwrap();
+        // `a.json b.json --`: two of A's files and an empty B side, not one run a side.
+        let e = sides(&s(&["a.json", "b.json"]), &[], true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nothing came after `--`"), "{e}");
+        assert!(double_dash_given(
+            ["slipstream", "compare", "a", "b", "--"].map(Into::into)
+        ));
+        assert!(!double_dash_given(
+            ["slipstream", "compare", "a", "b"].map(Into::into)
+        ));
         assert_eq!((a.len(), b.len()), (1, 1));
-        let e = sides(&s(&["a1", "a2", "b1"]), &[]).unwrap_err().to_string();
+        let e = sides(&s(&["a1", "a2", "b1"]), &[], false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("separate A's files from B's with `--`"), "{e}");
         // `compare a.json --` reaches here as one file and no B side (clap drops the `--`):
         // it said "1 file(s) and no `--`", to a user who gave one.
-        let e = sides(&s(&["a1"]), &[]).unwrap_err().to_string();
+        let e = sides(&s(&["a1"]), &[], true).unwrap_err().to_string();
         assert!(
             e.contains("no B side") && e.contains("after `--`") && !e.contains("no `--`"),
             "{e}"
         );
-        let e = sides(&s(&["a1"]), &s(&["b1", "--json"]))
+        let e = sides(&s(&["a1"]), &s(&["b1", "--json"]), true)
             .unwrap_err()
             .to_string();
         assert!(e.contains("put options before the `--`"), "{e}");

@@ -128,10 +128,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             out,
         } => bench::report(files, html, merge.then_some(out).flatten()),
         // A pipeline must tell "B is slower" (1, with --fail-if) from "could not compare" (2).
-        Command::Compare(args) => compare::compare(&args).or_else(|e| {
-            warn_error(&e);
-            Ok(ExitCode::from(compare::EXIT_ERROR))
-        }),
+        Command::Compare(mut args) => {
+            args.double_dash = compare::double_dash_given(std::env::args_os());
+            compare::compare(&args).or_else(|e| {
+                warn_error(&e);
+                Ok(ExitCode::from(compare::EXIT_ERROR))
+            })
+        }
         Command::Demo { out, full } => {
             // The system's "Not a directory" names neither the flag nor what it wants.
             anyhow::ensure!(
