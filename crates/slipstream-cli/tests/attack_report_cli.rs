@@ -218,3 +218,49 @@ fn the_pages_summary_holds_its_p99_at_the_slowest_success() {
         "the summary's p99 {p99} is above the slowest success {max}"
     );
 }
+
+/// Promise (docs/bench.md, "Several load generators": "merge combines load generators that
+/// ran at the same time"; `users` the sum, `measured_s` the span): a merge of runs whose
+/// windows never overlapped says so, rather than presenting their users as one load.
+///
+/// Steps: two 1 s runs of one workload file made one after the other (the second starts
+/// after the first's process has ended, so their windows cannot overlap); `report --merge`.
+///
+/// Before the fix: merged silently as "2 users" over the span of both: a load that never
+/// ran, and a TPS over a window half of which each part was idle, with nothing to say so
+/// (a run starting within its length plus a minute of the first is taken as clock skew).
+#[test]
+fn a_merge_of_runs_that_never_overlapped_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start().unwrap();
+    let a = run(&cluster, dir.path(), "first");
+    let b = run(&cluster, dir.path(), "second");
+    let merged = dir.path().join("all.json");
+    let o = slipstream(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--merge",
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let said = text(&o);
+    assert!(
+        said.contains("never ran together") && said.contains("first") && said.contains("second"),
+        "the merge does not say its parts never overlapped: {said}"
+    );
+    if o.status.success() {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&merged).unwrap()).unwrap();
+        assert!(
+            v["context"]["warnings"]
+                .to_string()
+                .contains("never ran together"),
+            "the merged file does not say so: {}",
+            v["context"]["warnings"]
+        );
+    }
+}
