@@ -196,6 +196,29 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
             "merged result: this context is {first_label}'s; each part's own is in its file"
         ));
     }
+    // Within the start skew allowed above, parts may still not have overlapped at all (one
+    // run after the other): their users never ran at once, and the TPS is over a span each
+    // part was idle for part of. Said in the result, which every report shows.
+    let ends = parts
+        .iter()
+        .zip(&offsets_s)
+        .map(|((l, r), o)| (l, o + r.measured_s));
+    let starts = parts.iter().zip(&offsets_s).map(|((l, _), o)| (l, *o));
+    if let (Some((ended, end)), Some((started, start))) = (
+        ends.min_by(|a, b| a.1.total_cmp(&b.1)),
+        starts.max_by(|a, b| a.1.total_cmp(&b.1)),
+    ) && start >= end
+    {
+        out.context
+            .get_or_insert_with(Default::default)
+            .warnings
+            .push(format!(
+                "{started} started {:.1} s after {ended} ended: these parts never ran together, so \
+             their users never ran at once and the TPS is over a span each was idle for part \
+             of; merge load generators that ran at the same time",
+                start - end
+            ));
+    }
 
     // Transaction types by name, in the order first seen.
     let mut weights: Vec<(String, u32)> = Vec::new();
