@@ -273,3 +273,66 @@ fn a_double_dash_with_no_b_files_is_refused_not_read_as_one_run_a_side() {
     let o = slipstream(&["compare", arg(&f[0]), arg(&f[1])], dir.path());
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
 }
+
+/// The text of every `<text>` element of an SVG file, trimmed.
+fn svg_texts(path: &Path) -> Vec<String> {
+    let svg = std::fs::read_to_string(path).unwrap();
+    svg.split("<text")
+        .skip(1)
+        .map(|t| {
+            t[t.find('>').unwrap() + 1..t.find("</text>").unwrap()]
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Promise (docs/compare.md, "Reading the figures": `NAME-ratio.svg` is "the posterior of B /
+/// A with the HDI's bounds", and "rows other than the mean latency get the metric in the
+/// name (`all-types-TPS-ratio.svg`)"): the TPS row's figures show what its row shows, TPS
+/// and B / A of TPS, in the row's words.
+///
+/// Steps: `compare --plot DIR` of two runs; the TPS row's two figures read for their axis
+/// labels and title against the table's TPS row.
+///
+/// Before the fix: `all-types-TPS-means.svg` drew milliseconds per transaction on an axis
+/// labelled "mean (ms)" (0.1-0.3, where the table read about 10,000 TPS), and
+/// `all-types-TPS-ratio.svg` the ratio of those, the inverse of the table's B / A, titled in
+/// latency's words ("credibly faster" where the row said "credibly higher").
+#[test]
+fn the_tps_rows_figures_show_tps() {
+    let (dir, f) = files();
+    let plots = tempfile::tempdir().unwrap();
+    let o = slipstream(
+        &[
+            "compare",
+            "--plot",
+            arg(plots.path()),
+            arg(&f[0]),
+            arg(&f[1]),
+        ],
+        dir.path(),
+    );
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let row = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.starts_with("all types") && l.contains(" TPS "))
+        .unwrap_or_else(|| panic!("no TPS row: {}", text(&o)))
+        .to_string();
+    let means = svg_texts(&plots.path().join("all-types-TPS-means.svg"));
+    assert!(
+        means.iter().any(|t| t.contains("TPS")) && !means.iter().any(|t| t.contains("(ms)")),
+        "the TPS means figure is not in TPS: {means:?}"
+    );
+    let ratio = svg_texts(&plots.path().join("all-types-TPS-ratio.svg"));
+    let title = &ratio[0];
+    let verdict = title[title.rfind('(').unwrap() + 1..title.rfind(')').unwrap()].to_string();
+    assert!(
+        row.trim_end().ends_with(&verdict),
+        "the figure's verdict ({title}) is not the row's: {row}"
+    );
+    assert!(
+        ratio.iter().any(|t| t.contains("TPS")),
+        "the TPS ratio figure does not say it is a ratio of TPS: {ratio:?}"
+    );
+}
