@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use slipstream_bench::BenchRun;
-use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot};
+use slipstream_bench::compare::{Direction, Metric, Outcome, Report, Row, compare_sides, plot_as};
 use slipstream_bench::table::printable;
 use slipstream_lab::Table;
 use slipstream_stats::{CompareSettings, Model, SamplerSettings, Verdict};
@@ -105,7 +105,14 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<ExitCode> {
                     .find(|s| !used.contains(s))
                     .unwrap_or(stem);
                 used.insert(stem.clone());
-                plot(dir, &stem, c)?;
+                // Drawn as the table shows it: a TPS row, compared as milliseconds per
+                // transaction, in TPS (its ratio the table's B / A), in the row's words.
+                let (c, quantity) = match r.metric {
+                    Metric::Tps => (c.as_ref().clone().reciprocal(1000.0), "TPS"),
+                    Metric::P99 => (c.as_ref().clone(), "p99 (ms)"),
+                    _ => (c.as_ref().clone(), "mean (ms)"),
+                };
+                plot_as(dir, &stem, &c, quantity, &r.verdict_text())?;
             }
         }
         eprintln!("wrote figures into {}", dir.display());

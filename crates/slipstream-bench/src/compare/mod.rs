@@ -824,12 +824,38 @@ fn failures(
 /// # Ok::<(), anyhow::Error>(())
 /// ```
 pub fn plot(dir: &Path, name: &str, c: &Comparison) -> anyhow::Result<()> {
+    plot_as(dir, name, c, "mean (ms)", &c.verdict.to_string())
+}
+
+/// [`plot`] of a quantity other than a mean latency: `quantity` labels the means' axis (and
+/// names the ratio's), `verdict` is the title's verdict in the row's words. A TPS row,
+/// compared as milliseconds per transaction, is drawn in TPS by giving
+/// `c.reciprocal(1000.0)`, `"TPS"` and the row's [`Row::verdict_text`].
+///
+/// ```
+/// use slipstream_stats::{CompareSettings, compare_run_values};
+/// // Milliseconds per transaction of A's and B's runs; B's are higher: lower TPS.
+/// let ms = compare_run_values(&[1.0, 1.02, 0.99], &[2.0, 2.03, 1.98], &CompareSettings::default())?;
+/// let dir = tempfile::tempdir()?;
+/// let tps = ms.clone().reciprocal(1000.0);
+/// slipstream_bench::compare::plot_as(dir.path(), "all-TPS", &tps, "TPS", "credibly lower")?;
+/// let svg = std::fs::read_to_string(dir.path().join("all-TPS-ratio.svg"))?;
+/// assert!(svg.contains("credibly lower") && svg.contains("ratio of TPS"));
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+pub fn plot_as(
+    dir: &Path,
+    name: &str,
+    c: &Comparison,
+    quantity: &str,
+    verdict: &str,
+) -> anyhow::Result<()> {
     let name = crate::file_stem(name);
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("could not create {}: {e}", dir.display()))?;
     let means = posterior_chart_svg(
         &format!("{name}: posterior of the mean"),
-        "mean (ms)",
+        quantity,
         &[("A", &c.draws[0]), ("B", &c.draws[1])],
         &[],
     )?;
@@ -838,9 +864,14 @@ pub fn plot(dir: &Path, name: &str, c: &Comparison) -> anyhow::Result<()> {
         .zip(&c.draws[0])
         .map(|(b, a)| b / a)
         .collect();
+    // "mean (ms)" is a ratio of means; any other quantity a ratio of itself.
+    let ratio_of = match quantity {
+        "mean (ms)" => "ratio of means".to_string(),
+        q => format!("ratio of {q}"),
+    };
     let figure = posterior_chart_svg(
-        &format!("{name}: B / A ({})", c.verdict),
-        "ratio of means",
+        &format!("{name}: B / A ({verdict})"),
+        &ratio_of,
         &[("B / A", &ratio)],
         &[
             Mark::new("95% HDI", c.ratio.hdi.0),
