@@ -264,3 +264,75 @@ fn a_merge_of_runs_that_never_overlapped_says_so() {
         );
     }
 }
+
+/// Holds. Promise (docs/bench.md, "The report": the page shows "failure codes with their
+/// first message" and the run's context, settings included): what the server sends, its
+/// error messages and its settings' values, is text on the page, never markup, as names
+/// from files are (`attack_outputs.rs` holds those).
+///
+/// Steps: a cluster whose `cluster_name` is an `<img onerror>` tag; a workload whose
+/// transaction raises an exception whose message is a `<script>` tag (with quotes and `&`);
+/// `report --html`; the page searched for either tag unescaped, and for their escaped forms.
+#[test]
+fn holds_server_messages_and_settings_are_text_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::builder()
+        .setting("cluster_name", "'<img src=x onerror=alert(1)>'")
+        .start()
+        .unwrap();
+    let workload = dir.path().join("raise.toml");
+    std::fs::write(
+        &workload,
+        r#"
+name = "raise"
+[[transaction]]
+name = "raise"
+sql = "DO $$ BEGIN RAISE EXCEPTION '<script>alert(\"x\") & more</script>'; END $$"
+[[transaction]]
+name = "ok"
+sql = "SELECT 1"
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("raise.json");
+    let o = slipstream(
+        &[
+            "bench",
+            workload.to_str().unwrap(),
+            "-u",
+            "1",
+            "-d",
+            "1s",
+            "-w",
+            "0s",
+            "-q",
+            "--url",
+            &cluster.url(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let html = dir.path().join("raise.html");
+    let o = slipstream(
+        &[
+            "report",
+            out.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    for raw in ["<script", "<img"] {
+        assert!(!page.contains(raw), "{raw} is markup on the page");
+    }
+    for escaped in [
+        "&lt;script&gt;alert(&quot;x&quot;) &amp; more&lt;/script&gt;",
+        "&lt;img src=x onerror=alert(1)&gt;",
+    ] {
+        assert!(page.contains(escaped), "{escaped} is missing from the page");
+    }
+}
