@@ -286,6 +286,21 @@ mod tests {
         Cli::try_parse_from(std::iter::once("slipstream").chain(args.iter().copied())).unwrap()
     }
 
+    /// `--rope`: a percentage from 0 up to, not including, 100; a value refused is told the
+    /// range it is outside of. Before (helper h74), `--rope 100%` was told "use a percentage
+    /// from 0 to 100", which 100 is.
+    #[test]
+    fn rope_is_a_percentage_below_100_and_a_refusal_says_so() {
+        assert_eq!(percent("5%"), Ok(0.05));
+        assert_eq!(percent("0"), Ok(0.0));
+        assert_eq!(percent("99.5%"), Ok(0.995));
+        for bad in ["100%", "250%"] {
+            let e = percent(bad).unwrap_err();
+            assert!(e.contains("below 100"), "{bad}: {e}");
+        }
+        assert!(percent("nan").is_err() && percent("x").is_err());
+    }
+
     #[test]
     fn definitions_are_consistent() {
         use clap::CommandFactory;
