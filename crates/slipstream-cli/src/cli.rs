@@ -161,7 +161,9 @@ fn percent(s: &str) -> Result<f64, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a percentage (e.g. 1% or 2.5%)"))?;
     if !(0.0..100.0).contains(&v) {
-        return Err(format!("`{s}`: use a percentage from 0 to 100"));
+        return Err(format!(
+            "`{s}`: use a percentage of at least 0 and below 100 (e.g. 5%)"
+        ));
     }
     Ok(v / 100.0)
 }
