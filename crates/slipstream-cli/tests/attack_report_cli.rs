@@ -336,3 +336,40 @@ sql = "SELECT 1"
         assert!(page.contains(escaped), "{escaped} is missing from the page");
     }
 }
+
+/// Promise (docs/bench.md, "The result file": "An output that would replace a file the
+/// command reads or another of its outputs is refused before anything runs"): `report
+/// --merge -o` naming one of the parts, however spelled, is refused, and the part is kept.
+///
+/// Steps: two runs; `report a.json b.json --merge -o ./a.json`; a.json compared byte for
+/// byte after.
+///
+/// Before the fix: the merged result replaced a.json, exit 0: the load generator's own result
+/// was gone, and the merged file left in its place held it twice for the next merge.
+#[test]
+fn report_merge_refuses_an_output_that_names_one_of_its_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start().unwrap();
+    let a = run(&cluster, dir.path(), "a");
+    let b = run(&cluster, dir.path(), "b");
+    let before = std::fs::read(&a).unwrap();
+    let spelled = dir.path().join(".").join("a.json");
+    let o = slipstream(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--merge",
+            "-o",
+            spelled.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(
+        !o.status.success(),
+        "the merge replaced one of its parts: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("-o"), "{}", text(&o));
+    assert_eq!(std::fs::read(&a).unwrap(), before, "a.json was changed");
+}
