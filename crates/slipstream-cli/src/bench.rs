@@ -621,6 +621,18 @@ pub fn report(
             );
         }
     }
+    // The merged result replacing one of its parts would lose that generator's own result.
+    if let Some(out) = &merge_into {
+        for f in &files {
+            anyhow::ensure!(
+                !same_file(out, f),
+                "-o {} would replace {}, one of the results merged; give the merged result \
+                 another name (e.g. all.json)",
+                out.display(),
+                f.display()
+            );
+        }
+    }
     for out in html.iter().chain(&merge_into) {
         slipstream_bench::check_writable(out)?;
     }
