@@ -373,3 +373,43 @@ fn report_merge_refuses_an_output_that_names_one_of_its_parts() {
     assert!(text(&o).contains("-o"), "{}", text(&o));
     assert_eq!(std::fs::read(&a).unwrap(), before, "a.json was changed");
 }
+
+/// Promise (docs/bench.md, "Several load generators": load generators loading one server;
+/// "the context kept is the first file's (it describes the same server)"): parts that ran
+/// against servers of other versions were not loading one server, and are refused, naming
+/// both files and versions, rather than added into one load whose context describes one of
+/// them.
+///
+/// Steps: two runs against one cluster; the second's file edited as a run against
+/// a PostgreSQL 16 server writes it (`environment.server_version`); `report --merge`.
+///
+/// Before the fix: merged, exit 0, its context the first part's (PostgreSQL 15) alone.
+#[test]
+fn a_merge_of_runs_against_servers_of_other_versions_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start().unwrap();
+    let a = run(&cluster, dir.path(), "pg15");
+    let b = run(&cluster, dir.path(), "pg16");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&b).unwrap()).unwrap();
+    v["environment"]["server_version"] = "16.4 (Debian 16.4-1.pgdg120+2)".into();
+    std::fs::write(&b, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let merged = dir.path().join("all.json");
+    let o = slipstream(
+        &[
+            "report",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--merge",
+            "-o",
+            merged.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let said = text(&o);
+    assert!(!o.status.success(), "merged: {said}");
+    assert!(
+        said.contains("pg15.json") && said.contains("pg16.json") && said.contains("16.4"),
+        "{said}"
+    );
+    assert!(!merged.exists());
+}
