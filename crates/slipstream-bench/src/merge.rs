@@ -18,7 +18,8 @@
 //!   each part's load the same multiple of the others' in every stage; only a part stopped
 //!   early (`interrupted`) may have fewer stages and a shorter last one.
 //!
-//! Runs of different workloads, mixes, interval lengths or load models are refused, and so are
+//! Runs of different workloads, mixes, interval lengths or load models, or against servers of
+//! different versions, are refused, and so are
 //! open-loop runs that count late starts at different thresholds (`--late-after`), version-1
 //! files (they hold no histograms to add) and, beside files with stages, files without.
 
@@ -74,6 +75,16 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
             anyhow::ensure!(
                 a == b,
                 "cannot merge runs of different workload files: {first_label} ran a file with SHA-256 {a} and {label} one with {b}; give every load generator the same file"
+            );
+        }
+        // Load generators of one test load one server: parts against servers of other
+        // versions loaded other servers, and the merged context would describe the first.
+        // Parts with no version (a run without a database) have nothing to compare.
+        let version = |r: &BenchRun| r.environment.server_version.clone();
+        if let (Some(a), Some(b)) = (version(first), version(r)) {
+            anyhow::ensure!(
+                a == b,
+                "cannot merge runs against different servers: {first_label} ran against PostgreSQL {a} and {label} against PostgreSQL {b}; merge load generators that loaded one server"
             );
         }
         // The merged file states one mix; parts of two would make it state the first's.
