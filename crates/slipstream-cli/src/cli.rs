@@ -301,6 +301,12 @@ mod tests {
             assert!(e.contains("below 100"), "{bad}: {e}");
         }
         assert!(percent("nan").is_err() && percent("x").is_err());
+        // A negative ROPE reaches the same refusal: clap took `-1%` for an option and said to
+        // pass it as `-- -1%`, which in `compare` puts it on B's side as a file name.
+        let e = Cli::try_parse_from(["slipstream", "compare", "--rope", "-1%", "a", "b"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 0") && !e.contains("-- -1"), "{e}");
     }
 
     #[test]
