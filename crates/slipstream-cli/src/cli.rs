@@ -189,7 +189,15 @@ pub struct CompareArgs {
     #[arg(long, value_name = "NAME")]
     pub transaction: Option<String>,
     /// Region of practical equivalence on the ratio B/A: ± this much (e.g. 5%).
-    #[arg(long, default_value = "5%", value_parser = percent, value_name = "PCT")]
+    // A value starting with `-` is a value here, refused by `percent` with the range: clap
+    // would say to pass `-1%` after `--`, which in `compare` is B's side.
+    #[arg(
+        long,
+        default_value = "5%",
+        value_parser = percent,
+        value_name = "PCT",
+        allow_hyphen_values = true
+    )]
     pub rope: f64,
     /// The unit of analysis: auto (run with 2+ runs a side, else interval), run, interval
     /// (per-second batch means) or transaction (every latency).
