@@ -31,6 +31,7 @@ mod attack_statements_and_lookups;
 mod attack_transaction_guards;
 mod attack_transactions_and_copy;
 mod attack_types;
+mod attack_uncached_and_streams;
 mod auth;
 mod cancel;
 mod cancellation;
