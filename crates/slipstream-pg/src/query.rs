@@ -581,6 +581,19 @@ impl Client {
                     self.cache.insert(stmt.clone(), wires.clone());
                 }
                 self.conn.start_request().await?;
+                // Past the cache the statement was the unnamed one, and looking up a type
+                // it names (in `prepare_as`) ran on the unnamed statement too, replacing it:
+                // parse the SQL again in this request, its types now known.
+                if let (false, Some(wires)) = (use_cache, &wires) {
+                    let plan = Plan::OneOff {
+                        wires: wires.to_vec(),
+                    };
+                    // Sized as for any statement not described yet: the stream reads its
+                    // first batch by the same rule.
+                    let max_rows = first_batch_rows(fetch, &[]);
+                    encode_plan(&mut self.conn.wbuf, &plan, sql, params, max_rows)?;
+                    return Ok(plan);
+                }
                 encode_named_now(
                     &mut self.conn.wbuf,
                     &stmt,
