@@ -102,3 +102,81 @@ async fn a_custom_typed_value_runs_past_the_cache_on_its_first_use() {
         }
     }
 }
+
+/// Promise (statement-cache.md, "After DDL"): the client knows *its* stale statement by the
+/// server's 0A000 (or 26000 when deallocated) and prepares it again outside a transaction;
+/// inside one, the call fails "with the server's error and a message saying so: roll back and
+/// run the transaction again". The application's own prepared statements live beside the
+/// cache's ("Names"), and a SQL `EXECUTE` of one of them, made stale by DDL or deallocated,
+/// gets the same codes from the server: that is the application's error, which neither a
+/// re-prepare nor a rerun can mend.
+///
+/// Steps: `PREPARE foo` in SQL; `EXECUTE foo` run twice through the cache; `ALTER TABLE` so
+/// that `foo` changes result type; `EXECUTE foo` inside a transaction and in autocommit; then
+/// `DEALLOCATE foo` and the same again. The cache holds another statement throughout.
+///
+/// Before the fix: inside the transaction the error said a cached statement of the client's
+/// had gone stale and told the caller to roll back and run the transaction again (which fails
+/// the same way); in autocommit the client prepared `EXECUTE foo` again and retried it,
+/// counting a re-prepare; and the 26000 made the client forget every cached statement.
+#[tokio::test]
+async fn an_applications_own_stale_prepared_statement_is_not_taken_for_the_caches() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TABLE t (a int); INSERT INTO t VALUES (1);
+         PREPARE foo AS SELECT * FROM t",
+    )
+    .await
+    .unwrap();
+    c.query_one("SELECT $1::int4", &[&1i32]).await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(c.query("EXECUTE foo", &[]).await.unwrap().len(), 1);
+    }
+    c.batch_execute("ALTER TABLE t ADD COLUMN b int")
+        .await
+        .unwrap();
+    let before = c.statement_cache_stats();
+    assert_eq!(before.size, 2);
+    let mut errors = Vec::new();
+    for deallocated in [false, true] {
+        if deallocated {
+            c.batch_execute("DEALLOCATE foo").await.unwrap();
+        }
+        let mut tx = c.transaction().await.unwrap();
+        errors.push(tx.query("EXECUTE foo", &[]).await.unwrap_err());
+        tx.rollback().await.unwrap();
+        errors.push(c.query("EXECUTE foo", &[]).await.unwrap_err());
+    }
+    let codes: Vec<_> = errors.iter().map(|e| e.code()).collect();
+    use slipstream_pg::SqlState;
+    assert_eq!(
+        codes,
+        [
+            Some(SqlState::FEATURE_NOT_SUPPORTED),
+            Some(SqlState::FEATURE_NOT_SUPPORTED),
+            Some(SqlState::INVALID_SQL_STATEMENT_NAME),
+            Some(SqlState::INVALID_SQL_STATEMENT_NAME),
+        ]
+    );
+    for e in &errors {
+        let text = e.to_string();
+        assert!(
+            !text.contains("went stale") && !text.contains("run the transaction again"),
+            "the application's statement, not the cache's: {text}"
+        );
+    }
+    let after = c.statement_cache_stats();
+    assert_eq!(
+        (after.reprepares, after.size),
+        (before.reprepares, before.size),
+        "nothing of the cache's was stale: {after:?}"
+    );
+    // Its own statements still run, and a real change under them is still re-prepared.
+    c.query_one("SELECT $1::int4", &[&2i32]).await.unwrap();
+    c.query_one("SELECT * FROM t", &[]).await.unwrap();
+    c.batch_execute("ALTER TABLE t ADD COLUMN d int")
+        .await
+        .unwrap();
+    assert_eq!(c.query_one("SELECT * FROM t", &[]).await.unwrap().len(), 3);
+    assert_eq!(c.statement_cache_stats().reprepares, before.reprepares + 1);
+}
