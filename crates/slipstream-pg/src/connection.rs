@@ -1151,7 +1151,8 @@ impl Connection {
         let mut forget = Forget::Nothing;
         let mut ended = false;
         let common = match (tag, len) {
-            (b'1' | b'2', 5) => Common::Ack,
+            (b'1', 5) => Common::Ack,
+            (b'2', 5) => Common::Bound,
             (b'n', 5) => Common::NoData,
             (b'Z', 6) if matches!(self.rbuf[5], b'I' | b'T' | b'E') => Common::Ready,
             (b'C', 6..) => match command_tag(&self.rbuf[5..len]) {
@@ -1396,8 +1397,10 @@ mod common_reply_tests;
 
 /// What [`Connection::next_common`] found at the front of `rbuf`.
 pub(crate) enum Common {
-    /// `ParseComplete` or `BindComplete`.
+    /// `ParseComplete`.
     Ack,
+    /// `BindComplete`.
+    Bound,
     /// `NoData`.
     NoData,
     Row(DataRowBody),

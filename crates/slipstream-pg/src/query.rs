@@ -429,7 +429,7 @@ impl Client {
         let plan = Plan::OneOff { wires };
         self.conn.start_request().await?;
         encode_plan(&mut self.conn.wbuf, &plan, sql, &values, 0)?;
-        Ok(self.run_plan(&plan, sql, Rows::Keep).await?.0)
+        Ok(self.run_plan(&plan, sql, Rows::Keep, &mut false).await?.0)
     }
 
     async fn run(
@@ -448,21 +448,22 @@ impl Client {
                     cached: false,
                 };
                 encode_plan(&mut self.conn.wbuf, &plan, stmt.sql(), params, 0)?;
-                return self.run_plan(&plan, stmt.sql(), rows).await;
+                return self.run_plan(&plan, stmt.sql(), rows, &mut false).await;
             }
             Source::Uncached(sql) => (sql, false),
             Source::Sql(sql) => (sql, self.cache.enabled()),
         };
         let plan = self.send_sql(sql, params, use_cache, None).await?;
-        match self.run_plan(&plan, sql, rows).await {
-            Err(e) if plan.is_cached() && is_stale(&e) => {
+        let mut stale = false;
+        match self.run_plan(&plan, sql, rows, &mut stale).await {
+            Err(e) if plan.is_cached() && stale => {
                 // Judged from the status that came with the error, after every reply a dropped
                 // call left owed was read: a transaction the error aborted reads as failed,
                 // autocommit as idle. The status before the request may be stale.
                 let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
                 self.stale(&plan, e, in_transaction)?;
                 let plan = self.send_sql(sql, params, use_cache, None).await?;
-                self.run_plan(&plan, sql, rows).await
+                self.run_plan(&plan, sql, rows, &mut false).await
             }
             result => result,
         }
@@ -617,14 +618,17 @@ impl Client {
     }
 
     /// Ends the request in the write buffer with `Sync`, sends it and reads the whole reply,
-    /// looking up any type it names that the client does not know.
+    /// looking up any type it names that the client does not know. `stale` is set when the
+    /// call failed because its statement no longer fits the server (see [`Reply::stale`]).
     async fn run_plan(
         &mut self,
         plan: &Plan,
         sql: &str,
         rows: Rows,
+        stale: &mut bool,
     ) -> Result<(Vec<Row>, u64), Error> {
         let mut reply = self.read_reply(plan, rows).await?;
+        *stale = reply.stale();
         // A first run's statement exists now: the type lookup's request must not close it as
         // a dropped call's, and a drop during the lookup must.
         let unkept = match plan {
@@ -651,6 +655,10 @@ impl Client {
             // Nearly every reply is these few kinds, taken in place from the read buffer.
             let message = match self.conn.next_common(rows == Rows::Keep)? {
                 Common::Ack | Common::Skipped => continue,
+                Common::Bound => {
+                    reply.bound = true;
+                    continue;
+                }
                 Common::NoData => Message::NoData,
                 Common::Row(body) => Message::DataRow(body),
                 Common::Complete(tag) => {
@@ -1005,6 +1013,9 @@ pub(crate) struct Reply {
     pub(crate) params: Option<Vec<Type>>,
     /// The request described its result (`RowDescription` or `NoData` arrived).
     pub(crate) described: bool,
+    /// `BindComplete` arrived: the statement was found and fits the server, and an error
+    /// after it comes from running it.
+    pub(crate) bound: bool,
 }
 
 impl Reply {
@@ -1019,6 +1030,7 @@ impl Reply {
             error: None,
             params: None,
             described: false,
+            bound: false,
         }
     }
 
@@ -1038,6 +1050,18 @@ impl Reply {
         &self.columns
     }
 
+    /// The statement failed because it no longer fits the server ([`is_stale`]), not while
+    /// it ran. A cached statement changed under it (0A000) or deallocated (26000) fails its
+    /// `Bind`; the same errors after `BindComplete` are raised by what the statement runs: a
+    /// SQL `EXECUTE` of one of the application's own prepared statements, which DDL made
+    /// stale or `DEALLOCATE` removed. Preparing the cache's statement again cannot help then,
+    /// and must not forget the cache or tell the caller to run the transaction again.
+    pub(crate) fn stale(&self) -> bool {
+        self.error.as_ref().is_some_and(|e| {
+            is_stale(e) && (!self.bound || e.code() == Some(SqlState::INTERNAL_ERROR))
+        })
+    }
+
     /// Takes the statement's `CommandComplete`.
     pub(crate) fn complete(&mut self, tag: CommandTag) {
         self.rolled_back = tag.rolled_back;
@@ -1048,7 +1072,8 @@ impl Reply {
     /// Takes the next message of the reply. An error means the server broke the protocol.
     pub(crate) fn apply(&mut self, message: Message) -> Result<Step, Error> {
         match message {
-            Message::ParseComplete | Message::BindComplete => {}
+            Message::ParseComplete => {}
+            Message::BindComplete => self.bound = true,
             Message::ParameterDescription(body) => self.params = Some(parse_params(&body)?),
             Message::NoData => self.described = true,
             Message::RowDescription(body) => {

@@ -39,7 +39,7 @@ use postgres_types::Type;
 
 use crate::connection::Owed;
 use crate::conninfo::parse_bytes;
-use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, is_stale};
+use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan};
 use crate::{Client, Column, Error, Param, Row, Statement, ToStatement, TransactionStatus};
 
 /// How much a [`RowStream`] fetches per round trip.
@@ -191,7 +191,7 @@ impl Client {
             filling: false,
         };
         let plan = stream.start(sql, prepared, params, use_cache).await?;
-        let stale = stream.buffer.is_empty() && stream.reply.error.as_ref().is_some_and(is_stale);
+        let stale = stream.buffer.is_empty() && stream.reply.stale();
         if plan.is_cached()
             && stale
             && let Some(e) = stream.reply.error.take()
