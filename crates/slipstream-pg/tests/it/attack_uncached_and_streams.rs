@@ -180,3 +180,57 @@ async fn an_applications_own_stale_prepared_statement_is_not_taken_for_the_cache
     assert_eq!(c.query_one("SELECT * FROM t", &[]).await.unwrap().len(), 3);
     assert_eq!(c.statement_cache_stats().reprepares, before.reprepares + 1);
 }
+
+/// Holds, as docs/statement-cache.md now says ("A cached statement keeps the objects it
+/// found", and a string parameter's type across `SET search_path`): what a cached statement
+/// reads differs from `Uncached` after a shadowing object appears or the path changes what a
+/// string is compared with, and `clear_statement_cache()` ends the difference. Pinned so that
+/// the page is corrected if a server (or the client) ever starts to notice.
+#[tokio::test]
+async fn holds_a_cached_statement_keeps_what_it_found_until_the_cache_is_cleared() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE SCHEMA a; CREATE SCHEMA s;
+         CREATE TABLE public.t (x text, c int); INSERT INTO public.t VALUES ('public', 5);
+         CREATE TABLE s.t (x text, c text); INSERT INTO s.t VALUES ('s', 'abc');
+         SET search_path = a, public",
+    )
+    .await
+    .unwrap();
+    async fn both(c: &mut Client, sql: &str, p: &str) -> (Result<String, String>, String) {
+        let read = |r: Result<Vec<slipstream_pg::Row>, slipstream_pg::Error>| {
+            r.map(|rows| {
+                rows.iter()
+                    .map(|r| r.get::<_, String>(0).unwrap())
+                    .collect()
+            })
+            .map_err(|e| e.code().map_or(e.to_string(), |s| s.code().to_string()))
+        };
+        let cached = read(c.query(sql, &[&p]).await);
+        let uncached = read(c.query(&Uncached(sql), &[&p]).await).unwrap();
+        (cached, uncached)
+    }
+    let q = "SELECT x FROM t WHERE c = $1";
+    assert_eq!(
+        both(&mut c, q, "5").await,
+        (Ok("public".into()), "public".into())
+    );
+    // A table created afterwards earlier on the path: only the uncached run sees it.
+    c.batch_execute("CREATE TABLE a.t (x text, c int); INSERT INTO a.t VALUES ('a', 5)")
+        .await
+        .unwrap();
+    assert_eq!(
+        both(&mut c, q, "5").await,
+        (Ok("public".into()), "a".into())
+    );
+    c.clear_statement_cache();
+    assert_eq!(both(&mut c, q, "5").await, (Ok("a".into()), "a".into()));
+    // The string was typed int4 by the first run; under `s`, `t.c` is text.
+    c.batch_execute("SET search_path = s").await.unwrap();
+    assert_eq!(
+        both(&mut c, q, "abc").await,
+        (Err("22P02".into()), "s".into())
+    );
+    c.clear_statement_cache();
+    assert_eq!(both(&mut c, q, "abc").await, (Ok("s".into()), "s".into()));
+}
