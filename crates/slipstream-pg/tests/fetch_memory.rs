@@ -12,6 +12,9 @@ const MB: usize = 1 << 20;
 /// queue of buffered rows.
 const OVERHEAD: usize = 512 * 1024;
 
+/// One test measures at a time: the counting allocator counts every thread's allocations.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Streams `SELECT id, data FROM wide ORDER BY id` and returns the peak heap growth while doing
 /// it, and the widest row.
 async fn peak_while_streaming(c: &mut Client, fetch: FetchSize) -> (usize, usize) {
@@ -35,6 +38,7 @@ async fn peak_while_streaming(c: &mut Client, fetch: FetchSize) -> (usize, usize
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_memory_cap_holds_with_rows_of_1_kb_to_10_mb() {
+    let _measuring = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start().unwrap();
     let url = cluster.url();
     let mut setup = slipstream_pg::connect(&url).await.unwrap();
@@ -79,5 +83,55 @@ async fn the_memory_cap_holds_with_rows_of_1_kb_to_10_mb() {
     assert!(
         peak > 30 * MB,
         "1000 uncapped rows including the wide ones should take far more: {peak} bytes"
+    );
+}
+
+/// Promise (fetch-size.md, "The cap"): "Peak client memory is the cap plus one row, whatever
+/// the rows look like", and a big row "is read into an allocation of its own size, not a
+/// doubled buffer". A value past the 16 MiB that one length prefix is trusted for
+/// (client.md, Limits) gets memory as its bytes arrive; that growth must not hold its bytes
+/// twice.
+///
+/// Steps: one 100 MB value through a row stream at 64 KiB, and through `query`.
+///
+/// Before the fix the heap peaked at 167 MB: each step of the growth (16, 32, 64 MiB, then
+/// the whole message) allocated the new buffer and copied into it while the old one was
+/// still held.
+#[tokio::test(flavor = "current_thread")]
+async fn a_value_past_the_trusted_length_is_held_once() {
+    let _measuring = ONE_AT_A_TIME.lock().await;
+    let cluster = Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let size = 100_000_000;
+    let sql = format!("SELECT repeat('x', {size})");
+    let allowed = size + 64 * 1024 + OVERHEAD;
+
+    let growth = CountingAllocator::measure();
+    let mut rows = c
+        .query_stream_with(&sql, &[], FetchSize::Bytes(64 * 1024))
+        .await
+        .unwrap();
+    let row = rows.next().await.unwrap().unwrap();
+    assert_eq!(row.get::<_, &str>(0).unwrap().len(), size);
+    drop(row);
+    assert!(rows.next().await.unwrap().is_none());
+    drop(rows);
+    let peak = growth.peak().expect("the counting allocator is installed");
+    drop(growth);
+    assert!(
+        peak <= allowed,
+        "a row stream over one {size}-byte value peaked at {peak} bytes; cap + one row + \
+         overhead = {allowed}"
+    );
+
+    let growth = CountingAllocator::measure();
+    let rows = c.query(&sql, &[]).await.unwrap();
+    assert_eq!(rows[0].get::<_, &str>(0).unwrap().len(), size);
+    drop(rows);
+    let peak = growth.peak().expect("the counting allocator is installed");
+    assert!(
+        peak <= allowed,
+        "query over one {size}-byte value peaked at {peak} bytes; one row + overhead = \
+         {allowed}"
     );
 }
