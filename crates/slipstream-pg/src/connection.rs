@@ -638,7 +638,7 @@ impl Connection {
     /// hold 20 MB. But a length is the server's claim, not bytes we hold: it is taken on trust
     /// only up to [`TRUSTED_LENGTH`]. Past that, the buffer grows with what has arrived
     /// (doubling, capped at the claim), so one length prefix cannot make us allocate a
-    /// gigabyte; such a message costs a transient copy or two on its way in.
+    /// gigabyte. Each step grows the buffer in place (see [`Connection::grow_read_buffer`]).
     fn make_room(&mut self) {
         let spare = self.rbuf.capacity() - self.rbuf.len();
         if let Some(len) = self.pending_len().filter(|&len| len > BIG_MESSAGE) {
@@ -651,13 +651,26 @@ impl Connection {
                 } else {
                     return;
                 };
-                self.rbuf = moved_to(BytesMut::with_capacity(room), &self.rbuf);
+                self.grow_read_buffer(room);
                 return;
             }
         }
         if spare < READ_CHUNK / 4 {
             self.rbuf.reserve(READ_CHUNK);
         }
+    }
+
+    /// Gives `rbuf` room for `room` bytes, exactly, keeping what it holds. Once it is a big
+    /// message's own buffer it is reallocated, which for an allocation this large remaps its
+    /// pages instead of copying them: allocating the next buffer and copying into it held
+    /// the message's bytes twice at each step, and a 100 MB row peaked at 167 MB (fetch-size.md
+    /// promises the cap plus one row). A buffer still shared with rows read before is copied,
+    /// as the few bytes of the message that arrived with them are all it holds.
+    fn grow_read_buffer(&mut self, room: usize) {
+        let mut buf = Vec::from(std::mem::take(&mut self.rbuf));
+        buf.reserve_exact(room.saturating_sub(buf.len()));
+        // Through `Bytes`, which takes the allocation as it is (no `From<Vec<u8>>` here).
+        self.rbuf = BytesMut::from(bytes::Bytes::from(buf));
     }
 
     /// Writes what it can of `wbuf` without waiting, then returns the next message that is not
