@@ -234,3 +234,55 @@ async fn holds_a_cached_statement_keeps_what_it_found_until_the_cache_is_cleared
     c.clear_statement_cache();
     assert_eq!(both(&mut c, q, "abc").await, (Ok("s".into()), "s".into()));
 }
+
+/// Promise (client.md, Streams; `RowStream`): a row stream holds the connection until it is
+/// gone, and what it leaves unread is discarded before the next call's reply. Leaking one
+/// (`std::mem::forget`, a cycle of `Rc`s) is safe Rust, and must not leave the connection
+/// waiting for ever: in autocommit and in a transaction the next call answers, and the
+/// transaction goes on.
+///
+/// Before the fix the next call hung: the stream queues its `Sync` in `Drop`, which a leaked
+/// stream never runs, and the server, in the middle of the stream's extended-protocol
+/// exchange, answers nothing until that `Sync` comes.
+#[tokio::test]
+async fn a_leaked_row_stream_does_not_hang_the_next_call() {
+    use super::engine::bounded;
+    let (_cluster, mut c) = super::setup().await;
+    let sql = "SELECT g FROM generate_series(1, 1000) g";
+    let mut rows = c
+        .query_stream_with(sql, &[], FetchSize::Rows(10))
+        .await
+        .unwrap();
+    rows.next().await.unwrap().unwrap();
+    std::mem::forget(rows);
+    let row = bounded(
+        "the call after a leaked stream",
+        c.query_one("SELECT 1", &[]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 1);
+    assert_eq!(
+        c.transaction_status(),
+        slipstream_pg::TransactionStatus::Idle
+    );
+
+    c.batch_execute("CREATE TABLE t (id int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let mut rows = tx
+        .query_stream_with(sql, &[], FetchSize::Rows(10))
+        .await
+        .unwrap();
+    rows.next().await.unwrap().unwrap();
+    std::mem::forget(rows);
+    bounded(
+        "the call after a leaked stream in a transaction",
+        tx.execute("INSERT INTO t VALUES (2)", &[]),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
+    assert_eq!(n, 2);
+}
