@@ -213,6 +213,12 @@ pub(crate) struct Connection {
     pub(crate) notice_handler: NoticeHandler,
     /// A `CopyIn` was dropped mid-stream: send `CopyFail` before anything else.
     pub(crate) copy_in_abort: bool,
+    /// A row stream is open and its `Sync` is not queued yet. A stream queues it when its rows
+    /// run out or when it is dropped, and clears this; set when a request starts, the stream
+    /// was leaked (`mem::forget`) and its `Drop` never ran. The server, in the middle of the
+    /// stream's exchange, answers nothing until that `Sync` comes, so the request queues it
+    /// (the stream's reply is then discarded like any abandoned one).
+    pub(crate) stream_sync_owed: bool,
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
@@ -279,6 +285,7 @@ impl Connection {
             notifications: VecDeque::new(),
             notice_handler: default_notice_handler(),
             copy_in_abort: false,
+            stream_sync_owed: false,
             deferred: Vec::new(),
             deferred_failure: None,
             closes: Arc::new(Mutex::new(Vec::new())),
@@ -344,6 +351,9 @@ impl Connection {
     /// Cancel-safe: a dropped future leaves the settling to the next call.
     pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
         self.check_usable()?;
+        if std::mem::take(&mut self.stream_sync_owed) {
+            frontend::sync(&mut self.wbuf);
+        }
         if !self.owed.is_empty() || self.copy_in_abort {
             self.settle_owed().await?;
         } else if !self.rbuf.is_empty() {

@@ -410,6 +410,7 @@ impl RowStream<'_> {
         frontend::flush(&mut conn.wbuf);
         // From here the stream owes a Sync (see the module docs); no await in between.
         conn.owed.push_back(Owed::Stream);
+        conn.stream_sync_owed = true;
         self.state = State::Fetching;
         self.sync_sent = false;
         self.round_trips += 1;
@@ -650,6 +651,7 @@ impl Drop for RowStream<'_> {
         if self.state == State::Fetching && !self.sync_sent {
             // Goes out with the connection's next request; `owed` already holds its entry.
             frontend::sync(&mut self.client.conn.wbuf);
+            self.client.conn.stream_sync_owed = false;
         }
     }
 }
@@ -671,6 +673,7 @@ fn frontend_sync(stream: &mut RowStream<'_>) {
     if !stream.sync_sent {
         frontend::sync(&mut stream.client.conn.wbuf);
         stream.sync_sent = true;
+        stream.client.conn.stream_sync_owed = false;
     }
 }
 
