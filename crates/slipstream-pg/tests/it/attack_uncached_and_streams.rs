@@ -286,3 +286,45 @@ async fn a_leaked_row_stream_does_not_hang_the_next_call() {
     let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM t").await;
     assert_eq!(n, 2);
 }
+
+/// Promise (statement-cache.md, "Explicit statements": `Client::prepare` is not cached, so the
+/// client never prepares it again by itself; errors name what failed and what to do). A
+/// statement the caller prepared that DDL made stale (0A000) or that `DEALLOCATE ALL` removed
+/// (26000) fails every later run: the error must say it is the caller's statement and that
+/// it must be prepared again, through `query` and through a row stream.
+///
+/// Before the fix the error was the server's bare `cached plan must not change result type`
+/// (or `prepared statement "S1" does not exist`, a name the caller never chose), which names
+/// neither the statement nor the remedy.
+#[tokio::test]
+async fn a_callers_stale_prepared_statement_says_to_prepare_it_again() {
+    use slipstream_pg::SqlState;
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (a int); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let sql = "SELECT * FROM t";
+    for (change, code) in [
+        (
+            "ALTER TABLE t ADD COLUMN b int",
+            SqlState::FEATURE_NOT_SUPPORTED,
+        ),
+        ("DEALLOCATE ALL", SqlState::INVALID_SQL_STATEMENT_NAME),
+    ] {
+        let stmt = c.prepare(sql).await.unwrap();
+        c.query(&stmt, &[]).await.unwrap();
+        c.batch_execute(change).await.unwrap();
+        let by_query = c.query(&stmt, &[]).await.unwrap_err();
+        let by_stream = c.query_stream(&stmt, &[]).await.map(drop).unwrap_err();
+        for e in [by_query, by_stream] {
+            assert_eq!(e.code(), Some(code), "after {change}: {e}");
+            let text = e.to_string();
+            assert!(
+                text.contains(sql) && text.contains("prepare it again"),
+                "after {change}: {text}"
+            );
+        }
+        // The SQL text itself runs, prepared afresh by the cache.
+        assert_eq!(c.query(sql, &[]).await.unwrap().len(), 1);
+    }
+}
