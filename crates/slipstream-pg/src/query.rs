@@ -448,7 +448,9 @@ impl Client {
                     cached: false,
                 };
                 encode_plan(&mut self.conn.wbuf, &plan, stmt.sql(), params, 0)?;
-                return self.run_plan(&plan, stmt.sql(), rows, &mut false).await;
+                let mut stale = false;
+                let result = self.run_plan(&plan, stmt.sql(), rows, &mut stale).await;
+                return result.map_err(|e| if stale { stale_prepared(stmt, e) } else { e });
             }
             Source::Uncached(sql) => (sql, false),
             Source::Sql(sql) => (sql, self.cache.enabled()),
@@ -962,6 +964,20 @@ pub(crate) fn stale_statement_types(
         } else {
             "may have changed"
         },
+    ))
+}
+
+/// The error of a statement the caller prepared that no longer fits the server (see
+/// [`Reply::stale`]): the client prepares again only the statements it caches, so this says
+/// which statement it is and what to do (the server names it by the client's `S<n>`, or not
+/// at all).
+pub(crate) fn stale_prepared(stmt: &Statement, e: Error) -> Error {
+    e.context(format!(
+        "the prepared statement `{}` no longer fits the server (a schema change altered its \
+         result or dropped a type it uses, or it was deallocated by DEALLOCATE or DISCARD \
+         ALL): prepare it again with Client::prepare, or run the SQL text, which the \
+         statement cache prepares again by itself",
+        stmt.sql()
     ))
 }
 

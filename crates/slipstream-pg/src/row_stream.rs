@@ -39,7 +39,7 @@ use postgres_types::Type;
 
 use crate::connection::Owed;
 use crate::conninfo::parse_bytes;
-use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan};
+use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, stale_prepared};
 use crate::{Client, Column, Error, Param, Row, Statement, ToStatement, TransactionStatus};
 
 /// How much a [`RowStream`] fetches per round trip.
@@ -202,6 +202,10 @@ impl Client {
         if stream.buffer.is_empty()
             && let Some(e) = stream.reply.error.take()
         {
+            let e = match prepared {
+                Some(stmt) if stale => stale_prepared(stmt, e),
+                _ => e,
+            };
             return Err(stream.client.conn.explain_failed(e));
         }
         Ok(stream)
