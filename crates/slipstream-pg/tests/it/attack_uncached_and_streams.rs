@@ -328,3 +328,54 @@ async fn a_callers_stale_prepared_statement_says_to_prepare_it_again() {
         assert_eq!(c.query(sql, &[]).await.unwrap().len(), 1);
     }
 }
+
+/// Promise (statement-cache.md, "After DDL"): inside a transaction a cached statement made
+/// stale fails "with the server's error and a message saying so: roll back and run the
+/// transaction again (the statement is then prepared afresh)". A transaction that runs the
+/// same SQL before and after its own `ALTER TABLE` (a migration that reads, alters, reads
+/// again) runs at once under tokio-postgres and `Uncached`; through the cache, run again as
+/// told, it must succeed.
+///
+/// Before the fix every rerun failed the same way: the first read prepared the statement
+/// afresh, before the `ALTER`, and the second read found it stale again.
+#[tokio::test]
+async fn a_transaction_reading_before_and_after_its_own_ddl_succeeds_when_run_again() {
+    use slipstream_pg::SqlState;
+    let (cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (a int); INSERT INTO t VALUES (1)")
+        .await
+        .unwrap();
+    let read = "SELECT * FROM t";
+    let peer = super::peer(&cluster).await;
+    peer.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(peer.query(read, &[]).await.unwrap()[0].len(), 1);
+    peer.batch_execute("ALTER TABLE t ADD COLUMN b int")
+        .await
+        .unwrap();
+    assert_eq!(peer.query(read, &[]).await.unwrap()[0].len(), 2);
+    peer.batch_execute("ROLLBACK").await.unwrap();
+
+    async fn migrate(c: &mut Client, read: &str) -> Result<usize, slipstream_pg::Error> {
+        let mut tx = c.transaction().await?;
+        assert_eq!(tx.query_one(read, &[]).await?.len(), 1);
+        tx.batch_execute("ALTER TABLE t ADD COLUMN b int").await?;
+        let columns = tx.query_one(read, &[]).await?.len();
+        tx.commit().await?;
+        Ok(columns)
+    }
+    c.query_one(read, &[]).await.unwrap();
+    let e = migrate(&mut c, read).await.unwrap_err();
+    assert_eq!(e.code(), Some(SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    assert!(e.to_string().contains("run the transaction again"), "{e}");
+    for attempt in 1..=3 {
+        match migrate(&mut c, read).await {
+            Ok(columns) => {
+                assert_eq!(columns, 2);
+                break;
+            }
+            Err(e) => assert!(attempt < 3, "run again {attempt} times, still: {e}"),
+        }
+    }
+    let row = c.query_one(read, &[]).await.unwrap();
+    assert_eq!(row.len(), 2);
+}
