@@ -495,6 +495,12 @@ impl Client {
         // same name has a new one: look every type up again (rare; one round trip).
         self.types.clear();
         if in_transaction {
+            // Run again as the error says, a transaction that runs this SQL before and after
+            // its own DDL would prepare it afresh before the DDL and find it stale after, on
+            // every rerun: from now on it runs past the cache (one round trip all the same).
+            if let Plan::Named { stmt, .. } = plan {
+                self.cache.keep_out(stmt.sql());
+            }
             return Err(e.context(
                 "a cached prepared statement went stale inside a transaction (a schema change altered \
                  its result or dropped a type it uses, or it was deallocated); the transaction is aborted and cannot be retried \
@@ -541,6 +547,7 @@ impl Client {
                 return Ok(Plan::Named { stmt, cached: true });
             }
         }
+        let use_cache = use_cache && !self.cache.is_kept_out(sql);
         let plan = match param_types::infer(params, &mut self.conn.wbuf) {
             Some(wires) if use_cache => Plan::Prepare {
                 name: self.next_statement_name(),

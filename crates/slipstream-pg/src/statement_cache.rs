@@ -15,7 +15,7 @@
 //! - Dropping a cached [`Statement`] (eviction, invalidation, clearing) queues its server-side
 //!   `Close` with the connection's next request, so eviction costs no round trip.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
 use rustc_hash::FxHasher;
@@ -83,6 +83,10 @@ pub(crate) struct StatementCache {
     oldest: usize,
     newest: usize,
     stats: CacheStats,
+    /// SQL whose cached statement went stale inside a transaction: it runs past the cache from
+    /// then on (see `Client::stale`). Each entry cost the application a failed transaction,
+    /// so the set grows only with its schema changes.
+    kept_out: HashSet<Box<str>, BuildHasherDefault<FxHasher>>,
 }
 
 impl StatementCache {
@@ -98,7 +102,18 @@ impl StatementCache {
                 capacity,
                 ..CacheStats::default()
             },
+            kept_out: HashSet::default(),
         }
+    }
+
+    /// Runs `sql` past the cache from now on.
+    pub(crate) fn keep_out(&mut self, sql: &str) {
+        self.kept_out.insert(sql.into());
+    }
+
+    /// Whether `sql` runs past the cache (asked on a miss only: it is never cached).
+    pub(crate) fn is_kept_out(&self, sql: &str) -> bool {
+        !self.kept_out.is_empty() && self.kept_out.contains(sql)
     }
 
     pub(crate) fn enabled(&self) -> bool {
