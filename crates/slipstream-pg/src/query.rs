@@ -504,8 +504,8 @@ impl Client {
             return Err(e.context(
                 "a cached prepared statement went stale inside a transaction (a schema change altered \
                  its result or dropped a type it uses, or it was deallocated); the transaction is aborted and cannot be retried \
-                 transparently: roll back and run the transaction again (the statement is prepared \
-                 afresh)",
+                 transparently: roll back and run the transaction again (this SQL then runs past the \
+                 statement cache)",
             ));
         }
         self.cache.count_reprepare();
