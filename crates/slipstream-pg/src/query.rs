@@ -498,15 +498,22 @@ impl Client {
             // Run again as the error says, a transaction that runs this SQL before and after
             // its own DDL would prepare it afresh before the DDL and find it stale after, on
             // every rerun: from now on it runs past the cache (one round trip all the same).
-            if let Plan::Named { stmt, .. } = plan {
+            // Not after a deallocation: the rerun prepares it once more and it stays, unless
+            // the transaction itself deallocates behind the cache's back, which is rare enough
+            // not to cost the SQL its cache.
+            if let (Plan::Named { stmt, .. }, false) = (plan, deallocated) {
                 self.cache.keep_out(stmt.sql());
             }
-            return Err(e.context(
+            let then = if deallocated {
+                "the statement is then prepared afresh"
+            } else {
+                "this SQL then runs past the statement cache"
+            };
+            return Err(e.context(format!(
                 "a cached prepared statement went stale inside a transaction (a schema change altered \
                  its result or dropped a type it uses, or it was deallocated); the transaction is aborted and cannot be retried \
-                 transparently: roll back and run the transaction again (this SQL then runs past the \
-                 statement cache)",
-            ));
+                 transparently: roll back and run the transaction again ({then})",
+            )));
         }
         self.cache.count_reprepare();
         Ok(())
