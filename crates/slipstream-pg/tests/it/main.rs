@@ -28,6 +28,7 @@ mod attack_service_file;
 mod attack_session_events;
 mod attack_statement_edges;
 mod attack_statements_and_lookups;
+mod attack_tls_auth;
 mod attack_transaction_guards;
 mod attack_transactions_and_copy;
 mod attack_types;
