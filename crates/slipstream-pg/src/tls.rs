@@ -14,21 +14,29 @@
 //! `SSL_CERT_FILE` / `SSL_CERT_DIR` first, via `rustls-native-certs`) and then demands
 //! `verify-full`: a public CA signs certificates for anyone, so only the name check makes the
 //! chain mean something.
+//!
+//! The checks give libpq's (OpenSSL's) verdicts where webpki alone is stricter: a certificate of
+//! the root file presented as the server's own (the self-signed certificate PostgreSQL's
+//! documentation makes, marked CA) is trusted as it is, and a host named only in the Common
+//! Name counts when the certificate has no subjectAltName of the host's kind (`name.rs`).
 
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{WebPkiServerVerifier, verify_server_name};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
 use crate::{Config, Error, SslMode};
+
+mod name;
 
 /// How much of the server's certificate to check, after applying libpq's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,10 +84,11 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
                 mode_name(mode)
             ))
         })?;
-        let roots = if system {
-            system_roots()?
+        let (roots, own) = if system {
+            (system_roots()?, Vec::new())
         } else {
-            load_roots(&path).map_err(|e| e.hint(SSLROOTCERT_HINT))?
+            let certs = load_certs(&path, "sslrootcert").map_err(|e| e.hint(SSLROOTCERT_HINT))?;
+            (load_roots(&path, &certs)?, certs)
         };
         let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
@@ -89,13 +98,13 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
                     Some(Box::new(e)),
                 )
             })?;
-        if check == Check::Chain {
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
-        } else {
-            builder.with_webpki_verifier(webpki)
-        }
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Libpq {
+                webpki,
+                roots: own,
+                check_name: check == Check::ChainAndName,
+            }))
     };
     // libpq's defaults: ~/.postgresql/postgresql.crt if it exists, with the key given or
     // ~/.postgresql/postgresql.key.
@@ -235,10 +244,10 @@ fn system_roots() -> Result<RootCertStore, Error> {
     Ok(roots)
 }
 
-fn load_roots(path: &Path) -> Result<RootCertStore, Error> {
+fn load_roots(path: &Path, certs: &[CertificateDer<'static>]) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(path, "sslrootcert")? {
-        roots.add(cert).map_err(|e| {
+    for cert in certs {
+        roots.add(cert.clone()).map_err(|e| {
             Error::tls(
                 format!("invalid root certificate in {}", path.display()),
                 Some(Box::new(e)),
@@ -298,12 +307,23 @@ impl ServerCertVerifier for NoCheck {
     }
 }
 
-/// sslmode=verify-ca: the full WebPKI chain check, except that a certificate for another name
-/// is accepted.
+/// The chain check against root certificates (verify-ca; verify-full adds the name; require
+/// and prefer when a root certificate exists), with libpq's verdicts where webpki's are
+/// stricter than OpenSSL's:
+/// - a certificate of the root file presented as the server's own is trusted as it is, within
+///   its validity period (OpenSSL does; webpki refuses one marked CA, `CaUsedAsEndEntity`,
+///   which is how PostgreSQL's documented self-signed certificate is made);
+/// - a name is checked by libpq's rules ([`name::libpq_names_host`]: the Common Name counts
+///   when the certificate has no subjectAltName of the host's kind).
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Libpq {
+    webpki: Arc<WebPkiServerVerifier>,
+    /// The root file's certificates (none for `sslrootcert=system`).
+    roots: Vec<CertificateDer<'static>>,
+    check_name: bool,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Libpq {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -312,13 +332,40 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let name_ok = || {
+            !self.check_name
+                || ParsedCertificate::try_from(end_entity)
+                    .is_ok_and(|cert| verify_server_name(&cert, server_name).is_ok())
+                || name::libpq_names_host(end_entity, server_name)
+        };
+        let not_valid_for_name =
+            || rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
         match self
-            .0
+            .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
         {
+            // The chain is good (webpki checks the name last).
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
+            )) if name_ok() => Ok(ServerCertVerified::assertion()),
+            Err(e) if self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) => {
+                if !name::valid_at(end_entity, now) {
+                    // webpki's own error may be about something else (CaUsedAsEndEntity).
+                    return Err(match e {
+                        rustls::Error::InvalidCertificate(
+                            CertificateError::Expired
+                            | CertificateError::ExpiredContext { .. }
+                            | CertificateError::NotValidYet
+                            | CertificateError::NotValidYetContext { .. },
+                        ) => e,
+                        _ => rustls::Error::InvalidCertificate(CertificateError::Expired),
+                    });
+                }
+                if !name_ok() {
+                    return Err(not_valid_for_name());
+                }
+                Ok(ServerCertVerified::assertion())
+            }
             other => other,
         }
     }
@@ -329,7 +376,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.webpki.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -338,10 +385,10 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.webpki.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.webpki.supported_verify_schemes()
     }
 }
