@@ -121,3 +121,137 @@ async fn verify_full_accepts_a_host_named_only_in_the_common_name_as_libpq_does(
     let wrong = compare(&[(kv("localhost"), true), (kv("127.0.0.1"), false)]).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// A server that lets `postgres` in over TLS only with a client certificate of its CA, and
+/// that certificate and its key in a directory of their own.
+struct CertAuth {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+}
+
+impl CertAuth {
+    fn start() -> CertAuth {
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "attack CA");
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let server_key = KeyPair::generate().unwrap();
+        let mut sp = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        sp.distinguished_name.push(DnType::CommonName, "localhost");
+        let server_cert = sp.signed_by(&server_key, &ca).unwrap();
+        let client_key = KeyPair::generate().unwrap();
+        let mut cp = CertificateParams::new(Vec::<String>::new()).unwrap();
+        cp.distinguished_name.push(DnType::CommonName, "postgres");
+        let client_cert = cp.signed_by(&client_key, &ca).unwrap();
+        let cluster = Cluster::builder()
+            .tls(server_cert.pem(), server_key.serialize_pem())
+            .file("ca.crt", ca.pem())
+            .setting("ssl_ca_file", "ca.crt")
+            .hba("local all all trust\nhostssl all all 127.0.0.1/32 cert\n")
+            .start()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("client.crt"), client_cert.pem()).unwrap();
+        let key = dir.path().join("plain.key");
+        std::fs::write(&key, client_key.serialize_pem()).unwrap();
+        set_mode(&key, 0o600);
+        CertAuth { cluster, dir }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The connection string with the client certificate and the key file `key`.
+    fn conninfo(&self, key: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=require sslcert={} sslkey={}",
+            self.cluster.port(),
+            self.path("client.crt").display(),
+            self.path(key).display()
+        )
+    }
+
+    /// `openssl <args> -in plain.key -out <name>`, mode 0600.
+    fn openssl(&self, name: &str, args: &[&str]) {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .arg("-in")
+            .arg(self.path("plain.key"))
+            .arg("-out")
+            .arg(self.path(name))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        set_mode(&self.path(name), 0o600);
+    }
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Promise: "An error must name what failed and what to do"; `sslpassword` is documented as
+/// unsupported. Input: the client's key encrypted with a passphrase, as PKCS#8
+/// (`BEGIN ENCRYPTED PRIVATE KEY`) and in OpenSSL's traditional form (`Proc-Type:
+/// 4,ENCRYPTED`). libpq asks for the passphrase and fails "could not load private key file".
+/// slipstream said the file "holds no private key" (PKCS#8) or "InvalidCharacter(45)" (the
+/// traditional form): neither says the key is encrypted, nor that it must be decrypted.
+#[tokio::test]
+async fn an_encrypted_client_key_is_refused_saying_it_is_encrypted_and_how_to_decrypt_it() {
+    let s = CertAuth::start();
+    assert_eq!(
+        ours_env(&s.conninfo("plain.key"), &[]).await,
+        Ok(landed(s.cluster.port(), "postgres"))
+    );
+    s.openssl(
+        "pkcs8.key",
+        &[
+            "pkcs8",
+            "-topk8",
+            "-v2",
+            "aes-256-cbc",
+            "-passout",
+            "pass:pw",
+        ],
+    );
+    s.openssl("traditional.key", &["ec", "-aes256", "-passout", "pass:pw"]);
+    for key in ["pkcs8.key", "traditional.key"] {
+        let kv = s.conninfo(key);
+        assert!(libpq(&kv, &[]).await.is_err(), "libpq took {key}");
+        let e = ours_env(&kv, &[]).await.unwrap_err();
+        for says in [key, "encrypted", "openssl pkey"] {
+            assert!(e.contains(says), "{key}: {e:?} does not say {says:?}");
+        }
+    }
+}
+
+/// Promise: client certificates as libpq takes them. Input: a client key file that others
+/// may read (0644, 0604). libpq refuses it ("private key file ... has group or world access;
+/// file must have permissions u=rw (0600) or less ..."), as it ignores such a password file,
+/// so that an exposed key is noticed. slipstream used it and connected. Mode 0640 is allowed
+/// by libpq only for a file owned by root; both must agree on it whoever runs the test.
+#[tokio::test]
+async fn a_client_key_others_can_read_is_refused_as_libpq_refuses_it() {
+    let s = CertAuth::start();
+    let mut wrong = Vec::new();
+    for mode in [0o600, 0o400, 0o644, 0o604, 0o640, 0o660] {
+        set_mode(&s.path("plain.key"), mode);
+        let kv = s.conninfo("plain.key");
+        let theirs = libpq(&kv, &[]).await;
+        let o = ours_env(&kv, &[]).await;
+        let refused_by_both = theirs.is_err()
+            && o.as_ref()
+                .is_err_and(|e| e.contains("has group or world access") && e.contains("0600"));
+        if !(refused_by_both || theirs.is_ok() && o.is_ok()) {
+            wrong.push(format!("mode {mode:o}: libpq {theirs:?}, ours {o:?}"));
+        }
+        if mode == 0o644 && theirs.is_ok() {
+            wrong.push("libpq took a world-readable key".to_string());
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
