@@ -28,7 +28,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{WebPkiServerVerifier, verify_server_name};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
@@ -119,23 +119,7 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
     let tls = match (&cert, &key) {
         (Some(cert), Some(key)) => {
             let certs = load_certs(cert, "sslcert").map_err(|e| e.hint(SSLCERT_HINT))?;
-            let key = rustls_pemfile::private_key(&mut BufReader::new(
-                open(key, "sslkey").map_err(|e| e.hint(SSLKEY_HINT))?,
-            ))
-            .map_err(|e| {
-                Error::config(format!(
-                    "could not read the sslkey file {}: {e}",
-                    key.display()
-                ))
-                .hint(SSLKEY_HINT)
-            })?
-            .ok_or_else(|| {
-                Error::config(format!(
-                    "the sslkey file {} holds no private key",
-                    key.display()
-                ))
-                .hint(SSLKEY_HINT)
-            })?;
+            let key = load_key(key)?;
             builder.with_client_auth_cert(certs, key).map_err(|e| {
                 Error::tls(
                     "the client certificate and key do not match",
@@ -222,6 +206,78 @@ fn load_certs(path: &Path, param: &str) -> Result<Vec<CertificateDer<'static>>, 
         )));
     }
     Ok(certs)
+}
+
+/// The client's private key from `path`, refused as libpq refuses it: a file others may read
+/// (so that an exposed key is noticed, as with the password file), and one encrypted with a
+/// passphrase, which slipstream cannot ask for (no `sslpassword`).
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, Error> {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut file = open(path, "sslkey").map_err(|e| e.hint(SSLKEY_HINT))?;
+    let meta = file.metadata().map_err(|e| {
+        Error::config(format!(
+            "could not read the sslkey file {}: {e}",
+            path.display()
+        ))
+    })?;
+    if !meta.is_file() {
+        return Err(Error::config(format!(
+            "the sslkey file {} is not a regular file",
+            path.display()
+        ))
+        .hint(SSLKEY_HINT));
+    }
+    // libpq (fe-secure-openssl.c): root-owned files may be group-readable (0640), so that a
+    // group can share a system-wide key; anyone else's must be 0600 or less.
+    let mode = meta.mode();
+    let loose = if meta.uid() == 0 {
+        mode & (libc::S_IWGRP | libc::S_IXGRP | libc::S_IRWXO)
+    } else {
+        mode & (libc::S_IRWXG | libc::S_IRWXO)
+    };
+    if loose != 0 {
+        return Err(Error::config(format!(
+            "private key file {} has group or world access; file must have permissions u=rw \
+             (0600) or less if owned by the current user, or permissions u=rw,g=r (0640) or \
+             less if owned by root: chmod 600 it",
+            path.display()
+        )));
+    }
+    let mut pem = Vec::new();
+    file.read_to_end(&mut pem).map_err(|e| {
+        Error::config(format!(
+            "could not read the sslkey file {}: {e}",
+            path.display()
+        ))
+    })?;
+    let text = String::from_utf8_lossy(&pem);
+    if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+        || text.contains("Proc-Type: 4,ENCRYPTED")
+    {
+        return Err(Error::config(format!(
+            "the sslkey file {} holds an encrypted private key, and slipstream cannot ask for \
+             its passphrase (sslpassword is not supported): store it decrypted, e.g. \
+             `openssl pkey -in {0} -out {0}.plain` and `chmod 600 {0}.plain`, then set sslkey to \
+             that file",
+            path.display()
+        )));
+    }
+    rustls_pemfile::private_key(&mut pem.as_slice())
+        .map_err(|e| {
+            Error::config(format!(
+                "could not read the sslkey file {}: {e}",
+                path.display()
+            ))
+            .hint(SSLKEY_HINT)
+        })?
+        .ok_or_else(|| {
+            Error::config(format!(
+                "the sslkey file {} holds no private key",
+                path.display()
+            ))
+            .hint(SSLKEY_HINT)
+        })
 }
 
 /// The operating system's trusted CAs (`sslrootcert=system`).
