@@ -255,3 +255,36 @@ async fn a_client_key_others_can_read_is_refused_as_libpq_refuses_it() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Promise: an error names what failed and what to do. Input: an `sslkey` that is a valid key,
+/// but not the `sslcert` certificate's (another EC key; an RSA key). libpq names the key file
+/// ("could not load private key file \"...\": key values mismatch"). slipstream said only "the
+/// client certificate and key do not match: keys may not be consistent: KeyMismatch": which
+/// files (either may be a default under ~/.postgresql the user never wrote), and what to set?
+#[tokio::test]
+async fn a_client_key_of_another_certificate_is_refused_naming_both_files() {
+    let s = CertAuth::start();
+    std::fs::write(
+        s.path("other.key"),
+        KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+    set_mode(&s.path("other.key"), 0o600);
+    let out = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-out"])
+        .arg(s.path("rsa.key"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    set_mode(&s.path("rsa.key"), 0o600);
+    for key in ["other.key", "rsa.key"] {
+        let kv = s.conninfo(key);
+        assert!(libpq(&kv, &[]).await.is_err(), "libpq took {key}");
+        let e = ours_env(&kv, &[]).await.unwrap_err();
+        let cert = s.path("client.crt").display().to_string();
+        let key_path = s.path(key).display().to_string();
+        for says in [cert.as_str(), key_path.as_str(), "set sslkey"] {
+            assert!(e.contains(says), "{key}: {e:?} does not say {says:?}");
+        }
+    }
+}
