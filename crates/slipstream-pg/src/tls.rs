@@ -119,12 +119,17 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
     let tls = match (&cert, &key) {
         (Some(cert), Some(key)) => {
             let certs = load_certs(cert, "sslcert").map_err(|e| e.hint(SSLCERT_HINT))?;
-            let key = load_key(key)?;
-            builder.with_client_auth_cert(certs, key).map_err(|e| {
+            let key_der = load_key(key)?;
+            builder.with_client_auth_cert(certs, key_der).map_err(|e| {
                 Error::tls(
-                    "the client certificate and key do not match",
+                    format!(
+                        "the sslkey file {} is not the private key of the sslcert certificate {}",
+                        key.display(),
+                        cert.display()
+                    ),
                     Some(Box::new(e)),
                 )
+                .hint(SSLKEY_HINT)
             })?
         }
         (Some(_), None) => {
