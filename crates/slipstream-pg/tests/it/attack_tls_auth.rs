@@ -288,3 +288,79 @@ async fn a_client_key_of_another_certificate_is_refused_naming_both_files() {
         }
     }
 }
+
+/// Promise: root certificates are used as libpq uses them ("nothing, unless a root certificate
+/// exists: then the chain (as libpq)"), and CRLs are "refused ... where libpq would use them"
+/// rather than ignored. Input: `~/.postgresql/root.crl` beside `~/.postgresql/root.crt`,
+/// revoking the server's certificate. libpq loads that file by default whenever it checks the
+/// chain (every sslmode but disable, once root.crt exists) and refuses the revoked certificate.
+/// slipstream ignored the file and connected: a revoked server certificate was trusted,
+/// silently.
+#[tokio::test]
+async fn the_default_root_crl_revokes_a_server_certificate_as_in_libpq() {
+    use rcgen::{
+        CertificateRevocationListParams, KeyIdMethod, RevokedCertParams, SerialNumber,
+        date_time_ymd,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "attack CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.serial_number = Some(SerialNumber::from(4242u64));
+    let cert = params.signed_by(&key, &ca).unwrap();
+    let crl = |revoked: u64| {
+        CertificateRevocationListParams {
+            this_update: date_time_ymd(2020, 1, 1),
+            next_update: date_time_ymd(2999, 1, 1),
+            crl_number: SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs: vec![RevokedCertParams {
+                serial_number: SerialNumber::from(revoked),
+                revocation_time: date_time_ymd(2021, 1, 1),
+                reason_code: None,
+                invalidity_date: None,
+            }],
+            key_identifier_method: KeyIdMethod::Sha256,
+        }
+        .signed_by(&ca)
+        .unwrap()
+        .pem()
+        .unwrap()
+    };
+    let c = Cluster::builder()
+        .tls(cert.pem(), key.serialize_pem())
+        .hba(HOSTSSL_TRUST)
+        .start()
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let dot = home.path().join(".postgresql");
+    std::fs::create_dir(&dot).unwrap();
+    std::fs::write(dot.join("root.crt"), ca.pem()).unwrap();
+    let h = home.path().to_str().unwrap().to_string();
+    let env = [("HOME", h.as_str())];
+    let mut wrong = Vec::new();
+    for (revoked, ok) in [(4242, false), (7, true)] {
+        std::fs::write(dot.join("root.crl"), crl(revoked)).unwrap();
+        for mode in ["require", "verify-ca", "verify-full"] {
+            let kv = format!(
+                "host=localhost port={} user=postgres dbname=postgres sslmode={mode}",
+                c.port()
+            );
+            let theirs = libpq(&kv, &env).await;
+            let o = ours_env(&kv, &env).await;
+            if theirs.is_ok() != ok || o.is_ok() != ok {
+                wrong.push(format!(
+                    "CRL revoking {revoked}, {mode}: expected ok={ok}, libpq {theirs:?}, ours {o:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
