@@ -90,14 +90,19 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
             let certs = load_certs(&path, "sslrootcert").map_err(|e| e.hint(SSLROOTCERT_HINT))?;
             (load_roots(&path, &certs)?, certs)
         };
-        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map_err(|e| {
-                Error::tls(
-                    format!("could not use root certificates from {}", path.display()),
-                    Some(Box::new(e)),
-                )
-            })?;
+        let mut webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider);
+        // libpq loads ~/.postgresql/root.crl whenever it checks against a root file (not the
+        // system store), and then needs a current CRL for every certificate of the chain
+        // (OpenSSL's CRL_CHECK_ALL); one it cannot read is ignored.
+        if let Some(crls) = default_crls().filter(|_| !system) {
+            webpki = webpki.with_crls(crls).enforce_revocation_expiration();
+        }
+        let webpki = webpki.build().map_err(|e| {
+            Error::tls(
+                format!("could not use root certificates from {}", path.display()),
+                Some(Box::new(e)),
+            )
+        })?;
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(Libpq {
@@ -173,6 +178,16 @@ fn default_root_cert() -> Option<PathBuf> {
 /// A file in `~/.postgresql`, where libpq looks for certificates and keys by default.
 fn default_file(name: &str) -> Option<PathBuf> {
     crate::home::dir().map(|home| home.join(".postgresql").join(name))
+}
+
+/// The revocation lists of `~/.postgresql/root.crl`, libpq's default `sslcrl`, if that file
+/// exists and holds any (libpq silently goes without a file it cannot load, too).
+fn default_crls() -> Option<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>> {
+    let file = File::open(default_file("root.crl")?).ok()?;
+    let crls = rustls_pemfile::crls(&mut BufReader::new(file))
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    (!crls.is_empty()).then_some(crls)
 }
 
 /// What to do about a root certificate file that cannot be used. A missing or unreadable file
