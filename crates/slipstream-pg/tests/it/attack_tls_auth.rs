@@ -364,3 +364,37 @@ async fn the_default_root_crl_revokes_a_server_certificate_as_in_libpq() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Promise (docs/client.md, Limits): a server may ask for at most 100 000 SCRAM iterations, and
+/// errors name what failed and what to do. Input: a role whose SCRAM secret was stored with
+/// 100 001 iterations (PostgreSQL takes a pre-hashed secret with any count; PostgreSQL 16's
+/// `scram_iterations` makes them, OWASP advises 600 000). libpq does the work, and connects
+/// with the right password.
+/// slipstream refuses, as documented, but said only "invalid SCRAM server message: SCRAM
+/// iteration count exceeds the maximum allowed": not the count, not the limit, not that the
+/// server is fine and the role's secret is what to change.
+#[tokio::test]
+async fn too_many_scram_iterations_are_refused_saying_how_many_and_what_to_change() {
+    let c = Cluster::builder()
+        .hba("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+        .start()
+        .unwrap();
+    // A well-formed secret (salt, StoredKey, ServerKey); the client refuses before any of it
+    // matters.
+    let b64 = |n: usize| "A".repeat(n);
+    c.psql(&format!(
+        "CREATE ROLE many LOGIN PASSWORD 'SCRAM-SHA-256$100001:{}==${}=:{}='",
+        b64(22),
+        b64(43),
+        b64(43)
+    ))
+    .unwrap();
+    let Err(e) = slipstream_pg::connect(&c.url_for("many", Some("pw"))).await else {
+        panic!("100 001 iterations were accepted");
+    };
+    assert_eq!(e.kind(), slipstream_pg::ErrorKind::Authentication, "{e}");
+    let e = e.to_string();
+    for says in ["100001", "100000", "scram_iterations", "ALTER ROLE"] {
+        assert!(e.contains(says), "{e:?} does not say {says:?}");
+    }
+}
