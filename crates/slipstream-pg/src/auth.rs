@@ -445,6 +445,20 @@ fn auth_failure(e: Error) -> Error {
     }
 }
 
+/// postgres-protocol's limit on the SCRAM iterations a server may ask for (its
+/// `MAX_ITERATION_COUNT`, private there), checked here first to name the count in the error.
+const MAX_SCRAM_ITERATIONS: u32 = 100_000;
+
+/// The iteration count `i=` of a SCRAM server-first-message (`r=...,s=...,i=4096`), if any.
+fn iterations(server_first: &[u8]) -> Option<u32> {
+    std::str::from_utf8(server_first)
+        .ok()?
+        .split(',')
+        .find_map(|attr| attr.strip_prefix("i="))?
+        .parse()
+        .ok()
+}
+
 async fn scram(conn: &mut Connection, password: &[u8], binding: Binding) -> Result<(), Error> {
     let (mechanism, binding) = match binding {
         Binding::No => (sasl::SCRAM_SHA_256, sasl::ChannelBinding::unsupported()),
@@ -460,6 +474,15 @@ async fn scram(conn: &mut Connection, password: &[u8], binding: Binding) -> Resu
     conn.flush().await?;
     match conn.next_message().await.map_err(auth_failure)? {
         Message::AuthenticationSaslContinue(body) => {
+            if let Some(n) = iterations(body.data()).filter(|n| *n > MAX_SCRAM_ITERATIONS) {
+                return Err(Error::auth(format!(
+                    "the server asks for {n} SCRAM iterations, more than the \
+                     {MAX_SCRAM_ITERATIONS} this client computes (a bound on the work a server, or \
+                     an impostor, can demand before it proves anything): store the role's \
+                     password with fewer, e.g. SET scram_iterations = 4096 (PostgreSQL 16+) then \
+                     ALTER ROLE ... PASSWORD '...'; nothing was sent in answer"
+                )));
+            }
             scram
                 .update(body.data())
                 .map_err(|e| Error::auth(format!("invalid SCRAM server message: {e}")))?;
