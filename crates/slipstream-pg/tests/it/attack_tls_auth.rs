@@ -398,3 +398,38 @@ async fn too_many_scram_iterations_are_refused_saying_how_many_and_what_to_chang
         assert!(e.contains(says), "{e:?} does not say {says:?}");
     }
 }
+
+/// Holds: a root-file certificate presented as the server's own is trusted only within its
+/// validity period, and only for its own name, as OpenSSL (libpq) trusts it: an expired copy
+/// of PostgreSQL's documented self-signed certificate is refused by both.
+#[tokio::test]
+async fn holds_an_expired_self_signed_root_is_refused_as_in_libpq() {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    let cert = params.self_signed(&key).unwrap().pem();
+    let c = Cluster::builder()
+        .tls(&cert, key.serialize_pem())
+        .hba(HOSTSSL_TRUST)
+        .start()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("server.crt");
+    std::fs::write(&root, &cert).unwrap();
+    let kv = |mode: &str| {
+        format!(
+            "host=localhost port={} user=postgres dbname=postgres sslmode={mode} sslrootcert={}",
+            c.port(),
+            root.display()
+        )
+    };
+    let wrong = compare(&[(kv("verify-ca"), false), (kv("verify-full"), false)]).await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let e = ours_env(&kv("verify-full"), &[]).await.unwrap_err();
+    assert!(e.contains("expired"), "{e}");
+}
