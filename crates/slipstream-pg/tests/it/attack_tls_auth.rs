@@ -433,3 +433,58 @@ async fn holds_an_expired_self_signed_root_is_refused_as_in_libpq() {
     let e = ours_env(&kv("verify-full"), &[]).await.unwrap_err();
     assert!(e.contains("expired"), "{e}");
 }
+
+/// Promise: `~/.postgresql/root.crl` is used as libpq uses it, which needs a CRL for every
+/// certificate of the chain. Input: PostgreSQL's documented self-signed certificate as its own
+/// root, with a root.crl from another CA beside it (nothing says whether this certificate is
+/// revoked). libpq (OpenSSL's CRL_CHECK_ALL) refuses ("certificate verify failed"). The
+/// direct trust of a root-file certificate (4fad58d) took webpki's "unknown revocation
+/// status" for one more objection it overrides, and connected.
+#[tokio::test]
+async fn a_self_signed_root_without_a_crl_in_root_crl_is_refused_as_in_libpq() {
+    use rcgen::{CertificateRevocationListParams, KeyIdMethod, SerialNumber, date_time_ymd};
+    let (cert, key) = docs_self_signed("localhost");
+    let c = Cluster::builder()
+        .tls(&cert, &key)
+        .hba(HOSTSSL_TRUST)
+        .start()
+        .unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "another CA");
+    let other = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let crl = CertificateRevocationListParams {
+        this_update: date_time_ymd(2020, 1, 1),
+        next_update: date_time_ymd(2999, 1, 1),
+        crl_number: SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: Vec::new(),
+        key_identifier_method: KeyIdMethod::Sha256,
+    }
+    .signed_by(&other)
+    .unwrap()
+    .pem()
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let dot = home.path().join(".postgresql");
+    std::fs::create_dir(&dot).unwrap();
+    std::fs::write(dot.join("root.crt"), &cert).unwrap();
+    std::fs::write(dot.join("root.crl"), crl).unwrap();
+    let h = home.path().to_str().unwrap().to_string();
+    let env = [("HOME", h.as_str())];
+    let mut wrong = Vec::new();
+    for mode in ["require", "verify-ca", "verify-full"] {
+        let kv = format!(
+            "host=localhost port={} user=postgres dbname=postgres sslmode={mode}",
+            c.port()
+        );
+        let theirs = libpq(&kv, &env).await;
+        let o = ours_env(&kv, &env).await;
+        if theirs.is_ok() || o.is_ok() {
+            wrong.push(format!("{mode}: libpq {theirs:?}, ours {o:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
