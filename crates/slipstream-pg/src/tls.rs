@@ -94,7 +94,9 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
         // libpq loads ~/.postgresql/root.crl whenever it checks against a root file (not the
         // system store), and then needs a current CRL for every certificate of the chain
         // (OpenSSL's CRL_CHECK_ALL); one it cannot read is ignored.
-        if let Some(crls) = default_crls().filter(|_| !system) {
+        let crls = default_crls().filter(|_| !system);
+        let revocation_checked = crls.is_some();
+        if let Some(crls) = crls {
             webpki = webpki.with_crls(crls).enforce_revocation_expiration();
         }
         let webpki = webpki.build().map_err(|e| {
@@ -108,6 +110,7 @@ pub(crate) fn client_config(config: &Config) -> Result<Option<Arc<ClientConfig>>
             .with_custom_certificate_verifier(Arc::new(Libpq {
                 webpki,
                 roots: own,
+                revocation_checked,
                 check_name: check == Check::ChainAndName,
             }))
     };
@@ -396,7 +399,24 @@ struct Libpq {
     webpki: Arc<WebPkiServerVerifier>,
     /// The root file's certificates (none for `sslrootcert=system`).
     roots: Vec<CertificateDer<'static>>,
+    /// `~/.postgresql/root.crl` is in force: OpenSSL then needs a CRL for the directly trusted
+    /// certificate too (one it issued itself), which this client cannot check, so such a
+    /// certificate is refused rather than trusted unchecked.
+    revocation_checked: bool,
     check_name: bool,
+}
+
+/// Whether `e` is a revocation list's verdict on the chain.
+fn is_revocation(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(
+            CertificateError::Revoked
+                | CertificateError::UnknownRevocationStatus
+                | CertificateError::ExpiredRevocationList
+                | CertificateError::ExpiredRevocationListContext { .. }
+        )
+    )
 }
 
 impl ServerCertVerifier for Libpq {
@@ -424,7 +444,11 @@ impl ServerCertVerifier for Libpq {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if name_ok() => Ok(ServerCertVerified::assertion()),
-            Err(e) if self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) => {
+            // A revocation verdict (root.crl) stands, as in OpenSSL.
+            Err(e)
+                if !is_revocation(&e)
+                    && self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) =>
+            {
                 if !name::valid_at(end_entity, now) {
                     // webpki's own error may be about something else (CaUsedAsEndEntity).
                     return Err(match e {
@@ -439,6 +463,11 @@ impl ServerCertVerifier for Libpq {
                 }
                 if !name_ok() {
                     return Err(not_valid_for_name());
+                }
+                if self.revocation_checked {
+                    return Err(rustls::Error::InvalidCertificate(
+                        CertificateError::UnknownRevocationStatus,
+                    ));
                 }
                 Ok(ServerCertVerified::assertion())
             }
