@@ -488,3 +488,37 @@ async fn a_self_signed_root_without_a_crl_in_root_crl_is_refused_as_in_libpq() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Promise: verify-ca checks the chain as libpq does. Input: PostgreSQL's documented self-signed
+/// certificate given as its own root, but with an extended key usage for clients only. libpq
+/// (OpenSSL's purpose check) refuses it under verify-ca and verify-full; the direct trust of
+/// 4fad58d took it, since webpki's first objection is that it is a CA. Trusting a root-file
+/// certificate as the server's own must override only what OpenSSL does not object to.
+#[tokio::test]
+async fn a_self_signed_root_for_client_use_only_is_refused_as_in_libpq() {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.self_signed(&key).unwrap().pem();
+    let c = Cluster::builder()
+        .tls(&cert, key.serialize_pem())
+        .hba(HOSTSSL_TRUST)
+        .start()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("server.crt");
+    std::fs::write(&root, &cert).unwrap();
+    let kv = |mode: &str| {
+        format!(
+            "host=localhost port={} user=postgres dbname=postgres sslmode={mode} sslrootcert={}",
+            c.port(),
+            root.display()
+        )
+    };
+    let wrong = compare(&[(kv("verify-ca"), false), (kv("verify-full"), false)]).await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
