@@ -406,15 +406,16 @@ struct Libpq {
     check_name: bool,
 }
 
-/// Whether `e` is a revocation list's verdict on the chain.
-fn is_revocation(e: &rustls::Error) -> bool {
+/// Whether webpki's objection `e` to a certificate of the root file, presented as the
+/// server's own, is one OpenSSL does not make to a certificate it trusts directly: that it is
+/// marked CA (`CaUsedAsEndEntity`) or of a form webpki will not take for a server
+/// (`Other`), or has no issuer webpki could find. Every other verdict (revoked, expired, the
+/// wrong purpose, a bad signature) stands.
+fn overridden_by_direct_trust(e: &rustls::Error) -> bool {
     matches!(
         e,
         rustls::Error::InvalidCertificate(
-            CertificateError::Revoked
-                | CertificateError::UnknownRevocationStatus
-                | CertificateError::ExpiredRevocationList
-                | CertificateError::ExpiredRevocationListContext { .. }
+            CertificateError::Other(_) | CertificateError::UnknownIssuer
         )
     )
 }
@@ -444,23 +445,12 @@ impl ServerCertVerifier for Libpq {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if name_ok() => Ok(ServerCertVerified::assertion()),
-            // A revocation verdict (root.crl) stands, as in OpenSSL.
             Err(e)
-                if !is_revocation(&e)
+                if overridden_by_direct_trust(&e)
                     && self.roots.iter().any(|r| r.as_ref() == end_entity.as_ref()) =>
             {
-                if !name::valid_at(end_entity, now) {
-                    // webpki's own error may be about something else (CaUsedAsEndEntity).
-                    return Err(match e {
-                        rustls::Error::InvalidCertificate(
-                            CertificateError::Expired
-                            | CertificateError::ExpiredContext { .. }
-                            | CertificateError::NotValidYet
-                            | CertificateError::NotValidYetContext { .. },
-                        ) => e,
-                        _ => rustls::Error::InvalidCertificate(CertificateError::Expired),
-                    });
-                }
+                name::valid_at(end_entity, now).map_err(rustls::Error::InvalidCertificate)?;
+                name::for_servers(end_entity).map_err(rustls::Error::InvalidCertificate)?;
                 if !name_ok() {
                     return Err(not_valid_for_name());
                 }

@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 
+use rustls::CertificateError;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use x509_parser::prelude::{ASN1Time, FromDer, GeneralName, X509Certificate};
 
@@ -91,15 +92,49 @@ fn name_matches(pattern: &str, host: &str) -> bool {
 
 /// Whether `cert`, found byte for byte in the root certificate file and so trusted as it is
 /// (as OpenSSL trusts a self-signed server certificate copied to the client), is within its
-/// validity period at `now`.
-pub(super) fn valid_at(cert: &CertificateDer<'_>, now: UnixTime) -> bool {
+/// validity period at `now`: `Expired` or `NotValidYet` if not (or if it cannot be read).
+pub(super) fn valid_at(cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), CertificateError> {
     let Ok((_, cert)) = X509Certificate::from_der(cert.as_ref()) else {
-        return false;
+        return Err(CertificateError::BadEncoding);
     };
-    i64::try_from(now.as_secs())
+    let now = i64::try_from(now.as_secs())
         .ok()
         .and_then(|secs| ASN1Time::from_timestamp(secs).ok())
-        .is_some_and(|now| cert.validity().is_valid_at(now))
+        .ok_or(CertificateError::Expired)?;
+    let validity = cert.validity();
+    if now < validity.not_before {
+        Err(CertificateError::NotValidYet)
+    } else if now > validity.not_after {
+        Err(CertificateError::Expired)
+    } else {
+        Ok(())
+    }
+}
+
+/// OpenSSL's check of a server certificate's purpose (`check_purpose_ssl_server`), which it
+/// makes of a directly trusted certificate too: an extended key usage, if any, must allow
+/// `serverAuth`, and a key usage, if any, a TLS key exchange (digital signature, key
+/// encipherment or agreement).
+pub(super) fn for_servers(cert: &CertificateDer<'_>) -> Result<(), CertificateError> {
+    let Ok((_, cert)) = X509Certificate::from_der(cert.as_ref()) else {
+        return Err(CertificateError::BadEncoding);
+    };
+    let eku_ok = match cert.extended_key_usage() {
+        Ok(None) => true,
+        Ok(Some(eku)) => eku.value.server_auth,
+        Err(_) => false,
+    };
+    let ku_ok = match cert.key_usage() {
+        Ok(None) => true,
+        Ok(Some(ku)) => {
+            ku.value.digital_signature() || ku.value.key_encipherment() || ku.value.key_agreement()
+        }
+        Err(_) => false,
+    };
+    match eku_ok && ku_ok {
+        true => Ok(()),
+        false => Err(CertificateError::InvalidPurpose),
+    }
 }
 
 #[cfg(test)]
