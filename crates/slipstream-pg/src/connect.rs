@@ -394,10 +394,14 @@ pub(crate) async fn negotiate_tls(
                 .connect(target.server_name.clone(), stream)
                 .await
                 .map_err(|e| {
-                    Error::tls(
-                        "TLS handshake failed (for certificate errors check sslrootcert, the host name, and sslmode)",
-                        Some(Box::new(e)),
-                    )
+                    let what = if tls::is_revocation(&e) {
+                        "TLS handshake failed: the server's certificate is revoked, or has no \
+                         current CRL, in ~/.postgresql/root.crl (libpq's default sslcrl, checked \
+                         whenever a root certificate is)"
+                    } else {
+                        "TLS handshake failed (for certificate errors check sslrootcert, the host name, and sslmode)"
+                    };
+                    Error::tls(what, Some(Box::new(e)))
                 })?;
             Ok(Socket::Tls(Box::new(tls)))
         }

@@ -406,6 +406,20 @@ struct Libpq {
     check_name: bool,
 }
 
+/// Whether a failed handshake's error `e` is a revocation list's verdict (root.crl).
+pub(crate) fn is_revocation(e: &std::io::Error) -> bool {
+    matches!(
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::InvalidCertificate(
+            CertificateError::Revoked
+                | CertificateError::UnknownRevocationStatus
+                | CertificateError::ExpiredRevocationList
+                | CertificateError::ExpiredRevocationListContext { .. }
+        ))
+    )
+}
+
 /// Whether webpki's objection `e` to a certificate of the root file, presented as the
 /// server's own, is one OpenSSL does not make to a certificate it trusts directly: that it is
 /// marked CA (`CaUsedAsEndEntity`) or of a form webpki will not take for a server
