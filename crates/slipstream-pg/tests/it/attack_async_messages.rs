@@ -29,6 +29,8 @@ use slipstream_pg::{Client, FetchSize, Output, Uncached};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::seeded::Rng;
+
 /// Counts of what the proxy inserted.
 #[derive(Default)]
 struct Inserted {
@@ -36,18 +38,6 @@ struct Inserted {
     notifications: AtomicU64,
     /// Bytes of the server's output passed after authentication.
     bytes: AtomicU64,
-}
-
-/// A small deterministic generator (xorshift), so a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
