@@ -14,12 +14,41 @@ const HOSTSSL_TRUST: &str = "local all all trust\nhostssl all all 127.0.0.1/32 t
 /// subject's CN, no subjectAltName, and OpenSSL's default `v3_ca` extensions (CA:TRUE). The
 /// documentation then copies it to the client as its root certificate.
 fn docs_self_signed(cn: &str) -> (String, String) {
+    self_signed_with(cn, |_| {})
+}
+
+/// [`docs_self_signed`] with `adjust` applied to its parameters (a validity, a key usage).
+fn self_signed_with(cn: &str, adjust: impl FnOnce(&mut CertificateParams)) -> (String, String) {
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, cn);
+    adjust(&mut params);
     let cert = params.self_signed(&key).unwrap();
     (cert.pem(), key.serialize_pem())
+}
+
+/// A cluster serving `cert` over TLS only, and a directory holding `cert` as the client's root
+/// file (`server.crt`, its path returned), as PostgreSQL's documentation sets one up.
+fn serving_its_own_root(cert: &str, key: &str) -> (Cluster, tempfile::TempDir, std::path::PathBuf) {
+    let cluster = Cluster::builder()
+        .tls(cert, key)
+        .hba(HOSTSSL_TRUST)
+        .start()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("server.crt");
+    std::fs::write(&root, cert).unwrap();
+    (cluster, dir, root)
+}
+
+/// A conninfo for `localhost` on `c` with `sslmode` and `sslrootcert`.
+fn to_localhost(c: &Cluster, mode: &str, root: &std::path::Path) -> String {
+    format!(
+        "host=localhost port={} user=postgres dbname=postgres sslmode={mode} sslrootcert={}",
+        c.port(),
+        root.display()
+    )
 }
 
 /// Runs `kv` through libpq and slipstream (each with an empty HOME) and lists where either
@@ -48,14 +77,7 @@ async fn compare(cases: &[(String, bool)]) -> Vec<String> {
 #[tokio::test]
 async fn a_self_signed_certificate_made_as_postgresqls_docs_show_is_trusted_as_its_own_root() {
     let (cert, key) = docs_self_signed("localhost");
-    let c = Cluster::builder()
-        .tls(&cert, &key)
-        .hba(HOSTSSL_TRUST)
-        .start()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("server.crt");
-    std::fs::write(&root, &cert).unwrap();
+    let (c, dir, root) = serving_its_own_root(&cert, &key);
     // Another self-signed certificate of the same name: trusts nothing but itself.
     let (stranger, _) = docs_self_signed("localhost");
     let other = dir.path().join("other.crt");
@@ -404,30 +426,12 @@ async fn too_many_scram_iterations_are_refused_saying_how_many_and_what_to_chang
 /// of PostgreSQL's documented self-signed certificate is refused by both.
 #[tokio::test]
 async fn holds_an_expired_self_signed_root_is_refused_as_in_libpq() {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
-    params.not_after = rcgen::date_time_ymd(2001, 1, 1);
-    let cert = params.self_signed(&key).unwrap().pem();
-    let c = Cluster::builder()
-        .tls(&cert, key.serialize_pem())
-        .hba(HOSTSSL_TRUST)
-        .start()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("server.crt");
-    std::fs::write(&root, &cert).unwrap();
-    let kv = |mode: &str| {
-        format!(
-            "host=localhost port={} user=postgres dbname=postgres sslmode={mode} sslrootcert={}",
-            c.port(),
-            root.display()
-        )
-    };
+    let (cert, key) = self_signed_with("localhost", |params| {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    });
+    let (c, _dir, root) = serving_its_own_root(&cert, &key);
+    let kv = |mode: &str| to_localhost(&c, mode, &root);
     let wrong = compare(&[(kv("verify-ca"), false), (kv("verify-full"), false)]).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
     let e = ours_env(&kv("verify-full"), &[]).await.unwrap_err();
@@ -500,29 +504,11 @@ async fn a_self_signed_root_without_a_crl_in_root_crl_is_refused_as_in_libpq() {
 /// certificate as the server's own must override only what OpenSSL does not object to.
 #[tokio::test]
 async fn a_self_signed_root_for_client_use_only_is_refused_as_in_libpq() {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-    let cert = params.self_signed(&key).unwrap().pem();
-    let c = Cluster::builder()
-        .tls(&cert, key.serialize_pem())
-        .hba(HOSTSSL_TRUST)
-        .start()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("server.crt");
-    std::fs::write(&root, &cert).unwrap();
-    let kv = |mode: &str| {
-        format!(
-            "host=localhost port={} user=postgres dbname=postgres sslmode={mode} sslrootcert={}",
-            c.port(),
-            root.display()
-        )
-    };
+    let (cert, key) = self_signed_with("localhost", |params| {
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    });
+    let (c, _dir, root) = serving_its_own_root(&cert, &key);
+    let kv = |mode: &str| to_localhost(&c, mode, &root);
     let wrong = compare(&[(kv("verify-ca"), false), (kv("verify-full"), false)]).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
