@@ -17,8 +17,14 @@ sql = "SELECT 1"
 
 /// `slipstream bench ping.toml -u 1 -d 1s -w 0s -q` against `cluster`, into `dir/NAME.json`.
 fn run(cluster: &Cluster, dir: &Path, name: &str) -> PathBuf {
-    let workload = dir.join("ping.toml");
-    std::fs::write(&workload, WORKLOAD).unwrap();
+    run_workload(cluster, dir, "ping", WORKLOAD, name)
+}
+
+/// `slipstream bench FILE.toml -u 1 -d 1s -w 0s -q` of workload `toml` (written to
+/// `dir/FILE.toml`) against `cluster`, into `dir/NAME.json`; the run must succeed.
+fn run_workload(cluster: &Cluster, dir: &Path, file: &str, toml: &str, name: &str) -> PathBuf {
+    let workload = dir.join(format!("{file}.toml"));
+    std::fs::write(&workload, toml).unwrap();
     let out = dir.join(format!("{name}.json"));
     let o = slipstream(
         &[
@@ -152,32 +158,13 @@ fn row(page: &str, n: usize, first: &str) -> Vec<String> {
 fn the_pages_summary_holds_its_p99_at_the_slowest_success() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::start().unwrap();
-    let workload = dir.path().join("nap.toml");
-    std::fs::write(
-        &workload,
-        "name = \"nap\"\n[[transaction]]\nname = \"nap\"\nsql = \"SELECT pg_sleep(0.02)\"\n",
-    )
-    .unwrap();
-    let out = dir.path().join("nap.json");
-    let o = slipstream(
-        &[
-            "bench",
-            workload.to_str().unwrap(),
-            "-u",
-            "1",
-            "-d",
-            "1s",
-            "-w",
-            "0s",
-            "-q",
-            "--url",
-            &cluster.url(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
+    let out = run_workload(
+        &cluster,
         dir.path(),
+        "nap",
+        "name = \"nap\"\n[[transaction]]\nname = \"nap\"\nsql = \"SELECT pg_sleep(0.02)\"\n",
+        "nap",
     );
-    assert!(o.status.success(), "{}", text(&o));
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let tx = &mut v["transactions"][0];
     let ok = tx["ok"].as_u64().unwrap();
@@ -280,9 +267,10 @@ fn holds_server_messages_and_settings_are_text_on_the_page() {
         .setting("cluster_name", "'<img src=x onerror=alert(1)>'")
         .start()
         .unwrap();
-    let workload = dir.path().join("raise.toml");
-    std::fs::write(
-        &workload,
+    let out = run_workload(
+        &cluster,
+        dir.path(),
+        "raise",
         r#"
 name = "raise"
 [[transaction]]
@@ -292,28 +280,8 @@ sql = "DO $$ BEGIN RAISE EXCEPTION '<script>alert(\"x\") & more</script>'; END $
 name = "ok"
 sql = "SELECT 1"
 "#,
-    )
-    .unwrap();
-    let out = dir.path().join("raise.json");
-    let o = slipstream(
-        &[
-            "bench",
-            workload.to_str().unwrap(),
-            "-u",
-            "1",
-            "-d",
-            "1s",
-            "-w",
-            "0s",
-            "-q",
-            "--url",
-            &cluster.url(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        dir.path(),
+        "raise",
     );
-    assert!(o.status.success(), "{}", text(&o));
     let html = dir.path().join("raise.html");
     let o = slipstream(
         &[

@@ -51,6 +51,14 @@ fn to_localhost(c: &Cluster, mode: &str, root: &std::path::Path) -> String {
     )
 }
 
+/// A self-signed CA named `cn`, for signing test certificates and revocation lists.
+fn test_ca(cn: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, cn);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
 /// Runs `kv` through libpq and slipstream (each with an empty HOME) and lists where either
 /// differs from `ok`.
 async fn compare(cases: &[(String, bool)]) -> Vec<String> {
@@ -113,12 +121,7 @@ async fn a_self_signed_certificate_made_as_postgresqls_docs_show_is_trusted_as_i
 /// name; slipstream refused it for every name ("NotValidForName").
 #[tokio::test]
 async fn verify_full_accepts_a_host_named_only_in_the_common_name_as_libpq_does() {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "attack CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let ca = test_ca("attack CA");
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params
@@ -153,12 +156,7 @@ struct CertAuth {
 
 impl CertAuth {
     fn start() -> CertAuth {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "attack CA");
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let ca = test_ca("attack CA");
         let server_key = KeyPair::generate().unwrap();
         let mut sp = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
         sp.distinguished_name.push(DnType::CommonName, "localhost");
@@ -324,12 +322,7 @@ async fn the_default_root_crl_revokes_a_server_certificate_as_in_libpq() {
         CertificateRevocationListParams, KeyIdMethod, RevokedCertParams, SerialNumber,
         date_time_ymd,
     };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "attack CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let ca = test_ca("attack CA");
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     params
@@ -453,12 +446,7 @@ async fn a_self_signed_root_without_a_crl_in_root_crl_is_refused_as_in_libpq() {
         .hba(HOSTSSL_TRUST)
         .start()
         .unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "another CA");
-    let other = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let other = test_ca("another CA");
     let crl = CertificateRevocationListParams {
         this_update: date_time_ymd(2020, 1, 1),
         next_update: date_time_ymd(2999, 1, 1),
