@@ -76,7 +76,7 @@ impl Default for CompareSettings {
     }
 }
 
-/// A posterior mean and its 95% HDI.
+/// A posterior's point estimate and its 95% HDI.
 ///
 /// ```
 /// use slipstream_stats::{CompareSettings, compare_run_values};
@@ -88,8 +88,11 @@ impl Default for CompareSettings {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
-    /// Posterior mean; for [`Model::Lognormal`], the posterior median, since the lognormal
-    /// mean's posterior under the Jeffreys prior has no mean.
+    /// The estimate of the quantity compared (a mean latency, a ratio): from [`compare`],
+    /// the posterior median (the lognormal mean's posterior under the Jeffreys prior has no
+    /// mean, and a few batch means leave the gamma model's a long tail); from the run unit,
+    /// exp of ln's posterior mean, the same for its symmetric posterior. [`Comparison::diff`]
+    /// of the run unit and of [`Comparison::reciprocal`] is the posterior mean.
     pub mean: f64,
     /// 95% highest-density interval.
     pub hdi: (f64, f64),
@@ -205,7 +208,7 @@ impl Comparison {
     /// per transaction with `k` = 1000). The rate is what a series can be averaged on without
     /// bias (the mean of 1000 / count over seconds is not 1000 / TPS), and its reciprocal is
     /// what reads like latency. The means' estimates and HDIs are mapped through `k / x` (so
-    /// `k / a.mean` is the rate's posterior mean), the log ratio negated, slower and faster
+    /// `k / a.mean` is the rate's posterior median), the log ratio negated, slower and faster
     /// swapped; the ROPE is symmetric on the log scale, so the verdict is otherwise the same.
     ///
     /// ```
@@ -383,11 +386,16 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
         divergences,
         settings,
     );
-    if settings.model == Model::Lognormal {
-        // Under the Jeffreys prior, σ²'s posterior has a power-law tail and the mean
-        // exp(μ + σ²/2) has no posterior mean: the average of the draws is led by its largest
-        // few (1e66 ms from values of 5-40 ms with four a side), and ln B/A's has none either
-        // with three values a side. The medians exist; the HDIs and the verdict are unchanged.
+    // Each estimate is reported by its posterior median, for both models; the HDIs and the
+    // verdict are unchanged. Under the lognormal model's Jeffreys prior, σ²'s posterior has a
+    // power-law tail and the mean exp(μ + σ²/2) has no posterior mean: the average of the
+    // draws is led by its largest few (1e66 ms from values of 5-40 ms with four a side), and
+    // ln B/A's has none either with three values a side. Under the gamma model, a run cut into
+    // three batches leaves m's posterior a long right tail: its mean sat up to 25% above what
+    // the run measured and could put two sides the wrong way round. The median is also the
+    // only centre [`Comparison::reciprocal`] keeps: the median of k / x is k / the median of x,
+    // so a TPS row shows the TPS its milliseconds per transaction stand for.
+    {
         let log_ratio: Vec<f64> = c.draws[1]
             .iter()
             .zip(&c.draws[0])
