@@ -104,9 +104,15 @@ impl Summary {
 /// peer, ...). Slow drift of the machine hits both sides of a pair alike, so the median paired
 /// ratio is steadier than the ratio of means.
 ///
+/// A pair whose `ours` is not above 0 (nothing measured to divide by) is left out. With no
+/// pair left, `n` is 0 and every figure is NaN, a missing ratio (docs/lab.md): not the zeros
+/// of an empty [`Summary::of`], which would read as a measured "0.00x".
+///
 /// ```
 /// let r = slipstream_lab::paired_ratios(&[1.0, 2.0], &[2.0, 4.0]);
 /// assert_eq!(r.p50, 2.0);
+/// let none = slipstream_lab::paired_ratios(&[0.0], &[5.0]);
+/// assert!(none.n == 0 && none.p50.is_nan());
 /// ```
 pub fn paired_ratios(ours: &[f64], peer: &[f64]) -> Summary {
     let ratios: Vec<f64> = ours
@@ -115,6 +121,17 @@ pub fn paired_ratios(ours: &[f64], peer: &[f64]) -> Summary {
         .filter(|(o, _)| **o > 0.0)
         .map(|(o, p)| p / o)
         .collect();
+    if ratios.is_empty() {
+        return Summary {
+            n: 0,
+            mean: f64::NAN,
+            sd: f64::NAN,
+            min: f64::NAN,
+            p50: f64::NAN,
+            p99: f64::NAN,
+            max: f64::NAN,
+        };
+    }
     Summary::of(&ratios)
 }
 

@@ -244,9 +244,8 @@ impl Cell {
                 Some((o.ops_per_s(), mine.ops_per_s()))
             })
             .unzip();
-        let ratios = paired_ratios(&theirs, &ours);
-        // An empty summary's median is 0, a figure nobody measured.
-        if ratios.n == 0 { f64::NAN } else { ratios.p50 }
+        // NaN without a pair (`paired_ratios` says so itself).
+        paired_ratios(&theirs, &ours).p50
     }
 }
 

@@ -321,7 +321,11 @@ impl Run {
             } else {
                 format!("{:.3}", self.jain)
             },
-            format!("{ours_over:.2}x"),
+            if ours_over.is_nan() {
+                "missing (no pair of runs)".into()
+            } else {
+                format!("{ours_over:.2}x")
+            },
         ]
     }
 }
