@@ -86,3 +86,112 @@ fn pool_scaling_measures_slipstream_pool_as_configured_by_default() {
         r.notes
     );
 }
+
+/// docs/lab.md: "a ratio is the median of the per-pair ratios, written `peer / slipstream`".
+/// Steps: `roundtrip`'s quick form on a fresh cluster; for every placement, the per-round
+/// times of both clients from the result's series (µs per statement, round by round), their
+/// per-round ratios tokio-postgres / slipstream-pg, and the median of those, against the
+/// ratio the file names; then the file written and read back, with the fields lab.md lists.
+/// Held: the ratio is that median, to rounding.
+#[test]
+fn holds_roundtrip_ratios_are_the_median_of_its_per_round_ratios() {
+    let _serial = serial();
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let ctx = slipstream_lab::Context {
+        url: cluster.url(),
+        quick: true,
+    };
+    let r = slipstream_lab::run("roundtrip", &ctx).unwrap();
+    let rounds = r.parameters["rounds"].as_u64().unwrap() as usize;
+    let mut checked = 0;
+    for s in r
+        .series
+        .iter()
+        .filter(|s| s.name.starts_with("slipstream-pg, "))
+    {
+        let placement = &s.name["slipstream-pg, ".len()..];
+        let peer = r
+            .series
+            .iter()
+            .find(|p| p.name == format!("tokio-postgres, {placement}"))
+            .expect("a tokio-postgres series beside slipstream-pg's");
+        assert_eq!((s.points.len(), peer.points.len()), (rounds, rounds));
+        let mut ratios: Vec<f64> = s
+            .points
+            .iter()
+            .zip(&peer.points)
+            .map(|(ours, theirs)| {
+                assert_eq!(ours.0, theirs.0, "paired by round");
+                theirs.1 / ours.1
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let n = ratios.len();
+        let median = if n % 2 == 1 {
+            ratios[n / 2]
+        } else {
+            (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+        };
+        let key = format!(
+            "roundtrip_time_tokio_postgres_over_slipstream_{}",
+            placement.replace(' ', "_").to_lowercase()
+        );
+        let said = r.ratios[&key];
+        assert!(
+            (said - median).abs() <= 1e-9 * median,
+            "{key}: {said}, the median of the per-round ratios is {median}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "no placement measured: {:?}", r.series);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rt.json");
+    r.write_json(&path).unwrap();
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for field in [
+        "schema",
+        "schema_version",
+        "experiment",
+        "title",
+        "quick",
+        "started_at",
+        "duration_s",
+        "parameters",
+        "environment",
+        "table",
+        "series",
+        "ratios",
+        "notes",
+    ] {
+        assert!(file.get(field).is_some(), "{field} missing from the file");
+    }
+    assert_eq!(file["schema"], "slipstream-lab/experiment");
+    assert_eq!(file["experiment"], "roundtrip");
+    assert_eq!(file["quick"], true);
+    assert!(file["duration_s"].as_f64().unwrap() > 0.0);
+    for field in ["statements_per_round", "rounds", "query"] {
+        assert!(file["parameters"].get(field).is_some(), "parameter {field}");
+    }
+    assert!(
+        file["environment"]["server_version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("15")),
+        "{}",
+        file["environment"]
+    );
+    // Read back to the last bit or so (serde_json's float parsing is not exact to the ULP).
+    let back = slipstream_lab::ExperimentResult::read_json(&path).unwrap();
+    assert_eq!(
+        back.ratios.keys().collect::<Vec<_>>(),
+        r.ratios.keys().collect::<Vec<_>>()
+    );
+    for (key, said) in &r.ratios {
+        let read = back.ratios[key];
+        assert!(
+            (read - said).abs() <= 1e-12 * said.abs(),
+            "{key}: {said} read back as {read}"
+        );
+    }
+}
