@@ -182,10 +182,10 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     ]);
     for (i, &peer) in PEERS.iter().enumerate() {
         let f = &runs[i];
-        let share_before = median(f.iter().map(|f| f.share_before).collect());
+        let share_before = median_share(f, |f| f.share_before);
         let failed = median(f.iter().map(|f| f.failed as f64).collect());
         let (last_failure, first_back, even_back) = median_times(f);
-        let share_after = median(f.iter().map(|f| f.share_after).collect());
+        let share_after = median_share(f, |f| f.share_after);
         table.row(vec![
             peer.name(Route::Reads).into(),
             format!("{share_before:.2}"),
@@ -237,6 +237,11 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     ));
     r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there; like slipstream-pg's statement cache, they prepare the statement once per connection".into());
     Ok(r)
+}
+
+/// The median over the rounds of a share of the reads.
+fn median_share(rounds: &[Rebalance], share: fn(&Rebalance) -> f64) -> f64 {
+    Summary::of(&rounds.iter().map(share).collect::<Vec<_>>()).p50
 }
 
 /// The medians over the rounds of the last failure, the first read back and "even again",
@@ -366,6 +371,37 @@ mod tests {
             first_error: None,
             bins: Vec::new(),
         }
+    }
+
+    /// A round with the given standby shares before and after (NaN: no read succeeded in
+    /// that window).
+    fn shares(before: f64, after: f64) -> Rebalance {
+        Rebalance {
+            share_before: before,
+            share_after: after,
+            ..round(None, None)
+        }
+    }
+
+    /// Failures must never be silently dropped or counted as a figure. Steps: five rounds
+    /// (the full form) in which the standby's share over the last second was 0.1, 0.1 and
+    /// 0.5, and two rounds in which no read succeeded in that second at all (a pool that
+    /// never recovered), whose share is NaN. Before the fix `Summary::of` sorted the NaNs
+    /// after every share, so the two failed rounds moved the median from 0.1 (the middle of
+    /// the rounds that read) to 0.5: "even again", made by rounds that read nothing.
+    #[test]
+    fn a_round_without_reads_does_not_move_the_share() {
+        let rounds = [
+            shares(0.5, 0.1),
+            shares(0.5, f64::NAN),
+            shares(0.5, 0.5),
+            shares(0.5, f64::NAN),
+            shares(0.5, 0.1),
+        ];
+        assert_eq!(median_share(&rounds, |f| f.share_after), 0.1);
+        assert_eq!(median_share(&rounds, |f| f.share_before), 0.5);
+        let none = [shares(f64::NAN, f64::NAN)];
+        assert!(median_share(&none, |f| f.share_after).is_nan());
     }
 
     /// docs/lab.md: "none" is a pool that lost no read, "never" a standby never read again.
