@@ -186,6 +186,22 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let failed = median(f.iter().map(|f| f.failed as f64).collect());
         let (last_failure, first_back, even_back) = median_times(f);
         let share_after = median_share(f, |f| f.share_after);
+        for (window, share) in [
+            (
+                "before the stop",
+                (|f: &Rebalance| f.share_before) as fn(&Rebalance) -> f64,
+            ),
+            ("in the last second", |f: &Rebalance| f.share_after),
+        ] {
+            let missing = rounds_without_share(f, share);
+            if missing > 0 {
+                r.notes.push(format!(
+                    "{}: no read succeeded {window} in {missing} of {} rounds; its share {window} is the median of the other rounds ('NaN' when there are none)",
+                    peer.name(Route::Reads),
+                    f.len()
+                ));
+            }
+        }
         table.row(vec![
             peer.name(Route::Reads).into(),
             format!("{share_before:.2}"),
@@ -239,9 +255,22 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     Ok(r)
 }
 
-/// The median over the rounds of a share of the reads.
+/// The median over the rounds of a share of the reads, over the rounds that had one; NaN
+/// when none did. A round in which no read succeeded in the window has no share (NaN), and no
+/// place in an order of shares (0.5 is even, and either side of it is not): `Summary::of`
+/// sorted it after every share, so failed rounds moved the median up. The rounds left out are
+/// reported ([`rounds_without_share`]).
 fn median_share(rounds: &[Rebalance], share: fn(&Rebalance) -> f64) -> f64 {
-    Summary::of(&rounds.iter().map(share).collect::<Vec<_>>()).p50
+    let present: Vec<f64> = rounds.iter().map(share).filter(|s| !s.is_nan()).collect();
+    if present.is_empty() {
+        return f64::NAN;
+    }
+    Summary::of(&present).p50
+}
+
+/// How many rounds had no share (no read succeeded in the window).
+fn rounds_without_share(rounds: &[Rebalance], share: fn(&Rebalance) -> f64) -> usize {
+    rounds.iter().filter(|f| share(f).is_nan()).count()
 }
 
 /// The medians over the rounds of the last failure, the first read back and "even again",
@@ -402,6 +431,7 @@ mod tests {
         assert_eq!(median_share(&rounds, |f| f.share_before), 0.5);
         let none = [shares(f64::NAN, f64::NAN)];
         assert!(median_share(&none, |f| f.share_after).is_nan());
+        assert_eq!(rounds_without_share(&rounds, |f| f.share_after), 2);
     }
 
     /// docs/lab.md: "none" is a pool that lost no read, "never" a standby never read again.
