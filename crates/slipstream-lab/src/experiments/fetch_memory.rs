@@ -66,27 +66,13 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
 
         let mut peers = Vec::new();
         for per_fetch in [1000i32, 0] {
-            let mut tp = super::client_config::connect_tokio_postgres(&url).await?;
-            let stmt = tp.prepare(SQL).await?;
-            let growth = CountingAllocator::measure();
-            let sw = Stopwatch::start();
-            let tx = tp.transaction().await?;
-            let portal = tx.bind(&stmt, &[]).await?;
-            let mut n = 0;
-            loop {
-                let batch = tx.query_portal(&portal, per_fetch).await?;
-                n += batch.len();
-                if per_fetch == 0 || batch.len() < per_fetch as usize {
-                    break;
-                }
-            }
-            tx.commit().await?;
-            let t = sw.stop();
+            let read = read_fresh_tokio_postgres(&url, per_fetch).await?;
             anyhow::ensure!(
-                n == narrow as usize,
-                "tokio-postgres read {n} rows of {narrow}"
+                read.rows == narrow as usize,
+                "tokio-postgres read {} rows of {narrow}",
+                read.rows
             );
-            peers.push((per_fetch, t.wall.as_secs_f64(), growth.peak()));
+            peers.push((per_fetch, read.seconds, read.heap));
         }
         anyhow::Ok((measured, peers, server_version))
     })?;
@@ -206,6 +192,37 @@ async fn read_fresh(url: &str, fetch: FetchSize) -> anyhow::Result<Read> {
     })
 }
 
+/// Reads the whole table once through tokio-postgres's portal, `per_fetch` rows at a time (0:
+/// all at once), on a fresh connection, in a transaction (portals need one), its statement
+/// prepared before the timer and the heap count start, as [`read_fresh`] does.
+async fn read_fresh_tokio_postgres(url: &str, per_fetch: i32) -> anyhow::Result<Read> {
+    let mut tp = super::client_config::connect_tokio_postgres(url).await?;
+    let stmt = tp.prepare(SQL).await?;
+    let growth = CountingAllocator::measure();
+    let sw = Stopwatch::start();
+    let tx = tp.transaction().await?;
+    let portal = tx.bind(&stmt, &[]).await?;
+    let mut n = 0;
+    loop {
+        let batch = tx.query_portal(&portal, per_fetch).await?;
+        n += batch.len();
+        if per_fetch == 0 || batch.len() < per_fetch as usize {
+            break;
+        }
+    }
+    tx.commit().await?;
+    let t = sw.stop();
+    Ok(Read {
+        rows: n,
+        seconds: t.wall.as_secs_f64(),
+        heap: growth.peak(),
+        round_trips: 0,
+        // No value is decoded: nothing read is measured.
+        widest: 0,
+        prepared_in_timer: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +252,39 @@ mod tests {
             read.prepared_in_timer, 0,
             "the timed read prepared its statement"
         );
+    }
+
+    /// docs/lab.md: peers do the same work. slipstream-pg's timed read decodes every row's
+    /// `data` as text (UTF-8 checked: megabytes per wide row), as an application reading it
+    /// would; the peer's must too. Steps: the tokio-postgres read `run` times, on a table with
+    /// two 10,000-byte rows; the widest value it decoded. Before the fix it counted the rows
+    /// and decoded nothing (widest 0): its seconds, printed beside slipstream-pg's, left out
+    /// the work slipstream-pg's included.
+    #[test]
+    fn the_peers_timed_read_decodes_what_slipstream_pgs_does() {
+        let cluster = slipstream_testkit::Cluster::start().unwrap();
+        let url = without_tls(&cluster.url());
+        let reads = runtime()
+            .unwrap()
+            .block_on(async {
+                let mut setup = slipstream_pg::connect(&url).await?;
+                ensure_fetch_memory_test(&mut setup, 1000, 2, 10_000).await?;
+                let ours = read_fresh(&url, FetchSize::Rows(1000)).await?;
+                let mut theirs = Vec::new();
+                for per_fetch in [1000, 0] {
+                    theirs.push(read_fresh_tokio_postgres(&url, per_fetch).await?);
+                }
+                anyhow::Ok((ours, theirs))
+            })
+            .unwrap();
+        let (ours, theirs) = reads;
+        assert_eq!((ours.rows, ours.widest), (1000, 10_000));
+        for read in theirs {
+            assert_eq!(
+                (read.rows, read.widest),
+                (1000, 10_000),
+                "rows read and the widest value decoded by tokio-postgres"
+            );
+        }
     }
 }
