@@ -138,7 +138,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         "{narrow} rows of ~40 bytes, {wide} of them {wide_bytes} bytes wide, {WIDE_SPACING} rows apart in the middle; read in id order"
     ));
     r.notes.push("byte mode: the fetch size is also the cap unless max_result_buffer sets one; the buffer holds at most the cap plus one row, so a wide row costs its own size, not the fetch's row count times it".into());
-    r.notes.push("each read on a fresh connection, its statement prepared before the timer and the heap count start (both clients); tokio-postgres reads its portal in a transaction (it needs one), slipstream-pg in autocommit".into());
+    r.notes.push("each read on a fresh connection, its statement prepared before the timer and the heap count start, every row's data decoded as text (both clients); tokio-postgres reads its portal in a transaction (it needs one), slipstream-pg in autocommit".into());
     r.notes.push(format!(
         "'within cap + one row' allows {} KiB for the read buffer and row queue",
         OVERHEAD / 1024
@@ -202,9 +202,13 @@ async fn read_fresh_tokio_postgres(url: &str, per_fetch: i32) -> anyhow::Result<
     let sw = Stopwatch::start();
     let tx = tp.transaction().await?;
     let portal = tx.bind(&stmt, &[]).await?;
-    let mut n = 0;
+    let (mut n, mut widest) = (0, 0);
     loop {
         let batch = tx.query_portal(&portal, per_fetch).await?;
+        // Every row's `data` decoded as text (UTF-8 checked), as slipstream-pg's read does.
+        for row in &batch {
+            widest = widest.max(row.try_get::<_, &str>(1)?.len());
+        }
         n += batch.len();
         if per_fetch == 0 || batch.len() < per_fetch as usize {
             break;
@@ -217,8 +221,7 @@ async fn read_fresh_tokio_postgres(url: &str, per_fetch: i32) -> anyhow::Result<
         seconds: t.wall.as_secs_f64(),
         heap: growth.peak(),
         round_trips: 0,
-        // No value is decoded: nothing read is measured.
-        widest: 0,
+        widest,
         prepared_in_timer: 0,
     })
 }
