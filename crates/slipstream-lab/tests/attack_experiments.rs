@@ -195,3 +195,53 @@ fn holds_roundtrip_ratios_are_the_median_of_its_per_round_ratios() {
         );
     }
 }
+
+/// The standard: failures are reported, never silently dropped. Steps: `runner`'s quick form
+/// through the testkit's proxy; once slipstream bench's 8 users are connected (it runs first
+/// in the round), every connection through the proxy is reset, so transactions of its
+/// `SELECT 1` run fail; then the result. Before the fix the run's failed transactions were
+/// left out of its rate with no word: the table and the ratio read as a clean, slower run.
+#[test]
+fn runner_reports_the_select_1_transactions_that_failed() {
+    let _serial = serial();
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let target = format!("127.0.0.1:{}", cluster.port()).parse().unwrap();
+    let proxy = slipstream_testkit::DelayProxy::start(target, std::time::Duration::ZERO).unwrap();
+    let ctx = slipstream_lab::Context {
+        url: format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            proxy.port()
+        ),
+        quick: true,
+    };
+    let runner = std::thread::spawn(move || slipstream_lab::run("runner", &ctx));
+    // The no-op run opens no connection; the first eight are the bench's users, running once
+    // a thousand round trips have gone through (their connects take a few each).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while proxy.connection_count() < 8 || proxy.round_trips() < 1000 {
+        assert!(
+            std::time::Instant::now() < deadline && !runner.is_finished(),
+            "the bench's users never connected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    proxy.cut_all();
+    let r = match runner.join().unwrap() {
+        // Failing the whole experiment reports the failure too.
+        Err(e) => {
+            eprintln!("the experiment failed, as it may: {e:#}");
+            return;
+        }
+        Ok(r) => r,
+    };
+    let said = r
+        .notes
+        .iter()
+        .chain(r.table.rows.iter().flatten())
+        .any(|n| n.contains("failed"));
+    assert!(
+        said,
+        "transactions failed and nothing says so: {:?} {:?}",
+        r.table.rows, r.notes
+    );
+}
