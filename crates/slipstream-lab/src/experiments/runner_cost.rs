@@ -61,6 +61,9 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let cpu = cpu.elapsed().as_secs_f64();
     drop(one_core);
     let done = r.transactions[0].ok as f64;
+    // Failures are reported, never dropped in silence: a rate of the ok transactions alone
+    // read as a clean run.
+    let mut failed = vec![("no-op", failures(&r))];
     let per_cpu_second = done / cpu.max(1e-9);
 
     // SELECT 1 through a workload file (what users run), against pgbench -M prepared.
@@ -79,13 +82,17 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         .chain(["-T".into(), secs.to_string()])
         .collect();
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    let mut select_failed = (0, None);
     for round in 0..rounds {
-        let ours_run = || -> anyhow::Result<f64> {
+        let mut ours_run = || -> anyhow::Result<f64> {
             let r = rt.block_on(bench::run(
                 &select.workload,
                 &config,
                 std::future::pending::<()>(),
             ))?;
+            let (n, first) = failures(&r);
+            select_failed.0 += n;
+            select_failed.1 = select_failed.1.take().or(first);
             Ok(r.tps())
         };
         let theirs_run = || -> anyhow::Result<f64> {
@@ -100,6 +107,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             }
         }
     }
+    failed.push(("SELECT 1", select_failed));
     let (o, t) = (Summary::of(&ours), Summary::of(&theirs));
     // paired_ratios(a, b) is b/a per pair: pgbench first gives ours/pgbench.
     let ratio = paired_ratios(&theirs, &ours);
@@ -136,11 +144,31 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     result
         .notes
         .extend(noise_warning("SELECT 1 vs pgbench", &ratio, ctx.quick));
+    for (what, (n, first)) in failed {
+        if n > 0 {
+            result.notes.push(format!(
+                "slipstream bench, {what}: {n} transactions failed (left out of its rate, so the rate and the ratio are of a run with failures){}",
+                first.map_or(String::new(), |m| format!("; the first: {m}"))
+            ));
+        }
+    }
     result.notes.push(
         "Both clients run on this machine's 2 cores together with the server, so each takes CPU from the other's server; they run one after the other, never at once."
             .into(),
     );
     Ok(result)
+}
+
+/// The transactions of a bench run that failed, and one failure's message.
+fn failures(r: &slipstream_bench::BenchRun) -> (u64, Option<String>) {
+    let n = r.transactions.iter().map(|t| t.failed).sum();
+    let first = r
+        .transactions
+        .iter()
+        .flat_map(|t| t.failure_messages.iter())
+        .next()
+        .map(|(code, message)| format!("{code}: {message}"));
+    (n, first)
 }
 
 #[cfg(test)]
