@@ -50,8 +50,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         let slip_stmt = slip.prepare(QUERY).await?;
         let tp_stmt = tp.prepare(QUERY).await?;
         // Warm both (plan cache, buffers, branch predictors) before measuring.
-        slip_round(&mut slip, &slip_stmt).await?;
-        tp_round(&tp, &tp_stmt).await?;
+        slip_round(&mut slip, &slip_stmt, 0).await?;
+        tp_round(&tp, &tp_stmt, 0).await?;
 
         let mut plan: Vec<Option<placement::Placement>> = Vec::new();
         let mut pin_note = None;
@@ -239,8 +239,8 @@ async fn measure(
     for round in 0..rounds {
         for side in order(round) {
             match side {
-                Side::Slipstream => s.push(slip_round(slip, slip_stmt).await?),
-                Side::TokioPostgres => t.push(tp_round(tp, tp_stmt).await?),
+                Side::Slipstream => s.push(slip_round(slip, slip_stmt, round).await?),
+                Side::TokioPostgres => t.push(tp_round(tp, tp_stmt, round).await?),
             }
         }
     }
@@ -264,13 +264,20 @@ fn order(round: usize) -> Vec<Side> {
     super::round_order(round, &[Side::Slipstream, Side::TokioPostgres])
 }
 
+/// The id statement `i` of round `round` reads, for both in-process clients.
+fn key(round: usize, i: usize) -> i32 {
+    let _ = round;
+    (i as i32 % TABLE_ROWS) + 1
+}
+
 async fn slip_round(
     c: &mut slipstream_pg::Client,
     stmt: &slipstream_pg::Statement,
+    round: usize,
 ) -> anyhow::Result<Timing> {
     let sw = Stopwatch::start();
     for i in 0..STATEMENTS {
-        let id = (i as i32 % TABLE_ROWS) + 1;
+        let id = key(round, i);
         let row = c.query_one(stmt, &[&id]).await?;
         let data: &str = row.get(0)?;
         std::hint::black_box(data);
@@ -281,10 +288,11 @@ async fn slip_round(
 async fn tp_round(
     c: &tokio_postgres::Client,
     stmt: &tokio_postgres::Statement,
+    round: usize,
 ) -> anyhow::Result<Timing> {
     let sw = Stopwatch::start();
     for i in 0..STATEMENTS {
-        let id = (i as i32 % TABLE_ROWS) + 1;
+        let id = key(round, i);
         let row = c.query_one(stmt, &[&id]).await?;
         let data: &str = row.try_get(0)?;
         std::hint::black_box(data);
@@ -292,11 +300,16 @@ async fn tp_round(
     Ok(sw.stop())
 }
 
+/// pgbench's script: the same query, its id drawn from the whole table.
+fn pgbench_script() -> String {
+    format!(
+        "\\set id random(1, {TABLE_ROWS})\nSELECT data FROM slipstream_lab_roundtrip WHERE id = :id;\n"
+    )
+}
+
 /// Runs pgbench with the same query; returns (statements/s, client CPU us per statement).
 fn pgbench(url: &str, transactions: usize) -> anyhow::Result<(f64, f64)> {
-    let script = format!(
-        "\\set id random(1, {TABLE_ROWS})\nSELECT data FROM slipstream_lab_roundtrip WHERE id = :id;\n"
-    );
+    let script = pgbench_script();
     let args: Vec<String> = ["-M", "prepared", "-c", "1", "-j", "1", "-t"]
         .iter()
         .map(|a| a.to_string())
@@ -332,6 +345,32 @@ mod tests {
             sides.dedup();
             assert_eq!(sides.len(), 2, "round {round}: {sides:?}");
         }
+    }
+
+    /// Peers do the same work: every client reads the same rows. pgbench draws its id from
+    /// the whole table (`random(1, 1000)`); the in-process clients must read those rows too.
+    /// Steps: the ids the in-process clients read over the quick form's rounds, against the
+    /// range pgbench's script draws from. Before the fix they read ids 1..100 in every round,
+    /// a tenth of the table pgbench read.
+    #[test]
+    fn the_in_process_clients_read_the_rows_pgbench_reads() {
+        let script = pgbench_script();
+        let range = script
+            .split("random(1, ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .and_then(|n| n.trim().parse::<i32>().ok())
+            .expect("pgbench's id range");
+        let mut read: Vec<i32> = (0..50)
+            .flat_map(|round| (0..STATEMENTS).map(move |i| key(round, i)))
+            .collect();
+        read.sort_unstable();
+        read.dedup();
+        assert_eq!(
+            (read.first(), read.last(), read.len()),
+            (Some(&1), Some(&range), range as usize),
+            "the lowest and highest id read in process, and how many ids, against pgbench's 1..={range}"
+        );
     }
 
     /// docs/lab.md: on a local server `roundtrip` "pins the client thread and both backends
