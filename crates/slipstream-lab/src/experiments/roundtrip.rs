@@ -264,10 +264,11 @@ fn order(round: usize) -> Vec<Side> {
     super::round_order(round, &[Side::Slipstream, Side::TokioPostgres])
 }
 
-/// The id statement `i` of round `round` reads, for both in-process clients.
+/// The id statement `i` of round `round` reads, for both in-process clients: the rounds walk
+/// the whole table, as pgbench's `random(1, TABLE_ROWS)` draws from it (before, every round
+/// read ids 1..100, a tenth of the rows pgbench read).
 fn key(round: usize, i: usize) -> i32 {
-    let _ = round;
-    (i as i32 % TABLE_ROWS) + 1
+    ((round * STATEMENTS + i) % TABLE_ROWS as usize) as i32 + 1
 }
 
 async fn slip_round(
