@@ -24,6 +24,14 @@ fn the_ab_experiment_finds_synchronous_commit_and_not_its_twin() {
             "the result names the machine it ran on: {:?}",
             r.environment
         );
+        // ab runs on a private cluster of its own, never on the URL's server: before the fix
+        // its file named the URL's database (here none) and no server version.
+        assert!(
+            r.environment.database.starts_with("private clusters")
+                && r.environment.server_version.is_some(),
+            "the result names the private cluster it ran on: {:?}",
+            r.environment
+        );
         let verdict = |row: usize| r.table.rows[row][5].clone();
         assert!(verdict(0).starts_with("credibly"), "{:?}", r.table.rows);
         assert!(r.ratios["sync_off_speedup"] > 1.5, "{:?}", r.ratios);

@@ -92,11 +92,17 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         })
     };
     let mut arms: [Vec<BenchRun>; 3] = Default::default();
+    let mut failed = [(0, None), (0, None), (0, None)];
     for round in 0..rounds {
         for (arm, sync) in order(round) {
             let r = go(sync)?;
             let t = &r.transactions[0];
             anyhow::ensure!(t.ok > 0, "a run committed nothing: {:?}", t.failures);
+            // Latencies are of committed transactions only: failures change what an arm
+            // measured, and are said.
+            let (n, first) = super::bench_failures(&r);
+            failed[arm].0 += n;
+            failed[arm].1 = failed[arm].1.take().or(first);
             arms[arm].push(r);
         }
     }
@@ -163,10 +169,20 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         }
     }
     result.table = table;
+    result.environment =
+        super::private_clusters_environment("one, with fsync and synchronous_commit on");
     result.notes.push(format!(
         "{rounds} interleaved rounds (odd rounds in reverse; {rounds} runs a side); mean TPS: A {:.0}, B {:.0}, A' {:.0}; unit: runs (`slipstream compare`'s code path), ROPE ±{:.0}%",
         tps[0], tps[1], tps[2], settings.rope * 100.0
     ));
+    for (arm, (n, first)) in ["A", "B", "A'"].iter().zip(failed) {
+        if n > 0 {
+            result.notes.push(format!(
+                "{arm}: {n} transactions failed over its runs (left out of its latencies and TPS){}",
+                first.map_or(String::new(), |m| format!("; the first: {m}"))
+            ));
+        }
+    }
     if !pass {
         result
             .notes

@@ -242,6 +242,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     ));
     r.notes.push("each failover runs on a fresh primary and streaming standby (private clusters, not the database under test): fast shutdown of the primary, then pg_promote() on the standby, dated by polling pg_is_in_recovery() every 1 ms".into());
     r.notes.push("the peers reconnect through tokio-postgres's host list with target_session_attrs=read-write, as libpq's multi-host failover does, and prepare the statement once per connection, as slipstream-pg's statement cache does; times are medians over the rounds, 'NaN' where a pool never wrote on the new primary".into());
+    r.environment =
+        super::private_clusters_environment("a primary and its standby, fresh for each failover");
     Ok(r)
 }
 

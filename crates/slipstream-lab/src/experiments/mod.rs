@@ -25,6 +25,34 @@ use std::time::Duration;
 
 use cpu_time::ThreadTime;
 
+/// What an experiment that runs on private clusters of its own ran on: this machine, the
+/// testkit installation's server version, and `database` naming those clusters. The URL's
+/// server is never used by such an experiment, and naming it (with no version) said the
+/// result came from a server it never touched.
+pub(crate) fn private_clusters_environment(what: &str) -> slipstream_bench::Environment {
+    // `postgres (PostgreSQL) 15.4` -> `15.4`: the shape of the server's `server_version`.
+    let version = slipstream_testkit::Install::find()
+        .and_then(|install| install.version())
+        .ok()
+        .and_then(|line| line.rsplit(") ").next().map(str::to_string));
+    let mut environment = slipstream_bench::capture_environment("", version);
+    environment.database = format!("private clusters started by the experiment ({what})");
+    environment
+}
+
+/// The transactions of a bench run that failed, and one failure's message: an experiment's
+/// rate or latency of the committed ones alone would read as a clean run, so it says so.
+pub(crate) fn bench_failures(r: &slipstream_bench::BenchRun) -> (u64, Option<String>) {
+    let n = r.transactions.iter().map(|t| t.failed).sum();
+    let first = r
+        .transactions
+        .iter()
+        .flat_map(|t| t.failure_messages.iter())
+        .next()
+        .map(|(code, message)| format!("{code}: {message}"));
+    (n, first)
+}
+
 /// A comma-separated list from the environment (an experiment's subset, for a focused look);
 /// `None` when the variable is unset.
 pub(crate) fn env_list(name: &str) -> Option<Vec<String>> {

@@ -252,6 +252,8 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
         WINDOW.as_millis()
     ));
     r.notes.push("the peers spread their connections through tokio-postgres's host list with load_balance_hosts=random; they keep a working connection until it breaks, so connections that moved to the primary stay there; like slipstream-pg's statement cache, they prepare the statement once per connection".into());
+    r.environment =
+        super::private_clusters_environment("a primary and its standby, fresh for each run");
     Ok(r)
 }
 

@@ -63,7 +63,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let done = r.transactions[0].ok as f64;
     // Failures are reported, never dropped in silence: a rate of the ok transactions alone
     // read as a clean run.
-    let mut failed = vec![("no-op", failures(&r))];
+    let mut failed = vec![("no-op", super::bench_failures(&r))];
     let per_cpu_second = done / cpu.max(1e-9);
 
     // SELECT 1 through a workload file (what users run), against pgbench -M prepared.
@@ -90,7 +90,7 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
                 &config,
                 std::future::pending::<()>(),
             ))?;
-            let (n, first) = failures(&r);
+            let (n, first) = super::bench_failures(&r);
             select_failed.0 += n;
             select_failed.1 = select_failed.1.take().or(first);
             Ok(r.tps())
@@ -157,18 +157,6 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
             .into(),
     );
     Ok(result)
-}
-
-/// The transactions of a bench run that failed, and one failure's message.
-fn failures(r: &slipstream_bench::BenchRun) -> (u64, Option<String>) {
-    let n = r.transactions.iter().map(|t| t.failed).sum();
-    let first = r
-        .transactions
-        .iter()
-        .flat_map(|t| t.failure_messages.iter())
-        .next()
-        .map(|(code, message)| format!("{code}: {message}"));
-    (n, first)
 }
 
 #[cfg(test)]
