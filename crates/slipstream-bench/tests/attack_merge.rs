@@ -67,3 +67,71 @@ fn runs_of_different_workload_files_are_not_merged() {
         );
     }
 }
+
+struct Ping;
+impl bench::Transaction for Ping {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// A short run of `SELECT 1` by one user against `url`, its context captured as
+/// `slipstream bench` captures it.
+fn run_against(url: &str, seed: u64) -> BenchRun {
+    let mut c = RunConfig::new(Some(url.into()));
+    (c.users, c.threads, c.seed) = (1, 1, seed);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(200);
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
+    rt().block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap()
+}
+
+/// Promise (docs/bench.md "Several load generators"): load generators of one test load one
+/// server, and parts that loaded other servers are refused; a merged result describes one
+/// server's run.
+///
+/// Steps: two private clusters of the same PostgreSQL version (copies of one template data
+/// directory, so they share a system identifier too), one run against each, merged;
+/// then a run against another database of the first server; then two runs against the
+/// first server's `postgres` database (one test, two generators), which must merge.
+///
+/// Before the fix: only the server's version was compared, so runs against two servers of
+/// one version, or two databases of one server, were added into one result that described
+/// the first part's server.
+#[test]
+fn runs_against_other_servers_or_databases_of_one_version_are_not_merged() {
+    let (one, two) = (
+        slipstream_testkit::Cluster::start().unwrap(),
+        slipstream_testkit::Cluster::start().unwrap(),
+    );
+    rt().block_on(async {
+        let mut c = slipstream_pg::connect(&one.url()).await.unwrap();
+        c.batch_execute("CREATE DATABASE other").await.unwrap();
+    });
+    let url = one.url();
+    let (server, database) = url.rsplit_once('/').expect("the URL names its database");
+    assert_eq!(database, "postgres");
+    let other = format!("{server}/other");
+    for (label, url) in [("gen2.json", two.url()), ("gen2.json", other)] {
+        let Err(err) = bench::merge(&[
+            ("gen1.json".into(), run_against(&one.url(), 1)),
+            (label.into(), run_against(&url, 2)),
+        ]) else {
+            panic!("runs against {url} and {} were merged", one.url());
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("gen1.json") && err.contains("gen2.json") && err.contains("different"),
+            "{err}"
+        );
+    }
+    let merged = bench::merge(&[
+        ("gen1.json".into(), run_against(&one.url(), 1)),
+        ("gen2.json".into(), run_against(&one.url(), 2)),
+    ])
+    .unwrap();
+    assert!(merged.transactions[0].ok > 0);
+}
