@@ -52,6 +52,14 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct RunContext {
     /// `SELECT version()`.
     pub server_version: Option<String>,
+    /// The cluster's `system_identifier` (`pg_control_system()`): the same for a primary
+    /// and its physical standbys, different for every other cluster, even of one version.
+    pub system_identifier: Option<String>,
+    /// `pg_postmaster_start_time()`: tells apart clusters copied from one data directory,
+    /// which share a system identifier.
+    pub started_at: Option<String>,
+    /// `current_database()`.
+    pub database: Option<String>,
     /// Settings whose `source` is not `default`: name, value with unit, and source.
     pub settings: Vec<Setting>,
     /// The workload's scale, when it has one (Order Entry's `soe.meta.scale`).
@@ -322,6 +330,33 @@ pub async fn before(url: &str, workload: &str) -> Capture {
         let got = r.text("version()", "SELECT version()").await;
         if let Some(v) = r.keep(got, |e| format!("could not read version(): {e}")) {
             ctx.server_version = v;
+        }
+        // Which server and database, so that runs against others are never merged.
+        let got = r
+            .text(
+                "the system identifier",
+                "SELECT system_identifier::text FROM pg_control_system()",
+            )
+            .await;
+        if let Some(v) = r.keep(got, |e| format!("could not read pg_control_system(): {e}")) {
+            ctx.system_identifier = v;
+        }
+        let got = r
+            .text(
+                "pg_postmaster_start_time()",
+                "SELECT pg_postmaster_start_time()::text",
+            )
+            .await;
+        if let Some(v) = r.keep(got, |e| {
+            format!("could not read pg_postmaster_start_time(): {e}")
+        }) {
+            ctx.started_at = v;
+        }
+        let got = r
+            .text("current_database()", "SELECT current_database()")
+            .await;
+        if let Some(v) = r.keep(got, |e| format!("could not read current_database(): {e}")) {
+            ctx.database = v;
         }
         let got = r.json("pg_settings", SETTINGS).await;
         if let Some(v) = r.keep(got, |e| format!("could not read pg_settings: {e}")) {

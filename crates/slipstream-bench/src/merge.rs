@@ -87,6 +87,33 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
                 "cannot merge runs against different servers: {first_label} ran against PostgreSQL {a} and {label} against PostgreSQL {b}; merge load generators that loaded one server"
             );
         }
+        // Servers of one version are still other servers. The system identifier tells
+        // clusters apart (a primary and its physical standbys share one), the postmaster's
+        // start time clusters copied from one data directory (which share the identifier
+        // too), and a database of the server is its own data.
+        let identity = |r: &BenchRun| {
+            r.context.as_ref().and_then(|c| {
+                Some((
+                    c.system_identifier.clone()?,
+                    c.started_at.clone()?,
+                    c.database.clone()?,
+                ))
+            })
+        };
+        if let (Some((sa, ta, da)), Some((sb, tb, db))) = (identity(first), identity(r)) {
+            anyhow::ensure!(
+                sa == sb,
+                "cannot merge runs against different servers: {first_label} ran against the cluster with system identifier {sa} and {label} against {sb}; merge load generators that loaded one server"
+            );
+            anyhow::ensure!(
+                ta == tb,
+                "cannot merge runs against different servers: {first_label} ran against a server started at {ta} and {label} against one started at {tb} (another copy of the same data directory, or the server restarted between them); merge load generators that loaded one server at the same time"
+            );
+            anyhow::ensure!(
+                da == db,
+                "cannot merge runs against different databases: {first_label} ran against database {da:?} and {label} against {db:?}; merge load generators that loaded one database"
+            );
+        }
         // The merged file states one mix; parts of two would make it state the first's.
         anyhow::ensure!(
             r.weights == first.weights,
