@@ -309,6 +309,19 @@ async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
     (!r.stalled).then_some(s)
 }
 
+/// Which cluster, which start of it, and which database a run loaded.
+#[derive(Deserialize)]
+struct Identity {
+    system_identifier: String,
+    started_at: String,
+    database: String,
+}
+
+const IDENTITY: &str = "SELECT json_build_object(\
+     'system_identifier', system_identifier::text, \
+     'started_at', pg_postmaster_start_time()::text, \
+     'database', current_database())::text FROM pg_control_system()";
+
 /// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
 /// Keep the returned [`Capture`] to sample wait events and take the snapshot after.
 ///
@@ -332,31 +345,13 @@ pub async fn before(url: &str, workload: &str) -> Capture {
             ctx.server_version = v;
         }
         // Which server and database, so that runs against others are never merged.
-        let got = r
-            .text(
-                "the system identifier",
-                "SELECT system_identifier::text FROM pg_control_system()",
-            )
-            .await;
-        if let Some(v) = r.keep(got, |e| format!("could not read pg_control_system(): {e}")) {
-            ctx.system_identifier = v;
-        }
-        let got = r
-            .text(
-                "pg_postmaster_start_time()",
-                "SELECT pg_postmaster_start_time()::text",
-            )
-            .await;
-        if let Some(v) = r.keep(got, |e| {
-            format!("could not read pg_postmaster_start_time(): {e}")
+        let got = r.json::<Identity>("the server's identity", IDENTITY).await;
+        if let Some(Some(id)) = r.keep(got, |e| {
+            format!("could not read the server's identity: {e}")
         }) {
-            ctx.started_at = v;
-        }
-        let got = r
-            .text("current_database()", "SELECT current_database()")
-            .await;
-        if let Some(v) = r.keep(got, |e| format!("could not read current_database(): {e}")) {
-            ctx.database = v;
+            ctx.system_identifier = Some(id.system_identifier);
+            ctx.started_at = Some(id.started_at);
+            ctx.database = Some(id.database);
         }
         let got = r.json("pg_settings", SETTINGS).await;
         if let Some(v) = r.keep(got, |e| format!("could not read pg_settings: {e}")) {
