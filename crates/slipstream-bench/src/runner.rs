@@ -1035,6 +1035,10 @@ async fn run_one(
     }
     let result = txs[kind].execute(session).await;
     let end = Instant::now();
+    let result = match result {
+        Ok(()) => left_open(session).await.map_or(Ok(()), Err),
+        failed => failed,
+    };
     let thought = session.take_thought();
     let counts = session.take_counts();
     let latency = end
@@ -1068,6 +1072,33 @@ async fn run_one(
         log.recorded.statements(kind, &rollback);
     }
 }
+
+/// The failure of a transaction that returned `Ok` inside a transaction block of its own (a
+/// `BEGIN` without its `COMMIT`): nothing it wrote is committed, and the next transaction
+/// would run inside the same block, which the server rolls back when the connection closes.
+/// Counted as a success, each insert of a run showed in `ok` while the server kept none; pgbench
+/// aborts such a client ("end of script reached without completing the last transaction").
+/// [`repair`] then rolls the block back. A dropped `slipstream_pg::Transaction` guard is a
+/// rollback its code chose: its queued `ROLLBACK` is run here (outside the latency, which
+/// ended when `execute` returned), and the transaction stands.
+async fn left_open(session: &mut Session) -> Option<crate::TxError> {
+    let client = session.client_slot().as_mut()?;
+    if client.is_broken() || client.transaction_status() == TransactionStatus::Idle {
+        return None;
+    }
+    // A failure here breaks the connection, which ends the block on the server as well; the
+    // next transaction finds it broken.
+    client.settle().await.ok()?;
+    (client.transaction_status() != TransactionStatus::Idle).then(|| {
+        crate::TxError::new(
+            OPEN_TRANSACTION,
+            "the transaction returned inside a transaction block it never ended (a BEGIN without its COMMIT), so none of its work was committed; the runner rolled it back. End every block it opens: COMMIT, or ROLLBACK",
+        )
+    })
+}
+
+/// The code of [`left_open`]'s failure.
+const OPEN_TRANSACTION: &str = "client:open-transaction";
 
 /// Rolls back a transaction left open by a failure, and reconnects (and re-runs `init`) when
 /// the connection broke. A failed reconnect leaves the session without a client; its next

@@ -8,7 +8,9 @@ use std::future::pending;
 use std::time::Duration;
 
 use common::rt;
-use slipstream_bench::{self as bench, BenchRun, RunConfig};
+use slipstream_bench::{
+    self as bench, BenchRun, RunConfig, Session, Transaction, TxError, Workload,
+};
 use slipstream_testkit::Cluster;
 
 /// A cluster with the table `ran` (one row per committed execution) and its URL.
@@ -82,4 +84,35 @@ statements = ["BEGIN", "INSERT INTO ran DEFAULT VALUES"]
         t.failed > 0,
         "an insert never committed is not reported: {t:?}"
     );
+}
+
+/// Inserts a row inside a `Transaction` guard and drops the guard: a rollback the code chose
+/// (tokio-postgres's idiom), whose `ROLLBACK` the client queues for its next call.
+struct DroppedGuard;
+
+impl Transaction for DroppedGuard {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        {
+            let mut tx = s.client()?.transaction().await?;
+            tx.execute("INSERT INTO ran DEFAULT VALUES", &[]).await?;
+        }
+        s.count().inserts += 1;
+        Ok(())
+    }
+}
+
+/// Holds (with the fix above): a transaction that rolls back by dropping its guard is a
+/// success, as its code meant, not `client:open-transaction`; and its queued ROLLBACK runs,
+/// so no later transaction runs inside its block (the server holds no row).
+#[test]
+fn holds_a_dropped_transaction_guard_is_a_rollback_not_a_failure() {
+    let (_cluster, url) = cluster_with_ran_table();
+    let w = Workload::new("guard").transaction("dropped", 1, || DroppedGuard);
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.users, c.threads, c.seed) = (2, 1, 7);
+    c.duration = Duration::from_millis(500);
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let t = &run.transactions[0];
+    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
+    assert_eq!(rows(&url), 0);
 }
