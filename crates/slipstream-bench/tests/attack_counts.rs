@@ -200,3 +200,44 @@ sql = "INSERT INTO ran SELECT clock_timestamp() FROM pg_sleep(0.01)"
         "{said}: the server committed {in_window} in the window"
     );
 }
+
+/// Promise (docs/custom-transactions.md, Transactions: "An atomic transaction adds one commit,
+/// or one rollback when it fails"): a file's atomic transaction that fails at its COMMIT (a
+/// deferred constraint here; a serializable transaction's 40001 comes there too) was rolled
+/// back by the server, and its statements say so.
+///
+/// Steps: a deferred unique key already holding 1, and an atomic transaction inserting 1 then
+/// reading: every COMMIT fails with 23505. The type's rollbacks against its failures, and
+/// against the server's own count of rollbacks over the run.
+///
+/// Before the fix: 0 rollbacks and 0 commits for 826 failed transactions, beside a server that
+/// counted 826 rollbacks: the COMMIT's failure was returned before any count, and the runner
+/// sends no ROLLBACK for a block the server has already ended.
+#[test]
+fn an_atomic_transaction_that_fails_at_its_commit_counts_its_rollback() {
+    let cluster = Cluster::start().unwrap();
+    cluster
+        .psql("CREATE TABLE d (k int, CONSTRAINT u UNIQUE (k) DEFERRABLE INITIALLY DEFERRED); INSERT INTO d VALUES (1)")
+        .unwrap();
+    let url = cluster.url();
+    let run = file_run(
+        r#"
+name = "deferred"
+[[transaction]]
+name = "late"
+statements = ["INSERT INTO d VALUES (1)", "SELECT 1"]
+"#,
+        &url,
+        1,
+        0.5,
+    );
+    let t = &run.transactions[0];
+    assert!(t.failed > 0 && t.ok == 0, "{t:?}");
+    assert_eq!(t.failures.get("23505"), Some(&t.failed), "{:?}", t.failures);
+    assert_eq!(
+        (t.statements.commits, t.statements.rollbacks),
+        (0, t.failed),
+        "{} transactions rolled back by the server at their COMMIT",
+        t.failed
+    );
+}
