@@ -722,7 +722,16 @@ async fn run_plan(
         st.kind.count(counts);
     }
     if plan.atomic {
-        s.client()?.simple_query("COMMIT").await?;
+        if let Err(e) = s.client()?.simple_query("COMMIT").await {
+            // A COMMIT the server refuses (a deferred constraint, a serialization failure)
+            // ends the block with a rollback, so the runner sends none: counted here, as
+            // the runner counts its own. Without the server's word (a broken connection) the
+            // outcome is unknown, and nothing is counted.
+            if e.code().is_some() {
+                counts.rollbacks += 1;
+            }
+            return Err(e.into());
+        }
         counts.commits += 1;
     }
     Ok(())
