@@ -212,10 +212,18 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     let failed: u64 = run.transactions.iter().map(|t| t.failed).sum();
     let ok: u64 = run.transactions.iter().map(|t| t.ok).sum();
     // A run in which nothing succeeded measured nothing: a script or a CI job must not take
-    // it for a result (pgbench exits 2 on errors during the run).
+    // it for a result (pgbench exits 2 on errors during the run). Transactions cut off at the
+    // grace limit (a stalled server, a table left locked) are no result either.
     if ok == 0 && failed > 0 {
         eprintln!(
             "slipstream: error: every transaction failed ({failed}); the failures above say why"
+        );
+        return Ok(ExitCode::from(ALL_FAILED));
+    }
+    if ok == 0 && run.unfinished > 0 {
+        eprintln!(
+            "slipstream: error: nothing finished: the window's {} transactions were cut off at its end (censored: still running after the {:?} grace period, or never started); look for what held them on the server (a lock, a stalled server: pg_stat_activity), or raise --grace",
+            run.unfinished, config.grace
         );
         return Ok(ExitCode::from(ALL_FAILED));
     }
@@ -249,7 +257,7 @@ fn run_only_flags(args: &BenchArgs) -> Vec<&'static str> {
 }
 
 /// `bench`'s exit status when every transaction of the window failed (as pgbench's for
-/// errors during the run).
+/// errors during the run), or none finished.
 const ALL_FAILED: u8 = 2;
 
 /// What a workload file sets that the command line can also set.
