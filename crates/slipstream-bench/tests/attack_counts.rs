@@ -241,3 +241,110 @@ statements = ["INSERT INTO d VALUES (1)", "SELECT 1"]
         t.failed
     );
 }
+
+/// Promise (docs/bench.md, Order Entry: the invariants hold after a run; The clock: a failed
+/// transaction is counted by SQLSTATE, the user rolls back and reconnects and goes on; the
+/// brief: every count is true after failures).
+///
+/// Steps: Order Entry at its smallest scale, 6 users for 2 s, while another connection
+/// terminates every other client backend every 150 ms (the runner's users reconnect each
+/// time). Then: the invariants; the registrations the server holds against the type's
+/// successes and failures (a success committed its customer; a failure may have committed
+/// it before failing at its logon or read-back, or not); the per-type and per-stage sums.
+#[test]
+fn holds_order_entry_counts_and_invariants_under_terminated_connections() {
+    use slipstream_bench::order_entry;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    let mut client = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+    let customers = |client: &mut slipstream_pg::Client| -> u64 {
+        let n: i64 = rt
+            .block_on(client.query_one("SELECT count(*) FROM soe.customers", &[]))
+            .unwrap()
+            .get(0)
+            .unwrap();
+        n as u64
+    };
+    let customers0 = customers(&mut client);
+    let done = AtomicBool::new(false);
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.users, c.threads, c.seed) = (6, 2, 11);
+    c.duration = Duration::from_secs(2);
+    let (run, kills) = std::thread::scope(|s| {
+        let killer = s.spawn(|| {
+            let rt = common::rt();
+            let mut k = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+            let mut kills = 0u64;
+            while !done.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(150));
+                let n: i64 = rt
+                    .block_on(k.query_one(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                         AND query NOT LIKE '%pg_stat%'",
+                        &[],
+                    ))
+                    .unwrap()
+                    .get(0)
+                    .unwrap();
+                kills += n as u64;
+            }
+            kills
+        });
+        let run = rt.block_on(bench::run(&order_entry::workload(), &c, pending::<()>()));
+        done.store(true, Ordering::Release);
+        (run.unwrap(), killer.join().unwrap())
+    });
+    let failed: u64 = run.transactions.iter().map(|t| t.failed).sum();
+    assert!(
+        kills > 0 && failed > 0,
+        "{kills} backends terminated, {failed} failures"
+    );
+    // The killer ended this one too.
+    let mut client = rt.block_on(slipstream_pg::connect(&url)).unwrap();
+    let broken = rt.block_on(order_entry::check(&mut client)).unwrap();
+    assert!(broken.is_empty(), "after the run: {broken:?}");
+    let reg = run
+        .transactions
+        .iter()
+        .find(|t| t.name == "customer-registration")
+        .unwrap();
+    let added = customers(&mut client) - customers0;
+    assert!(
+        reg.ok <= added && added <= reg.ok + reg.failed + reg.censored,
+        "{added} customers registered; the result: {} ok, {} failed, {} censored",
+        reg.ok,
+        reg.failed,
+        reg.censored
+    );
+    for t in &run.transactions {
+        assert_eq!(t.failures.values().sum::<u64>(), t.failed, "{}", t.name);
+        let staged: (u64, u64) = run
+            .stages
+            .iter()
+            .flat_map(|s| s.transactions.iter().filter(|x| x.name == t.name))
+            .fold((0, 0), |(o, f), x| (o + x.ok, f + x.failed));
+        assert_eq!(
+            staged,
+            (t.ok, t.failed),
+            "{}: stages against totals",
+            t.name
+        );
+        let series = run.intervals.per_transaction.get(&t.name);
+        let after = run.intervals.after_window.get(&t.name);
+        let (n, f) = series
+            .into_iter()
+            .flatten()
+            .chain(after)
+            .fold((0, 0), |(n, f), i| (n + i.sufficient.n, f + i.failed));
+        assert_eq!(
+            (n, f),
+            (t.ok, t.failed),
+            "{}: intervals against totals",
+            t.name
+        );
+    }
+}
