@@ -1158,6 +1158,11 @@ async fn left_open(session: &mut Session) -> Option<crate::TxError> {
 /// The code of [`left_open`]'s failure.
 const OPEN_TRANSACTION: &str = "client:open-transaction";
 
+/// How long a user waits after a reconnect that failed (to connect, or in `init`) before its
+/// next transaction, which fails at once and tries again: long enough not to hammer a server
+/// with connections, short enough to come back soon after it does.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
 /// Rolls back a transaction left open by a failure, and reconnects (and re-runs `init`) when
 /// the connection broke. A failed reconnect leaves the session without a client; its next
 /// transaction fails with `client:no-connection`, whose message is the reconnect's error, and
@@ -1204,13 +1209,16 @@ async fn repair(
                 }
                 set_token(shared, user, None);
                 session.reconnected(Err(format!("reconnect failed: {e}")));
+                // As for a failed connect: each retry is a new connection, and without the
+                // pause a user made one every few milliseconds (174 in a 1 s run).
+                tokio::time::sleep(RECONNECT_PAUSE).await;
             }
         }
         Err(e) => {
             // Kept for the next transaction's failure: the only place this error is reported.
             session.reconnected(Err(format!("reconnect failed: {e}")));
             // Back off so a down server is not hammered by every user in a tight loop.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(RECONNECT_PAUSE).await;
         }
     }
     rolled_back
