@@ -392,7 +392,7 @@ fn a_reconnect_whose_init_fails_is_retried_after_the_pause() {
     let t = &run.transactions[0];
     let reconnects = inits.load(std::sync::atomic::Ordering::Relaxed) - 1;
     assert!(
-        t.failures.get("client:no-connection").is_some(),
+        t.failures.contains_key("client:no-connection"),
         "{:?}",
         t.failures
     );
