@@ -534,7 +534,12 @@ impl BenchRun {
         }
     }
 
-    /// Successful transactions per second over the measured window, all types.
+    /// Successful transactions per second over the measured window, all types: the window's
+    /// successes (those it started, or whose arrival it scheduled, wherever they ended) over
+    /// its length. In an open loop whose users fell behind, the backlog they served after the
+    /// window is counted, so this reads as the rate asked for rather than what the server
+    /// sustained; the run then warns in `context.warnings`, with the successes that ended
+    /// within the window.
     ///
     /// ```
     /// # fn main() -> anyhow::Result<()> {
