@@ -405,3 +405,58 @@ fn a_reconnect_whose_init_fails_is_retried_after_the_pause() {
         t.failed
     );
 }
+
+/// Ends its own backend and ignores the error, as code that swallows a cleanup statement's
+/// failure does (`let _ = ...`), then returns `Ok`: its connection is broken.
+struct SwallowsItsKill;
+
+impl Transaction for SwallowsItsKill {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        let _ = s
+            .client()?
+            .simple_query("SELECT pg_terminate_backend(pg_backend_pid())")
+            .await;
+        Ok(())
+    }
+}
+
+/// Selects 1.
+struct SelectOne;
+
+impl Transaction for SelectOne {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        s.client()?.simple_query("SELECT 1").await?;
+        s.count().selects += 1;
+        Ok(())
+    }
+}
+
+/// Promise (docs/bench.md: failures are counted per type; "the user then ... reconnects a
+/// broken connection ... and goes on"): a type's failures are its own.
+///
+/// Steps: two types at equal weights, one user: `kill` breaks its connection and returns
+/// `Ok`; `select` runs `SELECT 1`, which cannot fail on a working connection.
+///
+/// Before the fix: the runner repaired the connection only after a failure, so the `select`
+/// after each `kill` ran on the broken connection and was counted failed, charged to a type
+/// that did nothing wrong.
+#[test]
+fn a_connection_broken_by_a_successful_transaction_is_not_charged_to_the_next() {
+    let cluster = Cluster::start().unwrap();
+    let w = Workload::new("broken")
+        .transaction("kill", 1, || SwallowsItsKill)
+        .transaction("select", 1, || SelectOne);
+    let mut c = RunConfig::new(Some(cluster.url()));
+    (c.users, c.threads, c.seed) = (1, 1, 7);
+    c.duration = Duration::from_millis(700);
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let [kill, select] = &run.transactions[..] else {
+        panic!("{:?}", run.transactions)
+    };
+    assert!(kill.ok > 0 && select.ok > 0, "{kill:?} {select:?}");
+    assert_eq!(
+        select.failed, 0,
+        "SELECT 1 failed {} times after 'kill' broke the connection: {:?}",
+        select.failed, select.failure_messages
+    );
+}
