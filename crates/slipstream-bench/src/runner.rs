@@ -1121,8 +1121,15 @@ async fn run_one(
         );
         shared.busy[user].store(0, Ordering::Release);
     }
-    // The rollback a repair sends is the transaction's statement too.
-    if result.is_err() && repair(shared, user, session, txs).await && recorded {
+    // The rollback a repair sends is the transaction's statement too. A connection broken
+    // under a transaction that returned Ok (an error its code ignored) is repaired as well:
+    // left as it is, the next transaction, of whatever type, failed on it and was charged
+    // with the failure.
+    let broken = session
+        .client_slot()
+        .as_ref()
+        .is_some_and(Client::is_broken);
+    if (result.is_err() || broken) && repair(shared, user, session, txs).await && recorded {
         let rollback = crate::transaction::StatementCounts {
             rollbacks: 1,
             ..Default::default()
