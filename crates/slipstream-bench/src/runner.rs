@@ -1154,12 +1154,17 @@ async fn left_open(session: &mut Session) -> Option<crate::TxError> {
     // A failure here breaks the connection, which ends the block on the server as well; the
     // next transaction finds it broken.
     client.settle().await.ok()?;
-    (client.transaction_status() != TransactionStatus::Idle).then(|| {
-        crate::TxError::new(
-            OPEN_TRANSACTION,
-            "the transaction returned inside a transaction block it never ended (a BEGIN without its COMMIT), so none of its work was committed; the runner rolled it back. End every block it opens: COMMIT, or ROLLBACK",
-        )
-    })
+    let why = match client.transaction_status() {
+        TransactionStatus::Idle => return None,
+        // An error the code ignored aborted the block; its COMMIT would only roll back.
+        TransactionStatus::Failed => {
+            "the transaction returned inside a transaction block an error had aborted (an error its code ignored), so none of its work was committed; the runner rolled it back. Return the error, or end the block"
+        }
+        _ => {
+            "the transaction returned inside a transaction block it never ended (a BEGIN without its COMMIT), so none of its work was committed; the runner rolled it back. End every block it opens: COMMIT, or ROLLBACK"
+        }
+    };
+    Some(crate::TxError::new(OPEN_TRANSACTION, why))
 }
 
 /// The code of [`left_open`]'s failure.

@@ -460,3 +460,35 @@ fn a_connection_broken_by_a_successful_transaction_is_not_charged_to_the_next() 
         select.failed, select.failure_messages
     );
 }
+
+/// Opens a block, inserts, ignores a failing statement's error and returns `Ok`: the block
+/// is aborted, and nothing in it can commit.
+struct IgnoresAnError;
+
+impl Transaction for IgnoresAnError {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        let c = s.client()?;
+        c.simple_query("BEGIN").await?;
+        c.simple_query("INSERT INTO ran DEFAULT VALUES").await?;
+        let _ = c.simple_query("SELECT 1/0").await;
+        Ok(())
+    }
+}
+
+/// As [`a_transaction_that_leaves_its_block_open_is_not_counted_as_committed`], for a block
+/// an ignored error aborted: a failure whose message says so, and the server holds no row.
+#[test]
+fn a_transaction_that_returns_inside_an_aborted_block_is_a_failure_that_says_so() {
+    let (_cluster, url) = cluster_with_ran_table();
+    let w = Workload::new("aborted").transaction("ignores", 1, || IgnoresAnError);
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.users, c.threads, c.seed) = (1, 1, 7);
+    c.duration = Duration::from_millis(300);
+    let run = rt().block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let t = &run.transactions[0];
+    assert_eq!(t.ok, 0, "{t:?}");
+    let said = &t.failure_messages["client:open-transaction"];
+    assert!(said.contains("an error had aborted"), "{said}");
+    assert_eq!(t.statements.rollbacks, t.failed, "{t:?}");
+    assert_eq!(rows(&url), 0);
+}
