@@ -17,6 +17,7 @@ mod attack_dropped_guard_failures;
 mod attack_inputs;
 mod attack_libpq_env;
 mod attack_parameters;
+mod attack_pipeline_cancel;
 mod attack_pipeline_copy_check;
 mod attack_pipeline_lost_commit;
 mod attack_pipeline_outcomes;
