@@ -1796,8 +1796,9 @@ impl Drop for Pipeline<'_> {
         // sequence. It was abandoned (a `?` on a client-side error, a timeout), so none of it
         // may commit. If none of its messages has reached the server, they are taken back out
         // of the write buffer and nothing of it runs: failing it instead would still run a
-        // `COMMIT` queued in it, which commits the work before it at once. Otherwise an
-        // Execute of a portal that does not exist fails it before its Sync, and the server
+        // `COMMIT` queued in it, which commits the work before it at once. Otherwise its
+        // operations not yet begun on the socket are taken back likewise, an Execute of a
+        // portal that does not exist fails what was sent before its Sync, and the server
         // rolls back what the block did since its last `COMMIT` it received (inside the
         // caller's BEGIN, that transaction fails and its COMMIT reports the rollback).
         // Continue-on-error operations still run, each on its own. Replies are read and
@@ -1818,6 +1819,18 @@ impl Drop for Pipeline<'_> {
                     self.group_start = None;
                     self.needs_flush = false;
                 } else {
+                    // Part of the group reached the socket. What did not is taken back from
+                    // the end of the operation the socket has begun (which must go whole):
+                    // sent later, a `COMMIT` among it would commit the work before it,
+                    // although the server never had it when the block was given up.
+                    let written = conn.written;
+                    let cut = self.expect.iter().find_map(|e| match e {
+                        Expect::Op(p) if p.end >= written => Some(p.end),
+                        _ => None,
+                    });
+                    if let Some(cut) = cut {
+                        conn.wbuf.truncate((cut - written) as usize);
+                    }
                     let _ = frontend::execute(ABANDONED_BLOCK, 0, &mut conn.wbuf);
                 }
             }
