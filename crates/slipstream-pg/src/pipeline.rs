@@ -397,6 +397,10 @@ pub struct Pipeline<'c> {
     /// Its operations' ids follow the last one in `results`, which gets theirs when it is
     /// written, so nothing else may be queued while it is held.
     run: Option<Run>,
+    /// Abort mode, while `end()` waits: the group its `Sync` closed, as `(first operation,
+    /// group_offset, stream offset of that Sync)`. Dropped before the `Sync` began on the
+    /// socket (a timeout), the block was given up like one never ended (see `Drop`).
+    ending: Option<(u64, u64, u64)>,
     ended: bool,
 }
 
@@ -582,6 +586,7 @@ impl Client {
             unsent: 0,
             due_pushed: 0,
             run: None,
+            ending: None,
             ended: false,
         }
     }
@@ -979,6 +984,10 @@ impl Pipeline<'_> {
     ///
     /// If the connection fails, every operation not yet answered fails with the cause.
     ///
+    /// Dropped before the block's final `Sync` began to reach the socket (a timeout on a
+    /// server slow to read), the block is given up as if `end` had not been called: nothing
+    /// of its last sync group commits. Once that `Sync` went out, the block runs as sent.
+    ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
     /// use slipstream_pg::{PipelineMode, PipelineOptions};
@@ -991,7 +1000,13 @@ impl Pipeline<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn end(mut self) -> Vec<Result<Output, Error>> {
-        self.sync();
+        self.flush_run();
+        if let Some(first) = self.group_start {
+            let conn = &self.client.conn;
+            let sync_at = conn.written + conn.wbuf.len() as u64;
+            self.ending = Some((first, self.group_offset, sync_at));
+        }
+        self.close_group();
         self.pump(Until::All).await;
         self.ended = true;
         self.look_up_types().await;
@@ -1807,6 +1822,22 @@ impl Drop for Pipeline<'_> {
         // unsent (a lookup changes nothing, so nothing is lost).
         self.run = None;
         if !self.ended && !self.client.conn.is_broken() {
+            let conn = &mut self.client.conn;
+            if let Some((first, offset, sync_at)) = self.ending.take()
+                && sync_at >= conn.written
+            {
+                // `end()` was dropped (a timeout) before the server got the `Sync` it
+                // queued: the caller gave the block up, and may retry it. Sent with the next
+                // request, that `Sync` would commit the group behind the retry's back, so the
+                // group is open again, and abandoned below. It is the last thing queued, and
+                // its `ReadyForQuery` the last owed.
+                conn.wbuf.truncate((sync_at - conn.written) as usize);
+                conn.owed.pop_back();
+                self.expect.pop_back();
+                self.syncs.pop_back();
+                self.group_start = Some(first);
+                self.group_offset = offset;
+            }
             if self.options.mode == PipelineMode::AbortOnError && self.group_start.is_some() {
                 let conn = &mut self.client.conn;
                 if self.group_offset >= conn.written {
