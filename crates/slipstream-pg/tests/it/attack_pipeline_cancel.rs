@@ -2,7 +2,7 @@
 //! commits, checked against what the server kept, when only part of the block reached the
 //! socket.
 
-use slipstream_pg::{Client, ErrorKind, PipelineMode, PipelineOptions};
+use slipstream_pg::{Client, Error, ErrorKind, PipelineMode, PipelineOptions};
 
 use super::engine::{DropAfter, bounded};
 
@@ -151,4 +151,171 @@ async fn an_end_dropped_before_its_sync_was_sent_commits_nothing_and_a_retry_run
         i64::from(ROWS),
         "the block given up by a dropped end() committed too, beside its retry"
     );
+}
+
+/// One block to drop at every poll: it queues rows into `t` and counts in `queued` each
+/// operation whose queueing call returned.
+type Block =
+    for<'a> fn(
+        &'a mut Client,
+        &'a std::cell::Cell<i64>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + 'a>>;
+
+/// What may be in `t` after the block was dropped with `queued` operations handed out.
+type Kept = fn(kept: i64, queued: i64) -> bool;
+
+const BLOCK_ROWS: i64 = 30;
+
+fn all_or_nothing(kept: i64, _: i64) -> bool {
+    kept == 0 || kept == BLOCK_ROWS
+}
+
+fn blocks() -> Vec<(&'static str, Block, Kept)> {
+    vec![
+        (
+            "abort on error, a process in the middle, a small window",
+            |c, queued| {
+                Box::pin(async move {
+                    let mut p = c.pipeline_with(abort_mode().max_in_flight(8));
+                    let mut ops = Vec::new();
+                    for x in 0..BLOCK_ROWS {
+                        ops.push(p.execute("INSERT INTO t VALUES ($1)", &[&x]).await?);
+                        queued.set(queued.get() + 1);
+                        if x == 12 {
+                            assert_eq!(p.process(&ops[5]).await?, 1);
+                        }
+                    }
+                    p.sync();
+                    assert_eq!(p.process(&ops[20]).await?, 1);
+                    for r in p.end().await {
+                        r?;
+                    }
+                    Ok(())
+                })
+            },
+            all_or_nothing,
+        ),
+        (
+            "abort on error, BEGIN, a savepoint rolled back to, COMMIT",
+            |c, queued| {
+                Box::pin(async move {
+                    let mut p = c.pipeline_with(abort_mode().max_in_flight(8));
+                    p.execute("BEGIN", &[]).await?;
+                    for x in 0..BLOCK_ROWS {
+                        p.execute("INSERT INTO t VALUES ($1)", &[&x]).await?;
+                        queued.set(queued.get() + 1);
+                    }
+                    p.execute("SAVEPOINT s", &[]).await?;
+                    p.execute("INSERT INTO t VALUES (-1)", &[]).await?;
+                    p.execute("ROLLBACK TO SAVEPOINT s", &[]).await?;
+                    let commit = p.commit().await?;
+                    p.process(&commit).await?;
+                    for r in p.end().await {
+                        r?;
+                    }
+                    Ok(())
+                })
+            },
+            all_or_nothing,
+        ),
+        (
+            "continue on error, a failing operation every seventh",
+            |c, queued| {
+                Box::pin(async move {
+                    let mut p = c.pipeline_with(super::continue_on_error().max_in_flight(8));
+                    let mut ops = Vec::new();
+                    for x in 0..BLOCK_ROWS {
+                        // Every seventh divides by zero: it fails alone, and writes nothing.
+                        let d = i64::from(x % 7 != 3);
+                        ops.push(
+                            p.execute("INSERT INTO t VALUES ($1 / $2)", &[&x, &d])
+                                .await?,
+                        );
+                        queued.set(queued.get() + 1);
+                    }
+                    assert_eq!(p.process(&ops[2]).await?, 1);
+                    let results = p.end().await;
+                    let failed = results.iter().filter(|r| r.is_err()).count();
+                    assert_eq!(failed, 4, "{:?}", super::describe(&results));
+                    Ok(())
+                })
+            },
+            // Every operation handed out runs (one more may have been queued when its call
+            // was dropped), and the failing ones write nothing.
+            |kept, queued| {
+                let rows = |n: i64| (0..n).filter(|x| x % 7 != 3).count() as i64;
+                kept == rows(queued) || kept == rows(queued + 1)
+            },
+        ),
+    ]
+}
+
+/// Promise (docs/pipelining.md, "Failures, drops and cancellation", and README: "Dropping a
+/// future part-way never desynchronises the connection"): a block dropped at any await point,
+/// a queueing call waiting on the window, a `process`, or `end`, leaves the connection in step
+/// and commits all or nothing of an abort-mode group, and in continue-on-error mode exactly
+/// the operations queued. Checked against the table with another connection, directly and
+/// through the delay proxy, whose chunked delivery puts more await points in every block.
+/// (`cancellation.rs` drops pipelines at every poll too, but checks only the next call.)
+#[tokio::test]
+async fn holds_blocks_dropped_at_every_poll_keep_all_or_nothing_and_stay_in_step() {
+    let (cluster, proxy, mut slow) = super::behind_proxy("").await;
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    watcher
+        .batch_execute("CREATE TABLE t (x int8)")
+        .await
+        .unwrap();
+    proxy.set_rtt(std::time::Duration::from_micros(200));
+    for (client, via) in [(&mut c, "direct"), (&mut slow, "through the proxy")] {
+        for (name, block, allowed) in blocks() {
+            let mut completed = false;
+            for k in 1..=400 {
+                let queued = std::cell::Cell::new(0);
+                let what = format!("{name} ({via}), dropped at poll {k}");
+                let outcome = bounded(&what, DropAfter::new(block(client, &queued), k)).await;
+                let marker = k as i32;
+                match bounded(&what, client.query_one("SELECT $1::int4", &[&marker])).await {
+                    Ok(row) => {
+                        assert_eq!(row.get::<_, i32>(0).unwrap(), marker, "{what}");
+                        assert_eq!(
+                            client.transaction_status(),
+                            slipstream_pg::TransactionStatus::Idle,
+                            "{what}"
+                        );
+                    }
+                    // The block's own BEGIN was open when it was dropped: the drop failed
+                    // that transaction on purpose, and the next call must say so.
+                    Err(e) => {
+                        assert_eq!(
+                            e.code(),
+                            Some(slipstream_pg::SqlState::IN_FAILED_SQL_TRANSACTION),
+                            "{what}: {e}"
+                        );
+                        assert!(
+                            e.to_string().contains("dropped before its end()"),
+                            "{what}: {e}"
+                        );
+                        assert!(!client.is_reusable(), "{what}");
+                        client.batch_execute("ROLLBACK").await.unwrap();
+                    }
+                }
+                let kept: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM t").await;
+                assert!(
+                    allowed(kept, queued.get()),
+                    "{what}: {kept} rows kept, {} operations queued",
+                    queued.get()
+                );
+                watcher.batch_execute("TRUNCATE t").await.unwrap();
+                if let Some(result) = outcome {
+                    result.unwrap_or_else(|e| panic!("{name} ({via}) failed: {e}"));
+                    assert!(kept == BLOCK_ROWS || kept == 26, "{what}: {kept}");
+                    eprintln!("{name} ({via}): completed at poll {k}");
+                    completed = true;
+                    break;
+                }
+            }
+            assert!(completed, "{name} ({via}) did not complete in 400 polls");
+        }
+    }
 }
