@@ -214,7 +214,11 @@ fn calls() -> Vec<(&'static str, Call)> {
         }),
         ("pipeline, continue on error", |c| {
             Box::pin(async move {
-                let mut p = c.pipeline_with(PipelineOptions::new().max_in_flight(8));
+                let mut p = c.pipeline_with(
+                    PipelineOptions::new()
+                        .mode(PipelineMode::ContinueOnError)
+                        .max_in_flight(8),
+                );
                 let mut ops = Vec::new();
                 for i in 0..40i64 {
                     ops.push(
