@@ -1850,13 +1850,18 @@ impl Drop for Pipeline<'_> {
                     self.group_start = None;
                     self.needs_flush = false;
                 } else {
-                    // Part of the group reached the socket. What did not is taken back from
-                    // the end of the operation the socket has begun (which must go whole):
-                    // sent later, a `COMMIT` among it would commit the work before it,
-                    // although the server never had it when the block was given up.
+                    // Part of the group reached the socket. The operations that did not
+                    // begin to are taken back (one the socket has begun must go whole):
+                    // sent later, a `COMMIT` among them would commit the work before it,
+                    // although the server never had it when the block was given up. An
+                    // operation's messages are its last `bytes` before its `end` (a `Flush`
+                    // that `flush_through` put before it is not among them).
                     let written = conn.written;
                     let cut = self.expect.iter().find_map(|e| match e {
-                        Expect::Op(p) if p.end >= written => Some(p.end),
+                        Expect::Op(p) if p.end >= written => {
+                            let start = p.end - p.bytes as u64;
+                            Some(if start >= written { start } else { p.end })
+                        }
                         _ => None,
                     });
                     if let Some(cut) = cut {
