@@ -319,3 +319,49 @@ async fn holds_blocks_dropped_at_every_poll_keep_all_or_nothing_and_stay_in_step
         }
     }
 }
+
+/// The same promise when the block ends with memopt lookups still held (they are written
+/// after the group's `Sync`, as a sync point of their own): an `end()` dropped before that
+/// `Sync` was sent commits nothing.
+///
+/// Before the fix: 200 rows. `end()` wrote the held run, which closes the group first, so it
+/// saw no open group to give up.
+#[tokio::test]
+async fn an_end_dropped_with_lookups_held_commits_nothing_of_a_group_it_never_sent() {
+    let (cluster, mut c) = super::memopt::memopt_setup().await;
+    let mut holder = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    holder
+        .batch_execute("SELECT pg_advisory_lock(7)")
+        .await
+        .unwrap();
+    c.batch_execute("CREATE TABLE t (x int4, pad text)")
+        .await
+        .unwrap();
+    let insert = c.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
+    let m = c.memopt_table("m").await.unwrap();
+    let pad = "x".repeat(PAD);
+    {
+        let mut p = c.pipeline_with(abort_mode().max_in_flight_bytes(1 << 30));
+        p.execute("SELECT pg_advisory_lock(7)", &[]).await.unwrap();
+        for x in 0..ROWS {
+            p.execute(&insert, &[&x, &pad]).await.unwrap();
+        }
+        p.memopt_get(&m, &1i64).await.unwrap();
+        let outcome = bounded("end", DropAfter::new(p.end(), 1)).await;
+        assert!(outcome.is_none(), "end() completed with the server blocked");
+    }
+    holder
+        .batch_execute("SELECT pg_advisory_unlock(7)")
+        .await
+        .unwrap();
+    let marker = bounded("the next call", c.query_one("SELECT $1::int4", &[&77i32]))
+        .await
+        .unwrap();
+    assert_eq!(marker.get::<_, i32>(0).unwrap(), 77);
+    assert!(c.is_reusable());
+    let kept: i64 = super::scalar(&mut holder, "SELECT count(*) FROM t").await;
+    assert_eq!(kept, 0, "the block given up by a dropped end() committed");
+    // The connection still looks up in step.
+    let row = c.memopt_get(&m, &2i64).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, i64>(0).unwrap(), 2);
+}
