@@ -397,11 +397,28 @@ pub struct Pipeline<'c> {
     /// Its operations' ids follow the last one in `results`, which gets theirs when it is
     /// written, so nothing else may be queued while it is held.
     run: Option<Run>,
-    /// Abort mode, while `end()` waits: the group its `Sync` closed, as `(first operation,
-    /// group_offset, stream offset of that Sync)`. Dropped before the `Sync` began on the
-    /// socket (a timeout), the block was given up like one never ended (see `Drop`).
-    ending: Option<(u64, u64, u64)>,
+    /// Abort mode, while `end()` waits: the group its `Sync` closed. Dropped before that
+    /// `Sync` began on the socket (a timeout), the block was given up like one never ended
+    /// (see `Drop`).
+    ending: Option<Ending>,
     ended: bool,
+}
+
+/// The abort-mode group that [`Pipeline::end`] closed, and what `end` queued from its `Sync`
+/// on (that `Sync`, and a held run of lookups written after it), to be taken back if `end` is
+/// dropped before any of it was written. Nothing of it can have been answered then, so its
+/// entries are still the last of each queue.
+struct Ending {
+    /// The group's first operation, and where its messages begin (`Pipeline::group_offset`).
+    first: u64,
+    offset: u64,
+    /// The stream offset of the group's `Sync`.
+    sync_at: u64,
+    /// How many entries `end` pushed on the connection's owed queue, on `expect` and on
+    /// `syncs`.
+    owed: usize,
+    expect: usize,
+    syncs: usize,
 }
 
 /// A run of [`Pipeline::memopt_get`] calls on one table with one key kind, held to be sent
@@ -1000,13 +1017,27 @@ impl Pipeline<'_> {
     /// # Ok(()) }
     /// ```
     pub async fn end(mut self) -> Vec<Result<Output, Error>> {
-        self.flush_run();
-        if let Some(first) = self.group_start {
+        let open = self.group_start.map(|first| {
             let conn = &self.client.conn;
-            let sync_at = conn.written + conn.wbuf.len() as u64;
-            self.ending = Some((first, self.group_offset, sync_at));
+            let counts = (conn.owed.len(), self.expect.len(), self.syncs.len());
+            (
+                first,
+                self.group_offset,
+                conn.written + conn.wbuf.len() as u64,
+                counts,
+            )
+        });
+        self.sync();
+        if let Some((first, offset, sync_at, (owed, expect, syncs))) = open {
+            self.ending = Some(Ending {
+                first,
+                offset,
+                sync_at,
+                owed: self.client.conn.owed.len() - owed,
+                expect: self.expect.len() - expect,
+                syncs: self.syncs.len() - syncs,
+            });
         }
-        self.close_group();
         self.pump(Until::All).await;
         self.ended = true;
         self.look_up_types().await;
@@ -1823,20 +1854,21 @@ impl Drop for Pipeline<'_> {
         self.run = None;
         if !self.ended && !self.client.conn.is_broken() {
             let conn = &mut self.client.conn;
-            if let Some((first, offset, sync_at)) = self.ending.take()
-                && sync_at >= conn.written
+            if let Some(ending) = self.ending.take()
+                && ending.sync_at >= conn.written
             {
                 // `end()` was dropped (a timeout) before the server got the `Sync` it
                 // queued: the caller gave the block up, and may retry it. Sent with the next
                 // request, that `Sync` would commit the group behind the retry's back, so the
-                // group is open again, and abandoned below. It is the last thing queued, and
-                // its `ReadyForQuery` the last owed.
-                conn.wbuf.truncate((sync_at - conn.written) as usize);
-                conn.owed.pop_back();
-                self.expect.pop_back();
-                self.syncs.pop_back();
-                self.group_start = Some(first);
-                self.group_offset = offset;
+                // group is open again, and abandoned below. What `end` queued is the last
+                // thing in the buffer and the last owed (a held run of lookups, which
+                // changes nothing, goes with it).
+                conn.wbuf.truncate((ending.sync_at - conn.written) as usize);
+                conn.owed.truncate(conn.owed.len() - ending.owed);
+                self.expect.truncate(self.expect.len() - ending.expect);
+                self.syncs.truncate(self.syncs.len() - ending.syncs);
+                self.group_start = Some(ending.first);
+                self.group_offset = ending.offset;
             }
             if self.options.mode == PipelineMode::AbortOnError && self.group_start.is_some() {
                 let conn = &mut self.client.conn;
