@@ -332,9 +332,10 @@ from_output!((), Output::Done => ());
 /// without bound. Writing and reading happen together, so no pipeline size can deadlock.
 ///
 /// Dropping a pipeline is safe: continue-on-error operations already queued still run, an open
-/// abort-mode block (the operations since its last sync point) is taken back unsent if none
-/// of it reached the socket, or else failed on purpose so that none of it commits after a
-/// `COMMIT` the server already received, and the replies are discarded before the
+/// abort-mode block (the operations since its last sync point; with an [`Pipeline::end`]
+/// dropped before its `Sync` was sent, the block's last group) is taken back where it has not
+/// begun to reach the socket, and what has is failed on purpose so that none of it commits
+/// after a `COMMIT` the server already received, and the replies are discarded before the
 /// connection's next request.
 ///
 /// ```no_run
