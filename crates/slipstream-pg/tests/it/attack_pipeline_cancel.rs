@@ -52,10 +52,12 @@ async fn a_dropped_block_commits_nothing_through_a_commit_the_server_never_recei
         // operations what is queued is written, as far as the socket takes it.
         let mut p = c.pipeline_with(abort_mode().max_in_flight_bytes(1 << 30));
         p.execute("SELECT pg_advisory_lock(7)", &[]).await?;
+        p.prepare("SELECT 'sent'").await?;
         for x in 0..ROWS {
             p.execute(insert, &[&x, &pad]).await?;
         }
         p.commit().await?;
+        p.prepare("SELECT 'kept back'").await?;
         p.execute(insert, &[&1i64, &pad]).await?; // refused here: the block is dropped
         p.end().await;
         Ok(())
@@ -80,6 +82,15 @@ async fn a_dropped_block_commits_nothing_through_a_commit_the_server_never_recei
     assert_eq!(
         kept, 0,
         "the dropped block committed {kept} rows through a COMMIT still in the client's buffer"
+    );
+    let left: i64 = super::scalar(
+        &mut c,
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'SELECT ''%'",
+    )
+    .await;
+    assert_eq!(
+        left, 0,
+        "a prepare of the dropped block stays on the server"
     );
 }
 
