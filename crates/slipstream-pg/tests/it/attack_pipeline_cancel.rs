@@ -376,3 +376,44 @@ async fn an_end_dropped_with_lookups_held_commits_nothing_of_a_group_it_never_se
     let row = c.memopt_get(&m, &2i64).await.unwrap().unwrap();
     assert_eq!(row.get::<_, i64>(0).unwrap(), 2);
 }
+
+/// docs/pipelining.md, "Rolled-back work is never reported as done": a `BEGIN` queued in the
+/// middle of an abort-mode group takes the operations before it since the sync point into its
+/// transaction (PostgreSQL turns the implicit transaction into the block), so they share its
+/// fate, unmarked like the operations after it; a `sync()` before the `BEGIN` commits them on
+/// their own. Checked with another connection after the caller's `ROLLBACK`.
+#[tokio::test]
+async fn holds_a_begin_in_mid_group_takes_the_work_before_it_into_its_transaction() {
+    let (cluster, mut c) = super::setup().await;
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (x int8)").await.unwrap();
+    for synced in [false, true] {
+        let mut p = c.pipeline_with(abort_mode());
+        let before = p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+        if synced {
+            p.sync();
+        }
+        p.execute("BEGIN", &[]).await.unwrap();
+        p.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+        p.execute("SELECT 1/0", &[]).await.unwrap();
+        p.commit().await.unwrap();
+        let results = p.end().await;
+        let what = super::describe(&results);
+        assert!(
+            matches!(
+                results[before.id() as usize],
+                Ok(slipstream_pg::Output::Affected(1))
+            ),
+            "{what:?}"
+        );
+        assert_eq!(
+            c.transaction_status(),
+            slipstream_pg::TransactionStatus::Failed,
+            "{what:?}"
+        );
+        c.batch_execute("ROLLBACK").await.unwrap();
+        let kept: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM t").await;
+        assert_eq!(kept, i64::from(synced), "synced: {synced}, {what:?}");
+        watcher.batch_execute("TRUNCATE t").await.unwrap();
+    }
+}
