@@ -417,3 +417,62 @@ async fn holds_a_begin_in_mid_group_takes_the_work_before_it_into_its_transactio
         watcher.batch_execute("TRUNCATE t").await.unwrap();
     }
 }
+
+/// Promise (docs/pipelining.md, modes table): in an abort-mode block, after a failure "later
+/// operations up to the next sync point are skipped and fail with `ErrorKind::Aborted`, naming
+/// the failed one"; a sync point starts afresh; the connection stays in step.
+///
+/// Steps: the failure's reply is read before more operations join its group: (a) the caller
+/// takes it with `process`, then queues on; (b) a sliding window (16 in flight) reads it
+/// while queueing 100 more, with no `process` at all. Then a `sync()` and one more.
+///
+/// Before the fix: (a) the server skipped the later operation without a reply, and its
+/// `ReadyForQuery` was taken as that operation's reply: "server sent an unexpected
+/// ReadyForQuery message in reply to Execute (protocol violation); the connection is
+/// closed", the operation reported as "may have run (and committed)". (b) hung: the window
+/// waited for replies to operations the server skips.
+#[tokio::test]
+async fn operations_queued_after_a_failure_was_read_are_skipped_not_a_broken_connection() {
+    let (_cluster, mut c) = super::setup().await;
+    for window in [false, true] {
+        let options = if window {
+            abort_mode().max_in_flight(16)
+        } else {
+            abort_mode()
+        };
+        let mut p = c.pipeline_with(options);
+        let bad = p.execute("SELECT 1/0", &[]).await.unwrap();
+        if !window {
+            let e = p.process(&bad).await.unwrap_err();
+            assert_eq!(e.code(), Some(slipstream_pg::SqlState::DIVISION_BY_ZERO));
+        }
+        let mut later = Vec::new();
+        for i in 0..if window { 100 } else { 1 } {
+            let op = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                p.query("SELECT $1::int4", &[&i]),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("window {window}: queueing operation {} hung", i + 1))
+            .unwrap();
+            later.push(op);
+        }
+        p.sync();
+        let fresh = p.query("SELECT 42", &[]).await.unwrap();
+        let results = bounded("end", p.end()).await;
+        let what = super::describe(&results);
+        for op in &later {
+            let e = results[op.id() as usize].as_ref().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Aborted, "window {window}: {what:?}");
+            assert_eq!(e.aborted_by(), Some(bad.id()), "window {window}: {what:?}");
+        }
+        assert!(
+            matches!(&results[fresh.id() as usize], Ok(slipstream_pg::Output::Rows(r)) if r.len() == 1),
+            "window {window}: {what:?}"
+        );
+        let row = bounded("the next call", c.query_one("SELECT $1::int4", &[&7i32]))
+            .await
+            .unwrap_or_else(|e| panic!("window {window}: {e}"));
+        assert_eq!(row.get::<_, i32>(0).unwrap(), 7);
+    }
+}
