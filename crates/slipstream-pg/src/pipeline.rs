@@ -1256,6 +1256,18 @@ impl Pipeline<'_> {
     /// `ReadyForQuery`. Returns its (first) operation's id. The one place an entry is pushed.
     fn push(&mut self, kind: Kind, columns: Arc<[Column]>, mark: usize) -> u64 {
         let id = self.results.len() as u64;
+        if let Some(skip) = self.skipped_at_once(id, &kind) {
+            // The server skips it without a reply, up to the group's `Sync`: its messages
+            // need not go, and nothing may wait for its reply (its `ReadyForQuery` would be
+            // read as that, and a full window would wait for ever).
+            self.client.conn.wbuf.truncate(mark);
+            if let Kind::Prepare { name, .. } = &kind {
+                // Never created: see `complete`.
+                self.client.conn.claim(name);
+            }
+            self.results.push(Slot::Ready(Err(skip)));
+            return id;
+        }
         let bytes = self.client.conn.wbuf.len() - mark;
         let keep_rows = !matches!(kind, Kind::Execute);
         let ops = kind.ops();
@@ -1294,6 +1306,29 @@ impl Pipeline<'_> {
             }
         }
         id
+    }
+
+    /// Abort mode: operation `id` joins a group whose failure was already read (the caller
+    /// queued on after `process` returned it, or a sliding window read it): the server will
+    /// skip it, so it fails at once as `complete` fails those queued before the failure was
+    /// read. A `FunctionCall` closes the group first, so it is never skipped.
+    fn skipped_at_once(&self, id: u64, kind: &Kind) -> Option<Error> {
+        let first = self.group_start?;
+        let (failed, cause) = self.group_failed.as_ref()?;
+        if self.options.mode != PipelineMode::AbortOnError
+            || kind.is_function_call()
+            || *failed < first
+        {
+            return None;
+        }
+        let skip = Error::aborted(
+            format!(
+                "pipeline operation {id} was not run: operation {failed} failed earlier in the same sync block"
+            ),
+            *failed,
+            cause,
+        );
+        Some(self.client.conn.explain_failed(skip))
     }
 
     /// Appends a `Sync` closing the operations from `first` to the last one queued.
