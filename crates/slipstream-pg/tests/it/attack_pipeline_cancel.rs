@@ -476,3 +476,54 @@ async fn operations_queued_after_a_failure_was_read_are_skipped_not_a_broken_con
         assert_eq!(row.get::<_, i32>(0).unwrap(), 7);
     }
 }
+
+/// docs/pipelining.md, "The connection dies": every operation not yet answered fails with
+/// `Closed` naming the cause. Here the server ends the session itself, between two sync
+/// groups of one block, on `idle_in_transaction_session_timeout`: the block opened a
+/// transaction, the caller read through its sync point, and queued on only after the backend
+/// had gone (watched in `pg_stat_activity`, not slept for). (In the middle of a sync group the
+/// server arms no idle timeout: it sent no `ReadyForQuery`, so such a block can hold its
+/// transaction open without limit.)
+#[tokio::test]
+async fn holds_a_block_whose_session_timed_out_idle_between_its_groups_fails_naming_it() {
+    let (cluster, mut c) = super::setup().await;
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (x int8); SET idle_in_transaction_session_timeout = '100ms'")
+        .await
+        .unwrap();
+    let pid = c.backend_pid();
+    let mut p = c.pipeline_with(abort_mode());
+    p.execute("BEGIN", &[]).await.unwrap();
+    let first = p.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    p.sync();
+    assert_eq!(bounded("process", p.process(&first)).await.unwrap(), 1);
+    // The condition itself (the backend is gone), not a guess of how long it takes.
+    assert!(
+        cluster
+            .backend_gone_within(pid, super::engine::LIMIT)
+            .unwrap()
+    );
+    let second = p.execute("INSERT INTO t VALUES (2)", &[]).await;
+    let results = bounded("end", p.end()).await;
+    let what = super::describe(&results);
+    assert!(
+        matches!(
+            results[first.id() as usize],
+            Ok(slipstream_pg::Output::Taken)
+        ),
+        "{what:?}"
+    );
+    match second {
+        Ok(second) => {
+            let e = results[second.id() as usize].as_ref().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Closed, "{what:?}");
+            assert!(e.to_string().contains("idle-in-transaction"), "{what:?}");
+        }
+        Err(e) => assert!(e.to_string().contains("idle-in-transaction"), "{e}"),
+    }
+    let e = c.query_one("SELECT 1", &[]).await.unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    assert!(e.to_string().contains("idle-in-transaction"), "{e}");
+    let kept: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM t").await;
+    assert_eq!(kept, 0);
+}
