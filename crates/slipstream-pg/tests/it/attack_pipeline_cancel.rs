@@ -527,3 +527,44 @@ async fn holds_a_block_whose_session_timed_out_idle_between_its_groups_fails_nam
     let kept: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM t").await;
     assert_eq!(kept, 0);
 }
+
+/// Promise (docs/pipelining.md, memopt in a pipeline): "A lookup is therefore a sync point in
+/// either mode: in an abort-mode block the operations queued before it get their `Sync` first
+/// (after an error the server would skip an unsynced FunctionCall), a failure before it does
+/// not skip it".
+///
+/// Steps: an abort-mode block `SELECT 1/0`, `memopt_get_many(m, [1, 2])`, `SELECT 3`.
+///
+/// Before the fix: `end()` hung. `memopt_get_many` wrote its FunctionCall with no `Sync`
+/// before it (`memopt_get`'s held runs get one), so the server skipped it after the error,
+/// and the client waited for two `ReadyForQuery`s where one came.
+#[tokio::test]
+async fn memopt_get_many_after_a_failure_in_its_block_is_a_sync_point_not_a_hang() {
+    let (_cluster, mut c) = super::memopt::memopt_setup().await;
+    let m = c.memopt_table("m").await.unwrap();
+    let mut p = c.pipeline_with(abort_mode());
+    let bad = p.execute("SELECT 1/0", &[]).await.unwrap();
+    let look = p.memopt_get_many(&m, &[1i64, 2]).await.unwrap();
+    let after = p.query("SELECT 3", &[]).await.unwrap();
+    let results = tokio::time::timeout(std::time::Duration::from_secs(10), p.end())
+        .await
+        .expect("end() hung");
+    let what = super::describe(&results);
+    assert_eq!(
+        results[bad.id() as usize].as_ref().unwrap_err().code(),
+        Some(slipstream_pg::SqlState::DIVISION_BY_ZERO),
+        "{what:?}"
+    );
+    assert!(
+        matches!(&results[look.id() as usize], Ok(slipstream_pg::Output::Rows(r)) if r.len() == 2),
+        "{what:?}"
+    );
+    assert!(
+        matches!(&results[after.id() as usize], Ok(slipstream_pg::Output::Rows(r)) if r.len() == 1),
+        "{what:?}"
+    );
+    let row = bounded("the next call", c.query_one("SELECT $1::int4", &[&5i32]))
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 5);
+}
