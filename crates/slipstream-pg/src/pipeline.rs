@@ -844,6 +844,14 @@ impl Pipeline<'_> {
                 crate::memopt::encode_keys(buf, keys, K::TEXT)
             })
         })?;
+        // The open abort-mode group gets its `Sync` before the call, as before a run
+        // (`flush_run`): after an error the server skips everything up to a `Sync`, a
+        // FunctionCall too, whose reply and `ReadyForQuery` would then never come. Closed
+        // only once the call is encoded, so a refused one leaves the group as it was.
+        let call = self.client.conn.wbuf.split_off(mark);
+        self.close_group();
+        let mark = self.client.conn.wbuf.len();
+        self.client.conn.wbuf.unsplit(call);
         let kind = Kind::FunctionCall {
             table: table.clone(),
             many: true,
