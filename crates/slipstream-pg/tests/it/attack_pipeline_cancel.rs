@@ -568,3 +568,59 @@ async fn memopt_get_many_after_a_failure_in_its_block_is_a_sync_point_not_a_hang
         .unwrap();
     assert_eq!(row.get::<_, i32>(0).unwrap(), 5);
 }
+
+/// Promise (docs/pipelining.md, "Rolled-back work is never reported as done"): "A connection
+/// lost before a sync point's `ReadyForQuery` ... leaves the outcome of the operations before
+/// it unknown even where their replies were read: outside `BEGIN`, `end()` reports each with a
+/// `Closed` error saying that whether its work was committed is not known, never as done".
+///
+/// Steps: an abort-mode block with a small window reads the replies of five `INSERT`s of its
+/// open group (no `Sync` queued yet); the backend is terminated from another session; the
+/// caller queues on until a queueing call reports the broken connection, then ends the block.
+///
+/// Before the fix: operations 0-3 were `Ok(Affected(1))` and the table was empty. The failure
+/// was found while the group had no `Sync` entry, and only the operations of queued sync
+/// points were marked.
+#[tokio::test]
+async fn a_connection_lost_inside_an_open_group_reports_no_operation_of_it_as_done() {
+    let (cluster, mut c) = super::setup().await;
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (x int8)").await.unwrap();
+    let pid = c.backend_pid();
+    let mut p = c.pipeline_with(abort_mode().max_in_flight(16));
+    let mut ops = Vec::new();
+    for x in 0..5i64 {
+        ops.push(p.execute("INSERT INTO t VALUES ($1)", &[&x]).await.unwrap());
+    }
+    assert_eq!(bounded("process", p.process(&ops[4])).await.unwrap(), 1);
+    let killed: bool =
+        super::scalar(&mut watcher, &format!("SELECT pg_terminate_backend({pid})")).await;
+    assert!(killed);
+    assert!(
+        cluster
+            .backend_gone_within(pid, super::engine::LIMIT)
+            .unwrap()
+    );
+    // Each queueing call writes and reads what has come (the window's sixteenth is one
+    // operation): within a few the broken connection is found.
+    let mut tries = 0;
+    while bounded("queueing", p.execute("INSERT INTO t VALUES (9)", &[]))
+        .await
+        .is_ok()
+    {
+        tries += 1;
+        assert!(tries < 10_000, "the broken connection was never found");
+        tokio::task::yield_now().await;
+    }
+    let results = bounded("end", p.end()).await;
+    let what = super::describe(&results);
+    let kept: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM t").await;
+    assert_eq!(kept, 0);
+    for (id, r) in results.iter().enumerate() {
+        match r {
+            Ok(slipstream_pg::Output::Taken) => assert_eq!(id, 4),
+            Ok(o) => panic!("operation {id} reported done ({o:?}), none committed: {what:?}"),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Closed, "{what:?}"),
+        }
+    }
+}
