@@ -1812,13 +1812,22 @@ impl Pipeline<'_> {
     fn fail_all(&mut self, cause: &Error) {
         self.syncs.clear();
         let outside_block = self.client.conn.tx_status == crate::TransactionStatus::Idle;
+        // The open abort-mode group, whose `Sync` was never queued: its implicit transaction
+        // ends as any other here, though no `Sync` entry stands for it.
+        let open_group = self.group_start.take();
         if let Some((failed, why)) = self.group_failed.take()
             && outside_block
         {
-            let first = self.expect.iter().find_map(|expect| match expect {
-                Expect::Sync { first, end, .. } if (*first..*end).contains(&failed) => Some(*first),
-                _ => None,
-            });
+            let first = self
+                .expect
+                .iter()
+                .find_map(|expect| match expect {
+                    Expect::Sync { first, end, .. } if (*first..*end).contains(&failed) => {
+                        Some(*first)
+                    }
+                    _ => None,
+                })
+                .or(open_group.filter(|&first| failed >= first));
             if let Some(first) = first {
                 self.mark_rolled_back(first.max(self.implicit_from), failed, &why);
             }
@@ -1831,7 +1840,13 @@ impl Pipeline<'_> {
         let mut front_settled = cause.kind() == crate::ErrorKind::Usage;
         let conn = &self.client.conn;
         let sent_until = conn.unsent_from.unwrap_or(conn.written);
-        for expect in self.expect.drain(..) {
+        let results_len = self.results.len() as u64;
+        let open = open_group.map(|first| Expect::Sync {
+            first,
+            end: results_len,
+            due_end: 0,
+        });
+        for expect in self.expect.drain(..).chain(open) {
             if let Expect::Sync { first, end, .. } = expect {
                 if std::mem::take(&mut front_settled) {
                     continue;
