@@ -181,7 +181,8 @@ fn all_or_nothing(kept: i64, _: i64) -> bool {
     kept == 0 || kept == BLOCK_ROWS
 }
 
-fn blocks() -> Vec<(&'static str, Block, Kept)> {
+/// Each block, what may be kept after a drop, and what is kept once it completes.
+fn blocks() -> Vec<(&'static str, Block, Kept, i64)> {
     vec![
         (
             "abort on error, a process in the middle, a small window",
@@ -205,6 +206,7 @@ fn blocks() -> Vec<(&'static str, Block, Kept)> {
                 })
             },
             all_or_nothing,
+            BLOCK_ROWS,
         ),
         (
             "abort on error, BEGIN, a savepoint rolled back to, COMMIT",
@@ -228,6 +230,32 @@ fn blocks() -> Vec<(&'static str, Block, Kept)> {
                 })
             },
             all_or_nothing,
+            BLOCK_ROWS,
+        ),
+        (
+            "abort on error, queued on after a failure was read, then a sync point",
+            |c, queued| {
+                Box::pin(async move {
+                    let mut p = c.pipeline_with(abort_mode().max_in_flight(8));
+                    let bad = p.execute("SELECT 1/0", &[]).await?;
+                    assert!(p.process(&bad).await.is_err());
+                    for x in 0..10i64 {
+                        p.execute("INSERT INTO t VALUES ($1)", &[&x]).await?;
+                    }
+                    p.sync();
+                    for x in 0..10i64 {
+                        p.execute("INSERT INTO t VALUES ($1)", &[&x]).await?;
+                        queued.set(queued.get() + 1);
+                    }
+                    let results = p.end().await;
+                    let failed = results.iter().filter(|r| r.is_err()).count();
+                    assert_eq!(failed, 10, "{:?}", super::describe(&results));
+                    Ok(())
+                })
+            },
+            // The skipped group writes nothing; the group after the sync point, all or none.
+            |kept, _| kept == 0 || kept == 10,
+            10,
         ),
         (
             "continue on error, a failing operation every seventh",
@@ -257,6 +285,7 @@ fn blocks() -> Vec<(&'static str, Block, Kept)> {
                 let rows = |n: i64| (0..n).filter(|x| x % 7 != 3).count() as i64;
                 kept == rows(queued) || kept == rows(queued + 1)
             },
+            26,
         ),
     ]
 }
@@ -279,7 +308,7 @@ async fn holds_blocks_dropped_at_every_poll_keep_all_or_nothing_and_stay_in_step
         .unwrap();
     proxy.set_rtt(std::time::Duration::from_micros(200));
     for (client, via) in [(&mut c, "direct"), (&mut slow, "through the proxy")] {
-        for (name, block, allowed) in blocks() {
+        for (name, block, allowed, done) in blocks() {
             let mut completed = false;
             for k in 1..=400 {
                 let queued = std::cell::Cell::new(0);
@@ -320,7 +349,7 @@ async fn holds_blocks_dropped_at_every_poll_keep_all_or_nothing_and_stay_in_step
                 watcher.batch_execute("TRUNCATE t").await.unwrap();
                 if let Some(result) = outcome {
                     result.unwrap_or_else(|e| panic!("{name} ({via}) failed: {e}"));
-                    assert!(kept == BLOCK_ROWS || kept == 26, "{what}: {kept}");
+                    assert_eq!(kept, done, "{what}");
                     eprintln!("{name} ({via}): completed at poll {k}");
                     completed = true;
                     break;
