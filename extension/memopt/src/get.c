@@ -4,7 +4,9 @@
  * Made to be reached through the protocol's FunctionCall message (tcop/fastpath.c), which
  * runs one C function in its own implicit transaction (or the open transaction block) with
  * the transaction snapshot pushed as the active snapshot; they work the same called from
- * SQL, under the statement's snapshot.  Each lookup follows the scan's rules to the letter
+ * SQL, under the statement's snapshot.  Reached by FunctionCall under READ COMMITTED, they
+ * read under a snapshot taken once they hold the table's lock, as a lone SELECT does (see
+ * open_context).  Each lookup follows the scan's rules to the letter
  * (lookup.h): a hit is served only where the MemoptLookup scan would serve it, and a miss
  * reads the primary-key index under the same snapshot, as the scan's child does, counting
  * the same pg_stat index and heap-fetch statistics.
@@ -35,6 +37,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
@@ -67,6 +70,7 @@ typedef struct GetContext
 	 * the call writes nothing and processes no invalidation after opening the table.
 	 */
 	MemoptMiss	gate;
+	bool		pushed;			/* snapshot was pushed by open_context: pop it */
 } GetContext;
 
 /* A hit's copy of the stored row; one entry long, allocated once per backend. */
@@ -131,8 +135,9 @@ check_privileges(Oid relid, Oid nsp)
 }
 
 static void
-open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
+open_context(GetContext *c, FunctionCallInfo fcinfo, Oid value_type, const char *function)
 {
+	Oid			relid = PG_GETARG_OID(0);
 	const PkLayout *pk;
 	char		relkind;
 	Oid			nsp;
@@ -224,6 +229,25 @@ open_context(GetContext *c, Oid relid, Oid value_type, const char *function)
 	c->pk = *pk;
 	c->index = NULL;
 	c->slot = NULL;
+
+	/*
+	 * The snapshot.  Called from SQL (an expression: fn_expr set), the statement's, as every
+	 * function reading a table in a statement.  Called by FunctionCall (fastpath.c passes no
+	 * expression), the call is the statement: the snapshot fastpath pushed was taken before
+	 * this call queued for the table's lock, whereas a lone SELECT locks the table while it
+	 * is parsed and takes its snapshot only then.  A TRUNCATE and reload, or an ALTER TABLE
+	 * rewrite, committed while the call waited writes the table's rows under its own xid:
+	 * the earlier snapshot sees an empty table where the SELECT returns the row.  So under
+	 * READ COMMITTED, take the statement's snapshot now, as the SELECT would.  (Under
+	 * REPEATABLE READ or SERIALIZABLE the transaction's snapshot is the one to read under.)
+	 */
+	c->pushed = false;
+	if ((fcinfo->flinfo == NULL || fcinfo->flinfo->fn_expr == NULL) &&
+		!IsolationUsesXactSnapshot())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		c->pushed = true;
+	}
 	c->snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
 	initStringInfo(&c->key);
 	if (tuple_buf == NULL)
@@ -242,6 +266,8 @@ close_context(GetContext *c)
 	if (c->index != NULL)
 		index_close(c->index, NoLock);
 	table_close(c->rel, NoLock);
+	if (c->pushed)
+		PopActiveSnapshot();
 }
 
 /* The slot's row as a composite datum of the table's row type, every column present. */
@@ -386,7 +412,7 @@ get_single(FunctionCallInfo fcinfo, Oid value_type, const char *function)
 	Datum		result;
 	bool		isnull;
 
-	open_context(&c, PG_GETARG_OID(0), value_type, function);
+	open_context(&c, fcinfo, value_type, function);
 	result = get_one(&c, PG_GETARG_DATUM(1), false, value_type, &isnull);
 	close_context(&c);
 	if (isnull)
@@ -423,7 +449,7 @@ get_many(FunctionCallInfo fcinfo, Oid value_type, const char *function)
 	get_typlenbyvalalign(value_type, &typlen, &typbyval, &typalign);
 	deconstruct_array(keys, value_type, typlen, typbyval, typalign, &values, &nulls, &n);
 
-	open_context(&c, PG_GETARG_OID(0), value_type, function);
+	open_context(&c, fcinfo, value_type, function);
 	rows = palloc(sizeof(Datum) * Max(n, 1));
 	row_nulls = palloc(sizeof(bool) * Max(n, 1));
 	for (int i = 0; i < n; i++)
