@@ -107,3 +107,56 @@ async fn a_fast_lookup_that_waited_for_a_rewrite_sees_it_as_select_does() {
         }
     }
 }
+
+/// Documented (docs/memopt.md, "What it guarantees"): called from SQL, `memopt.get` reads
+/// under its statement's snapshot, like any function that reads a table, and a statement
+/// that names the table only in a `regclass` literal does not lock it before that snapshot
+/// is taken. Steps: D truncates and reloads `t` in an open transaction; S runs
+/// `SELECT memopt.get('t', 2)` alone and `SELECT memopt.get('t', 2) FROM t WHERE k = 2`
+/// (which locks `t` while it is parsed), both queue for the lock; D commits. The first sees
+/// the table as the rewrite left it to earlier snapshots, empty; the second, the row, as the
+/// normal plan does.
+#[tokio::test]
+async fn a_sql_call_reads_under_its_statements_snapshot_as_documented() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut d = connect(&url).await;
+    d.batch_execute(
+        "CREATE EXTENSION memopt;
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
+         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    d.batch_execute(
+        "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
+         TRUNCATE t; INSERT INTO t SELECT * FROM keep",
+    )
+    .await
+    .unwrap();
+    let mut lone = connect(&url).await;
+    let mut named = connect(&url).await;
+    let lone = tokio::spawn(async move {
+        let v: Option<String> = memopt_check::scalar(&mut lone, "SELECT memopt.get('t', 2)::text")
+            .await
+            .unwrap();
+        v
+    });
+    let named = tokio::spawn(async move {
+        let v: Option<String> = memopt_check::scalar(
+            &mut named,
+            "SELECT memopt.get('t', 2)::text FROM t WHERE k = 2",
+        )
+        .await
+        .unwrap();
+        v
+    });
+    wait_for_lock_waiters(&mut d, 2).await;
+    d.batch_execute("COMMIT").await.unwrap();
+    let guard = Duration::from_secs(30);
+    let lone = tokio::time::timeout(guard, lone).await.unwrap().unwrap();
+    let named = tokio::time::timeout(guard, named).await.unwrap().unwrap();
+    assert_eq!(lone, None);
+    assert_eq!(named.as_deref(), Some("(2,a2,2)"));
+}
