@@ -20,9 +20,11 @@
 //! The value is the row as a composite datum in binary (`record_send`: a column count, then
 //! each column's type OID and value), or for `get_many` an array of them (`array_send`). The
 //! names come from [`MemoptTable`], resolved once; every reply's column count and type OIDs are
-//! checked against it, so a table changed by DDL since it was resolved is reported, not decoded
-//! wrongly (a column renamed without changing its type keeps its old name until the table is
-//! resolved again).
+//! checked against it, so a table whose column types changed by DDL since it was resolved is
+//! reported, never decoded as other types. The reply has no names or column numbers: DDL that
+//! keeps the sequence of types (a rename, or a column dropped and one of the same type added)
+//! is not seen, and the row keeps the resolved names by position until the table is resolved
+//! again.
 
 use std::sync::Arc;
 
