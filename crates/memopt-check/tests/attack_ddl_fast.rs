@@ -240,3 +240,65 @@ async fn a_dropped_and_re_added_column_of_the_same_type_keeps_the_resolved_names
         "resolved again"
     );
 }
+
+/// Holds. `t` is warmed (every key a hit), dropped and created again with the same name, the
+/// same columns and other values, and enabled. The handle resolved before is refused with
+/// 42P01 (the old OID), not answered from the old table's entries; resolved again, and through
+/// SQL, every key gives the new table's row, first as a fill, then as a hit.
+#[tokio::test]
+async fn a_table_dropped_and_created_again_under_its_name_never_serves_the_old_rows_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    let create = |v: &str| {
+        format!(
+            "CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
+             INSERT INTO t SELECT g, '{v}' || g, g FROM generate_series(1, {ROWS}) g;
+             SELECT memopt.enable_read('t');"
+        )
+    };
+    c.batch_execute(&format!("CREATE EXTENSION memopt; {}", create("old")))
+        .await
+        .unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    let keys: Vec<i64> = (1..=ROWS).collect();
+    for _ in 0..2 {
+        assert_eq!(
+            c.memopt_get_many(&old, &keys).await.unwrap().len(),
+            keys.len()
+        );
+    }
+    c.batch_execute(&format!("DROP TABLE t; {}", create("new")))
+        .await
+        .unwrap();
+    let err = c
+        .memopt_get(&old, &1i64)
+        .await
+        .expect_err("a dropped table's OID answered");
+    assert_eq!(
+        err.code().map(|s| s.code().to_string()).as_deref(),
+        Some("42P01"),
+        "{err}"
+    );
+    let new = c.memopt_table("t").await.unwrap();
+    let hits = "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass";
+    for pass in 0..2 {
+        let hits0: i64 = memopt_check::scalar(&mut c, hits).await.unwrap();
+        let rows = c.memopt_get_many(&new, &keys).await.unwrap();
+        let a: Vec<String> = rows.iter().map(|r| r.get(1).unwrap()).collect();
+        let want: Vec<String> = keys.iter().map(|k| format!("new{k}")).collect();
+        assert_eq!(a, want, "pass {pass}");
+        let v: Option<String> =
+            memopt_check::scalar(&mut c, "SELECT (memopt.get('t', 7)::text::t).a")
+                .await
+                .unwrap();
+        assert_eq!(v.as_deref(), Some("new7"));
+        let hits1: i64 = memopt_check::scalar(&mut c, hits).await.unwrap();
+        if pass == 1 {
+            assert!(
+                hits1 - hits0 > ROWS,
+                "the new table is not served: {hits0} -> {hits1}"
+            );
+        }
+    }
+}
