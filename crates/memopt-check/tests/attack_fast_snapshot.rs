@@ -160,3 +160,53 @@ async fn a_sql_call_reads_under_its_statements_snapshot_as_documented() {
     assert_eq!(lone, None);
     assert_eq!(named.as_deref(), Some("(2,a2,2)"));
 }
+
+/// Holds. Under REPEATABLE READ the transaction's snapshot stands, for a SELECT as for a
+/// FunctionCall: a SELECT that opens the transaction takes it before parse analysis locks the
+/// table. With `default_transaction_isolation = 'repeatable read'`, a SELECT and a
+/// `memopt_get` that waited behind a TRUNCATE and reload both find no row; the next of each,
+/// a transaction of its own, finds it.
+#[tokio::test]
+async fn a_repeatable_read_call_that_waited_for_a_rewrite_agrees_with_select_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut d = connect(&url).await;
+    d.batch_execute(
+        "CREATE EXTENSION memopt;
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
+         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    let rr = "SET default_transaction_isolation = 'repeatable read'";
+    let mut f = connect(&url).await;
+    f.batch_execute(rr).await.unwrap();
+    let mut s = connect(&url).await;
+    s.batch_execute(rr).await.unwrap();
+    let table = f.memopt_table("t").await.unwrap();
+    d.batch_execute(
+        "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
+         TRUNCATE t; INSERT INTO t SELECT * FROM keep",
+    )
+    .await
+    .unwrap();
+    let fast = tokio::spawn(async move {
+        let first = f.memopt_get(&table, &2i64).await.unwrap().map(|r| ka(&r));
+        let second = f.memopt_get(&table, &2i64).await.unwrap().map(|r| ka(&r));
+        (first, second)
+    });
+    let select = tokio::spawn(async move {
+        let sql = "SELECT k, a FROM t WHERE k = 2";
+        let first = s.query_opt(sql, &[]).await.unwrap().map(|r| ka(&r));
+        let second = s.query_opt(sql, &[]).await.unwrap().map(|r| ka(&r));
+        (first, second)
+    });
+    wait_for_lock_waiters(&mut d, 2).await;
+    d.batch_execute("COMMIT").await.unwrap();
+    let guard = Duration::from_secs(30);
+    let fast = tokio::time::timeout(guard, fast).await.unwrap().unwrap();
+    let select = tokio::time::timeout(guard, select).await.unwrap().unwrap();
+    assert_eq!(fast, select);
+    assert_eq!(select, (None, Some((2, "a2".to_string()))));
+}
