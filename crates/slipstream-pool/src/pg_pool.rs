@@ -491,7 +491,9 @@ impl PgPoolBuilder {
     ///
     /// # Errors
     /// [`PoolError::Config`] if the hosts and ports of the connection string do not pair up,
-    /// and outside a tokio runtime.
+    /// if it sets `target_session_attrs` to anything but `any` (each sub-pool would apply it
+    /// to its one host and refuse every server of the other role: ask each borrow for its
+    /// [`Role`] instead), and outside a tokio runtime.
     ///
     /// ```
     /// use slipstream_pool::{PgPool, PoolError};
@@ -513,6 +515,7 @@ impl PgPoolBuilder {
                     .to_string(),
             )
         })?;
+        refuse_session_attrs(&self.config)?;
         let configs = self
             .config
             .per_host()
@@ -1267,6 +1270,31 @@ fn server_name(config: &slipstream_pg::Config) -> String {
         .copied()
         .unwrap_or(slipstream_pg::DEFAULT_PORT);
     format!("{host}:{port}")
+}
+
+/// Refuses a connection string that sets libpq's `target_session_attrs` to anything but
+/// `any`. A pool splits the string into one configuration per host, so the setting would apply
+/// to each host alone: with `read-write`, every connect to a standby is refused by the client
+/// itself, the standby is marked down (probed again every 0.5 s for good) and `Role::Standby`
+/// fails with `NoServer` saying to retry, which never helps; `read-only` and `standby` do
+/// that to the primary, and `prefer-standby` connects to a primary twice per connection. A
+/// pool picks the server by the `Role` each borrow asks for instead.
+fn refuse_session_attrs(config: &slipstream_pg::Config) -> Result<(), PoolError> {
+    use slipstream_pg::TargetSessionAttrs as Attrs;
+    let (name, instead) = match config.get_target_session_attrs() {
+        Attrs::Any => return Ok(()),
+        Attrs::ReadWrite => ("read-write", "Role::Primary"),
+        Attrs::Primary => ("primary", "Role::Primary"),
+        Attrs::ReadOnly => ("read-only", "Role::Standby"),
+        Attrs::Standby => ("standby", "Role::Standby"),
+        Attrs::PreferStandby => ("prefer-standby", "Role::PreferStandby"),
+    };
+    Err(PoolError::Config(format!(
+        "the configuration sets target_session_attrs={name} (in the connection string or \
+         PGTARGETSESSIONATTRS), which a PgPool cannot honour: it connects to each host on its own, so the setting would refuse every server of the \
+         other role and leave it marked down; remove it and borrow with {instead} \
+         (pool.get({instead})), which picks the server by the Role each borrow asks for"
+    )))
 }
 
 /// The `i`th of `n` serving servers' share of `max_size`: even, the remainder one each to the
