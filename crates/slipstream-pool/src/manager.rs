@@ -142,7 +142,9 @@ pub trait Manager: Send + Sync + 'static {
     /// default): the pool clears the labels of every connection it resets, so a reset that
     /// undoes a session's set-up (as `RESET ALL` does a `SET search_path`) never leaves a
     /// label on a connection no longer set up that way; the next labeled borrow configures it
-    /// again. Say `true` only if the reset leaves whatever a labeling configures in place.
+    /// again. Say `true` only if the reset leaves whatever a labeling configures in place,
+    /// including set-up made inside a transaction that the reset rolls back
+    /// ([`crate::PgManager`] says `false` for its rollback reset too).
     ///
     /// ```
     /// use slipstream_pool::Manager;

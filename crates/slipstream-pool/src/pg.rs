@@ -19,7 +19,8 @@ pub enum Reset {
     /// still owed (its transaction status unknown), is closed instead of lent again.
     None,
     /// Roll back a transaction left open (one round trip, only for such connections; the
-    /// default).
+    /// default). The labels of a connection rolled back are cleared, since the rollback may
+    /// undo a `SET` their set-up made inside the transaction.
     #[default]
     Rollback,
     /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
@@ -150,10 +151,16 @@ impl Manager for PgManager {
         }
     }
 
-    /// A rollback leaves the session's settings as the labeling set them; the session reset
-    /// (`RESET ALL`, `SET SESSION AUTHORIZATION DEFAULT`, ...) undoes them.
+    /// No reset keeps them. The session reset (`RESET ALL`, `SET SESSION AUTHORIZATION
+    /// DEFAULT`, ...) undoes what a labeling set. A rollback (run only for a connection
+    /// returned inside a transaction, or with a dropped call's replies owed) undoes a `SET`
+    /// made inside that transaction: a borrower that switched `search_path` there and
+    /// labeled the connection (`Pooled::set_labels`) left labels the session no longer
+    /// matches, and the next labeled borrow, at cost 0, ran no configure and read another
+    /// tenant's tables (`tests/attack_pg_labels.rs`). Clearing costs a connection rolled back
+    /// one configure on its next labeled borrow.
     fn reset_keeps_labels(&self) -> bool {
-        self.reset != Reset::Session
+        false
     }
 
     async fn reset(&self, conn: &mut Client) -> bool {
