@@ -55,8 +55,10 @@ pub enum PoolError {
         /// Each server and its state (`db1:5432 down: connection refused`).
         servers: Vec<String>,
         /// Every server that is down refused the pool's login (a wrong password, a role that
-        /// may not log in, no `pg_hba.conf` entry, a database that does not exist): retrying
-        /// cannot help until the connection string or the server's set-up is fixed.
+        /// may not log in, no `pg_hba.conf` entry, a database that does not exist), or cannot
+        /// be connected to as configured (a connection service never read, a TLS file that
+        /// cannot be loaded): retrying cannot help until the connection string or the
+        /// server's set-up is fixed.
         login_refused: bool,
     },
 }
@@ -153,9 +155,10 @@ impl fmt::Display for PoolError {
                 if *login_refused {
                     write!(
                         f,
-                        "; the servers down refused the pool's login, so retrying will not help: \
-                         fix the user, password or database in the connection string, or the \
-                         server's roles and pg_hba.conf"
+                        "; the servers down refused the pool's login, or cannot be connected \
+                         to as configured (each one's error says which), so retrying will not \
+                         help: fix the user, password, database, service or TLS files in the \
+                         connection string, or the server's roles and pg_hba.conf"
                     )
                 } else {
                     write!(

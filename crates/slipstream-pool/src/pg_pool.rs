@@ -1553,13 +1553,18 @@ async fn probe(config: &slipstream_pg::Config) -> Result<u8, (String, bool, bool
 }
 
 /// Whether the server refused the pool's login: class 28 (a wrong password, a role that may
-/// not log in, no `pg_hba.conf` entry) or a database that does not exist (3D000). Unlike a
-/// server that is down or full, one that says this from the start will say it again to every
-/// retry until someone changes the connection string or the server's set-up.
+/// not log in, no `pg_hba.conf` entry) or a database that does not exist (3D000); or the
+/// client refused to connect as configured (`ErrorKind::Config`: a connection service whose
+/// file was never read, a TLS file it cannot load), before or without asking the server.
+/// Unlike a server that is down or full, one that says this from the start will say it again
+/// to every retry until someone changes the connection string or the server's set-up (until
+/// helper h79 a configuration error was "retried in the background, so retry shortly", and
+/// `build_ready` waited out its timeout: `tests/attack_pg_pool_config_errors.rs`).
 fn refuses_login(e: &slipstream_pg::Error) -> bool {
-    e.code().is_some_and(|c| {
-        c.code().starts_with("28") || c == slipstream_pg::SqlState::INVALID_CATALOG_NAME
-    })
+    e.kind() == slipstream_pg::ErrorKind::Config
+        || e.code().is_some_and(|c| {
+            c.code().starts_with("28") || c == slipstream_pg::SqlState::INVALID_CATALOG_NAME
+        })
 }
 
 /// [`rebalance_shares`] for the callers outside the monitor (drain, resume, resize): when part
