@@ -292,7 +292,10 @@ impl<M: Manager> Builder<M> {
     }
     /// Reclaims a lent connection its holder has not used for `timeout` (UCP's abandoned
     /// connection timeout; default: never). "Used" means dereferenced: a single statement
-    /// running longer than `timeout` counts as unused, so set it above your longest statement.
+    /// running longer than `timeout` counts as unused, and so does the work done through a
+    /// handle made from the guard (a `Transaction`, a pipeline, a row stream, a COPY), which
+    /// dereferences it once: set it above your longest transaction or handle's life, not just
+    /// your longest statement.
     /// The holder's next call fails with the reason (for [`crate::PgManager`]: the backend's
     /// statement is cancelled and the socket closed).
     ///
