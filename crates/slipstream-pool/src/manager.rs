@@ -110,6 +110,35 @@ pub trait Manager: Send + Sync + 'static {
         false
     }
 
+    /// Forgets what the borrower left in the connection object itself that must not reach
+    /// the next borrower, whatever the server's session keeps (a callback it installed, data
+    /// received for it and not taken). Called on every return of a connection that goes back
+    /// into service, before [`Manager::needs_reset`], so with or without a reset; cheap, never
+    /// blocking. Default: nothing. [`crate::PgManager`] drops the notice handler and the
+    /// unread notifications (`Client::clear_client_state`): until helper h79 only its session
+    /// reset did, so under the default rollback reset one borrower's handler got the next
+    /// borrower's notices (`tests/attack_pg_client_state.rs`).
+    ///
+    /// ```
+    /// use slipstream_pool::{Manager, Pool};
+    /// /// A connection with a scratch buffer its borrower may fill.
+    /// struct Buffers;
+    /// impl Manager for Buffers {
+    ///     type Connection = Vec<u8>;
+    ///     type Error = std::io::Error;
+    ///     async fn connect(&self) -> Result<Vec<u8>, std::io::Error> { Ok(Vec::new()) }
+    ///     fn returned(&self, buffer: &mut Vec<u8>) {
+    ///         buffer.clear();
+    ///     }
+    /// }
+    /// # #[tokio::main] async fn main() -> Result<(), slipstream_pool::PoolError> {
+    /// let pool = Pool::builder(Buffers).max_size(1).build();
+    /// pool.get().await?.extend_from_slice(b"mine");
+    /// assert!(pool.get().await?.is_empty()); // the next borrower sees none of it
+    /// # Ok(()) }
+    /// ```
+    fn returned(&self, _conn: &mut Self::Connection) {}
+
     /// Puts a returned connection back into a clean state; runs on the pool's runtime, not in
     /// the returner's drop. `false` closes the connection.
     ///

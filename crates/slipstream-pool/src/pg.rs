@@ -143,6 +143,13 @@ impl Manager for PgManager {
         conn.check_idle().is_err()
     }
 
+    /// The borrower's notice handler and the notifications it did not take
+    /// ([`Client::clear_client_state`]), on every return: the next borrower's notices must not
+    /// reach the last one's handler, whatever the reset.
+    fn returned(&self, conn: &mut Client) {
+        conn.clear_client_state();
+    }
+
     fn needs_reset(&self, conn: &Client) -> bool {
         match self.reset {
             Reset::None => false,

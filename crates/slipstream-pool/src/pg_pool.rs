@@ -262,6 +262,10 @@ impl Manager for ServerManager {
         self.pg.is_broken(conn) || !self.state.serving()
     }
 
+    fn returned(&self, conn: &mut Client) {
+        self.pg.returned(conn);
+    }
+
     fn needs_reset(&self, conn: &Client) -> bool {
         self.pg.needs_reset(conn)
     }

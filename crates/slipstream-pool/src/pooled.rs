@@ -333,7 +333,13 @@ fn give_back<M: Manager>(pool: &Arc<Inner<M>>, mut held: Box<Held<M::Connection>
     }
     if must_close(pool, &held, i, now) {
         returning.close(held);
-    } else if pool.manager.needs_reset(&held.conn) {
+        return;
+    }
+    // What the borrower left in the connection object (for PostgreSQL: its notice handler,
+    // its unread notifications) goes now, reset or not: a clean connection under a rollback
+    // reset gets none, and the next borrower's notices reached this one's handler.
+    pool.manager.returned(&mut held.conn);
+    if pool.manager.needs_reset(&held.conn) {
         // The reset is async (a round trip, for PostgreSQL): run it on the pool's runtime;
         // the slot stays owned, and so out of reach of borrowers, until it is done. The task
         // carries the slot in a `Returning`, so a task dropped before it ends (the runtime
