@@ -5,7 +5,8 @@
 //! is never silently dropped or repeated; a borrow never hangs past its timeout.
 //!
 //! The borrower's work (borrow, session dirt, autocommit insert, transaction with a half-read
-//! stream, COPY in, a pipeline group, a stream left half read) is wrapped in a future dropped
+//! stream, COPY in, a pipeline group, a pipeline group run but dropped unsynced, a stream left
+//! half read) is wrapped in a future dropped
 //! after its n-th poll, for every n until the work completes, on a one-connection pool, so
 //! the drop lands at each await point in turn and the guard goes with the future. After each
 //! drop the next borrower asks the server what it inherited.
@@ -105,6 +106,16 @@ async fn work(pool: &PgPool, run: i32, done: &Mutex<Vec<&'static str>>) {
         }
     }
     done.lock().unwrap().push("pipe");
+    {
+        // An abort-mode group run on the server (its reply read) but never synced, then the
+        // block dropped before `end`: abandoned, so none of it may ever commit.
+        let mut p = conn.pipeline();
+        let op = p
+            .execute("INSERT INTO w VALUES ($1, 'open')", &[&run])
+            .await
+            .unwrap();
+        assert_eq!(p.process(&op).await.unwrap(), 1);
+    }
     conn.batch_execute("BEGIN; LOCK TABLE w IN SHARE MODE")
         .await
         .unwrap();
@@ -199,7 +210,9 @@ async fn inherited(pool: &PgPool, reset: Reset, left_at: &str) -> Vec<String> {
 /// borrower is dropped, the next borrower gets a session outside any transaction, with no
 /// portal or transaction lock of the last one's, and under `Reset::Session` none of its
 /// session state (settings, LISTEN, advisory locks, temp tables); each write that reported
-/// `Ok` is there, and every write is there whole or not at all, never twice.
+/// `Ok` is there, and every write is there whole or not at all, never twice; a pipeline
+/// group dropped unsynced never commits, whether the pool's reset or the work's end sends
+/// what the client queued to abandon it.
 ///
 /// Steps: a one-connection `PgPool` per reset mode; the work above dropped after its n-th
 /// poll for n = 1, 2, ... until it completes; after each drop the next borrower checks its
@@ -276,6 +289,19 @@ async fn holds_a_borrower_dropped_at_every_await_point_leaves_nothing_to_the_nex
                     );
                 }
             }
+            let open: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM w WHERE run = $1 AND kind = 'open'",
+                    &[&run],
+                )
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            assert_eq!(
+                open, 0,
+                "{reset:?}, dropped after {polls} polls: an abandoned pipeline group committed"
+            );
             if finished {
                 break;
             }
