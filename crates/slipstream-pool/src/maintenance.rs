@@ -300,9 +300,15 @@ impl<M: Manager> Inner<M> {
             } else if let Some(t) = abandoned.filter(|&t| unused >= ms(t)) {
                 (
                     &self.counters.reclaimed_abandoned,
+                    // "Unused" is the guard not dereferenced: a holder busy through a
+                    // handle made from it (a Transaction, a pipeline, a stream, a COPY) looks
+                    // idle, and must be told so, with the remedy.
                     format!(
-                        "reclaimed after {unused} ms unused while lent, over the pool's \
-                         abandoned_timeout ({t:?})"
+                        "reclaimed after {unused} ms unused while lent (its guard not \
+                         dereferenced: work through a Transaction, pipeline, row stream or COPY \
+                         made from it counts as one use), over the pool's abandoned_timeout \
+                         ({t:?}); raise abandoned_timeout above the longest transaction or \
+                         statement you run on a borrowed connection"
                     ),
                 )
             } else {
