@@ -42,11 +42,19 @@ pub enum PoolError {
     Config(String),
     /// [`crate::Labeling::configure`] returned `false` for every connection a labeled borrow
     /// tried ([`crate::Pool::get_labeled`]); each was closed.
+    ///
+    /// Fields may be added: match it with `{ .. }`.
+    #[non_exhaustive]
     Labeling {
         /// The labels asked for, as `{"name": "value"}`.
         wanted: String,
         /// How many connections it failed on.
         tries: u32,
+        /// The server (`host:port`) of a [`crate::PgPool`] whose connections they were, as
+        /// [`crate::PgPool::servers`] names it; `None` for a [`crate::Pool`]. A set-up may
+        /// fail on one server only (a hot standby refuses writes, a role or schema missing on
+        /// one host).
+        server: Option<String>,
     },
     /// No server of a multi-host pool can serve the requested role now.
     NoServer {
@@ -65,9 +73,9 @@ pub enum PoolError {
 
 impl PoolError {
     /// A sub-pool's error as a [`crate::PgPool`] borrow reports it: a timeout names the
-    /// server it waited on.
+    /// server it waited on, a failed labeling the server whose connections it failed on.
     pub(crate) fn on_server(mut self, name: &str) -> PoolError {
-        if let PoolError::Timeout { server, .. } = &mut self {
+        if let PoolError::Timeout { server, .. } | PoolError::Labeling { server, .. } = &mut self {
             *server = Some(name.to_string());
         }
         self
@@ -137,11 +145,27 @@ impl fmt::Display for PoolError {
                  rejected at once rather than queued. Shed load or raise max_waiters"
             ),
             PoolError::Config(e) => write!(f, "invalid pool configuration: {e}"),
-            PoolError::Labeling { wanted, tries } => write!(
-                f,
-                "the labeling's configure failed for labels {wanted} on {tries} connections in \
-                 a row (each was closed); check what it runs for these labels"
-            ),
+            PoolError::Labeling {
+                wanted,
+                tries,
+                server,
+            } => {
+                let on = server
+                    .as_ref()
+                    .map(|s| format!(" to {s}"))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "the labeling's configure failed for labels {wanted} on {tries} \
+                     connections{on} in a row (each was closed); check what it runs for these \
+                     labels{}",
+                    if server.is_some() {
+                        " on that server"
+                    } else {
+                        ""
+                    }
+                )
+            }
             PoolError::NoServer {
                 role,
                 servers,

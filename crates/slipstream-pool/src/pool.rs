@@ -569,6 +569,7 @@ impl<M: Manager> Pool<M> {
                 return Err(PoolError::Labeling {
                     wanted: format!("{wanted:?}"),
                     tries: failed_configures,
+                    server: None,
                 });
             }
         }
