@@ -48,10 +48,13 @@ impl Registry {
 
     /// The pool for `conn_str`, built with `configure` on first use (in a tokio runtime, which
     /// must outlive it). Later calls with the same string return the same pool and ignore
-    /// `configure`.
+    /// `configure`. The string is read as `slipstream_pg::connect` reads it: the environment
+    /// (`PG*` variables, the connection service file, the password file) fills what it leaves
+    /// unset, once, when the pool is built.
     ///
     /// # Errors
-    /// [`PoolError::Config`] if the string does not parse, naming the problem, or (on first
+    /// [`PoolError::Config`] if the string does not parse or the environment it names cannot
+    /// be applied (a service its file lacks), naming the problem, or (on first
     /// use) outside a tokio runtime, as [`crate::PgPoolBuilder::build`].
     ///
     /// ```
@@ -75,9 +78,13 @@ impl Registry {
         if let Some(pool) = pools.get(key) {
             return Ok(pool.clone());
         }
+        // As `slipstream_pg::connect(str)` reads it: the environment (`PG*`, the connection
+        // service file, the password file) fills what the string leaves unset. A caller
+        // holding only a string has no other place to apply it.
         let config = key
-            .parse()
-            .map_err(|e: slipstream_pg::Error| PoolError::Config(e.to_string()))?;
+            .parse::<slipstream_pg::Config>()
+            .and_then(slipstream_pg::Config::apply_env)
+            .map_err(|e| PoolError::Config(e.to_string()))?;
         let pool = configure(PgPool::builder(config)).build()?;
         pools.insert(key.to_string(), pool.clone());
         Ok(pool)

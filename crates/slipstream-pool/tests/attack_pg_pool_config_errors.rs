@@ -17,8 +17,8 @@ use slipstream_testkit::Cluster;
 /// `build_ready` says so once each server has answered, not after the borrow timeout.
 ///
 /// Steps: a running server; a `PgPool` from a string naming `service=nosuch` and the
-/// server's host and port, as `PgPool::builder` and as `Registry::pool` (which takes only a
-/// string, so its caller cannot apply the service file first); borrow, and `build_ready`.
+/// server's host and port, as `PgPool::builder` (borrow, and `build_ready`) and as
+/// `Registry::pool`, which applies the environment as `connect` does and so refuses it at once.
 ///
 /// Before the fix: `NoServer` ended "down servers are retried in the background, so retry
 /// shortly", though every retry fails the same way, and `build_ready` waited out the whole
@@ -31,21 +31,26 @@ async fn a_configuration_that_cannot_connect_says_to_fix_it_not_to_retry() {
         .max_size(2)
         .build()
         .unwrap();
-    let registry = Registry::new();
-    let registered = registry.pool(&conninfo, |b| b.max_size(2)).unwrap();
-    for pool in [built, registered] {
-        let err = tokio::time::timeout(Duration::from_secs(20), pool.get(Role::Primary))
-            .await
-            .expect("the borrow hung")
-            .unwrap_err();
-        let text = err.to_string();
-        assert!(matches!(err, PoolError::NoServer { .. }), "{text}");
-        assert!(
-            text.contains("service"),
-            "the error names the cause: {text}"
-        );
-        assert!(!text.contains("retry shortly"), "{text}");
-    }
+    // The registry reads the string as `slipstream_pg::connect` does, service file included,
+    // so it refuses the service at once (tests/registry_env.rs has one it finds).
+    let err = Registry::new()
+        .pool(&conninfo, |b| b.max_size(2))
+        .expect_err("a service no file defines");
+    assert!(
+        matches!(&err, PoolError::Config(m) if m.contains("nosuch")),
+        "{err}"
+    );
+    let err = tokio::time::timeout(Duration::from_secs(20), built.get(Role::Primary))
+        .await
+        .expect("the borrow hung")
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, PoolError::NoServer { .. }), "{text}");
+    assert!(
+        text.contains("service"),
+        "the error names the cause: {text}"
+    );
+    assert!(!text.contains("retry shortly"), "{text}");
     let ready = PgPool::builder(conninfo.parse().unwrap())
         .max_size(2)
         .build_ready();
