@@ -90,3 +90,76 @@ async fn labels_set_in_a_transaction_the_reset_rolls_back_are_dropped() {
         conn.labels()
     );
 }
+
+/// Labeling that counts its configures, so a test can tell a connection found already set up
+/// (cost 0, no configure) from one set up again.
+struct CountingSearchPath(std::sync::atomic::AtomicUsize);
+
+impl Labeling<slipstream_pg::Client> for CountingSearchPath {
+    fn cost(&self, wanted: &Labels, current: &Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        SearchPath.configure(wanted, conn).await
+    }
+}
+
+/// Promise (docs/pool.md, "Labels": `set_labels` labels a connection you set up yourself,
+/// for later labeled borrows to find; a `PgPool` has `get_labeled` as `Pool` does).
+///
+/// Steps: a one-server `PgPool` of one connection; a plain borrow sets `search_path` to `b`
+/// itself, labels the connection and reads its labels back, then returns it; a labeled borrow
+/// of `b` must get it without a configure and read `b.t`; a borrow marked `discard` must
+/// not come back (the next borrow opens a new session).
+///
+/// Before the fix: `PgPooled` had no `labels`, `set_labels` or `discard`, so a `PgPool`
+/// user could not label a connection set up by hand, nor drop one known to be unusable (this
+/// file did not compile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_pool_connection_set_up_by_hand_can_be_labeled_and_discarded() {
+    use slipstream_pool::{PgPool, Role};
+    let cluster = tenants();
+    let config = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    let pool = PgPool::builder(config.parse().unwrap())
+        .max_size(1)
+        .build()
+        .unwrap();
+    let first_pid = {
+        let mut conn = pool.get(Role::Any).await.unwrap();
+        conn.batch_execute("SET search_path = b").await.unwrap();
+        assert!(conn.labels().is_empty(), "a new connection has no labels");
+        conn.set_labels(schema("b"));
+        assert_eq!(*conn.labels(), schema("b"));
+        conn.backend_pid()
+    };
+    let labeling = CountingSearchPath(Default::default());
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(20),
+        pool.get_labeled(Role::Any, &schema("b"), &labeling),
+    )
+    .await
+    .expect("the labeled borrow hung")
+    .unwrap();
+    assert_eq!(
+        conn.backend_pid(),
+        first_pid,
+        "the labeled connection was lent"
+    );
+    assert_eq!(labeling.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let row = conn.query_one("SELECT s FROM t", &[]).await.unwrap();
+    assert_eq!(row.get::<_, &str>(0).unwrap(), "b");
+    conn.discard();
+    let next = tokio::time::timeout(Duration::from_secs(20), pool.get(Role::Any))
+        .await
+        .expect("the borrow after a discard hung")
+        .unwrap();
+    assert_ne!(
+        next.backend_pid(),
+        first_pid,
+        "a discarded connection came back"
+    );
+}
