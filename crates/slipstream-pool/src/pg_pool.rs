@@ -1240,6 +1240,46 @@ impl PgPooled {
     pub fn server(&self) -> &str {
         &self._counted.0.name
     }
+
+    /// The connection's labels ([`Pooled::labels`]).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let conn = pool.get(slipstream_pool::Role::Any).await?;
+    /// println!("{:?}", conn.labels());
+    /// # Ok(()) }
+    /// ```
+    pub fn labels(&self) -> Arc<Labels> {
+        self.conn.labels()
+    }
+
+    /// Labels the connection after setting it up that way yourself, for later
+    /// [`PgPool::get_labeled`] borrows to find ([`Pooled::set_labels`]).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use slipstream_pool::{Labels, Role};
+    /// let mut conn = pool.get(Role::Primary).await?;
+    /// conn.batch_execute("SET search_path = acme").await?;
+    /// conn.set_labels(Labels::from([("tenant".to_string(), "acme".to_string())]));
+    /// # Ok(()) }
+    /// ```
+    pub fn set_labels(&self, labels: Labels) {
+        self.conn.set_labels(labels);
+    }
+
+    /// Closes the connection when this guard drops instead of returning it
+    /// ([`Pooled::discard`]).
+    ///
+    /// ```no_run
+    /// # async fn f(pool: slipstream_pool::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let conn = pool.get(slipstream_pool::Role::Any).await?;
+    /// conn.discard(); // known unusable: the next borrow opens another
+    /// # Ok(()) }
+    /// ```
+    pub fn discard(self) {
+        self.conn.discard();
+    }
 }
 
 impl Deref for PgPooled {
