@@ -15,6 +15,32 @@ fn abort_mode() -> PipelineOptions {
 const PAD: usize = 256 << 10;
 const ROWS: i32 = 200;
 
+/// What the tests of a block stuck behind a lock share: a second session `holder` holds
+/// advisory lock 7 (so a block that first takes it waits, and only the socket's worth of what
+/// follows reaches the server), a table `t`, its prepared insert, and a row's padding.
+struct Stuck {
+    holder: Client,
+    insert: slipstream_pg::Statement,
+    pad: String,
+}
+
+async fn stuck_behind_a_lock(cluster: &slipstream_testkit::Cluster, c: &mut Client) -> Stuck {
+    let mut holder = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    holder
+        .batch_execute("SELECT pg_advisory_lock(7)")
+        .await
+        .unwrap();
+    c.batch_execute("CREATE TABLE t (x int4, pad text)")
+        .await
+        .unwrap();
+    let insert = c.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
+    Stuck {
+        holder,
+        insert,
+        pad: "x".repeat(PAD),
+    }
+}
+
 /// Promise (docs/pipelining.md, "Failures, drops and cancellation"): an open abort-mode block
 /// that is dropped is failed on purpose before its `Sync`; "a `COMMIT` in the block that the
 /// server has already received has then committed the work before it". One it has not
@@ -33,16 +59,11 @@ const ROWS: i32 = 200;
 #[tokio::test]
 async fn a_dropped_block_commits_nothing_through_a_commit_the_server_never_received() {
     let (cluster, mut c) = super::setup().await;
-    let mut holder = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    holder
-        .batch_execute("SELECT pg_advisory_lock(7)")
-        .await
-        .unwrap();
-    c.batch_execute("CREATE TABLE t (x int4, pad text)")
-        .await
-        .unwrap();
-    let insert = c.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
-    let pad = "x".repeat(PAD);
+    let Stuck {
+        mut holder,
+        insert,
+        pad,
+    } = stuck_behind_a_lock(&cluster, &mut c).await;
     async fn block(
         c: &mut Client,
         insert: &slipstream_pg::Statement,
@@ -110,16 +131,11 @@ async fn a_dropped_block_commits_nothing_through_a_commit_the_server_never_recei
 #[tokio::test]
 async fn an_end_dropped_before_its_sync_was_sent_commits_nothing_and_a_retry_runs_once() {
     let (cluster, mut c) = super::setup().await;
-    let mut holder = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    holder
-        .batch_execute("SELECT pg_advisory_lock(7)")
-        .await
-        .unwrap();
-    c.batch_execute("CREATE TABLE t (x int4, pad text)")
-        .await
-        .unwrap();
-    let insert = c.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
-    let pad = "x".repeat(PAD);
+    let Stuck {
+        mut holder,
+        insert,
+        pad,
+    } = stuck_behind_a_lock(&cluster, &mut c).await;
     async fn block(
         c: &mut Client,
         insert: &slipstream_pg::Statement,
@@ -369,17 +385,12 @@ async fn holds_blocks_dropped_at_every_poll_keep_all_or_nothing_and_stay_in_step
 #[tokio::test]
 async fn an_end_dropped_with_lookups_held_commits_nothing_of_a_group_it_never_sent() {
     let (cluster, mut c) = super::memopt::memopt_setup().await;
-    let mut holder = slipstream_pg::connect(&cluster.url()).await.unwrap();
-    holder
-        .batch_execute("SELECT pg_advisory_lock(7)")
-        .await
-        .unwrap();
-    c.batch_execute("CREATE TABLE t (x int4, pad text)")
-        .await
-        .unwrap();
-    let insert = c.prepare("INSERT INTO t VALUES ($1, $2)").await.unwrap();
+    let Stuck {
+        mut holder,
+        insert,
+        pad,
+    } = stuck_behind_a_lock(&cluster, &mut c).await;
     let m = c.memopt_table("m").await.unwrap();
-    let pad = "x".repeat(PAD);
     {
         let mut p = c.pipeline_with(abort_mode().max_in_flight_bytes(1 << 30));
         p.execute("SELECT pg_advisory_lock(7)", &[]).await.unwrap();
