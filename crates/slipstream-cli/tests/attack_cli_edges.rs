@@ -1,0 +1,238 @@
+//! Attacks on the command line's edges (helper h80): output streams whose reader has gone, a
+//! SIGTERM where only Ctrl-C was handled, and values clap took for flags.
+
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use slipstream_testkit::Cluster;
+
+mod common;
+use common::{command, text};
+
+/// The write end of a pipe whose read end is already closed: a write to it fails with EPIPE,
+/// as stdout does under `slipstream ... | head -1` once `head` has exited.
+fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// The rows of `psql` output for a one-value query.
+fn one_value(cluster: &Cluster, sql: &str) -> String {
+    cluster.psql(sql).unwrap().trim().to_string()
+}
+
+/// Waits (up to a hang guard) until `sql` returns `want` on `cluster`.
+fn wait_for(cluster: &Cluster, sql: &str, want: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while one_value(cluster, sql) != want {
+        assert!(Instant::now() < deadline, "{what}: never happened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (up to a hang guard) for `child` to exit.
+fn wait_output(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("slipstream did not exit within 60 s");
+        }
+    }
+}
+
+/// `lab run --json` whose stdout cannot take the table (`| head -1` gone, `> /dev/full`)
+/// still writes its result file: the table is a view of the result, the file is the result.
+/// Before, the table was printed first and its failed write ended the command: with a closed
+/// pipe it exited 0 having written nothing (the run, 27 s for `connect`, silently lost), with
+/// `/dev/full` it exited 1 having written nothing.
+#[test]
+fn lab_run_writes_its_json_when_stdout_cannot_take_the_table() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+            .into()
+    };
+    for (name, stdout) in [("closed-pipe", closed_pipe()), ("dev-full", full())] {
+        let json = dir.path().join(format!("{name}.json"));
+        let o = command(
+            &[
+                "lab",
+                "run",
+                "proxy",
+                "--quick",
+                "--json",
+                json.to_str().unwrap(),
+                "--url",
+                &cluster.url(),
+            ],
+            dir.path(),
+        )
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+        let said = text(&o);
+        assert!(
+            json.exists(),
+            "{name}: no result file; exit {:?}: {said}",
+            o.status.code()
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["experiment"], "proxy", "{name}");
+        if name == "dev-full" {
+            // The table was lost, and the command says so.
+            assert_eq!(o.status.code(), Some(1), "{name}: {said}");
+            assert!(said.contains("stdout"), "{name}: {said}");
+        }
+    }
+}
+
+/// A notice whose stderr reader has gone (`slipstream sql ... 2>&1 | head -1`) does not
+/// panic the command: its result is still printed and its status is the statements'. Before,
+/// the notice handler's `eprintln!` panicked: exit 101, and the INSERT's committed result
+/// never printed.
+#[test]
+fn sql_with_a_closed_stderr_prints_its_result() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let o = command(
+        &[
+            "sql",
+            "DO $$ BEGIN RAISE NOTICE 'hello'; END $$; SELECT 41 + 1 AS answer",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(closed_pipe())
+    .output()
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "stdout: {out}");
+    assert!(out.contains("42") && out.contains("(1 row)"), "{out}");
+    // An error to a closed stderr: the status still says it failed.
+    let o = command(&["sql", "SELECT 1/0", "--url", &cluster.url()], dir.path())
+        .stdout(Stdio::piped())
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+}
+
+/// A failed statement is a failure even when stdout has gone (`| head -1`): the reply of the
+/// statements before it cannot be shown, but the exit status must not turn into success.
+/// Before, the failed write of that reply ended the command as "broken pipe is success":
+/// `slipstream sql "SELECT 1; SELECT 1/0" | true` exited 0.
+#[test]
+fn a_failed_statement_fails_with_a_closed_stdout() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let o = command(
+        &["sql", "SELECT 1; SELECT 1/0", "--url", &cluster.url()],
+        dir.path(),
+    )
+    .stdout(closed_pipe())
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    let said = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(said.contains("division by zero"), "{said}");
+}
+
+/// SIGTERM during `slipstream sql` (a CI job's timeout, `kill`) cancels the statement on the
+/// server, as Ctrl-C does, and exits 130. Before, SIGTERM killed the process at once and the
+/// server ran the statement to its end: the INSERT below committed its row after the command
+/// was stopped.
+#[test]
+fn sigterm_during_sql_cancels_the_statement_on_the_server() {
+    let cluster = Cluster::start().unwrap();
+    cluster.psql("CREATE TABLE termed (n int)").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let child = command(
+        &[
+            "sql",
+            "INSERT INTO termed SELECT 1 FROM pg_sleep(3) /* sql-sigterm */",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let running = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE query LIKE '%sql-sigterm%' AND pid <> pg_backend_pid()";
+    wait_for(
+        &cluster,
+        running,
+        "1",
+        "the statement running on the server",
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let o = wait_output(child);
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    // Whatever the server does with the statement, it is over before its 3 s were up.
+    wait_for(&cluster, running, "0", "the statement ending on the server");
+    assert_eq!(
+        one_value(&cluster, "SELECT count(*) FROM termed"),
+        "0",
+        "the INSERT stopped by SIGTERM committed: {}",
+        text(&o)
+    );
+}
+
+/// A negative value is refused with the flag's own message, not clap's tip to pass it after
+/// `--` (which would make `-1s` the workload). Before, `bench x -d -1s` said "unexpected
+/// argument '-1' found; tip: to pass '-1' as a value, use '-- -1'".
+#[test]
+fn a_negative_duration_or_rate_is_refused_with_what_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, want) in [
+        ("-d", "-1s", "negative"),
+        ("--duration", "-5m", "negative"),
+        ("-w", "-1s", "negative"),
+        ("--ramp-up", "-1s", "negative"),
+        ("--grace", "-1s", "negative"),
+        ("--late-after", "-1ms", "negative"),
+        ("-r", "-5", "--rate"),
+    ] {
+        // A server that is not there: nothing here may need one.
+        let args = [
+            "bench",
+            "order-entry",
+            flag,
+            value,
+            "--url",
+            "postgres://127.0.0.1:1/x",
+        ];
+        let o = command(&args, dir.path()).output().unwrap();
+        let said = text(&o);
+        assert!(!o.status.success(), "{flag} {value}: {said}");
+        assert!(
+            said.contains(want) && !said.contains("'--"),
+            "{flag} {value}: no {want:?}, or clap's `--` tip, in: {said}"
+        );
+    }
+}
