@@ -106,15 +106,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = database::resolve(cli.url, cli.home)?;
             interrupt::stop_clusters_on_signal()?;
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
-            print_result(&result, json.as_deref().is_some_and(bench::is_stdout))?;
-            if let Some(path) = json {
-                result.write_json(&path)?;
+            // The files first: they are the result, the table only a view of it, and a
+            // stdout that cannot take the table (`> /dev/full`) must not cost the run.
+            let mut wrote = Vec::new();
+            let write = || -> anyhow::Result<()> {
+                if let Some(path) = json.clone() {
+                    result.write_json(&path)?;
+                    wrote.push(path);
+                }
+                if let Some(path) = svg.filter(|_| !result.series.is_empty()) {
+                    slipstream_lab::line_chart(&result.title, &result.series, &path)?;
+                    wrote.push(path);
+                }
+                Ok(())
+            };
+            let written = write();
+            let printed = print_result(&result, json.as_deref().is_some_and(bench::is_stdout));
+            for path in &wrote {
                 eprintln!("wrote {}", path.display());
             }
-            if let Some(path) = svg.filter(|_| !result.series.is_empty()) {
-                slipstream_lab::line_chart(&result.title, &result.series, &path)?;
-                eprintln!("wrote {}", path.display());
-            }
+            written?;
+            printed?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => {
@@ -151,8 +163,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for e in EXPERIMENTS {
                 eprintln!("running {} ...", e.name);
                 let result = slipstream_lab::run(e.name, &ctx)?;
-                print_result(&result, false)?;
+                // Written before it is printed, as `lab run` does.
                 slipstream_lab::write_outputs(&result, &out)?;
+                print_result(&result, false)?;
                 results.push(result);
             }
             slipstream_lab::write_report(&out, &results)?;
@@ -218,13 +231,18 @@ fn warn_error(e: &anyhow::Error) {
     );
 }
 
-/// Prints a line to stdout, surfacing a closed pipe as an error `main` treats as success.
-/// Control characters other than line breaks and tabs are printed escaped: names and
+/// Prints a line to stdout. A reader that has gone (`| head -1` done) is not a failure, nor a
+/// reason to stop: what the command writes to files, and its exit status (a failed statement,
+/// a run in which every transaction failed), still stand. Other write errors (`> /dev/full`)
+/// are returned. Control characters other than line breaks and tabs are printed escaped: names and
 /// messages come from result and workload files, and an escape sequence in one could clear
 /// the screen or overwrite a verdict.
 pub(crate) fn say(text: &str) -> anyhow::Result<()> {
     let text = slipstream_bench::table::printable_lines(text);
-    writeln!(std::io::stdout(), "{text}").context("writing to stdout")
+    match writeln!(std::io::stdout(), "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("writing to stdout"),
+    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
