@@ -1,5 +1,16 @@
 //! The `slipstream` command.
 
+/// `eprintln!` for the whole crate, which never panics: std's panics when stderr's reader has
+/// gone (`slipstream sql ... 2>&1 | head -1`), and a message nobody reads would then cost the
+/// command its result and its exit status (101). Defined before the modules, so that it
+/// shadows std's in all of them.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod cli;
 mod compare;
