@@ -35,8 +35,8 @@ pub enum Command {
     Db(DbCommand),
     /// Run SQL and print the result as a table.
     ///
-    /// Ctrl-C cancels the statement on the server, rolling back its transaction, and exits with
-    /// status 130; a second Ctrl-C exits at once without waiting for the cancel.
+    /// Ctrl-C (or SIGTERM) cancels the statement on the server, rolling back its transaction,
+    /// and exits with status 130; a second one exits at once without waiting for the cancel.
     Sql {
         /// One or more ;-separated statements.
         query: String,

@@ -16,10 +16,14 @@ pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// How often the cancel is sent again while the work has not ended.
 const CANCEL_AGAIN: Duration = Duration::from_secs(1);
 
-/// Ctrl-C, listened for from creation: from then on SIGINT no longer kills the process, so
-/// work on the server is cancelled, not left running behind a dead client (a `CREATE INDEX`
-/// or `pg_sleep` runs to its end, and commits, when only its socket closes).
-pub struct CtrlC(Signal);
+/// Ctrl-C, and SIGTERM (`kill`, a CI job's timeout), listened for from creation: from then on
+/// neither kills the process, so work on the server is cancelled, not left running behind a
+/// dead client (a `CREATE INDEX` or `pg_sleep` runs to its end, and commits, when only its
+/// socket closes). Either is a stop; a second one of either exits at once.
+pub struct CtrlC {
+    int: Signal,
+    term: Signal,
+}
 
 /// How work run by [`CtrlC::cancelling`] ended.
 pub enum Cancelled<T> {
@@ -47,18 +51,29 @@ impl<T> Cancelled<T> {
 
 impl CtrlC {
     pub fn listen() -> anyhow::Result<Self> {
-        Ok(Self(signal(SignalKind::interrupt())?))
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next Ctrl-C or SIGTERM.
+    async fn stop(&mut self) {
+        tokio::select! {
+            _ = next(&mut self.int) => {}
+            _ = next(&mut self.term) => {}
+        }
     }
 
     /// `work`'s output, or `None` if Ctrl-C came first (`work` is then dropped).
     pub async fn or<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
         tokio::select! {
             out = work => Some(out),
-            _ = next(&mut self.0) => None,
+            _ = self.stop() => None,
         }
     }
 
-    /// Runs `work`. On Ctrl-C, sends `cancel()` to the server and waits up to
+    /// Runs `work`. On Ctrl-C or SIGTERM, sends `cancel()` to the server and waits up to
     /// [`CANCEL_WAIT`] for `work` to end, as psql does, sending it again every
     /// [`CANCEL_AGAIN`]: a cancel request stops only what runs when it arrives, and one that
     /// overtakes the statement it was meant for is lost. `what` names the work on stderr. A
@@ -75,7 +90,7 @@ impl CtrlC {
         tokio::pin!(work);
         tokio::select! {
             out = &mut work => return Cancelled::Ran(out),
-            _ = next(&mut self.0) => {}
+            _ = self.stop() => {}
         }
         let pressed = Instant::now();
         eprintln!("cancelling {what} on the server (Ctrl-C again to exit now, leaving it to run)");
@@ -97,7 +112,7 @@ impl CtrlC {
         };
         let second = async {
             loop {
-                next(&mut self.0).await;
+                self.stop().await;
                 // One stop sent twice (`timeout -s INT` signals the process and then its
                 // group) is not a second Ctrl-C.
                 if pressed.elapsed() >= SAME_STOP {

@@ -25,7 +25,7 @@ pub enum Ran {
 }
 
 /// Runs `query` (one or more `;`-separated statements, one implicit transaction). A Ctrl-C
-/// cancels the statement on the server, as psql's does: a dead client alone would leave the
+/// (or SIGTERM) cancels the statement on the server, as psql's does: a dead client alone would leave the
 /// server running it to its end, and committing it. A second Ctrl-C exits at once.
 pub async fn run(url: &str, query: &str) -> anyhow::Result<Ran> {
     let mut ctrl_c = CtrlC::listen()?;
