@@ -93,14 +93,17 @@ pub struct BenchArgs {
     #[arg(long, short = 'u', value_name = "N")]
     pub users: Option<usize>,
     /// The measured window (e.g. 30s, 5m) [default: 30s; with --stage, their sum].
-    #[arg(long, short = 'd', value_parser = duration, value_name = "D")]
+    // A value starting with `-` is a value here, as for each duration and --rate: refused by
+    // the parser with what to give, where clap would say to pass `-1s` after `--`, which
+    // makes it the workload.
+    #[arg(long, short = 'd', value_parser = duration, value_name = "D", allow_hyphen_values = true)]
     pub duration: Option<std::time::Duration>,
     /// Run this long first without recording [default: 5s, 0 with --ramp-up].
-    #[arg(long, short = 'w', value_parser = duration, value_name = "W")]
+    #[arg(long, short = 'w', value_parser = duration, value_name = "W", allow_hyphen_values = true)]
     pub warmup: Option<std::time::Duration>,
     /// Start the users (or raise the rate) evenly from none to the first stage's over this
     /// period, recorded as a stage of its own (`ramp-up`). Replaces the warm-up.
-    #[arg(long, value_parser = duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D", allow_hyphen_values = true)]
     pub ramp_up: Option<std::time::Duration>,
     /// A stage: DURATION:USERS (closed loop) or DURATION:rate=R (open loop), e.g. --stage
     /// 30s:8 --stage 30s:16. Repeat for several; they run in order, each reported on its own.
@@ -112,7 +115,7 @@ pub struct BenchArgs {
     pub threads: Option<usize>,
     /// Open loop: Poisson arrivals at R transactions per second (latency from the intended
     /// start). Without it, users run closed loop.
-    #[arg(long, short = 'r', value_name = "R")]
+    #[arg(long, short = 'r', value_name = "R", allow_hyphen_values = true)]
     pub rate: Option<f64>,
     /// Closed loop: think time before each transaction, e.g. 10ms..50ms.
     #[arg(long, value_name = "MIN..MAX")]
@@ -137,10 +140,10 @@ pub struct BenchArgs {
     pub seed: Option<u64>,
     /// Open loop: a transaction starting later than this after its intended start is late
     /// [default: 1ms].
-    #[arg(long, value_parser = duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D", allow_hyphen_values = true)]
     pub late_after: Option<std::time::Duration>,
     /// How long to wait for transactions in flight when the window ends [default: 10s].
-    #[arg(long, value_parser = duration, value_name = "D")]
+    #[arg(long, value_parser = duration, value_name = "D", allow_hyphen_values = true)]
     pub grace: Option<std::time::Duration>,
     /// No progress line.
     #[arg(long, short = 'q')]

@@ -231,7 +231,7 @@ fn a_negative_duration_or_rate_is_refused_with_what_to_give() {
         let said = text(&o);
         assert!(!o.status.success(), "{flag} {value}: {said}");
         assert!(
-            said.contains(want) && !said.contains("'--"),
+            said.contains(want) && !said.contains("use '-- "),
             "{flag} {value}: no {want:?}, or clap's `--` tip, in: {said}"
         );
     }
