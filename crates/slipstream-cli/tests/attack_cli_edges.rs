@@ -236,3 +236,43 @@ fn a_negative_duration_or_rate_is_refused_with_what_to_give() {
         );
     }
 }
+
+/// A warm-up longer than the wall clock can count (chrono's range, about 292 million years)
+/// is refused with what to change, as a run that long already was. Before, the check only
+/// asked the monotonic clock, which counts further, and the run panicked (exit 101) once its
+/// users had connected, adding the warm-up to the wall-clock start.
+#[test]
+fn a_warmup_past_the_wall_clocks_range_is_refused() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("one.toml");
+    std::fs::write(
+        &workload,
+        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.json");
+    let o = command(
+        &[
+            "bench",
+            workload.to_str().unwrap(),
+            "-u",
+            "1",
+            "-d",
+            "1s",
+            "-w",
+            "99999999999999h",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .output()
+    .unwrap();
+    let said = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{said}");
+    assert!(said.contains("--warmup"), "{said}");
+}
