@@ -213,7 +213,13 @@ impl RunConfig {
                 .checked_add(self.warmup)
                 .and_then(|t| t.checked_add(plan.total()))
                 .and_then(|t| t.checked_add(self.grace))
-                .is_some(),
+                .is_some()
+                // The wall-clock start is the warm-up's end too, and chrono counts less far
+                // (about 292 million years) than the monotonic clock.
+                && chrono::TimeDelta::from_std(self.warmup)
+                    .ok()
+                    .and_then(|w| chrono::Utc::now().checked_add_signed(w))
+                    .is_some(),
             "the warm-up, the run ({:?}) and the grace period add up to more than the clock can count; give a shorter --duration, --warmup or --grace",
             plan.total()
         );
