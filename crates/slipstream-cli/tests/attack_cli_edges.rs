@@ -276,3 +276,29 @@ fn a_warmup_past_the_wall_clocks_range_is_refused() {
     assert_eq!(o.status.code(), Some(1), "{said}");
     assert!(said.contains("--warmup"), "{said}");
 }
+
+/// SQL that starts with a comment (`-- what this checks` on its first line) is SQL, run as
+/// psql's `-c` runs it. Before, clap took it for an unknown flag: "unexpected argument '--
+/// comment' found", with a tip to use `--home`.
+#[test]
+fn sql_starting_with_a_comment_runs() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = cluster.url();
+    for args in [
+        ["sql", "-- the answer\nSELECT 42 AS answer", "--url", &url],
+        ["sql", "--url", &url, "-- the answer\nSELECT 42 AS answer"],
+    ] {
+        let o = command(&args, dir.path()).output().unwrap();
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {said}");
+        assert!(said.contains("42") && said.contains("(1 row)"), "{said}");
+    }
+    // `--help` is still help.
+    let o = command(&["sql", "--help"], dir.path()).output().unwrap();
+    assert!(
+        o.status.success() && text(&o).contains("Usage"),
+        "{}",
+        text(&o)
+    );
+}
