@@ -39,6 +39,8 @@ pub enum Command {
     /// and exits with status 130; a second one exits at once without waiting for the cancel.
     Sql {
         /// One or more ;-separated statements.
+        // SQL may start with `-` (a `-- comment` line): it is the query, not a flag.
+        #[arg(allow_hyphen_values = true)]
         query: String,
     },
     /// List or run the lab's experiments.
