@@ -302,3 +302,49 @@ fn sql_starting_with_a_comment_runs() {
         text(&o)
     );
 }
+
+/// `lab run --json` to a stream (a FIFO here; `/dev/stdout`, which docs/lab.md names, is
+/// the same) writes the JSON there and puts no chart "beside" it: there is no directory
+/// entry to put one beside. Before, the default chart went to `<stream>.svg`: a file
+/// created in /dev for root (`/dev/stdout.svg`, `/dev/null.svg`), and for anyone else
+/// "cannot write /dev/stdout.svg: Permission denied", refusing the documented
+/// `--json /dev/stdout` before the run.
+#[test]
+fn lab_run_json_to_a_stream_puts_no_chart_beside_it() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("stream");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let o = command(
+        &[
+            "lab",
+            "run",
+            "proxy",
+            "--quick",
+            "--json",
+            fifo.to_str().unwrap(),
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .output()
+    .unwrap();
+    let said = text(&o);
+    if !o.status.success() {
+        // Unblock the reader, which waits for a writer that never came.
+        drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+    }
+    let json = reader.join().unwrap();
+    assert!(o.status.success(), "{said}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["experiment"], "proxy");
+    assert!(
+        !dir.path().join("stream.svg").exists(),
+        "a chart was written beside the stream: {said}"
+    );
+}
