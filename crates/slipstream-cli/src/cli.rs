@@ -287,7 +287,8 @@ pub enum LabCommand {
         /// Write the result as JSON here.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
-        /// Write the chart as SVG here [default with --json: beside it, as .svg].
+        /// Write the chart as SVG here [default with --json: beside it, as .svg; none when
+        /// the JSON goes to a stream such as /dev/stdout].
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
     },

@@ -94,11 +94,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             svg,
         }) => {
             slipstream_lab::find(&experiment)?;
-            // With --json and no --svg, the chart goes beside the JSON. Both are checked
-            // before the run, the default too: a chart that cannot be written, or that would
-            // replace the JSON (the chart is written second), costs the run's result.
+            // With --json and no --svg, the chart goes beside the JSON, unless the JSON goes
+            // to a stream (`/dev/stdout`, a FIFO, /dev/null): nothing is beside one, and
+            // `/dev/stdout.svg` is a file in /dev, or a refusal. Both are checked before the
+            // run, the default too: a chart that cannot be written, or that would replace the
+            // JSON (the chart is written second), costs the run's result.
             let beside = svg.is_none();
-            let svg = svg.or_else(|| json.as_ref().map(|j| j.with_extension("svg")));
+            let svg = svg.or_else(|| {
+                json.as_ref()
+                    .filter(|j| !is_stream(j))
+                    .map(|j| j.with_extension("svg"))
+            });
             if let (Some(j), Some(s)) = (&json, &svg) {
                 anyhow::ensure!(
                     !bench::same_file(j, s),
@@ -212,6 +218,12 @@ fn db(cmd: DbCommand, home: Option<std::path::PathBuf>) -> anyhow::Result<ExitCo
         },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `path` is a stream rather than a file in a directory: stdout (however named), or
+/// an existing path that is not a regular file (a device, a FIFO).
+fn is_stream(path: &std::path::Path) -> bool {
+    bench::is_stdout(path) || std::fs::metadata(path).is_ok_and(|m| !m.is_file())
 }
 
 /// Prints an experiment's table and notes: to stdout, or to stderr when its result file went
