@@ -348,3 +348,55 @@ fn lab_run_json_to_a_stream_puts_no_chart_beside_it() {
         "a chart was written beside the stream: {said}"
     );
 }
+
+/// SIGTERM during `bench --setup` cancels the setup SQL on the server and exits 130, as
+/// Ctrl-C does (docs/bench.md). Before 8e5bbfe, SIGTERM killed the process and the server
+/// ran the SQL to its end, committing the table after the setup was stopped.
+#[test]
+fn sigterm_during_a_workload_setup_cancels_it_on_the_server() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("setup.toml");
+    std::fs::write(
+        &file,
+        "name = \"made\"\nsetup = \"CREATE TABLE made (n int); INSERT INTO made SELECT 1 FROM pg_sleep(3) /* setup-sigterm */\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let child = command(
+        &[
+            "bench",
+            file.to_str().unwrap(),
+            "--setup",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let running = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE query LIKE '%setup-sigterm%' AND pid <> pg_backend_pid()";
+    wait_for(
+        &cluster,
+        running,
+        "1",
+        "the setup SQL running on the server",
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let o = wait_output(child);
+    let said = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{said}");
+    assert!(said.contains("setup cancelled on the server"), "{said}");
+    wait_for(&cluster, running, "0", "the setup SQL ending on the server");
+    assert_eq!(
+        one_value(&cluster, "SELECT to_regclass('made') IS NULL"),
+        "t",
+        "the setup stopped by SIGTERM committed its table: {said}"
+    );
+}
