@@ -400,3 +400,88 @@ fn sigterm_during_a_workload_setup_cancels_it_on_the_server() {
         "the setup stopped by SIGTERM committed its table: {said}"
     );
 }
+
+/// Destroys the embedded cluster of `home` when dropped, and kills `victim`.
+struct Teardown {
+    home: std::path::PathBuf,
+    victim: Option<Child>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(v) = self.victim.as_mut() {
+            let _ = v.kill();
+            let _ = v.wait();
+        }
+        let _ = common::slipstream(&["db", "destroy"], &self.home);
+    }
+}
+
+/// A stale `postmaster.pid` whose PID now belongs to a process that works in the data
+/// directory (a shell `cd`'d there to read the files, after a reboot or a `kill -9`) is not
+/// taken for the server: the module's promise is that a reused PID can neither make a
+/// command report a server that is not there, nor get a process that is not ours signalled.
+/// Before, "the PID works in the data directory" was the whole test of a postmaster: `db
+/// status` said "running" on a port nothing listened on, and `db stop` had pg_ctl send that
+/// process SIGINT.
+#[test]
+fn a_reused_pid_working_in_the_data_directory_is_not_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut teardown = Teardown {
+        home: home.clone(),
+        victim: None,
+    };
+    let start = common::slipstream(&["db", "start"], &home);
+    assert!(start.status.success(), "{}", text(&start));
+    let status = text(&common::slipstream(&["db", "status"], &home));
+    let data = std::path::PathBuf::from(
+        status
+            .trim()
+            .rsplit_once("(data ")
+            .and_then(|(_, d)| d.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("no data directory in: {status}")),
+    );
+    let stop = common::slipstream(&["db", "stop"], &home);
+    assert!(stop.status.success(), "{}", text(&stop));
+    // Another process of the server's OS user (`postgres` when run as root), working in the
+    // data directory, now has the PID the lock file names.
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("60").current_dir(&data);
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt as _;
+        let postgres = nix::unistd::User::from_name("postgres")
+            .unwrap()
+            .expect("a postgres user");
+        sleep.uid(postgres.uid.as_raw()).gid(postgres.gid.as_raw());
+    }
+    let victim = sleep.spawn().unwrap();
+    let pid = victim.id();
+    teardown.victim = Some(victim);
+    std::fs::write(
+        data.join("postmaster.pid"),
+        format!(
+            "{pid}\n{}\n1700000000\n1\n\n127.0.0.1\n  0 0\nready   \n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let status = text(&common::slipstream(&["db", "status"], &home));
+    let stop = common::slipstream(&["db", "stop"], &home);
+    let victim_alive = matches!(teardown.victim.as_mut().unwrap().try_wait(), Ok(None));
+    assert!(
+        victim_alive,
+        "`db stop` signalled process {pid}: {}",
+        text(&stop)
+    );
+    assert!(status.starts_with("stopped"), "{status}");
+    // And the cluster starts again, the stale lock file out of its way.
+    let start = common::slipstream(&["db", "start"], &home);
+    let sql = common::slipstream(&["sql", "SELECT 41 + 1"], &home);
+    assert!(
+        start.status.success() && text(&sql).contains("42"),
+        "start: {}\nsql: {}",
+        text(&start),
+        text(&sql)
+    );
+}
