@@ -6,8 +6,8 @@
 //! - every command that reads or changes the cluster holds `embedded.lock` (an advisory
 //!   `flock`: exclusive to create, start, stop or destroy, shared to look), so two commands
 //!   never both create, both pick a port, or remove what the other is using;
-//! - "running" means a postmaster whose working directory is this data directory (the
-//!   postmaster lives in it), and the port is the one that postmaster wrote in
+//! - "running" means a postmaster (a process running the `postgres` binary) whose working
+//!   directory is this data directory (the postmaster lives in it), and the port is the one that postmaster wrote in
 //!   `postmaster.pid`: a PID reused by another process, a zombie, or a state file that names
 //!   another port cannot make a command report a server that is not there, or signal a
 //!   process that is not ours;

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 /// What the `postmaster.pid` in a data directory says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LockFile {
-    /// A postmaster runs on the directory: the PID the file names works in it (a postmaster
-    /// works in its data directory), and listens on this port.
+    /// A postmaster runs on the directory: the PID the file names runs the `postgres` binary
+    /// and works in it (a postmaster works in its data directory), and listens on this port.
     Live { pid: u32, port: u16 },
     /// No file, or one that names no live postmaster of this directory: the PID is gone, a
-    /// zombie, or a process working elsewhere (the PID given to another process since).
+    /// zombie, or a process working elsewhere or running another program (the PID given to
+    /// another process since).
     Stale,
     /// The PID lives, but whether it is this directory's postmaster cannot be read, or the
     /// file is not whole (a server starting): not ours to remove or signal.
@@ -39,7 +40,20 @@ pub(crate) fn lock_file(data: &Path) -> LockFile {
         std::fs::read_link(proc_dir.join("cwd")),
         std::fs::canonicalize(data),
     ) {
-        (Ok(cwd), Ok(data)) if cwd == data => LockFile::Live { pid, port },
+        // Working there is not enough: a shell `cd`'d into the data directory may have been
+        // given the dead postmaster's PID. A postmaster runs the `postgres` binary (its
+        // name followed by " (deleted)" once a package upgrade replaced it).
+        (Ok(cwd), Ok(data)) if cwd == data => match std::fs::read_link(proc_dir.join("exe")) {
+            Ok(exe)
+                if exe
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("postgres")) =>
+            {
+                LockFile::Live { pid, port }
+            }
+            Ok(_) => LockFile::Stale,
+            Err(_) => LockFile::Unknown,
+        },
         (Ok(_), Ok(_)) => LockFile::Stale,
         _ => LockFile::Unknown,
     }
