@@ -485,3 +485,54 @@ fn a_reused_pid_working_in_the_data_directory_is_not_the_server() {
         text(&sql)
     );
 }
+
+/// `slipstream ARGS` with `home`, as the `postgres` user when run as root (so that the data,
+/// and the Unix socket, go in the home, as for any user but root).
+fn as_non_root(args: &[&str], home: &std::path::Path) -> Output {
+    let mut cmd = command(args, home);
+    cmd.current_dir(home.parent().unwrap());
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt as _;
+        let postgres = nix::unistd::User::from_name("postgres")
+            .unwrap()
+            .expect("a postgres user");
+        cmd.uid(postgres.uid.as_raw()).gid(postgres.gid.as_raw());
+    }
+    cmd.output().unwrap()
+}
+
+/// Destroys the embedded cluster of a home [`as_non_root`] when dropped.
+struct DestroyAsNonRoot(std::path::PathBuf);
+
+impl Drop for DestroyAsNonRoot {
+    fn drop(&mut self) {
+        let _ = as_non_root(&["db", "destroy"], &self.0);
+    }
+}
+
+/// A home whose path ends in a space starts, as any other path does. For a user other than
+/// root the Unix socket goes in the home, through `unix_socket_directories`, a list whose
+/// elements PostgreSQL trims. Before, the server looked for `/path/home` (no space), every
+/// start failed with "could not create lock file \".../home/.s.PGSQL.<port>.lock\": No such
+/// file or directory", and the advice was to destroy the data, which was whole.
+#[test]
+fn a_home_ending_in_a_space_starts() {
+    let base = tempfile::tempdir().unwrap();
+    if nix::unistd::geteuid().is_root() {
+        let postgres = nix::unistd::User::from_name("postgres")
+            .unwrap()
+            .expect("a postgres user");
+        std::os::unix::fs::chown(
+            base.path(),
+            Some(postgres.uid.as_raw()),
+            Some(postgres.gid.as_raw()),
+        )
+        .unwrap();
+    }
+    let home = base.path().join("home ");
+    let _destroy = DestroyAsNonRoot(home.clone());
+    let start = as_non_root(&["db", "start"], &home);
+    assert!(start.status.success(), "{}", text(&start));
+    let sql = as_non_root(&["sql", "SELECT 41 + 1"], &home);
+    assert!(text(&sql).contains("42"), "{}", text(&sql));
+}
