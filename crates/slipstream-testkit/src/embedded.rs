@@ -350,9 +350,12 @@ impl Embedded {
             })?;
         }
         // The CLI connects over TCP; a Unix socket goes beside the data only where its path
-        // fits and the setting's list syntax cannot split it, and otherwise there is none.
+        // fits and the setting's list syntax cannot split it, nor trim it (it trims the
+        // whitespace around each element: `/x/home ` would be `/x/home`), and otherwise
+        // there is none.
         let socket = parent.display().to_string();
         let socket_fits = socket.len() + "/.s.PGSQL.65535.lock".len() <= MAX_SOCKET_PATH
+            && !socket.ends_with(char::is_whitespace)
             && !socket
                 .chars()
                 .any(|c| c == ',' || c == '"' || c.is_control());
