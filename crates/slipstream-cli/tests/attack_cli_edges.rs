@@ -536,3 +536,27 @@ fn a_home_ending_in_a_space_starts() {
     let sql = as_non_root(&["sql", "SELECT 41 + 1"], &home);
     assert!(text(&sql).contains("42"), "{}", text(&sql));
 }
+
+/// `--url` given to a `db` command, which manages only the embedded cluster, is refused
+/// naming the flag, not silently ignored: `slipstream db status --url postgres://db:5432/x`
+/// answered about the embedded cluster (and `db stop --url ...` stopped it), as if that were
+/// the server named.
+#[test]
+fn a_db_command_refuses_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    // What a `db start` that took no notice of --url started.
+    let _teardown = Teardown {
+        home: home.clone(),
+        victim: None,
+    };
+    for cmd in ["start", "stop", "status", "url", "destroy"] {
+        let o = command(&["db", cmd, "--url", "postgres://127.0.0.1:1/x"], &home)
+            .output()
+            .unwrap();
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "db {cmd}: {said}");
+        assert!(said.contains("--url"), "db {cmd}: {said}");
+    }
+    assert!(!home.exists(), "a refused db command made the home");
+}
