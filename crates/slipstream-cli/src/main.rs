@@ -60,7 +60,15 @@ pub(crate) fn broken_pipe(e: &anyhow::Error) -> bool {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Db(cmd) => db(cmd, cli.home),
+        Command::Db(cmd) => {
+            // Taken for the server to act on, it would be silently ignored: `db stop --url`
+            // would stop the embedded cluster instead.
+            anyhow::ensure!(
+                cli.url.is_none(),
+                "--url names a server of your own, and `db` commands manage only the embedded cluster (its state in --home); drop --url"
+            );
+            db(cmd, cli.home)
+        }
         Command::Sql { query } => {
             let url = database::resolve(cli.url, cli.home)?;
             match runtime()?.block_on(sql::run(&url, &query))? {
