@@ -217,6 +217,13 @@ fn a_negative_duration_or_rate_is_refused_with_what_to_give() {
         ("--grace", "-1s", "negative"),
         ("--late-after", "-1ms", "negative"),
         ("-r", "-5", "--rate"),
+        ("--think", "-1ms..2ms", "--think"),
+        ("--intra-think", "-1ms..2ms", "--intra-think"),
+        ("--stage", "-1s:2", "--stage"),
+        ("-u", "-1", "--users"),
+        ("-j", "-1", "--threads"),
+        ("--seed", "-1", "--seed"),
+        ("--scale", "-1", "--scale"),
     ] {
         // A server that is not there: nothing here may need one.
         let args = [
