@@ -88,15 +88,15 @@ pub struct BenchArgs {
     #[arg(long)]
     pub setup: bool,
     /// Order Entry scale for --setup: 1 is about a million customers [default: 0.1].
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
     pub scale: Option<f64>,
     /// Concurrent users, each with its own connection [default: 8]. With closed-loop stages
     /// the stages set the count; with rate stages, the users serving the arrivals.
-    #[arg(long, short = 'u', value_name = "N")]
+    #[arg(long, short = 'u', value_name = "N", allow_hyphen_values = true)]
     pub users: Option<usize>,
     /// The measured window (e.g. 30s, 5m) [default: 30s; with --stage, their sum].
-    // A value starting with `-` is a value here, as for each duration and --rate: refused by
-    // the parser with what to give, where clap would say to pass `-1s` after `--`, which
+    // A value starting with `-` is a value here, as for every value of bench's flags: refused
+    // by the parser with what to give, where clap would say to pass `-1s` after `--`, which
     // makes it the workload.
     #[arg(long, short = 'd', value_parser = duration, value_name = "D", allow_hyphen_values = true)]
     pub duration: Option<std::time::Duration>,
@@ -109,21 +109,21 @@ pub struct BenchArgs {
     pub ramp_up: Option<std::time::Duration>,
     /// A stage: DURATION:USERS (closed loop) or DURATION:rate=R (open loop), e.g. --stage
     /// 30s:8 --stage 30s:16. Repeat for several; they run in order, each reported on its own.
-    #[arg(long = "stage", value_name = "D:LOAD")]
+    #[arg(long = "stage", value_name = "D:LOAD", allow_hyphen_values = true)]
     pub stages: Vec<slipstream_bench::Stage>,
     /// Worker threads the users are dealt out to, round robin, each with its own event loop
     /// (pgbench's -j) [default: one per CPU].
-    #[arg(long, short = 'j', value_name = "N")]
+    #[arg(long, short = 'j', value_name = "N", allow_hyphen_values = true)]
     pub threads: Option<usize>,
     /// Open loop: Poisson arrivals at R transactions per second (latency from the intended
     /// start). Without it, users run closed loop.
     #[arg(long, short = 'r', value_name = "R", allow_hyphen_values = true)]
     pub rate: Option<f64>,
     /// Closed loop: think time before each transaction, e.g. 10ms..50ms.
-    #[arg(long, value_name = "MIN..MAX")]
+    #[arg(long, value_name = "MIN..MAX", allow_hyphen_values = true)]
     pub think: Option<slipstream_bench::ThinkTime>,
     /// Think time inside transactions (between their steps), not counted in latency.
-    #[arg(long, value_name = "MIN..MAX")]
+    #[arg(long, value_name = "MIN..MAX", allow_hyphen_values = true)]
     pub intra_think: Option<slipstream_bench::ThinkTime>,
     /// Change weights: name=weight,name=weight (others keep theirs).
     #[arg(long, value_name = "MIX")]
@@ -138,7 +138,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub raw: Option<PathBuf>,
     /// Seed for every random choice (the same seed repeats the same choices).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub seed: Option<u64>,
     /// Open loop: a transaction starting later than this after its intended start is late
     /// [default: 1ms].
