@@ -567,3 +567,74 @@ fn a_db_command_refuses_url() {
     }
     assert!(!home.exists(), "a refused db command made the home");
 }
+
+/// The throwaway cluster directories process `pid` made (the testkit marks each with its
+/// maker in an `owner` file).
+fn clusters_made_by(pid: u32) -> Vec<std::path::PathBuf> {
+    let base = std::env::temp_dir().join(format!(
+        "slipstream-testkit-{}",
+        nix::unistd::geteuid().as_raw()
+    ));
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|dir| {
+            std::fs::read_to_string(dir.join("owner"))
+                .is_ok_and(|t| t.split_whitespace().next() == Some(&pid.to_string()))
+        })
+        .collect()
+}
+
+/// SIGTERM during `lab run` whose stderr reader has gone (`2>&1 | head -1`) still stops the
+/// experiment's private cluster and exits 130 (docs/lab.md). Before 0151a24, the stop
+/// thread's `eprintln!` panicked once the clusters were down, before its `exit(130)`, and
+/// the main thread, seeing the stop under way, waited for that exit forever: a hang.
+#[test]
+fn sigterm_during_lab_run_with_a_closed_stderr_exits_130() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let child = command(
+        &[
+            "lab",
+            "run",
+            "pk-lookup",
+            "--quick",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(Stdio::piped())
+    .stderr(closed_pipe())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let made = loop {
+        let made = clusters_made_by(child.id());
+        // Its server is up once postmaster.pid names a port (its fourth line).
+        if made.iter().any(|d| {
+            std::fs::read_to_string(d.join("data/postmaster.pid"))
+                .is_ok_and(|t| t.lines().count() >= 4)
+        }) {
+            break made;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pk-lookup started no private cluster"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let o = wait_output(child);
+    assert_eq!(o.status.code(), Some(130));
+    for d in made {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+}
