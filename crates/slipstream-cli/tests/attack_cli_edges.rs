@@ -638,3 +638,80 @@ fn sigterm_during_lab_run_with_a_closed_stderr_exits_130() {
         assert!(!d.exists(), "{} left behind", d.display());
     }
 }
+
+/// Holds (docs/testkit.md): `db stop` during a `bench` on the embedded cluster stops the
+/// server under the run, which ends on time, writes its result and counts the transactions
+/// the stop cost as failures (the server's 57P01, then `client:no-connection`), not as
+/// successes or silence.
+#[test]
+fn holds_db_stop_during_a_bench_is_counted_in_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let _teardown = Teardown {
+        home: home.clone(),
+        victim: None,
+    };
+    let start = common::slipstream(&["db", "start"], &home);
+    assert!(start.status.success(), "{}", text(&start));
+    let workload = dir.path().join("nap.toml");
+    std::fs::write(
+        &workload,
+        "name = \"nap\"\n[[transaction]]\nname = \"nap\"\nsql = \"SELECT pg_sleep(0.01) /* h80-nap */\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("nap.json");
+    let bench = command(
+        &[
+            "bench",
+            workload.to_str().unwrap(),
+            "-u",
+            "2",
+            "-d",
+            "3s",
+            "-w",
+            "0s",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &home,
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = common::slipstream(
+            &[
+                "sql",
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE '%h80-nap%' AND pid <> pg_backend_pid()",
+            ],
+            &home,
+        );
+        let said = text(&o);
+        if said.lines().nth(2).is_some_and(|l| l.trim() != "0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the bench never ran: {said}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stop = common::slipstream(&["db", "stop"], &home);
+    assert!(stop.status.success(), "{}", text(&stop));
+    let o = wait_output(bench);
+    let said = text(&o);
+    assert!(matches!(o.status.code(), Some(0 | 2)), "{said}");
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let failed: u64 = run["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["failed"].as_u64().unwrap())
+        .sum();
+    assert!(failed > 0, "the stop cost no transaction: {said}");
+    assert!(
+        said.contains("57P01") || said.contains("no-connection"),
+        "{said}"
+    );
+}
