@@ -199,6 +199,11 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     let runs = [Labeled { label, run }];
     print_runs(&runs, is_stdout(&out))?;
     if let Err(e) = written {
+        // A result sent to a reader that has gone (`-o /dev/stdout | head`) is a closed
+        // pipe, which `main` takes for no failure, as for any output; not a full disk.
+        if crate::broken_pipe(&e) {
+            return Err(e);
+        }
         anyhow::bail!(
             "{e:#}: the result file was not written (the figures above are the run's); \
              free space there or give another -o, and run again to get the file"
