@@ -755,3 +755,33 @@ fn bench_to_a_closed_stdout_is_not_a_full_disk() {
     assert!(!said.contains("free space"), "{said}");
     assert_eq!(o.status.code(), Some(0), "{said}");
 }
+
+/// A `bench` refused for its arguments (a misspelt workload, a flag `--setup` has no use
+/// for) starts no database first: the embedded cluster is created and started only for a
+/// command that will use it. Before, `slipstream bench order-entyr` created and started the
+/// embedded cluster ("started the embedded PostgreSQL at ...") and then said the workload
+/// was unknown.
+#[test]
+fn a_bench_refused_for_its_arguments_starts_no_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let _teardown = Teardown {
+        home: home.clone(),
+        victim: None,
+    };
+    for (args, want) in [
+        (&["bench", "order-entyr"][..], "unknown workload"),
+        (
+            &["bench", "order-entry", "--setup", "-u", "4"][..],
+            "--setup",
+        ),
+        (&["bench", "order-entry", "--scale", "1"][..], "--scale"),
+    ] {
+        let o = command(args, &home).output().unwrap();
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {said}");
+        assert!(said.contains(want), "{args:?}: {said}");
+        assert!(!said.contains("started the embedded"), "{args:?}: {said}");
+    }
+    assert!(!home.exists(), "the home was created");
+}
