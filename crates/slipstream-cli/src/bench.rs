@@ -32,7 +32,12 @@ fn source(name: &str) -> anyhow::Result<Source> {
     )
 }
 
-pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
+/// Runs `bench`. `url` resolves the database (starting the embedded cluster if it is the
+/// one): called only once the arguments have been checked, so that a refusal starts nothing.
+pub fn bench(
+    args: BenchArgs,
+    url: impl FnOnce() -> anyhow::Result<String>,
+) -> anyhow::Result<ExitCode> {
     let source = source(&args.workload)?;
     // Users get threads of their own (RunConfig::threads); this runtime only keeps the clock.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -54,6 +59,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
                 "--scale {scale} applies only to Order Entry's --setup: a workload file's setup SQL loads what it says. Drop --scale, or change the sizes in the file's `setup`"
             );
         }
+        let url = url()?;
         return runtime.block_on(setup(
             &source,
             &args.workload,
@@ -99,7 +105,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
             stages: &file_stages,
         },
     )?;
-    let mut config = RunConfig::new(Some(url));
+    let mut config = RunConfig::new(None);
     let stages = if args.stages.is_empty() {
         file_stages
     } else {
@@ -178,6 +184,7 @@ pub fn bench(args: BenchArgs, url: String) -> anyhow::Result<ExitCode> {
     }
     // Before the run, not after it: a result that cannot be written is a run lost.
     slipstream_bench::check_writable(&out)?;
+    config.url = Some(url()?);
 
     let mut run = match runtime.block_on(run(&workload, &config)) {
         Ok(run) => run,

@@ -154,10 +154,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             printed?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(args) => {
-            let url = database::resolve(cli.url, cli.home)?;
-            bench::bench(args, url)
-        }
+        Command::Bench(args) => bench::bench(args, || database::resolve(cli.url, cli.home)),
         Command::Report {
             files,
             html,
