@@ -785,3 +785,44 @@ fn a_bench_refused_for_its_arguments_starts_no_cluster() {
     }
     assert!(!home.exists(), "the home was created");
 }
+
+/// `lab run --svg /dev/stdout > chart.svg` leaves a chart in chart.svg: the table goes to
+/// stderr, as it does for `--json /dev/stdout` (docs/lab.md). Before, the table went to
+/// stdout too, over the chart's first bytes: the file began "fetch-size: Fetch size: ..."
+/// and was no SVG.
+#[test]
+fn lab_run_svg_to_stdout_holds_the_chart_alone() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("chart.svg");
+    let o = command(
+        &[
+            "lab",
+            "run",
+            "fetch-size",
+            "--quick",
+            "--svg",
+            "/dev/stdout",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(std::fs::File::create(&chart).unwrap())
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(
+        svg.trim_start().starts_with('<') && svg.trim_end().ends_with("</svg>"),
+        "not an SVG alone: {:?} ... {:?}",
+        &svg[..svg.len().min(80)],
+        &svg[svg.len().saturating_sub(80)..]
+    );
+    assert!(
+        said.contains("fetch-size"),
+        "the table went nowhere: {said}"
+    );
+}
