@@ -133,6 +133,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let result = slipstream_lab::run(&experiment, &Context { url, quick })?;
             // The files first: they are the result, the table only a view of it, and a
             // stdout that cannot take the table (`> /dev/full`) must not cost the run.
+            // A file sent to stdout holds it alone: the table then goes to stderr.
+            let to_stderr = json.iter().chain(&svg).any(|p| bench::is_stdout(p));
             let mut wrote = Vec::new();
             let write = || -> anyhow::Result<()> {
                 if let Some(path) = json.clone() {
@@ -146,7 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(())
             };
             let written = write();
-            let printed = print_result(&result, json.as_deref().is_some_and(bench::is_stdout));
+            let printed = print_result(&result, to_stderr);
             for path in &wrote {
                 eprintln!("wrote {}", path.display());
             }
