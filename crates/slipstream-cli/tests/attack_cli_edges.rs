@@ -826,3 +826,56 @@ fn lab_run_svg_to_stdout_holds_the_chart_alone() {
         "the table went nowhere: {said}"
     );
 }
+
+/// `bench --raw /dev/stdout > raw.csv` leaves CSV alone in raw.csv: the table goes to stderr,
+/// as it does for `-o /dev/stdout`. Before, the run's description and table followed the
+/// CSV lines into the file.
+#[test]
+fn bench_raw_to_stdout_holds_the_csv_alone() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("one.toml");
+    std::fs::write(
+        &workload,
+        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let raw = dir.path().join("raw.csv");
+    let out = dir.path().join("out.json");
+    let o = command(
+        &[
+            "bench",
+            workload.to_str().unwrap(),
+            "-u",
+            "1",
+            "-d",
+            "1s",
+            "-w",
+            "0s",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+            "--raw",
+            "/dev/stdout",
+            "--url",
+            &cluster.url(),
+        ],
+        dir.path(),
+    )
+    .stdout(std::fs::File::create(&raw).unwrap())
+    .stderr(Stdio::piped())
+    .output()
+    .unwrap();
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    let csv = std::fs::read_to_string(&raw).unwrap();
+    assert!(
+        !csv.contains("transaction  count"),
+        "the table is in the CSV: {:?}",
+        &csv[csv.len().saturating_sub(300)..]
+    );
+    assert!(
+        said.contains("transaction  count"),
+        "the table went nowhere: {said}"
+    );
+}
