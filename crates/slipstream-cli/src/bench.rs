@@ -204,7 +204,9 @@ pub fn bench(
     let written = run.write_json(&out);
     let label = out.display().to_string();
     let runs = [Labeled { label, run }];
-    print_runs(&runs, is_stdout(&out))?;
+    // A file sent to stdout (the result, or the raw CSV) holds it alone.
+    let to_stderr = is_stdout(&out) || args.raw.as_deref().is_some_and(is_stdout);
+    print_runs(&runs, to_stderr)?;
     if let Err(e) = written {
         // A result sent to a reader that has gone (`-o /dev/stdout | head`) is a closed
         // pipe, which `main` takes for no failure, as for any output; not a full disk.
