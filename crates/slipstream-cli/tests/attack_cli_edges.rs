@@ -879,3 +879,23 @@ fn bench_raw_to_stdout_holds_the_csv_alone() {
         "the table went nowhere: {said}"
     );
 }
+
+/// A psql meta-command (`\dt`, `\copy`) is named as one, with what to do, not answered with
+/// the server's bare "syntax error at or near \"\\\"": `sql`'s own advice for COPY sends the
+/// user to psql's `\copy`, which `sql` then could not say it does not run.
+#[test]
+fn a_psql_meta_command_is_named_as_one() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for query in ["\\dt", "  \\copy t to 'x'"] {
+        let o = command(&["sql", query, "--url", &cluster.url()], dir.path())
+            .output()
+            .unwrap();
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{query}: {said}");
+        assert!(
+            said.contains("meta-command") && said.contains("psql"),
+            "{query}: {said}"
+        );
+    }
+}
