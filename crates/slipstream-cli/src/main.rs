@@ -70,6 +70,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             db(cmd, cli.home)
         }
         Command::Sql { query } => {
+            sql::check(&query)?;
             let url = database::resolve(cli.url, cli.home)?;
             match runtime()?.block_on(sql::run(&url, &query))? {
                 sql::Ran::Done(reply) => {

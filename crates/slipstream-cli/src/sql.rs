@@ -24,6 +24,19 @@ pub enum Ran {
     },
 }
 
+/// Refuses what is not SQL before anything connects: a psql meta-command (`\dt`, `\copy`),
+/// which the server would answer with a bare syntax error at the backslash.
+pub fn check(query: &str) -> anyhow::Result<()> {
+    let q = query.trim_start();
+    if q.starts_with('\\') {
+        let command = q.split_whitespace().next().unwrap_or(q);
+        anyhow::bail!(
+            "`{command}` is a psql meta-command, not SQL: slipstream sql runs SQL only; run it in psql, or write the SQL it stands for (for \\dt: SELECT * FROM pg_tables)"
+        );
+    }
+    Ok(())
+}
+
 /// Runs `query` (one or more `;`-separated statements, one implicit transaction). A Ctrl-C
 /// (or SIGTERM) cancels the statement on the server, as psql's does: a dead client alone would leave the
 /// server running it to its end, and committing it. A second Ctrl-C exits at once.
