@@ -3,7 +3,7 @@
 //! seconds otherwise. It counts every transaction, the warm-up's too (marked `warm-up`), from
 //! its own figures ([`Live`]); the recorded totals are the run's.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -265,7 +265,11 @@ fn draw(term: bool, clock: &Clock, live: &Live, recorder: &Recorder, done: &Atom
                 b.set_message(text);
                 b.tick();
             }
-            None => eprintln!("{text}"),
+            // Not `eprintln!`, which panics once stderr's reader has gone (`bench ... 2>&1 |
+            // head -1`): the line is lost either way, and this thread must go on to its end.
+            None => {
+                let _ = writeln!(std::io::stderr(), "{text}");
+            }
         }
     }
     if let Some(b) = bar {
