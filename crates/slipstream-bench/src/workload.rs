@@ -193,6 +193,7 @@ impl Workload {
     /// w.apply_mix("a=9, b=0").unwrap();
     /// assert_eq!(w.weights()[0].1, 9);
     /// assert!(w.apply_mix("a=lots").is_err());
+    /// assert!(w.apply_mix(" , ").is_err()); // names nothing: a script's empty variable
     /// ```
     pub fn apply_mix(&mut self, mix: &str) -> Result<(), String> {
         for part in mix.split(',').map(str::trim).filter(|p| !p.is_empty()) {

@@ -899,3 +899,22 @@ fn a_psql_meta_command_is_named_as_one() {
         );
     }
 }
+
+/// An empty query, or one of comments and semicolons alone, prints nothing and succeeds, as
+/// `psql -c ''` does. Before, `slipstream sql ''` printed an empty line.
+#[test]
+fn an_empty_query_prints_nothing() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for query in ["", " ; ", "-- nothing"] {
+        let o = command(&["sql", "--url", &cluster.url(), query], dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{query:?}: {}", text(&o));
+        assert!(
+            o.stdout.is_empty(),
+            "{query:?} printed {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}
