@@ -196,7 +196,19 @@ impl Workload {
     /// assert!(w.apply_mix(" , ").is_err()); // names nothing: a script's empty variable
     /// ```
     pub fn apply_mix(&mut self, mix: &str) -> Result<(), String> {
-        for part in mix.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let mut parts = mix
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .peekable();
+        // `--mix "$MIX"` with the variable unset would otherwise run the default mix as if
+        // the one asked for.
+        if parts.peek().is_none() {
+            return Err(format!(
+                "--mix `{mix}` names no transaction type: give NAME=WEIGHT[,NAME=WEIGHT...], or leave --mix out for the workload's own weights"
+            ));
+        }
+        for part in parts {
             let (name, weight) = part.split_once('=').ok_or_else(|| {
                 format!("--mix entry `{part}` is not NAME=WEIGHT (e.g. browse-products=50)")
             })?;

@@ -74,7 +74,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let url = database::resolve(cli.url, cli.home)?;
             match runtime()?.block_on(sql::run(&url, &query))? {
                 sql::Ran::Done(reply) => {
-                    say(&sql::render(&reply)?)?;
+                    // Nothing to show (an empty query, comments alone) prints nothing, as
+                    // `psql -c ''` does: not an empty line.
+                    let shown = sql::render(&reply)?;
+                    if !shown.is_empty() {
+                        say(&shown)?;
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 sql::Ran::Failed { reply, error } => {
