@@ -229,6 +229,9 @@ struct Entry {
     /// An async task (else a blocked thread): while one is queued, returns hand over and
     /// threads get no slices (`head_starving`, `start_slice`).
     task: bool,
+    /// When a task's borrow gives up: the pool's deadline task wakes it then
+    /// ([`Core::expire`]). `None` for a blocked thread, which times its own park.
+    deadline: Option<Instant>,
     wake: Option<Wake>,
 }
 
@@ -276,6 +279,10 @@ struct WaitQueue {
     woken: usize,
     /// Queued entries that are tasks.
     tasks: usize,
+    /// When the deadline task will next look at the deadlines, at the latest (`None`: not
+    /// until told to). A task queued with an earlier deadline tells it ([`Queued::sooner`]);
+    /// one queued with a later deadline, the common case, costs it nothing.
+    looks_by: Option<Instant>,
 }
 
 // SAFETY: the only field that is not `Send` is each entry's `mailbox` pointer, to an
@@ -293,11 +300,18 @@ impl WaitQueue {
             tail: NIL,
             woken: NIL,
             tasks: 0,
+            looks_by: None,
         }
     }
 
     /// Queues a waiter at the tail: its entry's id.
-    fn push(&mut self, wake: Wake, due: Due, mailbox: *const AtomicUsize) -> usize {
+    fn push(
+        &mut self,
+        wake: Wake,
+        due: Due,
+        deadline: Option<Instant>,
+        mailbox: *const AtomicUsize,
+    ) -> usize {
         let tail = self.tail;
         let task = matches!(wake, Wake::Task(_));
         self.tasks += usize::from(task);
@@ -310,6 +324,7 @@ impl WaitQueue {
                 e.queued = true;
                 e.due = due;
                 e.task = task;
+                e.deadline = deadline;
                 e.wake = Some(wake);
                 id
             }
@@ -321,6 +336,7 @@ impl WaitQueue {
                     mailbox,
                     due,
                     task,
+                    deadline,
                     wake: Some(wake),
                 });
                 self.entries.len() - 1
@@ -720,7 +736,7 @@ impl<C> Core<C> {
     }
 
     /// Queues a waiter woken by `wake`, with `mailbox` (empty) for a returner to hand it a
-    /// slot: its entry's id, and whether it queued behind another waiter. It then calls
+    /// slot, and a task's `deadline` for the deadline task ([`Core::expire`]). It then calls
     /// [`Core::poll_served`] until served, or [`Core::cancel`]. Only [`Wait`] calls it, with
     /// the mailbox inside itself. `Err(waiting)`: `max_waiters` already wait, so it is not
     /// queued.
@@ -735,7 +751,8 @@ impl<C> Core<C> {
         wake: Wake,
         mailbox: &AtomicUsize,
         max_waiters: usize,
-    ) -> Result<(usize, bool), usize> {
+        deadline: Option<Instant>,
+    ) -> Result<Queued, usize> {
         let bound = match wake {
             Wake::Thread(_) => self.fair_after_thread,
             Wake::Task(_) => self.fair_after_task,
@@ -753,7 +770,18 @@ impl<C> Core<C> {
             return Err(waiting);
         }
         let behind = q.head != NIL;
-        let id = q.push(wake, due, mailbox);
+        // A thread's deadline is its own park's; only a task's is the deadline task's.
+        let deadline = deadline.filter(|_| matches!(wake, Wake::Task(_)));
+        // The deadline task looks by `looks_by`, which it sets to the earliest deadline
+        // queued or else to its look plus the borrow timeout: a task queued now with the pool's
+        // timeout is due no sooner, and tells it nothing. Only an earlier one (a borrow
+        // waiting again on its first deadline, after a failed validation) moves the look
+        // forward, once: later ones compare with the deadline it set.
+        let sooner = deadline.is_some_and(|d| q.looks_by.is_none_or(|by| d < by));
+        if sooner {
+            q.looks_by = deadline;
+        }
+        let id = q.push(wake, due, deadline, mailbox);
         if q.entries[id].task {
             // Returns hand over from now on (`head_starving`), and threads stop barging. (A
             // thread's entry changes neither hint.)
@@ -762,7 +790,56 @@ impl<C> Core<C> {
         // SeqCst RMW, after queueing and before the waiter's scan: the waiter's half of the
         // no-lost-wake-up argument (module docs).
         self.q.waiting.fetch_add(ONE_WAITER, SeqCst);
-        Ok((id, behind))
+        Ok(Queued { id, behind, sooner })
+    }
+
+    /// The deadline task's look at `now`: the wakers of the queued tasks whose deadline has
+    /// passed, into `woken` (to wake after the lock: a waker is user code), and when to look
+    /// next: at the earliest deadline still queued, else at `idle_look` (its look plus the
+    /// borrow timeout, before which no task queued from now on is due). `None`: no look is
+    /// needed until a task queues with a deadline (which then says so, [`Queued::sooner`]).
+    ///
+    /// A woken task looks at its slots and the clock, and gives up if its deadline has passed
+    /// ([`Wait`]'s poll). A task woken this way while a slot is handed to it takes the slot;
+    /// one that gives up passes a slot handed meanwhile on, as any cancelled wait does.
+    pub(crate) fn expire(
+        &self,
+        now: Instant,
+        idle_look: Option<Instant>,
+        woken: &mut Vec<Waker>,
+    ) -> Option<Instant> {
+        let mut q = lock(&self.q.queue);
+        let mut next: Option<Instant> = None;
+        let mut id = q.head;
+        while id != NIL {
+            let e = &q.entries[id];
+            if let Some(d) = e.deadline {
+                if d <= now {
+                    if let Some(Wake::Task(w)) = &e.wake {
+                        woken.push(w.clone());
+                    }
+                } else {
+                    next = Some(next.map_or(d, |n| n.min(d)));
+                }
+            }
+            id = e.next;
+        }
+        q.looks_by = next.or(idle_look);
+        q.looks_by
+    }
+
+    /// The wakers of every queued task, into `woken`, to wake after the lock: the pool's
+    /// runtime has shut down, and with it the deadline task, so each task must look at the
+    /// pool's state now rather than wait for a wake that may never come.
+    pub(crate) fn every_task(&self, woken: &mut Vec<Waker>) {
+        let q = lock(&self.q.queue);
+        let mut id = q.head;
+        while id != NIL {
+            if let Some(Wake::Task(w)) = &q.entries[id].wake {
+                woken.push(w.clone());
+            }
+            id = q.entries[id].next;
+        }
     }
 
     /// Looks for a slot for queued waiter `t`: one handed to it, or claimed by it as a dozing
@@ -1482,7 +1559,7 @@ pub(crate) fn claim_blocking<C>(
     core: &Core<C>,
     deadline: Option<Instant>,
     max_waiters: usize,
-    on_queued: &(dyn Fn() + Sync),
+    on_queued: &(dyn Fn(bool) + Sync),
 ) -> Result<Owned, Refused> {
     // A thread that just handed its slot to a starving waiter goes to the back of the line
     // rather than taking a slot that a slice holder's return left IDLE; while a waiter
@@ -1541,6 +1618,17 @@ pub(crate) fn claim_blocking<C>(
     }
 }
 
+/// A waiter's place in the queue ([`Core::enqueue`]).
+pub(crate) struct Queued {
+    /// Its entry.
+    id: usize,
+    /// It queued behind another waiter.
+    behind: bool,
+    /// Its deadline is earlier than the deadline task's next look: the task must be told,
+    /// or the wait would outlast its deadline.
+    pub(crate) sooner: bool,
+}
+
 /// Why a borrower got no slot.
 #[derive(Debug)]
 pub(crate) enum Refused {
@@ -1557,9 +1645,14 @@ pub(crate) enum Refused {
 ///
 /// As a future (tasks): queues on first poll and scans once, then polls the queue each time
 /// it is woken (it does not scan before queueing: its callers have just scanned). Dropping it
-/// (a timeout, a cancelled borrow) gives the place up and passes on a slot handed over
-/// meanwhile. Output: the owned slot. A blocking borrower drives it by hand
-/// ([`claim_blocking`]).
+/// (a cancelled borrow) gives the place up and passes on a slot handed over meanwhile.
+/// Output: the owned slot. A blocking borrower drives it by hand ([`claim_blocking`]).
+///
+/// A task's deadline ([`Wait::until`]) arms no timer: the entry carries it, and the pool's
+/// deadline task ([`Core::expire`]) wakes the waiter once it has passed. The waiter reads the
+/// clock only when woken without a slot. A timer per wait (tokio's `timeout_at`) cost about
+/// 0.4 µs per waiting borrow, two trips through the timer wheel's lock (docs/benchmarks.md,
+/// pool-scaling, session 53).
 pub(crate) struct Wait<'a, C> {
     core: &'a Core<C>,
     /// Where a returner puts the slot it hands over ([`NONE`]: none yet).
@@ -1575,10 +1668,12 @@ pub(crate) struct Wait<'a, C> {
     started: bool,
     /// Refused a place when this many wait already.
     max_waiters: usize,
+    /// When a task's wait gives up ([`Wait::until`]).
+    deadline: Option<Instant>,
     /// Called once the entry is in the queue (where the pool's opener looks for waiters):
     /// a wake given before then can be consumed by an opener that then finds no waiter and
     /// sleeps through this one's wait ([`Wait::on_queued`]).
-    on_queued: Option<&'a (dyn Fn() + Sync)>,
+    on_queued: Option<&'a (dyn Fn(bool) + Sync)>,
     _pinned: PhantomPinned,
 }
 
@@ -1592,17 +1687,27 @@ impl<'a, C> Wait<'a, C> {
             seen: None,
             started: false,
             max_waiters,
+            deadline: None,
             on_queued: None,
             _pinned: PhantomPinned,
         }
     }
 
-    /// Calls `f` once this waiter is queued (not if it is refused a place): the pool wakes
-    /// its opener there. The opener counts the queued waiters after each wake-up and sleeps
+    /// A task's wait that gives up at `deadline` (`None`: never), woken then by the pool's
+    /// deadline task, which [`Wait::on_queued`]'s call must tell when it is `true` (see
+    /// [`Queued::sooner`]). A blocked thread's deadline is its caller's to keep.
+    pub(crate) fn until(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Calls `f` once this waiter is queued (not if it is refused a place), with whether its
+    /// deadline is sooner than the deadline task's next look: the pool wakes its opener there,
+    /// and its deadline task if so. The opener counts the queued waiters after each wake-up and sleeps
     /// when there are none, so a wake given before queueing could be spent on a look that
     /// missed this waiter, which would then wait out the opener's sleep (100-500 ms) for a
     /// connection nobody opens.
-    pub(crate) fn on_queued(mut self, f: &'a (dyn Fn() + Sync)) -> Self {
+    pub(crate) fn on_queued(mut self, f: &'a (dyn Fn(bool) + Sync)) -> Self {
         self.on_queued = Some(f);
         self
     }
@@ -1624,17 +1729,17 @@ impl<'a, C> Wait<'a, C> {
 
     /// Queues this waiter, woken by `wake` (it has just scanned and found nothing).
     /// `Ok((entry id, behind another waiter))`; `Err(waiting)`: the queue is full.
-    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<(usize, bool), usize> {
-        let max_waiters = self.max_waiters;
+    fn queue(self: Pin<&mut Self>, wake: Wake) -> Result<Queued, usize> {
+        let (max_waiters, deadline) = (self.max_waiters, self.deadline);
         let (core, t, started) = self.parts();
         assert!(!*started, "a wait queues once");
         *started = true;
         // SAFETY: the node is pinned, so the mailbox stays where it is; its drop (`Drop`
         // below: pinned memory is dropped before it is reused) cancels while `id` is set, and
         // `id` is set from here (no user code runs in between) until the entry is freed.
-        let (id, behind) = unsafe { core.enqueue(wake, t.mailbox, max_waiters) }?;
-        *t.id = Some(id);
-        Ok((id, behind))
+        let queued = unsafe { core.enqueue(wake, t.mailbox, max_waiters, deadline) }?;
+        *t.id = Some(queued.id);
+        Ok(queued)
     }
 
     /// Queues, and scans once more if it is the head; `Some`: it got a slot (and is done).
@@ -1647,9 +1752,9 @@ impl<'a, C> Wait<'a, C> {
     /// head is about to look at, or that a slice holder is between two borrows of: a barge
     /// past the whole queue.
     fn begin(mut self: Pin<&mut Self>, wake: Wake) -> Result<Option<Owned>, usize> {
-        let (id, behind) = self.as_mut().queue(wake)?;
+        let Queued { id, behind, sooner } = self.as_mut().queue(wake)?;
         if let Some(f) = self.on_queued {
-            f();
+            f(sooner);
         }
         if behind {
             return Ok(None);
@@ -1691,25 +1796,28 @@ impl<'a, C> Wait<'a, C> {
 }
 
 impl<C> Future for Wait<'_, C> {
-    /// `Err(waiting)`: the queue was full (`max_waiters`), so it never queued.
-    type Output = Result<Owned, usize>;
+    /// `Err(Full(waiting))`: the queue was full (`max_waiters`), so it never queued;
+    /// `Err(TimedOut)`: its deadline passed.
+    type Output = Result<Owned, Refused>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Owned, usize>> {
-        let got = if self.started {
-            self.as_mut()
-                .poll_slot(Some(cx.waker()))
-                .ok()
-                .map(|(i, _)| i)
-        } else {
-            match self.as_mut().begin(Wake::Task(cx.waker().clone())) {
-                Ok(got) => got,
-                Err(waiting) => return Poll::Ready(Err(waiting)),
-            }
-        };
-        match got {
-            Some(i) => Poll::Ready(Ok(i)),
-            None => Poll::Pending,
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Owned, Refused>> {
+        if !self.started {
+            return match self.as_mut().begin(Wake::Task(cx.waker().clone())) {
+                Ok(Some(i)) => Poll::Ready(Ok(i)),
+                Ok(None) => Poll::Pending,
+                Err(waiting) => Poll::Ready(Err(Refused::Full(waiting))),
+            };
         }
+        if let Ok((i, _)) = self.as_mut().poll_slot(Some(cx.waker())) {
+            return Poll::Ready(Ok(i));
+        }
+        // Woken without a slot: by the deadline task, or to look at an IDLE slot that another
+        // borrower took first. The clock is read only here, never on a hand-off.
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            // A slot handed over since the look above is this borrow's after all.
+            return Poll::Ready(self.cancel().ok_or(Refused::TimedOut));
+        }
+        Poll::Pending
     }
 }
 
@@ -1761,6 +1869,60 @@ fn park_for(_: Option<Duration>, doze: Option<Duration>) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The deadline task is told of exactly the deadlines it would otherwise look at too
+    /// late: the first one queued (it has no look planned), and one earlier than its next
+    /// look; not one that comes later (the common case, a borrow queued with the pool's
+    /// timeout), nor a blocked thread's, which its own park keeps. Its look wakes the tasks
+    /// due and plans the next at the earliest deadline left, or at its idle look.
+    #[test]
+    fn the_deadline_task_is_told_only_of_deadlines_sooner_than_its_next_look() {
+        let core = Core::<u32>::new(1, 1);
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let waker = futures_util::task::noop_waker();
+        let mut waits: Vec<_> = [1000, 1500, 400, 450, 10]
+            .map(|ms| Box::pin(Wait::new(&core, usize::MAX).until(Some(at(ms)))))
+            .into_iter()
+            .collect();
+        let mut queue = |i: usize, wake: Wake| {
+            let w: &mut Pin<Box<Wait<'_, u32>>> = &mut waits[i];
+            w.as_mut().queue(wake).expect("no room limit").sooner
+        };
+        assert!(queue(0, Wake::Task(waker.clone())), "no look planned yet");
+        let mut woken = Vec::new();
+        assert_eq!(core.expire(t0, Some(at(1000)), &mut woken), Some(at(1000)));
+        assert!(woken.is_empty(), "nothing is due yet");
+        assert!(
+            !queue(1, Wake::Task(waker.clone())),
+            "due after the next look"
+        );
+        assert!(
+            queue(2, Wake::Task(waker.clone())),
+            "due before the next look"
+        );
+        assert!(
+            !queue(3, Wake::Task(waker.clone())),
+            "the look moved to 400"
+        );
+        let thread = Wake::Thread(std::thread::current());
+        assert!(!queue(4, thread), "a thread's deadline is its own");
+        // At 1200 the tasks due at 400, 450 and 1000 are woken; the next look is at 1500.
+        assert_eq!(
+            core.expire(at(1200), Some(at(2200)), &mut woken),
+            Some(at(1500))
+        );
+        assert_eq!(woken.len(), 3, "the tasks due, and not the thread");
+        drop(waits);
+        woken.clear();
+        // With no one queued, the next look is the idle one, or none at all.
+        assert_eq!(
+            core.expire(at(1200), Some(at(2200)), &mut woken),
+            Some(at(2200))
+        );
+        assert_eq!(core.expire(at(1200), None, &mut woken), None);
+        assert!(woken.is_empty());
+    }
 
     /// While a waiter starves, a slot that a slice holder's return left IDLE stays its
     /// holder's: another thread's blocking borrow queues instead of taking it (before, any
@@ -2085,7 +2247,7 @@ mod loom_tests {
     fn spawn_blocking_borrower(core: &Arc<Core<u32>>) -> thread::JoinHandle<()> {
         let core = core.clone();
         thread::spawn(move || {
-            let o = claim_blocking(&core, None, usize::MAX, &|| {})
+            let o = claim_blocking(&core, None, usize::MAX, &|_| {})
                 .expect("no deadline, no room limit");
             touch(&core, &o);
             core.release(o);
@@ -2103,7 +2265,7 @@ mod loom_tests {
             .map(|_| {
                 let (core, served) = (core.clone(), served.clone());
                 thread::spawn(move || {
-                    let o = claim_blocking(&core, None, usize::MAX, &|| {})
+                    let o = claim_blocking(&core, None, usize::MAX, &|_| {})
                         .expect("no deadline, no room limit");
                     touch(&core, &o);
                     let (n, cv) = &*served;
@@ -2350,6 +2512,59 @@ mod loom_tests {
         });
     }
 
+    /// The deadline task's wake racing a return: a task whose deadline has passed is woken
+    /// by [`Core::expire`] (maintenance.rs's `deadlines` task) while the holder returns the
+    /// one slot (a hand-off, or IDLE and a wake). The task gets the slot or gives up; either
+    /// way it is never left asleep, and the slot ends IDLE, never lost. With a strict bound
+    /// every return hands over, so a task that gives up must pass a handed slot on.
+    fn deadline_racing_a_return(fair_after: Duration) {
+        loom::model(move || {
+            let core = filled(1, fair_after);
+            let held = core.try_claim().expect("one idle slot");
+            // Passed before the task queues, so the deadline task's look finds it due.
+            let deadline = Instant::now();
+            let task = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    match block_on(Wait::new(&*core, usize::MAX).until(Some(deadline))) {
+                        Ok(o) => {
+                            touch(&core, &o);
+                            core.release(o);
+                            true
+                        }
+                        Err(Refused::TimedOut) => false,
+                        Err(Refused::Full(_)) => panic!("no room limit"),
+                    }
+                })
+            };
+            let expirer = {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let mut woken = Vec::new();
+                    core.expire(Instant::now(), None, &mut woken);
+                    for w in woken {
+                        w.wake();
+                    }
+                })
+            };
+            touch(&core, &held);
+            core.release(held);
+            expirer.join().unwrap();
+            let served = task.join().unwrap();
+            check_all_idle(&core, 1 + usize::from(served));
+        });
+    }
+
+    #[test]
+    fn loom_a_task_past_its_deadline_racing_a_return_barging() {
+        deadline_racing_a_return(Duration::MAX);
+    }
+
+    #[test]
+    fn loom_a_task_past_its_deadline_racing_a_return_strict() {
+        deadline_racing_a_return(Duration::ZERO);
+    }
+
     /// The pool's opener as it waits for work (maintenance.rs's `opener`): it counts the
     /// queued waiters after each wake-up and sleeps when there are none. A wake is a permit, as
     /// `tokio::sync::Notify::notify_one` leaves one when no one is waiting yet. The real opener
@@ -2401,7 +2616,7 @@ mod loom_tests {
             let core = Arc::new(Core::with_fairness(1, 1, Duration::ZERO, Duration::ZERO));
             let wake = Arc::new(OpenerWake::default());
             let opener = spawn_opener(&core, &wake);
-            let o = claim_blocking(&core, None, usize::MAX, &|| wake.give())
+            let o = claim_blocking(&core, None, usize::MAX, &|_| wake.give())
                 .expect("no deadline, no room limit");
             touch(&core, &o);
             core.release(o);
@@ -2417,7 +2632,7 @@ mod loom_tests {
             let core = Arc::new(Core::with_fairness(1, 1, Duration::ZERO, Duration::ZERO));
             let wake = Arc::new(OpenerWake::default());
             let opener = spawn_opener(&core, &wake);
-            let give = || wake.give();
+            let give = |_| wake.give();
             let o = block_on(Wait::new(&core, usize::MAX).on_queued(&give)).expect("no room limit");
             touch(&core, &o);
             core.release(o);

@@ -3,7 +3,7 @@
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::core::Owned;
 use crate::pool::Inner;
@@ -95,10 +95,50 @@ async fn open_and_tend<M: Manager>(pool: Weak<Inner<M>>) {
     }
 }
 
-/// Dropped with the opener task. The task ends by itself only once the last handle has gone
-/// (`closed`, or the pool's memory freed); dropped before that and not by a panic, its runtime
-/// shut down: it flags the pool, whose borrows that must wait then say so
-/// (`Inner::runtime_gone`, `tests/attack_runtime_gone.rs`).
+/// The deadline task: wakes each async borrower whose borrow timeout has passed, so that a
+/// wait arms no timer of its own (a timer per wait cost about 0.4 µs per waiting borrow:
+/// docs/benchmarks.md, pool-scaling). It sleeps until the earliest deadline queued, or else
+/// for a borrow timeout, before which no borrower queued from now on is due; a borrower due
+/// sooner wakes it ([`Core::expire`](crate::core::Core::expire)). Ends when the pool is shut
+/// down; dropped before that, its runtime shut down (as the opener's, [`RuntimeGone`]).
+pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output = ()> {
+    let gone = RuntimeGone(pool.clone());
+    async move {
+        let _gone = gone;
+        let mut woken = Vec::new();
+        loop {
+            let Some(inner) = pool.upgrade() else { return };
+            // Relaxed: `shut_down` stores it before it wakes this task, and the wake orders
+            // the two.
+            if inner.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            let now = Instant::now();
+            let idle_look = now.checked_add(inner.config.borrow_timeout);
+            let next = inner.core.expire(now, idle_look, &mut woken);
+            // After the queue's lock: a waker is user code.
+            for w in woken.drain(..) {
+                w.wake();
+            }
+            // Holds the pool while it sleeps: `shut_down` wakes it, and it ends then.
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at.into()) => {}
+                        () = inner.deadlines.notified() => {}
+                    }
+                }
+                None => inner.deadlines.notified().await,
+            }
+        }
+    }
+}
+
+/// Dropped with the opener task and with the deadline task. Each ends by itself only once the
+/// last handle has gone (`closed`, or the pool's memory freed); dropped before that and not by
+/// a panic, its runtime shut down: it flags the pool, whose borrows that must wait then say so
+/// (`Inner::runtime_gone`, `tests/attack_runtime_gone.rs`), and wakes the tasks waiting
+/// already (on another runtime), which no deadline would end any more.
 struct RuntimeGone<M: Manager>(Weak<Inner<M>>);
 
 impl<M: Manager> Drop for RuntimeGone<M> {
@@ -111,6 +151,11 @@ impl<M: Manager> Drop for RuntimeGone<M> {
         {
             // Release: pairs with the borrowers' Acquire loads.
             inner.runtime_gone.store(true, Ordering::Release);
+            let mut woken = Vec::new();
+            inner.core.every_task(&mut woken);
+            for w in woken {
+                w.wake();
+            }
         }
     }
 }

@@ -4,13 +4,14 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
 use crate::core::{BORROWED, Core, IDLE, Owned, Refused, WAIT_BUCKETS, Wait, claim_blocking};
 use crate::labels::{Labeling, Labels, TOO_COSTLY};
-use crate::maintenance::opener;
+use crate::maintenance::{deadlines, opener};
 use crate::manager::AbortFn;
 use crate::pooled::{Discard, Held, Lent};
 use crate::{Builder, Config, Manager, PoolError, Pooled, Stats};
@@ -100,6 +101,7 @@ impl<M: Manager> Builder<M> {
             open: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
             opener: Notify::new(),
+            deadlines: Notify::new(),
             last_connect_error: Mutex::new(None),
             counters: Counters::default(),
             epoch: Instant::now(),
@@ -114,6 +116,7 @@ impl<M: Manager> Builder<M> {
             server: self.server,
         });
         tokio::spawn(opener(Arc::downgrade(&inner)));
+        tokio::spawn(deadlines(Arc::downgrade(&inner)));
         inner.opener.notify_one();
         Pool { inner }
     }
@@ -233,6 +236,9 @@ pub(crate) struct Inner<M: Manager> {
     pub(crate) held: AtomicUsize,
     /// Wakes the opener: a borrower began waiting, or a connection was closed.
     pub(crate) opener: Notify,
+    /// Wakes the deadline task: a task began waiting with a deadline sooner than its next
+    /// look ([`Core::expire`]), or the pool shut down.
+    pub(crate) deadlines: Notify,
     /// The metric handles, when [`Config::metrics_name`] is set.
     /// Boxed: the handles are a few hundred bytes that would push the hot fields after them
     /// apart (measured: +10 ns per uncontended borrow unboxed).
@@ -368,6 +374,7 @@ impl<M: Manager> Inner<M> {
             }
         }
         self.opener.notify_one();
+        self.deadlines.notify_one();
     }
 }
 
@@ -729,25 +736,38 @@ impl<M: Manager> Pool<M> {
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
-        // Dropped on a timeout: it gives up its place and passes on a connection handed to
-        // it meanwhile. It checks for room (`max_waiters`) as it queues, under the queue's
-        // lock, and wakes the opener once queued, where the opener looks for waiters.
-        let wake = || self.wake_opener_if_useful();
-        let wait = Wait::new(&inner.core, inner.config.max_waiters).on_queued(&wake);
-        // No timer at all without a timeout: registering one costs a trip through tokio's
-        // timer wheel for every borrow that waits.
-        let waited = match deadline {
-            None => Ok(wait.await),
-            Some(d) => tokio::time::timeout_at(d.into(), wait).await,
+        // It checks for room (`max_waiters`) as it queues, under the queue's lock, and wakes
+        // the opener once queued, where the opener looks for waiters. Its deadline arms no
+        // timer: the pool's deadline task wakes it (and is told when it must look sooner).
+        let wake = |sooner: bool| {
+            self.wake_opener_if_useful();
+            if sooner {
+                inner.deadlines.notify_one();
+            }
+        };
+        let wait = Wait::new(&inner.core, inner.config.max_waiters)
+            .until(deadline)
+            .on_queued(&wake);
+        let mut wait = std::pin::pin!(wait);
+        // A wait on another runtime outlives the pool's: the deadline task that would end it
+        // is gone, and wakes every waiter as it goes, to read this flag. Acquire: pairs with
+        // `RuntimeGone`'s Release store.
+        let waited = std::future::poll_fn(|cx| match wait.as_mut().poll(cx) {
+            Poll::Pending if inner.runtime_gone.load(Ordering::Acquire) => Poll::Ready(None),
+            polled => polled.map(Some),
+        })
+        .await;
+        let Some(waited) = waited else {
+            return Err(runtime_gone());
         };
         match waited {
-            Ok(Ok(o)) => {
+            Ok(o) => {
                 let bucket = self.waited(start, &o);
                 let mut conn = self.lend(o);
                 conn.set_waited(bucket);
                 Ok(conn)
             }
-            Ok(Err(waiting)) => {
+            Err(Refused::Full(waiting)) => {
                 // "Full" only after a scan found no idle connection: `get`'s first try skips
                 // its scan while a waiter starves.
                 if scanned && let Some(o) = inner.core.try_claim() {
@@ -755,7 +775,7 @@ impl<M: Manager> Pool<M> {
                 }
                 Err(self.full_error(waiting))
             }
-            Err(_) => Err(self.timeout_error()),
+            Err(Refused::TimedOut) => Err(self.timeout_error()),
         }
     }
 
@@ -873,7 +893,8 @@ impl<M: Manager> Pool<M> {
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.from(inner.config.borrow_timeout);
-        let wake = || self.wake_opener_if_useful();
+        // A thread's deadline is its own park's: the deadline task is never told.
+        let wake = |_sooner: bool| self.wake_opener_if_useful();
         match claim_blocking(&inner.core, deadline, inner.config.max_waiters, &wake) {
             Ok(o) => {
                 let bucket = self.waited(start, &o);

@@ -63,3 +63,55 @@ fn a_borrow_from_a_pool_whose_runtime_is_gone_says_so() {
     let e = got.unwrap_err();
     assert!(names_the_runtime(&e), "get_blocking: {e}");
 }
+
+/// Promise: a borrow waiting on a pool whose runtime then shuts down fails saying so, at
+/// once, and never outlives its deadline. A task's deadline is kept by the pool's own
+/// deadline task (no timer per wait), which goes with that runtime: as it goes, it wakes the
+/// waiting tasks to read why.
+///
+/// Steps: a pool of one connection built on a runtime of its own; on a second runtime, one
+/// borrow holds the connection and a second waits (borrow timeout 60 s); the first runtime is
+/// shut down.
+///
+/// Without the wake, the waiting borrow would wait for ever: its deadline had no one left to
+/// keep it. (Before the deadline task, it waited out its 60 s timer and then blamed a full
+/// pool.)
+#[test]
+fn a_borrow_waiting_when_the_pools_runtime_shuts_down_is_told_at_once() {
+    let home = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pool = home.block_on(async {
+        Pool::builder(Numbers)
+            .max_size(1)
+            .borrow_timeout(Duration::from_secs(60))
+            .build_ready()
+            .await
+    });
+    let pool = pool.expect("one connection opens");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let got = rt.block_on(async move {
+        let held = pool.get().await.expect("the idle connection");
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.get().await.map(drop) }
+        });
+        // Queued: the pool counts it.
+        while pool.stats().waiting == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::task::spawn_blocking(move || home.shutdown_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        drop(held);
+        got
+    });
+    let e = got
+        .expect("told within 10 s, not left waiting")
+        .unwrap()
+        .unwrap_err();
+    assert!(names_the_runtime(&e), "{e}");
+}
