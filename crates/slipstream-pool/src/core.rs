@@ -212,6 +212,10 @@ const NIL: usize = usize::MAX;
 
 /// An empty mailbox: no slot handed over (yet).
 const NONE: usize = usize::MAX;
+/// A mailbox that says the waiter's deadline passed: the deadline task took its entry out of
+/// the queue ([`Core::expire`]), as a hand-off does, with no slot. Never a slot's index (the
+/// pool has at most `MAX_CONNECTIONS` slots).
+const EXPIRED: usize = usize::MAX - 1;
 
 /// One waiting borrower's entry in the queue.
 struct Entry {
@@ -450,6 +454,8 @@ pub(crate) struct Ticket<'w> {
     mailbox: &'w AtomicUsize,
     /// A dozing head's last look: the first IDLE slot it saw and that slot's borrow count.
     seen: &'w mut Option<(usize, u64)>,
+    /// Its deadline passed: the deadline task took it out of the queue ([`EXPIRED`]).
+    expired: &'w mut bool,
 }
 
 impl Ticket<'_> {
@@ -459,6 +465,13 @@ impl Ticket<'_> {
     fn take_given(&mut self) -> bool {
         match self.mailbox.load(Acquire) {
             NONE => false,
+            EXPIRED => {
+                // The entry is freed, as with a hand-off; nothing was handed.
+                self.mailbox.store(NONE, Relaxed);
+                *self.id = None;
+                *self.expired = true;
+                true
+            }
             i => {
                 // Emptied so the slot is taken once; no returner writes here any more (the
                 // entry is freed), so a plain store suffices.
@@ -793,50 +806,59 @@ impl<C> Core<C> {
         Ok(Queued { id, behind, sooner })
     }
 
-    /// The deadline task's look at `now`: the wakers of the queued tasks whose deadline has
-    /// passed, into `woken` (to wake after the lock: a waker is user code), and when to look
-    /// next: at the earliest deadline still queued, else at `idle_look` (its look plus the
+    /// The deadline task's look at `now`: takes each queued task whose deadline has passed
+    /// out of the queue, as a hand-off would but with [`EXPIRED`] in its mailbox, so the task
+    /// itself never reads a clock and the deadline task's clock (tokio's, which a test may
+    /// pause) alone decides. Its wake, and the next head's if a slot is IDLE (as any leave),
+    /// go into `wakes`, to make after the lock: a waker is user code. Returns when to look
+    /// next: at the earliest deadline still queued, else at `idle_look` (this look plus the
     /// borrow timeout, before which no task queued from now on is due). `None`: no look is
     /// needed until a task queues with a deadline (which then says so, [`Queued::sooner`]).
-    ///
-    /// A woken task looks at its slots and the clock, and gives up if its deadline has passed
-    /// ([`Wait`]'s poll). A task woken this way while a slot is handed to it takes the slot;
-    /// one that gives up passes a slot handed meanwhile on, as any cancelled wait does.
     pub(crate) fn expire(
         &self,
         now: Instant,
         idle_look: Option<Instant>,
-        woken: &mut Vec<Waker>,
+        wakes: &mut Wakes,
     ) -> Option<Instant> {
         let mut q = lock(&self.q.queue);
         let mut next: Option<Instant> = None;
         let mut id = q.head;
         while id != NIL {
             let e = &q.entries[id];
-            if let Some(d) = e.deadline {
-                if d <= now {
-                    if let Some(Wake::Task(w)) = &e.wake {
-                        woken.push(w.clone());
-                    }
-                } else {
-                    next = Some(next.map_or(d, |n| n.min(d)));
+            // Read before the entry leaves: leaving changes its neighbours' links, not the
+            // next entry's place in the queue.
+            let after = e.next;
+            match e.deadline {
+                Some(d) if d <= now => {
+                    let mailbox = e.mailbox;
+                    let Later { wake, old } = self.leave(&mut q, id);
+                    // Release: pairs with the waiter's Acquire read (`take_given`). The last
+                    // touch of the waiter's memory, as a hand-off's store is.
+                    // SAFETY: the entry was queued and we hold the lock, so its waiter has
+                    // neither read its mailbox nor left the queue, and its `Wait`, pinned, is
+                    // still alive where it was queued (`Core::enqueue`).
+                    unsafe { (*mailbox).store(EXPIRED, Release) };
+                    wakes.0.extend(old);
+                    wakes.0.extend(wake);
                 }
+                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                None => {}
             }
-            id = e.next;
+            id = after;
         }
         q.looks_by = next.or(idle_look);
         q.looks_by
     }
 
-    /// The wakers of every queued task, into `woken`, to wake after the lock: the pool's
-    /// runtime has shut down, and with it the deadline task, so each task must look at the
-    /// pool's state now rather than wait for a wake that may never come.
-    pub(crate) fn every_task(&self, woken: &mut Vec<Waker>) {
+    /// Every queued task's wake, into `wakes`, to make after the lock: the pool's runtime has
+    /// shut down, and with it the deadline task, so each task must look at the pool's state
+    /// now rather than wait for a deadline no one keeps any more.
+    pub(crate) fn every_task(&self, wakes: &mut Wakes) {
         let q = lock(&self.q.queue);
         let mut id = q.head;
         while id != NIL {
             if let Some(Wake::Task(w)) = &q.entries[id].wake {
-                woken.push(w.clone());
+                wakes.0.push(Wake::Task(w.clone()));
             }
             id = q.entries[id].next;
         }
@@ -971,9 +993,16 @@ impl<C> Core<C> {
     fn leave_with(&self, t: &mut Ticket<'_>, id: usize, i: Owned) {
         let mut q = lock(&self.q.queue);
         if t.take_given() {
+            drop(q);
+            if t.got.is_none() {
+                // Its deadline passed while it claimed `i`, and the deadline task took its
+                // entry: the claim stands, a borrow served in time.
+                *t.got = Some(i);
+                *t.expired = false;
+                return;
+            }
             // Handed one while claiming another: keep the handed one (already in `t.got`,
             // so a panic in the release's wake loses neither), release the other.
-            drop(q);
             self.release(i);
             return;
         }
@@ -1618,6 +1647,19 @@ pub(crate) fn claim_blocking<C>(
     }
 }
 
+/// Wakes owed by the deadline task's look ([`Core::expire`], [`Core::every_task`]), made
+/// after the queue's lock by [`Wakes::wake`]: a waker is user code.
+#[derive(Default)]
+pub(crate) struct Wakes(Vec<Wake>);
+
+impl Wakes {
+    pub(crate) fn wake(&mut self) {
+        for w in self.0.drain(..) {
+            w.wake();
+        }
+    }
+}
+
 /// A waiter's place in the queue ([`Core::enqueue`]).
 pub(crate) struct Queued {
     /// Its entry.
@@ -1649,10 +1691,10 @@ pub(crate) enum Refused {
 /// Output: the owned slot. A blocking borrower drives it by hand ([`claim_blocking`]).
 ///
 /// A task's deadline ([`Wait::until`]) arms no timer: the entry carries it, and the pool's
-/// deadline task ([`Core::expire`]) wakes the waiter once it has passed. The waiter reads the
-/// clock only when woken without a slot. A timer per wait (tokio's `timeout_at`) cost about
-/// 0.4 µs per waiting borrow, two trips through the timer wheel's lock (docs/benchmarks.md,
-/// pool-scaling, session 53).
+/// deadline task ([`Core::expire`]) takes the waiter out of the queue once it has passed and
+/// wakes it, so the waiter never reads a clock. A timer per wait (tokio's `timeout_at`) cost
+/// about 0.4 µs per waiting borrow, two trips through the timer wheel's lock
+/// (docs/benchmarks.md, pool-scaling, session 54).
 pub(crate) struct Wait<'a, C> {
     core: &'a Core<C>,
     /// Where a returner puts the slot it hands over ([`NONE`]: none yet).
@@ -1670,6 +1712,8 @@ pub(crate) struct Wait<'a, C> {
     max_waiters: usize,
     /// When a task's wait gives up ([`Wait::until`]).
     deadline: Option<Instant>,
+    /// The deadline task took it out of the queue: its deadline passed.
+    expired: bool,
     /// Called once the entry is in the queue (where the pool's opener looks for waiters):
     /// a wake given before then can be consumed by an opener that then finds no waiter and
     /// sleeps through this one's wait ([`Wait::on_queued`]).
@@ -1688,6 +1732,7 @@ impl<'a, C> Wait<'a, C> {
             started: false,
             max_waiters,
             deadline: None,
+            expired: false,
             on_queued: None,
             _pinned: PhantomPinned,
         }
@@ -1723,6 +1768,7 @@ impl<'a, C> Wait<'a, C> {
             got: &mut this.got,
             mailbox: &this.mailbox,
             seen: &mut this.seen,
+            expired: &mut this.expired,
         };
         (this.core, t, &mut this.started)
     }
@@ -1811,11 +1857,8 @@ impl<C> Future for Wait<'_, C> {
         if let Ok((i, _)) = self.as_mut().poll_slot(Some(cx.waker())) {
             return Poll::Ready(Ok(i));
         }
-        // Woken without a slot: by the deadline task, or to look at an IDLE slot that another
-        // borrower took first. The clock is read only here, never on a hand-off.
-        if self.deadline.is_some_and(|d| Instant::now() >= d) {
-            // A slot handed over since the look above is this borrow's after all.
-            return Poll::Ready(self.cancel().ok_or(Refused::TimedOut));
+        if self.expired {
+            return Poll::Ready(Err(Refused::TimedOut));
         }
         Poll::Pending
     }
@@ -1873,8 +1916,9 @@ mod tests {
     /// The deadline task is told of exactly the deadlines it would otherwise look at too
     /// late: the first one queued (it has no look planned), and one earlier than its next
     /// look; not one that comes later (the common case, a borrow queued with the pool's
-    /// timeout), nor a blocked thread's, which its own park keeps. Its look wakes the tasks
-    /// due and plans the next at the earliest deadline left, or at its idle look.
+    /// timeout), nor a blocked thread's, which its own park keeps. Its look takes the tasks
+    /// due out of the queue (their mailboxes say so), wakes them, and plans the next look at
+    /// the earliest deadline left, or at its idle look.
     #[test]
     fn the_deadline_task_is_told_only_of_deadlines_sooner_than_its_next_look() {
         let core = Core::<u32>::new(1, 1);
@@ -1890,9 +1934,9 @@ mod tests {
             w.as_mut().queue(wake).expect("no room limit").sooner
         };
         assert!(queue(0, Wake::Task(waker.clone())), "no look planned yet");
-        let mut woken = Vec::new();
-        assert_eq!(core.expire(t0, Some(at(1000)), &mut woken), Some(at(1000)));
-        assert!(woken.is_empty(), "nothing is due yet");
+        let mut wakes = Wakes::default();
+        assert_eq!(core.expire(t0, Some(at(1000)), &mut wakes), Some(at(1000)));
+        assert!(wakes.0.is_empty(), "nothing is due yet");
         assert!(
             !queue(1, Wake::Task(waker.clone())),
             "due after the next look"
@@ -1907,27 +1951,33 @@ mod tests {
         );
         let thread = Wake::Thread(std::thread::current());
         assert!(!queue(4, thread), "a thread's deadline is its own");
-        // At 1200 the tasks due at 400, 450 and 1000 are woken; the next look is at 1500.
+        // At 1200 the tasks due at 400, 450 and 1000 leave; the next look is at 1500.
         assert_eq!(
-            core.expire(at(1200), Some(at(2200)), &mut woken),
+            core.expire(at(1200), Some(at(2200)), &mut wakes),
             Some(at(1500))
         );
-        assert_eq!(woken.len(), 3, "the tasks due, and not the thread");
+        assert_eq!(wakes.0.len(), 3, "the tasks due, and not the thread");
+        let expired: Vec<bool> = waits
+            .iter()
+            .map(|w| w.mailbox.load(SeqCst) == EXPIRED)
+            .collect();
+        assert_eq!(expired, [true, false, true, true, false]);
+        assert_eq!(
+            core.q.count(SeqCst),
+            2,
+            "the task due at 1500 and the thread wait"
+        );
         drop(waits);
-        woken.clear();
+        wakes.0.clear();
         // With no one queued, the next look is the idle one, or none at all.
         assert_eq!(
-            core.expire(at(1200), Some(at(2200)), &mut woken),
+            core.expire(at(1200), Some(at(2200)), &mut wakes),
             Some(at(2200))
         );
-        assert_eq!(core.expire(at(1200), None, &mut woken), None);
-        assert!(woken.is_empty());
+        assert_eq!(core.expire(at(1200), None, &mut wakes), None);
+        assert!(wakes.0.is_empty());
     }
 
-    /// While a waiter starves, a slot that a slice holder's return left IDLE stays its
-    /// holder's: another thread's blocking borrow queues instead of taking it (before, any
-    /// borrower's scan took it, cutting the slice short, measured as a cascade of thousands a
-    /// second at 10,000 threads).
     #[test]
     fn while_a_waiter_starves_only_a_slice_holder_takes_back_its_own_slot() {
         let core = Core::<u32>::with_fairness(2, 2, Duration::ZERO, Duration::ZERO);
@@ -2540,11 +2590,9 @@ mod loom_tests {
             let expirer = {
                 let core = core.clone();
                 thread::spawn(move || {
-                    let mut woken = Vec::new();
-                    core.expire(Instant::now(), None, &mut woken);
-                    for w in woken {
-                        w.wake();
-                    }
+                    let mut wakes = Wakes::default();
+                    core.expire(Instant::now(), None, &mut wakes);
+                    wakes.wake();
                 })
             };
             touch(&core, &held);

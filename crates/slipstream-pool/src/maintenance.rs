@@ -3,9 +3,9 @@
 
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::core::Owned;
+use crate::core::{Owned, Wakes};
 use crate::pool::Inner;
 use crate::{Config, Manager};
 
@@ -105,7 +105,7 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
     let gone = RuntimeGone(pool.clone());
     async move {
         let _gone = gone;
-        let mut woken = Vec::new();
+        let mut wakes = Wakes::default();
         loop {
             let Some(inner) = pool.upgrade() else { return };
             // Relaxed: `shut_down` stores it before it wakes this task, and the wake orders
@@ -113,13 +113,13 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
             if inner.closed.load(Ordering::Relaxed) {
                 return;
             }
-            let now = Instant::now();
+            // Tokio's clock, which its timer below keeps: a test that pauses it (`start_paused`)
+            // sees borrows time out as its timers fire, as with a timer per wait.
+            let now = tokio::time::Instant::now().into_std();
             let idle_look = now.checked_add(inner.config.borrow_timeout);
-            let next = inner.core.expire(now, idle_look, &mut woken);
+            let next = inner.core.expire(now, idle_look, &mut wakes);
             // After the queue's lock: a waker is user code.
-            for w in woken.drain(..) {
-                w.wake();
-            }
+            wakes.wake();
             // Holds the pool while it sleeps: `shut_down` wakes it, and it ends then.
             match next {
                 Some(at) => {
@@ -151,11 +151,9 @@ impl<M: Manager> Drop for RuntimeGone<M> {
         {
             // Release: pairs with the borrowers' Acquire loads.
             inner.runtime_gone.store(true, Ordering::Release);
-            let mut woken = Vec::new();
-            inner.core.every_task(&mut woken);
-            for w in woken {
-                w.wake();
-            }
+            let mut wakes = Wakes::default();
+            inner.core.every_task(&mut wakes);
+            wakes.wake();
         }
     }
 }

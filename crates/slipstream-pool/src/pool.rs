@@ -735,7 +735,7 @@ impl<M: Manager> Pool<M> {
             return Err(runtime_gone());
         }
         let start = WAIT_CLOCK.raw();
-        let deadline = deadline.from(inner.config.borrow_timeout);
+        let deadline = deadline.on_runtime_clock(inner.config.borrow_timeout);
         // It checks for room (`max_waiters`) as it queues, under the queue's lock, and wakes
         // the opener once queued, where the opener looks for waiters. Its deadline arms no
         // timer: the pool's deadline task wakes it (and is told when it must look sooner).
@@ -1286,10 +1286,21 @@ impl Deadline {
     /// (`Duration::from_secs(u64::MAX)`, another way to write "for ever") is none too: added
     /// unchecked, it panicked every borrow that waited (`tests/attack_huge_timeouts.rs`).
     fn from(&mut self, timeout: Duration) -> Option<Instant> {
+        self.on_clock(timeout, Instant::now)
+    }
+
+    /// [`Deadline::from`] on tokio's clock, for an async wait, whose deadline the pool's
+    /// deadline task keeps on that clock: in a test that pauses it, the wait then lasts its
+    /// timeout in paused time, as a tokio timeout does (`tests/attack_paused_clock.rs`).
+    fn on_runtime_clock(&mut self, timeout: Duration) -> Option<Instant> {
+        self.on_clock(timeout, || tokio::time::Instant::now().into_std())
+    }
+
+    fn on_clock(&mut self, timeout: Duration, now: impl FnOnce() -> Instant) -> Option<Instant> {
         if let Deadline::Unset = self {
             *self = Deadline::At(
                 (timeout != Duration::MAX)
-                    .then(Instant::now)
+                    .then(now)
                     .and_then(|now| now.checked_add(timeout)),
             );
         }

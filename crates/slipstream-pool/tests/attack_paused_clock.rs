@@ -1,0 +1,66 @@
+//! An async borrow's timeout under tokio's paused clock (`#[tokio::test(start_paused =
+//! true)]`, `tokio::time::pause`), the way users test timeouts without waiting for them. A
+//! task's deadline is kept by the pool's deadline task, not by a timer per wait
+//! (docs/pool.md, "Deadlines without a timer per wait"); it must keep tokio's clock as the
+//! timer per wait did.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use slipstream_pool::{Manager, Pool, PoolError};
+
+struct Numbers;
+
+impl Manager for Numbers {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(1)
+    }
+}
+
+/// Promise: with tokio's clock paused, a borrow that waits fails with `PoolError::Timeout`
+/// as soon as the runtime has nothing else to do, as any tokio timeout does (the clock jumps
+/// to the next timer), not after the timeout in real time.
+///
+/// Steps: a pool of one connection with a 60 s borrow timeout, on a paused current-thread
+/// runtime in a thread of its own; one borrow holds the connection and a second waits. The
+/// test gives it 10 s of real time.
+///
+/// Before (the first form of the deadline task, 6c9fc45): the deadline task's timer fired at
+/// once in paused time, while the waiter compared its deadline with the real clock and kept
+/// waiting; the task looked again and again, a busy loop for 60 real seconds.
+#[test]
+fn a_borrow_times_out_in_paused_time_as_a_tokio_timeout_does() {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let pool = Pool::builder(Numbers)
+                .max_size(1)
+                .borrow_timeout(Duration::from_secs(60))
+                .build_ready()
+                .await
+                .expect("one connection opens");
+            let held = pool.get().await.expect("the idle connection");
+            let start = tokio::time::Instant::now();
+            let got = pool.get().await.map(drop);
+            drop(held);
+            (got, start.elapsed())
+        });
+        let _ = done.send(got);
+    });
+    let (got, waited) = result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the borrow ends within 10 s of real time");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    // In paused time the wait lasts its timeout exactly (the clock jumps to the deadline).
+    assert!(
+        waited >= Duration::from_secs(60),
+        "timed out after {waited:?}"
+    );
+}
