@@ -7,17 +7,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use slipstream_pool::{Manager, Pool, PoolError};
+use slipstream_pool::{Pool, PoolError};
 
-struct Numbers;
-
-impl Manager for Numbers {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(1)
-    }
-}
+mod common;
 
 /// Promise: with tokio's clock paused, a borrow that waits fails with `PoolError::Timeout`
 /// as soon as the runtime has nothing else to do, as any tokio timeout does (the clock jumps
@@ -40,7 +32,7 @@ fn a_borrow_times_out_in_paused_time_as_a_tokio_timeout_does() {
             .build()
             .unwrap();
         let got = rt.block_on(async {
-            let pool = Pool::builder(Numbers)
+            let pool = Pool::builder(common::numbers())
                 .max_size(1)
                 .borrow_timeout(Duration::from_secs(60))
                 .build_ready()
