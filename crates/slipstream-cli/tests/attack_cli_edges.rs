@@ -1,7 +1,8 @@
 //! Attacks on the command line's edges (helper h80): output streams whose reader has gone, a
 //! SIGTERM where only Ctrl-C was handled, and values clap took for flags.
 
-use std::process::{Child, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use slipstream_testkit::Cluster;
@@ -252,30 +253,12 @@ fn a_negative_duration_or_rate_is_refused_with_what_to_give() {
 fn a_warmup_past_the_wall_clocks_range_is_refused() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let workload = dir.path().join("one.toml");
-    std::fs::write(
-        &workload,
-        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
-    )
-    .unwrap();
     let out = dir.path().join("out.json");
-    let o = command(
-        &[
-            "bench",
-            workload.to_str().unwrap(),
-            "-u",
-            "1",
-            "-d",
-            "1s",
-            "-w",
-            "99999999999999h",
-            "-q",
-            "-o",
-            out.to_str().unwrap(),
-            "--url",
-            &cluster.url(),
-        ],
+    let o = bench_select_one(
         dir.path(),
+        &cluster.url(),
+        "99999999999999h",
+        &["-o", out.to_str().unwrap()],
     )
     .output()
     .unwrap();
@@ -723,34 +706,11 @@ fn holds_db_stop_during_a_bench_is_counted_in_its_result() {
 fn bench_to_a_closed_stdout_is_not_a_full_disk() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let workload = dir.path().join("one.toml");
-    std::fs::write(
-        &workload,
-        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
-    )
-    .unwrap();
-    let o = command(
-        &[
-            "bench",
-            workload.to_str().unwrap(),
-            "-u",
-            "1",
-            "-d",
-            "1s",
-            "-w",
-            "0s",
-            "-q",
-            "-o",
-            "/dev/stdout",
-            "--url",
-            &cluster.url(),
-        ],
-        dir.path(),
-    )
-    .stdout(closed_pipe())
-    .stderr(Stdio::piped())
-    .output()
-    .unwrap();
+    let o = bench_select_one(dir.path(), &cluster.url(), "0s", &["-o", "/dev/stdout"])
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
     let said = text(&o);
     assert!(!said.contains("free space"), "{said}");
     assert_eq!(o.status.code(), Some(0), "{said}");
@@ -834,33 +794,13 @@ fn lab_run_svg_to_stdout_holds_the_chart_alone() {
 fn bench_raw_to_stdout_holds_the_csv_alone() {
     let cluster = Cluster::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let workload = dir.path().join("one.toml");
-    std::fs::write(
-        &workload,
-        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
-    )
-    .unwrap();
     let raw = dir.path().join("raw.csv");
     let out = dir.path().join("out.json");
-    let o = command(
-        &[
-            "bench",
-            workload.to_str().unwrap(),
-            "-u",
-            "1",
-            "-d",
-            "1s",
-            "-w",
-            "0s",
-            "-q",
-            "-o",
-            out.to_str().unwrap(),
-            "--raw",
-            "/dev/stdout",
-            "--url",
-            &cluster.url(),
-        ],
+    let o = bench_select_one(
         dir.path(),
+        &cluster.url(),
+        "0s",
+        &["-o", out.to_str().unwrap(), "--raw", "/dev/stdout"],
     )
     .stdout(std::fs::File::create(&raw).unwrap())
     .stderr(Stdio::piped())
@@ -917,4 +857,31 @@ fn an_empty_query_prints_nothing() {
             String::from_utf8_lossy(&o.stdout)
         );
     }
+}
+
+/// `slipstream bench` of a workload file (written in `dir`) whose one transaction is
+/// `SELECT 1`: one user for one second after a warm-up of `warmup`, quiet, against `url`, with
+/// `extra` arguments; the command, for the caller to set its streams.
+fn bench_select_one(dir: &Path, url: &str, warmup: &str, extra: &[&str]) -> Command {
+    let workload = dir.join("one.toml");
+    std::fs::write(
+        &workload,
+        "name = \"one\"\n[[transaction]]\nname = \"one\"\nsql = \"SELECT 1\"\n",
+    )
+    .unwrap();
+    let mut args = vec![
+        "bench",
+        workload.to_str().unwrap(),
+        "-u",
+        "1",
+        "-d",
+        "1s",
+        "-w",
+        warmup,
+        "-q",
+        "--url",
+        url,
+    ];
+    args.extend_from_slice(extra);
+    command(&args, dir)
 }
