@@ -31,6 +31,31 @@ async fn wait_for_lock_waiters(c: &mut Client, n: i64) {
     panic!("{n} sessions did not queue for the lock on t within 30 s");
 }
 
+/// A session on a cluster where `t (k bigint primary key, a text, b int)` holds keys 1..3,
+/// enabled for memopt (and warmed, if `warm`).
+async fn table_t(url: &str, warm: bool) -> Client {
+    let mut d = connect(url).await;
+    d.batch_execute(
+        "CREATE EXTENSION memopt;
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
+         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    if warm {
+        d.batch_execute("SELECT memopt.get('t', g) FROM generate_series(1, 3) g")
+            .await
+            .unwrap();
+    }
+    d
+}
+
+/// Rewrites `t` (TRUNCATE and reload) in a transaction left open, which holds the table's
+/// AccessExclusiveLock until it commits.
+const TRUNCATE_AND_RELOAD: &str = "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
+     TRUNCATE t; INSERT INTO t SELECT * FROM keep";
+
 /// `(k, a)` of a fast lookup's row.
 fn ka(row: &slipstream_pg::Row) -> (i64, String) {
     (row.get(0).unwrap(), row.get(1).unwrap())
@@ -49,19 +74,9 @@ fn ka(row: &slipstream_pg::Row) -> (i64, String) {
 async fn a_fast_lookup_that_waited_for_a_rewrite_sees_it_as_select_does() {
     let cluster = memopt_check::cluster(&[]).unwrap();
     let url = cluster.url();
-    let mut d = connect(&url).await;
-    d.batch_execute(
-        "CREATE EXTENSION memopt;
-         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
-         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
-         SELECT memopt.enable_read('t');
-         SELECT memopt.get('t', g) FROM generate_series(1, 3) g;",
-    )
-    .await
-    .unwrap();
+    let mut d = table_t(&url, true).await;
     let rewrites = [
-        "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
-         TRUNCATE t; INSERT INTO t SELECT * FROM keep",
+        TRUNCATE_AND_RELOAD,
         "BEGIN; ALTER TABLE t ALTER COLUMN b TYPE bigint",
         "BEGIN; ALTER TABLE t ALTER COLUMN b TYPE int",
     ];
@@ -120,21 +135,8 @@ async fn a_fast_lookup_that_waited_for_a_rewrite_sees_it_as_select_does() {
 async fn a_sql_call_reads_under_its_statements_snapshot_as_documented() {
     let cluster = memopt_check::cluster(&[]).unwrap();
     let url = cluster.url();
-    let mut d = connect(&url).await;
-    d.batch_execute(
-        "CREATE EXTENSION memopt;
-         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
-         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
-         SELECT memopt.enable_read('t');",
-    )
-    .await
-    .unwrap();
-    d.batch_execute(
-        "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
-         TRUNCATE t; INSERT INTO t SELECT * FROM keep",
-    )
-    .await
-    .unwrap();
+    let mut d = table_t(&url, false).await;
+    d.batch_execute(TRUNCATE_AND_RELOAD).await.unwrap();
     let mut lone = connect(&url).await;
     let mut named = connect(&url).await;
     let lone = tokio::spawn(async move {
@@ -170,27 +172,14 @@ async fn a_sql_call_reads_under_its_statements_snapshot_as_documented() {
 async fn a_repeatable_read_call_that_waited_for_a_rewrite_agrees_with_select_holds() {
     let cluster = memopt_check::cluster(&[]).unwrap();
     let url = cluster.url();
-    let mut d = connect(&url).await;
-    d.batch_execute(
-        "CREATE EXTENSION memopt;
-         CREATE TABLE t (k bigint PRIMARY KEY, a text, b int);
-         INSERT INTO t SELECT g, 'a' || g, g FROM generate_series(1, 3) g;
-         SELECT memopt.enable_read('t');",
-    )
-    .await
-    .unwrap();
+    let mut d = table_t(&url, false).await;
     let rr = "SET default_transaction_isolation = 'repeatable read'";
     let mut f = connect(&url).await;
     f.batch_execute(rr).await.unwrap();
     let mut s = connect(&url).await;
     s.batch_execute(rr).await.unwrap();
     let table = f.memopt_table("t").await.unwrap();
-    d.batch_execute(
-        "BEGIN; CREATE TEMP TABLE keep ON COMMIT DROP AS SELECT * FROM t; \
-         TRUNCATE t; INSERT INTO t SELECT * FROM keep",
-    )
-    .await
-    .unwrap();
+    d.batch_execute(TRUNCATE_AND_RELOAD).await.unwrap();
     let fast = tokio::spawn(async move {
         let first = f.memopt_get(&table, &2i64).await.unwrap().map(|r| ka(&r));
         let second = f.memopt_get(&table, &2i64).await.unwrap().map(|r| ka(&r));
