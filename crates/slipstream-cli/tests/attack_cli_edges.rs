@@ -33,6 +33,35 @@ fn wait_for(cluster: &Cluster, sql: &str, want: &str, what: &str) {
 }
 
 /// Waits (up to a hang guard) for `child` to exit.
+/// Sends SIGTERM to `child` once its statement marked `marker` (a comment in its text) runs on
+/// the server, and returns what the child printed and how it exited, once that statement has
+/// ended on the server too. `what` names the statement in a failure.
+fn terminate_while_running(cluster: &Cluster, child: Child, marker: &str, what: &str) -> Output {
+    let running = format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE query LIKE '%{marker}%' AND pid <> pg_backend_pid()"
+    );
+    wait_for(
+        cluster,
+        &running,
+        "1",
+        &format!("{what} running on the server"),
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let o = wait_output(child);
+    wait_for(
+        cluster,
+        &running,
+        "0",
+        &format!("{what} ending on the server"),
+    );
+    o
+}
+
 fn wait_output(child: Child) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -179,23 +208,9 @@ fn sigterm_during_sql_cancels_the_statement_on_the_server() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let running = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE query LIKE '%sql-sigterm%' AND pid <> pg_backend_pid()";
-    wait_for(
-        &cluster,
-        running,
-        "1",
-        "the statement running on the server",
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let o = wait_output(child);
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     // Whatever the server does with the statement, it is over before its 3 s were up.
-    wait_for(&cluster, running, "0", "the statement ending on the server");
+    let o = terminate_while_running(&cluster, child, "sql-sigterm", "the statement");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     assert_eq!(
         one_value(&cluster, "SELECT count(*) FROM termed"),
         "0",
@@ -366,24 +381,10 @@ fn sigterm_during_a_workload_setup_cancels_it_on_the_server() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let running = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE query LIKE '%setup-sigterm%' AND pid <> pg_backend_pid()";
-    wait_for(
-        &cluster,
-        running,
-        "1",
-        "the setup SQL running on the server",
-    );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let o = wait_output(child);
+    let o = terminate_while_running(&cluster, child, "setup-sigterm", "the setup SQL");
     let said = text(&o);
     assert_eq!(o.status.code(), Some(130), "{said}");
     assert!(said.contains("setup cancelled on the server"), "{said}");
-    wait_for(&cluster, running, "0", "the setup SQL ending on the server");
     assert_eq!(
         one_value(&cluster, "SELECT to_regclass('made') IS NULL"),
         "t",
