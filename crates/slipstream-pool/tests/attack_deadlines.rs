@@ -1,0 +1,146 @@
+//! Attacks on the pool's deadline task (helper h81): an async borrow's deadline arms no timer
+//! of its own; the pool's one deadline task, on the runtime the pool was built on, wakes the
+//! borrowers due (docs/pool.md, "Deadlines without a timer per wait"). The promise is
+//! `Config::borrow_timeout`'s: a borrow that waits fails with `PoolError::Timeout` once the
+//! timeout has passed since it first waited, never hangs past it and never fails long before.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use slipstream_pool::{Manager, Pool, PoolError};
+
+struct Numbers;
+
+impl Manager for Numbers {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        Ok(1)
+    }
+}
+
+/// Promise: a borrow that waits on a runtime other than the pool's times out after its
+/// borrow timeout, whether or not the pool's runtime is running tasks at that moment.
+///
+/// Steps: a pool of one connection with a 200 ms borrow timeout, built on a current-thread
+/// runtime (`#[tokio::test]`'s kind), which runs its tasks only inside `block_on`; the
+/// connection is borrowed there and held, and the runtime is kept, not driven (as a test's
+/// runtime is while its thread joins a worker). A thread with a runtime of its own borrows.
+/// The test gives it 10 s.
+///
+/// Before the fix: the borrow hung for as long as the pool's runtime was not driven (for ever
+/// here): only the pool's deadline task, which runs on that runtime, could end it. Before the
+/// deadline task (e878c83) it timed out after 200 ms on its own runtime's timer.
+#[test]
+fn a_borrow_on_another_runtime_times_out_while_the_pools_runtime_is_idle() {
+    let home = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (pool, held) = home.block_on(async {
+        let pool = Pool::builder(Numbers)
+            .max_size(1)
+            .borrow_timeout(Duration::from_millis(200))
+            .build_ready()
+            .await
+            .expect("one connection opens");
+        let held = pool.get().await.expect("the idle connection");
+        (pool, held)
+    });
+    let (done, result) = mpsc::channel();
+    let borrower = pool.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async { borrower.get().await.map(drop) });
+        let _ = done.send(got);
+    });
+    let got = result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the borrow ends within 10 s");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    drop(held);
+    drop(pool);
+    drop(home);
+}
+
+/// Fails every validation once `failing` is set; opens one connection, then hangs on every
+/// later connect, so a borrow whose connection failed validation waits until its deadline.
+struct FailsValidation {
+    opened: AtomicBool,
+    failing: Arc<AtomicBool>,
+}
+
+impl Manager for FailsValidation {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        if self.opened.swap(true, SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        Ok(1)
+    }
+    async fn validate(&self, _conn: &mut u64) -> bool {
+        !self.failing.load(SeqCst)
+    }
+}
+
+/// Promise: with tokio's clock paused, a borrow times out as a tokio timeout would: after its
+/// borrow timeout in paused time, including a borrow whose first connection failed
+/// validation and which then waits (its deadline fixed as the validation started).
+///
+/// Steps: on a paused current-thread runtime, a pool of one connection that validates every
+/// borrow (`validate_after(0)`) and never opens a second, with a 60 s borrow timeout; one
+/// borrow takes and returns the connection. The clock is then moved an hour ahead (a
+/// `sleep(1 h)`, as a test of something else would), so tokio's clock and the real one
+/// differ, and validations start failing. A borrow validates the idle connection, which
+/// fails, and waits.
+///
+/// Before the fix: the validation set the borrow's deadline on the real clock, an hour behind
+/// tokio's, and the deadline task, judging on tokio's clock, found it long past: the borrow
+/// failed with `Timeout` at once (0 s of paused time) instead of after 60 s.
+#[test]
+fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let failing = Arc::new(AtomicBool::new(false));
+            let pool = Pool::builder(FailsValidation {
+                opened: AtomicBool::new(false),
+                failing: failing.clone(),
+            })
+            .max_size(1)
+            .validate_after(Duration::ZERO)
+            .borrow_timeout(Duration::from_secs(60))
+            .build_ready()
+            .await
+            .expect("one connection opens");
+            // Borrowed once, so the next borrow finds it idle and validates it before any wait.
+            drop(pool.get().await.expect("the connection, validated"));
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            failing.store(true, SeqCst);
+            let start = tokio::time::Instant::now();
+            let got = pool.get().await.map(drop);
+            (got, start.elapsed(), pool.stats().failed_validation)
+        });
+        let _ = done.send(got);
+    });
+    let (got, waited, failed) = result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the borrow ends within 10 s of real time");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    assert_eq!(failed, 1, "the one connection failed its validation");
+    assert!(
+        waited >= Duration::from_secs(60),
+        "timed out after {waited:?} of paused time"
+    );
+}
