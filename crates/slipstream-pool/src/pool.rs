@@ -552,7 +552,8 @@ impl<M: Manager> Pool<M> {
             // server stopped answering (a hung host, a cut path) held the borrow for as long
             // as the silence (`tests/attack_stall.rs`). Cut short, the connection closes.
             let configure = labeling.configure(wanted, &mut conn);
-            let configured = match deadline.from(self.inner.config.borrow_timeout) {
+            // On tokio's clock, as the borrow's waits keep its deadline.
+            let configured = match deadline.on_runtime_clock(self.inner.config.borrow_timeout) {
                 None => configure.await,
                 Some(d) => match tokio::time::timeout_at(d.into(), configure).await {
                     Ok(configured) => configured,
@@ -623,7 +624,7 @@ impl<M: Manager> Pool<M> {
         if !self.needs_validation(&mut conn) {
             return Ok(Some(conn));
         }
-        let (until, borrow_ends) = self.validation_bound(deadline);
+        let (until, borrow_ends) = self.validation_bound(deadline, true);
         let validation = self.inner.manager.validate(&mut conn);
         let ok = match tokio::time::timeout_at(until.into(), validation).await {
             Ok(ok) => ok,
@@ -644,12 +645,23 @@ impl<M: Manager> Pool<M> {
     /// When a validation starting now must end: at the borrow's deadline or after
     /// `validation_timeout`, whichever comes first; and whether that is the borrow's end.
     /// `Duration::MAX` for either means no bound from it; a far-off bound stands for none.
-    fn validation_bound(&self, deadline: &mut Deadline) -> (Instant, bool) {
-        let now = Instant::now();
+    /// `on_runtime_clock`: an async borrow's, whose deadline, if this sets it, its waits keep
+    /// on tokio's clock ([`Deadline::on_runtime_clock`]); set on the real clock, it was an
+    /// hour early or late for the deadline task under a paused clock an hour off
+    /// (`tests/attack_deadlines.rs`). A blocked thread's is on the real clock, its park's.
+    fn validation_bound(&self, deadline: &mut Deadline, on_runtime_clock: bool) -> (Instant, bool) {
+        let timeout = self.inner.config.borrow_timeout;
+        let (now, ends) = if on_runtime_clock {
+            let now = tokio::time::Instant::now().into_std();
+            (now, deadline.on_clock(timeout, || now))
+        } else {
+            let now = Instant::now();
+            (now, deadline.on_clock(timeout, || now))
+        };
         let limit = now
             .checked_add(self.inner.config.validation_timeout)
             .unwrap_or_else(|| now + FAR_OFF);
-        match deadline.from(self.inner.config.borrow_timeout) {
+        match ends {
             Some(d) if d <= limit => (d, true),
             _ => (limit, false),
         }
@@ -829,7 +841,7 @@ impl<M: Manager> Pool<M> {
             let pool = self.clone();
             // Bounded as an async borrow's validation is (`Pool::validated`): `None`, it did
             // not end in time.
-            let (until, borrow_ends) = self.validation_bound(&mut deadline);
+            let (until, borrow_ends) = self.validation_bound(&mut deadline, false);
             self.inner.runtime.spawn(async move {
                 let mut conn = conn;
                 let validation = pool.inner.manager.validate(&mut conn);
