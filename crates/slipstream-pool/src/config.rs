@@ -25,8 +25,9 @@ pub struct Config {
     /// [`PoolError::Full`] instead of queueing.
     pub max_waiters: usize,
     /// How long a borrow waits for a connection before failing with [`PoolError::Timeout`];
-    /// `Duration::MAX` waits for ever. An async borrow's deadline arms no timer of its own:
-    /// the pool's deadline task wakes it (docs/pool.md).
+    /// `Duration::MAX` waits for ever. An async borrow's deadline on the pool's runtime arms
+    /// no timer of its own: the pool's deadline task wakes it (docs/pool.md); one on another
+    /// runtime arms one there.
     pub borrow_timeout: Duration,
     /// The shortest time between two connection attempts (a cap on the connect rate, so a
     /// burst of borrowers does not storm the server).

@@ -748,9 +748,20 @@ impl<M: Manager> Pool<M> {
         }
         let start = WAIT_CLOCK.raw();
         let deadline = deadline.on_runtime_clock(inner.config.borrow_timeout);
+        // A task on another runtime keeps its deadline with a timer of its own there, as
+        // every wait did before the deadline task: that task runs only while the pool's
+        // runtime runs its tasks, which a current-thread runtime does only inside `block_on`,
+        // and a borrow waiting meanwhile hung past its timeout (`tests/attack_deadlines.rs`).
+        // Outside any runtime (another executor) there is no timer to arm: the deadline task
+        // keeps it.
+        let own_timer = match tokio::runtime::Handle::try_current() {
+            Ok(here) if here.id() != inner.runtime.id() => deadline,
+            _ => None,
+        };
         // It checks for room (`max_waiters`) as it queues, under the queue's lock, and wakes
-        // the opener once queued, where the opener looks for waiters. Its deadline arms no
-        // timer: the pool's deadline task wakes it (and is told when it must look sooner).
+        // the opener once queued, where the opener looks for waiters. On the pool's runtime
+        // its deadline arms no timer: the pool's deadline task wakes it (and is told when it
+        // must look sooner).
         let wake = |sooner: bool| {
             self.wake_opener_if_useful();
             if sooner {
@@ -758,7 +769,7 @@ impl<M: Manager> Pool<M> {
             }
         };
         let wait = Wait::new(&inner.core, inner.config.max_waiters)
-            .until(deadline)
+            .until(deadline.filter(|_| own_timer.is_none()))
             .on_queued(&wake);
         let mut wait = std::pin::pin!(wait);
         // A wait on another runtime outlives the pool's: the deadline task that would end it
@@ -767,8 +778,15 @@ impl<M: Manager> Pool<M> {
         let waited = std::future::poll_fn(|cx| match wait.as_mut().poll(cx) {
             Poll::Pending if inner.runtime_gone.load(Ordering::Acquire) => Poll::Ready(None),
             polled => polled.map(Some),
-        })
-        .await;
+        });
+        let waited = match own_timer {
+            None => waited.await,
+            // Dropped when the timer fires, the wait gives up its place and passes on a
+            // connection handed to it meanwhile.
+            Some(d) => tokio::time::timeout_at(d.into(), waited)
+                .await
+                .unwrap_or(Some(Err(Refused::TimedOut))),
+        };
         let Some(waited) = waited else {
             return Err(runtime_gone());
         };
