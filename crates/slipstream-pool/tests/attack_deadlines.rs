@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use slipstream_pool::{Manager, Pool, PoolError};
@@ -143,4 +144,73 @@ fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
         waited >= Duration::from_secs(60),
         "timed out after {waited:?} of paused time"
     );
+}
+
+/// A waker whose wake panics (an executor's bug; the pool runs a waker's code, and
+/// `tests/attack_waiter_node.rs` holds it to staying sound when that code panics).
+struct PanicsOnWake;
+
+impl Wake for PanicsOnWake {
+    fn wake(self: Arc<Self>) {
+        panic!("the waker's wake panics")
+    }
+}
+
+/// Promise: a borrow that waits fails with `PoolError::Timeout` after its borrow timeout,
+/// whatever another borrower's waker does.
+///
+/// Steps: a pool of one connection, held, with a 200 ms borrow timeout, on a two-worker
+/// runtime. A `get` polled by hand with a waker that panics when woken queues first; a spawned
+/// `get` queues behind it. Both deadlines pass; the test gives the spawned borrow 10 s, then
+/// makes a third borrow, also given 10 s, and returns the connection, which the next borrow
+/// gets.
+///
+/// Before the fix: the deadline task took both out of the queue and woke the first, whose
+/// wake panicked; the panic ended the task and dropped the second's wake unmade. The second,
+/// out of the queue and never woken, hung for ever, and so did every later borrow that
+/// waited: no deadline task was left to end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waker_that_panics_when_its_deadline_passes_strands_no_other_borrow() {
+    let pool = Pool::builder(Numbers)
+        .max_size(1)
+        .borrow_timeout(Duration::from_millis(200))
+        .build_ready()
+        .await
+        .expect("one connection opens");
+    let held = pool.get().await.expect("the idle connection");
+    let bad = Waker::from(Arc::new(PanicsOnWake));
+    let mut first = Box::pin(pool.get());
+    assert!(
+        first
+            .as_mut()
+            .poll(&mut Context::from_waker(&bad))
+            .is_pending()
+    );
+    let behind = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.get().await.map(drop) })
+    };
+    let got = tokio::time::timeout(Duration::from_secs(10), behind)
+        .await
+        .expect("the borrow behind ends within 10 s")
+        .expect("the task ran");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    let later = tokio::time::timeout(Duration::from_secs(10), pool.get())
+        .await
+        .expect("a later borrow ends within 10 s")
+        .map(drop);
+    assert!(matches!(later, Err(PoolError::Timeout { .. })), "{later:?}");
+    // The first, polled again, gave up too, and holds no place.
+    match first.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(r) => assert!(matches!(r, Err(PoolError::Timeout { .. })), "{r:?}"),
+        Poll::Pending => panic!("the first borrow still waits: {:?}", pool.stats()),
+    }
+    drop(first);
+    drop(held);
+    let again = tokio::time::timeout(Duration::from_secs(10), pool.get())
+        .await
+        .expect("the connection comes back");
+    drop(again.expect("the returned connection"));
+    let s = pool.stats();
+    assert_eq!((s.open, s.idle, s.waiting), (1, 1, 0), "{s:?}");
 }
