@@ -1653,10 +1653,23 @@ pub(crate) fn claim_blocking<C>(
 pub(crate) struct Wakes(Vec<Wake>);
 
 impl Wakes {
-    pub(crate) fn wake(&mut self) {
+    /// Makes every wake owed, even when one panics (a waker is user code): each task woken
+    /// here is out of the queue already ([`Core::expire`]) or must read the pool's state
+    /// ([`Core::every_task`]), and a wake left unmade leaves it asleep for ever. Until helper
+    /// h81 the first panic dropped the rest unmade and ended the deadline task
+    /// (`tests/attack_deadlines.rs`). Returns the first panic's payload, for the caller to
+    /// report: the deadline task has no caller to pass it to, and must go on.
+    pub(crate) fn wake(&mut self) -> Option<Box<dyn std::any::Any + Send>> {
+        let mut panicked = None;
         for w in self.0.drain(..) {
-            w.wake();
+            // Unwind-safe: the waker is consumed whether or not its wake returns, and nothing
+            // else is touched.
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()))
+            {
+                panicked.get_or_insert(panic);
+            }
         }
+        panicked
     }
 }
 

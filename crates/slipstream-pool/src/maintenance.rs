@@ -118,8 +118,15 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
             let now = tokio::time::Instant::now().into_std();
             let idle_look = now.checked_add(inner.config.borrow_timeout);
             let next = inner.core.expire(now, idle_look, &mut wakes);
-            // After the queue's lock: a waker is user code.
-            wakes.wake();
+            // After the queue's lock: a waker is user code. One that panics is the borrower's
+            // executor's fault; the others are still woken and this task goes on, or every
+            // later deadline would pass unkept.
+            if let Some(panic) = wakes.wake() {
+                tracing::warn!(
+                    "a waiting borrow's waker panicked when its borrow timeout passed: {}",
+                    panic_message(&*panic)
+                );
+            }
             // Holds the pool while it sleeps: `shut_down` wakes it, and it ends then.
             match next {
                 Some(at) => {
@@ -153,7 +160,13 @@ impl<M: Manager> Drop for RuntimeGone<M> {
             inner.runtime_gone.store(true, Ordering::Release);
             let mut wakes = Wakes::default();
             inner.core.every_task(&mut wakes);
-            wakes.wake();
+            // As in the deadline task: every task is still woken, and the panic reported.
+            if let Some(panic) = wakes.wake() {
+                tracing::warn!(
+                    "a waiting borrow's waker panicked when the pool's runtime shut down: {}",
+                    panic_message(&*panic)
+                );
+            }
         }
     }
 }
