@@ -340,3 +340,93 @@ async fn a_storm_of_timeouts_among_served_borrows_loses_nothing() {
     assert_eq!(s.borrows, served, "{s:?}");
     eprintln!("served {served}, timed out {timed_out}, dropped {dropped}: {s:?}");
 }
+
+/// Validates slowly (5 s) and, once `failing` is set, fails; opens one connection, then hangs
+/// on every later connect.
+struct SlowFailingValidation {
+    opened: AtomicBool,
+    failing: Arc<AtomicBool>,
+}
+
+impl Manager for SlowFailingValidation {
+    type Connection = u64;
+    type Error = std::io::Error;
+    async fn connect(&self) -> Result<u64, std::io::Error> {
+        if self.opened.swap(true, SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        Ok(1)
+    }
+    async fn validate(&self, _conn: &mut u64) -> bool {
+        if !self.failing.load(SeqCst) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        false
+    }
+}
+
+/// Promise (held): a borrow that waits again after a failed validation ends by its first
+/// deadline, also when the deadline task looked while it was out of the queue validating and
+/// set its next look past that deadline (the borrow must then tell it: `Queued::sooner`).
+///
+/// Steps, in paused time (exact, so a late timeout shows): a pool of one connection, borrow
+/// timeout 10 s, `validate_after(0)`, validations that take 5 s and fail, no second connect
+/// ever ends. The deadline task looks at 0 s (next look at 10 s). At 5 s a borrow waits
+/// (deadline 15 s); at 6 s the connection is returned and handed to it, and it validates until
+/// 11 s. The deadline task's look at 10 s finds the queue empty and sets its next look to
+/// 20 s. At 11 s the validation fails and the borrow waits again, on its deadline of 15 s.
+///
+/// Held on a4defe8: it fails with `Timeout` 10 s after it was made (at 15 s), not at 20 s.
+#[test]
+fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            let failing = Arc::new(AtomicBool::new(false));
+            let pool = Pool::builder(SlowFailingValidation {
+                opened: AtomicBool::new(false),
+                failing: failing.clone(),
+            })
+            .max_size(1)
+            .validate_after(Duration::ZERO)
+            .validation_timeout(Duration::from_secs(8))
+            .borrow_timeout(Duration::from_secs(10))
+            .build_ready()
+            .await
+            .expect("one connection opens");
+            let held = pool.get().await.expect("the connection, validated");
+            failing.store(true, SeqCst);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let borrower = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let start = tokio::time::Instant::now();
+                    let got = pool.get().await.map(drop);
+                    (got, start.elapsed())
+                })
+            };
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert_eq!(pool.stats().waiting, 1, "the borrow waits");
+            drop(held);
+            let (got, waited) = borrower.await.expect("the borrower ran");
+            (got, waited, pool.stats())
+        });
+        let _ = done.send(got);
+    });
+    let (got, waited, stats) = result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the borrow ends within 10 s of real time");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    assert_eq!(stats.failed_validation, 1, "{stats:?}");
+    assert_eq!(stats.waiting, 0, "{stats:?}");
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_500),
+        "timed out after {waited:?} of paused time"
+    );
+}
