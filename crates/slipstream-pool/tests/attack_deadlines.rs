@@ -13,7 +13,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use common::{Holds, all_back, join_threads, numbers};
-use slipstream_pool::{Manager, Pool, PoolError};
+use slipstream_pool::{Config, Manager, PgPool, Pool, PoolError, Role};
+use slipstream_testkit::Cluster;
 
 struct Numbers;
 
@@ -429,4 +430,92 @@ fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
         waited >= Duration::from_secs(10) && waited < Duration::from_millis(10_500),
         "timed out after {waited:?} of paused time"
     );
+}
+
+/// Promise (held): a `PgPool` borrow that waits (its first wait on the server's pool's
+/// deadline, a later one, after a failed validation or a resize, under `timeout_at`) is served
+/// or fails with `Timeout` no sooner than its timeout and within 5 s after, from the pool's
+/// runtime and from another; afterwards nothing waits or is lent, and the next borrow is
+/// served.
+///
+/// Steps: a real PostgreSQL server; a `PgPool` of 2 connections with a 300 ms borrow timeout
+/// and `validate_after(0)` (a `SELECT 1` per borrow), built on the test's runtime. 200 tasks on
+/// that runtime and 200 on a second runtime borrow and hold for 0-20 ms (`pg_sleep`), while
+/// the pool is shrunk to 1 and grown back to 2 every 50 ms.
+///
+/// Held on 258daeb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_pool_borrows_time_out_in_time_from_two_runtimes() {
+    const T: Duration = Duration::from_millis(300);
+    const SLACK: Duration = Duration::from_secs(5);
+    let cluster = Cluster::start().unwrap();
+    let pool = PgPool::builder(common::hosts(&[cluster.port()], "").parse().unwrap())
+        .max_size(2)
+        .pool_config(Config {
+            max_size: 2,
+            borrow_timeout: T,
+            validate_after: Some(Duration::ZERO),
+            ..Config::default()
+        })
+        .build_ready()
+        .await
+        .unwrap();
+    async fn borrow(pool: PgPool, k: u64) -> bool {
+        let start = Instant::now();
+        match pool.get(Role::Primary).await {
+            Ok(mut c) => {
+                let secs = (k % 3) as f64 / 100.0;
+                c.execute("SELECT pg_sleep($1)", &[&secs]).await.unwrap();
+                true
+            }
+            Err(PoolError::Timeout { .. }) => {
+                let waited = start.elapsed();
+                assert!(waited >= T, "timed out after {waited:?}");
+                assert!(waited < T + SLACK, "timed out after {waited:?}");
+                false
+            }
+            Err(e) => panic!("get: {e}"),
+        }
+    }
+    let other = common::two_workers();
+    let mut here = Vec::new();
+    let mut there = Vec::new();
+    for k in 0..200u64 {
+        here.push(tokio::spawn(borrow(pool.clone(), k)));
+        there.push(other.spawn(borrow(pool.clone(), k + 1)));
+    }
+    for round in 0..10 {
+        pool.resize(1 + round % 2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pool.resize(2);
+    let (mut served, mut timed_out) = (0, 0);
+    for t in here.into_iter().chain(there) {
+        let ok = tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("every borrow ends within 30 s")
+            .expect("a borrower task panicked");
+        if ok {
+            served += 1;
+        } else {
+            timed_out += 1;
+        }
+    }
+    assert!(
+        served > 0 && timed_out > 0,
+        "{served} served, {timed_out} timed out"
+    );
+    for s in pool.servers() {
+        assert_eq!(
+            (s.stats.waiting, s.stats.borrowed, s.outstanding),
+            (0, 0, 0),
+            "{s:?}"
+        );
+    }
+    let c = tokio::time::timeout(Duration::from_secs(10), pool.get(Role::Primary))
+        .await
+        .expect("the next borrow ends within 10 s");
+    drop(c.expect("the next borrow is served"));
+    drop(pool);
+    other.shutdown_background();
 }
