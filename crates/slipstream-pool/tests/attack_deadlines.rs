@@ -519,3 +519,46 @@ async fn pg_pool_borrows_time_out_in_time_from_two_runtimes() {
     drop(pool);
     other.shutdown_background();
 }
+
+/// Promise (held): with tokio's clock paused and moved by hand (`tokio::time::advance`), a
+/// waiting borrow times out as a tokio timeout would: not while less than its timeout has
+/// passed, and as soon as it has.
+///
+/// Steps: a paused current-thread runtime (no auto-advance while the test's task is busy);
+/// a pool of one connection, held, borrow timeout 10 s. A spawned borrow waits; the clock is
+/// moved 9.999 s, then the runtime is yielded to a few times: the borrow must still wait. The
+/// clock is moved 2 ms more: the borrow ends with `Timeout`, 10.001 s of paused time after it
+/// was made, and the connection, returned, is the next borrower's.
+///
+/// Held on c4322d6.
+#[tokio::test(start_paused = true)]
+async fn a_borrow_times_out_when_the_paused_clock_is_moved_past_its_deadline() {
+    let pool = Pool::builder(Numbers)
+        .max_size(1)
+        .borrow_timeout(Duration::from_secs(10))
+        .build_ready()
+        .await
+        .expect("one connection opens");
+    let held = pool.get().await.expect("the idle connection");
+    let start = tokio::time::Instant::now();
+    let borrower = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.get().await.map(drop) })
+    };
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(pool.stats().waiting, 1, "the borrow waits");
+    tokio::time::advance(Duration::from_millis(9_999)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!borrower.is_finished(), "ended before its timeout");
+    tokio::time::advance(Duration::from_millis(2)).await;
+    let got = borrower.await.expect("the borrower ran");
+    assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+    assert_eq!(start.elapsed(), Duration::from_millis(10_001));
+    drop(held);
+    drop(pool.get().await.expect("the returned connection"));
+    assert_eq!(pool.stats().waiting, 0);
+}
