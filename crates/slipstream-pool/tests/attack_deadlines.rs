@@ -562,3 +562,61 @@ async fn a_borrow_times_out_when_the_paused_clock_is_moved_past_its_deadline() {
     drop(pool.get().await.expect("the returned connection"));
     assert_eq!(pool.stats().waiting, 0);
 }
+
+/// Promise (held): borrows waiting while the pool is shrunk to nothing fail with `Timeout`
+/// after their timeout, neither sooner nor later; borrows waiting while it grows again are
+/// served; afterwards nothing waits and every connection is IDLE.
+///
+/// Steps, in paused time: a pool of 2 connections, both held, borrow timeout 10 s. 20 tasks
+/// wait; the pool is resized to 0 and the 2 returned (closed, above the limit); all 20 must
+/// time out exactly 10 s after they began. 20 more wait; the pool is resized to 2 one second
+/// later; all 20 must be served (each holding 1 ms).
+///
+/// Held on e30da3b.
+#[tokio::test(start_paused = true)]
+async fn borrows_waiting_through_a_resize_time_out_or_are_served() {
+    const T: Duration = Duration::from_secs(10);
+    let pool = Pool::builder(numbers())
+        .max_size(2)
+        .min_size(2)
+        .borrow_timeout(T)
+        .build_ready()
+        .await
+        .expect("the connections open");
+    let held = [pool.get().await.unwrap(), pool.get().await.unwrap()];
+    let spawn_borrowers = |n: usize| -> Vec<_> {
+        (0..n)
+            .map(|_| {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let start = tokio::time::Instant::now();
+                    let got = pool.get().await;
+                    if got.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    (got.map(drop), start.elapsed())
+                })
+            })
+            .collect()
+    };
+    let waiting = spawn_borrowers(20);
+    tokio::task::yield_now().await;
+    pool.resize(0);
+    drop(held);
+    for t in waiting {
+        let (got, waited) = t.await.unwrap();
+        assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+        assert_eq!(waited, T, "timed out after {waited:?}");
+    }
+    assert_eq!(pool.stats().timeouts, 20, "{:?}", pool.stats());
+    let waiting = spawn_borrowers(20);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(pool.stats().waiting, 20, "{:?}", pool.stats());
+    pool.resize(2);
+    for t in waiting {
+        let (got, waited) = t.await.unwrap();
+        assert!(got.is_ok(), "{got:?} after {waited:?}: {:?}", pool.stats());
+    }
+    let s = all_back(&pool).await;
+    assert_eq!((s.open, s.timeouts), (2, 20), "{s:?}");
+}
