@@ -620,3 +620,49 @@ async fn borrows_waiting_through_a_resize_time_out_or_are_served() {
     let s = all_back(&pool).await;
     assert_eq!((s.open, s.timeouts), (2, 20), "{s:?}");
 }
+
+/// Promise: a pool costs a paused clock nothing while no one waits, as a timer per wait did:
+/// a test that pauses tokio's clock and sleeps (`start_paused`, the way users test timeouts)
+/// sees the clock jump to its timer, whatever the pool's borrow timeout.
+///
+/// Steps: on a paused current-thread runtime in a thread of its own, a pool with a borrow
+/// timeout of 0 (fail at once rather than wait) and one of 1 ms, no one borrowing; the test's
+/// task sleeps 1 h of paused time. It is given 10 s of real time.
+///
+/// Before the fix: the deadline task looked again a borrow timeout after each look even with
+/// no one queued, so the paused clock stepped through every millisecond of the hour (the
+/// runtime advances only to the next timer): 10 min of paused time took more than 10 min of
+/// real time.
+#[test]
+fn an_idle_pool_with_a_short_timeout_lets_a_paused_clock_jump() {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut pools = Vec::new();
+            for t in [Duration::ZERO, Duration::from_millis(1)] {
+                let pool = Pool::builder(Numbers)
+                    .max_size(1)
+                    .borrow_timeout(t)
+                    .build_ready()
+                    .await
+                    .expect("one connection opens");
+                pools.push(pool);
+            }
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            // Still a pool that times out at once.
+            let held = pools[0].get().await.expect("the idle connection");
+            let got = pools[0].get().await.map(drop);
+            assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
+            drop(held);
+        });
+        let _ = done.send(());
+    });
+    result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("1 h of paused time passes within 10 s of real time");
+}
