@@ -786,9 +786,10 @@ impl<C> Core<C> {
         // A thread's deadline is its own park's; only a task's is the deadline task's.
         let deadline = deadline.filter(|_| matches!(wake, Wake::Task(_)));
         // The deadline task looks by `looks_by`, which it sets to the earliest deadline
-        // queued or else to its look plus the borrow timeout: a task queued now with the pool's
-        // timeout is due no sooner, and tells it nothing. Only an earlier one (a borrow
-        // waiting again on its first deadline, after a failed validation) moves the look
+        // queued or else to its look plus the borrow timeout (at least a second): a task
+        // queued now with the pool's timeout is due no sooner, and tells it nothing. Only an
+        // earlier one (a borrow waiting again on its first deadline, after a failed
+        // validation; the first of a wave when the timeout is under a second) moves the look
         // forward, once: later ones compare with the deadline it set.
         let sooner = deadline.is_some_and(|d| q.looks_by.is_none_or(|by| d < by));
         if sooner {
@@ -812,7 +813,8 @@ impl<C> Core<C> {
     /// pause) alone decides. Its wake, and the next head's if a slot is IDLE (as any leave),
     /// go into `wakes`, to make after the lock: a waker is user code. Returns when to look
     /// next: at the earliest deadline still queued, else at `idle_look` (this look plus the
-    /// borrow timeout, before which no task queued from now on is due). `None`: no look is
+    /// borrow timeout, at least a second: a task queued from now on and due before it says
+    /// so, [`Queued::sooner`]). `None`: no look is
     /// needed until a task queues with a deadline (which then says so, [`Queued::sooner`]).
     pub(crate) fn expire(
         &self,

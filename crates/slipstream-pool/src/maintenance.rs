@@ -98,7 +98,7 @@ async fn open_and_tend<M: Manager>(pool: Weak<Inner<M>>) {
 /// The deadline task: wakes each async borrower whose borrow timeout has passed, so that a
 /// wait arms no timer of its own (a timer per wait cost about 0.4 µs per waiting borrow:
 /// docs/benchmarks.md, pool-scaling). It sleeps until the earliest deadline queued, or else
-/// for a borrow timeout, before which no borrower queued from now on is due; a borrower due
+/// for a borrow timeout but at least [`IDLE_LOOK_MIN`]; a borrower queued meanwhile and due
 /// sooner wakes it ([`Core::expire`](crate::core::Core::expire)). Ends when the pool is shut
 /// down; dropped before that, its runtime shut down (as the opener's, [`RuntimeGone`]).
 pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output = ()> {
@@ -116,7 +116,7 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
             // Tokio's clock, which its timer below keeps: a test that pauses it (`start_paused`)
             // sees borrows time out as its timers fire, as with a timer per wait.
             let now = tokio::time::Instant::now().into_std();
-            let idle_look = now.checked_add(inner.config.borrow_timeout);
+            let idle_look = now.checked_add(inner.config.borrow_timeout.max(IDLE_LOOK_MIN));
             let next = inner.core.expire(now, idle_look, &mut wakes);
             // After the queue's lock: a waker is user code. One that panics is the borrower's
             // executor's fault; the others are still woken and this task goes on, or every
@@ -140,6 +140,15 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
         }
     }
 }
+
+/// The least time the deadline task sleeps while no deadline is queued. Its next look is a
+/// borrow timeout away, before which no borrower queued from now on is due, so none need tell
+/// it; but a timeout of 0 (fail at once) or of a few ms woke it every millisecond for the
+/// pool's whole life, and made a paused clock (`start_paused`) step through every millisecond
+/// of a test's sleep: an hour took longer than an hour (`tests/attack_deadlines.rs`). With
+/// this floor, a borrower due before it tells the task (`Queued::sooner`),
+/// once per look: the first of a wave.
+const IDLE_LOOK_MIN: Duration = Duration::from_secs(1);
 
 /// Dropped with the opener task and with the deadline task. Each ends by itself only once the
 /// last handle has gone (`closed`, or the pool's memory freed); dropped before that and not by

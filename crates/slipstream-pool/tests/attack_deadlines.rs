@@ -654,11 +654,7 @@ fn an_idle_pool_with_a_short_timeout_lets_a_paused_clock_jump() {
                 pools.push(pool);
             }
             tokio::time::sleep(Duration::from_secs(3600)).await;
-            // Still a pool that times out at once.
-            let held = pools[0].get().await.expect("the idle connection");
-            let got = pools[0].get().await.map(drop);
-            assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
-            drop(held);
+            drop(pools);
         });
         let _ = done.send(());
     });
