@@ -662,3 +662,51 @@ fn an_idle_pool_with_a_short_timeout_lets_a_paused_clock_jump() {
         .recv_timeout(Duration::from_secs(10))
         .expect("1 h of paused time passes within 10 s of real time");
 }
+
+/// Promise (held): a borrow timeout shorter than the deadline task's idle sleep (a second) is
+/// kept: the borrow, queued after the task went to sleep, tells it, and times out after its
+/// timeout, not at the task's next look.
+///
+/// Steps, in paused time: pools with borrow timeouts of 0, 20 ms and 999 ms, each with its one
+/// connection held; the clock moves 5 s (the deadline tasks asleep, next looks up to a second
+/// away); one borrow on each must time out exactly its timeout later (to the millisecond:
+/// tokio's timers round up to one).
+///
+/// Held on 3da2be6 (which put that floor on the idle look); with `Queued::sooner` forced
+/// false, the 0 s timeout ended after 695 ms, at the task's next look.
+#[tokio::test(start_paused = true)]
+async fn a_timeout_shorter_than_the_idle_look_is_kept() {
+    for t in [
+        Duration::ZERO,
+        Duration::from_millis(20),
+        Duration::from_millis(999),
+    ] {
+        let pool = Pool::builder(Numbers)
+            .max_size(1)
+            .min_size(1)
+            .borrow_timeout(t)
+            .build();
+        // Not `build_ready`, which waits for its connections within the borrow timeout.
+        common::until(
+            Duration::from_secs(10),
+            "the connection opens",
+            || pool.stats(),
+            |s| s.idle == 1,
+        )
+        .await;
+        let held = pool.try_get().expect("the idle connection");
+        tokio::time::sleep(Duration::from_millis(5_300)).await;
+        let start = tokio::time::Instant::now();
+        let got = pool.get().await.map(drop);
+        let waited = start.elapsed();
+        assert!(
+            matches!(got, Err(PoolError::Timeout { .. })),
+            "{t:?}: {got:?}"
+        );
+        assert!(
+            waited >= t && waited <= t + Duration::from_millis(1),
+            "a {t:?} timeout ended after {waited:?}"
+        );
+        drop(held);
+    }
+}
