@@ -16,16 +16,6 @@ use common::{Holds, all_back, join_threads, numbers};
 use slipstream_pool::{Config, Manager, PgPool, Pool, PoolError, Role};
 use slipstream_testkit::Cluster;
 
-struct Numbers;
-
-impl Manager for Numbers {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        Ok(1)
-    }
-}
-
 /// Promise: a borrow that waits on a runtime other than the pool's times out after its
 /// borrow timeout, whether or not the pool's runtime is running tasks at that moment.
 ///
@@ -45,7 +35,7 @@ fn a_borrow_on_another_runtime_times_out_while_the_pools_runtime_is_idle() {
         .build()
         .unwrap();
     let (pool, held) = home.block_on(async {
-        let pool = Pool::builder(Numbers)
+        let pool = Pool::builder(numbers())
             .max_size(1)
             .borrow_timeout(Duration::from_millis(200))
             .build_ready()
@@ -110,14 +100,8 @@ impl Manager for FailsValidation {
 /// failed with `Timeout` at once (0 s of paused time) instead of after 60 s.
 #[test]
 fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let got = rt.block_on(async {
+    let (got, waited, failed) = common::in_paused_time(
+        || async {
             let failing = Arc::new(AtomicBool::new(false));
             let pool = Pool::builder(FailsValidation {
                 opened: AtomicBool::new(false),
@@ -136,12 +120,9 @@ fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
             let start = tokio::time::Instant::now();
             let got = pool.get().await.map(drop);
             (got, start.elapsed(), pool.stats().failed_validation)
-        });
-        let _ = done.send(got);
-    });
-    let (got, waited, failed) = result
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the borrow ends within 10 s of real time");
+        },
+        "the borrow ends",
+    );
     assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
     assert_eq!(failed, 1, "the one connection failed its validation");
     assert!(
@@ -175,7 +156,7 @@ impl Wake for PanicsOnWake {
 /// waited: no deadline task was left to end it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waker_that_panics_when_its_deadline_passes_strands_no_other_borrow() {
-    let pool = Pool::builder(Numbers)
+    let pool = Pool::builder(numbers())
         .max_size(1)
         .borrow_timeout(Duration::from_millis(200))
         .build_ready()
@@ -381,14 +362,8 @@ impl Manager for SlowFailingValidation {
 /// Held on a4defe8: it fails with `Timeout` 10 s after it was made (at 15 s), not at 20 s.
 #[test]
 fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let got = rt.block_on(async {
+    let (got, waited, stats) = common::in_paused_time(
+        || async {
             let failing = Arc::new(AtomicBool::new(false));
             let pool = Pool::builder(SlowFailingValidation {
                 opened: AtomicBool::new(false),
@@ -417,12 +392,9 @@ fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
             drop(held);
             let (got, waited) = borrower.await.expect("the borrower ran");
             (got, waited, pool.stats())
-        });
-        let _ = done.send(got);
-    });
-    let (got, waited, stats) = result
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the borrow ends within 10 s of real time");
+        },
+        "the borrow ends",
+    );
     assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
     assert_eq!(stats.failed_validation, 1, "{stats:?}");
     assert_eq!(stats.waiting, 0, "{stats:?}");
@@ -533,7 +505,7 @@ async fn pg_pool_borrows_time_out_in_time_from_two_runtimes() {
 /// Held on c4322d6.
 #[tokio::test(start_paused = true)]
 async fn a_borrow_times_out_when_the_paused_clock_is_moved_past_its_deadline() {
-    let pool = Pool::builder(Numbers)
+    let pool = Pool::builder(numbers())
         .max_size(1)
         .borrow_timeout(Duration::from_secs(10))
         .build_ready()
@@ -635,17 +607,11 @@ async fn borrows_waiting_through_a_resize_time_out_or_are_served() {
 /// real time.
 #[test]
 fn an_idle_pool_with_a_short_timeout_lets_a_paused_clock_jump() {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(async {
+    common::in_paused_time(
+        || async {
             let mut pools = Vec::new();
             for t in [Duration::ZERO, Duration::from_millis(1)] {
-                let pool = Pool::builder(Numbers)
+                let pool = Pool::builder(numbers())
                     .max_size(1)
                     .borrow_timeout(t)
                     .build_ready()
@@ -655,12 +621,9 @@ fn an_idle_pool_with_a_short_timeout_lets_a_paused_clock_jump() {
             }
             tokio::time::sleep(Duration::from_secs(3600)).await;
             drop(pools);
-        });
-        let _ = done.send(());
-    });
-    result
-        .recv_timeout(Duration::from_secs(10))
-        .expect("1 h of paused time passes within 10 s of real time");
+        },
+        "1 h of paused time passes",
+    );
 }
 
 /// Promise (held): a borrow timeout shorter than the deadline task's idle sleep (a second) is
@@ -681,7 +644,7 @@ async fn a_timeout_shorter_than_the_idle_look_is_kept() {
         Duration::from_millis(20),
         Duration::from_millis(999),
     ] {
-        let pool = Pool::builder(Numbers)
+        let pool = Pool::builder(numbers())
             .max_size(1)
             .min_size(1)
             .borrow_timeout(t)

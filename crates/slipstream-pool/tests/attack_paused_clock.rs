@@ -4,7 +4,6 @@
 //! (docs/pool.md, "Deadlines without a timer per wait"); it must keep tokio's clock as the
 //! timer per wait did.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use slipstream_pool::{Pool, PoolError};
@@ -24,14 +23,8 @@ mod common;
 /// waiting; the task looked again and again, a busy loop for 60 real seconds.
 #[test]
 fn a_borrow_times_out_in_paused_time_as_a_tokio_timeout_does() {
-    let (done, result) = mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let got = rt.block_on(async {
+    let (got, waited) = common::in_paused_time(
+        || async {
             let pool = Pool::builder(common::numbers())
                 .max_size(1)
                 .borrow_timeout(Duration::from_secs(60))
@@ -43,12 +36,9 @@ fn a_borrow_times_out_in_paused_time_as_a_tokio_timeout_does() {
             let got = pool.get().await.map(drop);
             drop(held);
             (got, start.elapsed())
-        });
-        let _ = done.send(got);
-    });
-    let (got, waited) = result
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the borrow ends within 10 s of real time");
+        },
+        "the borrow ends",
+    );
     assert!(matches!(got, Err(PoolError::Timeout { .. })), "{got:?}");
     // In paused time the wait lasts its timeout exactly (the clock jumps to the deadline).
     assert!(

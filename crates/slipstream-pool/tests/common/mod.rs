@@ -201,3 +201,26 @@ pub async fn terminate(cluster: &Cluster, pid: i32) {
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
+
+/// Runs the future `make` returns on a current-thread runtime whose clock starts paused
+/// (`start_paused`, as users test timeouts), in a thread of its own, and returns its output.
+/// Fails the test when that takes more than 10 s of real time; `what` says what should have
+/// happened by then.
+pub fn in_paused_time<T, F>(make: impl FnOnce() -> F + Send + 'static, what: &str) -> T
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T>,
+{
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let _ = done.send(rt.block_on(make()));
+    });
+    result
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{what} within 10 s of real time: {e}"))
+}
