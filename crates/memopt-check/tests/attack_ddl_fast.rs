@@ -196,20 +196,18 @@ async fn fast_lookups_racing_ddl_and_rewrites_match_the_normal_plan_holds() {
     );
 }
 
-/// Documented (docs/memopt.md, "Client notes"): a reply carries each column's type, not its
-/// name or number, so DDL that keeps the sequence of types cannot be told from the reply. Here
-/// `a` is dropped and a new `a` of the same type added: the reply's columns are `k, b, a` of
-/// types `bigint, text, text`, as `k, a, b` were, and the row comes back under the names
-/// resolved before (old `b`'s value as `a`) until the table is resolved again.
-#[tokio::test]
-async fn a_dropped_and_re_added_column_of_the_same_type_keeps_the_resolved_names_as_documented() {
+/// The columns of `t` after `ddl`, each resolved before it, then a lookup of key 1 by every
+/// path a client has: a lone call, `get_many`, and a pipeline's coalesced run. Each must be
+/// refused ("resolve it again"), never decoded under the names resolved before; the table
+/// resolved again gives `want` (column name, value) for key 1.
+async fn refused_until_resolved_again(ddl: &str, want: &[(&str, &str)]) {
     let cluster = memopt_check::cluster(&[]).unwrap();
     let url = cluster.url();
     let mut c = connect(&url).await;
     c.batch_execute(
         "CREATE EXTENSION memopt;
          CREATE TABLE t (k bigint PRIMARY KEY, a text, b text);
-         INSERT INTO t VALUES (1, 'old a', 'b');
+         INSERT INTO t VALUES (1, 'old a', 'b'), (2, 'a2', 'b2');
          SELECT memopt.enable_read('t');",
     )
     .await
@@ -217,28 +215,123 @@ async fn a_dropped_and_re_added_column_of_the_same_type_keeps_the_resolved_names
     let table = c.memopt_table("t").await.unwrap();
     let row = c.memopt_get(&table, &1i64).await.unwrap().unwrap();
     assert_eq!(row.get::<_, &str>("a").unwrap(), "old a");
-    c.batch_execute("ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new a'")
-        .await
-        .unwrap();
-    let row = c.memopt_get(&table, &1i64).await.unwrap().unwrap();
-    assert_eq!(
-        (
-            row.get::<_, &str>("a").unwrap(),
-            row.get::<_, &str>("b").unwrap()
+    c.batch_execute(ddl).await.unwrap();
+
+    let stale = |what: &str, got: Result<Vec<slipstream_pg::Row>, slipstream_pg::Error>| match got {
+        Err(e) => assert!(
+            e.to_string().contains("resolve it again"),
+            "{ddl}: {what}: {e}"
         ),
-        ("b", "new a"),
-        "the stale names"
+        Ok(rows) => {
+            let names: Vec<String> = rows
+                .iter()
+                .flat_map(|r| {
+                    r.columns()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, col)| {
+                            format!("{}={:?}", col.name(), r.get::<_, Option<String>>(i).ok())
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!("{ddl}: {what} answered under the names resolved before: {names:?}")
+        }
+    };
+    stale(
+        "memopt_get",
+        c.memopt_get(&table, &1i64)
+            .await
+            .map(|r| r.into_iter().collect()),
     );
+    stale(
+        "memopt_get_many",
+        c.memopt_get_many(&table, &[1i64, 2]).await,
+    );
+    let mut p = c.pipeline();
+    let one = p.memopt_get(&table, &1i64).await.unwrap();
+    let two = p.memopt_get(&table, &2i64).await.unwrap();
+    stale("a pipeline's coalesced run", p.process(&one).await);
+    stale("the run's second lookup", p.process(&two).await);
+    drop(p.end().await);
+
     let table = c.memopt_table("t").await.unwrap();
     let row = c.memopt_get(&table, &1i64).await.unwrap().unwrap();
-    assert_eq!(
-        (
-            row.get::<_, &str>("a").unwrap(),
-            row.get::<_, &str>("b").unwrap()
-        ),
-        ("new a", "b"),
-        "resolved again"
-    );
+    for (name, value) in want {
+        assert_eq!(row.get::<_, &str>(*name).unwrap(), *value, "{ddl}: {name}");
+    }
+    assert_eq!(row.columns().len(), want.len() + 1, "{ddl}");
+}
+
+/// Failed before memopt 1.1 (it was documented: docs/memopt.md, "Client notes"). A reply
+/// carries each column's type, not its name or number. `a` dropped and a new `a` of the same
+/// type added gives columns `k, b, a` of types `bigint, text, text`, as `k, a, b` were, and
+/// the row came back under the names resolved before: old `b`'s value as `a`, the new `a` as
+/// `b`. Now the server compares the layout the client resolved with the table's and refuses.
+#[tokio::test]
+async fn a_dropped_and_re_added_column_of_the_same_type_is_refused_until_resolved_again() {
+    refused_until_resolved_again(
+        "ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new a'",
+        &[("a", "new a"), ("b", "b")],
+    )
+    .await;
+}
+
+/// Failed before memopt 1.1: a renamed column kept its old name in every row (`b` read
+/// through a handle resolved before `RENAME COLUMN b TO c`). Two renames that swap the names
+/// of two columns of one type returned each value under the other's name.
+#[tokio::test]
+async fn renamed_columns_are_refused_until_resolved_again() {
+    refused_until_resolved_again(
+        "ALTER TABLE t RENAME COLUMN a TO tmp; ALTER TABLE t RENAME COLUMN b TO a; \
+         ALTER TABLE t RENAME COLUMN tmp TO b",
+        &[("a", "b"), ("b", "old a")],
+    )
+    .await;
+}
+
+/// The client on memopt 1.0 (no `memopt.columns`, no three-argument forms) calls the
+/// two-argument forms and works as before; after `ALTER EXTENSION memopt UPDATE` a new
+/// connection resolves the layout and is refused after a rename.
+#[tokio::test]
+async fn the_client_works_on_memopt_1_0_and_checks_once_updated() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(
+        "CREATE EXTENSION memopt VERSION '1.0';
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b text);
+         INSERT INTO t VALUES (1, 'a', 'b');
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    let table = c.memopt_table("t").await.unwrap();
+    let row = c.memopt_get(&table, &1i64).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, &str>("a").unwrap(), "a");
+    let rows = c.memopt_get_many(&table, &[1i64]).await.unwrap();
+    assert_eq!(rows[0].get::<_, &str>("b").unwrap(), "b");
+
+    c.batch_execute("ALTER EXTENSION memopt UPDATE")
+        .await
+        .unwrap();
+    let version: String = memopt_check::scalar(
+        &mut c,
+        "SELECT extversion FROM pg_extension WHERE extname = 'memopt'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(version, "1.1");
+    // This connection resolved the 1.0 functions: still served, unchecked.
+    assert!(c.memopt_get(&table, &1i64).await.unwrap().is_some());
+    let mut d = connect(&url).await;
+    let table = d.memopt_table("t").await.unwrap();
+    assert!(d.memopt_get(&table, &1i64).await.unwrap().is_some());
+    d.batch_execute("ALTER TABLE t RENAME COLUMN a TO a2")
+        .await
+        .unwrap();
+    let e = d.memopt_get(&table, &1i64).await.unwrap_err();
+    assert!(e.to_string().contains("resolve it again"), "{e}");
 }
 
 /// Holds. `t` is warmed (every key a hit), dropped and created again with the same name, the

@@ -19,12 +19,14 @@
 //!
 //! The value is the row as a composite datum in binary (`record_send`: a column count, then
 //! each column's type OID and value), or for `get_many` an array of them (`array_send`). The
-//! names come from [`MemoptTable`], resolved once; every reply's column count and type OIDs are
-//! checked against it, so a table whose column types changed by DDL since it was resolved is
-//! reported, never decoded as other types. The reply has no names or column numbers: DDL that
-//! keeps the sequence of types (a rename, or a column dropped and one of the same type added)
-//! is not seen, and the row keeps the resolved names by position until the table is resolved
-//! again.
+//! names come from [`MemoptTable`], resolved once. The reply has no names or column numbers,
+//! so on memopt 1.1 the table is resolved with `memopt.columns`, which returns the columns and
+//! a hash of them (their layout) read together under the table's lock, and every call passes
+//! that layout to the three-argument `get`/`get_many`: the server refuses the call once the
+//! columns differ (a rename, or a column dropped and one of the same type added, which keep
+//! the sequence of types). On memopt 1.0 the two-argument forms are called and only the
+//! reply's column count and type OIDs are checked, so such DDL goes unseen there. Either way a
+//! value is never decoded as another type.
 
 use std::sync::Arc;
 
@@ -103,29 +105,44 @@ impl<T: MemoptKey + ?Sized> MemoptKey for &T {
     }
 }
 
-/// The OIDs of the four functions, resolved once per connection (forgotten on `DISCARD ALL`,
-/// with the statement cache).
+/// The OIDs of the lookup functions, resolved once per connection (forgotten on `DISCARD ALL`,
+/// with the statement cache): `get(regclass, bigint)`, `get(regclass, text)`,
+/// `get_many(regclass, bigint[])` and `get_many(regclass, text[])`, each with and (from memopt
+/// 1.1) without a third argument, the caller's layout of the table's columns.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MemoptFunctions {
-    get_int: u32,
-    get_text: u32,
-    many_int: u32,
-    many_text: u32,
+    plain: [u32; 4],
+    checked: Option<[u32; 4]>,
+}
+
+/// One function to call and, for a three-argument form, the layout to pass it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Callee {
+    function: u32,
+    layout: Option<i64>,
 }
 
 impl MemoptFunctions {
-    pub(crate) fn pick(&self, text: bool, many: bool) -> u32 {
-        match (text, many) {
-            (false, false) => self.get_int,
-            (true, false) => self.get_text,
-            (false, true) => self.many_int,
-            (true, true) => self.many_text,
+    /// The form to call on `table`: the checked one where the table was resolved with its
+    /// layout and the connection has it.
+    pub(crate) fn pick(&self, text: bool, many: bool, table: &MemoptTable) -> Callee {
+        let i = usize::from(text) + 2 * usize::from(many);
+        match (self.checked, table.0.layout) {
+            (Some(checked), Some(layout)) => Callee {
+                function: checked[i],
+                layout: Some(layout),
+            },
+            _ => Callee {
+                function: self.plain[i],
+                layout: None,
+            },
         }
     }
 }
 
-/// A memoptimized table resolved on one connection for [`Client::memopt_get`]: its OID and
-/// the names and types of its columns. Cheap to clone.
+/// A memoptimized table resolved on one connection for [`Client::memopt_get`]: its OID, the
+/// names and types of its columns and (memopt 1.1) their layout, which every call passes so
+/// that the server refuses it once the columns changed ("resolve it again"). Cheap to clone.
 ///
 /// ```no_run
 /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -141,6 +158,9 @@ struct TableInner {
     name: String,
     oid: u32,
     columns: Arc<[Column]>,
+    /// `memopt.columns`' hash of `columns`, which the server compares with the table's own on
+    /// every call; `None` where the extension is 1.0 (no check).
+    layout: Option<i64>,
     client: u64,
 }
 
@@ -188,16 +208,30 @@ impl MemoptTable {
 const RESOLVE_FUNCTIONS: &str = "SELECT to_regprocedure('memopt.get(regclass,bigint)')::oid, \
      to_regprocedure('memopt.get(regclass,text)')::oid, \
      to_regprocedure('memopt.get_many(regclass,bigint[])')::oid, \
-     to_regprocedure('memopt.get_many(regclass,text[])')::oid";
+     to_regprocedure('memopt.get_many(regclass,text[])')::oid, \
+     to_regprocedure('memopt.get(regclass,bigint,bigint)')::oid, \
+     to_regprocedure('memopt.get(regclass,text,bigint)')::oid, \
+     to_regprocedure('memopt.get_many(regclass,bigint[],bigint)')::oid, \
+     to_regprocedure('memopt.get_many(regclass,text[],bigint)')::oid";
 
-const RESOLVE_TABLE: &str = "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod, a.attnum \
-     FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
+/// memopt 1.1: the columns and their layout, read together under the table's lock.
+const RESOLVE_COLUMNS: &str = "SELECT r.oid::oid, c.name, c.type, c.typmod, c.attnum, c.layout \
+     FROM (SELECT $1::text::regclass AS oid) r, memopt.columns(r.oid) c ORDER BY c.attnum";
+
+/// memopt 1.0: the columns from the catalog, with no layout to check calls against.
+const RESOLVE_TABLE: &str = "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod, a.attnum, \
+     NULL::bigint FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
      WHERE c.oid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
 impl Client {
     /// Resolves `table` (a name as SQL takes it, e.g. `"public.items"`) for fast lookups on
-    /// this connection: one query for its columns and, the first time on a connection, one
-    /// for the memopt functions. Fails if memopt is not installed in the database.
+    /// this connection: one query for its columns (`memopt.columns`, which also gives their
+    /// layout, on memopt 1.1; the catalog on 1.0) and, the first time on a connection, one
+    /// for the memopt functions. Fails if memopt is not installed in the database, or (1.1)
+    /// if `table` is not a table or the user may not read it.
+    ///
+    /// After DDL on the table, calls through a handle resolved before are refused with
+    /// SQLSTATE 0A000 ("resolve it again"): resolve it again and repeat the call.
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -209,12 +243,19 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn memopt_table(&mut self, table: &str) -> Result<MemoptTable, Error> {
-        self.memopt_functions().await?;
-        let rows = self.query(RESOLVE_TABLE, &[&table]).await?;
+        let fns = self.memopt_functions().await?;
+        let sql = if fns.checked.is_some() {
+            RESOLVE_COLUMNS
+        } else {
+            RESOLVE_TABLE
+        };
+        let rows = self.query(sql, &[&table]).await?;
         let mut oid = 0;
+        let mut layout = None;
         let mut columns = Vec::with_capacity(rows.len());
         for row in &rows {
             oid = row.get::<_, u32>(0)?;
+            layout = row.get::<_, Option<i64>>(5)?;
             columns.push(Column::new(
                 row.get::<_, String>(1)?,
                 type_for(row.get::<_, u32>(2)?),
@@ -232,6 +273,7 @@ impl Client {
             name: table.to_string(),
             oid,
             columns: columns.into(),
+            layout,
             client: self.id,
         })))
     }
@@ -295,8 +337,8 @@ impl Client {
             return Ok(f);
         }
         let row = self.query_one(RESOLVE_FUNCTIONS, &[]).await?;
-        let mut oids = [0u32; 4];
-        for (i, oid) in oids.iter_mut().enumerate() {
+        let mut plain = [0u32; 4];
+        for (i, oid) in plain.iter_mut().enumerate() {
             *oid = row.get::<_, Option<u32>>(i)?.ok_or_else(|| {
                 Error::usage(
                     "memopt.get is not installed in this database: CREATE EXTENSION memopt \
@@ -304,11 +346,17 @@ impl Client {
                 )
             })?;
         }
+        let mut checked = [None; 4];
+        for (i, oid) in checked.iter_mut().enumerate() {
+            *oid = row.get::<_, Option<u32>>(4 + i)?;
+        }
         let f = MemoptFunctions {
-            get_int: oids[0],
-            get_text: oids[1],
-            many_int: oids[2],
-            many_text: oids[3],
+            plain,
+            // All four or none: an extension between versions is not one we call checked.
+            checked: checked
+                .iter()
+                .all(Option::is_some)
+                .then(|| checked.map(Option::unwrap_or_default)),
         };
         self.memopt = Some(f);
         Ok(f)
@@ -326,7 +374,7 @@ impl Client {
         loop {
             let fns = self.memopt_functions().await?;
             match self
-                .function_call(fns.pick(text, many), table, &key)
+                .function_call(fns.pick(text, many, table), table, &key)
                 .await?
             {
                 Ok(value) => {
@@ -352,7 +400,7 @@ impl Client {
     /// inner one the server's answer.
     async fn function_call(
         &mut self,
-        function: u32,
+        function: Callee,
         table: &MemoptTable,
         key: &impl Fn(&mut BytesMut) -> Result<(), Error>,
     ) -> Result<Result<Option<Vec<u8>>, Error>, Error> {
@@ -395,27 +443,32 @@ pub(crate) fn check_table(table: &MemoptTable, client: u64) -> Result<(), Error>
     }
 }
 
-/// Appends a `FunctionCall` of `function(regclass, key)` with binary arguments and a binary
-/// result. `key` appends the key argument's bytes. The one encoder of the message.
+/// Appends a `FunctionCall` of `function(regclass, key)`, or `function(regclass, key, layout)`
+/// for a checked form, with binary arguments and a binary result. `key` appends the key
+/// argument's bytes. The one encoder of the message.
 pub(crate) fn encode_function_call(
     buf: &mut BytesMut,
-    function: u32,
+    function: Callee,
     table: u32,
     key: impl FnOnce(&mut BytesMut) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let start = buf.len();
     buf.put_u8(b'F');
     buf.put_i32(0); // the length, filled in below
-    buf.put_u32(function);
+    buf.put_u32(function.function);
     buf.put_i16(1); // one format code for all arguments:
     buf.put_i16(1); // binary
-    buf.put_i16(2); // arguments
+    buf.put_i16(if function.layout.is_some() { 3 } else { 2 }); // arguments
     buf.put_i32(4);
     buf.put_u32(table);
     let len_at = buf.len();
     buf.put_i32(0);
     key(buf)?;
     let key_len = buf.len() - len_at - 4;
+    if let Some(layout) = function.layout {
+        buf.put_i32(8);
+        buf.put_i64(layout);
+    }
     buf.put_i16(1); // binary result
     let len = buf.len() - start - 1;
     let (Ok(len), Ok(key_len)) = (i32::try_from(len), i32::try_from(key_len)) else {
@@ -638,6 +691,7 @@ mod tests {
                 Column::new("v".into(), Type::TEXT, Some(9), Some(2), -1),
             ]
             .into(),
+            layout: None,
             client: 1,
         }))
     }
@@ -662,7 +716,11 @@ mod tests {
     #[test]
     fn a_function_call_is_encoded_as_the_protocol_describes() {
         let mut buf = BytesMut::new();
-        encode_function_call(&mut buf, 7, 9, |b| encode_key(b, &5i64)).unwrap();
+        let plain = Callee {
+            function: 7,
+            layout: None,
+        };
+        encode_function_call(&mut buf, plain, 9, |b| encode_key(b, &5i64)).unwrap();
         let mut want = vec![b'F'];
         want.extend(36i32.to_be_bytes()); // itself, OID, 3 counts/codes, 2 arguments, result code
         want.extend(7u32.to_be_bytes());
@@ -673,6 +731,27 @@ mod tests {
         want.extend(5i64.to_be_bytes());
         want.extend([0, 1]);
         assert_eq!(want.len() - 1, 36);
+        assert_eq!(&buf[..], &want[..]);
+
+        // The checked form: a third argument, the layout as an int8.
+        let mut buf = BytesMut::new();
+        let checked = Callee {
+            function: 7,
+            layout: Some(-3),
+        };
+        encode_function_call(&mut buf, checked, 9, |b| encode_key(b, &5i64)).unwrap();
+        let mut want = vec![b'F'];
+        want.extend(48i32.to_be_bytes());
+        want.extend(7u32.to_be_bytes());
+        want.extend([0, 1, 0, 1, 0, 3]);
+        want.extend(4i32.to_be_bytes());
+        want.extend(9u32.to_be_bytes());
+        want.extend(8i32.to_be_bytes());
+        want.extend(5i64.to_be_bytes());
+        want.extend(8i32.to_be_bytes());
+        want.extend((-3i64).to_be_bytes());
+        want.extend([0, 1]);
+        assert_eq!(want.len() - 1, 48);
         assert_eq!(&buf[..], &want[..]);
     }
 

@@ -52,8 +52,8 @@ use postgres_types::Type;
 use crate::connect::unexpected;
 use crate::connection::Owed;
 use crate::memopt::{
-    MemoptFunctions, check_table, decode, decode_each, encode_function_call, encode_key_element,
-    encode_keys_header, function_value,
+    Callee, MemoptFunctions, check_table, decode, decode_each, encode_function_call,
+    encode_key_element, encode_keys_header, function_value,
 };
 use crate::param_types;
 use crate::query::{Plan, Reply, Source, Step, check_owner, encode_plan, split_typed};
@@ -427,8 +427,8 @@ struct Ending {
 /// key has no row, so element `i` is operation `first + i`'s row.
 struct Run {
     table: MemoptTable,
-    /// The `get_many` overload for the key kind.
-    function: u32,
+    /// The `get_many` overload for the key kind (and the layout it checks).
+    function: Callee,
     text: bool,
     /// The keys as `get_many`'s array elements (`encode_key_element`).
     keys: bytes::BytesMut,
@@ -796,7 +796,7 @@ impl Pipeline<'_> {
         self.settle().await?;
         let run = self.run.get_or_insert_with(|| Run {
             table: table.clone(),
-            function: fns.pick(text, true),
+            function: fns.pick(text, true, table),
             text,
             keys: bytes::BytesMut::new(),
             count: 0,
@@ -840,7 +840,7 @@ impl Pipeline<'_> {
         self.start_op("").await?;
         let mark = self.client.conn.wbuf.len();
         self.client.conn.encode(|buf| {
-            encode_function_call(buf, fns.pick(K::TEXT, true), table.oid(), |buf| {
+            encode_function_call(buf, fns.pick(K::TEXT, true, table), table.oid(), |buf| {
                 crate::memopt::encode_keys(buf, keys, K::TEXT)
             })
         })?;

@@ -22,7 +22,9 @@
  *
  * The result is the table's row as a composite datum of the table's row type (NULL when no
  * row matches), sent by record_send with each column's type OID, so a client can decode it
- * without a Describe; get_many returns an array of them in the order of the keys.
+ * without a Describe; get_many returns an array of them in the order of the keys.  The names
+ * come from memopt.columns, read once; the three-argument forms check that the caller's copy
+ * still describes the table (check_columns).
  */
 #include "postgres.h"
 
@@ -43,6 +45,7 @@
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/array.h"
@@ -134,6 +137,26 @@ check_privileges(Oid relid, Oid nsp)
 		aclcheck_error(acl, OBJECT_TABLE, get_rel_name(relid));
 }
 
+/*
+ * The three-argument forms (memopt 1.1) take the caller's view of the table's columns: the
+ * layout memopt.columns returned with them.  A reply carries each column's type but not its
+ * name or number, so a client decoding rows under names it read earlier could not tell a
+ * rename, or a column dropped and one of the same type added, from the table it resolved; it
+ * would hand one column's value out under another's name.  Checked under the table's lock,
+ * whose wait processed the invalidations of every change committed before it.
+ */
+static void
+check_columns(Relation rel, int64 layout, const char *function)
+{
+	if (layout != memopt_row_layout(rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("memopt.%s: the columns of table \"%s\" changed since the caller read them: resolve it again",
+						function, RelationGetRelationName(rel)),
+				 errhint("Read the columns again with memopt.columns (Client::memopt_table) and "
+						 "pass their layout.")));
+}
+
 static void
 open_context(GetContext *c, FunctionCallInfo fcinfo, Oid value_type, const char *function)
 {
@@ -178,6 +201,8 @@ open_context(GetContext *c, FunctionCallInfo fcinfo, Oid value_type, const char 
 	 * table locked refuses a SELECT that waited for it.  It must refuse this call too.
 	 */
 	check_privileges(relid, c->rel->rd_rel->relnamespace);
+	if (PG_NARGS() == 3)
+		check_columns(c->rel, PG_GETARG_INT64(2), function);
 	if (c->rel->rd_rel->relrowsecurity)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -506,4 +531,55 @@ Datum
 memopt_get_many_uuid(PG_FUNCTION_ARGS)
 {
 	return get_many(fcinfo, UUIDOID, "get_many");
+}
+
+/*
+ * memopt.columns(regclass): the table's live columns (number, name, type, typmod) and their
+ * layout, all read from one relation descriptor under the table's lock, so the layout is
+ * that of exactly these columns.  Refused as memopt.get refuses: no privilege, not a table.
+ */
+PG_FUNCTION_INFO_V1(memopt_columns);
+Datum
+memopt_columns(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Relation	rel;
+	TupleDesc	desc;
+	Oid			nsp;
+	int64		layout;
+
+	InitMaterializedSRF(fcinfo, 0);
+	nsp = get_rel_namespace(relid);
+	if (!OidIsValid(nsp))
+		missing_relation(relid, "columns");
+	check_privileges(relid, nsp);
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)
+		missing_relation(relid, "columns");
+	check_privileges(relid, rel->rd_rel->relnamespace);
+	if (rel->rd_rel->relkind != RELKIND_RELATION)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("memopt.columns: \"%s\" is not a table", RelationGetRelationName(rel)),
+				 errhint("memopt.get reads tables enabled with memopt.enable_read.")));
+	desc = RelationGetDescr(rel);
+	layout = memopt_row_layout(rel);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(desc, i);
+		Datum		values[5];
+		bool		nulls[5] = {0};
+
+		if (a->attisdropped)
+			continue;
+		values[0] = Int16GetDatum(a->attnum);
+		values[1] = CStringGetTextDatum(NameStr(a->attname));
+		values[2] = ObjectIdGetDatum(a->atttypid);
+		values[3] = Int32GetDatum(a->atttypmod);
+		values[4] = Int64GetDatum(layout);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	table_close(rel, NoLock);
+	return (Datum) 0;
 }

@@ -1,6 +1,6 @@
 /*
- * key.c: primary-key layouts (cached per backend, dropped on relcache invalidation) and the
- * byte form of keys.
+ * key.c: primary-key layouts and row layouts (cached per backend, dropped on relcache
+ * invalidation) and the byte form of keys.
  */
 #include "postgres.h"
 
@@ -9,6 +9,7 @@
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "catalog/pg_index.h"
+#include "common/hashfn.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -24,6 +25,7 @@ typedef struct LayoutCacheEntry
 	Oid			relid;			/* hash key */
 	bool		usable;
 	PkLayout	layout;
+	int64		row_layout;
 } LayoutCacheEntry;
 
 static HTAB *layouts;
@@ -110,8 +112,40 @@ read_layout(Relation rel, PkLayout *pk)
 	return true;
 }
 
-const PkLayout *
-memopt_pk_layout(Relation rel)
+/*
+ * Every live column's number, name, type and typmod, hashed in column order: what a client
+ * decoding a row by names it read earlier relies on.  Dropped columns are left out (a row
+ * has no value for them), so dropping a column and adding one changes the numbers.
+ */
+static int64
+read_row_layout(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	uint64		h = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(desc, i);
+		uint32		parts[3] = {(uint32) a->attnum, a->atttypid, (uint32) a->atttypmod};
+		const char *name = NameStr(a->attname);
+
+		if (a->attisdropped)
+			continue;
+		h = hash_combine64(h, hash_bytes_extended((const unsigned char *) parts,
+												  sizeof(parts), 0));
+		h = hash_combine64(h, hash_bytes_extended((const unsigned char *) name,
+												  strlen(name), 0));
+	}
+	return (int64) h;
+}
+
+/*
+ * The relation's cache entry.  Valid until the next relcache invalidation of the relation
+ * is processed, which every change of its columns or primary key sends and which taking a
+ * lock on it processes: under the caller's lock, the entry is the relation's current one.
+ */
+static LayoutCacheEntry *
+cache_entry(Relation rel)
 {
 	Oid			relid = RelationGetRelid(rel);
 	LayoutCacheEntry *e;
@@ -129,8 +163,25 @@ memopt_pk_layout(Relation rel)
 	}
 	e = hash_search(layouts, &relid, HASH_ENTER, &found);
 	if (!found)
+	{
 		e->usable = read_layout(rel, &e->layout);
+		e->row_layout = read_row_layout(rel);
+	}
+	return e;
+}
+
+const PkLayout *
+memopt_pk_layout(Relation rel)
+{
+	LayoutCacheEntry *e = cache_entry(rel);
+
 	return e->usable ? &e->layout : NULL;
+}
+
+int64
+memopt_row_layout(Relation rel)
+{
+	return cache_entry(rel)->row_layout;
 }
 
 Size

@@ -32,6 +32,12 @@ extern bool memopt_key_type_supported(Oid type);
  * text column under a nondeterministic collation (equal keys with different bytes).
  */
 extern const PkLayout *memopt_pk_layout(Relation rel);
+
+/*
+ * A hash of the relation's live columns (number, name, type, typmod): memopt.columns returns
+ * it and the three-argument memopt.get and get_many refuse a call that passes another.
+ */
+extern int64 memopt_row_layout(Relation rel);
 extern void memopt_key_append(StringInfo buf, Oid type, Datum value);
 
 /*

@@ -159,3 +159,45 @@ SELECT memopt.get('gt', 'a');
 DROP TABLE g, gi, gt, gu, plain, comp;
 DROP FUNCTION g_counts(), g_delta(), g_reset();
 DROP ROLE regress_memopt_reader;
+
+-- memopt 1.1: the caller's copy of the columns.  memopt.columns gives the live columns and
+-- their layout, read together; the three-argument forms refuse a call whose layout is no
+-- longer the table's, where the two-argument forms hand the row out by position.
+SELECT extversion FROM pg_extension WHERE extname = 'memopt';
+CREATE TABLE lay (k bigint PRIMARY KEY, a text, b text, v varchar(10));
+INSERT INTO lay VALUES (1, 'a1', 'b1', 'v1');
+SELECT memopt.enable_read('lay');
+SELECT attnum, name, type::regtype, typmod FROM memopt.columns('lay') ORDER BY attnum;
+SELECT count(DISTINCT layout) AS one_layout FROM memopt.columns('lay');
+CREATE TEMP TABLE layouts (step text, layout bigint);
+INSERT INTO layouts SELECT DISTINCT 'created', layout FROM memopt.columns('lay');
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 'created'));
+SELECT memopt.get_many('lay', ARRAY[1, 2]::bigint[], (SELECT layout FROM layouts WHERE step = 'created'));
+-- A column dropped and one of the same type and name added: the same sequence of types.
+ALTER TABLE lay DROP COLUMN a;
+ALTER TABLE lay ADD COLUMN a text DEFAULT 'new a';
+SELECT memopt.get('lay', 1);
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 'created'));
+SELECT memopt.get_many('lay', ARRAY[1]::bigint[], (SELECT layout FROM layouts WHERE step = 'created'));
+INSERT INTO layouts SELECT DISTINCT 're-added', layout FROM memopt.columns('lay');
+SELECT attnum, name FROM memopt.columns('lay') ORDER BY attnum;
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 're-added'));
+-- A rename, a typmod: each refused; renamed back, the layout is the one before again.
+ALTER TABLE lay RENAME COLUMN b TO b2;
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 're-added'));
+ALTER TABLE lay RENAME COLUMN b2 TO b;
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 're-added'));
+ALTER TABLE lay ALTER COLUMN v TYPE varchar(20);
+SELECT memopt.get('lay', 1, (SELECT layout FROM layouts WHERE step = 're-added'));
+SELECT count(DISTINCT layout) AS layouts FROM layouts;
+-- Refused as memopt.get refuses: no such relation, not a table, no privilege.
+SELECT * FROM memopt.columns(0);
+CREATE VIEW lay_view AS SELECT * FROM lay;
+SELECT * FROM memopt.columns('lay_view');
+CREATE ROLE regress_memopt_columns;
+SET ROLE regress_memopt_columns;
+SELECT * FROM memopt.columns('lay');
+RESET ROLE;
+DROP ROLE regress_memopt_columns;
+DROP VIEW lay_view;
+DROP TABLE lay, layouts;
