@@ -5,6 +5,7 @@ Usage (as root; each PostgreSQL copy with its own memopt.so installed, as
 docs/memopt-fuzz.md's "Which memopt?" makes one):
 
     extension/memopt/bench/get_cpu.py A_BINDIR B_BINDIR [ROUNDS]
+    extension/memopt/bench/get_cpu.py --forms BINDIR [ROUNDS]
 
 Starts a scratch cluster on each (run as the postgres user), loads t4 (100,000 bigint keys,
 enabled and read once so that every later lookup hits), then runs ROUNDS interleaved rounds
@@ -12,6 +13,10 @@ enabled and read once so that every later lookup hits), then runs ROUNDS interle
 `r := memopt.get('t4', k)` calls, and prints each build's median backend CPU (user + system
 from /proc) per call. CPU time, not wall time: on a shared machine other work moves the wall
 clock far more than the backend's own time.
+
+With --forms, one build (memopt 1.1) and one cluster: A is the two-argument
+`memopt.get('t4', k)`, B the three-argument `memopt.get('t4', k, layout)` that checks the
+caller's layout of the columns (the form the client calls), in the same interleaved rounds.
 """
 import os
 import shutil
@@ -33,6 +38,15 @@ BEGIN
 END $$;
 SELECT loop_get(200000);
 """
+CHECKED = """
+CREATE FUNCTION loop_get_checked(n int) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE r record; s bigint := 0; l bigint := (SELECT layout FROM memopt.columns('t4') LIMIT 1);
+BEGIN
+  FOR i IN 1..n LOOP r := memopt.get('t4', (i % 100000) + 1, l); s := s + 1; END LOOP;
+  RETURN s;
+END $$;
+SELECT loop_get_checked(200000);
+"""
 
 
 def as_postgres(*args):
@@ -40,7 +54,7 @@ def as_postgres(*args):
                    stdout=subprocess.DEVNULL)
 
 
-def start(bindir, port):
+def start(bindir, port, extra=""):
     root = tempfile.mkdtemp(prefix="memopt-get-cpu-")
     shutil.chown(root, "postgres", "postgres")
     as_postgres(f"{bindir}/initdb", "-D", f"{root}/data", "-A", "trust")
@@ -48,11 +62,11 @@ def start(bindir, port):
                 f"-p {port} -k {root} -c listen_addresses='' -c shared_preload_libraries=memopt",
                 "start")
     subprocess.run(["psql", "-h", root, "-p", str(port), "-U", "postgres", "-q", "-X"],
-                   input=SETUP, text=True, check=True, stdout=subprocess.DEVNULL)
+                   input=SETUP + extra, text=True, check=True, stdout=subprocess.DEVNULL)
     return root
 
 
-def cpu_per_call(root, port):
+def cpu_per_call(root, port, function="loop_get"):
     p = subprocess.Popen(["psql", "-h", root, "-p", str(port), "-U", "postgres", "-AtqX"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -67,16 +81,40 @@ def cpu_per_call(root, port):
         fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    ask("SELECT loop_get(100000);")  # the plan cached, the session warm
+    ask(f"SELECT {function}(100000);")  # the plan cached, the session warm
     before = cpu()
-    ask(f"SELECT loop_get({CALLS});")
+    ask(f"SELECT {function}({CALLS});")
     after = cpu()
     p.stdin.close()
     p.wait()
     return (after - before) / CALLS * 1e6
 
 
+def median(t):
+    t = sorted(t)
+    return (t[(len(t) - 1) // 2] + t[len(t) // 2]) / 2
+
+
+def forms(bindir, rounds):
+    root = start(bindir, 54881, CHECKED)
+    try:
+        runs = [("A two-argument get", "loop_get"), ("B three-argument get", "loop_get_checked")]
+        times = {name: [] for name, _ in runs}
+        for i in range(rounds):
+            for name, function in runs if i % 2 == 0 else runs[::-1]:
+                times[name].append(cpu_per_call(root, 54881, function))
+        for name, _ in runs:
+            print(f"{name}: median {median(times[name]):.3f} us of backend CPU per call; rounds "
+                  + " ".join(f"{x:.2f}" for x in times[name]))
+    finally:
+        as_postgres(f"{bindir}/pg_ctl", "-D", f"{root}/data", "-m", "fast", "stop")
+        shutil.rmtree(root)
+
+
 def main():
+    if sys.argv[1] == "--forms":
+        forms(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 8)
+        return
     a, b = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 8
     builds = [("A", a, 54881), ("B", b, 54882)]
@@ -87,9 +125,7 @@ def main():
             for name, _, port in builds if i % 2 == 0 else builds[::-1]:
                 times[name].append(cpu_per_call(roots[name], port))
         for name, bindir, _ in builds:
-            t = sorted(times[name])
-            median = (t[(len(t) - 1) // 2] + t[len(t) // 2]) / 2
-            print(f"{name} ({bindir}): median {median:.3f} us of backend CPU per call; rounds "
+            print(f"{name} ({bindir}): median {median(times[name]):.3f} us of backend CPU per call; rounds "
                   + " ".join(f"{x:.2f}" for x in times[name]))
     finally:
         for name, bindir, _ in builds:
