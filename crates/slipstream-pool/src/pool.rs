@@ -651,13 +651,12 @@ impl<M: Manager> Pool<M> {
     /// (`tests/attack_deadlines.rs`). A blocked thread's is on the real clock, its park's.
     fn validation_bound(&self, deadline: &mut Deadline, on_runtime_clock: bool) -> (Instant, bool) {
         let timeout = self.inner.config.borrow_timeout;
-        let (now, ends) = if on_runtime_clock {
-            let now = tokio::time::Instant::now().into_std();
-            (now, deadline.on_clock(timeout, || now))
+        let now = if on_runtime_clock {
+            tokio::time::Instant::now().into_std()
         } else {
-            let now = Instant::now();
-            (now, deadline.on_clock(timeout, || now))
+            Instant::now()
         };
+        let ends = deadline.on_clock(timeout, || now);
         let limit = now
             .checked_add(self.inner.config.validation_timeout)
             .unwrap_or_else(|| now + FAR_OFF);

@@ -68,6 +68,8 @@ fn a_borrow_on_another_runtime_times_out_while_the_pools_runtime_is_idle() {
 struct FailsValidation {
     opened: AtomicBool,
     failing: Arc<AtomicBool>,
+    /// How long a failing validation takes (in tokio's clock, paused in these tests).
+    takes: Duration,
 }
 
 impl Manager for FailsValidation {
@@ -80,7 +82,13 @@ impl Manager for FailsValidation {
         Ok(1)
     }
     async fn validate(&self, _conn: &mut u64) -> bool {
-        !self.failing.load(SeqCst)
+        if !self.failing.load(SeqCst) {
+            return true;
+        }
+        if !self.takes.is_zero() {
+            tokio::time::sleep(self.takes).await;
+        }
+        false
     }
 }
 
@@ -106,6 +114,7 @@ fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
             let pool = Pool::builder(FailsValidation {
                 opened: AtomicBool::new(false),
                 failing: failing.clone(),
+                takes: Duration::ZERO,
             })
             .max_size(1)
             .validate_after(Duration::ZERO)
@@ -323,31 +332,6 @@ async fn a_storm_of_timeouts_among_served_borrows_loses_nothing() {
     eprintln!("served {served}, timed out {timed_out}, dropped {dropped}: {s:?}");
 }
 
-/// Validates slowly (5 s) and, once `failing` is set, fails; opens one connection, then hangs
-/// on every later connect.
-struct SlowFailingValidation {
-    opened: AtomicBool,
-    failing: Arc<AtomicBool>,
-}
-
-impl Manager for SlowFailingValidation {
-    type Connection = u64;
-    type Error = std::io::Error;
-    async fn connect(&self) -> Result<u64, std::io::Error> {
-        if self.opened.swap(true, SeqCst) {
-            std::future::pending::<()>().await;
-        }
-        Ok(1)
-    }
-    async fn validate(&self, _conn: &mut u64) -> bool {
-        if !self.failing.load(SeqCst) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        false
-    }
-}
-
 /// Promise (held): a borrow that waits again after a failed validation ends by its first
 /// deadline, also when the deadline task looked while it was out of the queue validating and
 /// set its next look past that deadline (the borrow must then tell it: `Queued::sooner`).
@@ -365,9 +349,10 @@ fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
     let (got, waited, stats) = common::in_paused_time(
         || async {
             let failing = Arc::new(AtomicBool::new(false));
-            let pool = Pool::builder(SlowFailingValidation {
+            let pool = Pool::builder(FailsValidation {
                 opened: AtomicBool::new(false),
                 failing: failing.clone(),
+                takes: Duration::from_secs(5),
             })
             .max_size(1)
             .validate_after(Duration::ZERO)
