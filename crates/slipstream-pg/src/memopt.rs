@@ -715,44 +715,30 @@ mod tests {
 
     #[test]
     fn a_function_call_is_encoded_as_the_protocol_describes() {
-        let mut buf = BytesMut::new();
-        let plain = Callee {
-            function: 7,
-            layout: None,
-        };
-        encode_function_call(&mut buf, plain, 9, |b| encode_key(b, &5i64)).unwrap();
-        let mut want = vec![b'F'];
-        want.extend(36i32.to_be_bytes()); // itself, OID, 3 counts/codes, 2 arguments, result code
-        want.extend(7u32.to_be_bytes());
-        want.extend([0, 1, 0, 1, 0, 2]);
-        want.extend(4i32.to_be_bytes());
-        want.extend(9u32.to_be_bytes());
-        want.extend(8i32.to_be_bytes());
-        want.extend(5i64.to_be_bytes());
-        want.extend([0, 1]);
-        assert_eq!(want.len() - 1, 36);
-        assert_eq!(&buf[..], &want[..]);
-
-        // The checked form: a third argument, the layout as an int8.
-        let mut buf = BytesMut::new();
-        let checked = Callee {
-            function: 7,
-            layout: Some(-3),
-        };
-        encode_function_call(&mut buf, checked, 9, |b| encode_key(b, &5i64)).unwrap();
-        let mut want = vec![b'F'];
-        want.extend(48i32.to_be_bytes());
-        want.extend(7u32.to_be_bytes());
-        want.extend([0, 1, 0, 1, 0, 3]);
-        want.extend(4i32.to_be_bytes());
-        want.extend(9u32.to_be_bytes());
-        want.extend(8i32.to_be_bytes());
-        want.extend(5i64.to_be_bytes());
-        want.extend(8i32.to_be_bytes());
-        want.extend((-3i64).to_be_bytes());
-        want.extend([0, 1]);
-        assert_eq!(want.len() - 1, 48);
-        assert_eq!(&buf[..], &want[..]);
+        // The two-argument form, and the checked one with the layout as a third, int8 argument.
+        for (layout, len) in [(None, 36i32), (Some(-3i64), 48)] {
+            let mut buf = BytesMut::new();
+            let callee = Callee {
+                function: 7,
+                layout,
+            };
+            encode_function_call(&mut buf, callee, 9, |b| encode_key(b, &5i64)).unwrap();
+            let mut want = vec![b'F'];
+            want.extend(len.to_be_bytes()); // itself, OID, 3 counts/codes, the arguments, result code
+            want.extend(7u32.to_be_bytes());
+            want.extend([0, 1, 0, 1, 0, 2 + u8::from(layout.is_some())]);
+            want.extend(4i32.to_be_bytes());
+            want.extend(9u32.to_be_bytes());
+            want.extend(8i32.to_be_bytes());
+            want.extend(5i64.to_be_bytes());
+            if let Some(layout) = layout {
+                want.extend(8i32.to_be_bytes());
+                want.extend(layout.to_be_bytes());
+            }
+            want.extend([0, 1]);
+            assert_eq!(want.len() - 1, len as usize);
+            assert_eq!(&buf[..], &want[..]);
+        }
     }
 
     #[test]
