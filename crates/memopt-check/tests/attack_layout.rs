@@ -1,0 +1,100 @@
+//! Attacks on memopt 1.1's column-layout check (docs/memopt.md, "Columns changed since the
+//! table was resolved"): `memopt.columns` returns a table's live columns and their layout, and
+//! the three-argument `memopt.get`/`get_many` refuse a call whose layout is not the table's.
+//! The promise: a fast lookup never hands a value out under a name `SELECT * FROM t WHERE pk =
+//! key` would not give it; after DDL that changes the live columns a handle resolved before is
+//! refused, never decoded under stale names; a handle resolved again works.
+//!
+//! The server caches each table's layout per backend (`src/key.c`, `cache_entry`), dropped on
+//! the table's relcache invalidation. These tests attack that cache and the client around it.
+
+use slipstream_pg::{Client, Error};
+
+async fn connect(url: &str) -> Client {
+    slipstream_pg::connect(url).await.unwrap()
+}
+
+fn sqlstate(e: &Error) -> Option<String> {
+    e.code().map(|s| s.code().to_string())
+}
+
+/// `t (k bigint primary key, a text, b text)` holding `(1, 'a', 'b')`, enabled.
+const SETUP: &str = "CREATE EXTENSION IF NOT EXISTS memopt;
+     CREATE TABLE t (k bigint PRIMARY KEY, a text, b text);
+     INSERT INTO t VALUES (1, 'a', 'b');
+     SELECT memopt.enable_read('t');";
+
+/// Swaps the names of `a` and `b` (one transaction): the types stay in the same order, so
+/// only the layout tells a handle resolved before from the table.
+const SWAP: &str = "ALTER TABLE t RENAME COLUMN a TO tmp; ALTER TABLE t RENAME COLUMN b TO a; \
+     ALTER TABLE t RENAME COLUMN tmp TO b";
+
+/// Promise: after a rename a handle resolved before is refused (0A000), never decoded under
+/// the old names, also when the backend failed while it read the table's layout again.
+///
+/// Steps: session C resolves `t` and looks key 1 up (its backend caches the layout). Session D
+/// swaps the names of `a` and `b`, then holds `pg_index` locked (ACCESS EXCLUSIVE, as a
+/// `VACUUM FULL pg_index` or `REINDEX` does). C, under `lock_timeout`, calls through its old
+/// handle: the call fails while the server re-reads the table's primary key (55P03). D lets go
+/// and C calls through the old handle again.
+///
+/// Before the fix the second call was answered, and `a`'s value came back as `b` and `b`'s as
+/// `a`: `cache_entry` had entered the table in the backend's hash before reading its layouts,
+/// the error left the entry there, and the entry was the element the invalidation had just
+/// freed, still holding the pre-rename layout, so the check passed for the rest of the
+/// backend's life (until the table's next invalidation).
+#[tokio::test]
+async fn an_error_while_the_layout_is_read_again_leaves_no_stale_layout() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    let row = c.memopt_get(&old, &1i64).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, &str>("a").unwrap(), "a");
+    c.batch_execute("SET lock_timeout = '500ms'").await.unwrap();
+
+    let mut d = connect(&url).await;
+    d.batch_execute(SWAP).await.unwrap();
+    d.batch_execute("BEGIN; LOCK TABLE pg_catalog.pg_index IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let e = c
+        .memopt_get(&old, &1i64)
+        .await
+        .expect_err("answered while pg_index was locked");
+    assert_eq!(sqlstate(&e).as_deref(), Some("55P03"), "{e}");
+    d.batch_execute("ROLLBACK").await.unwrap();
+    c.batch_execute("RESET lock_timeout").await.unwrap();
+
+    match c.memopt_get(&old, &1i64).await {
+        Err(e) => {
+            assert_eq!(sqlstate(&e).as_deref(), Some("0A000"), "{e}");
+            assert!(e.to_string().contains("resolve it again"), "{e}");
+        }
+        Ok(row) => panic!(
+            "a handle resolved before the rename was answered: a = {:?}, b = {:?} \
+             (the table has a = 'b', b = 'a')",
+            row.as_ref().map(|r| r.get::<_, String>("a").unwrap()),
+            row.as_ref().map(|r| r.get::<_, String>("b").unwrap()),
+        ),
+    }
+    let e = c
+        .memopt_get_many(&old, &[1i64])
+        .await
+        .expect_err("get_many through the old handle was answered");
+    assert_eq!(sqlstate(&e).as_deref(), Some("0A000"), "{e}");
+
+    // Resolved again: the new names, served. And the layout C's backend gives is the one
+    // a backend that never cached the table computes (a stale cached layout would be given
+    // with the new names, and would pass the old handles' calls).
+    let new = c.memopt_table("t").await.unwrap();
+    let row = c.memopt_get(&new, &1i64).await.unwrap().unwrap();
+    assert_eq!(row.get::<_, &str>("a").unwrap(), "b");
+    assert_eq!(row.get::<_, &str>("b").unwrap(), "a");
+    let layout = "SELECT layout FROM memopt.columns('t') LIMIT 1";
+    let here: i64 = memopt_check::scalar(&mut c, layout).await.unwrap();
+    let mut e = connect(&url).await;
+    let fresh: i64 = memopt_check::scalar(&mut e, layout).await.unwrap();
+    assert_eq!(here, fresh, "the backend that failed gives a stale layout");
+}
