@@ -164,8 +164,25 @@ cache_entry(Relation rel)
 	e = hash_search(layouts, &relid, HASH_ENTER, &found);
 	if (!found)
 	{
-		e->usable = read_layout(rel, &e->layout);
-		e->row_layout = read_row_layout(rel);
+		/*
+		 * Entered before it is filled, so that an invalidation of the relation processed
+		 * while the catalogs are read (read_layout may lock pg_index) removes it.  An error
+		 * while reading must remove it too: an entry found is taken as filled, and the
+		 * element is often the one the relation's invalidation just freed, still holding the
+		 * layouts from before the change (a handle resolved before a rename would pass
+		 * check_columns for the rest of the backend's life).
+		 */
+		PG_TRY();
+		{
+			e->usable = read_layout(rel, &e->layout);
+			e->row_layout = read_row_layout(rel);
+		}
+		PG_CATCH();
+		{
+			hash_search(layouts, &relid, HASH_REMOVE, NULL);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 	}
 	return e;
 }
