@@ -98,3 +98,58 @@ async fn an_error_while_the_layout_is_read_again_leaves_no_stale_layout() {
     let fresh: i64 = memopt_check::scalar(&mut e, layout).await.unwrap();
     assert_eq!(here, fresh, "the backend that failed gives a stale layout");
 }
+
+/// Promise: in a pipeline, a lookup through a handle resolved before a rename is refused and
+/// one through a handle resolved after it is answered, whatever their order.
+///
+/// Steps: C resolves `t` (`old`), D swaps the names of `a` and `b`, C resolves `t` again
+/// (`new`). One pipeline block queues `memopt_get` through `new` then `old`, another `old`
+/// then `new`, each on key 1; consecutive lookups on one table are coalesced into one
+/// `get_many`.
+///
+/// Before the fix the run was keyed by the table's OID alone and called with the first
+/// handle's layout and decoded with its names: `new` then `old` answered the old handle (its
+/// row decoded under the new handle's columns, not refused), and `old` then `new` refused the
+/// new handle with "resolve it again", which resolving again could not cure while a stale
+/// handle led the run.
+#[tokio::test]
+async fn a_pipeline_run_never_mixes_handles_of_different_layouts() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    connect(&url).await.batch_execute(SWAP).await.unwrap();
+    let new = c.memopt_table("t").await.unwrap();
+
+    let check = |what: &str, h: &str, got: Result<Vec<slipstream_pg::Row>, Error>| match h {
+        "old" => match got {
+            Err(e) => assert!(e.to_string().contains("resolve it again"), "{what}: {e}"),
+            Ok(rows) => panic!(
+                "{what}: the handle resolved before the rename was answered: {:?}",
+                rows.iter()
+                    .map(|r| r.columns().iter().map(|c| c.name().to_string()).collect())
+                    .collect::<Vec<Vec<String>>>()
+            ),
+        },
+        _ => {
+            let rows = got.unwrap_or_else(|e| panic!("{what}: the new handle was refused: {e}"));
+            assert_eq!(rows.len(), 1, "{what}");
+            assert_eq!(rows[0].get::<_, &str>("a").unwrap(), "b", "{what}");
+            assert_eq!(rows[0].get::<_, &str>("b").unwrap(), "a", "{what}");
+        }
+    };
+    for order in [["new", "old"], ["old", "new"]] {
+        let mut p = c.pipeline();
+        let mut ops = Vec::new();
+        for h in order {
+            let table = if h == "old" { &old } else { &new };
+            ops.push((h, p.memopt_get(table, &1i64).await.unwrap()));
+        }
+        for (h, op) in &ops {
+            let got = p.process(op).await;
+            check(&format!("{order:?}, {h}"), h, got);
+        }
+        drop(p.end().await);
+    }
+}
