@@ -203,6 +203,24 @@ impl MemoptTable {
     pub fn columns(&self) -> &[Column] {
         &self.0.columns
     }
+
+    /// Whether lookups through `self` and `other` may share one call: the server checks one
+    /// layout per call and the reply is decoded with one set of names, so two handles of one
+    /// table resolved on either side of a rename must not (the stale one would be answered
+    /// under the fresh one's names, or the fresh one refused with the stale one).
+    pub(crate) fn same_columns(&self, other: &MemoptTable) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.oid == other.0.oid
+                && self.0.layout == other.0.layout
+                // memopt 1.0 (no layout): the names, numbers and types as resolved.
+                && self.0.columns.len() == other.0.columns.len()
+                && self.0.columns.iter().zip(other.0.columns.iter()).all(|(a, b)| {
+                    a.name() == b.name()
+                        && a.column_id() == b.column_id()
+                        && a.type_() == b.type_()
+                        && a.type_modifier() == b.type_modifier()
+                }))
+    }
 }
 
 const RESOLVE_FUNCTIONS: &str = "SELECT to_regprocedure('memopt.get(regclass,bigint)')::oid, \

@@ -748,7 +748,9 @@ impl Pipeline<'_> {
     /// returns the row found, if any, as a one- or zero-row `Vec`: what a lone
     /// `Client::memopt_get` at that point of the block returns.
     ///
-    /// Consecutive lookups on the same [`MemoptTable`] with the same key kind are coalesced:
+    /// Consecutive lookups on the same [`MemoptTable`] (or a handle of the table resolved with
+    /// the same columns: never one resolved on the other side of DDL that changed them) with
+    /// the same key kind are coalesced:
     /// they are held and sent as one `memopt.get_many` call (one message, one reply, one
     /// `ReadyForQuery`) when anything else is queued, when the block is processed
     /// ([`Pipeline::process`]), synced or ended, or when a quarter of
@@ -788,7 +790,7 @@ impl Pipeline<'_> {
         if self
             .run
             .as_ref()
-            .is_some_and(|r| r.table.oid() != table.oid() || r.text != text)
+            .is_some_and(|r| !r.table.same_columns(table) || r.text != text)
         {
             self.flush_run();
         }
