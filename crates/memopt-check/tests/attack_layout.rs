@@ -153,3 +153,125 @@ async fn a_pipeline_run_never_mixes_handles_of_different_layouts() {
         drop(p.end().await);
     }
 }
+
+/// The values of `a` and `b` a lookup through `h` returns for key 1, or the refusal.
+async fn a_b(c: &mut Client, h: &slipstream_pg::MemoptTable) -> Result<(String, String), Error> {
+    let row = c.memopt_get(h, &1i64).await?.expect("key 1 exists");
+    Ok((row.get("a")?, row.get("b")?))
+}
+
+fn refused(what: &str, got: Result<(String, String), Error>) {
+    match got {
+        Err(e) => assert_eq!(sqlstate(&e).as_deref(), Some("0A000"), "{what}: {e}"),
+        Ok(v) => panic!("{what}: answered {v:?} through a handle of other columns"),
+    }
+}
+
+fn answered(what: &str, got: Result<(String, String), Error>, a: &str, b: &str) {
+    let got = got.unwrap_or_else(|e| panic!("{what}: refused: {e}"));
+    assert_eq!(got, (a.to_string(), b.to_string()), "{what}");
+}
+
+/// Held. Promise: the backend's cached layout follows the table's columns inside transactions
+/// too: DDL in the caller's own transaction refuses its old handle at once, and a rollback of
+/// that DDL, whole or to a savepoint, makes the old handle work again and refuses a handle
+/// resolved inside the rolled-back part. `DISCARD ALL` (the client resolves its functions
+/// again) changes neither.
+///
+/// Steps on one connection, `t (k, a, b)` = `(1, 'a', 'b')`: (1) BEGIN, swap the names of `a`
+/// and `b`, call through the handle resolved before: refused; ROLLBACK; call: answered
+/// `('a', 'b')`. (2) BEGIN, SAVEPOINT, swap, resolve `inner` and call through it: answered
+/// under the swapped names `('b', 'a')`; ROLLBACK TO the savepoint; `inner` is refused, and
+/// (after another ROLLBACK TO) the old handle answered, in the same transaction. (3) DISCARD
+/// ALL, then the old handle answers; another session swaps the names; refused.
+#[tokio::test]
+async fn the_cached_layout_follows_ddl_and_its_rollback_in_the_callers_transaction_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    answered("before", a_b(&mut c, &old).await, "a", "b");
+
+    c.batch_execute(&format!("BEGIN; {SWAP}")).await.unwrap();
+    refused(
+        "after the swap in the caller's transaction",
+        a_b(&mut c, &old).await,
+    );
+    c.batch_execute("ROLLBACK").await.unwrap();
+    answered("after ROLLBACK", a_b(&mut c, &old).await, "a", "b");
+
+    c.batch_execute(&format!("BEGIN; SAVEPOINT s; {SWAP}"))
+        .await
+        .unwrap();
+    let inner = c.memopt_table("t").await.unwrap();
+    answered(
+        "inner, in the savepoint",
+        a_b(&mut c, &inner).await,
+        "b",
+        "a",
+    );
+    c.batch_execute("ROLLBACK TO s").await.unwrap();
+    refused("inner, after ROLLBACK TO", a_b(&mut c, &inner).await);
+    c.batch_execute("ROLLBACK TO s").await.unwrap();
+    answered("old, after ROLLBACK TO", a_b(&mut c, &old).await, "a", "b");
+    c.batch_execute("COMMIT").await.unwrap();
+    answered("old, after COMMIT", a_b(&mut c, &old).await, "a", "b");
+
+    c.batch_execute("DISCARD ALL").await.unwrap();
+    answered("old, after DISCARD ALL", a_b(&mut c, &old).await, "a", "b");
+    connect(&url).await.batch_execute(SWAP).await.unwrap();
+    refused("old, after DISCARD ALL and a swap", a_b(&mut c, &old).await);
+    let new = c.memopt_table("t").await.unwrap();
+    answered("resolved again", a_b(&mut c, &new).await, "b", "a");
+}
+
+/// Held. Promise: a call that waits for the table's lock held by a prepared transaction that
+/// renames columns is checked against the columns that transaction committed.
+///
+/// Steps: C resolves `t`; D begins, swaps the names of `a` and `b`, and `PREPARE TRANSACTION`s;
+/// C calls through its handle and waits for the lock (seen in `pg_stat_activity`); D runs
+/// `COMMIT PREPARED`. C's call is refused (within 10 s), and a handle resolved again answers
+/// under the new names.
+#[tokio::test]
+async fn a_call_waiting_behind_a_prepared_rename_is_refused_holds() {
+    let cluster = memopt_check::cluster(&[("max_prepared_transactions", "2")]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    answered("before", a_b(&mut c, &old).await, "a", "b");
+    let pid = c.backend_pid();
+
+    let mut d = connect(&url).await;
+    d.batch_execute(&format!("BEGIN; {SWAP}; PREPARE TRANSACTION 'swap'"))
+        .await
+        .unwrap();
+    let call = tokio::spawn(async move {
+        let got = a_b(&mut c, &old).await;
+        (c, got)
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"
+    );
+    let mut waited = false;
+    for _ in 0..200 {
+        if memopt_check::scalar::<i64>(&mut d, &waiting).await.unwrap() == 1 {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        waited,
+        "the call never waited for the prepared transaction's lock"
+    );
+    d.batch_execute("COMMIT PREPARED 'swap'").await.unwrap();
+    let (mut c, got) = tokio::time::timeout(std::time::Duration::from_secs(10), call)
+        .await
+        .expect("the call did not answer within 10 s of COMMIT PREPARED")
+        .unwrap();
+    refused("the call that waited", got);
+    let new = c.memopt_table("t").await.unwrap();
+    answered("resolved again", a_b(&mut c, &new).await, "b", "a");
+}
