@@ -275,3 +275,80 @@ async fn a_call_waiting_behind_a_prepared_rename_is_refused_holds() {
     let new = c.memopt_table("t").await.unwrap();
     answered("resolved again", a_b(&mut c, &new).await, "b", "a");
 }
+
+/// Held. Promise: `memopt.columns` answers only for a table the caller may read, and refuses
+/// anything else with an error naming it, never an internal error or another relation's
+/// columns.
+///
+/// Steps: as superuser, `memopt.columns` of a view, the primary key's index, a sequence, a
+/// partitioned table, a composite type's relation, `t`'s TOAST table, a dropped table's OID and
+/// OID 0; as a role without privileges, of `t` (no SELECT), of a table in a schema it has no
+/// USAGE on, and of `pg_authid`. Each is refused with the SQLSTATE below; `t` with SELECT
+/// granted on every column answers, with the layout the owner gets.
+#[tokio::test]
+async fn memopt_columns_refuses_what_is_not_a_readable_table_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    c.batch_execute(
+        "CREATE VIEW v AS SELECT * FROM t;
+         CREATE SEQUENCE s;
+         CREATE TABLE p (k int PRIMARY KEY) PARTITION BY RANGE (k);
+         CREATE TYPE comp AS (x int);
+         CREATE TABLE gone (k int);
+         CREATE SCHEMA hidden;
+         CREATE TABLE hidden.h (k int PRIMARY KEY);
+         GRANT ALL ON hidden.h TO PUBLIC;
+         CREATE ROLE nobody LOGIN;",
+    )
+    .await
+    .unwrap();
+    let gone: u32 = memopt_check::scalar(&mut c, "SELECT 'gone'::regclass::oid")
+        .await
+        .unwrap();
+    c.batch_execute("DROP TABLE gone").await.unwrap();
+    let toast: u32 = memopt_check::scalar(
+        &mut c,
+        "SELECT reltoastrelid::oid FROM pg_class WHERE oid = 't'::regclass",
+    )
+    .await
+    .unwrap();
+    let columns = |rel: String| format!("SELECT count(*) FROM memopt.columns({rel})");
+    let cases = [
+        ("'v'".to_string(), "42809"),
+        ("'t_pkey'".to_string(), "42809"),
+        ("'s'".to_string(), "42809"),
+        ("'p'".to_string(), "42809"),
+        (
+            "(SELECT typrelid FROM pg_type WHERE typname = 'comp')::regclass".to_string(),
+            "42809",
+        ),
+        (format!("{toast}::oid::regclass"), "42809"),
+        (format!("{gone}::oid::regclass"), "42P01"),
+        ("0::oid::regclass".to_string(), "42P01"),
+    ];
+    for (rel, want) in &cases {
+        let e = c
+            .query(&columns(rel.clone()), &[])
+            .await
+            .expect_err(&format!("memopt.columns({rel}) answered"));
+        assert_eq!(sqlstate(&e).as_deref(), Some(*want), "{rel}: {e}");
+    }
+
+    let mut n = connect(&cluster.url_for("nobody", None)).await;
+    for rel in ["'t'", "'hidden.h'", "'pg_authid'"] {
+        let e = n
+            .query(&columns(rel.to_string()), &[])
+            .await
+            .expect_err(&format!("nobody read memopt.columns({rel})"));
+        assert_eq!(sqlstate(&e).as_deref(), Some("42501"), "{rel}: {e}");
+    }
+    c.batch_execute("GRANT SELECT (k, a, b) ON t TO nobody")
+        .await
+        .unwrap();
+    let layout = "SELECT layout FROM memopt.columns('t') LIMIT 1";
+    let theirs: i64 = memopt_check::scalar(&mut n, layout).await.unwrap();
+    let ours: i64 = memopt_check::scalar(&mut c, layout).await.unwrap();
+    assert_eq!(theirs, ours);
+}
