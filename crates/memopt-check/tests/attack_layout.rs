@@ -352,3 +352,41 @@ async fn memopt_columns_refuses_what_is_not_a_readable_table_holds() {
     let ours: i64 = memopt_check::scalar(&mut c, layout).await.unwrap();
     assert_eq!(theirs, ours);
 }
+
+/// Promise: a handle resolved once the extension is 1.1 is checked, also on a connection that
+/// first used memopt 1.0 (a pooled connection outlives an `ALTER EXTENSION memopt UPDATE`).
+///
+/// Steps: memopt 1.0; C resolves `t` (the client resolves the 1.0 functions) and looks key 1
+/// up. `ALTER EXTENSION memopt UPDATE` (to 1.1). C resolves `t` again (`after`); another
+/// session swaps the names of `a` and `b`; C calls through `after`.
+///
+/// Before the fix the call was answered with `a`'s value as `b` and `b`'s as `a`: the
+/// connection kept the function OIDs it resolved on 1.0, so `memopt_table` read the columns
+/// from the catalog with no layout and every call went to the unchecked two-argument form.
+#[tokio::test]
+async fn a_handle_resolved_after_the_update_to_1_1_is_checked_on_a_connection_from_1_0() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(&SETUP.replace(
+        "CREATE EXTENSION IF NOT EXISTS memopt;",
+        "CREATE EXTENSION memopt VERSION '1.0';",
+    ))
+    .await
+    .unwrap();
+    let before = c.memopt_table("t").await.unwrap();
+    answered("on 1.0", a_b(&mut c, &before).await, "a", "b");
+
+    c.batch_execute("ALTER EXTENSION memopt UPDATE TO '1.1'")
+        .await
+        .unwrap();
+    let after = c.memopt_table("t").await.unwrap();
+    answered("after the update", a_b(&mut c, &after).await, "a", "b");
+    connect(&url).await.batch_execute(SWAP).await.unwrap();
+    refused(
+        "resolved after the update, then a swap",
+        a_b(&mut c, &after).await,
+    );
+    let again = c.memopt_table("t").await.unwrap();
+    answered("resolved again", a_b(&mut c, &again).await, "b", "a");
+}
