@@ -106,7 +106,7 @@ impl<T: MemoptKey + ?Sized> MemoptKey for &T {
 }
 
 /// The OIDs of the lookup functions, resolved once per connection (forgotten on `DISCARD ALL`,
-/// with the statement cache): `get(regclass, bigint)`, `get(regclass, text)`,
+/// with the statement cache, and by `Client::memopt_table` while they lack the 1.1 forms): `get(regclass, bigint)`, `get(regclass, text)`,
 /// `get_many(regclass, bigint[])` and `get_many(regclass, text[])`, each with and (from memopt
 /// 1.1) without a third argument, the caller's layout of the table's columns.
 #[derive(Debug, Clone, Copy)]
@@ -249,7 +249,9 @@ impl Client {
     /// if `table` is not a table or the user may not read it.
     ///
     /// After DDL on the table, calls through a handle resolved before are refused with
-    /// SQLSTATE 0A000 ("resolve it again"): resolve it again and repeat the call.
+    /// SQLSTATE 0A000 ("resolve it again"): resolve it again and repeat the call. (On memopt
+    /// 1.0 they are not checked; a handle resolved after `ALTER EXTENSION memopt UPDATE` is,
+    /// on any connection.)
     ///
     /// ```no_run
     /// # async fn f(client: &mut slipstream_pg::Client) -> Result<(), slipstream_pg::Error> {
@@ -261,6 +263,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn memopt_table(&mut self, table: &str) -> Result<MemoptTable, Error> {
+        // Functions resolved on memopt 1.0 are looked up again: the extension may have been
+        // updated since (their OIDs stay, so no call fails to tell), and a handle resolved
+        // on 1.1 without its layout would never be checked. One query per resolve on 1.0.
+        if self.memopt.is_some_and(|f| f.checked.is_none()) {
+            self.memopt = None;
+        }
         let fns = self.memopt_functions().await?;
         let sql = if fns.checked.is_some() {
             RESOLVE_COLUMNS
