@@ -390,3 +390,65 @@ async fn a_handle_resolved_after_the_update_to_1_1_is_checked_on_a_connection_fr
     let again = c.memopt_table("t").await.unwrap();
     answered("resolved again", a_b(&mut c, &again).await, "b", "a");
 }
+
+/// Held. Promise: in a pipeline block, in either error mode, a refused run of lookups through
+/// a stale handle fails each of its lookups with the refusal and nothing else: the statements
+/// around it and a lookup through a handle resolved again are answered, and the connection
+/// stays usable.
+///
+/// Steps: C resolves `t` (`old`), another session swaps `a` and `b`, C resolves `new`. One
+/// block per mode queues `SELECT 1`, two `memopt_get` through `old` (one coalesced run),
+/// `SELECT 2`, `memopt_get` through `new`, `memopt_get_many` through `old`, `SELECT 3`.
+#[tokio::test]
+async fn a_refused_run_mid_block_fails_only_its_lookups_holds() {
+    use slipstream_pg::{PipelineMode, PipelineOptions};
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    connect(&url).await.batch_execute(SWAP).await.unwrap();
+    let new = c.memopt_table("t").await.unwrap();
+
+    for mode in [PipelineMode::ContinueOnError, PipelineMode::AbortOnError] {
+        let mut p = c.pipeline_with(PipelineOptions::new().mode(mode));
+        let s1 = p.query("SELECT 1", &[]).await.unwrap();
+        let o1 = p.memopt_get(&old, &1i64).await.unwrap();
+        let o2 = p.memopt_get(&old, &1i64).await.unwrap();
+        let s2 = p.query("SELECT 2", &[]).await.unwrap();
+        let n1 = p.memopt_get(&new, &1i64).await.unwrap();
+        let om = p.memopt_get_many(&old, &[1i64]).await.unwrap();
+        let s3 = p.query("SELECT 3", &[]).await.unwrap();
+        for (i, s) in [(1, &s1), (2, &s2), (3, &s3)] {
+            let rows = p
+                .process(s)
+                .await
+                .unwrap_or_else(|e| panic!("{mode:?}: SELECT {i}: {e}"));
+            assert_eq!(rows[0].get::<_, i32>(0).unwrap(), i, "{mode:?}");
+        }
+        for (what, op) in [
+            ("first of run", &o1),
+            ("second of run", &o2),
+            ("get_many", &om),
+        ] {
+            match p.process(op).await {
+                Err(e) => assert_eq!(
+                    sqlstate(&e).as_deref(),
+                    Some("0A000"),
+                    "{mode:?}: {what}: {e}"
+                ),
+                Ok(rows) => panic!(
+                    "{mode:?}: {what} through the old handle answered {} rows",
+                    rows.len()
+                ),
+            }
+        }
+        let rows = p
+            .process(&n1)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: new: {e}"));
+        assert_eq!(rows[0].get::<_, &str>("a").unwrap(), "b", "{mode:?}");
+        drop(p.end().await);
+        answered("after the block", a_b(&mut c, &new).await, "b", "a");
+    }
+}
