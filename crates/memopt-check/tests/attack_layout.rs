@@ -452,3 +452,38 @@ async fn a_refused_run_mid_block_fails_only_its_lookups_holds() {
         answered("after the block", a_b(&mut c, &new).await, "b", "a");
     }
 }
+
+/// Promise: a handle resolved with a layout is never called unchecked: when the extension is
+/// dropped and created again at 1.0 (no three-argument forms), a call through it fails with
+/// "resolve it again" rather than decode under the names it was resolved with.
+///
+/// Steps: memopt 1.1; C resolves `t` and looks key 1 up. `DROP EXTENSION memopt CASCADE`,
+/// `CREATE EXTENSION memopt VERSION '1.0'`, `enable_read('t')`; another session swaps the
+/// names of `a` and `b`; C calls through its handle.
+///
+/// Before the fix the call was answered with `a`'s value as `b` and `b`'s as `a`: the client
+/// resolved the functions again after 42883 (the old OIDs were gone), found only the
+/// two-argument forms and called them for the handle, unchecked.
+#[tokio::test]
+async fn a_handle_with_a_layout_is_not_called_unchecked_after_a_downgrade_to_1_0() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let old = c.memopt_table("t").await.unwrap();
+    answered("on 1.1", a_b(&mut c, &old).await, "a", "b");
+    c.batch_execute(
+        "DROP EXTENSION memopt CASCADE;
+         CREATE EXTENSION memopt VERSION '1.0';
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    connect(&url).await.batch_execute(SWAP).await.unwrap();
+    match a_b(&mut c, &old).await {
+        Err(e) => assert!(e.to_string().contains("resolve it again"), "{e}"),
+        Ok(v) => panic!("answered {v:?} unchecked through a handle resolved on 1.1"),
+    }
+    let again = c.memopt_table("t").await.unwrap();
+    answered("resolved again on 1.0", a_b(&mut c, &again).await, "b", "a");
+}
