@@ -124,18 +124,30 @@ pub(crate) struct Callee {
 
 impl MemoptFunctions {
     /// The form to call on `table`: the checked one where the table was resolved with its
-    /// layout and the connection has it.
-    pub(crate) fn pick(&self, text: bool, many: bool, table: &MemoptTable) -> Callee {
+    /// layout. A table resolved with a layout is never called unchecked: where the functions
+    /// no longer have the checked forms (the extension was created again at 1.0), its names
+    /// may be stale with nothing to tell, so it must be resolved again.
+    pub(crate) fn pick(
+        &self,
+        text: bool,
+        many: bool,
+        table: &MemoptTable,
+    ) -> Result<Callee, Error> {
         let i = usize::from(text) + 2 * usize::from(many);
         match (self.checked, table.0.layout) {
-            (Some(checked), Some(layout)) => Callee {
+            (Some(checked), Some(layout)) => Ok(Callee {
                 function: checked[i],
                 layout: Some(layout),
-            },
-            _ => Callee {
+            }),
+            (None, Some(_)) => Err(Error::usage(format!(
+                "memopt table {} was resolved with memopt 1.1's column check, which memopt in \
+                 this database no longer has: resolve it again with Client::memopt_table",
+                table.0.name
+            ))),
+            (_, None) => Ok(Callee {
                 function: self.plain[i],
                 layout: None,
-            },
+            }),
         }
     }
 }
@@ -400,7 +412,7 @@ impl Client {
         loop {
             let fns = self.memopt_functions().await?;
             match self
-                .function_call(fns.pick(text, many, table), table, &key)
+                .function_call(fns.pick(text, many, table)?, table, &key)
                 .await?
             {
                 Ok(value) => {

@@ -787,6 +787,7 @@ impl Pipeline<'_> {
     ) -> Result<Op<Vec<Row>>, Error> {
         let fns = self.functions(table).await?;
         let text = key.is_text();
+        let function = fns.pick(text, true, table)?;
         if self
             .run
             .as_ref()
@@ -798,7 +799,7 @@ impl Pipeline<'_> {
         self.settle().await?;
         let run = self.run.get_or_insert_with(|| Run {
             table: table.clone(),
-            function: fns.pick(text, true, table),
+            function,
             text,
             keys: bytes::BytesMut::new(),
             count: 0,
@@ -838,11 +839,11 @@ impl Pipeline<'_> {
         table: &MemoptTable,
         keys: &[K],
     ) -> Result<Op<Vec<Row>>, Error> {
-        let fns = self.functions(table).await?;
+        let function = self.functions(table).await?.pick(K::TEXT, true, table)?;
         self.start_op("").await?;
         let mark = self.client.conn.wbuf.len();
         self.client.conn.encode(|buf| {
-            encode_function_call(buf, fns.pick(K::TEXT, true, table), table.oid(), |buf| {
+            encode_function_call(buf, function, table.oid(), |buf| {
                 crate::memopt::encode_keys(buf, keys, K::TEXT)
             })
         })?;
