@@ -487,3 +487,68 @@ async fn a_handle_with_a_layout_is_not_called_unchecked_after_a_downgrade_to_1_0
     let again = c.memopt_table("t").await.unwrap();
     answered("resolved again on 1.0", a_b(&mut c, &again).await, "b", "a");
 }
+
+/// Held. Promise: DDL that leaves every live column's number, name, type and typmod as they
+/// were is not refused, and the values served after it are the normal plan's: a rewrite of
+/// `a` to the same type with `USING upper(a)` (new values, same layout) on a warm store, a
+/// collation change of `b`, a value added to an enum column's type, a constraint added to a
+/// domain column's type, and an index.
+///
+/// Steps: `t (k, a text, b text, e mood, d posint)`, key 1, looked up until the store serves
+/// it; then each DDL from another session, and after each a call through the handle resolved
+/// first, compared with `SELECT * FROM t WHERE k = 1` read as text.
+#[tokio::test]
+async fn ddl_that_keeps_the_columns_is_not_refused_and_serves_new_values_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(
+        "CREATE EXTENSION memopt;
+         CREATE TYPE mood AS ENUM ('ok');
+         CREATE DOMAIN posint AS int;
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b text, e mood, d posint);
+         INSERT INTO t VALUES (1, 'a', 'b', 'ok', 1);
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    let h = c.memopt_table("t").await.unwrap();
+    let hits = "SELECT hits FROM memopt.stats WHERE \"table\" = 't'::regclass";
+    for _ in 0..3 {
+        c.memopt_get(&h, &1i64).await.unwrap().unwrap();
+    }
+    let served: i64 = memopt_check::scalar(&mut c, hits).await.unwrap();
+    assert!(served > 0, "the store never served key 1");
+
+    let mut d = connect(&url).await;
+    for ddl in [
+        "ALTER TABLE t ALTER COLUMN a TYPE text USING upper(a)",
+        "ALTER TABLE t ALTER COLUMN b TYPE text COLLATE \"C\"",
+        "ALTER TYPE mood ADD VALUE 'great'",
+        "ALTER DOMAIN posint ADD CONSTRAINT positive CHECK (VALUE > 0)",
+        "CREATE INDEX ON t (b)",
+    ] {
+        d.batch_execute(ddl).await.unwrap();
+        for pass in 0..2 {
+            let row = c
+                .memopt_get(&h, &1i64)
+                .await
+                .unwrap_or_else(|e| panic!("{ddl}: refused: {e}"))
+                .expect("key 1 exists");
+            let got = (
+                row.get::<_, String>("a").unwrap(),
+                row.get::<_, String>("b").unwrap(),
+            );
+            let want = c
+                .query_one("SELECT a, b FROM t WHERE k = 1", &[])
+                .await
+                .unwrap();
+            let want = (
+                want.get::<_, String>(0).unwrap(),
+                want.get::<_, String>(1).unwrap(),
+            );
+            assert_eq!(got, want, "{ddl}, pass {pass}");
+            assert_eq!(got.0, "A", "{ddl}, pass {pass}");
+        }
+    }
+}
