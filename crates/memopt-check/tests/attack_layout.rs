@@ -552,3 +552,79 @@ async fn ddl_that_keeps_the_columns_is_not_refused_and_serves_new_values_holds()
         }
     }
 }
+
+/// Held. Promise: a call in a transaction that holds the table's lock while another session's
+/// DDL waits for it is answered as that transaction's `SELECT` would be, and refused once the
+/// DDL committed; a column dropped and added again inside the caller's transaction is seen by
+/// a handle resolved in it, which still works after the commit.
+///
+/// Steps: C begins and calls through `h`; D drops `a` and adds it again, and waits for C's
+/// lock (seen in `pg_stat_activity`); C calls again (answered `('a', 'b')`) and commits; D
+/// finishes (within 10 s); C's call through `h` is refused. C begins, drops `b` and adds it
+/// again with a default, resolves `inner` and calls through it (the new `b`), commits, and
+/// calls through `inner` again (answered) and `h` (refused).
+#[tokio::test]
+async fn a_lock_holding_transaction_and_ddl_in_the_callers_transaction_holds() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let h = c.memopt_table("t").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    answered("in C's transaction", a_b(&mut c, &h).await, "a", "b");
+
+    let mut d = connect(&url).await;
+    let d_pid = d.backend_pid();
+    let ddl = tokio::spawn(async move {
+        d.batch_execute(
+            "ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new a'",
+        )
+        .await
+    });
+    let mut watch = connect(&url).await;
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {d_pid} AND wait_event_type = 'Lock'"
+    );
+    let mut waited = false;
+    for _ in 0..200 {
+        if memopt_check::scalar::<i64>(&mut watch, &waiting)
+            .await
+            .unwrap()
+            == 1
+        {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(waited, "the DDL never waited for C's lock");
+    answered("while the DDL waits", a_b(&mut c, &h).await, "a", "b");
+    c.batch_execute("COMMIT").await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), ddl)
+        .await
+        .expect("the DDL did not finish within 10 s of C's commit")
+        .unwrap()
+        .unwrap();
+    refused("after the DDL committed", a_b(&mut c, &h).await);
+
+    c.batch_execute(
+        "BEGIN; ALTER TABLE t DROP COLUMN b; ALTER TABLE t ADD COLUMN b text DEFAULT 'new b'",
+    )
+    .await
+    .unwrap();
+    let inner = c.memopt_table("t").await.unwrap();
+    answered(
+        "inner, in the transaction",
+        a_b(&mut c, &inner).await,
+        "new a",
+        "new b",
+    );
+    c.batch_execute("COMMIT").await.unwrap();
+    answered(
+        "inner, after COMMIT",
+        a_b(&mut c, &inner).await,
+        "new a",
+        "new b",
+    );
+    refused("h, after both", a_b(&mut c, &h).await);
+}
