@@ -628,3 +628,62 @@ async fn a_lock_holding_transaction_and_ddl_in_the_callers_transaction_holds() {
     );
     refused("h, after both", a_b(&mut c, &h).await);
 }
+
+/// Promise: resolving a table by name finds the table the name has once the resolve holds its
+/// lock, as `SELECT * FROM t` does (PostgreSQL looks a name up again after waiting for its
+/// lock): a table dropped and created again under the name while the resolve waited is the
+/// one resolved, not an error.
+///
+/// Steps: D begins, drops `t`, creates it again with other values and enables it, and holds
+/// the transaction open; C calls `memopt_table("t")`, which waits for the lock (seen in
+/// `pg_stat_activity`); D commits. C's resolve must answer (within 10 s) with the new table,
+/// and a lookup through it returns the new row.
+///
+/// Before the fix the resolve failed with 42P01 ("relation with OID ... does not exist"): the
+/// name was looked up before the lock, `memopt.columns` waited for the old OID's lock and
+/// then found no relation.
+#[tokio::test]
+async fn a_resolve_that_waited_behind_drop_and_create_finds_the_new_table() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    let pid = c.backend_pid();
+    let mut d = connect(&url).await;
+    d.batch_execute(
+        "BEGIN; DROP TABLE t;
+         CREATE TABLE t (k bigint PRIMARY KEY, a text, b text);
+         INSERT INTO t VALUES (1, 'new a', 'new b');
+         SELECT memopt.enable_read('t');",
+    )
+    .await
+    .unwrap();
+    let resolve = tokio::spawn(async move {
+        let got = c.memopt_table("t").await;
+        (c, got)
+    });
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"
+    );
+    let mut watch = connect(&url).await;
+    let mut waited = false;
+    for _ in 0..200 {
+        if memopt_check::scalar::<i64>(&mut watch, &waiting)
+            .await
+            .unwrap()
+            == 1
+        {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(waited, "the resolve never waited for the lock");
+    d.batch_execute("COMMIT").await.unwrap();
+    let (mut c, got) = tokio::time::timeout(std::time::Duration::from_secs(10), resolve)
+        .await
+        .expect("the resolve did not answer within 10 s of the commit")
+        .unwrap();
+    let t = got.unwrap_or_else(|e| panic!("the resolve failed: {e}"));
+    answered("the new table", a_b(&mut c, &t).await, "new a", "new b");
+}
