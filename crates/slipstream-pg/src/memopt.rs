@@ -258,7 +258,9 @@ impl Client {
     /// this connection: one query for its columns (`memopt.columns`, which also gives their
     /// layout, on memopt 1.1; the catalog on 1.0) and, the first time on a connection, one
     /// for the memopt functions. Fails if memopt is not installed in the database, or (1.1)
-    /// if `table` is not a table or the user may not read it.
+    /// if `table` is not a table or the user may not read it. A table dropped and created again
+    /// under the name while the resolve waited for its lock is the one resolved, as `SELECT`
+    /// would find it.
     ///
     /// After DDL on the table, calls through a handle resolved before are refused with
     /// SQLSTATE 0A000 ("resolve it again"): resolve it again and repeat the call. (On memopt
@@ -287,7 +289,19 @@ impl Client {
         } else {
             RESOLVE_TABLE
         };
-        let rows = self.query(sql, &[&table]).await?;
+        let rows = match self.query(sql, &[&table]).await {
+            // The name is looked up before memopt.columns locks the OID it found: a table
+            // dropped (and maybe created again under the name) while the lock was awaited
+            // leaves no relation. Look the name up again, as SQL does after a lock wait;
+            // once, where no transaction block would be left failed.
+            Err(e)
+                if e.code() == Some(SqlState::UNDEFINED_TABLE)
+                    && self.transaction_status() == crate::TransactionStatus::Idle =>
+            {
+                self.query(sql, &[&table]).await?
+            }
+            rows => rows?,
+        };
         let mut oid = 0;
         let mut layout = None;
         let mut columns = Vec::with_capacity(rows.len());
