@@ -14,6 +14,30 @@ async fn connect(url: &str) -> Client {
     slipstream_pg::connect(url).await.unwrap()
 }
 
+/// A cluster with memopt (and `settings`), its URL and a session that ran [`SETUP`]. Keep
+/// the cluster: it stops when dropped.
+async fn started(settings: &[(&str, &str)]) -> (slipstream_testkit::Cluster, String, Client) {
+    let cluster = memopt_check::cluster(settings).unwrap();
+    let url = cluster.url();
+    let mut c = connect(&url).await;
+    c.batch_execute(SETUP).await.unwrap();
+    (cluster, url, c)
+}
+
+/// Whether backend `pid` waits for a lock within 10 s, asked through `watch`.
+async fn waits_for_a_lock(watch: &mut Client, pid: i32) -> bool {
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"
+    );
+    for _ in 0..200 {
+        if memopt_check::scalar::<i64>(watch, &waiting).await.unwrap() == 1 {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    false
+}
+
 fn sqlstate(e: &Error) -> Option<String> {
     e.code().map(|s| s.code().to_string())
 }
@@ -45,10 +69,7 @@ const SWAP: &str = "ALTER TABLE t RENAME COLUMN a TO tmp; ALTER TABLE t RENAME C
 /// backend's life (until the table's next invalidation).
 #[tokio::test]
 async fn an_error_while_the_layout_is_read_again_leaves_no_stale_layout() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let old = c.memopt_table("t").await.unwrap();
     let row = c.memopt_get(&old, &1i64).await.unwrap().unwrap();
     assert_eq!(row.get::<_, &str>("a").unwrap(), "a");
@@ -114,10 +135,7 @@ async fn an_error_while_the_layout_is_read_again_leaves_no_stale_layout() {
 /// handle led the run.
 #[tokio::test]
 async fn a_pipeline_run_never_mixes_handles_of_different_layouts() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let old = c.memopt_table("t").await.unwrap();
     connect(&url).await.batch_execute(SWAP).await.unwrap();
     let new = c.memopt_table("t").await.unwrap();
@@ -186,10 +204,7 @@ fn answered(what: &str, got: Result<(String, String), Error>, a: &str, b: &str) 
 /// ALL, then the old handle answers; another session swaps the names; refused.
 #[tokio::test]
 async fn the_cached_layout_follows_ddl_and_its_rollback_in_the_callers_transaction_holds() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let old = c.memopt_table("t").await.unwrap();
     answered("before", a_b(&mut c, &old).await, "a", "b");
 
@@ -235,10 +250,7 @@ async fn the_cached_layout_follows_ddl_and_its_rollback_in_the_callers_transacti
 /// under the new names.
 #[tokio::test]
 async fn a_call_waiting_behind_a_prepared_rename_is_refused_holds() {
-    let cluster = memopt_check::cluster(&[("max_prepared_transactions", "2")]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[("max_prepared_transactions", "2")]).await;
     let old = c.memopt_table("t").await.unwrap();
     answered("before", a_b(&mut c, &old).await, "a", "b");
     let pid = c.backend_pid();
@@ -251,19 +263,8 @@ async fn a_call_waiting_behind_a_prepared_rename_is_refused_holds() {
         let got = a_b(&mut c, &old).await;
         (c, got)
     });
-    let waiting = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"
-    );
-    let mut waited = false;
-    for _ in 0..200 {
-        if memopt_check::scalar::<i64>(&mut d, &waiting).await.unwrap() == 1 {
-            waited = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
     assert!(
-        waited,
+        waits_for_a_lock(&mut d, pid).await,
         "the call never waited for the prepared transaction's lock"
     );
     d.batch_execute("COMMIT PREPARED 'swap'").await.unwrap();
@@ -287,10 +288,7 @@ async fn a_call_waiting_behind_a_prepared_rename_is_refused_holds() {
 /// granted on every column answers, with the layout the owner gets.
 #[tokio::test]
 async fn memopt_columns_refuses_what_is_not_a_readable_table_holds() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (cluster, _url, mut c) = started(&[]).await;
     c.batch_execute(
         "CREATE VIEW v AS SELECT * FROM t;
          CREATE SEQUENCE s;
@@ -402,10 +400,7 @@ async fn a_handle_resolved_after_the_update_to_1_1_is_checked_on_a_connection_fr
 #[tokio::test]
 async fn a_refused_run_mid_block_fails_only_its_lookups_holds() {
     use slipstream_pg::{PipelineMode, PipelineOptions};
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let old = c.memopt_table("t").await.unwrap();
     connect(&url).await.batch_execute(SWAP).await.unwrap();
     let new = c.memopt_table("t").await.unwrap();
@@ -466,10 +461,7 @@ async fn a_refused_run_mid_block_fails_only_its_lookups_holds() {
 /// two-argument forms and called them for the handle, unchecked.
 #[tokio::test]
 async fn a_handle_with_a_layout_is_not_called_unchecked_after_a_downgrade_to_1_0() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let old = c.memopt_table("t").await.unwrap();
     answered("on 1.1", a_b(&mut c, &old).await, "a", "b");
     c.batch_execute(
@@ -565,10 +557,7 @@ async fn ddl_that_keeps_the_columns_is_not_refused_and_serves_new_values_holds()
 /// calls through `inner` again (answered) and `h` (refused).
 #[tokio::test]
 async fn a_lock_holding_transaction_and_ddl_in_the_callers_transaction_holds() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let h = c.memopt_table("t").await.unwrap();
     c.batch_execute("BEGIN").await.unwrap();
     answered("in C's transaction", a_b(&mut c, &h).await, "a", "b");
@@ -582,22 +571,10 @@ async fn a_lock_holding_transaction_and_ddl_in_the_callers_transaction_holds() {
         .await
     });
     let mut watch = connect(&url).await;
-    let waiting = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE pid = {d_pid} AND wait_event_type = 'Lock'"
+    assert!(
+        waits_for_a_lock(&mut watch, d_pid).await,
+        "the DDL never waited for C's lock"
     );
-    let mut waited = false;
-    for _ in 0..200 {
-        if memopt_check::scalar::<i64>(&mut watch, &waiting)
-            .await
-            .unwrap()
-            == 1
-        {
-            waited = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(waited, "the DDL never waited for C's lock");
     answered("while the DDL waits", a_b(&mut c, &h).await, "a", "b");
     c.batch_execute("COMMIT").await.unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(10), ddl)
@@ -644,10 +621,7 @@ async fn a_lock_holding_transaction_and_ddl_in_the_callers_transaction_holds() {
 /// then found no relation.
 #[tokio::test]
 async fn a_resolve_that_waited_behind_drop_and_create_finds_the_new_table() {
-    let cluster = memopt_check::cluster(&[]).unwrap();
-    let url = cluster.url();
-    let mut c = connect(&url).await;
-    c.batch_execute(SETUP).await.unwrap();
+    let (_cluster, url, mut c) = started(&[]).await;
     let pid = c.backend_pid();
     let mut d = connect(&url).await;
     d.batch_execute(
@@ -662,23 +636,11 @@ async fn a_resolve_that_waited_behind_drop_and_create_finds_the_new_table() {
         let got = c.memopt_table("t").await;
         (c, got)
     });
-    let waiting = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock'"
-    );
     let mut watch = connect(&url).await;
-    let mut waited = false;
-    for _ in 0..200 {
-        if memopt_check::scalar::<i64>(&mut watch, &waiting)
-            .await
-            .unwrap()
-            == 1
-        {
-            waited = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(waited, "the resolve never waited for the lock");
+    assert!(
+        waits_for_a_lock(&mut watch, pid).await,
+        "the resolve never waited for the lock"
+    );
     d.batch_execute("COMMIT").await.unwrap();
     let (mut c, got) = tokio::time::timeout(std::time::Duration::from_secs(10), resolve)
         .await
