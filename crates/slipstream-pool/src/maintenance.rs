@@ -115,7 +115,7 @@ pub(crate) fn deadlines<M: Manager>(pool: Weak<Inner<M>>) -> impl Future<Output 
             }
             // Tokio's clock, which its timer below keeps: a test that pauses it (`start_paused`)
             // sees borrows time out as its timers fire, as with a timer per wait.
-            let now = tokio::time::Instant::now().into_std();
+            let now = crate::pool::runtime_now();
             let idle_look = now.checked_add(inner.config.borrow_timeout.max(IDLE_LOOK_MIN));
             let next = inner.core.expire(now, idle_look, &mut wakes);
             // After the queue's lock: a waker is user code. One that panics is the borrower's

@@ -624,7 +624,7 @@ impl<M: Manager> Pool<M> {
         if !self.needs_validation(&mut conn) {
             return Ok(Some(conn));
         }
-        let (until, borrow_ends) = self.validation_bound(deadline, true);
+        let (until, borrow_ends) = self.validation_bound(deadline, runtime_now());
         let validation = self.inner.manager.validate(&mut conn);
         let ok = match tokio::time::timeout_at(until.into(), validation).await {
             Ok(ok) => ok,
@@ -645,18 +645,12 @@ impl<M: Manager> Pool<M> {
     /// When a validation starting now must end: at the borrow's deadline or after
     /// `validation_timeout`, whichever comes first; and whether that is the borrow's end.
     /// `Duration::MAX` for either means no bound from it; a far-off bound stands for none.
-    /// `on_runtime_clock`: an async borrow's, whose deadline, if this sets it, its waits keep
-    /// on tokio's clock ([`Deadline::on_runtime_clock`]); set on the real clock, it was an
-    /// hour early or late for the deadline task under a paused clock an hour off
-    /// (`tests/attack_deadlines.rs`). A blocked thread's is on the real clock, its park's.
-    fn validation_bound(&self, deadline: &mut Deadline, on_runtime_clock: bool) -> (Instant, bool) {
-        let timeout = self.inner.config.borrow_timeout;
-        let now = if on_runtime_clock {
-            tokio::time::Instant::now().into_std()
-        } else {
-            Instant::now()
-        };
-        let ends = deadline.on_clock(timeout, || now);
+    /// `now` is on the clock the borrow's waits keep its deadline on, if this sets it: an
+    /// async borrow's [`runtime_now`] (set on the real clock, it was an hour early or late for
+    /// the deadline task under a paused clock an hour off, `tests/attack_deadlines.rs`), a
+    /// blocked thread's the real clock, its park's.
+    fn validation_bound(&self, deadline: &mut Deadline, now: Instant) -> (Instant, bool) {
+        let ends = deadline.on_clock(self.inner.config.borrow_timeout, || now);
         let limit = now
             .checked_add(self.inner.config.validation_timeout)
             .unwrap_or_else(|| now + FAR_OFF);
@@ -858,7 +852,7 @@ impl<M: Manager> Pool<M> {
             let pool = self.clone();
             // Bounded as an async borrow's validation is (`Pool::validated`): `None`, it did
             // not end in time.
-            let (until, borrow_ends) = self.validation_bound(&mut deadline, false);
+            let (until, borrow_ends) = self.validation_bound(&mut deadline, Instant::now());
             self.inner.runtime.spawn(async move {
                 let mut conn = conn;
                 let validation = pool.inner.manager.validate(&mut conn);
@@ -1322,7 +1316,7 @@ impl Deadline {
     /// deadline task keeps on that clock: in a test that pauses it, the wait then lasts its
     /// timeout in paused time, as a tokio timeout does (`tests/attack_paused_clock.rs`).
     fn on_runtime_clock(&mut self, timeout: Duration) -> Option<Instant> {
-        self.on_clock(timeout, || tokio::time::Instant::now().into_std())
+        self.on_clock(timeout, runtime_now)
     }
 
     fn on_clock(&mut self, timeout: Duration, now: impl FnOnce() -> Instant) -> Option<Instant> {
@@ -1338,6 +1332,13 @@ impl Deadline {
             Deadline::Unset => None,
         }
     }
+}
+
+/// Now on tokio's clock, as a std `Instant`: the clock of async borrows' deadlines, which the
+/// deadline task keeps with tokio's timer, so that a test that pauses it (`start_paused`)
+/// sees them pass as its own timers do.
+pub(crate) fn runtime_now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// One open connection's attributes; see [`Pool::connections`].

@@ -34,16 +34,7 @@ fn a_borrow_on_another_runtime_times_out_while_the_pools_runtime_is_idle() {
         .enable_all()
         .build()
         .unwrap();
-    let (pool, held) = home.block_on(async {
-        let pool = Pool::builder(numbers())
-            .max_size(1)
-            .borrow_timeout(Duration::from_millis(200))
-            .build_ready()
-            .await
-            .expect("one connection opens");
-        let held = pool.get().await.expect("the idle connection");
-        (pool, held)
-    });
+    let (pool, held) = home.block_on(common::one_held(Duration::from_millis(200)));
     let (done, result) = mpsc::channel();
     let borrower = pool.clone();
     std::thread::spawn(move || {
@@ -70,6 +61,22 @@ struct FailsValidation {
     failing: Arc<AtomicBool>,
     /// How long a failing validation takes (in tokio's clock, paused in these tests).
     takes: Duration,
+}
+
+impl FailsValidation {
+    /// A builder of a pool of one connection validated on every borrow, whose validations
+    /// take `takes` and fail once the returned switch is set.
+    fn pool(takes: Duration) -> (slipstream_pool::Builder<Self>, Arc<AtomicBool>) {
+        let failing = Arc::new(AtomicBool::new(false));
+        let builder = Pool::builder(FailsValidation {
+            opened: AtomicBool::new(false),
+            failing: failing.clone(),
+            takes,
+        })
+        .max_size(1)
+        .validate_after(Duration::ZERO);
+        (builder, failing)
+    }
 }
 
 impl Manager for FailsValidation {
@@ -110,18 +117,12 @@ impl Manager for FailsValidation {
 fn a_borrow_waiting_after_a_failed_validation_times_out_in_paused_time() {
     let (got, waited, failed) = common::in_paused_time(
         || async {
-            let failing = Arc::new(AtomicBool::new(false));
-            let pool = Pool::builder(FailsValidation {
-                opened: AtomicBool::new(false),
-                failing: failing.clone(),
-                takes: Duration::ZERO,
-            })
-            .max_size(1)
-            .validate_after(Duration::ZERO)
-            .borrow_timeout(Duration::from_secs(60))
-            .build_ready()
-            .await
-            .expect("one connection opens");
+            let (builder, failing) = FailsValidation::pool(Duration::ZERO);
+            let pool = builder
+                .borrow_timeout(Duration::from_secs(60))
+                .build_ready()
+                .await
+                .expect("one connection opens");
             // Borrowed once, so the next borrow finds it idle and validates it before any wait.
             drop(pool.get().await.expect("the connection, validated"));
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -165,13 +166,7 @@ impl Wake for PanicsOnWake {
 /// waited: no deadline task was left to end it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waker_that_panics_when_its_deadline_passes_strands_no_other_borrow() {
-    let pool = Pool::builder(numbers())
-        .max_size(1)
-        .borrow_timeout(Duration::from_millis(200))
-        .build_ready()
-        .await
-        .expect("one connection opens");
-    let held = pool.get().await.expect("the idle connection");
+    let (pool, held) = common::one_held(Duration::from_millis(200)).await;
     let bad = Waker::from(Arc::new(PanicsOnWake));
     let mut first = Box::pin(pool.get());
     assert!(
@@ -348,19 +343,13 @@ async fn a_storm_of_timeouts_among_served_borrows_loses_nothing() {
 fn a_rewait_after_a_failed_validation_ends_by_its_first_deadline() {
     let (got, waited, stats) = common::in_paused_time(
         || async {
-            let failing = Arc::new(AtomicBool::new(false));
-            let pool = Pool::builder(FailsValidation {
-                opened: AtomicBool::new(false),
-                failing: failing.clone(),
-                takes: Duration::from_secs(5),
-            })
-            .max_size(1)
-            .validate_after(Duration::ZERO)
-            .validation_timeout(Duration::from_secs(8))
-            .borrow_timeout(Duration::from_secs(10))
-            .build_ready()
-            .await
-            .expect("one connection opens");
+            let (builder, failing) = FailsValidation::pool(Duration::from_secs(5));
+            let pool = builder
+                .validation_timeout(Duration::from_secs(8))
+                .borrow_timeout(Duration::from_secs(10))
+                .build_ready()
+                .await
+                .expect("one connection opens");
             let held = pool.get().await.expect("the connection, validated");
             failing.store(true, SeqCst);
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -490,13 +479,7 @@ async fn pg_pool_borrows_time_out_in_time_from_two_runtimes() {
 /// Held on c4322d6.
 #[tokio::test(start_paused = true)]
 async fn a_borrow_times_out_when_the_paused_clock_is_moved_past_its_deadline() {
-    let pool = Pool::builder(numbers())
-        .max_size(1)
-        .borrow_timeout(Duration::from_secs(10))
-        .build_ready()
-        .await
-        .expect("one connection opens");
-    let held = pool.get().await.expect("the idle connection");
+    let (pool, held) = common::one_held(Duration::from_secs(10)).await;
     let start = tokio::time::Instant::now();
     let borrower = {
         let pool = pool.clone();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use slipstream_pool::{Pool, PoolError};
+use slipstream_pool::PoolError;
 
 mod common;
 
@@ -25,13 +25,7 @@ mod common;
 fn a_borrow_times_out_in_paused_time_as_a_tokio_timeout_does() {
     let (got, waited) = common::in_paused_time(
         || async {
-            let pool = Pool::builder(common::numbers())
-                .max_size(1)
-                .borrow_timeout(Duration::from_secs(60))
-                .build_ready()
-                .await
-                .expect("one connection opens");
-            let held = pool.get().await.expect("the idle connection");
+            let (pool, held) = common::one_held(Duration::from_secs(60)).await;
             let start = tokio::time::Instant::now();
             let got = pool.get().await.map(drop);
             drop(held);

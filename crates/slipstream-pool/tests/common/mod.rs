@@ -177,6 +177,21 @@ pub fn numbers() -> Numbers {
     Numbers(AtomicU64::new(0))
 }
 
+/// A pool of one [`Numbers`] connection with `borrow_timeout`, and that connection, borrowed:
+/// the next borrow waits.
+pub async fn one_held(
+    borrow_timeout: Duration,
+) -> (Pool<Numbers>, slipstream_pool::Pooled<Numbers>) {
+    let pool = Pool::builder(numbers())
+        .max_size(1)
+        .borrow_timeout(borrow_timeout)
+        .build_ready()
+        .await
+        .expect("one connection opens");
+    let held = pool.get().await.expect("the idle connection");
+    (pool, held)
+}
+
 /// A multi-threaded runtime with two workers (this machine's cores), timers on.
 pub fn two_workers() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
