@@ -635,3 +635,36 @@ fn the_server_ran_exactly_what_the_result_counts() {
     );
     assert_eq!(open.schedule.as_ref().unwrap().arrivals as i64, open_rows);
 }
+
+/// Promise (docs/bench.md, the result file and Reports): the window's last interval, when it
+/// is part of a second, holds only what ended before the end of the window, so a half-empty
+/// last interval does not show a false drop; the report's "Over time" charts draw throughput
+/// per second.
+///
+/// Steps: a 1.5 s window of 2 users sleeping 1 ms (no database). Its last interval covers
+/// [1 s, 1.5 s). The throughput charts (all types and per type) must give it its successes
+/// over the half second it covers, drawn where the window ended, 1.5 s.
+///
+/// Before the fix every interval was taken for a whole second: the last point sat at x = 2 s
+/// with half the rate of the others, the false drop the recorder's trimming is there to
+/// avoid (any Ctrl-C or `-d` that is not whole seconds ends a run so).
+#[test]
+fn the_last_part_second_is_drawn_at_its_own_rate() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (2, 1, 3);
+    c.duration = Duration::from_millis(1500);
+    let r = run(&common::sleeping(1), &c);
+    assert_eq!(r.measured_s, 1.5);
+    let series = &r.intervals.per_transaction["sleep"];
+    assert_eq!(series.len(), 2, "a whole second and a half one");
+    let last_n = series[1].sufficient.n;
+    assert!(last_n > 0, "nothing ended in the last half second");
+    let expected = (1.5, last_n as f64 / 0.5);
+    let labeled = [slipstream_bench::report::Labeled {
+        label: "r".into(),
+        run: r,
+    }];
+    let all = slipstream_bench::report::tps_series(&labeled);
+    assert_eq!(all[0].points.last(), Some(&expected), "{:?}", all[0].points);
+    assert_eq!(all[0].points[0].0, 1.0, "the whole second ends at 1 s");
+}
