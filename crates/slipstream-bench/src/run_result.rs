@@ -571,6 +571,71 @@ impl BenchRun {
         }
     }
 
+    /// Where interval `i` of the series (`intervals.per_transaction`, `schedule_lag`) ends, in
+    /// seconds from the start of measuring, and how many seconds it covers: `intervals.seconds`,
+    /// but less for the last one when the window ended part way into it (a Ctrl-C, a `-d` that
+    /// is not whole seconds). That interval holds only what ended before the end of the
+    /// window, so a rate over it divides by the part it covers: over a whole one it read as a
+    /// drop in throughput that never happened.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// config.duration = std::time::Duration::from_millis(1500);
+    /// # let run = tokio::runtime::Runtime::new()?
+    /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+    /// assert_eq!(run.interval_span(0), (1.0, 1.0));
+    /// assert_eq!(run.interval_span(1), (1.5, 0.5)); // the window ended half way into it
+    /// # Ok(()) }
+    /// ```
+    pub fn interval_span(&self, i: usize) -> (f64, f64) {
+        let seconds = self.intervals.seconds;
+        let (start, whole_end) = (i as f64 * seconds, (i + 1) as f64 * seconds);
+        let end = whole_end.min(self.series_end());
+        // A file whose window ends before this interval starts (edited, or a merge whose
+        // parts' rounding disagrees) has no part length to give: the interval is taken whole.
+        if end > start && end.is_finite() {
+            (end, end - start)
+        } else {
+            (whole_end, seconds)
+        }
+    }
+
+    /// Where the window ends on the series' time line. A merged result's series places each
+    /// part whole intervals from the earliest start (its offset rounded: see `merge`), so
+    /// its window ends where the latest part's does on that line, not at `measured_s`.
+    fn series_end(&self) -> f64 {
+        let seconds = self.intervals.seconds;
+        let starts: Option<Vec<_>> = self
+            .merged_from
+            .iter()
+            .map(|p| chrono::DateTime::parse_from_rfc3339(&p.started_at).ok())
+            .collect();
+        match starts {
+            Some(starts) if !starts.is_empty() && seconds > 0.0 => {
+                let origin = starts.iter().min().copied().unwrap_or(starts[0]);
+                starts
+                    .iter()
+                    .zip(&self.merged_from)
+                    .map(|(s, p)| {
+                        let offset = (*s - origin).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                        (offset / seconds).round() * seconds + p.measured_s
+                    })
+                    .fold(0.0, f64::max)
+            }
+            _ => self.measured_s,
+        }
+    }
+
     /// Writes the result as pretty JSON, atomically (a reader never sees half a file).
     ///
     /// ```

@@ -135,3 +135,55 @@ fn runs_against_other_servers_or_databases_of_one_version_are_not_merged() {
     .unwrap();
     assert!(merged.transactions[0].ok > 0);
 }
+
+/// Promise (docs/bench.md, "Several load generators"): a part that started k intervals after
+/// the earliest has its series shifted by k (rounded); the report's charts over time draw
+/// successes per second of the time each interval covers.
+///
+/// Steps: a 1.5 s run of 2 users sleeping 1 ms (no database), and a copy of it that started
+/// 0.6 s later (another seed): merged, the copy is shifted one interval, so the merged series
+/// has three, and the last holds the copy's half second alone. Its point in the throughput
+/// chart is at 2.5 s (the copy's window's end on the series' time line), at that half
+/// second's count over half a second.
+///
+/// Before the fix every interval was taken whole (the last point at x = 3, half the rate);
+/// the window's end taken from `measured_s` (2.1 s, from the true offset) would have given
+/// the last interval 0.1 s, five times its rate.
+#[test]
+fn a_merged_series_ends_where_its_latest_part_ends_on_its_time_line() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (2, 1, 7);
+    c.duration = Duration::from_millis(1500);
+    let a = rt()
+        .block_on(bench::run(&common::sleeping(1), &c, pending::<()>()))
+        .unwrap();
+    let mut b = a.clone();
+    b.seed = 8;
+    let start = chrono::DateTime::parse_from_rfc3339(&a.started_at).unwrap();
+    b.started_at = (start + chrono::Duration::milliseconds(600))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let merged = bench::merge(&[("a.json".into(), a), ("b.json".into(), b.clone())]).unwrap();
+    assert!(
+        (merged.measured_s - 2.1).abs() < 1e-9,
+        "{}",
+        merged.measured_s
+    );
+    let series = &merged.intervals.per_transaction["sleep"];
+    assert_eq!(series.len(), 3);
+    assert_eq!(merged.interval_span(2), (2.5, 0.5));
+    let last_n = b.intervals.per_transaction["sleep"][1].sufficient.n;
+    assert_eq!(
+        series[2].sufficient.n, last_n,
+        "the copy's half second alone"
+    );
+    let points = &bench::report::tps_series(&[bench::report::Labeled {
+        label: "all".into(),
+        run: merged,
+    }])[0]
+        .points;
+    assert_eq!(
+        points.last(),
+        Some(&(2.5, last_n as f64 / 0.5)),
+        "{points:?}"
+    );
+}

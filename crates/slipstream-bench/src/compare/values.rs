@@ -178,14 +178,28 @@ const TX_PER_GROUP: f64 = 10.0;
 /// seconds is not 1000 / TPS (at 2 TPS, with the empty seconds left out, it read 1.7 TPS),
 /// while the mean of the counts is the TPS. The comparison takes the reciprocal afterwards
 /// ([`Comparison::reciprocal`](slipstream_stats::Comparison::reciprocal)).
+///
+/// A last interval the window ended part way into (a Ctrl-C, `-d 9050ms`) is left out: it
+/// holds only that part of a second, so taken for a whole one it read as a second at a
+/// fraction of the run's rate (a run stopped 0.05 s into its tenth second was shown up to 6%
+/// below the TPS it measured), and as a rate over its own few milliseconds it would be a far
+/// noisier value that the batch means weigh as much as a whole second.
 fn throughput_series(run: &BenchRun) -> Vec<f64> {
     let per = &run.intervals.per_transaction;
-    let len = per.values().map(Vec::len).max().unwrap_or(0);
     let secs = if run.intervals.seconds > 0.0 {
         run.intervals.seconds
     } else {
         1.0
     };
+    let mut len = per.values().map(Vec::len).max().unwrap_or(0);
+    // Within a microsecond of whole is whole: a merged result's window end is a sum of
+    // floating-point seconds.
+    if len > 0 && run.interval_span(len - 1).1 + 1e-6 < secs {
+        len -= 1;
+    }
+    if len == 0 {
+        return Vec::new();
+    }
     let counts: Vec<u64> = (0..len)
         .map(|i| {
             per.values()

@@ -89,7 +89,7 @@ pub(super) fn render(runs: &[Labeled]) -> anyhow::Result<String> {
             .filter_map(|l| {
                 let v = l.run.intervals.per_transaction.get(*name)?;
                 let label = if runs.len() > 1 { l.label.as_str() } else { "" };
-                Some(p50_p99(label, v, l.run.intervals.seconds))
+                Some(p50_p99(label, v, &l.run))
             })
             .flatten()
             .collect();
@@ -118,7 +118,7 @@ pub(super) fn render(runs: &[Labeled]) -> anyhow::Result<String> {
             p50_p99(
                 &format!("{} lag", l.label),
                 &l.run.intervals.schedule_lag,
-                l.run.intervals.seconds,
+                &l.run,
             )
         })
         .collect();
