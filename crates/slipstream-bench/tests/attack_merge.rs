@@ -187,3 +187,65 @@ fn a_merged_series_ends_where_its_latest_part_ends_on_its_time_line() {
         "{points:?}"
     );
 }
+
+/// Promise (docs/bench.md, Progress and Ctrl-C, and the report): an interrupted run's result
+/// says after how long it was stopped, of the window asked for ("interrupted after 1.0 s of
+/// the 2 s asked for"), and compare warns of it the same way; a merged result states each
+/// part's figures (`merged_from`).
+///
+/// Steps: two load generators asked for 2 s, one of them stopped (a Ctrl-C) after 1 s,
+/// merged; what the report's description and compare's warning say of the interruption.
+///
+/// Before the fix both took the merged span for the stop: "interrupted after 2.0 s of the 2 s
+/// asked for", a run cut short at the very length it was asked for, with no word of which
+/// generator was stopped, or when.
+#[test]
+fn a_merged_result_says_which_part_was_interrupted_and_when() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (2, 1, 9);
+    c.duration = Duration::from_secs(2);
+    let full = rt()
+        .block_on(bench::run(&common::sleeping(1), &c, pending::<()>()))
+        .unwrap();
+    c.seed = 10;
+    // A Ctrl-C after 1 s: the stop future `run` is given.
+    let stopped = rt()
+        .block_on(async {
+            let stop = tokio::time::sleep(Duration::from_secs(1));
+            bench::run(&common::sleeping(1), &c, stop).await
+        })
+        .unwrap();
+    assert!(
+        stopped.interrupted && stopped.measured_s < 1.5,
+        "{}",
+        stopped.measured_s
+    );
+    let mut stopped_together = stopped.clone();
+    stopped_together.started_at = full.started_at.clone();
+    let merged = bench::merge(&[
+        ("gen1.json".into(), full.clone()),
+        ("gen2.json".into(), stopped_together),
+    ])
+    .unwrap();
+    let said = bench::report::describe(&merged).join("\n");
+    eprintln!("{said}");
+    let part = format!("gen2.json after {:.1} s", stopped.measured_s);
+    assert!(
+        said.contains(&part) && !said.contains("after 2.0 s of the 2 s"),
+        "{said}"
+    );
+    let report = bench::compare::compare_sides(
+        std::slice::from_ref(&merged),
+        std::slice::from_ref(&full),
+        None,
+        bench::compare::Unit::Auto,
+        &Default::default(),
+    )
+    .unwrap();
+    let warning = report
+        .warnings
+        .iter()
+        .find(|w| w.contains("interrupted"))
+        .expect("an interrupted-run warning");
+    assert!(warning.contains(&part), "{warning}");
+}
