@@ -223,6 +223,7 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
                     seed: r.seed,
                     measured_s: r.measured_s,
                     host: r.environment.cpu_model.clone().unwrap_or_default(),
+                    interrupted: r.interrupted,
                 }]
             } else {
                 r.merged_from.clone()

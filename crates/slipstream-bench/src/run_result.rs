@@ -143,6 +143,11 @@ pub struct MergedPart {
     pub measured_s: f64,
     /// Its machine.
     pub host: String,
+    /// Whether it was stopped early (a Ctrl-C): its own `measured_s` says when. The merged
+    /// result's `interrupted` says only that some part was, and its `measured_s` is the span
+    /// of all of them (false in files merged before it was kept).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// Closed loop (users with think time) or open loop (Poisson arrivals at a rate).
@@ -569,6 +574,54 @@ impl BenchRun {
         } else {
             0.0
         }
+    }
+
+    /// How an interrupted run was cut short, for a sentence that begins "interrupted": after
+    /// how long, of the window asked for; for a merged result, which of its parts and when
+    /// (its own `measured_s` spans every part, so it says nothing of a stop). `None` for a run
+    /// that ran its whole window.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # use slipstream_bench::{RunConfig, Session, Transaction, TxError, Workload};
+    /// # struct Nap;
+    /// # impl Transaction for Nap {
+    /// #     async fn execute(&mut self, _: &mut Session) -> Result<(), TxError> {
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # let workload = Workload::new("nap").transaction("nap", 1, || Nap).without_database();
+    /// # let mut config = RunConfig::new(None);
+    /// config.duration = std::time::Duration::from_secs(2);
+    /// # let mut run = tokio::runtime::Runtime::new()?
+    /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
+    /// # (run.interrupted, run.measured_s) = (true, 0.5);
+    /// // Stopped half a second in:
+    /// assert_eq!(run.interruption().as_deref(), Some("after 0.5 s of the 2 s asked for"));
+    /// # Ok(()) }
+    /// ```
+    pub fn interruption(&self) -> Option<String> {
+        if !self.interrupted {
+            return None;
+        }
+        let asked = format!("of the {:.0} s asked for", self.duration_s);
+        if self.merged_from.is_empty() {
+            return Some(format!("after {:.1} s {asked}", self.measured_s));
+        }
+        let stopped: Vec<String> = self
+            .merged_from
+            .iter()
+            .filter(|p| p.interrupted)
+            .map(|p| format!("{} after {:.1} s", p.label, p.measured_s))
+            .collect();
+        Some(if stopped.is_empty() {
+            "in part (a load generator was stopped early; this file, merged by an older \
+             slipstream, does not say which)"
+                .to_string()
+        } else {
+            format!("in part: {} {asked}", stopped.join(", "))
+        })
     }
 
     /// Where interval `i` of the series (`intervals.per_transaction`, `schedule_lag`) ends, in

@@ -546,10 +546,9 @@ pub fn compare_sides(
         ));
     }
     for (runs, which) in [(a, "A"), (b, "B")] {
-        for r in runs.iter().filter(|r| r.interrupted) {
+        for how in runs.iter().filter_map(BenchRun::interruption) {
             report.warnings.push(format!(
-                "a run of {which} was interrupted after {:.1} s: its figures cover what ran",
-                r.measured_s
+                "a run of {which} was interrupted {how}: its figures cover what ran"
             ));
         }
     }

@@ -306,11 +306,8 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         machine.push_str(&format!("; database {}", e.database));
     }
     lines.push(machine);
-    if r.interrupted {
-        lines.push(format!(
-            "interrupted after {:.1} s of the {:.0} s asked for: the figures cover what ran",
-            r.measured_s, r.duration_s
-        ));
+    if let Some(how) = r.interruption() {
+        lines.push(format!("interrupted {how}: the figures cover what ran"));
     }
     if r.unfinished > 0 {
         let by: Vec<String> = r
