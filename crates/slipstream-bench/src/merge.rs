@@ -36,6 +36,20 @@ use crate::run_result::{
     TxResult,
 };
 
+/// A part's start, in seconds after the earliest part's (`origin`).
+pub(crate) fn offset_s(
+    start: chrono::DateTime<chrono::FixedOffset>,
+    origin: chrono::DateTime<chrono::FixedOffset>,
+) -> f64 {
+    (start - origin).num_microseconds().unwrap_or(0) as f64 / 1e6
+}
+
+/// A part's offset in whole intervals of `seconds`: where its series is placed in the merged
+/// one (and so where its window ends on the merged time line, [`BenchRun::interval_span`]).
+pub(crate) fn shift(offset_s: f64, seconds: f64) -> usize {
+    (offset_s / seconds).round() as usize
+}
+
 /// Adds the runs of several load generators (label, run) into one result.
 ///
 /// ```no_run
@@ -150,15 +164,8 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
         first.intervals.seconds
     );
     let seconds = first.intervals.seconds;
-    // Seconds from the earliest start, and that in whole intervals.
-    let offsets_s: Vec<f64> = starts
-        .iter()
-        .map(|s| (*s - origin).num_microseconds().unwrap_or(0) as f64 / 1e6)
-        .collect();
-    let shifts: Vec<usize> = offsets_s
-        .iter()
-        .map(|o| (o / seconds).round() as usize)
-        .collect();
+    let offsets_s: Vec<f64> = starts.iter().map(|s| offset_s(*s, origin)).collect();
+    let shifts: Vec<usize> = offsets_s.iter().map(|o| shift(*o, seconds)).collect();
     // Load generators that ran together start within a run's length of each other (and a
     // minute of clock skew): a merge of runs further apart is a mistake, and its series
     // would be mostly empty intervals (from files days apart, gigabytes of them).

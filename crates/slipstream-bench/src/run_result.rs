@@ -680,8 +680,9 @@ impl BenchRun {
                     .iter()
                     .zip(&self.merged_from)
                     .map(|(s, p)| {
-                        let offset = (*s - origin).num_microseconds().unwrap_or(0) as f64 / 1e6;
-                        (offset / seconds).round() * seconds + p.measured_s
+                        let shift =
+                            crate::merge::shift(crate::merge::offset_s(*s, origin), seconds);
+                        shift as f64 * seconds + p.measured_s
                     })
                     .fold(0.0, f64::max)
             }
