@@ -81,13 +81,20 @@ impl Summary {
         }
     }
 
-    /// `mean ± sd` with `digits` decimals.
+    /// `mean ± sd` with `digits` decimals. One sample has no spread to show, and says so
+    /// rather than "± 0", which reads as a measurement without noise.
     /// ```
     /// let s = slipstream_lab::Summary::of(&[90.0, 100.0, 110.0]);
     /// assert_eq!(s.mean_sd(1), "100.0 ± 10.0");
+    /// assert_eq!(slipstream_lab::Summary::of(&[19526.4]).mean_sd(0), "19526 (one sample)");
+    /// assert_eq!(slipstream_lab::Summary::of(&[]).mean_sd(0), "no samples");
     /// ```
     pub fn mean_sd(&self, digits: usize) -> String {
-        format!("{:.d$} ± {:.d$}", self.mean, self.sd, d = digits)
+        match self.n {
+            0 => "no samples".to_string(),
+            1 => format!("{:.d$} (one sample)", self.mean, d = digits),
+            _ => format!("{:.d$} ± {:.d$}", self.mean, self.sd, d = digits),
+        }
     }
 
     /// `min … max` with `digits` decimals.

@@ -487,6 +487,19 @@ pub struct ProxyOverhead {
     pub added_us: f64,
 }
 
+/// The median as docs/lab.md defines it: the middle sample, or the mean of the middle two for
+/// an even count (the upper one alone leaned every even-sized figure toward the slower half).
+/// `samples` is not empty.
+fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+    }
+}
+
 /// Measures the proxy's own added round trip at `rtt` with `samples` 64-byte ping-pongs.
 ///
 /// ```no_run
@@ -495,6 +508,11 @@ pub struct ProxyOverhead {
 /// # Ok::<(), slipstream_testkit::Error>(())
 /// ```
 pub fn measure_overhead(rtt: Duration, samples: usize) -> Result<ProxyOverhead, Error> {
+    if samples == 0 {
+        return Err(Error::new(
+            "measure_overhead needs at least one sample: a median of none is no measurement",
+        ));
+    }
     let echo = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::io("echo server could not listen", e))?;
     let echo_addr = echo.local_addr().map_err(|e| Error::io("echo server", e))?;
@@ -525,8 +543,7 @@ pub fn measure_overhead(rtt: Duration, samples: usize) -> Result<ProxyOverhead, 
                 .map_err(|e| Error::io("ping read", e))?;
             times.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        times.sort_by(f64::total_cmp);
-        Ok(times[times.len() / 2])
+        Ok(median(&mut times))
     };
     let direct_us = ping(echo_addr)?;
     let proxied_us = ping(proxy.addr())?;
@@ -537,4 +554,25 @@ pub fn measure_overhead(rtt: Duration, samples: usize) -> Result<ProxyOverhead, 
         configured_us,
         added_us: proxied_us - direct_us - configured_us,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/lab.md's median: of an even count, the mean of the middle two (it was the upper
+    /// one: 3.0 here).
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut [5.0, 1.0, 3.0]), 3.0);
+    }
+
+    /// Bad input gets an error, not a panic: with no samples, the median indexed an empty
+    /// vector (index out of bounds).
+    #[test]
+    fn no_samples_is_an_error_not_a_panic() {
+        let e = measure_overhead(Duration::from_micros(100), 0).unwrap_err();
+        assert!(e.to_string().contains("at least one sample"), "{e}");
+    }
 }
