@@ -1,0 +1,81 @@
+//! Attacks (helper h83) on the seams between the client's features: the statement cache, row
+//! streams with a fetch size, transaction guards, pipelines and memopt handles, where one
+//! feature's state meets another's promise (docs/statement-cache.md, docs/fetch-size.md,
+//! docs/client.md).
+
+use slipstream_pg::{Client, FetchSize, TransactionStatus};
+
+/// Every row of `sql` through a row stream of one row per fetch, with its column count.
+async fn stream_all(c: &mut Client, sql: &str) -> Result<(usize, usize), slipstream_pg::Error> {
+    let mut s = c.query_stream_with(sql, &[], FetchSize::Rows(1)).await?;
+    let mut n = 0;
+    while s.next().await?.is_some() {
+        n += 1;
+    }
+    Ok((n, s.columns().len()))
+}
+
+/// Promise (statement-cache.md, "After DDL"; fetch-size.md, "Statement cache"): outside a
+/// transaction, a cached statement that DDL made stale is prepared again and retried once,
+/// transparently, and SQL text streams through the cache "including the transparent
+/// re-prepare after DDL". A dropped `Transaction` has its `ROLLBACK` sent ahead of the next
+/// request (client.md), so that request runs outside any transaction.
+///
+/// Steps: cache `SELECT * FROM seam` through a row stream; `ALTER TABLE seam ADD COLUMN` (its
+/// result type changes); open a `Transaction`, write in it and drop it (its `ROLLBACK` is now
+/// queued, and `transaction_status()` still says `InTransaction`); stream the SQL again. Then
+/// the same with `query` in place of the stream, which was right all along.
+///
+/// Before the fix: the stream judged "inside a transaction" from the status before its
+/// request, which the queued `ROLLBACK` it sent first then ended. It failed with 0A000 and
+/// "went stale inside a transaction ... roll back and run the transaction again" although the
+/// caller ran no transaction (the status read `Idle` right after), and kept the SQL out of the
+/// statement cache for the connection's life. `query` judges from the status that came with
+/// the error, and retried.
+#[tokio::test]
+async fn a_stream_after_a_dropped_transaction_re_prepares_a_stale_statement() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE seam (id int PRIMARY KEY); INSERT INTO seam VALUES (1), (2)")
+        .await
+        .unwrap();
+    let sql = "SELECT * FROM seam";
+    assert_eq!(stream_all(&mut c, sql).await.unwrap(), (2, 1));
+    c.batch_execute("ALTER TABLE seam ADD COLUMN extra int")
+        .await
+        .unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO seam VALUES (3)", &[])
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.transaction_status(), TransactionStatus::InTransaction);
+    let streamed = stream_all(&mut c, sql).await;
+    assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+    assert_eq!(
+        streamed.unwrap(),
+        (2, 2),
+        "the stream ran outside any transaction: the stale statement is prepared again"
+    );
+    let stats = c.statement_cache_stats();
+    assert_eq!(stats.reprepares, 1, "{stats:?}");
+    // Still cached: the next stream is a hit, not a statement kept out of the cache.
+    stream_all(&mut c, sql).await.unwrap();
+    assert_eq!(c.statement_cache_stats().hits, stats.hits + 1);
+
+    // `query` on the same sequence, for comparison.
+    let q = "SELECT * FROM seam WHERE id > 0";
+    c.query(q, &[]).await.unwrap();
+    c.batch_execute("ALTER TABLE seam ADD COLUMN more int")
+        .await
+        .unwrap();
+    {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO seam VALUES (3)", &[])
+            .await
+            .unwrap();
+    }
+    let rows = c.query(q, &[]).await.unwrap();
+    assert_eq!((rows.len(), rows[0].len()), (2, 3));
+}
