@@ -150,12 +150,6 @@ impl Client {
         params: &[Param<'_>],
         fetch: FetchSize,
     ) -> Result<RowStream<'_>, Error> {
-        // Whether a stale cached statement may be retried depends on the transaction status,
-        // which is the server's only once the replies a dropped call left owed are read.
-        if !self.conn.is_settled() {
-            self.conn.settle().await?;
-        }
-        let in_transaction = self.conn.tx_status != TransactionStatus::Idle;
         let (sql, use_cache, prepared) = match statement.source() {
             Source::Prepared(stmt) => {
                 check_owner(stmt, self.id)?;
@@ -196,6 +190,13 @@ impl Client {
             && stale
             && let Some(e) = stream.reply.error.take()
         {
+            // Judged from the status that came with the error, as `Client::run` does: the
+            // request began with what dropped handles deferred (a dropped `Transaction`'s
+            // `ROLLBACK`), so the status before it may name a transaction that request ended.
+            // An error with no row read was followed by its `Sync`'s `ReadyForQuery`; were it
+            // not, the status is not known, and a retry is not risked.
+            let in_transaction = stream.state != State::Done
+                || stream.client.conn.tx_status != TransactionStatus::Idle;
             stream.client.stale(&plan, e, in_transaction)?;
             stream.start(sql, None, params, use_cache).await?;
         }
