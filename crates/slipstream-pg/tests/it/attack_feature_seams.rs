@@ -79,3 +79,40 @@ async fn a_stream_after_a_dropped_transaction_re_prepares_a_stale_statement() {
     let rows = c.query(q, &[]).await.unwrap();
     assert_eq!((rows.len(), rows[0].len()), (2, 3));
 }
+
+#[tokio::test]
+async fn scratch_leaked_pipeline() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    for mode in [
+        slipstream_pg::PipelineMode::AbortOnError,
+        slipstream_pg::PipelineMode::ContinueOnError,
+    ] {
+        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        {
+            let mut p = c.pipeline_with(slipstream_pg::PipelineOptions::new().mode(mode));
+            p.query("SELECT 42", &[]).await.unwrap();
+            std::mem::forget(p);
+        }
+        eprintln!(
+            "{mode:?}: settled {} reusable {}",
+            c.is_settled(),
+            c.is_reusable()
+        );
+        let r = c.query("SELECT 1", &[]).await;
+        eprintln!(
+            "{mode:?}: {:?}",
+            r.map(|rows| rows
+                .iter()
+                .map(|r| r.get::<_, i32>(0).unwrap())
+                .collect::<Vec<_>>())
+        );
+        let r = c.query("SELECT 2", &[]).await;
+        eprintln!(
+            "{mode:?}: {:?}",
+            r.map(|rows| rows
+                .iter()
+                .map(|r| r.get::<_, i32>(0).unwrap())
+                .collect::<Vec<_>>())
+        );
+    }
+}

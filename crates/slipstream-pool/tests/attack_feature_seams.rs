@@ -1,0 +1,96 @@
+//! Attacks (helper h83) on the seams between the pool and slipstream-pg's other features: what
+//! a borrower leaves half done in a pipeline block reaches no next borrower (docs/pool.md,
+//! docs/pipelining.md).
+
+mod common;
+
+use std::time::Duration;
+
+use slipstream_pg::{PipelineMode, PipelineOptions};
+use slipstream_pool::{PgManager, Pool, Reset};
+use slipstream_testkit::Cluster;
+
+fn pool(cluster: &Cluster, reset: Reset) -> Pool<PgManager> {
+    let config = cluster.url().parse().expect("the testkit's URL parses");
+    Pool::builder(PgManager::new(config).reset_on_return(reset))
+        .max_size(1)
+        .borrow_timeout(Duration::from_secs(30))
+        .build()
+}
+
+/// Promise (pool.md: a borrower never inherits what a cancelled call left behind, and none of
+/// its writes vanish into one; pipelining.md, "Dropping a pipeline": an abandoned abort-mode
+/// block is all-or-nothing, never committed by a later request; `Client::is_reusable`: true
+/// only if the connection "can serve another user as it is"). Leaking a pipeline block
+/// (`std::mem::forget`, a cycle of `Rc`s) is safe Rust, as a leaked row stream is, which the
+/// client already handles (`a_leaked_row_stream_does_not_hang_the_next_call`).
+///
+/// Steps: a one-connection pool, under each reset mode. Borrower A queues `INSERT INTO
+/// leak VALUES (1)` and `SELECT 42` in an abort-mode block, leaks the block (small: still in
+/// the write buffer), and returns the connection; borrower B runs `SELECT 1`. Then the same
+/// with a block of 300 operations, of which the window sent part to the server before the
+/// leak. B must read exactly its own row, every time, and A's abandoned writes never commit.
+///
+/// Before the fix: the block's open sync group had no reply owed on the connection, so it
+/// counted as settled, reusable and outside a transaction; no reset ran, and B's `SELECT 1`
+/// sent A's queued messages ahead of its own and returned `[42, 1]`, A's row first, while A's
+/// `INSERT` committed with B's `Sync`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_pipeline_block_reaches_no_next_borrower() {
+    let cluster = Cluster::start().unwrap();
+    for reset in [Reset::Rollback, Reset::Session, Reset::None] {
+        let pool = pool(&cluster, reset);
+        {
+            let mut setup = pool.get().await.unwrap();
+            setup
+                .batch_execute("DROP TABLE IF EXISTS leak; CREATE TABLE leak (n int)")
+                .await
+                .unwrap();
+        }
+        for ops in [2usize, 300] {
+            {
+                let mut a = pool.get().await.unwrap();
+                let mut p =
+                    a.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+                p.execute("INSERT INTO leak VALUES (1)", &[]).await.unwrap();
+                for _ in 1..ops {
+                    p.query("SELECT 42", &[]).await.unwrap();
+                }
+                std::mem::forget(p);
+            }
+            common::until(
+                Duration::from_secs(10),
+                "the connection back",
+                || pool.stats(),
+                |s| s.borrowed == 0,
+            )
+            .await;
+            let mut b = pool.get().await.unwrap();
+            let mine: Vec<i32> =
+                tokio::time::timeout(Duration::from_secs(10), b.query("SELECT 1", &[]))
+                    .await
+                    .expect("B's query answers within 10 s")
+                    .unwrap_or_else(|e| {
+                        panic!("{reset:?}, {ops} operations: B's query failed: {e}")
+                    })
+                    .iter()
+                    .map(|r| r.get(0).unwrap())
+                    .collect();
+            assert_eq!(
+                mine,
+                [1],
+                "{reset:?}, {ops} operations: B read another borrower's rows"
+            );
+            let committed: i64 = b
+                .query_one("SELECT count(*) FROM leak", &[])
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            assert_eq!(
+                committed, 0,
+                "{reset:?}, {ops} operations: A's abandoned INSERT committed"
+            );
+        }
+    }
+}
