@@ -219,6 +219,13 @@ pub(crate) struct Connection {
     /// stream's exchange, answers nothing until that `Sync` comes, so the request queues it
     /// (the stream's reply is then discarded like any abandoned one).
     pub(crate) stream_sync_owed: bool,
+    /// An abort-mode pipeline block's open sync group: the stream offset (see `written`) where
+    /// its messages begin. The group owes no reply until its `Sync` is queued, so without this
+    /// the connection would look settled. The block keeps it up to date and clears it when it
+    /// queues the `Sync` or is dropped; set when a request starts, the block was leaked
+    /// (`mem::forget`): its messages, ahead of the request's, would run in one implicit
+    /// transaction with it and their replies be read as its own (see `abandon_leaked_group`).
+    pub(crate) open_group: Option<u64>,
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
@@ -285,6 +292,7 @@ impl Connection {
             notifications: VecDeque::new(),
             notice_handler: default_notice_handler(),
             copy_in_abort: false,
+            open_group: None,
             stream_sync_owed: false,
             deferred: Vec::new(),
             deferred_failure: None,
@@ -351,6 +359,9 @@ impl Connection {
     /// Cancel-safe: a dropped future leaves the settling to the next call.
     pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
         self.check_usable()?;
+        if let Some(offset) = self.open_group.take() {
+            self.abandon_leaked_group(offset)?;
+        }
         if std::mem::take(&mut self.stream_sync_owed) {
             frontend::sync(&mut self.wbuf);
         }
@@ -360,6 +371,26 @@ impl Connection {
             self.check_unsolicited()?;
         }
         self.queue_deferred()
+    }
+
+    /// What a leaked pipeline block's open sync group (from stream offset `offset`) leaves:
+    /// if none of it reached the server, it is taken back out of the write buffer and nothing
+    /// of it runs, as the block's `Drop` would. If part of it did, the server is inside the
+    /// group's extended-protocol sequence, and what remains in the buffer is cut at an
+    /// operation boundary only the block knew: sent, a `COMMIT` among it would commit the work
+    /// before it, and anything else would answer as the next request's reply. The connection
+    /// is closed instead (a pool then opens another).
+    fn abandon_leaked_group(&mut self, offset: u64) -> Result<(), Error> {
+        if offset >= self.written {
+            self.wbuf.truncate((offset - self.written) as usize);
+            return Ok(());
+        }
+        Err(self.poison(Error::usage(
+            "a pipeline block was leaked (std::mem::forget, a cycle of Rcs) after part of its \
+             open sync group reached the server: its work cannot be abandoned nor its replies \
+             told from this call's, so the connection is closed. Let pipeline blocks drop, or \
+             end() them",
+        )))
     }
 
     /// With no reply owed, the server may have sent only asynchronous messages (notices,
@@ -467,7 +498,7 @@ impl Connection {
     /// status is the server's current one. (Deferred `ROLLBACK`s and `Close`s may be pending;
     /// they go out ahead of the next request.)
     pub(crate) fn is_settled(&self) -> bool {
-        self.owed.is_empty() && !self.copy_in_abort
+        self.owed.is_empty() && !self.copy_in_abort && self.open_group.is_none()
     }
 
     /// Records that a complete request (ending in `Sync` or `Query`) answering as `what` is in

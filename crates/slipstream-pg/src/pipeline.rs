@@ -947,6 +947,7 @@ impl Pipeline<'_> {
         if let Some(first) = self.group_start.take() {
             self.push_sync(first);
             self.needs_flush = false;
+            self.client.conn.open_group = None;
         }
     }
 
@@ -1312,6 +1313,7 @@ impl Pipeline<'_> {
                 if self.group_start.is_none() {
                     self.group_start = Some(id);
                     self.group_offset = self.client.conn.written + mark as u64;
+                    self.client.conn.open_group = Some(self.group_offset);
                 }
                 self.needs_flush = true;
             }
@@ -1417,6 +1419,7 @@ impl Pipeline<'_> {
         }
         if self.group_start.is_some() && self.group_offset >= end {
             self.group_offset += added;
+            self.client.conn.open_group = Some(self.group_offset);
         }
     }
 
@@ -1885,6 +1888,7 @@ impl Pipeline<'_> {
         self.skip = 0;
         self.group_failed = None;
         self.group_start = None;
+        self.client.conn.open_group = None;
         self.needs_flush = false;
     }
 }
@@ -1966,6 +1970,8 @@ impl Drop for Pipeline<'_> {
             }
             self.sync();
         }
+        // Whatever became of the group, it is not a leaked one (see `Connection::open_group`).
+        self.client.conn.open_group = None;
     }
 }
 

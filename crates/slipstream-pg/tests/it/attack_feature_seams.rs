@@ -80,39 +80,61 @@ async fn a_stream_after_a_dropped_transaction_re_prepares_a_stale_statement() {
     assert_eq!((rows.len(), rows[0].len()), (2, 3));
 }
 
+/// Promise (pipelining.md, "Dropping a pipeline": an open abort-mode block given up is
+/// all-or-nothing, nothing of it runs if none of it was written; `Client::is_reusable`: true
+/// only if the connection can serve another user as it is). A block leaked instead of
+/// dropped (`std::mem::forget`, a cycle of `Rc`s; safe Rust, which the client handles for a
+/// row stream) never runs its `Drop`.
+///
+/// Steps: queue `INSERT INTO leak VALUES (1)` and `SELECT 42` in an abort-mode block, leak
+/// it while still in the write buffer, run `SELECT 1`; then the same with 300 operations, of
+/// which the window sent part before the leak.
+///
+/// Before the fix: the open group owed no reply, so the client was settled and reusable; the
+/// next `SELECT 1` sent the leaked messages ahead of its own and returned `[42, 1]` (301 rows
+/// for the large block), and the leaked `INSERT` committed with its `Sync`. Now the small
+/// block is taken back (nothing of it runs), and the large one, whose operations the server
+/// has begun, closes the connection with an error that names the leak.
 #[tokio::test]
-async fn scratch_leaked_pipeline() {
+async fn a_leaked_pipeline_block_neither_runs_nor_answers_the_next_call() {
+    use slipstream_pg::{ErrorKind, PipelineMode, PipelineOptions};
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    for mode in [
-        slipstream_pg::PipelineMode::AbortOnError,
-        slipstream_pg::PipelineMode::ContinueOnError,
-    ] {
-        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
-        {
-            let mut p = c.pipeline_with(slipstream_pg::PipelineOptions::new().mode(mode));
-            p.query("SELECT 42", &[]).await.unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE leak (n int)").await.unwrap();
+    let url = cluster.url();
+    let leak = |ops: usize| {
+        let url = url.clone();
+        async move {
+            let mut c = slipstream_pg::connect(&url).await.unwrap();
+            let mut p = c.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+            p.execute("INSERT INTO leak VALUES (1)", &[]).await.unwrap();
+            for _ in 1..ops {
+                p.query("SELECT 42", &[]).await.unwrap();
+            }
             std::mem::forget(p);
+            c
         }
-        eprintln!(
-            "{mode:?}: settled {} reusable {}",
-            c.is_settled(),
-            c.is_reusable()
-        );
-        let r = c.query("SELECT 1", &[]).await;
-        eprintln!(
-            "{mode:?}: {:?}",
-            r.map(|rows| rows
-                .iter()
-                .map(|r| r.get::<_, i32>(0).unwrap())
-                .collect::<Vec<_>>())
-        );
-        let r = c.query("SELECT 2", &[]).await;
-        eprintln!(
-            "{mode:?}: {:?}",
-            r.map(|rows| rows
-                .iter()
-                .map(|r| r.get::<_, i32>(0).unwrap())
-                .collect::<Vec<_>>())
-        );
-    }
+    };
+
+    let mut small = leak(2).await;
+    assert!(!small.is_reusable(), "a leaked open block is not reusable");
+    let rows = small.query("SELECT 1", &[]).await.unwrap();
+    let mine: Vec<i32> = rows.iter().map(|r| r.get(0).unwrap()).collect();
+    assert_eq!(mine, [1], "the call read the leaked block's rows");
+    assert!(small.is_reusable());
+
+    let mut large = leak(300).await;
+    let e = large.query("SELECT 1", &[]).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
+    assert!(e.to_string().contains("leaked"), "{e}");
+    assert!(large.is_broken());
+    drop(large);
+
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM leak", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(n, 0, "a leaked block's INSERT committed");
 }
