@@ -201,7 +201,8 @@ impl Client {
     }
 
     /// True if the connection can serve another user as it is: not broken, settled (no reply
-    /// of a dropped call still owed, no dropped COPY pending), and not inside a transaction (a
+    /// of a dropped call still owed, no dropped COPY pending, no open sync group of a leaked
+    /// pipeline block), and not inside a transaction (a
     /// dropped [`crate::Transaction`] has its `ROLLBACK` queued ahead of the next request,
     /// which counts as out: check [`Client::transaction_status`] too to know the server's
     /// session is out, as `slipstream-pool`'s `PgManager` does, since until that next request
