@@ -138,3 +138,55 @@ async fn a_leaked_pipeline_block_neither_runs_nor_answers_the_next_call() {
         .unwrap();
     assert_eq!(n, 0, "a leaked block's INSERT committed");
 }
+
+/// `f`'s output, or a panic naming `what` after 10 s.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 10 s"))
+}
+
+/// Promise (client.md, COPY: a `CopyIn` dropped part-way loads nothing and leaves the
+/// connection usable; the client's own rule for a leaked row stream, which is safe Rust:
+/// "must not leave the connection waiting for ever"). A `CopyIn` leaked instead
+/// (`std::mem::forget`) never runs the `Drop` that queues its `CopyFail`.
+///
+/// Steps: `COPY cp FROM STDIN`, write a row, leak the `CopyIn`, run `SELECT 1` (bounded at
+/// 10 s); then check that nothing was loaded. A leaked `CopyOut` beside it, which held.
+///
+/// Before the fix: the next call waited for ever. It settled the COPY's reply first, and the
+/// server, in COPY mode, waited for data that never came.
+#[tokio::test]
+async fn a_leaked_copy_in_does_not_hang_the_next_call() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE cp (n int)").await.unwrap();
+    let mut w = c.copy_in("COPY cp FROM STDIN").await.unwrap();
+    w.write(b"1\n").await.unwrap();
+    std::mem::forget(w);
+    assert!(!c.is_reusable());
+    let row = bounded(
+        "the call after a leaked CopyIn",
+        c.query_one("SELECT 1", &[]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 1);
+    assert!(c.is_reusable());
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM cp").await;
+    assert_eq!(n, 0, "a leaked COPY loaded its rows");
+
+    let mut r = c
+        .copy_out("COPY (SELECT g FROM generate_series(1, 100000) g) TO STDOUT")
+        .await
+        .unwrap();
+    r.next().await.unwrap();
+    std::mem::forget(r);
+    let row = bounded(
+        "the call after a leaked CopyOut",
+        c.query_one("SELECT 2", &[]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(row.get::<_, i32>(0).unwrap(), 2);
+}
