@@ -213,6 +213,12 @@ pub(crate) struct Connection {
     pub(crate) notice_handler: NoticeHandler,
     /// A `CopyIn` was dropped mid-stream: send `CopyFail` before anything else.
     pub(crate) copy_in_abort: bool,
+    /// A `CopyIn` exists: its `Drop` clears this (and sets `copy_in_abort` if it had not
+    /// ended). Set when a request starts, the `CopyIn` was leaked (`mem::forget`) and the
+    /// server still waits for its data: the request aborts the COPY as the drop would have,
+    /// rather than wait for a reply that never comes. (A `CopyFail` that reaches a server no
+    /// longer in COPY mode, the COPY ended or failed already, is ignored by it.)
+    pub(crate) copy_in_live: bool,
     /// A row stream is open and its `Sync` is not queued yet. A stream queues it when its rows
     /// run out or when it is dropped, and clears this; set when a request starts, the stream
     /// was leaked (`mem::forget`) and its `Drop` never ran. The server, in the middle of the
@@ -292,6 +298,7 @@ impl Connection {
             notifications: VecDeque::new(),
             notice_handler: default_notice_handler(),
             copy_in_abort: false,
+            copy_in_live: false,
             open_group: None,
             stream_sync_owed: false,
             deferred: Vec::new(),
@@ -361,6 +368,9 @@ impl Connection {
         self.check_usable()?;
         if let Some(offset) = self.open_group.take() {
             self.abandon_leaked_group(offset)?;
+        }
+        if std::mem::take(&mut self.copy_in_live) {
+            self.copy_in_abort = true;
         }
         if std::mem::take(&mut self.stream_sync_owed) {
             frontend::sync(&mut self.wbuf);
@@ -498,7 +508,10 @@ impl Connection {
     /// status is the server's current one. (Deferred `ROLLBACK`s and `Close`s may be pending;
     /// they go out ahead of the next request.)
     pub(crate) fn is_settled(&self) -> bool {
-        self.owed.is_empty() && !self.copy_in_abort && self.open_group.is_none()
+        self.owed.is_empty()
+            && !self.copy_in_abort
+            && !self.copy_in_live
+            && self.open_group.is_none()
     }
 
     /// Records that a complete request (ending in `Sync` or `Query`) answering as `what` is in

@@ -43,6 +43,7 @@ impl Client {
     /// ```
     pub async fn copy_in(&mut self, sql: &str) -> Result<CopyIn<'_>, Error> {
         self.start_copy(sql, true).await?;
+        self.conn.copy_in_live = true;
         Ok(CopyIn {
             client: self,
             buf: BytesMut::with_capacity(COPY_CHUNK),
@@ -454,6 +455,7 @@ impl Drop for CopyIn<'_> {
         if !self.finished {
             self.client.conn.copy_in_abort = true;
         }
+        self.client.conn.copy_in_live = false;
     }
 }
 
