@@ -190,3 +190,113 @@ async fn a_leaked_copy_in_does_not_hang_the_next_call() {
     .unwrap();
     assert_eq!(row.get::<_, i32>(0).unwrap(), 2);
 }
+
+#[derive(Debug, Clone, PartialEq, postgres_types::ToSql, postgres_types::FromSql)]
+#[postgres(name = "pair")]
+struct Pair {
+    a: Option<i32>,
+    b: Option<i32>,
+}
+
+/// A read of a `pair` against the server's own `(a, b)`: the same values, or an error.
+fn never_swapped(what: &str, read: Result<Pair, slipstream_pg::Error>, truth: &Pair) {
+    if let Ok(pair) = read {
+        assert_eq!(&pair, truth, "{what}: read with the old field order");
+    }
+}
+
+/// Promise (client.md, "Types"): the type cache is forgotten with `ALTER TYPE` run on this
+/// connection "as statements of their own, through any call: the client sees their command
+/// tags", so a composite whose attribute was dropped and added again is not read in its old
+/// field order; a `Statement` held across it is refused until prepared again. pipelining.md:
+/// result columns of such types are resolved from the type cache as replies arrive, and a
+/// type the block cannot look up comes unresolved from `process` and resolved from `end()`.
+///
+/// Steps: `pair` is `(a int4, b int4)` and the connection has read it (cached). Then `ALTER
+/// TYPE pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4` (now `(b, a)`) and `UPDATE tp SET p.a =
+/// 7`, either as the first operations of a pipeline block (both modes) or by
+/// `batch_execute` just before it; then the block reads `SELECT p FROM tp` as SQL (through
+/// `process`, and through `end()` on a second operation) and through a `Statement`
+/// prepared before. Each read must be the server's `(a = 7, b = 2)` or an error, and `end()`
+/// must resolve the SQL's rows.
+///
+/// Before the fix: every SQL read in the block, and the held statement's read when the
+/// `ALTER` ran inside the block, gave `Pair { a: Some(2), b: Some(7) }`, with no error. The
+/// block neither forgot the cache for an `ALTER` it carried nor for one the connection had
+/// seen before it (only the next non-pipelined call did).
+#[tokio::test]
+async fn an_alter_type_in_or_before_a_pipeline_block_never_swaps_fields_in_it() {
+    use slipstream_pg::{Output, PipelineMode, PipelineOptions};
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let truth = Pair {
+        a: Some(7),
+        b: Some(2),
+    };
+    for (mode, in_block) in [
+        (PipelineMode::AbortOnError, true),
+        (PipelineMode::ContinueOnError, true),
+        (PipelineMode::AbortOnError, false),
+        (PipelineMode::ContinueOnError, false),
+    ] {
+        let case = format!("{mode:?}, ALTER in the block: {in_block}");
+        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        c.batch_execute(
+            "DROP TABLE IF EXISTS tp; DROP TYPE IF EXISTS pair;
+             CREATE TYPE pair AS (a int4, b int4); CREATE TABLE tp (p pair);
+             INSERT INTO tp VALUES (ROW(1, 2))",
+        )
+        .await
+        .unwrap();
+        let select = c.prepare("SELECT p FROM tp").await.unwrap();
+        let before: Pair = c
+            .query_one("SELECT p FROM tp", &[])
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        assert_eq!(
+            before,
+            Pair {
+                a: Some(1),
+                b: Some(2)
+            }
+        );
+        let alter = "ALTER TYPE pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4";
+        let update = "UPDATE tp SET p.a = 7";
+        if !in_block {
+            c.batch_execute(&format!("{alter}; {update}"))
+                .await
+                .unwrap();
+        }
+        let mut p = c.pipeline_with(PipelineOptions::new().mode(mode));
+        if in_block {
+            p.execute(alter, &[]).await.unwrap();
+            p.execute(update, &[]).await.unwrap();
+        }
+        let by_process = p.query("SELECT p FROM tp", &[]).await.unwrap();
+        let by_end = p.query("SELECT p FROM tp", &[]).await.unwrap();
+        // Refused when queued is an answer too (the cache was forgotten before the block).
+        let held = p.query(&select, &[]).await;
+        let read = p
+            .process(&by_process)
+            .await
+            .and_then(|rows| rows[0].get::<_, Pair>(0));
+        never_swapped(&format!("{case}: SQL through process"), read, &truth);
+        if let Ok(held) = &held {
+            let read = p
+                .process(held)
+                .await
+                .and_then(|rows| rows[0].get::<_, Pair>(0));
+            never_swapped(&format!("{case}: held statement"), read, &truth);
+        }
+        let results = p.end().await;
+        match &results[by_end.id() as usize] {
+            Ok(Output::Rows(rows)) => assert_eq!(
+                rows[0].get::<_, Pair>(0).unwrap(),
+                truth,
+                "{case}: SQL through end()"
+            ),
+            other => panic!("{case}: end() gave {other:?}"),
+        }
+    }
+}
