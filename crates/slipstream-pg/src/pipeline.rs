@@ -474,6 +474,10 @@ struct Pending {
     /// `Pipeline::due`).
     due_end: u64,
     reply: Reply,
+    /// The type cache's generation when it was queued. A prepared statement's reply is not
+    /// described, so its rows are read by the definitions the statement holds: if the cache
+    /// was forgotten since (an `ALTER TYPE` earlier in this block), they may be stale.
+    types_generation: u64,
 }
 
 enum Kind {
@@ -1257,6 +1261,9 @@ impl Pipeline<'_> {
     async fn settle(&mut self) -> Result<(), Error> {
         if !self.started {
             self.client.conn.start_request().await?;
+            // An `ALTER TYPE` (or `DISCARD ALL`) the connection ran before the block: no
+            // reply in it may be read by the definitions it may have changed.
+            self.client.forget_discarded();
             self.skip = self.client.conn.owed.len();
             self.started = true;
         }
@@ -1299,6 +1306,7 @@ impl Pipeline<'_> {
             bytes,
             due_end: self.due_pushed,
             reply: Reply::new(columns, keep_rows),
+            types_generation: self.client.types.generation(),
         }));
         self.in_flight_ops += ops as usize;
         self.in_flight_bytes += bytes;
@@ -1701,6 +1709,13 @@ impl Pipeline<'_> {
             // Read: the statement gets its handle below, or it was never created.
             self.client.conn.claim(name);
         }
+        // An `ALTER TYPE`, `ALTER DOMAIN` or `DISCARD ALL` earlier in the block (its tag was
+        // read before this reply, so it ran first) may have changed a type the cache holds:
+        // forgotten now, the types of this reply and the later ones are looked up by `end`
+        // rather than read by the old definition (a composite's fields in their old order).
+        if self.client.conn.statements_discarded {
+            self.client.forget_discarded();
+        }
         // Types looked up earlier on this connection replace their placeholders now; the
         // others wait for `end` (see `look_up_types`).
         self.client.types.resolve_reply(&mut pending.reply);
@@ -1730,8 +1745,29 @@ impl Pipeline<'_> {
             }
             return;
         }
+        // A prepared statement's rows, read by the definitions it held when the block queued
+        // it, after the cache was forgotten (above) for a change earlier in the block.
+        let stale_type = match pending.kind {
+            Kind::Query
+                if !pending.reply.described
+                    && pending.types_generation != self.client.types.generation() =>
+            {
+                pending.reply.columns().iter().find_map(|c| {
+                    let t = c.type_();
+                    (Type::from_oid(t.oid()).is_none() && !crate::type_info::is_placeholder(t))
+                        .then(|| t.name().to_string())
+                })
+            }
+            _ => None,
+        };
         let result = match pending.reply.error {
             Some(e) => Err(e),
+            None if let Some(name) = stale_type => Err(Error::usage(format!(
+                "pipeline operation {id}'s prepared statement returns type {name}, which may \
+                 have changed earlier in this block (ALTER TYPE or ALTER DOMAIN, DISCARD ALL): \
+                 its rows would be read by the old definition, so they are not returned. The \
+                 statement ran; prepare it again, or run it once outside a pipeline"
+            ))),
             None => Ok(match pending.kind {
                 // (A run was completed above.)
                 Kind::Query | Kind::FunctionCall { .. } | Kind::LookupRun { .. } => {
