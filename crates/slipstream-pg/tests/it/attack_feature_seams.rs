@@ -300,3 +300,79 @@ async fn an_alter_type_in_or_before_a_pipeline_block_never_swaps_fields_in_it() 
         }
     }
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, postgres_types::ToSql, postgres_types::FromSql)]
+#[postgres(name = "mood")]
+enum Mood {
+    #[postgres(name = "sad")]
+    Sad,
+    #[postgres(name = "happy")]
+    Happy,
+}
+
+/// Promise (memopt.md, "Fast lookup": `memopt_get` returns "exactly the row `SELECT * FROM t
+/// WHERE pk = key` returns", the client decoding it without a Describe; client.md, "Types":
+/// enums and composites are looked up in the catalogs, so derived `FromSql` types read them,
+/// and after an `ALTER TYPE` on the connection a composite is never read in its old field
+/// order).
+///
+/// Steps: a memopt-enabled table `mp (id bigint PRIMARY KEY, m mood, p pair)`; read row 1
+/// through `memopt_get` as `Mood` and `Pair`, and through a pipeline's `memopt_get` and
+/// `end()`; then `ALTER TYPE pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4`, set `p.a = 7`,
+/// and read it again through the same handle. Each read must equal the SQL row's.
+///
+/// Before the fix: `memopt_table` left the enum and composite columns as placeholders that
+/// nothing ever resolved, so `memopt_get`'s rows could not be read as `Mood` or `Pair` at all
+/// ("its type is not built in and has not been looked up (a pipeline's rows taken with
+/// process before end ...): prepare the statement first", advice that does not apply to a
+/// memopt lookup); only `Row::get_raw` read them.
+#[tokio::test]
+async fn memopt_rows_read_enum_and_composite_columns_as_sql_does() {
+    let (_cluster, mut c) = super::memopt::memopt_setup().await;
+    c.batch_execute(
+        "CREATE TYPE mood AS ENUM ('sad', 'happy'); CREATE TYPE pair AS (a int4, b int4);
+         CREATE TABLE mp (id bigint PRIMARY KEY, m mood, p pair);
+         INSERT INTO mp VALUES (1, 'happy', ROW(1, 2));
+         SELECT memopt.enable_read('mp')",
+    )
+    .await
+    .unwrap();
+    let mp = c.memopt_table("mp").await.unwrap();
+    for round in ["before", "after ALTER TYPE"] {
+        if round != "before" {
+            c.batch_execute(
+                "ALTER TYPE pair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4; UPDATE mp SET p.a = 7",
+            )
+            .await
+            .unwrap();
+        }
+        let row = c.memopt_get(&mp, &1i64).await.unwrap().unwrap();
+        let read = (row.get::<_, Mood>(1), row.get::<_, Pair>(2));
+        // The SQL row, read after the lookup (a `query` forgets the type cache first).
+        let sql = c
+            .query_one("SELECT * FROM mp WHERE id = 1", &[])
+            .await
+            .unwrap();
+        let want: (Mood, Pair) = (sql.get(1).unwrap(), sql.get(2).unwrap());
+        assert_eq!(
+            (read.0.unwrap(), read.1.unwrap()),
+            want,
+            "{round}: memopt_get's row against SQL's"
+        );
+
+        let mut p = c.pipeline();
+        let op = p.memopt_get(&mp, &1i64).await.unwrap();
+        let results = p.end().await;
+        match &results[op.id() as usize] {
+            Ok(slipstream_pg::Output::Rows(rows)) => assert_eq!(
+                (
+                    rows[0].get::<_, Mood>(1).unwrap(),
+                    rows[0].get::<_, Pair>(2).unwrap()
+                ),
+                want,
+                "{round}: a pipeline's memopt_get through end()"
+            ),
+            other => panic!("{round}: the pipeline's lookup gave {other:?}"),
+        }
+    }
+}
