@@ -36,6 +36,7 @@ use postgres_protocol::message::backend::{DataRowBody, Message};
 use crate::connect::unexpected;
 use crate::connection::Owed;
 use crate::statement::type_for;
+use crate::type_info::is_placeholder;
 use crate::{Client, Column, DbError, Error, Row, SqlState};
 
 mod sealed {
@@ -430,8 +431,10 @@ impl Client {
                 .await?
             {
                 Ok(value) => {
-                    return decode(table, many, value.as_deref())
-                        .map_err(|e| self.conn.poison(e))?;
+                    let mut rows = decode(table, many, value.as_deref())
+                        .map_err(|e| self.conn.poison(e))??;
+                    self.resolve_row_types(table, &mut rows).await?;
+                    return Ok(rows);
                 }
                 // The extension was dropped and created again since the OIDs were resolved:
                 // resolve once more, where no transaction block would be left failed.
@@ -446,6 +449,45 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Gives `rows` of `table` the definitions of their columns' types that are not built in
+    /// (an enum, a composite, a domain), from the type cache, looked up first where it lacks
+    /// them (one round trip, the first time and after each clearing). A handle keeps only
+    /// their OIDs: the cache is what an `ALTER TYPE` on this connection clears, so a
+    /// definition held in the handle could read a composite by its old field order. A failed
+    /// lookup leaves the values readable with `Row::get_raw`, as after a query.
+    async fn resolve_row_types(
+        &mut self,
+        table: &MemoptTable,
+        rows: &mut [Row],
+    ) -> Result<(), Error> {
+        let columns = &table.0.columns;
+        if rows.is_empty() || !columns.iter().any(|c| is_placeholder(c.type_())) {
+            return Ok(());
+        }
+        self.forget_discarded();
+        let types = columns.iter().map(Column::type_);
+        if !self.types.missing(types.clone()).is_empty()
+            && let Err(e) = self.look_up_types(types).await
+        {
+            if self.conn.is_broken() {
+                return Err(e);
+            }
+            tracing::warn!(
+                target: "slipstream_pg::types",
+                "looking up the types of memopt table {}'s columns failed ({e}); the values read \
+                 only with Row::get_raw",
+                table.0.name
+            );
+            return Ok(());
+        }
+        if let Some(resolved) = self.types.resolve_columns(columns) {
+            for row in rows {
+                row.set_columns(resolved.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Sends one `FunctionCall` and reads its reply. The outer error is the connection's; the

@@ -1094,10 +1094,15 @@ impl Pipeline<'_> {
             }
         }
         let types: Vec<Type> = types.into_iter().cloned().collect();
-        if self.client.types.missing(&types).is_empty() {
+        if !types.iter().any(crate::type_info::is_placeholder) {
             return;
         }
-        if let Err(e) = self.client.look_up_types(&types).await {
+        // With every type in the cache, the placeholders are still patched: a memopt lookup's
+        // rows are not resolved as their reply arrives, and a type the client path looked up
+        // meanwhile is in the cache, not in them.
+        if !self.client.types.missing(&types).is_empty()
+            && let Err(e) = self.client.look_up_types(&types).await
+        {
             tracing::warn!(
                 target: "slipstream_pg::types",
                 "looking up the pipeline results' types failed ({e}); the values read only with \
