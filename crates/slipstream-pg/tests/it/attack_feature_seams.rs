@@ -376,3 +376,56 @@ async fn memopt_rows_read_enum_and_composite_columns_as_sql_does() {
         }
     }
 }
+
+/// Promise (fetch-size.md, "Dropping a stream part-way": safe, the rest of the reply is
+/// discarded, "Inside a transaction the transaction continues"; client.md's rule that errors
+/// name what failed, which the client keeps for a dropped savepoint guard's failed rollback
+/// and an abandoned pipeline block). A stream sends its next `Execute` the moment a batch
+/// arrives, so the server may already be producing rows the caller will never read.
+///
+/// Steps: in a `Transaction`, stream `SELECT 1/(g-3) FROM generate_series(1, 10) g` two rows
+/// per fetch, read one row and drop the stream (the second batch, which divides by zero, is
+/// already asked for); then `INSERT` and `commit()` in the transaction.
+///
+/// Before the fix: the discarded batch's error aborted the transaction without a word. The
+/// `INSERT` failed with the server's bare 25P02 ("current transaction is aborted"), and the
+/// commit said the transaction was rolled back "because a statement in it had failed", though
+/// every statement the caller ran had succeeded as far as it was told. Now both name the
+/// dropped stream and the division by zero, and the doc no longer says the transaction always
+/// continues.
+#[tokio::test]
+async fn a_dropped_stream_whose_fetched_ahead_batch_failed_says_so() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (n int)").await.unwrap();
+    let mut tx = c.transaction().await.unwrap();
+    let mut rows = tx
+        .query_stream_with(
+            "SELECT 1/(g-3) FROM generate_series(1, 10) g",
+            &[],
+            FetchSize::Rows(2),
+        )
+        .await
+        .unwrap();
+    assert!(rows.next().await.unwrap().is_some());
+    drop(rows);
+    let e = tx
+        .execute("INSERT INTO t VALUES (1)", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(slipstream_pg::SqlState::IN_FAILED_SQL_TRANSACTION)
+    );
+    let said = e.to_string();
+    assert!(
+        said.contains("row stream") && said.contains("division by zero"),
+        "the 25P02 names neither the dropped stream nor its error: {said}"
+    );
+    let e = tx.commit().await.unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains("row stream") && said.contains("division by zero"),
+        "the commit's rollback names neither the dropped stream nor its error: {said}"
+    );
+}
