@@ -1346,13 +1346,17 @@ impl Connection {
         match message {
             Message::ReadyForQuery(body) => self.ready_for_query(body.status()),
             // The failures nobody reads that abort a transaction: a savepoint's deferred
-            // rollback (its savepoint gone), and the error that fails an abandoned pipeline
-            // block on purpose. The first is the one that aborted it. A deferred RELEASE (of a
+            // rollback (its savepoint gone), the error that fails an abandoned pipeline block
+            // on purpose, and a dropped row stream's batch fetched ahead of its reader (the
+            // next `Execute` goes out as each batch arrives, so rows the caller never asked
+            // for may fail). The first is the one that aborted it. A deferred RELEASE (of a
             // `savepoint()` future dropped) refused because the transaction had already
             // failed did not.
             Message::ErrorResponse(body)
-                if matches!(self.owed.front(), Some(Owed::Rollback | Owed::PipelineSync))
-                    && self.deferred_failure.is_none() =>
+                if matches!(
+                    self.owed.front(),
+                    Some(Owed::Rollback | Owed::PipelineSync | Owed::Stream)
+                ) && self.deferred_failure.is_none() =>
             {
                 let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
                 self.deferred_failure = match self.owed.front() {
@@ -1361,6 +1365,12 @@ impl Connection {
                     {
                         Some(Unseen::DroppedGuard(Box::new(db)))
                     }
+                    Some(Owed::Stream)
+                        if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION =>
+                    {
+                        Some(Unseen::DroppedStream(Box::new(db)))
+                    }
+                    Some(Owed::Stream) => None,
                     _ if crate::pipeline::is_abandoned_block(&db) => Some(Unseen::AbandonedBlock),
                     _ => None,
                 };
@@ -1535,6 +1545,9 @@ pub(crate) enum Unseen {
     /// A pipeline block dropped before its `end()`, with part of it sent, was failed on
     /// purpose so that none of it commits (see `Pipeline`'s `Drop`).
     AbandonedBlock,
+    /// A row stream dropped part-way had already asked for its next batch, and the server
+    /// failed producing it with this error.
+    DroppedStream(Box<DbError>),
 }
 
 impl std::fmt::Display for Unseen {
@@ -1557,6 +1570,11 @@ impl std::fmt::Display for Unseen {
             Unseen::AbandonedBlock => f.write_str(
                 "a pipeline block dropped before its end() had been failed on purpose, so that \
                  none of its unfinished work would commit",
+            ),
+            Unseen::DroppedStream(db) => write!(
+                f,
+                "a row stream dropped part-way had already asked for its next rows (a stream \
+                 fetches ahead of its reader), and producing them failed ({db})"
             ),
         }
     }
