@@ -429,3 +429,44 @@ async fn a_dropped_stream_whose_fetched_ahead_batch_failed_says_so() {
         "the commit's rollback names neither the dropped stream nor its error: {said}"
     );
 }
+
+/// Promise (statement-cache.md, "Explicit statements": after DDL that changes its result, or a
+/// `DEALLOCATE ALL` / `DISCARD ALL`, "each run fails with the server's error and a message
+/// naming its SQL: prepare it again"). `Client::query` and row streams say so
+/// (`a_callers_stale_prepared_statement_says_to_prepare_it_again`); a pipeline runs the same
+/// statements.
+///
+/// Steps: prepare `SELECT * FROM st`; then (1) `DEALLOCATE ALL`, (2) on a fresh statement,
+/// `ALTER TABLE st ADD COLUMN`; run the statement in a pipeline block, in both modes.
+///
+/// Before the fix: the pipeline's error was the server's alone, `prepared statement "S1" does
+/// not exist` (a name the caller never chose) or `cached plan must not change result type`,
+/// with neither the statement's SQL nor the remedy.
+#[tokio::test]
+async fn a_stale_prepared_statement_in_a_pipeline_says_to_prepare_it_again() {
+    use slipstream_pg::{PipelineMode, PipelineOptions};
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE st (id int)").await.unwrap();
+    let mut n = 0;
+    for mode in [PipelineMode::AbortOnError, PipelineMode::ContinueOnError] {
+        for change in ["DEALLOCATE ALL", "ALTER TABLE st ADD COLUMN c{n} int"] {
+            n += 1;
+            let sql = format!("SELECT * FROM st WHERE {n} = {n}");
+            let stmt = c.prepare(&sql).await.unwrap();
+            let change = change.replace("{n}", &n.to_string());
+            c.batch_execute(&change).await.unwrap();
+            let mut p = c.pipeline_with(PipelineOptions::new().mode(mode));
+            let op = p.query(&stmt, &[]).await.unwrap();
+            let e = p.process(&op).await.unwrap_err();
+            drop(p.end().await);
+            let said = e.to_string();
+            assert!(
+                said.contains(&sql) && said.contains("prepare it again"),
+                "{mode:?}, after {change}: the error names neither the statement nor the remedy: \
+                 {said}"
+            );
+            assert!(e.code().is_some(), "the server's code is kept: {e:?}");
+        }
+    }
+}
