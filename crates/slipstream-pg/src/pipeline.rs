@@ -478,6 +478,8 @@ struct Pending {
     /// described, so its rows are read by the definitions the statement holds: if the cache
     /// was forgotten since (an `ALTER TYPE` earlier in this block), they may be stale.
     types_generation: u64,
+    /// The caller's prepared statement it runs, if any: a stale one's error names its SQL.
+    statement: Option<Statement>,
 }
 
 enum Kind {
@@ -1233,6 +1235,17 @@ impl Pipeline<'_> {
             }
         };
         let id = self.push(kind, columns, mark);
+        if let Source::Prepared(stmt) = source {
+            // Its entry, or none if it was skipped at once; in continue mode its `Sync`'s
+            // entry follows it.
+            let pending = self.expect.iter_mut().rev().take(2).find_map(|e| match e {
+                Expect::Op(pending) if pending.id == id => Some(pending),
+                _ => None,
+            });
+            if let Some(pending) = pending {
+                pending.statement = Some(stmt.clone());
+            }
+        }
         self.after_queue(1).await;
         Ok(self.handle(id))
     }
@@ -1312,6 +1325,7 @@ impl Pipeline<'_> {
             due_end: self.due_pushed,
             reply: Reply::new(columns, keep_rows),
             types_generation: self.client.types.generation(),
+            statement: None,
         }));
         self.in_flight_ops += ops as usize;
         self.in_flight_bytes += bytes;
@@ -1691,7 +1705,14 @@ impl Pipeline<'_> {
         };
         // Named now: the next `ReadyForQuery` of the block may end the transaction, and with
         // it the reason the server's 25P02 cannot give.
+        // A prepared statement of the caller's that no longer fits the server (DDL, a
+        // `DEALLOCATE`): the server names it by the client's `S<n>`, or not at all.
+        let stale = pending.reply.stale();
         if let Some(e) = pending.reply.error.take() {
+            let e = match &pending.statement {
+                Some(stmt) if stale => crate::query::stale_prepared(stmt, e),
+                _ => e,
+            };
             pending.reply.error = Some(self.client.conn.explain_failed(e));
         }
         self.in_flight_ops -= pending.kind.ops() as usize;
