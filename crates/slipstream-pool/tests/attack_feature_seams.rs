@@ -94,3 +94,47 @@ async fn a_leaked_pipeline_block_reaches_no_next_borrower() {
         }
     }
 }
+
+/// Promise (pool.md: a returned connection with replies owed is settled, its statement
+/// cancelled, within 5 s, and a borrower inherits nothing of it). Held under each reset mode
+/// (a regression test): borrower A starts `COPY cp FROM STDIN`, writes a row and leaks the
+/// `CopyIn` (`std::mem::forget`); borrower B's `SELECT 1` answers within 10 s with its own
+/// row, and nothing was loaded. The pool's reset cancels the COPY, which bounded it before
+/// slipstream-pg aborted a leaked `CopyIn` by itself; a plain client's next call waited for
+/// ever (`a_leaked_copy_in_does_not_hang_the_next_call` in slipstream-pg).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_copy_in_reaches_no_next_borrower() {
+    let cluster = Cluster::start().unwrap();
+    for reset in [Reset::Rollback, Reset::Session, Reset::None] {
+        let pool = pool(&cluster, reset);
+        {
+            let mut setup = pool.get().await.unwrap();
+            setup
+                .batch_execute("DROP TABLE IF EXISTS cp; CREATE TABLE cp (n int)")
+                .await
+                .unwrap();
+        }
+        {
+            let mut a = pool.get().await.unwrap();
+            let mut copy = a.copy_in("COPY cp FROM STDIN").await.unwrap();
+            copy.write(b"1\n").await.unwrap();
+            std::mem::forget(copy);
+        }
+        let mut b = tokio::time::timeout(Duration::from_secs(10), pool.get())
+            .await
+            .expect("B borrows within 10 s")
+            .unwrap();
+        let row = tokio::time::timeout(Duration::from_secs(10), b.query_one("SELECT 1", &[]))
+            .await
+            .expect("B's query answers within 10 s")
+            .unwrap();
+        assert_eq!(row.get::<_, i32>(0).unwrap(), 1, "{reset:?}");
+        let loaded: i64 = b
+            .query_one("SELECT count(*) FROM cp", &[])
+            .await
+            .unwrap()
+            .get(0)
+            .unwrap();
+        assert_eq!(loaded, 0, "{reset:?}: a leaked COPY loaded its row");
+    }
+}
