@@ -138,3 +138,41 @@ async fn a_leaked_copy_in_reaches_no_next_borrower() {
         assert_eq!(loaded, 0, "{reset:?}: a leaked COPY loaded its row");
     }
 }
+
+/// Promise (pool.md: a `CancelToken` taken from a borrowed connection names the server
+/// session, not the borrow; kept past the return, it cancels the next borrower's statement:
+/// "Drop it with the borrow"). The same holds for an `AbortHandle` a borrower takes
+/// (`Client::abort_handle`), which pool.md did not say: held here as documented now.
+///
+/// Steps: a one-connection pool; borrower A takes an abort handle and returns the connection;
+/// borrower B borrows it; A aborts. B's next call fails as closed, and the pool, seeing the
+/// connection come back broken, lends C a working new one. An abort never reaches a socket
+/// other than the session's (the handle holds a duplicate of its descriptor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_handle_kept_past_the_borrow_ends_the_next_borrowers_session() {
+    let cluster = Cluster::start().unwrap();
+    let pool = pool(&cluster, Reset::Rollback);
+    let handle = {
+        let a = pool.get().await.unwrap();
+        a.abort_handle().unwrap()
+    };
+    common::until(
+        Duration::from_secs(10),
+        "the connection back",
+        || pool.stats(),
+        |s| s.borrowed == 0,
+    )
+    .await;
+    let mut b = pool.get().await.unwrap();
+    let pid = b.backend_pid();
+    handle.abort("kept past its borrow").await;
+    let e = b.batch_execute("SELECT 1").await.unwrap_err();
+    assert!(e.is_closed(), "{e}");
+    drop(b);
+    let mut c = tokio::time::timeout(Duration::from_secs(10), pool.get())
+        .await
+        .expect("C borrows within 10 s")
+        .unwrap();
+    c.batch_execute("SELECT 1").await.unwrap();
+    assert_ne!(c.backend_pid(), pid, "the aborted session was lent again");
+}
