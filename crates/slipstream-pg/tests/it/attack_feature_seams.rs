@@ -470,3 +470,41 @@ async fn a_stale_prepared_statement_in_a_pipeline_says_to_prepare_it_again() {
         }
     }
 }
+
+/// Promise (fetch-size.md, "Dropping a stream part-way", as corrected above: run the stream in
+/// a savepoint when the rest of its result may fail and the transaction must go on). Held:
+/// in a `Transaction`, a savepoint; in it a stream whose fetched-ahead batch divides by zero,
+/// read one row and dropped; the savepoint rolled back; then an `INSERT` and the commit
+/// succeed and the row is there. The same with the savepoint guard dropped instead of rolled
+/// back (its deferred `ROLLBACK TO SAVEPOINT` recovers the transaction).
+#[tokio::test]
+async fn a_savepoint_keeps_a_transaction_going_past_a_dropped_streams_failed_batch() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE ts (n int)").await.unwrap();
+    for (n, roll_back) in [(1i32, true), (2, false)] {
+        let mut tx = c.transaction().await.unwrap();
+        let mut sp = tx.savepoint("reading").await.unwrap();
+        let mut rows = sp
+            .query_stream_with(
+                "SELECT 1/(g-3) FROM generate_series(1, 10) g",
+                &[],
+                FetchSize::Rows(2),
+            )
+            .await
+            .unwrap();
+        assert!(rows.next().await.unwrap().is_some());
+        drop(rows);
+        if roll_back {
+            sp.rollback().await.unwrap();
+        } else {
+            drop(sp);
+        }
+        tx.execute("INSERT INTO ts VALUES ($1)", &[&n])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM ts").await;
+    assert_eq!(n, 2);
+}
