@@ -508,3 +508,53 @@ async fn a_savepoint_keeps_a_transaction_going_past_a_dropped_streams_failed_bat
     let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM ts").await;
     assert_eq!(n, 2);
 }
+
+/// Promise (pipelining.md, "Dropping a pipeline": inside your own `BEGIN`, the abandoned
+/// block fails that transaction, and the statements after it are refused with the server's
+/// 25P02, which, then the `COMMIT`'s report of the rollback, say that a pipeline block
+/// dropped before its `end()` failed it, "not that a statement failed"; continue-on-error
+/// operations already queued still run). What the client says when an operation of the
+/// dropped block fails on the server before the block's own marker could.
+///
+/// Steps: in a `Transaction`, a pipeline block (each mode) queues `SELECT 1/0` and 300 `SELECT
+/// 1` (part of it sent by the window) and is dropped; then an `INSERT` and the commit.
+///
+/// Before the fix: the `INSERT` got the server's bare 25P02 and the commit said the
+/// transaction was rolled back "because a statement in it had failed": nothing named the
+/// dropped block or its division by zero.
+#[tokio::test]
+async fn a_dropped_pipeline_blocks_failed_operation_is_named_as_why_the_transaction_failed() {
+    use slipstream_pg::{PipelineMode, PipelineOptions};
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE tb (n int)").await.unwrap();
+    for mode in [PipelineMode::AbortOnError, PipelineMode::ContinueOnError] {
+        let mut tx = c.transaction().await.unwrap();
+        {
+            let mut p = tx.pipeline_with(PipelineOptions::new().mode(mode));
+            p.execute("SELECT 1/0", &[]).await.unwrap();
+            for _ in 0..300 {
+                p.execute("SELECT 1", &[]).await.unwrap();
+            }
+        }
+        let e = tx
+            .execute("INSERT INTO tb VALUES (1)", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(slipstream_pg::SqlState::IN_FAILED_SQL_TRANSACTION)
+        );
+        let said = e.to_string();
+        assert!(
+            said.contains("pipeline block") && said.contains("division by zero"),
+            "{mode:?}: the 25P02 names neither the dropped block nor its failure: {said}"
+        );
+        let said = tx.commit().await.unwrap_err().to_string();
+        assert!(
+            said.contains("pipeline block") && said.contains("division by zero"),
+            "{mode:?}: the commit's rollback names neither the dropped block nor its failure: \
+             {said}"
+        );
+    }
+}
