@@ -1372,6 +1372,13 @@ impl Connection {
                     }
                     Some(Owed::Stream) => None,
                     _ if crate::pipeline::is_abandoned_block(&db) => Some(Unseen::AbandonedBlock),
+                    // An operation of the dropped block failed first (the server then skips
+                    // the marker): what failed the transaction is still the dropped block.
+                    Some(Owed::PipelineSync)
+                        if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION =>
+                    {
+                        Some(Unseen::DroppedBlockFailure(Box::new(db)))
+                    }
                     _ => None,
                 };
             }
@@ -1548,6 +1555,9 @@ pub(crate) enum Unseen {
     /// A row stream dropped part-way had already asked for its next batch, and the server
     /// failed producing it with this error.
     DroppedStream(Box<DbError>),
+    /// An operation of a pipeline block dropped before its `end()` failed with this error
+    /// (before the block's own marker, or in continue-on-error mode, where none is sent).
+    DroppedBlockFailure(Box<DbError>),
 }
 
 impl std::fmt::Display for Unseen {
@@ -1570,6 +1580,11 @@ impl std::fmt::Display for Unseen {
             Unseen::AbandonedBlock => f.write_str(
                 "a pipeline block dropped before its end() had been failed on purpose, so that \
                  none of its unfinished work would commit",
+            ),
+            Unseen::DroppedBlockFailure(db) => write!(
+                f,
+                "an operation of a pipeline block dropped before its end() had failed ({db}), \
+                 its error unread"
             ),
             Unseen::DroppedStream(db) => write!(
                 f,
