@@ -175,6 +175,10 @@ struct TableInner {
     /// every call; `None` where the extension is 1.0 (no check).
     layout: Option<i64>,
     client: u64,
+    /// Some column's type is not built in: a lookup's rows get its definition from the type
+    /// cache (`Client::resolve_row_types`). Known once, so a table of built-in types pays
+    /// nothing per call.
+    custom_types: bool,
 }
 
 impl MemoptTable {
@@ -322,12 +326,14 @@ impl Client {
                 "table {table} has no columns: memopt lookups return whole rows of a table"
             )));
         }
+        let custom_types = columns.iter().any(|c| is_placeholder(c.type_()));
         Ok(MemoptTable(Arc::new(TableInner {
             name: table.to_string(),
             oid,
             columns: columns.into(),
             layout,
             client: self.id,
+            custom_types,
         })))
     }
 
@@ -463,7 +469,7 @@ impl Client {
         rows: &mut [Row],
     ) -> Result<(), Error> {
         let columns = &table.0.columns;
-        if rows.is_empty() || !columns.iter().any(|c| is_placeholder(c.type_())) {
+        if rows.is_empty() || !table.0.custom_types {
             return Ok(());
         }
         self.forget_discarded();
@@ -787,6 +793,7 @@ mod tests {
             .into(),
             layout: None,
             client: 1,
+            custom_types: false,
         }))
     }
 
