@@ -383,16 +383,24 @@ impl Connection {
         self.queue_deferred()
     }
 
-    /// What a leaked pipeline block's open sync group (from stream offset `offset`) leaves:
-    /// if none of it reached the server, it is taken back out of the write buffer and nothing
-    /// of it runs, as the block's `Drop` would. If part of it did, the server is inside the
-    /// group's extended-protocol sequence, and what remains in the buffer is cut at an
+    /// What a leaked pipeline block's open sync group (from stream offset `offset`) leaves,
+    /// as the block's `Drop` would have: if none of it reached the server, it is taken back out
+    /// of the write buffer and nothing of it runs; if all of it did (a `process` sent it),
+    /// it is failed on purpose before its `Sync` (the Execute of a portal that does not
+    /// exist), so none of it commits, and its replies are discarded under that `Sync`'s entry.
+    /// If only part of it did, what remains in the buffer would have to be cut at an
     /// operation boundary only the block knew: sent, a `COMMIT` among it would commit the work
-    /// before it, and anything else would answer as the next request's reply. The connection
-    /// is closed instead (a pool then opens another).
+    /// before it. The connection is closed instead (a pool then opens another).
     fn abandon_leaked_group(&mut self, offset: u64) -> Result<(), Error> {
         if offset >= self.written {
             self.wbuf.truncate((offset - self.written) as usize);
+            return Ok(());
+        }
+        if self.wbuf.is_empty() {
+            frontend::execute(crate::pipeline::ABANDONED_BLOCK, 0, &mut self.wbuf)
+                .map_err(|e| Error::protocol(e.to_string()))?;
+            frontend::sync(&mut self.wbuf);
+            self.owed.push_back(Owed::PipelineSync);
             return Ok(());
         }
         Err(self.poison(Error::usage(

@@ -1956,7 +1956,7 @@ impl Pipeline<'_> {
 }
 
 /// A portal that never exists: executing it fails an abandoned abort-mode block on purpose.
-const ABANDONED_BLOCK: &str = "slipstream: abort-on-error block dropped before end()";
+pub(crate) const ABANDONED_BLOCK: &str = "slipstream: abort-on-error block dropped before end()";
 
 /// Whether `db` is the server's refusal of [`ABANDONED_BLOCK`]: the failure an abandoned
 /// block was given on purpose, which inside a transaction aborts it while nobody reads.

@@ -87,14 +87,16 @@ async fn a_stream_after_a_dropped_transaction_re_prepares_a_stale_statement() {
 /// row stream) never runs its `Drop`.
 ///
 /// Steps: queue `INSERT INTO leak VALUES (1)` and `SELECT 42` in an abort-mode block, leak
-/// it while still in the write buffer, run `SELECT 1`; then the same with 300 operations, of
-/// which the window sent part before the leak.
+/// it while still in the write buffer, run `SELECT 1`; the same after `process` sent the
+/// whole block (the `INSERT`'s result read); then with 300 operations, of which the window
+/// sent part before the leak.
 ///
 /// Before the fix: the open group owed no reply, so the client was settled and reusable; the
 /// next `SELECT 1` sent the leaked messages ahead of its own and returned `[42, 1]` (301 rows
 /// for the large block), and the leaked `INSERT` committed with its `Sync`. Now the small
-/// block is taken back (nothing of it runs), and the large one, whose operations the server
-/// has begun, closes the connection with an error that names the leak.
+/// block is taken back (nothing of it runs), the processed one is failed on purpose before
+/// its `Sync` (as a dropped block is), and the large one, part sent and part still in the
+/// write buffer, closes the connection with an error that names the leak.
 #[tokio::test]
 async fn a_leaked_pipeline_block_neither_runs_nor_answers_the_next_call() {
     use slipstream_pg::{ErrorKind, PipelineMode, PipelineOptions};
@@ -102,28 +104,37 @@ async fn a_leaked_pipeline_block_neither_runs_nor_answers_the_next_call() {
     let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
     c.batch_execute("CREATE TABLE leak (n int)").await.unwrap();
     let url = cluster.url();
-    let leak = |ops: usize| {
+    let leak = |ops: usize, processed: bool| {
         let url = url.clone();
         async move {
             let mut c = slipstream_pg::connect(&url).await.unwrap();
             let mut p = c.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
-            p.execute("INSERT INTO leak VALUES (1)", &[]).await.unwrap();
+            let insert = p.execute("INSERT INTO leak VALUES (1)", &[]).await.unwrap();
             for _ in 1..ops {
                 p.query("SELECT 42", &[]).await.unwrap();
+            }
+            if processed {
+                assert_eq!(p.process(&insert).await.unwrap(), 1);
             }
             std::mem::forget(p);
             c
         }
     };
 
-    let mut small = leak(2).await;
-    assert!(!small.is_reusable(), "a leaked open block is not reusable");
-    let rows = small.query("SELECT 1", &[]).await.unwrap();
-    let mine: Vec<i32> = rows.iter().map(|r| r.get(0).unwrap()).collect();
-    assert_eq!(mine, [1], "the call read the leaked block's rows");
-    assert!(small.is_reusable());
+    for processed in [false, true] {
+        let mut small = leak(2, processed).await;
+        assert!(!small.is_reusable(), "a leaked open block is not reusable");
+        let rows = small.query("SELECT 1", &[]).await.unwrap();
+        let mine: Vec<i32> = rows.iter().map(|r| r.get(0).unwrap()).collect();
+        assert_eq!(
+            mine,
+            [1],
+            "processed: {processed}: the call read the leaked block's rows"
+        );
+        assert!(small.is_reusable());
+    }
 
-    let mut large = leak(300).await;
+    let mut large = leak(300, false).await;
     let e = large.query("SELECT 1", &[]).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Usage, "{e}");
     assert!(e.to_string().contains("leaked"), "{e}");
