@@ -639,7 +639,12 @@ pub fn compare_sides(
                             o => o,
                         }
                     }
-                    _ => Outcome::Skipped("no second with a success".into()),
+                    _ => Outcome::Skipped(
+                        "a side's run has fewer than 3 groups of seconds to average its \
+                         throughput over (each expects 10 successes and outlasts the run's \
+                         longest stretch without one): run longer"
+                            .into(),
+                    ),
                 }
             }
             _ => Outcome::Skipped("throughput has no per-transaction unit".into()),

@@ -171,8 +171,9 @@ const TX_PER_GROUP: f64 = 10.0;
 
 /// One run's throughput series: successes per second (TPS), over groups of consecutive
 /// intervals long enough to expect [`TX_PER_GROUP`] successes (one interval each above 10
-/// TPS). Groups with no success (the whole mix stopped; it shows in latency) are left out:
-/// the gamma model needs positive values.
+/// TPS), and longer than the run's longest stretch of intervals with no success, so that no
+/// group is empty (the gamma model needs positive values) and a stall counts as the time it
+/// took.
 ///
 /// The series is the rate, not milliseconds per transaction: the mean of 1000 / count over
 /// seconds is not 1000 / TPS (at 2 TPS, with the empty seconds left out, it read 1.7 TPS),
@@ -212,11 +213,21 @@ fn throughput_series(run: &BenchRun) -> Vec<f64> {
     if total <= 0.0 {
         return Vec::new();
     }
-    let group = ((TX_PER_GROUP * len as f64 / total).ceil() as usize).clamp(1, len);
+    // A group is longer than the longest stretch of intervals with no success, so none is
+    // empty (the gamma model needs positive values) and none is left out: a stall is time the
+    // run did not commit, and leaving its seconds out showed a run that stalled in 10% of its
+    // seconds at the rate it had while it ran, "practically equivalent" to one that never did.
+    let stalled = counts
+        .split(|&n| n > 0)
+        .map(<[u64]>::len)
+        .max()
+        .unwrap_or(0);
+    let group = ((TX_PER_GROUP * len as f64 / total).ceil() as usize)
+        .max(stalled + 1)
+        .clamp(1, len);
     counts
         .chunks_exact(group)
         .map(|c| c.iter().map(|&n| n as f64).sum::<f64>() / (group as f64 * secs))
-        .filter(|tps| *tps > 0.0)
         .collect()
 }
 
