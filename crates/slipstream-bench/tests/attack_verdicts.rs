@@ -168,3 +168,110 @@ fn a_run_that_stalls_is_not_shown_at_the_rate_it_had_while_it_ran() {
         worst * 100.0
     );
 }
+
+/// `r` (made by [`run`] from `spec`) with each second slowed with probability `p`: its
+/// latency `k` times longer, and, the users being a closed loop, `k` times fewer transactions
+/// end in it.
+fn bursty(rng: &mut SmallRng, mut r: BenchRun, spec: Spec, p: f64, k: f64) -> BenchRun {
+    let latency = LogNormal::new(spec.median.ln(), spec.sigma).unwrap();
+    let mut all = Suff::default();
+    for second in r.intervals.per_transaction.get_mut("t").unwrap() {
+        let (rate, slow) = if rng.random::<f64>() < p {
+            (spec.rate / k, k)
+        } else {
+            (spec.rate, 1.0)
+        };
+        let n = Poisson::new(rate).unwrap().sample(rng) as usize;
+        second.sufficient = Suff::of(
+            &(0..n)
+                .map(|_| slow * latency.sample(rng))
+                .collect::<Vec<_>>(),
+        );
+        all.merge(&second.sufficient);
+    }
+    r.transactions[0].ok = all.n;
+    r.transactions[0].latency_stats.sufficient = all;
+    r
+}
+
+/// Promise (docs/compare.md, "How to read a verdict"): a mean latency row compares A's and
+/// B's mean latency, shows each side's estimate of it, and calls B credibly slower only when
+/// B / A's 95% HDI lies above the ROPE.
+///
+/// Steps: ten pairs of one-minute runs, one a side (the interval unit), at about 200
+/// transactions a second. B slows down in a tenth of its seconds (latency 5 times longer, and,
+/// a closed loop, 5 times fewer transactions end in them); A never does, its latency set so
+/// that both sides' transactions take the same time on average (B measured 0.94-1.04 times
+/// A's mean). Each pair's mean-latency row is held against what the runs measured.
+///
+/// Before the fix: the batch means were means of per-second means, each second weighing the
+/// same however few transactions ended in it, so B's slow seconds counted five times their
+/// share: B was shown up to 45% above what it measured, B / A at 1.04-1.50, and both rows
+/// (the type's and the mix's) "credibly slower" in 4 of the 10 pairs.
+#[test]
+fn a_mean_latency_is_the_mean_of_the_transactions_not_of_the_seconds() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    let spec = Spec {
+        secs: 60,
+        rate: 200.0,
+        median: 10.0,
+        sigma: 0.5,
+        fail: 0.0,
+    };
+    // B's transactions' mean: (0.9 * 200 * L + 0.1 * 40 * 5 L) / (0.9 * 200 + 0.1 * 40).
+    let same = 200.0 / 184.0;
+    let mean = |r: &BenchRun| r.transactions[0].latency_stats.sufficient.mean();
+    let (mut different, mut worst) = (0u32, 0.0f64);
+    for p in 0..10u64 {
+        let a = run(&mut rng, spec, same, 1.0);
+        let b = run(&mut rng, spec, 1.0, 1.0);
+        let b = bursty(&mut rng, b, spec, 0.1, 5.0);
+        let mut s = CompareSettings::default();
+        s.sampler.seed = p;
+        let report = compare_sides(
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            None,
+            Unit::Auto,
+            &s,
+        )
+        .unwrap();
+        assert_eq!(report.unit, Unit::Interval);
+        for row in report.rows.iter().filter(|r| r.metric == Metric::Mean) {
+            let Outcome::Compared(c) = &row.outcome else {
+                panic!(
+                    "pair {p}: {} was not compared: {:?}",
+                    row.scope(),
+                    row.outcome
+                )
+            };
+            worst = worst
+                .max((c.a.mean / mean(&a) - 1.0).abs())
+                .max((c.b.mean / mean(&b) - 1.0).abs());
+            different += u32::from(row.direction().is_some());
+            eprintln!(
+                "pair {p} {}: measured A {:.2} B {:.2} ms (B / A {:.3}); shown A {:.2} B {:.2} \
+                 (B / A {:.3}, {:.3} .. {:.3}), {}",
+                row.scope(),
+                mean(&a),
+                mean(&b),
+                mean(&b) / mean(&a),
+                c.a.mean,
+                c.b.mean,
+                c.ratio.mean,
+                c.ratio.hdi.0,
+                c.ratio.hdi.1,
+                row.verdict_text()
+            );
+        }
+    }
+    assert_eq!(
+        different, 0,
+        "{different} mean-latency rows called credibly different with B's transactions 0.94-1.04 times A's"
+    );
+    assert!(
+        worst < 0.05,
+        "a side's mean latency shown {:.0}% from what it measured",
+        worst * 100.0
+    );
+}
