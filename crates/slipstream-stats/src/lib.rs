@@ -45,5 +45,5 @@ pub use hdi::hdi;
 pub use lognormal::lognormal_means;
 pub use nuts::{Draws, SamplerSettings, sample};
 pub use runs::{MIN_RUNS, PPC_ALPHA, RunValue, compare_run_values, compare_runs, run_rate_means};
-pub use series::{BatchMeans, MIN_BATCHES, batch_means, effective_size};
+pub use series::{BatchMeans, MIN_BATCHES, batch_means, batch_ratio_means, effective_size};
 pub use suff::Suff;

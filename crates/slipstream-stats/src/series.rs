@@ -8,6 +8,9 @@ use crate::Suff;
 /// The fewest batches a series is cut into (the model needs at least 3 values).
 pub const MIN_BATCHES: usize = 3;
 
+/// How many times the busiest second's count each batch of [`batch_ratio_means`] holds.
+const SHARE_OF_BUSIEST: f64 = 5.0;
+
 /// Lags whose autocovariance [`effective_size`] sums directly, at n multiplications each;
 /// past them it takes every lag from one FFT, which costs about as much as this many.
 const DIRECT_LAGS: usize = 32;
@@ -91,7 +94,8 @@ fn autocovariances(x: &[f64]) -> Vec<f64> {
 pub struct BatchMeans {
     /// The batch means' statistics.
     pub values: Suff,
-    /// Seconds (values) per batch.
+    /// Seconds (values) per batch; from [`batch_ratio_means`], on average (its batches are cut
+    /// by count, not by time).
     pub batch: usize,
     /// The series' effective sample size.
     pub effective: f64,
@@ -111,6 +115,82 @@ pub struct BatchMeans {
 /// assert!(b.batch > 1 && b.values.n >= 3);
 /// ```
 pub fn batch_means(series: &[f64]) -> Option<BatchMeans> {
+    batch(series, |range| {
+        series[range.clone()].iter().sum::<f64>() / range.len() as f64
+    })
+}
+
+/// [`batch_means`] of a series of means over unequal counts (each second's mean latency,
+/// over however many transactions ended in it): `sums[i] / counts[i]` is the series whose
+/// autocorrelation sets how many batches there are, and the batches are cut where the
+/// running count reaches each equal share of the total, so each holds about as many
+/// transactions as the next and its value is their mean, Σ sums / Σ counts. The mean of the
+/// batch values is then the transactions' mean. Cut into equal spans of time instead, a batch
+/// in which few transactions ended (a slow one, in a closed loop) weighed as much as a busy
+/// one: a run that slowed down in a tenth of its seconds, ending five times fewer
+/// transactions in them, was shown 45% above its mean latency. When one second holds so many
+/// of the transactions that fewer than [`MIN_BATCHES`] batches remain, the batches are equal
+/// spans of time after all. `None` for fewer than [`MIN_BATCHES`] values, or when `sums` and
+/// `counts` differ in length or a count is not positive.
+///
+/// ```
+/// // A latency rising over 30 s (one autocorrelation time: three batches), every other
+/// // second with 100 transactions at 10 ms and the others with one at 100 ms.
+/// let counts: Vec<f64> = (0..30).map(|i| if i % 2 == 0 { 100.0 } else { 1.0 }).collect();
+/// let means: Vec<f64> = (0..30).map(|i| if i % 2 == 0 { 10.0 } else { 100.0 } + i as f64).collect();
+/// let sums: Vec<f64> = means.iter().zip(&counts).map(|(m, c)| m * c).collect();
+/// let b = slipstream_stats::batch_ratio_means(&sums, &counts).unwrap();
+/// assert_eq!(b.values.n, 3);
+/// // About the transactions' mean (their 15 slow ones are 1% of them), not the seconds' (70).
+/// let mean = sums.iter().sum::<f64>() / counts.iter().sum::<f64>();
+/// assert!((b.values.mean() / mean - 1.0).abs() < 0.02, "{} against {mean}", b.values.mean());
+/// ```
+pub fn batch_ratio_means(sums: &[f64], counts: &[f64]) -> Option<BatchMeans> {
+    if sums.len() != counts.len() || counts.iter().any(|c| !(*c > 0.0 && c.is_finite())) {
+        return None;
+    }
+    let means: Vec<f64> = sums.iter().zip(counts).map(|(s, c)| s / c).collect();
+    let by_time = batch(&means, |range| {
+        sums[range.clone()].iter().sum::<f64>() / counts[range].iter().sum::<f64>()
+    })?;
+    let n = means.len();
+    let total: f64 = counts.iter().sum();
+    let busiest = counts.iter().copied().fold(0.0, f64::max);
+    // Batches close at the end of a second, so a batch may hold up to one second more than its
+    // share: each share is at least SHARE_OF_BUSIEST of the busiest second's count, which keeps
+    // that error to a fifth of a batch (cut at one second's grain, a lone slow second could be
+    // a batch of its own, and the run above was still shown 30% high).
+    let k = (n / by_time.batch).min((total / (SHARE_OF_BUSIEST * busiest)) as usize);
+    if k < MIN_BATCHES {
+        return Some(by_time);
+    }
+    let share = total / k as f64;
+    let mut values = Suff::default();
+    let (mut start, mut held) = (0, 0.0);
+    for (i, c) in counts.iter().enumerate() {
+        held += c;
+        // The last batch takes what is left, so none is dropped or left short.
+        if held >= share && values.n + 1 < k as u64 {
+            values.add(sums[start..=i].iter().sum::<f64>() / held);
+            (start, held) = (i + 1, 0.0);
+        }
+    }
+    if start < n {
+        values.add(sums[start..].iter().sum::<f64>() / held);
+    }
+    if values.n < MIN_BATCHES as u64 {
+        return Some(by_time);
+    }
+    Some(BatchMeans {
+        values,
+        batch: n / values.n as usize,
+        ..by_time
+    })
+}
+
+/// Cuts `series` into batches of ⌈n / ESS⌉ consecutive values (at least [`MIN_BATCHES`] of
+/// them, a trailing partial batch dropped) and takes `value` of each batch's index range.
+fn batch(series: &[f64], value: impl Fn(std::ops::Range<usize>) -> f64) -> Option<BatchMeans> {
     let n = series.len();
     if n < MIN_BATCHES {
         return None;
@@ -119,8 +199,8 @@ pub fn batch_means(series: &[f64]) -> Option<BatchMeans> {
     let wanted = (n as f64 / effective.max(1.0)).ceil() as usize;
     let batch = wanted.clamp(1, n / MIN_BATCHES);
     let mut values = Suff::default();
-    for chunk in series.chunks_exact(batch) {
-        values.add(chunk.iter().sum::<f64>() / batch as f64);
+    for start in (0..=n - batch).step_by(batch) {
+        values.add(value(start..start + batch));
     }
     Some(BatchMeans {
         values,

@@ -1,7 +1,7 @@
 //! What one side contributes to a comparison in each unit: one value per run, batch means of
 //! each run's per-second series, or every transaction.
 
-use slipstream_stats::{BatchMeans, RunValue, Suff, batch_means};
+use slipstream_stats::{BatchMeans, RunValue, Suff, batch_means, batch_ratio_means};
 
 use super::super::BenchRun;
 
@@ -145,8 +145,9 @@ pub(crate) fn run_counts(runs: &[BenchRun], scope: Scope<'_>) -> Option<Vec<(u64
     Some(out)
 }
 
-/// One run's per-second series in `scope`: the mean latency of each second with a success.
-fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
+/// One run's per-second series in `scope`: the latency sum and the count of successes of each
+/// second with a success.
+fn latency_series(run: &BenchRun, scope: Scope<'_>) -> (Vec<f64>, Vec<f64>) {
     let per = &run.intervals.per_transaction;
     let len = per.values().map(Vec::len).max().unwrap_or(0);
     (0..len)
@@ -160,9 +161,9 @@ fn latency_series(run: &BenchRun, scope: Scope<'_>) -> Vec<f64> {
                     s.merge(&iv.sufficient);
                 }
             }
-            (s.n > 0).then(|| s.mean())
+            (s.n > 0).then_some((s.sum, s.n as f64))
         })
-        .collect()
+        .unzip()
 }
 
 /// Successes a group of seconds expects before its throughput is averaged: enough that a
@@ -239,7 +240,7 @@ pub(crate) struct Batched {
     pub short: bool,
 }
 
-fn batched(runs: &[BenchRun], series: impl Fn(&BenchRun) -> Vec<f64>) -> Option<Batched> {
+fn batched(runs: &[BenchRun], batch: impl Fn(&BenchRun) -> Option<BatchMeans>) -> Option<Batched> {
     let mut out = Batched {
         values: Suff::default(),
         batch: usize::MAX,
@@ -251,7 +252,7 @@ fn batched(runs: &[BenchRun], series: impl Fn(&BenchRun) -> Vec<f64>) -> Option<
             batch,
             short,
             ..
-        }) = batch_means(&series(r))
+        }) = batch(r)
         else {
             continue;
         };
@@ -262,14 +263,19 @@ fn batched(runs: &[BenchRun], series: impl Fn(&BenchRun) -> Vec<f64>) -> Option<
     (out.values.n > 0).then_some(out)
 }
 
-/// Batch means of the latency series in `scope`.
+/// Batch means of the latency series in `scope`: each batch's value is the mean latency of
+/// the transactions that ended in it, not the mean of its seconds' means, which weighed a
+/// second with one slow transaction as much as one with a thousand.
 pub(crate) fn latency_batches(runs: &[BenchRun], scope: Scope<'_>) -> Option<Batched> {
-    batched(runs, |r| latency_series(r, scope))
+    batched(runs, |r| {
+        let (sums, counts) = latency_series(r, scope);
+        batch_ratio_means(&sums, &counts)
+    })
 }
 
 /// Batch means of the throughput series (successes per second: larger is faster).
 pub(crate) fn throughput_batches(runs: &[BenchRun]) -> Option<Batched> {
-    batched(runs, throughput_series)
+    batched(runs, |r| batch_means(&throughput_series(r)))
 }
 
 /// Every successful transaction's latency statistics in `scope`, over every run; `None`
