@@ -128,10 +128,11 @@ pub fn batch_means(series: &[f64]) -> Option<BatchMeans> {
 /// batch values is then the transactions' mean. Cut into equal spans of time instead, a batch
 /// in which few transactions ended (a slow one, in a closed loop) weighed as much as a busy
 /// one: a run that slowed down in a tenth of its seconds, ending five times fewer
-/// transactions in them, was shown 45% above its mean latency. When one second holds so many
-/// of the transactions that fewer than [`MIN_BATCHES`] batches remain, the batches are equal
-/// spans of time after all. `None` for fewer than [`MIN_BATCHES`] values, or when `sums` and
-/// `counts` differ in length or a count is not positive.
+/// transactions in them, was shown 45% above its mean latency. Each batch holds at least five
+/// times the busiest second's count, or, in a run too short for that, at least the busiest
+/// second's (three batches); when one second holds more than a third of the transactions, the
+/// batches are equal spans of time after all. `None` for fewer than [`MIN_BATCHES`] values, or
+/// when `sums` and `counts` differ in length or a count is not positive.
 ///
 /// ```
 /// // A latency rising over 30 s (one autocorrelation time: three batches), every other
@@ -159,8 +160,12 @@ pub fn batch_ratio_means(sums: &[f64], counts: &[f64]) -> Option<BatchMeans> {
     // Batches close at the end of a second, so a batch may hold up to one second more than its
     // share: each share is at least SHARE_OF_BUSIEST of the busiest second's count, which keeps
     // that error to a fifth of a batch (cut at one second's grain, a lone slow second could be
-    // a batch of its own, and the run above was still shown 30% high).
-    let k = (n / by_time.batch).min((total / (SHARE_OF_BUSIEST * busiest)) as usize);
+    // a batch of its own, and the run above was still shown 30% high). A run too short for
+    // that gets MIN_BATCHES batches of at least the busiest second each: coarser, but still
+    // closer to the transactions' mean than equal spans of time.
+    let fine = (total / (SHARE_OF_BUSIEST * busiest)) as usize;
+    let coarse = ((total / busiest) as usize).min(MIN_BATCHES);
+    let k = (n / by_time.batch).min(fine.max(coarse));
     if k < MIN_BATCHES {
         return Some(by_time);
     }
