@@ -1,7 +1,9 @@
 //! Edge inputs to the comparison: whatever the statistics crate accepts gets finite numbers
 //! or a message, never a NaN shown as an estimate.
 
-use slipstream_stats::{CompareSettings, Comparison, RunValue, compare_run_values, compare_runs};
+use slipstream_stats::{
+    CompareSettings, Comparison, RunValue, Suff, compare, compare_run_values, compare_runs,
+};
 
 /// Every figure `slipstream compare` prints or writes as JSON for a compared row is a number.
 fn assert_all_finite(what: &str, c: &Comparison) {
@@ -65,5 +67,39 @@ fn run_values_at_the_ends_of_the_range_give_numbers_not_nan() {
         };
         let c = compare_runs(&floored(a), &floored(b), &s).unwrap();
         assert_all_finite(&format!("{a:?} against {b:?}, se 0.5"), &c);
+    }
+}
+
+/// Promise (docs/compare.md, "How to read a verdict"): A's and B's estimates are posterior
+/// medians, which 8631e15 chose because the gamma model's posterior mean of a few batch means
+/// "sat up to 25% from what the run measured, sometimes putting the two sides the wrong way
+/// round".
+///
+/// Steps: the gamma model's comparison of a few dispersed values (the batch means of one run a
+/// side that stalled: three groups at 200 TPS and one at 40), against four values near 200.
+///
+/// Found by h85, not fixed: the posterior median of the dispersed side is 211.8 for values
+/// whose mean is 160 (32% above; 210.9 for [200, 190, 210, 40], 178.6 for [200, 100, 150]):
+/// the uniform prior on s up to ten times the pooled sd or mean leaves m's posterior a right
+/// tail heavy enough to carry the median too, and the dispersed side is shown above the tight
+/// one though its mean is 20% below. Run it with `--ignored`.
+#[test]
+#[ignore = "open fault: the gamma median of a few dispersed values sits up to a third above their mean"]
+fn the_gamma_median_of_a_few_dispersed_values_sits_near_their_mean() {
+    let tight = Suff::of(&[200.0, 201.0, 199.0, 202.0]);
+    for values in [
+        vec![200.0, 200.0, 200.0, 40.0],
+        vec![200.0, 190.0, 210.0, 40.0],
+        vec![200.0, 100.0, 150.0],
+    ] {
+        let a = Suff::of(&values);
+        let c = compare(&a, &tight, &CompareSettings::default()).unwrap();
+        assert!(
+            (c.a.mean / a.mean() - 1.0).abs() < 0.1,
+            "{values:?}: mean {:.1}, shown {:.1} (HDI {:.1?})",
+            a.mean(),
+            c.a.mean,
+            c.a.hdi
+        );
     }
 }
