@@ -240,23 +240,35 @@ impl MemoptTable {
     }
 }
 
-const RESOLVE_FUNCTIONS: &str = "SELECT to_regprocedure('memopt.get(regclass,bigint)')::oid, \
-     to_regprocedure('memopt.get(regclass,text)')::oid, \
-     to_regprocedure('memopt.get_many(regclass,bigint[])')::oid, \
-     to_regprocedure('memopt.get_many(regclass,text[])')::oid, \
-     to_regprocedure('memopt.get(regclass,bigint,bigint)')::oid, \
-     to_regprocedure('memopt.get(regclass,text,bigint)')::oid, \
-     to_regprocedure('memopt.get_many(regclass,bigint[],bigint)')::oid, \
-     to_regprocedure('memopt.get_many(regclass,text[],bigint)')::oid";
+// Every name in these queries is schema-qualified (functions, types, catalogs, operators),
+// as in the type cache's (type_info.rs): the function OIDs are kept for the connection's life,
+// and a session whose `search_path` puts a schema of its own before `pg_catalog` (`SET
+// search_path = mine, pg_catalog`) could otherwise plant a `to_regprocedure`, a `regclass`
+// type or a `pg_class` there and have every later lookup on the connection, by any later
+// borrower of a pool, call a function of its choosing with that borrower's rights
+// (tests/it/attack_feature_seams.rs).
+
+const RESOLVE_FUNCTIONS: &str = "SELECT \
+     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.int8)')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.text)')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.int8[])')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.text[])')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.int8,pg_catalog.int8)')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.text,pg_catalog.int8)')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.int8[],pg_catalog.int8)')::pg_catalog.oid, \
+     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.text[],pg_catalog.int8)')::pg_catalog.oid";
 
 /// memopt 1.1: the columns and their layout, read together under the table's lock.
-const RESOLVE_COLUMNS: &str = "SELECT r.oid::oid, c.name, c.type, c.typmod, c.attnum, c.layout \
-     FROM (SELECT $1::text::regclass AS oid) r, memopt.columns(r.oid) c ORDER BY c.attnum";
+const RESOLVE_COLUMNS: &str = "SELECT r.oid::pg_catalog.oid, c.name, c.type, c.typmod, c.attnum, \
+     c.layout FROM (SELECT $1::pg_catalog.text::pg_catalog.regclass AS oid) r, \
+     memopt.columns(r.oid) c ORDER BY c.attnum";
 
 /// memopt 1.0: the columns from the catalog, with no layout to check calls against.
-const RESOLVE_TABLE: &str = "SELECT c.oid, a.attname::text, a.atttypid, a.atttypmod, a.attnum, \
-     NULL::bigint FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid \
-     WHERE c.oid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+const RESOLVE_TABLE: &str = "SELECT c.oid, a.attname::pg_catalog.text, a.atttypid, a.atttypmod, \
+     a.attnum, NULL::pg_catalog.int8 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a \
+     ON a.attrelid OPERATOR(pg_catalog.=) c.oid \
+     WHERE c.oid OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.regclass \
+     AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
 impl Client {
     /// Resolves `table` (a name as SQL takes it, e.g. `"public.items"`) for fast lookups on

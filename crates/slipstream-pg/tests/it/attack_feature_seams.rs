@@ -569,3 +569,49 @@ async fn a_dropped_pipeline_blocks_failed_operation_is_named_as_why_the_transact
         );
     }
 }
+
+/// Promise (docs/memopt.md, "Fast lookup"; README): `memopt_get` returns the row the normal
+/// plan returns, by memopt's own function. The client resolves memopt's functions once per
+/// connection and keeps their OIDs for its life, so whatever the first resolve found answers
+/// every later lookup on the connection, a pool's later borrowers' included.
+///
+/// Steps: a session puts a schema of its own before `pg_catalog` (`SET search_path = evil,
+/// pg_catalog, public`), where it has planted a `to_regprocedure(text)` that names its own
+/// function, which logs the key it is given and answers NULL; it resolves a table. Then the
+/// search path is reset (as a pool's session reset does, or another tenant's own setting) and a
+/// key that exists is looked up.
+///
+/// Before the fix (h83's find, fixed by the lead): the resolve's unqualified
+/// `to_regprocedure` (and `regclass`, `pg_class`, `=`, ...) took the planted one, the
+/// connection kept the planted function's OID, and the lookup after the reset ran the planted
+/// function with the caller's rights: it saw the key and answered "no row" for a row that
+/// exists.
+#[tokio::test]
+async fn a_planted_search_path_cannot_choose_the_function_later_lookups_call() {
+    let (_cluster, mut c) = super::memopt::memopt_setup().await;
+    c.batch_execute(
+        "CREATE TABLE kv (id bigint PRIMARY KEY, v text); INSERT INTO kv VALUES (1, 'one');
+         SELECT memopt.enable_read('kv');
+         CREATE SCHEMA evil;
+         CREATE TABLE evil.seen (key bigint);
+         CREATE FUNCTION evil.fake(regclass, bigint, bigint) RETURNS text LANGUAGE sql
+             AS $$ INSERT INTO evil.seen VALUES ($2); SELECT NULL::text $$;
+         CREATE FUNCTION evil.to_regprocedure(text) RETURNS pg_catalog.regprocedure
+             LANGUAGE sql AS $$ SELECT 'evil.fake(regclass,bigint,bigint)'::pg_catalog.regprocedure $$;
+         SET search_path = evil, pg_catalog, public",
+    )
+    .await
+    .unwrap();
+    let kv = c.memopt_table("kv").await.unwrap();
+    c.batch_execute("RESET search_path").await.unwrap();
+    let row = c.memopt_get(&kv, &1i64).await.unwrap();
+    let seen: i64 = c
+        .query_one("SELECT count(*) FROM evil.seen", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(seen, 0, "the planted function was called with the key");
+    let row = row.expect("the row exists: SELECT * FROM kv WHERE id = 1 returns it");
+    assert_eq!(row.get::<_, &str>("v").unwrap(), "one");
+}
