@@ -25,7 +25,7 @@ pub enum Reset {
     Rollback,
     /// On every return: roll back, then `SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL;
     /// RESET ALL; UNLISTEN *; SELECT
-    /// pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
+    /// pg_catalog.pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES` (one round trip). Prepared
     /// statements and their cached plans are kept, so the statement cache survives, unlike
     /// `DISCARD ALL` (which also runs `DEALLOCATE ALL` and `DISCARD PLANS`); so are
     /// those a borrower made with SQL `PREPARE name`, which the next borrower's `PREPARE` of
@@ -47,7 +47,7 @@ const RESET_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// `RESET ALL` leaves a `SET ROLE` or `SET SESSION AUTHORIZATION` in place; `DISCARD ALL` does
 /// not, so neither may we: the next borrower would run as the previous one's role.
 const SESSION_RESET: &str = "SET SESSION AUTHORIZATION DEFAULT; CLOSE ALL; RESET ALL; UNLISTEN *; \
-                             SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES";
+                             SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES";
 
 /// Whether `conn` may go back to the pool as it is: reusable, and outside a transaction on
 /// the server too. `Client::is_reusable` counts a dropped `Transaction` as out, since its

@@ -196,7 +196,9 @@ async fn learn_role(conn: &mut Client) -> Result<u8, slipstream_pg::Error> {
     match reported_role(conn) {
         Some(role) => Ok(role),
         None => {
-            let row = conn.query_one("SELECT pg_is_in_recovery()", &[]).await?;
+            let row = conn
+                .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
+                .await?;
             Ok(if row.get::<_, bool>(0)? {
                 STANDBY
             } else {
@@ -1550,9 +1552,13 @@ async fn probe_server(server: &Server, how: Probe) -> Probed {
         };
         if let Some(mut conn) = idle {
             // Asked, not read from `in_hot_standby`: an idle connection's report predates a
-            // promotion it has not run a statement since.
-            let asked =
-                tokio::time::timeout(limit, conn.query_one("SELECT pg_is_in_recovery()", &[]));
+            // promotion it has not run a statement since. Named by schema: the connection may
+            // keep a borrower's `search_path` (`Reset::Rollback` does), and a function planted
+            // there would answer for the server (tests/attack_feature_seams.rs).
+            let asked = tokio::time::timeout(
+                limit,
+                conn.query_one("SELECT pg_catalog.pg_is_in_recovery()", &[]),
+            );
             if let Ok(Ok(row)) = asked.await
                 && let Ok(standby) = row.get::<_, bool>(0)
             {

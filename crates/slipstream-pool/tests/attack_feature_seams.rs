@@ -176,3 +176,58 @@ async fn an_abort_handle_kept_past_the_borrow_ends_the_next_borrowers_session() 
     c.batch_execute("SELECT 1").await.unwrap();
     assert_ne!(c.backend_pid(), pid, "the aborted session was lent again");
 }
+
+/// Promise (pool.md, "Several servers: PgPool"): the monitor learns each server's role from
+/// the server, and a `Role::Primary` borrow is served while the primary is up. The monitor's
+/// role probe asks over an idle connection of the sub-pool, one a borrower has used; the
+/// default reset (`Reset::Rollback`) keeps what the borrower set outside a transaction, its
+/// `search_path` included.
+///
+/// Steps: a `PgPool` of one primary, one connection. A borrower plants
+/// `evil.pg_is_in_recovery()` (answering true), sets `search_path = evil, pg_catalog` and
+/// returns the connection. A `Role::Standby` borrow finds no standby, which has the monitor
+/// probe the roles over the idle connection (as a failover does); then a `Role::Primary`
+/// borrow.
+///
+/// Before the fix: the probe's unqualified `SELECT pg_is_in_recovery()` ran the planted
+/// function, the primary was taken for a standby, and every `Role::Primary` borrow failed with
+/// `NoServer` for as long as the connection kept that setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrowers_search_path_cannot_make_the_monitor_take_a_primary_for_a_standby() {
+    use slipstream_pool::{PgPool, Role, ServerRole};
+    let primary = Cluster::start().unwrap();
+    let pool = PgPool::builder(common::hosts(&[primary.port()], "").parse().unwrap())
+        .max_size(1)
+        .build_ready()
+        .await
+        .unwrap();
+    {
+        let mut conn = pool.get(Role::Primary).await.unwrap();
+        conn.batch_execute(
+            "CREATE SCHEMA evil;
+             CREATE SEQUENCE evil.calls;
+             CREATE FUNCTION evil.pg_is_in_recovery() RETURNS bool LANGUAGE sql
+                 AS $$ SELECT nextval('evil.calls') > 0 $$;
+             SET search_path = evil, pg_catalog",
+        )
+        .await
+        .unwrap();
+    }
+    // A borrow that finds no server of its role has the monitor probe the roles at once, over
+    // the idle connection: the one returned above.
+    let none = tokio::time::timeout(Duration::from_secs(10), pool.get(Role::Standby)).await;
+    assert!(matches!(none, Ok(Err(_))), "no standby to lend");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        pool.servers()[0].role,
+        ServerRole::Primary,
+        "{:?}",
+        pool.servers()
+    );
+    let got = tokio::time::timeout(Duration::from_secs(10), pool.get(Role::Primary)).await;
+    assert!(
+        matches!(got, Ok(Ok(_))),
+        "a Role::Primary borrow of an up primary: {:?}",
+        got.map(|r| r.map(|_| ()))
+    );
+}
