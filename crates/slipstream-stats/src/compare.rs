@@ -346,7 +346,10 @@ pub fn compare(a: &Suff, b: &Suff, settings: &CompareSettings) -> Result<Compari
         let model = GammaModel::new(*g, prior);
         let start = MeanSd {
             mean: g.mean(),
-            sd: g.sd().max(g.mean() * 1e-3).min(prior.sd_max * 0.5),
+            sd: g
+                .sd()
+                .max(g.mean() * 1e-3)
+                .min(prior.cv_max * 0.5 * g.mean()),
         };
         let mut s = settings.sampler;
         s.seed = s.seed.wrapping_add(1000 * k as u64);

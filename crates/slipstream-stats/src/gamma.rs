@@ -1,5 +1,13 @@
-//! The article's model for one group: y ~ Gamma(shape = m²/s², rate = m/s²), with
-//! m ~ Gamma centred on the pooled mean (wide) and s ~ Uniform(0, U), U from the data.
+//! The model for one group: y ~ Gamma(shape = m²/s², rate = m/s²), with m ~ Gamma centred on
+//! the pooled mean (wide) and the coefficient of variation c = s/m ~ Uniform(0, C), C from the
+//! data.
+//!
+//! Article 004 puts the flat prior on s itself (up to a bound from the data). The gamma's
+//! shape m²/s² ties m to s there: with a few dispersed values (three or four batch means of a
+//! run that stalled), the wide flat range of s dragged m's posterior up with it, and its median
+//! sat a third above what the values' mean says (211.8 for [200, 200, 200, 40], whose mean is
+//! 160: `tests/attack_edges.rs`). A flat prior on s/m leaves the shape 1/c² free of m, so m's
+//! posterior is the data's (170 there, against 214 on an exact grid).
 //!
 //! The likelihood needs only n, Σy and Σln y:
 //!
@@ -8,7 +16,7 @@
 //! ```
 //!
 //! so one evaluation costs the same for 100 or 100 million samples. The sampler works on the
-//! unconstrained scale θ = (ln m, logit(s/U)); [`GammaModel::logp`] includes the Jacobian of
+//! unconstrained scale θ = (ln m, logit(s/(C·m))); [`GammaModel::logp`] includes the Jacobian of
 //! that transform and returns the gradient, written out below and checked against finite
 //! differences in the tests.
 
@@ -18,18 +26,19 @@ use crate::Suff;
 
 /// How wide the prior on a mean is: its standard deviation in multiples of its centre.
 pub const PRIOR_MEAN_SPREAD: f64 = 10.0;
-/// The prior on a standard deviation is uniform up to this many times the pooled one.
-pub const PRIOR_SD_SPREAD: f64 = 10.0;
+/// The prior on the coefficient of variation s/m is uniform up to this many times the pooled
+/// one (or 1, if larger).
+pub const PRIOR_CV_SPREAD: f64 = 10.0;
 
 /// Priors shared by both groups (the article: the same prior for A and B, so the prior never
 /// favours a difference).
 ///
 /// ```
-/// use slipstream_stats::{PRIOR_SD_SPREAD, Prior, Suff};
+/// use slipstream_stats::{PRIOR_CV_SPREAD, Prior, Suff};
 /// let (a, b) = (Suff::of(&[1.0, 2.0, 3.0]), Suff::of(&[3.0, 4.0, 5.0]));
 /// let p = Prior::pooled(&[a, b]);
 /// assert!((p.mean_shape / p.mean_rate - 3.0).abs() < 1e-12); // centred on the pooled mean
-/// assert_eq!(p.sd_max, PRIOR_SD_SPREAD * 3.0); // the pooled mean exceeds the pooled sd
+/// assert_eq!(p.cv_max, PRIOR_CV_SPREAD); // the pooled sd (1.41) is under the pooled mean (3)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prior {
@@ -37,14 +46,14 @@ pub struct Prior {
     pub mean_shape: f64,
     /// Gamma prior on m: rate.
     pub mean_rate: f64,
-    /// Upper bound U of the uniform prior on s.
-    pub sd_max: f64,
+    /// Upper bound C of the uniform prior on the coefficient of variation s/m.
+    pub cv_max: f64,
 }
 
 impl Prior {
     /// Centred on the pooled mean with a standard deviation [`PRIOR_MEAN_SPREAD`] times it, and
-    /// s uniform up to [`PRIOR_SD_SPREAD`] times the pooled standard deviation (or the pooled
-    /// mean, if larger: a group of identical values must not get a zero bound).
+    /// s/m uniform up to [`PRIOR_CV_SPREAD`] times the pooled coefficient of variation (or 1,
+    /// if larger: a group of identical values must not get a zero bound).
     ///
     /// ```
     /// use slipstream_stats::{Prior, Suff};
@@ -62,7 +71,7 @@ impl Prior {
         Prior {
             mean_shape: shape,
             mean_rate: shape / mean,
-            sd_max: PRIOR_SD_SPREAD * all.sd().max(mean),
+            cv_max: PRIOR_CV_SPREAD * (all.sd() / mean).max(1.0),
         }
     }
 }
@@ -128,18 +137,19 @@ impl GammaModel {
     /// use slipstream_stats::{GammaModel, Prior, Suff};
     /// let d = Suff::of(&[9.0, 10.0, 11.0]);
     /// let prior = Prior::pooled(&[d]);
-    /// let p = GammaModel::new(d, prior).constrain([0.0, 0.0]);
-    /// // ln m = 0 is m = 1; logit(s / U) = 0 is s = U / 2.
-    /// assert_eq!((p.mean, p.sd), (1.0, prior.sd_max / 2.0));
+    /// let p = GammaModel::new(d, prior).constrain([2f64.ln(), 0.0]);
+    /// // ln m = ln 2 is m = 2; logit(s / (C·m)) = 0 is s = C·m / 2.
+    /// assert_eq!((p.mean, p.sd), (2.0, prior.cv_max));
     /// ```
     pub fn constrain(&self, theta: [f64; 2]) -> MeanSd {
+        let mean = theta[0].exp();
         MeanSd {
-            mean: theta[0].exp(),
-            sd: self.prior.sd_max * sigmoid(theta[1]),
+            mean,
+            sd: self.prior.cv_max * sigmoid(theta[1]) * mean,
         }
     }
 
-    /// (m, s) → θ; `s` must lie strictly inside (0, U).
+    /// (m, s) → θ; `s/m` must lie strictly inside (0, C).
     ///
     /// ```
     /// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
@@ -150,12 +160,13 @@ impl GammaModel {
     /// assert!((back.mean - 10.0).abs() < 1e-9 && (back.sd - 2.0).abs() < 1e-9);
     /// ```
     pub fn unconstrain(&self, p: MeanSd) -> [f64; 2] {
-        let u = p.sd / self.prior.sd_max;
+        let u = p.sd / (p.mean * self.prior.cv_max);
         [p.mean.ln(), (u / (1.0 - u)).ln()]
     }
 
-    /// Log likelihood plus log prior at (m, s), up to a constant, on the constrained scale
-    /// (no Jacobian): what a grid over (m, s) integrates.
+    /// Log likelihood plus log prior at (m, s), up to a constant, on the constrained scale: what
+    /// a grid over (m, s) integrates. The prior's density in s given m is uniform on (0, C·m),
+    /// so 1 / (C·m).
     ///
     /// ```
     /// use slipstream_stats::{GammaModel, MeanSd, Prior, Suff};
@@ -166,15 +177,25 @@ impl GammaModel {
     /// assert_eq!(m.log_posterior(MeanSd { mean: 10.0, sd: -1.0 }), f64::NEG_INFINITY);
     /// ```
     pub fn log_posterior(&self, p: MeanSd) -> f64 {
-        if !(p.mean > 0.0 && p.sd > 0.0 && p.sd < self.prior.sd_max) {
+        if !(p.mean > 0.0 && p.sd > 0.0 && p.sd < self.prior.cv_max * p.mean) {
             return f64::NEG_INFINITY;
         }
-        let (a, b) = (p.mean * p.mean / (p.sd * p.sd), p.mean / (p.sd * p.sd));
+        let c = p.sd / p.mean;
+        self.log_likelihood(p.mean, c) + self.log_prior_mean(p.mean) - p.mean.ln()
+    }
+
+    /// ℓ at mean `m` and coefficient of variation `c`: shape a = 1/c², rate b = a/m.
+    fn log_likelihood(&self, m: f64, c: f64) -> f64 {
+        let a = 1.0 / (c * c);
+        let b = a / m;
         let d = &self.data;
         let n = d.n as f64;
-        let like = n * a * b.ln() - n * ln_gamma(a) + (a - 1.0) * d.sum_ln - b * d.sum;
-        let prior = (self.prior.mean_shape - 1.0) * p.mean.ln() - self.prior.mean_rate * p.mean;
-        like + prior
+        n * a * b.ln() - n * ln_gamma(a) + (a - 1.0) * d.sum_ln - b * d.sum
+    }
+
+    /// The gamma prior on m, up to a constant.
+    fn log_prior_mean(&self, m: f64) -> f64 {
+        (self.prior.mean_shape - 1.0) * m.ln() - self.prior.mean_rate * m
     }
 
     /// The log density at θ (with the transform's Jacobian) and its gradient.
@@ -189,26 +210,29 @@ impl GammaModel {
     pub fn logp(&self, theta: [f64; 2]) -> (f64, [f64; 2]) {
         let m = theta[0].exp();
         let sig = sigmoid(theta[1]);
-        let s = self.prior.sd_max * sig;
-        let p = MeanSd { mean: m, sd: s };
-        let lp = self.log_posterior(p) + theta[0] + sig.ln() + (1.0 - sig).ln();
+        let c = self.prior.cv_max * sig;
+        // The density of θ: p(m)·p(c) times the Jacobian m·C·σ(1 − σ) (p(c) and C constant).
+        let lp = self.log_likelihood(m, c)
+            + self.log_prior_mean(m)
+            + theta[0]
+            + sig.ln()
+            + (1.0 - sig).ln();
         if !lp.is_finite() {
             return (f64::NEG_INFINITY, [0.0, 0.0]);
         }
         let d = &self.data;
         let n = d.n as f64;
-        let s2 = s * s;
-        let (a, b) = (m * m / s2, m / s2);
+        let a = 1.0 / (c * c);
+        let b = a / m;
         // ∂ℓ/∂a and ∂ℓ/∂b.
         let dl_da = n * b.ln() - n * digamma(a) + d.sum_ln;
         let dl_db = n * a / b - d.sum;
-        // Chain rule through a = m²/s², b = m/s².
-        let dl_dm = dl_da * 2.0 * m / s2 + dl_db / s2;
-        let dl_ds = dl_da * (-2.0 * m * m / (s2 * s)) + dl_db * (-2.0 * m / (s2 * s));
-        // θ₀ = ln m: dm/dθ₀ = m; the prior and the Jacobian (θ₀) add k − 1 − (k/M)·m + 1.
-        let g0 = dl_dm * m + (self.prior.mean_shape - 1.0) - self.prior.mean_rate * m + 1.0;
-        // θ₁ = logit(s/U): ds/dθ₁ = U·σ(1 − σ); the Jacobian ln σ + ln(1 − σ) adds 1 − 2σ.
-        let g1 = dl_ds * self.prior.sd_max * sig * (1.0 - sig) + (1.0 - 2.0 * sig);
+        // θ₀ = ln m moves b only (∂b/∂θ₀ = −b); the prior and the Jacobian (θ₀) add
+        // k − 1 − (k/M)·m + 1.
+        let g0 = -b * dl_db + self.prior.mean_shape - self.prior.mean_rate * m;
+        // θ₁ = logit(c/C): ∂c/∂θ₁ = c·(1 − σ), and a, b both scale as c⁻², so ∂a/∂c = −2a/c and
+        // ∂b/∂c = −2b/c; the Jacobian ln σ + ln(1 − σ) adds 1 − 2σ.
+        let g1 = -2.0 * (1.0 - sig) * (a * dl_da + b * dl_db) + (1.0 - 2.0 * sig);
         (lp, [g0, g1])
     }
 }

@@ -39,7 +39,7 @@ pub use compare::{
     Verdict, compare,
 };
 pub use diagnostics::{Diagnostics, ESS_MIN_PER_CHAIN, RHAT_MAX};
-pub use gamma::{GammaModel, MeanSd, PRIOR_MEAN_SPREAD, PRIOR_SD_SPREAD, Prior};
+pub use gamma::{GammaModel, MeanSd, PRIOR_CV_SPREAD, PRIOR_MEAN_SPREAD, Prior};
 pub use grid::{GridPosterior, grid_posterior};
 pub use hdi::hdi;
 pub use lognormal::lognormal_means;

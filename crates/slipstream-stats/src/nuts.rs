@@ -133,8 +133,11 @@ impl CpuLogpFunc for Density {
 
 /// How far apart the chains start, on the unconstrained scale: chain c starts at
 /// `start + DISPERSION[c % 4]`. ±0.3 on ln m is ±35% of the mean (tens of posterior sds for
-/// any run worth comparing); ±1.5 on logit(s/U) moves the sd by a factor of about 4.
-const DISPERSION: [[f64; 2]; 4] = [[0.0, 0.0], [0.3, 1.5], [-0.3, -1.5], [0.15, -0.75]];
+/// any run worth comparing); ±1.5 on logit(s/(C·m)) moves the sd by a factor of about 4.
+/// The first chain starts a thousandth off the sample mean: there the likelihood's slope in
+/// ln m is exactly zero (the sample mean is m's maximum-likelihood value whatever the shape),
+/// and nuts-rs refuses a zero gradient as a start (it scales its first step by it).
+const DISPERSION: [[f64; 2]; 4] = [[1e-3, 0.0], [0.3, 1.5], [-0.3, -1.5], [0.15, -0.75]];
 
 /// Samples `model` with chains starting around `start`, each moved from it by a fixed
 /// dispersion (±35% on the mean, a factor of about 4 on the sd) so that chains stuck in
