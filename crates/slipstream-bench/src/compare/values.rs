@@ -226,9 +226,16 @@ fn throughput_series(run: &BenchRun) -> Vec<f64> {
     let group = ((TX_PER_GROUP * len as f64 / total).ceil() as usize)
         .max(stalled + 1)
         .clamp(1, len);
-    counts
-        .chunks_exact(group)
-        .map(|c| c.iter().map(|&n| n as f64).sum::<f64>() / (group as f64 * secs))
+    // len / group groups sharing out every interval, each `group` long or one more: cut at
+    // exact multiples, the part group at the end was dropped, and with it a stall at the end of
+    // the run (tests/attack_verdicts.rs, `a_stall_at_the_end_of_a_run_counts`).
+    let groups = len / group;
+    (0..groups)
+        .map(|k| {
+            let span = k * len / groups..(k + 1) * len / groups;
+            let n: u64 = counts[span.clone()].iter().sum();
+            n as f64 / (span.len() as f64 * secs)
+        })
         .collect()
 }
 
