@@ -1,0 +1,71 @@
+//! Attacks on what the bench reads from the server through settings a user may change for
+//! every connection a tool makes (`options=-c ...` in the connection string, `PGTZ`,
+//! `PGDATESTYLE`, `ALTER ROLE ... SET`): the bench's own SQL and its parsing of the text
+//! results must give the same answer under any of them.
+
+mod common;
+
+use std::future::pending;
+use std::time::Duration;
+
+use common::rt;
+use slipstream_bench::{self as bench, BenchRun, RunConfig};
+
+struct Ping;
+impl bench::Transaction for Ping {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// A short run of `SELECT 1` by one user against `url`, its context captured as
+/// `slipstream bench` captures it.
+fn run_against(url: &str, seed: u64) -> BenchRun {
+    let mut c = RunConfig::new(Some(url.into()));
+    (c.users, c.threads, c.seed) = (1, 1, seed);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(200);
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
+    rt().block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap()
+}
+
+/// Promise (docs/bench.md, "Several load generators"): parts that loaded one server at the
+/// same time merge; only other servers, copies of a data directory, or a server restarted
+/// between the parts are refused, by the context's `started_at` (the postmaster's start).
+///
+/// Steps: one cluster, two load generators against its `postgres` database at once, the
+/// second with the session time zone and date style of another machine (`PGTZ` and
+/// `PGDATESTYLE` there, here `options=-c TimeZone=Asia/Kolkata -c DateStyle=SQL,DMY`);
+/// merged. Both contexts must also give `started_at` as one instant in RFC 3339.
+///
+/// Before the fix: `started_at` was `pg_postmaster_start_time()::text`, written in the
+/// session's `DateStyle` and `TimeZone`: `2026-11-30 02:29:12.861008+00` for one generator
+/// and `30/11/2026 07:59:12.861008 IST` for the other, so the merge refused the two parts as "a
+/// server started at ... and one started at ... (another copy of the same data directory,
+/// or the server restarted between them)".
+#[test]
+fn load_generators_in_other_time_zones_merge_as_runs_of_one_server() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let utc = format!("{}?options=-c%20TimeZone%3DUTC", cluster.url());
+    let elsewhere = format!(
+        "{}?options=-c%20TimeZone%3DAsia/Kolkata%20-c%20DateStyle%3DSQL,DMY",
+        cluster.url()
+    );
+    let (a, b) = (run_against(&utc, 1), run_against(&elsewhere, 2));
+    let started = |r: &BenchRun| r.context.as_ref().unwrap().started_at.clone().unwrap();
+    let (sa, sb) = (started(&a), started(&b));
+    let merged = bench::merge(&[("gen1.json".into(), a), ("gen2.json".into(), b)])
+        .map_err(|e| e.to_string())
+        .unwrap();
+    assert_eq!(sa, sb);
+    for s in [sa, sb] {
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(&s).is_ok(),
+            "started_at {s:?} is not RFC 3339"
+        );
+    }
+    assert!(merged.transactions[0].ok > 0);
+}
