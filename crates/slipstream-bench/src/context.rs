@@ -55,8 +55,9 @@ pub struct RunContext {
     /// The cluster's `system_identifier` (`pg_control_system()`): the same for a primary
     /// and its physical standbys, different for every other cluster, even of one version.
     pub system_identifier: Option<String>,
-    /// `pg_postmaster_start_time()`: tells apart clusters copied from one data directory,
-    /// which share a system identifier.
+    /// `pg_postmaster_start_time()` in UTC, RFC 3339 to the microsecond (the same text
+    /// whatever the session's `TimeZone` and `DateStyle`): tells apart clusters copied from
+    /// one data directory, which share a system identifier.
     pub started_at: Option<String>,
     /// `current_database()`.
     pub database: Option<String>,
@@ -317,9 +318,15 @@ struct Identity {
     database: String,
 }
 
+// `started_at` is compared between the parts of a merge, whose sessions may differ in
+// `TimeZone` and `DateStyle` (`PGTZ`, `PGDATESTYLE`, `options=-c ...`, `ALTER ROLE ... SET`):
+// `::text` writes an instant in those, so it is written here in UTC and RFC 3339, the same
+// text for one instant whatever the session's settings (to_char's patterns below take
+// nothing from lc_time).
 const IDENTITY: &str = "SELECT json_build_object(\
      'system_identifier', system_identifier::text, \
-     'started_at', pg_postmaster_start_time()::text, \
+     'started_at', to_char(pg_postmaster_start_time() AT TIME ZONE 'UTC', \
+         'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
      'database', current_database())::text FROM pg_control_system()";
 
 /// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
