@@ -202,6 +202,11 @@ impl SetupCancel {
     }
 }
 
+/// Turns off, for this session, a role's or the connection string's `idle_session_timeout`,
+/// where the server has it.
+const NO_IDLE_TIMEOUT: &str = "SELECT pg_catalog.set_config(name, '0', false) \
+     FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'";
+
 /// [`setup`], with each connection's cancel key put into `cancel` as it connects.
 ///
 /// ```
@@ -224,10 +229,19 @@ pub async fn setup_with_cancel(
     let sizes = Sizes::for_scale(scale)?;
     let started = Instant::now();
     let connect = || async {
-        let client = slipstream_pg::connect(url)
+        let mut client = slipstream_pg::connect(url)
             .await
             .map_err(|e| anyhow::anyhow!("Order Entry setup could not connect: {e}"))?;
         cancel.add(client.cancel_token());
+        // Each connection waits idle by design (for its turn, or holding the load's lock
+        // while the others build indexes), and a role's `idle_session_timeout` (PostgreSQL
+        // 14+; looked up so older servers skip it) ended it there, failing the load:
+        // `tests/attack_session_settings.rs`.
+        client.batch_execute(NO_IDLE_TIMEOUT).await.map_err(|e| {
+            anyhow::anyhow!(
+                "Order Entry setup could not turn off idle_session_timeout on its connection: {e}"
+            )
+        })?;
         Ok::<_, anyhow::Error>(client)
     };
     let mut main = connect().await?;
