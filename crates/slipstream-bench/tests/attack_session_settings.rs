@@ -103,3 +103,73 @@ fn order_entry_loads_where_idle_sessions_are_ended() {
         .unwrap();
     assert_eq!(report.rows["customers"], report.sizes.customers as u64);
 }
+
+/// Promise (docs/bench.md, "The run's context"): wait events are sampled from
+/// `pg_stat_activity` every 500 ms through the measured window, on a connection of the
+/// bench's own; nothing of a role's settings may end it early.
+///
+/// Steps: a context captured against a cluster through a connection string with
+/// `idle_session_timeout` of 200 ms (PostgreSQL 14+), shorter than the sampler's pause
+/// between two samples; wait events sampled for 2.2 s. At least 3 samples must be taken,
+/// with no warning about them.
+///
+/// Before the fix: the server ended the sampler's connection in its first pause, and the
+/// run kept one sample and the warning "could not sample pg_stat_activity: ... terminating
+/// connection due to idle-session timeout".
+#[test]
+fn wait_events_are_sampled_through_the_window_where_idle_sessions_are_ended() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20idle_session_timeout%3D200ms",
+        cluster.url()
+    );
+    let ctx = rt().block_on(async {
+        let mut capture = bench::context::before(&url, "w").await;
+        capture
+            .sample_waits(tokio::time::sleep(Duration::from_millis(2200)))
+            .await;
+        capture.after().await
+    });
+    assert!(
+        ctx.wait_samples >= 3,
+        "{} samples: {:?}",
+        ctx.wait_samples,
+        ctx.warnings
+    );
+    assert!(ctx.warnings.is_empty(), "{:?}", ctx.warnings);
+    // The role's value is what the context reports, not the sampler's own.
+    assert!(
+        ctx.settings
+            .iter()
+            .any(|s| s.name == "idle_session_timeout" && s.value == "200 ms"),
+        "{:?}",
+        ctx.settings
+    );
+}
+
+/// Held (docs/bench.md): a setting that stops Order Entry's load fails it naming the step.
+/// Steps: setup through `options=-c default_transaction_read_only=on`; the error must name
+/// the schema's creation and the read-only transaction, within 60 s.
+#[test]
+fn order_entry_load_in_a_read_only_session_fails_naming_the_step() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20default_transaction_read_only%3Don",
+        cluster.url()
+    );
+    let got = rt().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            bench::order_entry::setup(&url, 0.001, |_| {}),
+        )
+        .await
+    });
+    let err = got
+        .expect("the setup did not end within 60 s")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("creating the soe schema failed") && err.contains("read-only transaction"),
+        "{err}"
+    );
+}
