@@ -269,6 +269,13 @@ const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
      FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
      AND backend_type = 'client backend'";
 
+// The sampler waits idle between samples, longer than a role's or the connection string's
+// `idle_session_timeout` may allow (PostgreSQL 14+, looked up so older servers skip it): the
+// server ended its connection after the first sample. Only the sampler's session: the
+// settings read before the run are the users' (`tests/attack_session_settings.rs`).
+const NO_IDLE_TIMEOUT: &str = "SELECT coalesce((SELECT pg_catalog.set_config(name, '0', false) \
+     FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'), '')";
+
 fn statements_sql(schema: &str) -> String {
     format!(
         "SELECT coalesce(json_agg(s), '[]')::text FROM (SELECT queryid, left(query, 200) AS query, \
@@ -436,6 +443,13 @@ impl Capture {
         let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut r = Reader::new(&mut client, &mut warnings, "during the window");
+        let got = tokio::select! {
+            got = r.text("idle_session_timeout", NO_IDLE_TIMEOUT) => got,
+            _ = &mut stop => Ok(None),
+        };
+        r.keep(got, |e| {
+            format!("could not turn off idle_session_timeout for the wait-event sampler: {e}")
+        });
         while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
             tokio::select! {
                 _ = &mut stop => break,
