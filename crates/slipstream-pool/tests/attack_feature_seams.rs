@@ -231,3 +231,45 @@ async fn a_borrowers_search_path_cannot_make_the_monitor_take_a_primary_for_a_st
         got.map(|r| r.map(|_| ()))
     );
 }
+
+/// Promise (docs/pool.md): a borrow gets a working connection; one the server ended while it
+/// sat idle in the pool is replaced, never lent. A role's `idle_session_timeout`
+/// (`ALTER ROLE ... SET`, here `options=-c idle_session_timeout=200ms`, PostgreSQL 14+) ends
+/// every connection that waits in the pool longer than that, which pooled connections do by
+/// design.
+///
+/// Steps: a one-connection pool through that connection string, under each reset mode; a
+/// borrow runs `SELECT 1` and returns, the pool rests 600 ms, and the next borrow's `SELECT 1`
+/// must answer 1, three times over, each within 10 s.
+///
+/// Held: the client sees the server's FATAL and the closed socket while the connection is
+/// idle, and the pool replaces it before lending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_server_ended_while_idle_in_the_pool_is_not_lent() {
+    let cluster = Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20idle_session_timeout%3D200ms",
+        cluster.url()
+    );
+    for reset in [Reset::Rollback, Reset::Session, Reset::None] {
+        let config = url.parse().expect("the URL parses");
+        let pool = Pool::builder(PgManager::new(config).reset_on_return(reset))
+            .max_size(1)
+            .borrow_timeout(Duration::from_secs(10))
+            .build();
+        for round in 0..3 {
+            let got = tokio::time::timeout(Duration::from_secs(10), async {
+                let mut c = pool.get().await.map_err(|e| e.to_string())?;
+                let row = c
+                    .query_one("SELECT 1", &[])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                row.get::<_, i32>(0).map_err(|e| e.to_string())
+            })
+            .await
+            .expect("the borrow and its query did not answer within 10 s");
+            assert_eq!(got, Ok(1), "{reset:?}, round {round}");
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+    }
+}
