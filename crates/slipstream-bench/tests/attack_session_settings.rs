@@ -173,3 +173,36 @@ fn order_entry_load_in_a_read_only_session_fails_naming_the_step() {
         "{err}"
     );
 }
+
+/// Promise (docs/bench.md, "The run's context"): the context reads Order Entry's scale
+/// from `soe.meta` (and the report shows it, and says when two runs' scales differ); the
+/// snapshots keep `pg_stat_database` and `pg_stat_statements` numbers as the server counted
+/// them. A session's `extra_float_digits` (-15 to 3) shapes how `float8` is written as text.
+///
+/// Steps: a database with `soe.meta.scale` = 0.125; its context read through
+/// `options=-c extra_float_digits=-15` must give the scale 0.125.
+///
+/// Before the fix: `scale::text` was written with one significant digit, and the context
+/// said 0.1: the report showed scale 0.1 and called the scale of a run of the same data
+/// through another connection string different.
+#[test]
+fn the_context_reads_the_scale_whatever_the_sessions_extra_float_digits() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    rt().block_on(async {
+        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        c.batch_execute(
+            "CREATE SCHEMA soe; CREATE TABLE soe.meta (scale float8 NOT NULL); \
+             INSERT INTO soe.meta VALUES (0.125)",
+        )
+        .await
+        .unwrap();
+    });
+    let url = format!("{}?options=-c%20extra_float_digits%3D-15", cluster.url());
+    let ctx = rt().block_on(async {
+        bench::context::before(&url, bench::order_entry::NAME)
+            .await
+            .after()
+            .await
+    });
+    assert_eq!(ctx.scale, Some(0.125), "{:?}", ctx.warnings);
+}
