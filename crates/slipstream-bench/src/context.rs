@@ -285,6 +285,22 @@ fn statements_sql(schema: &str) -> String {
     )
 }
 
+/// Sets the session's `extra_float_digits` to 3, so that every `float8` read as text (the
+/// scale, the snapshots' times in ms) is written exactly: a role's or the connection string's
+/// setting below 1 writes fewer digits, down to one at -15, which read scale 0.125 as 0.1
+/// (`tests/attack_session_settings.rs`).
+async fn exact_floats(r: &mut Reader<'_>) {
+    let got = r
+        .text(
+            "extra_float_digits",
+            "SELECT pg_catalog.set_config('extra_float_digits', '3', false)",
+        )
+        .await;
+    r.keep(got, |e| {
+        format!("could not set extra_float_digits, so floating-point values may be rounded: {e}")
+    });
+}
+
 async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
     let mut s = ServerSnapshot::default();
     let got = r
@@ -371,6 +387,8 @@ pub async fn before(url: &str, workload: &str) -> Capture {
         if let Some(v) = r.keep(got, |e| format!("could not read pg_settings: {e}")) {
             ctx.settings = v.unwrap_or_default();
         }
+        // After the settings: they are the users', and this would show as the context's own.
+        exact_floats(&mut r).await;
         if workload == crate::order_entry::NAME {
             let got = r
                 .text(
@@ -494,7 +512,9 @@ impl Capture {
     pub(crate) async fn take_after(&mut self) {
         let mut warnings = Vec::new();
         if let Some(mut c) = connect(&self.url, &mut warnings).await {
-            let after = snapshot(&mut Reader::new(&mut c, &mut warnings, "after the run")).await;
+            let mut r = Reader::new(&mut c, &mut warnings, "after the run");
+            exact_floats(&mut r).await;
+            let after = snapshot(&mut r).await;
             self.ctx.after = after;
         }
         self.ctx.warnings.extend(warnings);
