@@ -206,3 +206,32 @@ fn the_context_reads_the_scale_whatever_the_sessions_extra_float_digits() {
     });
     assert_eq!(ctx.scale, Some(0.125), "{:?}", ctx.warnings);
 }
+
+/// Promise (docs/bench.md, stages): a user a stage does not need yet waits with its
+/// connection open and starts when its stage begins; the measured failures are the
+/// workload's, not the bench's. A role's `idle_session_timeout` (here through
+/// `options=-c idle_session_timeout=300ms`) shorter than that wait ends the waiting
+/// connections.
+///
+/// Steps: `SELECT 1` in two stages, 1.2 s at 1 user then 1.2 s at 2: the second user waits
+/// out the first stage. Every transaction of both stages must succeed.
+#[test]
+fn a_user_waiting_for_its_stage_is_not_ended_by_idle_session_timeout() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20idle_session_timeout%3D300ms",
+        cluster.url()
+    );
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (2, 1, 1);
+    c.warmup = Duration::ZERO;
+    c.stages = vec!["1200ms:1".parse().unwrap(), "1200ms:2".parse().unwrap()];
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.ok > 0);
+    assert_eq!((t.failed, &t.failures), (0, &Default::default()));
+}
