@@ -961,6 +961,8 @@ async fn closed_loop(
     let mut stopped = shared.stop_signal.subscribe();
     let mut since_yield = 0u32;
     let mut active_until: Option<Instant> = None;
+    // The user may have waited idle for the others to connect.
+    replace_if_ended(shared, user, session, txs).await;
     while !shared.stop.load(Ordering::Acquire) {
         let think = session.draw(|rng| shared.think.draw(rng));
         if !think.is_zero() {
@@ -998,6 +1000,7 @@ async fn closed_loop(
                         _ = tokio::time::sleep_until(wake.into()) => {}
                         _ = stopped.wait_for(|s| *s) => break,
                     }
+                    replace_if_ended(shared, user, session, txs).await;
                     continue;
                 }
                 None => break,
@@ -1047,6 +1050,25 @@ async fn serve_arrivals(
         if shared.stop.load(Ordering::Acquire) {
             break;
         }
+    }
+}
+
+/// Replaces, before the user's next transaction and outside its timing, a connection the
+/// server ended while the user waited idle by the runner's design: for the others to connect,
+/// or for its turn in a ramp-up or a later stage. A role's `idle_session_timeout` shorter than
+/// that wait ended it, and the stage's first transaction was recorded as a failure (57P05)
+/// the workload never made (`tests/attack_session_settings.rs`). A closed-loop user's own
+/// think time is the workload's: a session ended in it fails its next transaction as before.
+async fn replace_if_ended(
+    shared: &Shared,
+    user: usize,
+    session: &mut Session,
+    txs: &mut [Box<dyn DynTransaction>],
+) {
+    if let Some(c) = session.client_slot()
+        && c.check_idle().is_err()
+    {
+        repair(shared, user, session, txs).await;
     }
 }
 
