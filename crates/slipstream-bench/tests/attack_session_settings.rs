@@ -235,3 +235,41 @@ fn a_user_waiting_for_its_stage_is_not_ended_by_idle_session_timeout() {
     assert!(t.ok > 0);
     assert_eq!((t.failed, &t.failures), (0, &Default::default()));
 }
+
+/// Promise (docs/bench.md, open loop): the users of an open-loop run are the connections
+/// that serve the arrivals, idle between them by the runner's design; an arrival's failures
+/// are the workload's. A role's `idle_session_timeout` (here 200 ms, through the connection
+/// string) shorter than a user's wait for the next arrival ends its connection.
+///
+/// Steps: `SELECT 1` arriving at 4 a second for 2.5 s, served by 2 users (each idle about
+/// half a second between arrivals). Every arrival must succeed.
+///
+/// Before the fix: every arrival (7 of 7) found its user's connection ended and failed with
+/// 57P05 (the repair after each failure reconnected, and the next wait ended that one too):
+/// the run reported a workload that never succeeds.
+#[test]
+fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20idle_session_timeout%3D200ms",
+        cluster.url()
+    );
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (2, 1, 1);
+    c.warmup = Duration::ZERO;
+    c.stages = vec!["2500ms:rate=4".parse().unwrap()];
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(
+        t.ok > 0,
+        "{} ok, {} failed: {:?}",
+        t.ok,
+        t.failed,
+        t.failures
+    );
+    assert_eq!((t.failed, &t.failures), (0, &Default::default()));
+}
