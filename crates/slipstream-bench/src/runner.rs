@@ -1038,6 +1038,9 @@ async fn serve_arrivals(
             _ = stopped.wait_for(|s| *s) => None,
         };
         let Some((intended, kind)) = next else { break };
+        // Before `start`: a reconnect is the arrival's wait (in its latency and lag from
+        // `intended`, as a server that ends idle sessions costs an open system).
+        replace_if_ended(shared, user, session, txs).await;
         let start = Instant::now();
         let recorded = intended >= window.from;
         let job = Job {
@@ -1053,12 +1056,14 @@ async fn serve_arrivals(
     }
 }
 
-/// Replaces, before the user's next transaction and outside its timing, a connection the
-/// server ended while the user waited idle by the runner's design: for the others to connect,
-/// or for its turn in a ramp-up or a later stage. A role's `idle_session_timeout` shorter than
-/// that wait ended it, and the stage's first transaction was recorded as a failure (57P05)
-/// the workload never made (`tests/attack_session_settings.rs`). A closed-loop user's own
-/// think time is the workload's: a session ended in it fails its next transaction as before.
+/// Replaces, before the user's next transaction starts, a connection
+/// the server ended while the user waited idle by the runner's design: for the others to
+/// connect, for its turn in a ramp-up or a later stage, or (open loop) for the next arrival.
+/// A role's `idle_session_timeout` shorter than that wait ended it, and the transaction after
+/// the wait was recorded as a failure (57P05) the workload never made: a stage's first, or
+/// every arrival of a slow open-loop run (`tests/attack_session_settings.rs`). A closed-loop
+/// user's own think time is the workload's: a session ended in it fails its next transaction
+/// as before.
 async fn replace_if_ended(
     shared: &Shared,
     user: usize,
