@@ -273,3 +273,52 @@ fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout()
     );
     assert_eq!((t.failed, &t.failures), (0, &Default::default()));
 }
+
+/// Promise (docs/bench.md, workload files): a workload file's SQL is read as PostgreSQL reads
+/// it (its `:name`s replaced outside literals only), or the run is refused saying why. The
+/// file is read with `standard_conforming_strings = on`, PostgreSQL's default since 9.1; a
+/// database or role may still set it off (`ALTER DATABASE ... SET`, here through
+/// `options=-c standard_conforming_strings=off`), and then a backslash ends a `'...'`
+/// literal somewhere else for the server.
+///
+/// Steps: a file inserting `'C:\'` and `:key`; run against a session with the setting off.
+/// The run must either succeed with every transaction, or be refused before it starts with
+/// an error that names `standard_conforming_strings`.
+///
+/// Before the fix: the run started and every transaction failed with the server's syntax
+/// error (42601) about SQL the file never had, the literal's end moved past `$1`.
+#[test]
+fn a_workload_file_is_not_run_where_the_server_reads_its_literals_otherwise() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    rt().block_on(async {
+        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        c.batch_execute("CREATE TABLE paths (p text, k int)")
+            .await
+            .unwrap();
+    });
+    let file = bench::workload_file::parse(
+        "name = \"paths\"\n[params]\nkey = { dist = \"sequence\", start = 1 }\n\
+         [[transaction]]\nname = \"insert\"\nsql = \"INSERT INTO paths VALUES ('C:\\\\', :key)\"\n",
+        "paths.toml",
+    )
+    .unwrap();
+    let url = format!(
+        "{}?options=-c%20standard_conforming_strings%3Doff",
+        cluster.url()
+    );
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (1, 1, 1);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(300);
+    c.progress = bench::Style::Quiet;
+    match rt().block_on(bench::run(&file.workload, &c, pending::<()>())) {
+        Ok(run) => {
+            let t = &run.transactions[0];
+            assert!(t.ok > 0 && t.failed == 0, "{} ok, {:?}", t.ok, t.failures);
+        }
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("standard_conforming_strings"), "{e}");
+        }
+    }
+}
