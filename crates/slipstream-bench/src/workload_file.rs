@@ -291,8 +291,9 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
         // Maps, not scans: a statement of 70,000 parameters took 11.6 s to read.
         let mut slot_of: HashMap<usize, usize> = HashMap::new();
         let mut statements = Vec::new();
+        let mut backslash_literal = None;
         for s in sources {
-            let (sql, refs) = bind_names(s.get_ref())
+            let (sql, refs, backslash) = bind_names_noting(s.get_ref())
                 .map_err(|e| at(s.span(), format!("transaction `{}` {e}", tx.name)))?;
             if refs.len() > MAX_STATEMENT_PARAMETERS {
                 return Err(at(
@@ -326,6 +327,9 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
                 });
                 args.push(slot);
             }
+            if backslash && backslash_literal.is_none() {
+                backslash_literal = Some(format!("{origin}:{}", line_of(text, s.span().start)));
+            }
             statements.push(Planned {
                 kind: StatementKind::of(&sql),
                 sql,
@@ -337,6 +341,7 @@ pub fn parse(text: &str, origin: &str) -> Result<WorkloadFile, String> {
             statements,
             uses,
             atomic,
+            backslash_literal,
         });
         let gens = gens.clone();
         workload = workload.transaction(tx.name.clone(), tx.weight, move || FileTransaction {
@@ -442,11 +447,22 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
+/// [`bind_names_noting`] without the note, for the tests.
+#[cfg(test)]
+fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
+    bind_names_noting(sql).map(|(out, names, _)| (out, names))
+}
+
 /// Replaces `:name` with `$1`, `$2`, ... (one number per distinct name) and returns the names
 /// in number order. Skips what PostgreSQL does not read as SQL text: `::` casts, quoted
 /// literals and identifiers (`E'...'` with its backslash escapes too), dollar-quoted strings,
 /// and `--` and (nested) `/* */` comments. A positional `$1` of the file's own is an error.
-fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
+///
+/// Also says whether a `'...'` literal (not `E'...'`) holds a backslash: the one place where
+/// this reading, PostgreSQL's under `standard_conforming_strings = on`, differs from a
+/// server's under `off` (the backslash escapes the quote, and the literal ends elsewhere).
+fn bind_names_noting(sql: &str) -> Result<(String, Vec<String>, bool), String> {
+    let mut backslash_literal = false;
     let mut out = String::with_capacity(sql.len());
     let mut names: Vec<String> = Vec::new();
     let mut numbers: HashMap<String, usize> = HashMap::new();
@@ -504,6 +520,7 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
                     if chars[i] == c {
                         break;
                     }
+                    backslash_literal |= c == '\'' && chars[i] == '\\';
                     i += 1;
                 }
                 i += 1;
@@ -563,7 +580,7 @@ fn bind_names(sql: &str) -> Result<(String, Vec<String>), String> {
             }
         }
     }
-    Ok((out, names))
+    Ok((out, names, backslash_literal))
 }
 
 /// Whether `sql` holds a SQL-standard function body (`BEGIN ATOMIC ... END`), whose
@@ -652,6 +669,9 @@ struct Plan {
     /// The generators the transaction draws from, once each per execution.
     uses: Vec<usize>,
     atomic: bool,
+    /// Where (`file:line`) a statement has a `'...'` literal holding a backslash, which a
+    /// session with `standard_conforming_strings = off` reads otherwise.
+    backslash_literal: Option<String>,
 }
 
 struct FileTransaction {
@@ -686,6 +706,26 @@ impl ToSql for Text<'_> {
 }
 
 impl Transaction for FileTransaction {
+    /// Refuses a session that would read the file's literals otherwise than the file was
+    /// read: with `standard_conforming_strings = off` a backslash in `'...'` escapes the
+    /// quote, the literal ends elsewhere, and a `$n` put for a `:name` lands inside it or a
+    /// literal's text outside; every transaction failed with 42601 about SQL the file never
+    /// had (`tests/attack_session_settings.rs`).
+    async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
+        if let Some(at) = &self.plan.backslash_literal
+            && let Ok(c) = s.client()
+            && c.parameter("standard_conforming_strings") == Some("off")
+        {
+            return Err(TxError::new(
+                "client:standard-conforming-strings",
+                format!(
+                    "{at} has a backslash in a '...' literal, read as PostgreSQL reads it with standard_conforming_strings = on (its default), but this session has it off (set by the database, the role or the connection string), so the server would read the literal otherwise; give the bench's connections options=-c standard_conforming_strings=on, or write the literal as E'...' with its backslashes doubled"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
         for (value, &g) in self.values.iter_mut().zip(&self.plan.uses) {
             value.clear();
@@ -758,6 +798,22 @@ sql = "SELECT :key::int, ':not' -- :nor\n"
 name = "write"
 statements = ["UPDATE kv SET v = :word WHERE k = :key", "SELECT :key"]
 "#;
+
+    /// Only a backslash in a plain `'...'` literal reads otherwise under
+    /// `standard_conforming_strings = off`: not in `E'...'`, dollar quotes, identifiers or
+    /// comments.
+    #[test]
+    fn a_backslash_is_noted_in_plain_literals_only() {
+        for (sql, noted) in [
+            ("SELECT 'C:\\', :k", true),
+            ("SELECT 'a''\\b'", true),
+            ("SELECT E'\\n', :k", false),
+            ("SELECT $$\\$$, \"a\\b\", :k -- \\ \n", false),
+            ("SELECT /* \\ */ 'plain', :k", false),
+        ] {
+            assert_eq!(bind_names_noting(sql).unwrap().2, noted, "{sql}");
+        }
+    }
 
     #[test]
     fn a_good_file_parses() {
