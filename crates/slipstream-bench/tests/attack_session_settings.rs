@@ -322,3 +322,60 @@ fn a_workload_file_is_not_run_where_the_server_reads_its_literals_otherwise() {
         }
     }
 }
+
+/// A run of `common::sleeping(0)` (no database) whose context names one cluster, database
+/// and postmaster start as `started_at` text.
+fn run_started_at(seed: u64, started_at: &str) -> BenchRun {
+    let mut c = RunConfig::new(None);
+    (c.threads, c.seed) = (1, seed);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(200);
+    c.progress = bench::Style::Quiet;
+    let mut run = rt()
+        .block_on(bench::run(&common::sleeping(0), &c, pending::<()>()))
+        .unwrap();
+    run.context = Some(bench::context::RunContext {
+        system_identifier: Some("7300000000000000001".into()),
+        started_at: Some(started_at.into()),
+        database: Some("postgres".into()),
+        ..Default::default()
+    });
+    run
+}
+
+/// Promise (docs/bench.md, "Several load generators"): parts against one server started
+/// once merge, those against a server restarted between them are refused. Result files
+/// saved before `started_at` was written in RFC 3339 hold PostgreSQL's `::text` of it
+/// (`2026-11-30 02:29:12.861008+00` under the default `DateStyle`), and a test's load
+/// generators may not all run one version of slipstream.
+///
+/// Steps: a part with the old text and one with the same instant in RFC 3339 (and in
+/// another offset); merged. Then one a microsecond later, which must be refused.
+///
+/// Before the fix: the texts were compared, and the first pair was refused as a restarted
+/// server.
+#[test]
+fn a_start_saved_as_postgresql_text_by_an_earlier_version_merges_with_the_same_instant() {
+    let old = "2026-11-30 02:29:12.861008+00";
+    for new in [
+        "2026-11-30T02:29:12.861008Z",
+        "2026-11-30T07:59:12.861008+05:30",
+    ] {
+        bench::merge(&[
+            ("gen1.json".into(), run_started_at(1, old)),
+            ("gen2.json".into(), run_started_at(2, new)),
+        ])
+        .map_err(|e| e.to_string())
+        .unwrap();
+    }
+    let err = bench::merge(&[
+        ("gen1.json".into(), run_started_at(1, old)),
+        (
+            "gen2.json".into(),
+            run_started_at(2, "2026-11-30T02:29:12.861009Z"),
+        ),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("started at"), "{err}");
+}
