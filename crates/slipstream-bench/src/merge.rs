@@ -120,7 +120,7 @@ pub fn merge(parts: &[(String, BenchRun)]) -> anyhow::Result<BenchRun> {
                 "cannot merge runs against different servers: {first_label} ran against the cluster with system identifier {sa} and {label} against {sb}; merge load generators that loaded one server"
             );
             anyhow::ensure!(
-                ta == tb,
+                same_start(&ta, &tb),
                 "cannot merge runs against different servers: {first_label} ran against a server started at {ta} and {label} against one started at {tb} (another copy of the same data directory, or the server restarted between them); merge load generators that loaded one server at the same time"
             );
             anyhow::ensure!(
@@ -681,4 +681,21 @@ fn mix(weights: &[(String, u32)]) -> String {
         .map(|(name, w)| format!("{name}={w}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Whether two contexts' `started_at` name one postmaster start. Compared as instants when
+/// both read as one: RFC 3339 (written since the context stopped following the session's
+/// `TimeZone` and `DateStyle`), or PostgreSQL's ISO text of a `timestamptz`
+/// (`2026-11-30 02:29:12.861008+00`, what earlier versions saved under the default
+/// `DateStyle`), so parts saved by either merge; other text is compared as it is.
+fn same_start(a: &str, b: &str) -> bool {
+    let instant = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .or_else(|_| chrono::DateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f%#z"))
+            .ok()
+    };
+    match (instant(a), instant(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a == b,
+    }
 }
