@@ -39,7 +39,8 @@ fn run_against(url: &str, seed: u64) -> BenchRun {
 /// Steps: one cluster, two load generators against its `postgres` database at once, the
 /// second with the session time zone and date style of another machine (`PGTZ` and
 /// `PGDATESTYLE` there, here `options=-c TimeZone=Asia/Kolkata -c DateStyle=SQL,DMY`);
-/// merged. Both contexts must also give `started_at` as one instant in RFC 3339.
+/// merged. Both contexts must also give `started_at` as one instant in RFC 3339, and their
+/// snapshots' `taken_at` in RFC 3339 (held).
 ///
 /// Before the fix: `started_at` was `pg_postmaster_start_time()::text`, written in the
 /// session's `DateStyle` and `TimeZone`: `2026-11-30 02:29:12.861008+00` for one generator
@@ -57,6 +58,17 @@ fn load_generators_in_other_time_zones_merge_as_runs_of_one_server() {
     let (a, b) = (run_against(&utc, 1), run_against(&elsewhere, 2));
     let started = |r: &BenchRun| r.context.as_ref().unwrap().started_at.clone().unwrap();
     let (sa, sb) = (started(&a), started(&b));
+    // Held: the snapshots' clock is written by to_char in UTC, whatever the session's.
+    for r in [&a, &b] {
+        let ctx = r.context.as_ref().unwrap();
+        for snap in [&ctx.before, &ctx.after] {
+            let taken = &snap.as_ref().unwrap().taken_at;
+            assert!(
+                chrono::DateTime::parse_from_rfc3339(taken).is_ok(),
+                "taken_at {taken:?} is not RFC 3339"
+            );
+        }
+    }
     let merged = bench::merge(&[("gen1.json".into(), a), ("gen2.json".into(), b)])
         .map_err(|e| e.to_string())
         .unwrap();
