@@ -391,3 +391,43 @@ fn a_start_saved_as_postgresql_text_by_an_earlier_version_merges_with_the_same_i
     .to_string();
     assert!(err.contains("started at"), "{err}");
 }
+
+/// Held. Promise (docs/bench.md, Order Entry): `--setup` loads the schema and every
+/// transaction type runs without failing, whatever the session's formatting settings:
+/// the load streams dates and times as COPY text, which the server reads under the
+/// session's `DateStyle` and `TimeZone`.
+///
+/// Steps: setup at scale 0.002, then 2 s of the whole mix by 2 users, through a connection
+/// string with `DateStyle=SQL,DMY`, `TimeZone=Pacific/Chatham`,
+/// `IntervalStyle=sql_standard`, `extra_float_digits=-15` and `bytea_output=escape`; no
+/// transaction may fail, and the context's scale must read 0.002.
+#[test]
+fn order_entry_loads_and_runs_under_any_formatting_settings() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!(
+        "{}?options=-c%20DateStyle%3DSQL,DMY%20-c%20TimeZone%3DPacific/Chatham%20\
+         -c%20IntervalStyle%3Dsql_standard%20-c%20extra_float_digits%3D-15%20\
+         -c%20bytea_output%3Descape",
+        cluster.url()
+    );
+    rt().block_on(bench::order_entry::setup(&url, 0.002, |_| {}))
+        .map_err(|e| e.to_string())
+        .unwrap();
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (2, 1, 7);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_secs(2);
+    c.progress = bench::Style::Quiet;
+    let run = rt()
+        .block_on(bench::run(
+            &bench::order_entry::workload(),
+            &c,
+            pending::<()>(),
+        ))
+        .unwrap();
+    for t in &run.transactions {
+        assert_eq!(t.failed, 0, "{}: {:?}", t.name, t.failures);
+    }
+    assert!(run.transactions.iter().map(|t| t.ok).sum::<u64>() > 0);
+    assert_eq!(run.context.unwrap().scale, Some(0.002));
+}
