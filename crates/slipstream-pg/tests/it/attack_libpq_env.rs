@@ -581,3 +581,44 @@ async fn break_an_empty_value_in_the_string_let_a_variable_or_a_service_fill_it(
         );
     }
 }
+
+/// Promise (docs/client.md, "Connecting"): PG* variables fill what the string leaves out, as
+/// libpq reads them, or are refused by name; never ignored without a word. A variable's value
+/// need not be UTF-8 (a Latin-1 locale's `PGUSER=josé`), and libpq sends its bytes as they
+/// are.
+///
+/// Steps: a string that names no user, and `PGUSER` set to the Latin-1 bytes of `josé`, in a
+/// child process. The connection must fail naming `PGUSER`.
+///
+/// Before the fix: the value was read as unset (`env::var(..).ok()`), and the connection
+/// went on as the OS user (`root` here: "role \"root\" does not exist"; where the OS user has
+/// a role, it connected as that role, someone other than the one asked for).
+#[tokio::test]
+async fn a_pg_variable_that_is_not_utf8_is_refused_by_name_not_ignored() {
+    use std::os::unix::ffi::OsStrExt;
+    let cluster = Cluster::start().unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} dbname=postgres sslmode=disable",
+        cluster.port()
+    );
+    let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "attack_libpq_env::child_session",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    scrub_env(cmd.as_std_mut(), &[]);
+    cmd.env("PGUSER", std::ffi::OsStr::from_bytes(b"jos\xe9"));
+    cmd.env("ATTACK_ENV_CHILD", &conninfo);
+    let out = cmd.output().await.expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("ATTACK_RESULT ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
+    assert!(
+        line.starts_with("err ") && line.contains("PGUSER") && line.contains("UTF-8"),
+        "{line}"
+    );
+}
