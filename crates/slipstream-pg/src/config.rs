@@ -770,7 +770,8 @@ impl Config {
     /// `PGGEQO` as the session's `DateStyle`, `TimeZone` and `geqo`, as libpq does. A variable
     /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSSLCRL`, `PGSSLCRLDIR`,
     /// `PGREQUIREPEER`, a `PGSSLMINPROTOCOLVERSION` above TLS 1.2 or a
-    /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it.
+    /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it, and so is a variable whose
+    /// value is not UTF-8.
     ///
     /// Before the variables, a connection service (`service=`, [`Config::service`], else
     /// `PGSERVICE`) fills what the configuration leaves unset from its section of
@@ -784,6 +785,21 @@ impl Config {
     /// # Ok::<(), slipstream_pg::Error>(())
     /// ```
     pub fn apply_env(self) -> Result<Config, Error> {
+        // A value that is not UTF-8 would read as unset (`env::var(..).ok()`), and a PGUSER
+        // or PGHOST of a Latin-1 locale connected as the OS user, or to the default host,
+        // without a word (`tests/it/attack_libpq_env.rs`). libpq sends the bytes as they are;
+        // a `String` cannot hold them, so such a variable is refused by name.
+        for name in Config::environment_variables() {
+            if name.starts_with("PG")
+                && matches!(std::env::var(&name), Err(std::env::VarError::NotUnicode(_)))
+            {
+                return Err(Error::config(format!(
+                    "environment variable {name} is not valid UTF-8: slipstream-pg reads only \
+                     UTF-8 values; set it in UTF-8, or give its parameter in the connection \
+                     string and unset {name}"
+                )));
+            }
+        }
         self.apply_vars(|name| std::env::var(name).ok())
     }
 
