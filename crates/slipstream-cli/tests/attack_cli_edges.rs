@@ -886,3 +886,47 @@ fn bench_select_one(dir: &Path, url: &str, warmup: &str, extra: &[&str]) -> Comm
     args.extend_from_slice(extra);
     command(&args, dir)
 }
+
+/// Promise (README / `slipstream --help`: commands that need a database use `--url`, else
+/// `DATABASE_URL`, else the PG* variables, else the embedded cluster): a `DATABASE_URL`
+/// that is set is the database, or the command fails naming it. Its value need not be
+/// UTF-8 (a Latin-1 locale's password or database name).
+///
+/// Steps: `slipstream sql "SELECT current_setting('port')"` with `DATABASE_URL` set to a
+/// URL with a Latin-1 byte and a fresh `SLIPSTREAM_HOME`; it must fail naming
+/// `DATABASE_URL`, and start no embedded cluster (within 60 s).
+///
+/// Before the fix: the value read as unset (`env::var(..).ok()`), and the command started
+/// the embedded cluster and ran the SQL there: a bench would have measured another server.
+#[test]
+fn a_database_url_that_is_not_utf8_is_refused_not_passed_over() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = command(&["sql", "SELECT current_setting('port')"], dir.path());
+    cmd.env(
+        "DATABASE_URL",
+        std::ffi::OsStr::from_bytes(b"postgres://app@127.0.0.1:1/caf\xe9"),
+    );
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no end within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = text(&out);
+    // Stop an embedded cluster the old code started, whatever the verdict.
+    let _ = common::slipstream(&["db", "stop"], dir.path());
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("DATABASE_URL") && !said.contains("embedded"),
+        "{said}"
+    );
+}
