@@ -28,8 +28,15 @@ pub fn resolve(url: Option<String>, home_flag: Option<PathBuf>) -> anyhow::Resul
     if let Some(url) = url {
         return Ok(url);
     }
-    if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        return Ok(url);
+    // Not `.ok()`: a value that is not UTF-8 read as unset, and the command ran against the
+    // PG* variables' server or the embedded cluster instead of the one named
+    // (`tests/attack_cli_edges.rs`).
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => return Ok(url),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!(
+            "DATABASE_URL is not valid UTF-8: write it in UTF-8, or give the connection string with --url"
+        ),
+        _ => {}
     }
     if PG_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return Ok(from_pg_env());

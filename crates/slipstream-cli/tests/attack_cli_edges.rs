@@ -896,8 +896,9 @@ fn bench_select_one(dir: &Path, url: &str, warmup: &str, extra: &[&str]) -> Comm
 /// URL with a Latin-1 byte and a fresh `SLIPSTREAM_HOME`; it must fail naming
 /// `DATABASE_URL`, and start no embedded cluster (within 60 s).
 ///
-/// Before the fix: the value read as unset (`env::var(..).ok()`), and the command started
-/// the embedded cluster and ran the SQL there: a bench would have measured another server.
+/// Before the fix: the value read as unset (`env::var(..).ok()`), and the command went on
+/// without it (to the embedded cluster) and answered from another server, port 38737: a
+/// bench would have measured a server the user never named.
 #[test]
 fn a_database_url_that_is_not_utf8_is_refused_not_passed_over() {
     use std::os::unix::ffi::OsStrExt;
