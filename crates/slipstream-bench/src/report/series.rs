@@ -34,7 +34,8 @@ fn point(r: &BenchRun, i: usize, n: u64) -> (f64, f64) {
 /// use slipstream_bench::report::{Labeled, tps_series};
 /// let series = tps_series(&[Labeled { label: "a".into(), run }]);
 /// assert_eq!((series.len(), series[0].name.as_str()), (1, "a"));
-/// assert_eq!(series[0].points[0].0, 1.0); // x: the end of the first one-second interval
+/// // x: the end of the first one-second interval, here the window's, 0.3 s into it
+/// assert_eq!(series[0].points[0].0, 0.3);
 /// # Ok(()) }
 /// ```
 pub fn tps_series(runs: &[Labeled]) -> Vec<Series> {
