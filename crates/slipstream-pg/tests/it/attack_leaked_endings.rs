@@ -1,0 +1,93 @@
+//! Attacks (helper h86) on what a leaked (`std::mem::forget`, safe Rust) future or guard of
+//! the pipeline and COPY engine leaves the connection's next call: that call must read
+//! exactly its own result, and nothing the caller gave up may commit (docs/pipelining.md,
+//! "Dropping a pipeline"; docs/client.md, "Cancellation and timeouts").
+
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+use slipstream_pg::{PipelineMode, PipelineOptions};
+
+/// Polls `f` once, with a waker that does nothing, and returns whether it was still pending.
+fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    f.poll(&mut cx).is_pending()
+}
+
+/// `f`'s output, or a panic naming `what` after 10 s.
+async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(10), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within 10 s"))
+}
+
+/// Promise (pipelining.md, "Dropping a pipeline"; `Pipeline::end`): `end()` given up before
+/// the block's final `Sync` began to reach the socket gives the block up as if `end` had
+/// not been called, so nothing of its last sync group commits. The lead's rule for a leaked
+/// block (its open group is taken back, or failed on purpose, or the connection closed)
+/// must hold for a leaked `end()` future too: it is as safe to write, and it never runs the
+/// block's `Drop`.
+///
+/// Steps: another session holds an `ACCESS EXCLUSIVE` lock on `gate`, so the server stops
+/// reading while it runs the block's first group: `SELECT count(*) FROM gate` and a 32 MB
+/// parameter, closed by `sync()`. The last group is `INSERT INTO given_up VALUES (1)`.
+/// `end()` is polled once (the socket fills long before its `Sync`) and leaked; the lock is
+/// released and the client runs `SELECT 7`. It must read `7` (or fail and close the
+/// connection), within 10 s, and the `INSERT` must not have committed.
+///
+/// Before the fix: `end()` had cleared the open group's mark, so the next call sent the
+/// rest of the buffer with the group's `Sync`, and the `INSERT` the caller gave up
+/// committed.
+#[tokio::test]
+async fn a_leaked_end_commits_nothing_of_the_last_group_unsent() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE gate (n int); CREATE TABLE given_up (n int)")
+        .await
+        .unwrap();
+    other
+        .batch_execute("BEGIN; LOCK TABLE gate IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let big = "x".repeat(32 << 20);
+    {
+        let mut p = c.pipeline_with(
+            PipelineOptions::new()
+                .mode(PipelineMode::AbortOnError)
+                .max_in_flight_bytes(1 << 30),
+        );
+        p.query("SELECT count(*) FROM gate", &[]).await.unwrap();
+        p.query("SELECT length($1::text)", &[&big]).await.unwrap();
+        p.sync();
+        p.execute("INSERT INTO given_up VALUES (1)", &[])
+            .await
+            .unwrap();
+        let mut end = Box::pin(p.end());
+        assert!(
+            poll_once(end.as_mut()),
+            "end() cannot finish while gate is locked"
+        );
+        std::mem::forget(end);
+    }
+    super::wait_until_active(&mut watcher, c.backend_pid()).await;
+    other.batch_execute("ROLLBACK").await.unwrap();
+    match bounded(
+        "the call after a leaked end()",
+        c.query_one("SELECT 7", &[]),
+    )
+    .await
+    {
+        Ok(row) => assert_eq!(row.get::<_, i32>(0).unwrap(), 7),
+        Err(e) => assert!(
+            c.is_broken(),
+            "an error that leaves the connection open: {e}"
+        ),
+    }
+    let n: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM given_up").await;
+    assert_eq!(
+        n, 0,
+        "the INSERT of a block whose end() was given up committed"
+    );
+}
