@@ -232,6 +232,14 @@ pub(crate) struct Connection {
     /// (`mem::forget`): its messages, ahead of the request's, would run in one implicit
     /// transaction with it and their replies be read as its own (see `abandon_leaked_group`).
     pub(crate) open_group: Option<u64>,
+    /// While `end()` runs: where the `Sync` it queued for the open group begins (a stream
+    /// offset) and how many owed entries it pushed from there on (that `Sync`'s, and a held
+    /// run of lookups'). `open_group` stays set meanwhile: an `end()` future leaked before
+    /// that `Sync` began to reach the socket gave the block up as a dropped one does, so the
+    /// next request takes the `Sync` back and abandons the group; sent, it would commit what
+    /// the caller gave up. Cleared when `end()` has read every reply, and by the block's
+    /// `Drop`.
+    pub(crate) ending_sync: Option<(u64, usize)>,
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
@@ -300,6 +308,7 @@ impl Connection {
             copy_in_abort: false,
             copy_in_live: false,
             open_group: None,
+            ending_sync: None,
             stream_sync_owed: false,
             deferred: Vec::new(),
             deferred_failure: None,
@@ -366,8 +375,19 @@ impl Connection {
     /// Cancel-safe: a dropped future leaves the settling to the next call.
     pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
         self.check_usable()?;
+        let ending_sync = self.ending_sync.take();
         if let Some(offset) = self.open_group.take() {
-            self.abandon_leaked_group(offset)?;
+            match ending_sync {
+                // The leaked `end()`'s `Sync` began to reach the socket: the block runs as
+                // sent, as it would had the future been dropped.
+                Some((sync_at, _)) if sync_at < self.written => {}
+                Some((sync_at, owed)) => {
+                    self.wbuf.truncate((sync_at - self.written) as usize);
+                    self.owed.truncate(self.owed.len() - owed);
+                    self.abandon_leaked_group(offset)?;
+                }
+                None => self.abandon_leaked_group(offset)?,
+            }
         }
         if std::mem::take(&mut self.copy_in_live) {
             self.copy_in_abort = true;

@@ -1048,16 +1048,24 @@ impl Pipeline<'_> {
         });
         self.sync();
         if let Some((first, offset, sync_at, (owed, expect, syncs))) = open {
+            let owed = self.client.conn.owed.len() - owed;
             self.ending = Some(Ending {
                 first,
                 offset,
                 sync_at,
-                owed: self.client.conn.owed.len() - owed,
+                owed,
                 expect: self.expect.len() - expect,
                 syncs: self.syncs.len() - syncs,
             });
+            // Until every reply is in, a leaked future gives the group up (see
+            // `Connection::ending_sync`).
+            self.client.conn.open_group = Some(offset);
+            self.client.conn.ending_sync = Some((sync_at, owed));
         }
         self.pump(Until::All).await;
+        // Before the type lookups: a request of its own must not take this `Sync` back.
+        self.client.conn.open_group = None;
+        self.client.conn.ending_sync = None;
         self.ended = true;
         self.look_up_types().await;
         std::mem::take(&mut self.results)
@@ -2034,6 +2042,7 @@ impl Drop for Pipeline<'_> {
         }
         // Whatever became of the group, it is not a leaked one (see `Connection::open_group`).
         self.client.conn.open_group = None;
+        self.client.conn.ending_sync = None;
     }
 }
 

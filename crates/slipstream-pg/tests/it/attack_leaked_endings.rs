@@ -4,7 +4,7 @@
 //! "Dropping a pipeline"; docs/client.md, "Cancellation and timeouts").
 
 use std::future::Future;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use slipstream_pg::{PipelineMode, PipelineOptions};
 
