@@ -91,3 +91,45 @@ async fn a_leaked_end_commits_nothing_of_the_last_group_unsent() {
         "the INSERT of a block whose end() was given up committed"
     );
 }
+
+/// Promise (client.md, "Cancellation and timeouts": "No transaction nobody opened. A dropped
+/// `Transaction`, or a `transaction()` dropped while its `BEGIN` is in flight, is rolled back
+/// with the next request"). A `transaction()` future leaked (`std::mem::forget`, safe Rust)
+/// while its `BEGIN` is in flight hands out no guard either: the caller holds no transaction.
+///
+/// Steps: poll `client.transaction()` once (its `BEGIN` is sent, its reply unread) and leak
+/// the future; `INSERT INTO autocommit VALUES (1)` through the client, then check from
+/// another session that the row is there (an `INSERT` outside any transaction commits at
+/// once), and that the client's status is `Idle`.
+///
+/// Before the fix: the guard whose `Drop` defers the `ROLLBACK` lived inside the future and
+/// never dropped, so the `BEGIN` held: the `INSERT` ran inside a transaction nobody held, the
+/// other session saw no row, and the client reported `InTransaction` (a pool would have
+/// reset it and the write was lost).
+#[tokio::test]
+async fn a_leaked_transaction_future_opens_no_transaction_nobody_holds() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE autocommit (n int)")
+        .await
+        .unwrap();
+    {
+        let mut begin = Box::pin(c.transaction());
+        assert!(poll_once(begin.as_mut()), "BEGIN's reply cannot be in yet");
+        std::mem::forget(begin);
+    }
+    bounded(
+        "the INSERT after a leaked transaction()",
+        c.execute("INSERT INTO autocommit VALUES (1)", &[]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        c.transaction_status(),
+        slipstream_pg::TransactionStatus::Idle,
+        "the client is left in a transaction it never handed out"
+    );
+    let n: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM autocommit").await;
+    assert_eq!(n, 1, "the INSERT ran inside a transaction nobody holds");
+}
