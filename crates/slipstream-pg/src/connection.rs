@@ -240,6 +240,12 @@ pub(crate) struct Connection {
     /// the caller gave up. Cleared when `end()` has read every reply, and by the block's
     /// `Drop`.
     pub(crate) ending_sync: Option<(u64, usize)>,
+    /// A `Transaction`'s `BEGIN` is queued and the future that sent it has not handed out the
+    /// guard yet (whose `Drop` defers the `ROLLBACK`). Set when a request starts, that future
+    /// was leaked (`mem::forget`), so neither it nor a guard will end the transaction: the
+    /// request defers the `ROLLBACK` itself, or its statements would run in a transaction
+    /// nobody holds and never commit.
+    pub(crate) begin_unguarded: bool,
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
@@ -309,6 +315,7 @@ impl Connection {
             copy_in_live: false,
             open_group: None,
             ending_sync: None,
+            begin_unguarded: false,
             stream_sync_owed: false,
             deferred: Vec::new(),
             deferred_failure: None,
@@ -388,6 +395,9 @@ impl Connection {
                 }
                 None => self.abandon_leaked_group(offset)?,
             }
+        }
+        if std::mem::take(&mut self.begin_unguarded) {
+            self.deferred.push("ROLLBACK".to_string());
         }
         if std::mem::take(&mut self.copy_in_live) {
             self.copy_in_abort = true;

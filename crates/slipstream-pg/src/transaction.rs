@@ -162,7 +162,15 @@ impl<'a> TransactionBuilder<'a> {
             done: false,
             ends: 0,
         };
-        if let Err(e) = tx.client.batch_execute(&sql).await {
+        // A future leaked (`mem::forget`) from here on never drops `tx`: the next request
+        // defers the ROLLBACK instead (see `Connection::begin_unguarded`), which `tx` now
+        // owns until it is handed out or dropped.
+        tx.client.conn.start_request().await?;
+        tx.client.queue_simple(&sql)?;
+        tx.client.conn.begin_unguarded = true;
+        let begun = tx.client.read_simple(None).await;
+        tx.client.conn.begin_unguarded = false;
+        if let Err(e) = begun {
             // BEGIN failed: no transaction was opened.
             tx.done = true;
             return Err(e);
@@ -508,6 +516,8 @@ impl DerefMut for Transaction<'_> {
 
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
+        // This guard's own ROLLBACK, below, ends what its BEGIN opened.
+        self.client.conn.begin_unguarded = false;
         if !self.done {
             let sql = self.rollback_sql();
             self.client.conn.deferred.push(sql);
