@@ -133,3 +133,78 @@ async fn a_leaked_transaction_future_opens_no_transaction_nobody_holds() {
     let n: i64 = super::scalar(&mut watcher, "SELECT count(*) FROM autocommit").await;
     assert_eq!(n, 1, "the INSERT ran inside a transaction nobody holds");
 }
+
+/// A `ToSql` with a bug: it writes a whole `Sync` message into the buffer it is given, then
+/// panics.
+#[derive(Debug)]
+struct WritesThenPanics;
+
+impl postgres_types::ToSql for WritesThenPanics {
+    fn to_sql(
+        &self,
+        _: &postgres_types::Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(&[b'S', 0, 0, 0, 4]);
+        panic!("a bug in a ToSql impl, after it wrote")
+    }
+    fn accepts(_: &postgres_types::Type) -> bool {
+        true
+    }
+    postgres_types::to_sql_checked!();
+}
+
+/// Promise (query.rs, `all_or_nothing`; client.md, "Cancellation and timeouts": the
+/// connection stays in step, a call never reads another call's rows): a user's `ToSql` that
+/// panics part-way leaves nothing in the write buffer, or the half it wrote is sent with the
+/// next request (and a pool, whose guard drops while the task unwinds, lends the connection).
+/// That held for the `Bind` (attack_abandoned_calls' A10); the parameter-type inference of a
+/// cache miss, a one-off statement and a pipelined SQL operation also encodes each value, into
+/// the end of the write buffer, to learn which types it accepts.
+///
+/// Steps: `query("SELECT $1::text", &[&WritesThenPanics])` (SQL text: a cache miss), the panic
+/// caught; then `SELECT 1`, `SELECT 2` must read `1`, `2`. The same through a pipeline's
+/// `query` (its block then dropped while unwinding).
+///
+/// Before the fix: the `Sync` the value wrote stayed in the write buffer and went out ahead of
+/// the next request; its extra `ReadyForQuery` was read as that request's reply.
+#[tokio::test]
+async fn a_panicking_to_sql_leaves_nothing_from_type_inference() {
+    use futures_util::FutureExt;
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    for pipelined in [false, true] {
+        let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        let caught = if pipelined {
+            std::panic::AssertUnwindSafe(async {
+                let mut p = c.pipeline();
+                p.query("SELECT $1::text", &[&WritesThenPanics])
+                    .await
+                    .map(drop)
+            })
+            .catch_unwind()
+            .await
+        } else {
+            std::panic::AssertUnwindSafe(c.query("SELECT $1::text", &[&WritesThenPanics]))
+                .catch_unwind()
+                .await
+                .map(|r| r.map(drop))
+        };
+        assert!(caught.is_err(), "the ToSql panicked");
+        for want in [1, 2] {
+            let got = bounded(
+                "the call after a panicking ToSql",
+                c.query(&*format!("SELECT {want}"), &[]),
+            )
+            .await;
+            let got: Vec<i32> = match got {
+                Ok(rows) => rows.iter().map(|r| r.get(0).unwrap()).collect(),
+                Err(e) => panic!("pipelined {pipelined}: SELECT {want} failed: {e}"),
+            };
+            assert_eq!(
+                got,
+                [want],
+                "pipelined {pipelined}: a call read another's reply"
+            );
+        }
+    }
+}
