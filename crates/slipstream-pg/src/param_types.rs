@@ -99,8 +99,13 @@ fn infer_one(param: Param<'_>, scratch: &mut BytesMut) -> Option<Wire> {
 
 fn accepts(param: Param<'_>, ty: &Type, scratch: &mut BytesMut) -> bool {
     let mark = scratch.len();
-    let result = param.to_sql_checked(ty, scratch);
+    // A user's `ToSql` may panic after it wrote: what it wrote must go with the unwinding,
+    // or it is sent with the next request (see `query::all_or_nothing`).
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        param.to_sql_checked(ty, &mut *scratch)
+    }));
     scratch.truncate(mark);
+    let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     match result {
         Ok(_) => true,
         // Accepted, but this value failed to encode: the real Bind will report it.
