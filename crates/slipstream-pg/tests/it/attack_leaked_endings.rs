@@ -208,3 +208,72 @@ async fn a_panicking_to_sql_leaves_nothing_from_type_inference() {
         }
     }
 }
+
+/// Held (pipelining.md, "Leaking a pipeline"; client.md, "Transactions": a failure nobody
+/// read is named, and a savepoint keeps the transaction going past it). A leaked abort-mode
+/// block whose open group `process` had sent whole, inside a savepoint inside a
+/// `Transaction`, is failed on purpose by the next request: nothing of it commits, the
+/// statement after it names the abandoned block, and rolling the savepoint back lets the
+/// transaction commit its own work only.
+///
+/// Steps: `BEGIN` (a guard), `INSERT 1`, savepoint `s`, an abort-mode block with `INSERT 2`
+/// and `SELECT 42`, `process` the `INSERT`, leak the block; `SELECT 1` in the savepoint must
+/// fail naming the pipeline block; roll `s` back, `INSERT 3`, commit; the table must hold 1
+/// and 3. The same with the block leaked while still in the write buffer (nothing of it
+/// sent), where `SELECT 1` must read `1` and the savepoint be released.
+#[tokio::test]
+async fn a_leaked_block_in_a_savepoint_commits_nothing_and_is_named() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    for processed in [true, false] {
+        c.batch_execute("DROP TABLE IF EXISTS sp_leak; CREATE TABLE sp_leak (n int)")
+            .await
+            .unwrap();
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO sp_leak VALUES (1)", &[])
+            .await
+            .unwrap();
+        {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            {
+                let mut p =
+                    sp.pipeline_with(PipelineOptions::new().mode(PipelineMode::AbortOnError));
+                let insert = p
+                    .execute("INSERT INTO sp_leak VALUES (2)", &[])
+                    .await
+                    .unwrap();
+                p.query("SELECT 42", &[]).await.unwrap();
+                if processed {
+                    assert_eq!(p.process(&insert).await.unwrap(), 1);
+                }
+                std::mem::forget(p);
+            }
+            let next = bounded("the call after the leak", sp.query("SELECT 1", &[])).await;
+            if processed {
+                let e = next.expect_err("the leaked block failed the transaction");
+                assert!(
+                    e.to_string().contains("pipeline block"),
+                    "the error does not name the abandoned block: {e}"
+                );
+                sp.rollback().await.unwrap();
+            } else {
+                let rows = next.unwrap();
+                let got: Vec<i32> = rows.iter().map(|r| r.get(0).unwrap()).collect();
+                assert_eq!(got, [1], "the call read the leaked block's rows");
+                sp.commit().await.unwrap();
+            }
+        }
+        tx.execute("INSERT INTO sp_leak VALUES (3)", &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let rows = watcher
+            .query("SELECT n FROM sp_leak ORDER BY n", &[])
+            .await
+            .unwrap();
+        let got: Vec<i32> = rows.iter().map(|r| r.get(0).unwrap()).collect();
+        assert_eq!(got, [1, 3], "processed {processed}: what committed");
+        assert!(c.is_reusable());
+    }
+}
