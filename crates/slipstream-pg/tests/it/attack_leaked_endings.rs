@@ -277,3 +277,49 @@ async fn a_leaked_block_in_a_savepoint_commits_nothing_and_is_named() {
         assert!(c.is_reusable());
     }
 }
+
+/// Promise (client.md, "Errors": where the server's error blames nothing the caller did, a
+/// 25P02 after a failure nobody read, the client's note says why and what to do; the same
+/// note was given today to a dropped row stream's and a dropped pipeline block's failures).
+/// A `CopyIn` dropped part-way, or leaked (`std::mem::forget`), inside a transaction is
+/// aborted by the next request, which reads the COPY's error away unseen: the transaction is
+/// then failed by something no statement of the caller's reported.
+///
+/// Steps: in a `Transaction`, `INSERT 1`, `COPY cpt FROM STDIN`, write a row, drop (then, in a
+/// second round, leak) the `CopyIn`; `SELECT 1` in the transaction must fail naming the COPY,
+/// and so must `commit()`; nothing may have been saved.
+///
+/// Before the fix: `SELECT 1` failed with the server's bare 25P02 ("current transaction is
+/// aborted") and `commit()` with "a statement in it had failed", naming neither the COPY nor
+/// what to do.
+#[tokio::test]
+async fn a_dropped_or_leaked_copy_in_is_named_as_why_the_transaction_failed() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE cpt (n int)").await.unwrap();
+    for leak in [false, true] {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO cpt VALUES (1)", &[]).await.unwrap();
+        let mut w = tx.copy_in("COPY cpt FROM STDIN").await.unwrap();
+        w.write(b"2\n").await.unwrap();
+        if leak {
+            std::mem::forget(w)
+        } else {
+            drop(w)
+        }
+        let e = bounded("the statement after the COPY", tx.query("SELECT 1", &[]))
+            .await
+            .expect_err("the aborted COPY failed the transaction");
+        assert!(
+            e.to_string().contains("COPY"),
+            "leak {leak}: the 25P02 does not name the aborted COPY: {e}"
+        );
+        let e = tx.commit().await.expect_err("nothing can be committed");
+        assert!(
+            e.to_string().contains("COPY"),
+            "leak {leak}: commit does not name the aborted COPY: {e}"
+        );
+        let n: i64 = super::scalar(&mut c, "SELECT count(*) FROM cpt").await;
+        assert_eq!(n, 0, "leak {leak}: something was saved");
+    }
+}
