@@ -1393,7 +1393,7 @@ impl Connection {
             Message::ErrorResponse(body)
                 if matches!(
                     self.owed.front(),
-                    Some(Owed::Rollback | Owed::PipelineSync | Owed::Stream)
+                    Some(Owed::Rollback | Owed::PipelineSync | Owed::Stream | Owed::Copy)
                 ) && self.deferred_failure.is_none() =>
             {
                 let db = DbError::parse(&mut body.fields()).map_err(|e| self.poison(e))?;
@@ -1409,6 +1409,12 @@ impl Connection {
                         Some(Unseen::DroppedStream(Box::new(db)))
                     }
                     Some(Owed::Stream) => None,
+                    // A COPY whose handle was dropped or leaked before it ended: the
+                    // `CopyFail` this connection sent for it, or the COPY's own failure.
+                    Some(Owed::Copy) if db.code() != crate::SqlState::IN_FAILED_SQL_TRANSACTION => {
+                        Some(Unseen::DroppedCopy(Box::new(db)))
+                    }
+                    Some(Owed::Copy) => None,
                     _ if crate::pipeline::is_abandoned_block(&db) => Some(Unseen::AbandonedBlock),
                     // An operation of the dropped block failed first (the server then skips
                     // the marker): what failed the transaction is still the dropped block.
@@ -1596,6 +1602,9 @@ pub(crate) enum Unseen {
     /// An operation of a pipeline block dropped before its `end()` failed with this error
     /// (before the block's own marker, or in continue-on-error mode, where none is sent).
     DroppedBlockFailure(Box<DbError>),
+    /// A `CopyIn` or `CopyOut` dropped (or leaked) before its COPY ended: the COPY failed
+    /// with this error, the abort the client sent for it or its own, read by the next request.
+    DroppedCopy(Box<DbError>),
 }
 
 impl std::fmt::Display for Unseen {
@@ -1623,6 +1632,11 @@ impl std::fmt::Display for Unseen {
                 f,
                 "an operation of a pipeline block dropped before its end() had failed ({db}), \
                  its error unread"
+            ),
+            Unseen::DroppedCopy(db) => write!(
+                f,
+                "a COPY whose CopyIn or CopyOut was dropped (or leaked) before it ended had \
+                 failed ({db}), its error unread"
             ),
             Unseen::DroppedStream(db) => write!(
                 f,
