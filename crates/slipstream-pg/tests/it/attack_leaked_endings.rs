@@ -323,3 +323,89 @@ async fn a_dropped_or_leaked_copy_in_is_named_as_why_the_transaction_failed() {
         assert_eq!(n, 0, "leak {leak}: something was saved");
     }
 }
+
+#[derive(Debug, Clone, PartialEq, postgres_types::ToSql, postgres_types::FromSql)]
+#[postgres(name = "rpair")]
+struct RPair {
+    a: Option<i32>,
+    b: Option<i32>,
+}
+
+/// `tp2`'s one value, or the error reading it.
+async fn read(c: &mut slipstream_pg::Client) -> Result<RPair, slipstream_pg::Error> {
+    c.query_one("SELECT p FROM tp2", &[])
+        .await?
+        .get::<_, RPair>(0)
+}
+
+/// Promise (client.md, "Types": after an `ALTER TYPE` run on the connection, "a composite is
+/// never read in its old field order"; the cache is forgotten on its command tag). An
+/// `ALTER TYPE` inside a transaction that is then rolled back changes the type twice: once
+/// with its tag, and back again with the `ROLLBACK`, whose tag forgets nothing.
+///
+/// Steps: `rpair` is `(a int4, b int4)`, `tp2` holds `(1, 2)`, read once (cached). In a
+/// `Transaction`: `ALTER TYPE rpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4` (now `(b, a)`),
+/// read `tp2` (the client looks the new definition up), roll back (the type is `(a, b)`
+/// again); read `tp2` again. It must be `(a = 1, b = 2)` or an error; the same with the
+/// guard dropped instead of rolled back, and with a savepoint rolled back to.
+///
+/// Before the fix: the read after the rollback gave `a = 2, b = 1`, with no error: the
+/// client kept the rolled-back definition.
+#[tokio::test]
+async fn a_rolled_back_alter_type_never_swaps_fields() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute(
+        "CREATE TYPE rpair AS (a int4, b int4); CREATE TABLE tp2 (p rpair);
+         INSERT INTO tp2 VALUES (ROW(1, 2))",
+    )
+    .await
+    .unwrap();
+    let truth = RPair {
+        a: Some(1),
+        b: Some(2),
+    };
+    assert_eq!(read(&mut c).await.unwrap(), truth);
+    let alter = "ALTER TYPE rpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4";
+    for how in ["rollback", "drop", "savepoint"] {
+        {
+            let mut tx = c.transaction().await.unwrap();
+            if how == "savepoint" {
+                let mut sp = tx.savepoint("s").await.unwrap();
+                sp.batch_execute(alter).await.unwrap();
+                let inside = read(&mut sp).await.unwrap();
+                assert_eq!(
+                    inside,
+                    RPair {
+                        a: None,
+                        b: Some(2)
+                    }
+                );
+                sp.rollback().await.unwrap();
+                let after = read(&mut tx).await;
+                if let Ok(v) = &after {
+                    assert_eq!(v, &truth, "{how}: read in the rolled-back type's order");
+                }
+                tx.rollback().await.unwrap();
+            } else {
+                tx.batch_execute(alter).await.unwrap();
+                let inside = read(&mut tx).await.unwrap();
+                assert_eq!(
+                    inside,
+                    RPair {
+                        a: None,
+                        b: Some(2)
+                    }
+                );
+                if how == "rollback" {
+                    tx.rollback().await.unwrap();
+                }
+            }
+        }
+        let after = read(&mut c).await;
+        if let Ok(v) = &after {
+            assert_eq!(v, &truth, "{how}: read in the rolled-back type's order");
+        }
+        assert_eq!(read(&mut c).await.unwrap(), truth, "{how}: a second read");
+    }
+}
