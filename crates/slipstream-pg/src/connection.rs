@@ -275,6 +275,12 @@ pub(crate) struct Connection {
     /// cached statements hold it): the statement cache and the type cache must forget their
     /// entries before their next use.
     pub(crate) statements_discarded: bool,
+    /// An `ALTER TYPE` or `ALTER DOMAIN` ran in the transaction still open: a rollback (a
+    /// `ROLLBACK` tag, `ROLLBACK TO SAVEPOINT`'s too, or the transaction's end, which may be
+    /// one) puts the old definition back, so the caches, which may have looked the new one
+    /// up since, are forgotten again then (read by it, a composite's fields would be
+    /// swapped). Cleared when the session is outside a transaction block.
+    types_altered_in_tx: bool,
     /// How many `COMMIT` and `PREPARE TRANSACTION` command tags the session has sent: each
     /// ended a transaction block, also when the session is in one again when the reply ends
     /// (`COMMIT AND CHAIN`, `COMMIT; BEGIN`, a pipeline's `COMMIT` then `BEGIN`), which the
@@ -316,6 +322,7 @@ impl Connection {
             open_group: None,
             ending_sync: None,
             begin_unguarded: false,
+            types_altered_in_tx: false,
             stream_sync_owed: false,
             deferred: Vec::new(),
             deferred_failure: None,
@@ -469,6 +476,17 @@ impl Connection {
     ) -> Result<(), E> {
         let mark = self.wbuf.len();
         f(&mut self.wbuf).inspect_err(|_| self.wbuf.truncate(mark))
+    }
+
+    /// Defers `sql`, the rollback of a dropped guard, to the next request. If the
+    /// transaction altered a type, the rollback puts the old definition back: the caches are
+    /// forgotten now, before the next call resolves anything by them (see
+    /// `types_altered_in_tx`); the rollback's own tag comes too late for that call.
+    pub(crate) fn defer_rollback(&mut self, sql: String) {
+        if self.types_altered_in_tx {
+            self.statements_discarded = true;
+        }
+        self.deferred.push(sql);
     }
 
     /// Appends the deferred `ROLLBACK`s and `Close`s, each with its owed entry. No await.
@@ -1301,7 +1319,12 @@ impl Connection {
                 self.statements_discarded = true;
                 self.functions_discarded = true;
             }
-            Forget::Types => self.statements_discarded = true,
+            Forget::Types => {
+                self.statements_discarded = true;
+                self.types_altered_in_tx = true;
+            }
+            Forget::Rollback if self.types_altered_in_tx => self.statements_discarded = true,
+            Forget::Rollback => {}
         }
     }
 
@@ -1319,6 +1342,11 @@ impl Connection {
     /// Accounts for a `ReadyForQuery` with transaction status byte `status`.
     pub(crate) fn ready_for_query(&mut self, status: u8) {
         self.owed.pop_front();
+        if status == b'I' && std::mem::take(&mut self.types_altered_in_tx) {
+            // The transaction that altered a type ended, maybe rolled back (an implicit
+            // one by an error after the ALTER): its definition may be the old one again.
+            self.statements_discarded = true;
+        }
         self.tx_status = match status {
             b'T' => TransactionStatus::InTransaction,
             b'E' => TransactionStatus::Failed,
@@ -1574,6 +1602,9 @@ enum Forget {
     /// stale are prepared again when the server says so; a table's row type and a change made
     /// through another connection need `Client::clear_statement_cache`.
     Types,
+    /// `ROLLBACK`, `ROLLBACK TO SAVEPOINT`: undoes an `ALTER TYPE` the transaction ran (see
+    /// `Connection::types_altered_in_tx`).
+    Rollback,
 }
 
 impl Forget {
@@ -1581,6 +1612,7 @@ impl Forget {
         match tag {
             b"DISCARD ALL" | b"DEALLOCATE ALL" => Forget::Prepared,
             b"ALTER TYPE" | b"ALTER DOMAIN" => Forget::Types,
+            b"ROLLBACK" => Forget::Rollback,
             _ => Forget::Nothing,
         }
     }

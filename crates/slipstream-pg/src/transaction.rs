@@ -520,7 +520,7 @@ impl Drop for Transaction<'_> {
         self.client.conn.begin_unguarded = false;
         if !self.done {
             let sql = self.rollback_sql();
-            self.client.conn.deferred.push(sql);
+            self.client.conn.defer_rollback(sql);
         }
     }
 }

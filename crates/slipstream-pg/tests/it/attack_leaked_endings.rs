@@ -347,7 +347,8 @@ async fn read(c: &mut slipstream_pg::Client) -> Result<RPair, slipstream_pg::Err
 /// `Transaction`: `ALTER TYPE rpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4` (now `(b, a)`),
 /// read `tp2` (the client looks the new definition up), roll back (the type is `(a, b)`
 /// again); read `tp2` again. It must be `(a = 1, b = 2)` or an error; the same with the
-/// guard dropped instead of rolled back, and with a savepoint rolled back to.
+/// guard dropped instead of rolled back, and with a savepoint rolled back to; a `Statement`
+/// prepared in the transaction after the `ALTER` must be refused or read right after it.
 ///
 /// Before the fix: the read after the rollback gave `a = 2, b = 1`, with no error: the
 /// client kept the rolled-back definition.
@@ -367,6 +368,7 @@ async fn a_rolled_back_alter_type_never_swaps_fields() {
     };
     assert_eq!(read(&mut c).await.unwrap(), truth);
     let alter = "ALTER TYPE rpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4";
+    let mut held = None;
     for how in ["rollback", "drop", "savepoint"] {
         {
             let mut tx = c.transaction().await.unwrap();
@@ -397,9 +399,21 @@ async fn a_rolled_back_alter_type_never_swaps_fields() {
                         b: Some(2)
                     }
                 );
+                held = Some(tx.prepare("SELECT p FROM tp2").await.unwrap());
                 if how == "rollback" {
                     tx.rollback().await.unwrap();
                 }
+            }
+        }
+        if let Some(stmt) = held.take() {
+            // Prepared by the rolled-back definition: refused, or read right.
+            if let Ok(row) = c.query_one(&stmt, &[]).await
+                && let Ok(v) = row.get::<_, RPair>(0)
+            {
+                assert_eq!(
+                    v, truth,
+                    "{how}: a statement prepared in the rolled-back type"
+                );
             }
         }
         let after = read(&mut c).await;
