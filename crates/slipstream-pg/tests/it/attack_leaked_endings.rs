@@ -423,3 +423,78 @@ async fn a_rolled_back_alter_type_never_swaps_fields() {
         assert_eq!(read(&mut c).await.unwrap(), truth, "{how}: a second read");
     }
 }
+
+/// Promise (client.md, "Types"; pipelining.md: in a block, the rows of operations after an
+/// `ALTER TYPE` come from `end()` resolved, and a composite is never read in its old field
+/// order). A block that alters a type and rolls the change back holds rows of both
+/// definitions; `end()` resolves them after the block, by the definition the server has then.
+///
+/// Steps: `rpair2` is `(a int4, b int4)`, `tp3` holds `(1, 2)`, read once (cached). One block
+/// (each mode): `BEGIN`, `ALTER TYPE rpair2 DROP ATTRIBUTE a, ADD ATTRIBUTE a int4`, `SELECT p
+/// FROM tp3` (server: `(b = 2, a = NULL)`), `ROLLBACK`, `SELECT p FROM tp3` (server: `(a = 1,
+/// b = 2)`), `end()`. Each read must be the server's value or an error.
+#[tokio::test]
+async fn a_block_that_alters_a_type_and_rolls_it_back_never_swaps_fields() {
+    #[derive(Debug, Clone, PartialEq, postgres_types::FromSql)]
+    #[postgres(name = "rpair2")]
+    struct RPair2 {
+        a: Option<i32>,
+        b: Option<i32>,
+    }
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute(
+        "CREATE TYPE rpair2 AS (a int4, b int4); CREATE TABLE tp3 (p rpair2);
+         INSERT INTO tp3 VALUES (ROW(1, 2))",
+    )
+    .await
+    .unwrap();
+    let row = c.query_one("SELECT p FROM tp3", &[]).await.unwrap();
+    assert_eq!(
+        row.get::<_, RPair2>(0).unwrap(),
+        RPair2 {
+            a: Some(1),
+            b: Some(2)
+        }
+    );
+    for mode in [PipelineMode::AbortOnError, PipelineMode::ContinueOnError] {
+        let mut p = c.pipeline_with(PipelineOptions::new().mode(mode));
+        p.execute("BEGIN", &[]).await.unwrap();
+        p.execute(
+            "ALTER TYPE rpair2 DROP ATTRIBUTE a, ADD ATTRIBUTE a int4",
+            &[],
+        )
+        .await
+        .unwrap();
+        let inside = p.query("SELECT p FROM tp3", &[]).await.unwrap();
+        p.execute("ROLLBACK", &[]).await.unwrap();
+        let after = p.query("SELECT p FROM tp3", &[]).await.unwrap();
+        let mut results = p.end().await;
+        let mut value = |id: u64| -> Option<RPair2> {
+            match std::mem::replace(&mut results[id as usize], Ok(slipstream_pg::Output::Taken)) {
+                Ok(slipstream_pg::Output::Rows(rows)) => rows[0].get::<_, RPair2>(0).ok(),
+                _ => None,
+            }
+        };
+        if let Some(v) = value(inside.id()) {
+            assert_eq!(
+                v,
+                RPair2 {
+                    a: None,
+                    b: Some(2)
+                },
+                "{mode:?}: the row read inside the transaction, by the rolled-back definition"
+            );
+        }
+        if let Some(v) = value(after.id()) {
+            assert_eq!(
+                v,
+                RPair2 {
+                    a: Some(1),
+                    b: Some(2)
+                },
+                "{mode:?}: after the ROLLBACK"
+            );
+        }
+    }
+}
