@@ -403,6 +403,13 @@ pub struct Pipeline<'c> {
     /// (see `Drop`).
     ending: Option<Ending>,
     ended: bool,
+    /// The first operation whose reply was read after the last change in the block to a
+    /// type the cache may hold (see `complete`). Rows read before it whose types were not
+    /// resolved as they arrived were written by a definition the server may no longer have
+    /// when `end` looks the types up (an `ALTER TYPE` after them, or a `ROLLBACK` undoing
+    /// one): `end` leaves them unresolved (an error to read as a custom type, the values
+    /// still there for `Row::get_raw`) rather than read them by the later definition.
+    resolvable_from: u64,
 }
 
 /// The abort-mode group that [`Pipeline::end`] closed, and what `end` queued from its `Sync`
@@ -612,6 +619,7 @@ impl Client {
             run: None,
             ending: None,
             ended: false,
+            resolvable_from: 0,
         }
     }
 }
@@ -1088,9 +1096,10 @@ impl Pipeline<'_> {
     /// still to be returned.
     async fn look_up_types(&mut self) {
         let mut types = Vec::new();
-        for slot in &self.results {
+        let from = self.resolvable_from as usize;
+        for (id, slot) in self.results.iter().enumerate() {
             match slot {
-                Slot::Ready(Ok(Output::Rows(rows))) => types.extend(
+                Slot::Ready(Ok(Output::Rows(rows))) if id >= from => types.extend(
                     rows.iter()
                         .take(1)
                         .flat_map(|r| r.columns())
@@ -1121,9 +1130,9 @@ impl Pipeline<'_> {
             return;
         }
         let cache = &self.client.types;
-        for slot in &mut self.results {
+        for (id, slot) in self.results.iter_mut().enumerate() {
             match slot {
-                Slot::Ready(Ok(Output::Rows(rows))) => {
+                Slot::Ready(Ok(Output::Rows(rows))) if id >= from => {
                     if let Some(columns) = rows
                         .first()
                         .and_then(|r| cache.resolve_columns(r.columns_arc()))
@@ -1749,6 +1758,7 @@ impl Pipeline<'_> {
         // rather than read by the old definition (a composite's fields in their old order).
         if self.client.conn.statements_discarded {
             self.client.forget_discarded();
+            self.resolvable_from = id;
         }
         // Types looked up earlier on this connection replace their placeholders now; the
         // others wait for `end` (see `look_up_types`).
