@@ -165,8 +165,15 @@ impl<'a> TransactionBuilder<'a> {
         // A future leaked (`mem::forget`) from here on never drops `tx`: the next request
         // defers the ROLLBACK instead (see `Connection::begin_unguarded`), which `tx` now
         // owns until it is handed out or dropped.
-        tx.client.conn.start_request().await?;
-        tx.client.queue_simple(&sql)?;
+        let queued = match tx.client.conn.start_request().await {
+            Ok(()) => tx.client.queue_simple(&sql),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = queued {
+            // Nothing of the BEGIN was sent: no ROLLBACK is owed either.
+            tx.done = true;
+            return Err(e);
+        }
         tx.client.conn.begin_unguarded = true;
         let begun = tx.client.read_simple(None).await;
         tx.client.conn.begin_unguarded = false;
