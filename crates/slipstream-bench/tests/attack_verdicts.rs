@@ -7,9 +7,9 @@ use std::path::Path;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Poisson};
-use slipstream_bench::compare::{Metric, Outcome, Unit, compare_sides};
+use slipstream_bench::compare::{Metric, Outcome, Row, Unit, compare_sides};
 use slipstream_bench::{BenchRun, Interval};
-use slipstream_stats::{CompareSettings, Suff, Verdict};
+use slipstream_stats::{CompareSettings, Comparison, Suff, Verdict};
 
 /// A recorded run, as the frame the synthetic ones are written into.
 fn recorded() -> BenchRun {
@@ -285,6 +285,60 @@ fn pairs(bounded: u32) -> u32 {
     }
 }
 
+/// A calibration count over A/A pairs and pairs with a true shift: how often identical sides
+/// were called different, how often the shift was found, and how often B / A's 95% HDI held
+/// the truth (over both kinds of pair).
+#[derive(Default)]
+struct Calibration {
+    pairs: u32,
+    false_alarms: u32,
+    found: u32,
+    covered: u32,
+}
+
+impl Calibration {
+    /// One compared row: `truth` is B / A as the row's ratio reads it (1.0 for an A/A pair).
+    fn count(&mut self, row: &Row, c: &Comparison, truth: f64) {
+        if truth == 1.0 {
+            self.pairs += 1;
+            self.false_alarms += u32::from(row.direction().is_some());
+        } else {
+            self.found += u32::from(row.verdict() == Some(&Verdict::CrediblySlower));
+        }
+        self.covered += u32::from(c.ratio.hdi.0 <= truth && truth <= c.ratio.hdi.1);
+    }
+
+    /// Prints the counts and holds them to the promise: at most 5% of A/A pairs called
+    /// different, the HDI holding the truth in at least 90% of pairs and, when `powered`, the
+    /// shift found in at least 90%.
+    fn check(&self, what: &str, powered: bool) {
+        let n = self.pairs;
+        eprintln!(
+            "{what}: A/A called different in {} of {n}; the shift found in {} of {n}; HDI covered the truth in {} of {}",
+            self.false_alarms,
+            self.found,
+            self.covered,
+            2 * n
+        );
+        assert!(
+            self.false_alarms * 20 <= n,
+            "{what}: A/A pairs called different in {} of {n}, more than 5%",
+            self.false_alarms
+        );
+        assert!(
+            self.covered * 10 >= 2 * n * 9,
+            "{what}: the 95% HDI held the truth in {} of {}",
+            self.covered,
+            2 * n
+        );
+        assert!(
+            !powered || self.found * 10 >= n * 9,
+            "{what}: a 10% shift found in {} of {n}",
+            self.found
+        );
+    }
+}
+
 /// Promise (docs/compare.md, "Calibration"): one run a side, batch means, ROPE ±5%: A/A
 /// pairs are rarely called different, a true 10% shift is found, and B / A's 95% HDI holds
 /// the truth. Held with latency batched by count, which the fix above brought in.
@@ -311,7 +365,7 @@ fn one_run_a_side_with_bursts_stays_calibrated_holds() {
         fail: 0.0,
     };
     for burst in [0.0, 0.1] {
-        let (mut false_alarms, mut found, mut covered) = (0u32, 0u32, 0u32);
+        let mut tally = Calibration::default();
         for p in 0..n {
             for shift in [1.0, 1.1] {
                 let slower = Spec {
@@ -336,31 +390,10 @@ fn one_run_a_side_with_bursts_stays_calibrated_holds() {
                 let Outcome::Compared(c) = &row.outcome else {
                     panic!("pair {p}: not compared: {:?}", row.outcome)
                 };
-                if shift == 1.0 {
-                    false_alarms += u32::from(row.direction().is_some());
-                } else {
-                    found += u32::from(row.verdict() == Some(&Verdict::CrediblySlower));
-                }
-                covered += u32::from(c.ratio.hdi.0 <= shift && shift <= c.ratio.hdi.1);
+                tally.count(row, c, shift);
             }
         }
-        eprintln!(
-            "bursts {burst}: A/A called different in {false_alarms} of {n}; 10% found in {found} of {n}; HDI covered the truth in {covered} of {}",
-            2 * n
-        );
-        assert!(
-            false_alarms * 20 <= n,
-            "bursts {burst}: A/A pairs called different in {false_alarms} of {n}, more than 5%"
-        );
-        assert!(
-            covered * 10 >= 2 * n * 9,
-            "bursts {burst}: the 95% HDI held the truth in {covered} of {}",
-            2 * n
-        );
-        assert!(
-            burst > 0.0 || found * 10 >= n * 9,
-            "steady runs: a 10% slowdown found in {found} of {n}"
-        );
+        tally.check(&format!("bursts {burst}"), burst == 0.0);
     }
 }
 
@@ -388,7 +421,7 @@ fn the_tps_row_with_stalls_stays_calibrated_holds() {
         fail: 0.0,
     };
     for stall in [0.0, 0.1] {
-        let (mut false_alarms, mut found, mut covered) = (0u32, 0u32, 0u32);
+        let mut tally = Calibration::default();
         for p in 0..n {
             for speed in [1.0, 0.9] {
                 let a = run(&mut rng, spec, 1.0, 1.0);
@@ -406,33 +439,12 @@ fn the_tps_row_with_stalls_stays_calibrated_holds() {
                 let Outcome::Compared(c) = &row.outcome else {
                     panic!("pair {p}: the TPS row was not compared: {:?}", row.outcome)
                 };
-                if speed == 1.0 {
-                    false_alarms += u32::from(row.direction().is_some());
-                } else {
-                    // Milliseconds per transaction up: "credibly lower" TPS.
-                    found += u32::from(row.verdict() == Some(&Verdict::CrediblySlower));
-                }
-                let truth = 1.0 / speed;
-                covered += u32::from(c.ratio.hdi.0 <= truth && truth <= c.ratio.hdi.1);
+                // The row's ratio is of milliseconds per transaction: a drop in TPS is "credibly
+                // slower".
+                tally.count(row, c, 1.0 / speed);
             }
         }
-        eprintln!(
-            "stalls {stall}: A/A called different in {false_alarms} of {n}; the drop found in {found} of {n}; HDI covered the truth in {covered} of {}",
-            2 * n
-        );
-        assert!(
-            false_alarms * 20 <= n,
-            "stalls {stall}: A/A pairs called different in {false_alarms} of {n}, more than 5%"
-        );
-        assert!(
-            covered * 10 >= 2 * n * 9,
-            "stalls {stall}: the 95% HDI held the truth in {covered} of {}",
-            2 * n
-        );
-        assert!(
-            stall > 0.0 || found * 10 >= n * 9,
-            "steady runs: a 10% drop in TPS found in {found} of {n}"
-        );
+        tally.check(&format!("stalls {stall}"), stall == 0.0);
     }
 }
 
