@@ -19,6 +19,28 @@ impl bench::Transaction for Ping {
     }
 }
 
+/// The cluster's URL with `settings` (`name=value`) for every session, as a user's
+/// connection string sets them (`options=-c name=value ...`).
+fn with_settings(cluster: &slipstream_testkit::Cluster, settings: &[&str]) -> String {
+    let options: Vec<String> = settings
+        .iter()
+        .map(|s| format!("-c%20{}", s.replace('=', "%3D")))
+        .collect();
+    format!("{}?options={}", cluster.url(), options.join("%20"))
+}
+
+/// Order Entry's setup at `scale` against `url`, bounded by `limit` (a hang fails the test).
+fn set_up_within(
+    url: &str,
+    scale: f64,
+    limit: Duration,
+) -> anyhow::Result<bench::order_entry::SetupReport> {
+    rt().block_on(async {
+        tokio::time::timeout(limit, bench::order_entry::setup(url, scale, |_| {})).await
+    })
+    .unwrap_or_else(|_| panic!("the setup did not end within {limit:?}"))
+}
+
 /// A short run of `SELECT 1` by one user against `url`, its context captured as
 /// `slipstream bench` captures it.
 fn run_against(url: &str, seed: u64) -> BenchRun {
@@ -50,11 +72,8 @@ fn run_against(url: &str, seed: u64) -> BenchRun {
 #[test]
 fn load_generators_in_other_time_zones_merge_as_runs_of_one_server() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let utc = format!("{}?options=-c%20TimeZone%3DUTC", cluster.url());
-    let elsewhere = format!(
-        "{}?options=-c%20TimeZone%3DAsia/Kolkata%20-c%20DateStyle%3DSQL,DMY",
-        cluster.url()
-    );
+    let utc = with_settings(&cluster, &["TimeZone=UTC"]);
+    let elsewhere = with_settings(&cluster, &["TimeZone=Asia/Kolkata", "DateStyle=SQL,DMY"]);
     let (a, b) = (run_against(&utc, 1), run_against(&elsewhere, 2));
     let started = |r: &BenchRun| r.context.as_ref().unwrap().started_at.clone().unwrap();
     let (sa, sb) = (started(&a), started(&b));
@@ -98,19 +117,8 @@ fn load_generators_in_other_time_zones_merge_as_runs_of_one_server() {
 #[test]
 fn order_entry_loads_where_idle_sessions_are_ended() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20idle_session_timeout%3D300ms",
-        cluster.url()
-    );
-    let got = rt().block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(120),
-            bench::order_entry::setup(&url, 0.02, |_| {}),
-        )
-        .await
-    });
-    let report = got
-        .expect("the setup did not end within 120 s")
+    let url = with_settings(&cluster, &["idle_session_timeout=300ms"]);
+    let report = set_up_within(&url, 0.02, Duration::from_secs(120))
         .map_err(|e| e.to_string())
         .unwrap();
     assert_eq!(report.rows["customers"], report.sizes.customers as u64);
@@ -131,10 +139,7 @@ fn order_entry_loads_where_idle_sessions_are_ended() {
 #[test]
 fn wait_events_are_sampled_through_the_window_where_idle_sessions_are_ended() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20idle_session_timeout%3D200ms",
-        cluster.url()
-    );
+    let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
     let ctx = rt().block_on(async {
         let mut capture = bench::context::before(&url, "w").await;
         capture
@@ -165,19 +170,8 @@ fn wait_events_are_sampled_through_the_window_where_idle_sessions_are_ended() {
 #[test]
 fn order_entry_load_in_a_read_only_session_fails_naming_the_step() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20default_transaction_read_only%3Don",
-        cluster.url()
-    );
-    let got = rt().block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            bench::order_entry::setup(&url, 0.001, |_| {}),
-        )
-        .await
-    });
-    let err = got
-        .expect("the setup did not end within 60 s")
+    let url = with_settings(&cluster, &["default_transaction_read_only=on"]);
+    let err = set_up_within(&url, 0.001, Duration::from_secs(60))
         .unwrap_err()
         .to_string();
     assert!(
@@ -209,7 +203,7 @@ fn the_context_reads_the_scale_whatever_the_sessions_extra_float_digits() {
         .await
         .unwrap();
     });
-    let url = format!("{}?options=-c%20extra_float_digits%3D-15", cluster.url());
+    let url = with_settings(&cluster, &["extra_float_digits=-15"]);
     let ctx = rt().block_on(async {
         bench::context::before(&url, bench::order_entry::NAME)
             .await
@@ -230,10 +224,7 @@ fn the_context_reads_the_scale_whatever_the_sessions_extra_float_digits() {
 #[test]
 fn a_user_waiting_for_its_stage_is_not_ended_by_idle_session_timeout() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20idle_session_timeout%3D300ms",
-        cluster.url()
-    );
+    let url = with_settings(&cluster, &["idle_session_timeout=300ms"]);
     let mut c = RunConfig::new(Some(url));
     (c.users, c.threads, c.seed) = (2, 1, 1);
     c.warmup = Duration::ZERO;
@@ -262,10 +253,7 @@ fn a_user_waiting_for_its_stage_is_not_ended_by_idle_session_timeout() {
 #[test]
 fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20idle_session_timeout%3D200ms",
-        cluster.url()
-    );
+    let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
     let mut c = RunConfig::new(Some(url));
     (c.users, c.threads, c.seed) = (2, 1, 1);
     c.warmup = Duration::ZERO;
@@ -314,10 +302,7 @@ fn a_workload_file_is_not_run_where_the_server_reads_its_literals_otherwise() {
         "paths.toml",
     )
     .unwrap();
-    let url = format!(
-        "{}?options=-c%20standard_conforming_strings%3Doff",
-        cluster.url()
-    );
+    let url = with_settings(&cluster, &["standard_conforming_strings=off"]);
     let mut c = RunConfig::new(Some(url));
     (c.users, c.threads, c.seed) = (1, 1, 1);
     c.warmup = Duration::ZERO;
@@ -404,11 +389,15 @@ fn a_start_saved_as_postgresql_text_by_an_earlier_version_merges_with_the_same_i
 #[test]
 fn order_entry_loads_and_runs_under_any_formatting_settings() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let url = format!(
-        "{}?options=-c%20DateStyle%3DSQL,DMY%20-c%20TimeZone%3DPacific/Chatham%20\
-         -c%20IntervalStyle%3Dsql_standard%20-c%20extra_float_digits%3D-15%20\
-         -c%20bytea_output%3Descape",
-        cluster.url()
+    let url = with_settings(
+        &cluster,
+        &[
+            "DateStyle=SQL,DMY",
+            "TimeZone=Pacific/Chatham",
+            "IntervalStyle=sql_standard",
+            "extra_float_digits=-15",
+            "bytea_output=escape",
+        ],
     );
     rt().block_on(bench::order_entry::setup(&url, 0.002, |_| {}))
         .map_err(|e| e.to_string())
