@@ -6,7 +6,7 @@ mod common;
 use std::future::pending;
 use std::time::Duration;
 
-use common::rt;
+use common::{rt, run_against};
 use slipstream_bench::{self as bench, BenchRun, RunConfig};
 
 /// A run of `common::sleeping(0)` (no database) whose context names `sha256` as its
@@ -66,27 +66,6 @@ fn runs_of_different_workload_files_are_not_merged() {
             Some(a.as_str())
         );
     }
-}
-
-struct Ping;
-impl bench::Transaction for Ping {
-    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
-        s.client()?.simple_query("SELECT 1").await?;
-        Ok(())
-    }
-}
-
-/// A short run of `SELECT 1` by one user against `url`, its context captured as
-/// `slipstream bench` captures it.
-fn run_against(url: &str, seed: u64) -> BenchRun {
-    let mut c = RunConfig::new(Some(url.into()));
-    (c.users, c.threads, c.seed) = (1, 1, seed);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(200);
-    c.progress = bench::Style::Quiet;
-    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
-    rt().block_on(bench::run(&workload, &c, pending::<()>()))
-        .unwrap()
 }
 
 /// Promise (docs/bench.md "Several load generators"): load generators of one test load one

@@ -8,16 +8,8 @@ mod common;
 use std::future::pending;
 use std::time::Duration;
 
-use common::rt;
+use common::{Ping, rt, run_against};
 use slipstream_bench::{self as bench, BenchRun, RunConfig};
-
-struct Ping;
-impl bench::Transaction for Ping {
-    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
-        s.client()?.simple_query("SELECT 1").await?;
-        Ok(())
-    }
-}
 
 /// The cluster's URL with `settings` (`name=value`) for every session, as a user's
 /// connection string sets them (`options=-c name=value ...`).
@@ -39,19 +31,6 @@ fn set_up_within(
         tokio::time::timeout(limit, bench::order_entry::setup(url, scale, |_| {})).await
     })
     .unwrap_or_else(|_| panic!("the setup did not end within {limit:?}"))
-}
-
-/// A short run of `SELECT 1` by one user against `url`, its context captured as
-/// `slipstream bench` captures it.
-fn run_against(url: &str, seed: u64) -> BenchRun {
-    let mut c = RunConfig::new(Some(url.into()));
-    (c.users, c.threads, c.seed) = (1, 1, seed);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(200);
-    c.progress = bench::Style::Quiet;
-    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
-    rt().block_on(bench::run(&workload, &c, pending::<()>()))
-        .unwrap()
 }
 
 /// Promise (docs/bench.md, "Several load generators"): parts that loaded one server at the

@@ -32,3 +32,30 @@ pub fn sleeping(ms: u64) -> Workload {
         .transaction("sleep", 1, move || Sleep(ms))
         .without_database()
 }
+
+/// `SELECT 1` on the simple protocol.
+pub struct Ping;
+
+impl Transaction for Ping {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// A short run of `SELECT 1` by one user against `url`, its context captured as
+/// `slipstream bench` captures it.
+pub fn run_against(url: &str, seed: u64) -> slipstream_bench::BenchRun {
+    let mut c = slipstream_bench::RunConfig::new(Some(url.into()));
+    (c.users, c.threads, c.seed) = (1, 1, seed);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(200);
+    c.progress = slipstream_bench::Style::Quiet;
+    let workload = Workload::new("ping").transaction("ping", 1, || Ping);
+    rt().block_on(slipstream_bench::run(
+        &workload,
+        &c,
+        std::future::pending::<()>(),
+    ))
+    .unwrap()
+}
