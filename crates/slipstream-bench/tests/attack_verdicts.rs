@@ -30,6 +30,15 @@ struct Spec {
     fail: f64,
 }
 
+/// One minute at about 200 transactions a second, 10 ms median latency, no failures.
+const MINUTE: Spec = Spec {
+    secs: 60,
+    rate: 200.0,
+    median: 10.0,
+    sigma: 0.5,
+    fail: 0.0,
+};
+
 /// A run of one type `t` as `spec` says, its latency scaled by `slow` and its rate by `speed`.
 fn run(rng: &mut SmallRng, spec: Spec, slow: f64, speed: f64) -> BenchRun {
     let mut r = recorded();
@@ -84,19 +93,28 @@ fn run(rng: &mut SmallRng, spec: Spec, slow: f64, speed: f64) -> BenchRun {
     r
 }
 
-/// `r` with each second stalled (no transaction ended in it: a lock queue, a checkpoint on a
-/// slow disk) with probability `p`; the successes it loses are gone, as in a closed loop.
-fn stalled(rng: &mut SmallRng, mut r: BenchRun, p: f64) -> BenchRun {
+/// `r` with `change` made to each second's latencies (given its index), and the run's totals
+/// made theirs again.
+fn with_seconds(mut r: BenchRun, mut change: impl FnMut(usize, &mut Suff)) -> BenchRun {
     let mut all = Suff::default();
-    for second in r.intervals.per_transaction.get_mut("t").unwrap() {
-        if rng.random::<f64>() < p {
-            second.sufficient = Suff::default();
-        }
+    let series = r.intervals.per_transaction.get_mut("t").unwrap();
+    for (i, second) in series.iter_mut().enumerate() {
+        change(i, &mut second.sufficient);
         all.merge(&second.sufficient);
     }
     r.transactions[0].ok = all.n;
     r.transactions[0].latency_stats.sufficient = all;
     r
+}
+
+/// `r` with each second stalled (no transaction ended in it: a lock queue, a checkpoint on a
+/// slow disk) with probability `p`; the successes it loses are gone, as in a closed loop.
+fn stalled(rng: &mut SmallRng, r: BenchRun, p: f64) -> BenchRun {
+    with_seconds(r, |_, second| {
+        if rng.random::<f64>() < p {
+            *second = Suff::default();
+        }
+    })
 }
 
 /// Promise (docs/compare.md, "How to read a verdict" and "More than means"): with one run a
@@ -115,13 +133,7 @@ fn stalled(rng: &mut SmallRng, mut r: BenchRun, p: f64) -> BenchRun {
 #[test]
 fn a_run_that_stalls_is_not_shown_at_the_rate_it_had_while_it_ran() {
     let mut rng = SmallRng::seed_from_u64(5);
-    let spec = Spec {
-        secs: 60,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = MINUTE;
     let tps = |r: &BenchRun| r.transactions[0].ok as f64 / r.measured_s;
     let (mut equivalent, mut worst) = (0u32, 0.0f64);
     for p in 0..10u64 {
@@ -172,26 +184,21 @@ fn a_run_that_stalls_is_not_shown_at_the_rate_it_had_while_it_ran() {
 /// `r` (made by [`run`] from `spec`) with each second slowed with probability `p`: its
 /// latency `k` times longer, and, the users being a closed loop, `k` times fewer transactions
 /// end in it.
-fn bursty(rng: &mut SmallRng, mut r: BenchRun, spec: Spec, p: f64, k: f64) -> BenchRun {
+fn bursty(rng: &mut SmallRng, r: BenchRun, spec: Spec, p: f64, k: f64) -> BenchRun {
     let latency = LogNormal::new(spec.median.ln(), spec.sigma).unwrap();
-    let mut all = Suff::default();
-    for second in r.intervals.per_transaction.get_mut("t").unwrap() {
+    with_seconds(r, |_, second| {
         let (rate, slow) = if rng.random::<f64>() < p {
             (spec.rate / k, k)
         } else {
             (spec.rate, 1.0)
         };
         let n = Poisson::new(rate).unwrap().sample(rng) as usize;
-        second.sufficient = Suff::of(
+        *second = Suff::of(
             &(0..n)
                 .map(|_| slow * latency.sample(rng))
                 .collect::<Vec<_>>(),
         );
-        all.merge(&second.sufficient);
-    }
-    r.transactions[0].ok = all.n;
-    r.transactions[0].latency_stats.sufficient = all;
-    r
+    })
 }
 
 /// Promise (docs/compare.md, "How to read a verdict"): a mean latency row compares A's and
@@ -211,13 +218,7 @@ fn bursty(rng: &mut SmallRng, mut r: BenchRun, spec: Spec, p: f64, k: f64) -> Be
 #[test]
 fn a_mean_latency_is_the_mean_of_the_transactions_not_of_the_seconds() {
     let mut rng = SmallRng::seed_from_u64(11);
-    let spec = Spec {
-        secs: 60,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = MINUTE;
     // B's transactions' mean: (0.9 * 200 * L + 0.1 * 40 * 5 L) / (0.9 * 200 + 0.1 * 40).
     let same = 200.0 / 184.0;
     let mean = |r: &BenchRun| r.transactions[0].latency_stats.sufficient.mean();
@@ -357,13 +358,7 @@ impl Calibration {
 fn one_run_a_side_with_bursts_stays_calibrated_holds() {
     let n = pairs(40);
     let mut rng = SmallRng::seed_from_u64(23);
-    let spec = Spec {
-        secs: 60,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = MINUTE;
     for burst in [0.0, 0.1] {
         let mut tally = Calibration::default();
         for p in 0..n {
@@ -413,13 +408,7 @@ fn one_run_a_side_with_bursts_stays_calibrated_holds() {
 fn the_tps_row_with_stalls_stays_calibrated_holds() {
     let n = pairs(40);
     let mut rng = SmallRng::seed_from_u64(29);
-    let spec = Spec {
-        secs: 60,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = MINUTE;
     for stall in [0.0, 0.1] {
         let mut tally = Calibration::default();
         for p in 0..n {
@@ -461,13 +450,7 @@ fn the_tps_row_with_stalls_stays_calibrated_holds() {
 #[test]
 fn a_short_run_is_also_shown_at_its_transactions_mean() {
     let mut rng = SmallRng::seed_from_u64(13);
-    let spec = Spec {
-        secs: 15,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = Spec { secs: 15, ..MINUTE };
     let same = 200.0 / 184.0;
     let mean = |r: &BenchRun| r.transactions[0].latency_stats.sufficient.mean();
     let (mut worst, mut different) = (0.0f64, 0u32);
@@ -531,28 +514,16 @@ fn a_short_run_is_also_shown_at_its_transactions_mean() {
 #[test]
 fn a_stall_at_the_end_of_a_run_counts() {
     let mut rng = SmallRng::seed_from_u64(3);
-    let spec = Spec {
-        secs: 60,
-        rate: 200.0,
-        median: 10.0,
-        sigma: 0.5,
-        fail: 0.0,
-    };
+    let spec = MINUTE;
     let tps = |r: &BenchRun| r.transactions[0].ok as f64 / r.measured_s;
     let mut worst = 0.0f64;
     for (p, last) in (4..14).enumerate() {
         let a = run(&mut rng, spec, 1.0, 1.0);
-        let mut b = run(&mut rng, spec, 1.0, 1.0);
-        let mut all = Suff::default();
-        let series = b.intervals.per_transaction.get_mut("t").unwrap();
-        for (i, second) in series.iter_mut().enumerate() {
+        let b = with_seconds(run(&mut rng, spec, 1.0, 1.0), |i, second| {
             if i >= spec.secs - last {
-                second.sufficient = Suff::default();
+                *second = Suff::default();
             }
-            all.merge(&second.sufficient);
-        }
-        b.transactions[0].ok = all.n;
-        b.transactions[0].latency_stats.sufficient = all;
+        });
         let mut s = CompareSettings::default();
         s.sampler.seed = p as u64;
         let report = compare_sides(
