@@ -420,24 +420,34 @@ async fn a_dropped_stream_whose_fetched_ahead_batch_failed_says_so() {
         .unwrap();
     assert!(rows.next().await.unwrap().is_some());
     drop(rows);
-    let e = tx
-        .execute("INSERT INTO t VALUES (1)", &[])
-        .await
-        .unwrap_err();
+    failure_is_named(
+        tx,
+        "INSERT INTO t VALUES (1)",
+        "row stream",
+        "the dropped stream",
+    )
+    .await;
+}
+
+/// In `tx`, which something the caller no longer holds has failed: `sql` must fail with
+/// 25P02 and the commit with the rollback, each naming `cause` (what failed it, e.g. "row
+/// stream") and its "division by zero", not the server's bare words alone.
+async fn failure_is_named(tx: slipstream_pg::Transaction<'_>, sql: &str, cause: &str, what: &str) {
+    let mut tx = tx;
+    let e = tx.execute(sql, &[]).await.unwrap_err();
     assert_eq!(
         e.code(),
         Some(slipstream_pg::SqlState::IN_FAILED_SQL_TRANSACTION)
     );
     let said = e.to_string();
     assert!(
-        said.contains("row stream") && said.contains("division by zero"),
-        "the 25P02 names neither the dropped stream nor its error: {said}"
+        said.contains(cause) && said.contains("division by zero"),
+        "the 25P02 names neither {what} nor its failure: {said}"
     );
-    let e = tx.commit().await.unwrap_err();
-    let said = e.to_string();
+    let said = tx.commit().await.unwrap_err().to_string();
     assert!(
-        said.contains("row stream") && said.contains("division by zero"),
-        "the commit's rollback names neither the dropped stream nor its error: {said}"
+        said.contains(cause) && said.contains("division by zero"),
+        "the commit's rollback names neither {what} nor its failure: {said}"
     );
 }
 
@@ -548,25 +558,8 @@ async fn a_dropped_pipeline_blocks_failed_operation_is_named_as_why_the_transact
                 p.execute("SELECT 1", &[]).await.unwrap();
             }
         }
-        let e = tx
-            .execute("INSERT INTO tb VALUES (1)", &[])
-            .await
-            .unwrap_err();
-        assert_eq!(
-            e.code(),
-            Some(slipstream_pg::SqlState::IN_FAILED_SQL_TRANSACTION)
-        );
-        let said = e.to_string();
-        assert!(
-            said.contains("pipeline block") && said.contains("division by zero"),
-            "{mode:?}: the 25P02 names neither the dropped block nor its failure: {said}"
-        );
-        let said = tx.commit().await.unwrap_err().to_string();
-        assert!(
-            said.contains("pipeline block") && said.contains("division by zero"),
-            "{mode:?}: the commit's rollback names neither the dropped block nor its failure: \
-             {said}"
-        );
+        let what = format!("the dropped block ({mode:?})");
+        failure_is_named(tx, "INSERT INTO tb VALUES (1)", "pipeline block", &what).await;
     }
 }
 
