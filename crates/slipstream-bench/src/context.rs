@@ -269,11 +269,13 @@ const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
      FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
      AND backend_type = 'client backend'";
 
-// The sampler waits idle between samples, longer than a role's or the connection string's
-// `idle_session_timeout` may allow (PostgreSQL 14+, looked up so older servers skip it): the
-// server ended its connection after the first sample. Only the sampler's session: the
-// settings read before the run are the users' (`tests/attack_session_settings.rs`).
-const NO_IDLE_TIMEOUT: &str = "SELECT coalesce((SELECT pg_catalog.set_config(name, '0', false) \
+/// Turns off, for this session, a role's or the connection string's `idle_session_timeout`
+/// (PostgreSQL 14+, looked up so older servers skip it; one row either way). For the bench's
+/// own connections that wait idle by design: the wait-event sampler between samples (the
+/// server ended it after the first), Order Entry's loaders waiting their turn
+/// (`tests/attack_session_settings.rs`). Only on those sessions: the settings read before the
+/// run are the users'.
+pub(crate) const NO_IDLE_TIMEOUT: &str = "SELECT coalesce((SELECT pg_catalog.set_config(name, '0', false) \
      FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'), '')";
 
 fn statements_sql(schema: &str) -> String {

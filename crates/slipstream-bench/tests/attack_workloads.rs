@@ -414,7 +414,9 @@ fn pg_stat_statements_in_a_schema_off_the_search_path_is_read() {
         let capture = bench::context::before(&url, "kv").await;
         // Slow enough to rank among the top entries by total time, above the context's own
         // quick statements (a bare `SELECT 12345` ranked below ten of them).
-        c.batch_execute("SELECT 12345, pg_sleep(0.05)").await.unwrap();
+        c.batch_execute("SELECT 12345, pg_sleep(0.05)")
+            .await
+            .unwrap();
         capture.after().await
     });
     assert!(ctx.warnings.is_empty(), "{:?}", ctx.warnings);

@@ -202,11 +202,6 @@ impl SetupCancel {
     }
 }
 
-/// Turns off, for this session, a role's or the connection string's `idle_session_timeout`,
-/// where the server has it.
-const NO_IDLE_TIMEOUT: &str = "SELECT pg_catalog.set_config(name, '0', false) \
-     FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'";
-
 /// [`setup`], with each connection's cancel key put into `cancel` as it connects.
 ///
 /// ```
@@ -237,7 +232,7 @@ pub async fn setup_with_cancel(
         // while the others build indexes), and a role's `idle_session_timeout` (PostgreSQL
         // 14+; looked up so older servers skip it) ended it there, failing the load:
         // `tests/attack_session_settings.rs`.
-        client.batch_execute(NO_IDLE_TIMEOUT).await.map_err(|e| {
+        client.batch_execute(crate::context::NO_IDLE_TIMEOUT).await.map_err(|e| {
             anyhow::anyhow!(
                 "Order Entry setup could not turn off idle_session_timeout on its connection: {e}"
             )
