@@ -595,12 +595,41 @@ async fn break_an_empty_value_in_the_string_let_a_variable_or_a_service_fill_it(
 /// a role, it connected as that role, someone other than the one asked for).
 #[tokio::test]
 async fn a_pg_variable_that_is_not_utf8_is_refused_by_name_not_ignored() {
-    use std::os::unix::ffi::OsStrExt;
     let cluster = Cluster::start().unwrap();
     let conninfo = format!(
         "host=127.0.0.1 port={} dbname=postgres sslmode=disable",
         cluster.port()
     );
+    let line = ours_with_bytes(&conninfo, "PGUSER", b"jos\xe9").await;
+    assert!(
+        line.starts_with("err ") && line.contains("PGUSER") && line.contains("UTF-8"),
+        "{line}"
+    );
+}
+
+/// Promise (docs/client.md, "Connecting"): a PG* variable fills only what the string leaves
+/// out, as libpq reads it. A variable whose parameter the string gives is never read, so its
+/// bytes cannot matter.
+///
+/// Steps: a string that names its user, and `PGUSER` set to the Latin-1 bytes of `josé`, in a
+/// child process; libpq (`psql`) connects as the string's user.
+///
+/// Before the fix: refused, "environment variable PGUSER is not valid UTF-8", though nothing
+/// would have read it (every PG* variable was checked before any was read).
+#[tokio::test]
+async fn a_pg_variable_that_is_not_utf8_is_not_read_when_the_string_gives_its_parameter() {
+    let cluster = Cluster::start().unwrap();
+    let conninfo = format!(
+        "host=127.0.0.1 port={} dbname=postgres user=postgres sslmode=disable",
+        cluster.port()
+    );
+    let line = ours_with_bytes(&conninfo, "PGUSER", b"jos\xe9").await;
+    assert!(line.starts_with("ok ") && line.contains("|postgres|"), "{line}");
+}
+
+/// `child_session`'s result line for `conninfo` with only `name` set, to raw `bytes`.
+async fn ours_with_bytes(conninfo: &str, name: &str, bytes: &[u8]) -> String {
+    use std::os::unix::ffi::OsStrExt;
     let mut cmd = tokio::process::Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "attack_libpq_env::child_session",
@@ -609,16 +638,12 @@ async fn a_pg_variable_that_is_not_utf8_is_refused_by_name_not_ignored() {
         "--test-threads=1",
     ]);
     scrub_env(cmd.as_std_mut(), &[]);
-    cmd.env("PGUSER", std::ffi::OsStr::from_bytes(b"jos\xe9"));
-    cmd.env("ATTACK_ENV_CHILD", &conninfo);
+    cmd.env(name, std::ffi::OsStr::from_bytes(bytes));
+    cmd.env("ATTACK_ENV_CHILD", conninfo);
     let out = cmd.output().await.expect("run the child");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
+    stdout
         .lines()
         .find_map(|l| l.split_once("ATTACK_RESULT ").map(|(_, r)| r.to_string()))
-        .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
-    assert!(
-        line.starts_with("err ") && line.contains("PGUSER") && line.contains("UTF-8"),
-        "{line}"
-    );
+        .unwrap_or_else(|| panic!("child printed no result: {stdout}"))
 }
