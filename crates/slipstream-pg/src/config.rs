@@ -770,8 +770,8 @@ impl Config {
     /// `PGGEQO` as the session's `DateStyle`, `TimeZone` and `geqo`, as libpq does. A variable
     /// naming something slipstream-pg cannot do (`PGHOSTADDR`, `PGSSLCRL`, `PGSSLCRLDIR`,
     /// `PGREQUIREPEER`, a `PGSSLMINPROTOCOLVERSION` above TLS 1.2 or a
-    /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it, and so is a variable whose
-    /// value is not UTF-8.
+    /// `PGSSLMAXPROTOCOLVERSION` below 1.3) is an error naming it, and so is a variable read
+    /// for a parameter the string leaves unset whose value is not UTF-8.
     ///
     /// Before the variables, a connection service (`service=`, [`Config::service`], else
     /// `PGSERVICE`) fills what the configuration leaves unset from its section of
@@ -788,19 +788,26 @@ impl Config {
         // A value that is not UTF-8 would read as unset (`env::var(..).ok()`), and a PGUSER
         // or PGHOST of a Latin-1 locale connected as the OS user, or to the default host,
         // without a word (`tests/it/attack_libpq_env.rs`). libpq sends the bytes as they are;
-        // a `String` cannot hold them, so such a variable is refused by name.
-        for name in Config::environment_variables() {
-            if name.starts_with("PG")
-                && matches!(std::env::var(&name), Err(std::env::VarError::NotUnicode(_)))
-            {
-                return Err(Error::config(format!(
-                    "environment variable {name} is not valid UTF-8: slipstream-pg reads only \
-                     UTF-8 values; set it in UTF-8, or give its parameter in the connection \
-                     string and unset {name}"
-                )));
+        // a `String` cannot hold them, so such a variable is refused by name, but only if it
+        // is read: one whose parameter the string gives is never read, as in libpq.
+        let unreadable = std::cell::RefCell::new(None::<String>);
+        let config = self.apply_vars(|name| match std::env::var(name) {
+            Err(std::env::VarError::NotUnicode(_)) if name.starts_with("PG") => {
+                unreadable
+                    .borrow_mut()
+                    .get_or_insert_with(|| name.to_string());
+                None
             }
+            value => value.ok(),
+        });
+        match unreadable.into_inner() {
+            Some(name) => Err(Error::config(format!(
+                "environment variable {name} is not valid UTF-8: slipstream-pg reads only \
+                 UTF-8 values; set it in UTF-8, or give its parameter in the connection \
+                 string and unset {name}"
+            ))),
+            None => config,
         }
-        self.apply_vars(|name| std::env::var(name).ok())
     }
 
     /// Every environment variable [`Config::apply_env`] reads, in the order it reads them,

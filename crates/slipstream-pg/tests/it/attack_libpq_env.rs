@@ -624,7 +624,10 @@ async fn a_pg_variable_that_is_not_utf8_is_not_read_when_the_string_gives_its_pa
         cluster.port()
     );
     let line = ours_with_bytes(&conninfo, "PGUSER", b"jos\xe9").await;
-    assert!(line.starts_with("ok ") && line.contains("|postgres|"), "{line}");
+    assert!(
+        line.starts_with("ok ") && line.contains("|postgres|"),
+        "{line}"
+    );
 }
 
 /// `child_session`'s result line for `conninfo` with only `name` set, to raw `bytes`.
