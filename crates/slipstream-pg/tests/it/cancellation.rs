@@ -26,16 +26,18 @@ enum Mood {
 }
 
 /// What the tests' connection needs: a table and a type to look up.
-const SCHEMA: &str = "CREATE TABLE h (id int); CREATE TYPE mood AS ENUM ('sad', 'happy')";
+pub(super) const SCHEMA: &str =
+    "CREATE TABLE h (id int); CREATE TYPE mood AS ENUM ('sad', 'happy')";
 
 /// More steps than any call here takes; reaching it fails the test.
-const MAX_POLLS: usize = 400;
+pub(super) const MAX_POLLS: usize = 400;
 
-type Call = for<'a> fn(&'a mut Client) -> Pin<Box<dyn Future<Output = Result<(), Error>> + 'a>>;
+pub(super) type Call =
+    for<'a> fn(&'a mut Client) -> Pin<Box<dyn Future<Output = Result<(), Error>> + 'a>>;
 
 /// Every public async call, each as a complete use (a COPY written and finished, a stream read
 /// to its end, a pipeline queued, processed and ended), in autocommit.
-fn calls() -> Vec<(&'static str, Call)> {
+pub(super) fn calls() -> Vec<(&'static str, Call)> {
     vec![
         ("query", |c| {
             Box::pin(async move {
@@ -252,7 +254,7 @@ fn calls() -> Vec<(&'static str, Call)> {
 }
 
 /// The connection answers right and is inside no transaction.
-async fn check_clean(c: &mut Client, name: &str, k: usize) {
+pub(super) async fn check_clean(c: &mut Client, name: &str, k: usize) {
     let marker = (k as i32) * 7 + 1;
     let row = bounded(
         &format!("{name}: the call after dropping at poll {k}"),
