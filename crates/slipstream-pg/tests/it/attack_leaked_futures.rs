@@ -206,6 +206,62 @@ async fn a_leaked_commit_or_rollback_leaves_no_transaction_nobody_holds() {
     }
 }
 
+/// Promise (as `a_leaked_commit_or_rollback_leaves_no_transaction_nobody_holds`), nested: a
+/// savepoint's `rollback()` leaked while it settles must still undo the savepoint's work
+/// before the enclosing transaction ends, also when that transaction's `commit()` is the
+/// very next call (no request in between to notice the leak).
+///
+/// Steps: for k = 1, 2, ...: a transaction inserts k; savepoint `s` inserts -k; a call is
+/// dropped with its reply owed; `s.rollback()` is leaked after k polls; the transaction
+/// commits. k must be kept and -k not.
+///
+/// Before the fix: leaked at its first poll, the savepoint was never rolled back and the
+/// transaction's `commit()` kept -k, the work the caller had rolled back.
+#[tokio::test]
+async fn a_leaked_savepoint_rollback_is_undone_before_the_enclosing_commit() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let mut completed = false;
+    for k in 1..=MAX_POLLS as i32 {
+        let mut tx = c.transaction().await.unwrap();
+        tx.execute("INSERT INTO t VALUES ($1)", &[&k])
+            .await
+            .unwrap();
+        let mut sp = tx.savepoint("s").await.unwrap();
+        sp.execute("INSERT INTO t VALUES ($1)", &[&-k])
+            .await
+            .unwrap();
+        leave_a_reply_owed(&mut sp).await;
+        let outcome = bounded("rollback", LeakAfter::new(sp.rollback(), k as usize)).await;
+        bounded("commit", tx.commit())
+            .await
+            .unwrap_or_else(|e| panic!("rollback() leaked after {k} polls: commit: {e}"));
+        assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+        let kept = ints(
+            &mut c,
+            "SELECT x FROM t WHERE abs(x) = $1 ORDER BY x"
+                .replace("$1", &k.to_string())
+                .as_str(),
+        )
+        .await;
+        assert_eq!(
+            kept,
+            [k],
+            "rollback() leaked after {k} polls: the savepoint's rolled-back work was committed, \
+             or the transaction's own was lost"
+        );
+        if let Some(r) = outcome {
+            r.unwrap();
+            completed = true;
+            break;
+        }
+    }
+    assert!(
+        completed,
+        "rollback() never completed within {MAX_POLLS} polls"
+    );
+}
+
 /// Held. Promise (client.md, "Cancellation and timeouts", for a leaked future as for a dropped
 /// one): every public call of `tests/it/cancellation.rs`, leaked (`std::mem::forget`) after
 /// its k-th poll for every k until it completes, leaves the next call answering in step and
