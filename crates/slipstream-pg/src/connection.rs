@@ -246,6 +246,14 @@ pub(crate) struct Connection {
     /// request defers the `ROLLBACK` itself, or its statements would run in a transaction
     /// nobody holds and never commit.
     pub(crate) begin_unguarded: bool,
+    /// A `Transaction`'s `commit()` or `rollback()` is settling the connection before it
+    /// queues its `COMMIT`, `RELEASE` or `ROLLBACK`: the guard's depth and its rollback. Those
+    /// futures own the guard, so one leaked (`mem::forget`) while it settles drops no guard
+    /// and ends nothing: the next request defers the rollback (`start_request`), as the
+    /// guard's `Drop` would have, or the caller's next statements would run in a transaction
+    /// nobody holds and never commit. Cleared when the settling ends, and by a guard's `Drop`
+    /// (which defers its own rollback, and a deeper guard's left here by a leak).
+    pub(crate) guard_ending: Option<(u32, String)>,
     /// Statements to run, results discarded, before the next request (e.g. the `ROLLBACK` of a
     /// dropped transaction).
     pub(crate) deferred: Vec<String>,
@@ -322,6 +330,7 @@ impl Connection {
             open_group: None,
             ending_sync: None,
             begin_unguarded: false,
+            guard_ending: None,
             types_altered_in_tx: false,
             stream_sync_owed: false,
             deferred: Vec::new(),
@@ -388,6 +397,36 @@ impl Connection {
     ///
     /// Cancel-safe: a dropped future leaves the settling to the next call.
     pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
+        if let Some((_, rollback)) = self.guard_ending.take() {
+            self.defer_rollback(rollback);
+        }
+        self.start_request_keeping_guard_ending().await
+    }
+
+    /// Settles the connection for the `commit()` or `rollback()` of the guard at `depth`,
+    /// whose rollback is `rollback`: a future leaked meanwhile leaves that rollback to the
+    /// next request (see `guard_ending`). Once this returns, the caller queues its end
+    /// without an await.
+    pub(crate) async fn settle_to_end(
+        &mut self,
+        depth: u32,
+        rollback: String,
+    ) -> Result<(), Error> {
+        // A deeper guard's, left by a leaked future: it ends first, as its Drop would have.
+        if let Some((_, earlier)) = self.guard_ending.replace((depth, rollback)) {
+            self.defer_rollback(earlier);
+        }
+        let settled = async {
+            self.start_request_keeping_guard_ending().await?;
+            self.settle_owed().await
+        }
+        .await;
+        self.guard_ending = None;
+        settled
+    }
+
+    /// [`Connection::start_request`] but for what a leaked guard's end left (`guard_ending`).
+    async fn start_request_keeping_guard_ending(&mut self) -> Result<(), Error> {
         self.check_usable()?;
         let ending_sync = self.ending_sync.take();
         if let Some(offset) = self.open_group.take() {

@@ -422,7 +422,10 @@ impl<'a> Transaction<'a> {
     /// its COMMIT/ROLLBACK queued or (dropped while settling) leaves `done` unset and the
     /// rollback to `Drop`: never neither.
     async fn settle_then_end(&mut self) -> Result<(), Error> {
-        self.client.settle().await?;
+        // This future owns the guard: leaked while it settles, it drops nothing, so the
+        // connection holds the rollback the guard's Drop would have deferred.
+        let rollback = self.rollback_sql();
+        self.client.conn.settle_to_end(self.depth, rollback).await?;
         self.done = true;
         Ok(())
     }
@@ -525,6 +528,13 @@ impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         // This guard's own ROLLBACK, below, ends what its BEGIN opened.
         self.client.conn.begin_unguarded = false;
+        // Left by this guard's own `commit()` or `rollback()` dropped while settling (the
+        // rollback below is the same), or by a deeper guard's leaked there, which ends first.
+        if let Some((depth, rollback)) = self.client.conn.guard_ending.take()
+            && depth != self.depth
+        {
+            self.client.conn.defer_rollback(rollback);
+        }
         if !self.done {
             let sql = self.rollback_sql();
             self.client.conn.defer_rollback(sql);

@@ -239,9 +239,7 @@ async fn a_leaked_savepoint_rollback_is_undone_before_the_enclosing_commit() {
         assert_eq!(c.transaction_status(), TransactionStatus::Idle);
         let kept = ints(
             &mut c,
-            "SELECT x FROM t WHERE abs(x) = $1 ORDER BY x"
-                .replace("$1", &k.to_string())
-                .as_str(),
+            &format!("SELECT x FROM t WHERE abs(x) = {k} ORDER BY x"),
         )
         .await;
         assert_eq!(
