@@ -487,6 +487,17 @@ impl Connection {
         )))
     }
 
+    /// Sends the first `n` bytes of the write buffer and no more, as a socket that took only
+    /// those would: tests set where a write stopped with it.
+    #[cfg(test)]
+    pub(crate) async fn send_now(&mut self, n: usize) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        self.socket.write_all(&self.wbuf[..n]).await?;
+        self.wbuf.advance(n);
+        self.written += n as u64;
+        Ok(())
+    }
+
     /// With no reply owed, the server may have sent only asynchronous messages (notices,
     /// notifications, parameter changes). Anything else, such as a second `ReadyForQuery`,
     /// would be read as the next request's reply and shift every later answer by one call.

@@ -2314,6 +2314,9 @@ fn due(
 }
 
 #[cfg(test)]
+mod leak_tests;
+
+#[cfg(test)]
 mod tests {
     use super::is_stream_copy;
 
