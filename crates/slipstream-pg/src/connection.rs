@@ -232,6 +232,11 @@ pub(crate) struct Connection {
     /// (`mem::forget`): its messages, ahead of the request's, would run in one implicit
     /// transaction with it and their replies be read as its own (see `abandon_leaked_group`).
     pub(crate) open_group: Option<u64>,
+    /// While `open_group` is set: where the group's last operation's messages end (a stream
+    /// offset) and how many bytes they are. Every byte the group queued after them is a
+    /// `Flush`, so a leaked group the socket stopped in or just before that operation can
+    /// still be cut where an operation starts (see `abandon_leaked_group`).
+    pub(crate) open_group_last: (u64, usize),
     /// While `end()` runs: where the `Sync` it queued for the open group begins (a stream
     /// offset) and how many owed entries it pushed from there on (that `Sync`'s, and a held
     /// run of lookups'). `open_group` stays set meanwhile: an `end()` future leaked before
@@ -328,6 +333,7 @@ impl Connection {
             copy_in_abort: false,
             copy_in_live: false,
             open_group: None,
+            open_group_last: (0, 0),
             ending_sync: None,
             begin_unguarded: false,
             guard_ending: None,
@@ -461,18 +467,31 @@ impl Connection {
 
     /// What a leaked pipeline block's open sync group (from stream offset `offset`) leaves,
     /// as the block's `Drop` would have: if none of it reached the server, it is taken back out
-    /// of the write buffer and nothing of it runs; if all of it did (a `process` sent it),
-    /// it is failed on purpose before its `Sync` (the Execute of a portal that does not
-    /// exist), so none of it commits, and its replies are discarded under that `Sync`'s entry.
-    /// If only part of it did, what remains in the buffer would have to be cut at an
-    /// operation boundary only the block knew: sent, a `COMMIT` among it would commit the work
-    /// before it. The connection is closed instead (a pool then opens another).
+    /// of the write buffer and nothing of it runs. If the socket has taken it through its
+    /// next-to-last operation (a `process` sent it, and at most its last operation or the
+    /// `Flush` after it are left), the operation the socket has begun goes whole, one it has
+    /// not is taken back, and the group is failed on purpose before its `Sync` (the Execute
+    /// of a portal that does not exist), so none of it commits; its replies are discarded
+    /// under that `Sync`'s entry. A `Flush` left in the buffer runs nothing, and one the socket
+    /// has begun must go whole. If the socket stopped in an earlier operation, what remains
+    /// would have to be cut where an operation starts, which only the block knew: sent, a
+    /// `COMMIT` among it would commit the work before it. The connection is closed instead (a
+    /// pool then opens another).
     fn abandon_leaked_group(&mut self, offset: u64) -> Result<(), Error> {
         if offset >= self.written {
             self.wbuf.truncate((offset - self.written) as usize);
             return Ok(());
         }
-        if self.wbuf.is_empty() {
+        let (last_end, last_bytes) = self.open_group_last;
+        let last_start = last_end - last_bytes as u64;
+        if self.written >= last_start {
+            if self.written == last_start {
+                // Not begun: it is taken back, with the `Flush`es after it.
+                self.wbuf.clear();
+            } else if last_end > self.written {
+                // Begun: its rest goes, the `Flush`es after it need not.
+                self.wbuf.truncate((last_end - self.written) as usize);
+            }
             frontend::execute(crate::pipeline::ABANDONED_BLOCK, 0, &mut self.wbuf)
                 .map_err(|e| Error::protocol(e.to_string()))?;
             frontend::sync(&mut self.wbuf);

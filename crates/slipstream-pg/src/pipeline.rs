@@ -1359,6 +1359,7 @@ impl Pipeline<'_> {
                     self.group_offset = self.client.conn.written + mark as u64;
                     self.client.conn.open_group = Some(self.group_offset);
                 }
+                self.client.conn.open_group_last = (end, bytes);
                 self.needs_flush = true;
             }
         }
@@ -1460,6 +1461,9 @@ impl Pipeline<'_> {
             {
                 p.end += added;
             }
+        }
+        if self.client.conn.open_group_last.0 > end {
+            self.client.conn.open_group_last.0 += added;
         }
         if self.group_start.is_some() && self.group_offset >= end {
             self.group_offset += added;
