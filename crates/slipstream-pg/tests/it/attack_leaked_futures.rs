@@ -330,3 +330,128 @@ async fn every_call_leaked_at_every_poll_leaves_the_connection_in_step_and_idle(
         }
     }
 }
+
+/// Held. Promise (client.md, "Cancellation and timeouts"), for leaked futures: memopt's fast
+/// lookups (a `FunctionCall` answered by its own `ReadyForQuery`), alone and in pipeline
+/// blocks beside statements, leaked at every poll in turn, leave the connection in step and
+/// in no transaction. A leaked block whose open group reached the server only in part may
+/// close the connection, naming the leak (pipelining.md); the test then reconnects.
+#[tokio::test]
+async fn memopt_calls_leaked_at_every_poll_leave_the_connection_in_step_and_idle() {
+    let (cluster, mut c) = super::memopt::memopt_setup().await;
+    for (name, call) in super::cancellation::memopt_calls() {
+        let mut completed = false;
+        for k in 1..=MAX_POLLS {
+            let outcome = bounded(name, LeakAfter::new(call(&mut c), k)).await;
+            if outcome.is_none() {
+                let marker = k as i32;
+                match bounded(name, c.query_one("SELECT $1::int4", &[&marker])).await {
+                    Ok(row) => assert_eq!(row.get::<_, i32>(0).unwrap(), marker),
+                    Err(e) if name.starts_with("pipeline") => {
+                        assert!(
+                            c.is_broken() && e.to_string().contains("leaked"),
+                            "{name} leaked at poll {k}: {e}"
+                        );
+                        eprintln!("{name} leaked at poll {k}: the connection was closed");
+                        c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+                    }
+                    Err(e) => panic!("{name} leaked at poll {k}: {e}"),
+                }
+            }
+            check_clean(&mut c, name, k).await;
+            if let Some(result) = outcome {
+                result.unwrap_or_else(|e| panic!("{name} completed with an error: {e}"));
+                eprintln!("{name}: leaked at polls 1..{k}, completed at poll {k}");
+                completed = true;
+                break;
+            }
+        }
+        assert!(
+            completed,
+            "{name} did not complete within {MAX_POLLS} polls"
+        );
+    }
+}
+
+/// Held. Promise (client.md, "Cancellation and timeouts"; `Transaction`), for leaked futures
+/// nested in guards: a call leaked inside the caller's transaction, or inside a savepoint of
+/// it, leaves that transaction the caller's: the next statement in it answers in step, and
+/// the guards still end it. A leaked `COPY FROM STDIN` is aborted and fails the transaction,
+/// as any error does (client.md): a savepoint's rollback then recovers it.
+///
+/// Steps: for each call of `tests/it/cancellation.rs` that opens no transaction itself, for
+/// k = 1, 2, ...: a transaction (and, in the second round, savepoint `s` in it) runs the call
+/// leaked after k polls; `SELECT 1` through the innermost guard must answer 1 (or, after a
+/// leaked COPY, fail); the savepoint is released (or rolled back after a failure), the
+/// transaction inserts k into `mark` and commits; `mark` must hold k.
+#[tokio::test]
+async fn calls_leaked_inside_a_transaction_or_savepoint_leave_it_the_callers() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(super::cancellation::SCHEMA).await.unwrap();
+    c.batch_execute("CREATE TABLE mark (k int)").await.unwrap();
+    let opens_a_transaction = |name: &str| holds_a_guard(name) || name.contains("BEGIN");
+    for in_savepoint in [false, true] {
+        for (name, call) in super::cancellation::calls() {
+            if opens_a_transaction(name) {
+                continue;
+            }
+            let mut completed = false;
+            for k in 1..=MAX_POLLS as i32 {
+                let mut tx = c.transaction().await.unwrap();
+                if in_savepoint {
+                    let mut sp = tx.savepoint("s").await.unwrap();
+                    let outcome = bounded(name, LeakAfter::new(call(&mut sp), k as usize)).await;
+                    completed = outcome.is_some();
+                    match bounded(name, sp.query_one("SELECT 1", &[])).await {
+                        Ok(row) => {
+                            assert_eq!(row.get::<_, i32>(0).unwrap(), 1, "{name} at poll {k}");
+                            bounded(name, sp.commit()).await.unwrap();
+                        }
+                        Err(e) if name.starts_with("copy_in") => {
+                            assert_eq!(sp.transaction_status(), TransactionStatus::Failed, "{e}");
+                            bounded(name, sp.rollback()).await.unwrap();
+                        }
+                        Err(e) => panic!("{name} leaked at poll {k} in a savepoint: {e}"),
+                    }
+                } else {
+                    let outcome = bounded(name, LeakAfter::new(call(&mut tx), k as usize)).await;
+                    completed = outcome.is_some();
+                    match bounded(name, tx.query_one("SELECT 1", &[])).await {
+                        Ok(row) => assert_eq!(row.get::<_, i32>(0).unwrap(), 1),
+                        Err(e) if name.starts_with("copy_in") => {
+                            assert_eq!(tx.transaction_status(), TransactionStatus::Failed, "{e}");
+                            bounded(name, tx.rollback()).await.unwrap();
+                            check_clean(&mut c, name, k as usize).await;
+                            if completed {
+                                break;
+                            }
+                            continue;
+                        }
+                        Err(e) => panic!("{name} leaked at poll {k}: {e}"),
+                    }
+                }
+                assert_eq!(tx.transaction_status(), TransactionStatus::InTransaction);
+                tx.execute("INSERT INTO mark VALUES ($1)", &[&k])
+                    .await
+                    .unwrap();
+                bounded(name, tx.commit())
+                    .await
+                    .unwrap_or_else(|e| panic!("{name} leaked at poll {k}: commit: {e}"));
+                check_clean(&mut c, name, k as usize).await;
+                let marked = ints(&mut c, &format!("SELECT k FROM mark WHERE k = {k}")).await;
+                assert!(
+                    !marked.is_empty(),
+                    "{name} leaked at poll {k}: the commit kept nothing"
+                );
+                c.batch_execute("TRUNCATE mark").await.unwrap();
+                if completed {
+                    break;
+                }
+            }
+            assert!(
+                completed,
+                "{name} did not complete within {MAX_POLLS} polls"
+            );
+        }
+    }
+}

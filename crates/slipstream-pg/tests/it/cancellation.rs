@@ -280,7 +280,7 @@ async fn every_call_dropped_at_every_poll_leaves_the_connection_in_step_and_idle
 
 /// memopt's fast lookups (issue 22): a `FunctionCall` is answered by its own `ReadyForQuery`,
 /// so a dropped one must be settled like any request, alone or pipelined beside others.
-fn memopt_calls() -> Vec<(&'static str, Call)> {
+pub(super) fn memopt_calls() -> Vec<(&'static str, Call)> {
     vec![
         ("memopt_get", |c| {
             Box::pin(async move {
