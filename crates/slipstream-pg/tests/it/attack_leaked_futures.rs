@@ -455,3 +455,40 @@ async fn calls_leaked_inside_a_transaction_or_savepoint_leave_it_the_callers() {
         }
     }
 }
+
+/// Promise (client.md, "Cancellation and timeouts": a dropped call never leaves a statement
+/// on the server that nothing will close; `attack_abandoned_calls.rs`'
+/// `dropped_first_runs_during_a_type_lookup_do_not_leak_statements`), for leaked calls: a
+/// first run of new SQL, or a `prepare`, leaked at any poll, its type lookup included, leaves
+/// no named statement on the server beyond the statement cache's.
+///
+/// Steps: for k = 1..12: create enum `ek`; leak `query("SELECT $1::int4, 'a'::ek")` and
+/// `prepare("SELECT $1::int4 + 1, 'a'::ek")` after k polls each, settling after each. Then
+/// the server's `pg_prepared_statements` must hold no more than the cache does.
+///
+/// Before the fix: the guard that closes a statement whose call has not kept it yet (while it
+/// looks its types up) lived in the future, so a call leaked there left its statement on the
+/// server for the rest of the session (one more on the server than in the cache).
+#[tokio::test]
+async fn leaked_first_runs_during_a_type_lookup_do_not_leak_statements() {
+    let (_cluster, mut c) = super::setup().await;
+    for k in 1..=12usize {
+        c.batch_execute(&format!("CREATE TYPE e{k} AS ENUM ('a')"))
+            .await
+            .unwrap();
+        let sql = format!("SELECT $1::int4, 'a'::e{k}");
+        let _ = LeakAfter::new(c.query(sql.as_str(), &[&1i32]), k).await;
+        c.settle().await.unwrap();
+        let prepared = format!("SELECT $1::int4 + 1, 'a'::e{k}");
+        let _ = LeakAfter::new(c.prepare(&prepared), k).await;
+        c.settle().await.unwrap();
+    }
+    c.query_one("SELECT 1", &[]).await.unwrap(); // settles, closing what is left
+    let on_server: i64 = super::scalar(&mut c, "SELECT count(*) FROM pg_prepared_statements").await;
+    let cached = c.statement_cache_stats().size as i64;
+    assert!(
+        on_server <= cached,
+        "{} server-side statements leaked (cache holds {cached}, server has {on_server})",
+        on_server - cached
+    );
+}
