@@ -152,28 +152,6 @@ impl Owed {
     }
 }
 
-/// A statement that exists on the server and that its call has not kept yet (see
-/// [`Connection::claim_for_now`]).
-pub(crate) struct Unkept {
-    name: Option<String>,
-    closes: std::sync::Weak<Mutex<Vec<String>>>,
-}
-
-impl Unkept {
-    /// The call now keeps the statement (caches it, or closes it itself).
-    pub(crate) fn keep(mut self) {
-        self.name = None;
-    }
-}
-
-impl Drop for Unkept {
-    fn drop(&mut self) {
-        if let (Some(name), Some(closes)) = (self.name.take(), self.closes.upgrade()) {
-            closes.lock().unwrap_or_else(|p| p.into_inner()).push(name);
-        }
-    }
-}
-
 /// Called with each notice (`NOTICE`, `WARNING`, ...) the server sends.
 pub type NoticeHandler = Box<dyn FnMut(&DbError) + Send>;
 
@@ -283,6 +261,16 @@ pub(crate) struct Connection {
     /// newest name to the front and made each claim scan further: quadratic in a block of
     /// prepares, 3.0 s for 80,000 of them).
     pub(crate) unclaimed: VecDeque<String>,
+    /// A named statement the running call's `Parse` created and that it has not kept yet: it
+    /// looks the statement's types up first, in a request of its own (see
+    /// [`Connection::claim_for_now`]). Closed with the next request unless that request is
+    /// the lookup's (`lookup_request`), so a call dropped or leaked (`mem::forget`) before
+    /// it keeps the statement never leaves it on the server. It lives here, not in the
+    /// call's future, because a leaked future runs no `Drop`.
+    unkept: Option<String>,
+    /// The request being started is the running call's type lookup, which must leave
+    /// `unkept` alone. Set right before that request starts; taken as it does.
+    pub(crate) lookup_request: bool,
     /// The session ran `DISCARD ALL` or `DEALLOCATE ALL` (every prepared statement is gone), or
     /// altered a type or domain (a type looked up in the catalogs may have changed, and the
     /// cached statements hold it): the statement cache and the type cache must forget their
@@ -343,6 +331,8 @@ impl Connection {
             deferred_failure: None,
             closes: Arc::new(Mutex::new(Vec::new())),
             unclaimed: VecDeque::new(),
+            unkept: None,
+            lookup_request: false,
             statements_discarded: false,
             transaction_ends: 0,
             functions_discarded: false,
@@ -403,6 +393,12 @@ impl Connection {
     ///
     /// Cancel-safe: a dropped future leaves the settling to the next call.
     pub(crate) async fn start_request(&mut self) -> Result<(), Error> {
+        if !std::mem::take(&mut self.lookup_request)
+            && let Some(name) = self.unkept.take()
+        {
+            // The call that made it was dropped or leaked before it kept it.
+            self.unclaimed.push_back(name);
+        }
         if let Some((_, rollback)) = self.guard_ending.take() {
             self.defer_rollback(rollback);
         }
@@ -606,14 +602,18 @@ impl Connection {
     }
 
     /// Like [`Connection::claim`] for a call that still has requests of its own to make before
-    /// it keeps the statement (looking up its types): the returned guard closes the statement
-    /// with the next request if the call is dropped before [`Unkept::keep`].
-    pub(crate) fn claim_for_now(&mut self, name: &str) -> Unkept {
+    /// it keeps the statement (looking up its types): the next request that is not that
+    /// lookup closes the statement (see `unkept`) unless the call keeps it first
+    /// ([`Connection::keep_unkept`]).
+    pub(crate) fn claim_for_now(&mut self, name: &str) {
         self.claim(name);
-        Unkept {
-            name: Some(name.to_string()),
-            closes: Arc::downgrade(&self.closes),
-        }
+        self.unkept = Some(name.to_string());
+    }
+
+    /// The running call now keeps the statement [`Connection::claim_for_now`] claimed (caches
+    /// it, or makes a handle that closes it).
+    pub(crate) fn keep_unkept(&mut self) {
+        self.unkept = None;
     }
 
     /// Reads every owed reply to its end (a dropped `CopyIn` first gets its `CopyFail`). The

@@ -162,7 +162,9 @@ impl Client {
         }
         // The statement exists now (unless Parse failed): the type lookup's request must not
         // close it as a dropped call's, and a drop or a failure before the handle exists must.
-        let unkept = (!name.is_empty()).then(|| self.conn.claim_for_now(&name));
+        if !name.is_empty() {
+            self.conn.claim_for_now(&name);
+        }
         if let Some(db) = error {
             return Err(self.conn.explain_failed(Error::db(db)));
         }
@@ -182,9 +184,7 @@ impl Client {
                 e.context("preparing the statement succeeded, but looking up its types failed")
             );
         }
-        if let Some(unkept) = unkept {
-            unkept.keep();
-        }
+        self.conn.keep_unkept();
         self.types.resolve_params(&mut params);
         if let Some(resolved) = self.types.resolve_columns(&columns) {
             columns = resolved;
@@ -269,6 +269,9 @@ impl Client {
         let plan = Plan::OneOff {
             wires: vec![Wire::Binary(Type::OID_ARRAY)],
         };
+        // The running call's statement, if it has not kept it yet, is not this request's to
+        // close (see `Connection::unkept`).
+        self.conn.lookup_request = true;
         self.conn.start_request().await?;
         encode_plan(
             &mut self.conn.wbuf,
@@ -647,14 +650,11 @@ impl Client {
         *stale = reply.stale();
         // A first run's statement exists now: the type lookup's request must not close it as
         // a dropped call's, and a drop during the lookup must.
-        let unkept = match plan {
-            Plan::Prepare { name, .. } => Some(self.conn.claim_for_now(name)),
-            _ => None,
-        };
-        self.resolve_reply(&mut reply).await?;
-        if let Some(unkept) = unkept {
-            unkept.keep();
+        if let Plan::Prepare { name, .. } = plan {
+            self.conn.claim_for_now(name);
         }
+        self.resolve_reply(&mut reply).await?;
+        self.conn.keep_unkept();
         self.cache_prepared(plan, sql, &reply);
         match reply.error {
             Some(e) => Err(self.conn.explain_failed(e)),
