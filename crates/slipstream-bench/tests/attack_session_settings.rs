@@ -253,6 +253,49 @@ fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout()
     assert_eq!((t.failed, &t.failures), (0, &Default::default()));
 }
 
+/// Promise (docs/bench.md, closed loop): a user thinks for `--think`, then runs its next
+/// transaction; the failures measured are the workload's. The connection a user holds idle
+/// through its think time is the runner's design (one connection per user, kept between
+/// transactions), not the workload's: a role's `idle_session_timeout` (here 200 ms, through
+/// the connection string) shorter than the think time ends it while nothing is in flight.
+///
+/// Steps: `SELECT 1` by 2 users thinking 400-500 ms, for 2.5 s. Every transaction must
+/// succeed, and the think time must stay out of the latency (a reconnect is before the start).
+///
+/// Before the fix: every transaction after a think (10 of 10) found its user's connection ended
+/// and failed with 57P05 "terminating connection due to idle-session timeout"; the run
+/// reported a workload that never succeeds.
+#[test]
+fn a_user_thinking_is_not_ended_by_idle_session_timeout() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (2, 1, 1);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(2500);
+    c.think = "400ms..500ms".parse().unwrap();
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(
+        t.ok > 0,
+        "{} ok, {} failed: {:?}",
+        t.ok,
+        t.failed,
+        t.failure_messages
+    );
+    assert_eq!((t.failed, &t.failures), (0, &Default::default()));
+    // A reconnect (tens of ms) is outside the latency, and so is the think time.
+    assert!(
+        t.latency_stats.max < 400.0,
+        "max {} ms",
+        t.latency_stats.max
+    );
+}
+
 /// Promise (docs/bench.md, workload files): a workload file's SQL is read as PostgreSQL reads
 /// it (its `:name`s replaced outside literals only), or the run is refused saying why. The
 /// file is read with `standard_conforming_strings = on`, PostgreSQL's default since 9.1; a
