@@ -975,6 +975,10 @@ async fn closed_loop(
                 _ = tokio::time::sleep_until(wake.into()) => {}
                 _ = stopped.wait_for(|s| *s) => break,
             }
+            // The connection idled through the think by the runner's design (one held per
+            // user), as through a stage wait: a session the server ended in it is replaced
+            // before the next start, so it is neither a failure nor in the latency.
+            replace_if_ended(shared, user, session, txs).await;
         }
         let kind = session.draw(|rng| shared.picker.pick(rng));
         let start = Instant::now();
@@ -1061,9 +1065,13 @@ async fn serve_arrivals(
 /// connect, for its turn in a ramp-up or a later stage, or (open loop) for the next arrival.
 /// A role's `idle_session_timeout` shorter than that wait ended it, and the transaction after
 /// the wait was recorded as a failure (57P05) the workload never made: a stage's first, or
-/// every arrival of a slow open-loop run (`tests/attack_session_settings.rs`). A closed-loop
-/// user's own think time is the workload's: a session ended in it fails its next transaction
-/// as before.
+/// every arrival of a slow open-loop run (`tests/attack_session_settings.rs`), or every
+/// transaction after a closed-loop user's `--think`. The runner leaves the role's
+/// `idle_session_timeout` as it is (it does set it to 0 on its own side connections, the
+/// context's and the loader's, `context::NO_IDLE_TIMEOUT`): the users' sessions are the
+/// system under test and keep every setting the role gives them; only the idle gaps the
+/// runner makes are its to mend. Idle *in a transaction* (`Session::think` inside a block)
+/// is the workload's, and `idle_in_transaction_session_timeout` still fails it.
 async fn replace_if_ended(
     shared: &Shared,
     user: usize,
