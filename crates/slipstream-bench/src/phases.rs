@@ -210,7 +210,10 @@ pub struct StageTx {
 }
 
 impl StageResult {
-    /// Successful transactions per second over the stage.
+    /// Successful transactions per second over the stage: its `ok` over its length. The last
+    /// stage's `ok` holds the window's successes that ended in the drain too (with no run at
+    /// hand, they cannot be told apart here); [`stage_table`] leaves them out of its TPS, as
+    /// [`crate::BenchRun::tps`] does.
     ///
     /// ```
     /// # fn main() -> anyhow::Result<()> {
@@ -648,6 +651,16 @@ pub fn stage_table(run: &BenchRun) -> Option<Table> {
             _ => String::new(),
         };
         let secs = (s.end_s - s.start_s).max(1e-9);
+        // The drain's completions count in the last stage listed (the one the window ended
+        // in), and its TPS, like the run's, is of those that ended inside the window.
+        let last = std::ptr::eq(s, run.stages.last().unwrap_or(s));
+        let drained = |name: &str| {
+            run.intervals
+                .after_window
+                .get(name)
+                .filter(|_| last)
+                .map_or(0, |i| i.sufficient.n)
+        };
         let mut first = true;
         for tx in s.transactions.iter().filter(|tx| tx.ok + tx.failed > 0) {
             t.row(vec![
@@ -665,7 +678,10 @@ pub fn stage_table(run: &BenchRun) -> Option<Table> {
                 if first { load.clone() } else { String::new() },
                 tx.name.clone(),
                 tx.ok.to_string(),
-                format!("{:.1}", tx.ok as f64 / secs),
+                format!(
+                    "{:.1}",
+                    tx.ok.saturating_sub(drained(&tx.name)) as f64 / secs
+                ),
                 format!("{:.3}", tx.latency_ms.p50),
                 format!("{:.3}", tx.latency_ms.p99),
                 tx.failed.to_string(),

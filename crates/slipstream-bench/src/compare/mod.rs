@@ -685,7 +685,7 @@ pub fn compare_sides(
         for (side, runs) in [("A", a), ("B", b)] {
             for (i, r) in runs.iter().enumerate().filter(|(_, r)| r.tps() <= 0.0) {
                 report.notes.push(format!(
-                    "{side}'s run {} (started {}) has no successful transaction in its {:.1} s window: the TPS row leaves it out",
+                    "{side}'s run {} (started {}) has no successful transaction that ended in its {:.1} s window (a success that ended in the drain is not in the TPS): the TPS row leaves it out",
                     i + 1,
                     r.started_at,
                     r.measured_s

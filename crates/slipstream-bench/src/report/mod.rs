@@ -47,8 +47,9 @@ pub struct Labeled {
     pub run: BenchRun,
 }
 
-/// Per transaction type (those that ran or have a weight), one row per run: count, TPS,
-/// failures and latency in ms. With several runs they sit side by side, type by type.
+/// Per transaction type (those that ran or have a weight), one row per run: count (the
+/// window's successes, those that ended in the drain included), TPS (only those that ended
+/// inside the window, [`BenchRun::tps`]), failures and latency in ms. With several runs they sit side by side, type by type.
 ///
 /// ```no_run
 /// use slipstream_bench::{BenchRun, report};
@@ -79,7 +80,6 @@ pub fn table(runs: &[Labeled]) -> Table {
     for name in names.iter().copied().map(Some).chain([None]) {
         for l in runs {
             let r = &l.run;
-            let secs = r.measured_s.max(f64::MIN_POSITIVE);
             let mut row = vec![name.unwrap_or("all").to_string()];
             if several {
                 row.push(l.label.clone());
@@ -90,7 +90,7 @@ pub fn table(runs: &[Labeled]) -> Table {
                 let failed: u64 = r.transactions.iter().map(|t| t.failed).sum();
                 row.extend([
                     ok.to_string(),
-                    format!("{:.1}", ok as f64 / secs),
+                    format!("{:.1}", r.tps()),
                     failed.to_string(),
                 ]);
                 if ok == 0 {
@@ -122,7 +122,7 @@ pub fn table(runs: &[Labeled]) -> Table {
                 };
                 row.extend([
                     tx.ok.to_string(),
-                    format!("{:.1}", tx.ok as f64 / secs),
+                    format!("{:.1}", r.tps_of(&tx.name)),
                     tx.failed.to_string(),
                     lat(p.mean),
                     lat(at_most(p.p50, max)),
@@ -358,7 +358,7 @@ pub(crate) fn describe_run(r: &BenchRun) -> Vec<String> {
         .sum();
     if after > 0 {
         lines.push(format!(
-            "{after} transactions started in the window and ended after it: in the totals, not in the per-second series"
+            "{after} transactions of the window ended after it, in the drain: in the counts and latencies, not in the TPS (successes that ended inside the window) nor the per-second series"
         ));
     }
     if !r.merged_from.is_empty() {
