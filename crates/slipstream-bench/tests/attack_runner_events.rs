@@ -99,3 +99,239 @@ fn an_overloaded_open_loop_reports_the_throughput_the_server_sustained() {
     let said = bench::report::describe(&run).join("\n");
     assert!(said.contains("not in the TPS"), "{said}");
 }
+
+/// Every transaction of the run's per-second series plus the drain's is in its totals, per
+/// type (docs/bench.md, The clock).
+fn check_series_add_up(run: &BenchRun) {
+    for t in &run.transactions {
+        let series = run.intervals.per_transaction.get(&t.name);
+        let (ok, failed) = series.map_or((0, 0), |s| {
+            s.iter()
+                .fold((0, 0), |(o, f), i| (o + i.sufficient.n, f + i.failed))
+        });
+        let after = run.intervals.after_window.get(&t.name);
+        let (ok_after, failed_after) = after.map_or((0, 0), |i| (i.sufficient.n, i.failed));
+        assert_eq!(
+            (ok + ok_after, failed + failed_after),
+            (t.ok, t.failed),
+            "{}: series + drain against the totals",
+            t.name
+        );
+        assert_eq!(
+            t.failures.values().sum::<u64>(),
+            t.failed,
+            "{}: failures without a code: {:?}",
+            t.name,
+            t.failures
+        );
+        for code in t.failures.keys() {
+            assert!(
+                t.failure_messages.contains_key(code),
+                "{}: {code} has no message",
+                t.name
+            );
+        }
+    }
+}
+
+fn closed(url: String, users: usize, duration: Duration) -> RunConfig {
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (users, 1, 9);
+    c.warmup = Duration::ZERO;
+    c.duration = duration;
+    c
+}
+
+/// Promise (docs/bench.md, The clock): a failed transaction is counted by SQLSTATE with its
+/// first message, the user reconnects, "while the server cannot be reached, each transaction
+/// fails at once as `client:no-connection`", and the run goes on; the counts add up.
+///
+/// Steps: 2 users running `SELECT pg_sleep(0.02)` for 4 s; 1 s in, the server is stopped
+/// (fast shutdown: it ends every session, 57P01) and started again. The run must end on its
+/// own within 60 s, count successes before and after the restart (ok in the last second),
+/// failures only under codes that say what happened, and the series plus the drain must add
+/// up to the totals, with nothing censored.
+#[test]
+fn a_server_restarted_mid_run_is_counted_and_survived() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    let c = closed(cluster.url(), 2, Duration::from_secs(4));
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.restart().unwrap();
+        cluster
+    });
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&server_sleep(20), &c, pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    let _cluster = restarter.join().unwrap();
+    let t = &run.transactions[0];
+    assert!(t.failed > 0, "the restart failed nothing: {t:?}");
+    let expected = ["57P01", "client:no-connection", "client:io", "57P03"];
+    assert!(
+        t.failures.keys().all(|k| expected.contains(&k.as_str())),
+        "{:?}",
+        t.failure_messages
+    );
+    check_series_add_up(&run);
+    assert_eq!(run.unfinished, 0);
+    let series = &run.intervals.per_transaction["sleep"];
+    let last = series.last().unwrap();
+    assert!(
+        series.first().unwrap().sufficient.n > 0 && last.sufficient.n > 0,
+        "no success before the restart or after it: {series:?}"
+    );
+}
+
+/// Promise (docs/bench.md, Order Entry's load and The clock): every setting of the role or
+/// the connection string applies to the users' sessions; a failure is counted by SQLSTATE
+/// with its first message, so the report says what failed. A role's `statement_timeout`
+/// shorter than the transaction fails every one; the runner's own side connections (the
+/// context's queries) must not be what fails.
+///
+/// Steps: `options=-c statement_timeout=100ms`; `SELECT pg_sleep(0.3)` by 2 users for 1 s.
+/// The run must be written, every transaction failed with 57014 and the server's message,
+/// none ok, none censored, and the report must name the code.
+#[test]
+fn a_roles_statement_timeout_fails_each_transaction_by_its_code() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = format!("{}?options=-c%20statement_timeout%3D100ms", cluster.url());
+    let c = closed(url, 2, Duration::from_secs(1));
+    let run = rt()
+        .block_on(bench::run(&server_sleep(300), &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.failed >= 2 && t.ok == 0, "{t:?}");
+    assert_eq!(t.failures.get("57014"), Some(&t.failed), "{:?}", t.failures);
+    assert!(
+        t.failure_messages["57014"].contains("statement timeout"),
+        "{:?}",
+        t.failure_messages
+    );
+    assert_eq!(run.unfinished, 0);
+    check_series_add_up(&run);
+    let said = bench::report::describe(&run).join("\n");
+    assert!(said.contains("57014"), "{said}");
+}
+
+/// Promise (docs/bench.md, The clock and TPS): work that started in the window is recorded
+/// when it ends; what ended in the drain is in the counts, not in the TPS, and the report says
+/// so. A window shorter than one transaction measures what it can.
+///
+/// Steps: 2 users, `SELECT pg_sleep(0.3)`, a 50 ms window. Each user starts one transaction
+/// in it, which ends in the drain: 2 ok, none in the series, TPS 0 (none ended inside the
+/// window), and the report says the 2 ended after the window and are not in the TPS.
+#[test]
+fn a_window_shorter_than_one_transaction_counts_it_in_the_drain() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let c = closed(cluster.url(), 2, Duration::from_millis(50));
+    let run = rt()
+        .block_on(bench::run(&server_sleep(300), &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert_eq!((t.ok, t.failed, t.censored), (2, 0, 0), "{t:?}");
+    check_series_add_up(&run);
+    assert_eq!(run.ok_in_window("sleep"), 0);
+    assert_eq!(run.tps(), 0.0);
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        said.contains("2 transactions of the window ended after it") && said.contains("TPS"),
+        "{said}"
+    );
+}
+
+/// Promise (docs/bench.md, open loop): `--rate R` schedules Poisson arrivals at R per second,
+/// any positive R (a fraction too); every arrival of the window is counted, and the result
+/// keeps the rate asked for.
+///
+/// Steps: a no-op workload (no database) at 0.5 arrivals a second for 6 s, and at 0.01 for
+/// 1 s (most likely no arrival at all). Both must run; arrivals = done + censored, the load
+/// says the rate; a run with no arrival must say so in its report rather than pass as a
+/// measurement of nothing.
+#[test]
+fn a_fractional_rate_runs_and_counts_its_arrivals() {
+    for (rate, secs) in [(0.5, 6.0), (0.01, 1.0)] {
+        let mut c = RunConfig::new(None);
+        (c.users, c.threads, c.seed) = (1, 1, 4);
+        c.rate = Some(rate);
+        c.duration = Duration::from_secs_f64(secs);
+        let run = rt()
+            .block_on(bench::run(&common::sleeping(1), &c, pending::<()>()))
+            .unwrap();
+        let schedule = run.schedule.as_ref().expect("open loop");
+        assert_eq!(accounted(&run), schedule.arrivals, "rate {rate}");
+        assert!(
+            matches!(run.load, bench::Load::Open { rate: r } if r == rate),
+            "{:?}",
+            run.load
+        );
+        check_series_add_up(&run);
+        if schedule.arrivals == 0 {
+            let said = bench::report::describe(&run).join("\n");
+            assert!(said.contains("0 arrivals"), "rate {rate}: {said}");
+        }
+    }
+}
+
+/// Promise (docs/bench.md, "The run's context": the database's counters over the run, from
+/// snapshots before and after it; the report says what happened): a server that crashed and
+/// restarted during the run lost its statistics (crash recovery resets them), so after minus
+/// before is no count of the run's work.
+///
+/// Steps: 2 users running `SELECT pg_sleep(0.02)` for 4 s; 1 s in, the postmaster gets
+/// SIGQUIT (an immediate shutdown, as after a crash: no statistics written) and is started
+/// again. The result must say the server restarted during the run, and show no count of the
+/// database's work over it that is negative or that spans the restart.
+///
+/// Before the fix: nothing said the server restarted (the context reads its start time only
+/// before the run), and the report printed the reset counters' difference as the run's work:
+/// "database during the run: commits -320, rollbacks 0, blocks read 20, blocks hit -8810, ...".
+#[test]
+fn a_server_that_crashed_mid_run_is_said_and_its_counters_not_passed_off() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    // Work before the run, so that the counters a crash resets are well above the run's.
+    for _ in 0..300 {
+        cluster.psql("SELECT 1").unwrap();
+    }
+    let c = closed(cluster.url(), 2, Duration::from_secs(4));
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        let pid = cluster.server_pid().expect("a running server");
+        let killed = std::process::Command::new("kill")
+            .args(["-QUIT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        cluster.restart().unwrap();
+        cluster
+    });
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&server_sleep(20), &c, pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    let _cluster = restarter.join().unwrap();
+    check_series_add_up(&run);
+    let ctx = run.context.as_ref().expect("a context");
+    let commits = ctx.database_delta("xact_commit");
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        said.contains("restarted during the run"),
+        "nothing says the server restarted; commits over the run {commits:?}:\n{said}"
+    );
+    assert!(
+        commits.is_none_or(|n| n >= 0.0) && !said.contains(" -"),
+        "{said}"
+    );
+}
