@@ -515,9 +515,30 @@ impl Capture {
         let mut warnings = Vec::new();
         if let Some(mut c) = connect(&self.url, &mut warnings).await {
             let mut r = Reader::new(&mut c, &mut warnings, "after the run");
+            // The postmaster's start again: a server restarted during the run (a crash, a
+            // failover, an operator) has counters that are no count of the run's work. A
+            // crash resets them (commits read -320 over a run), and any restart loses what
+            // its ended sessions had not yet reported.
+            let got = r.json::<Identity>("the server's identity", IDENTITY).await;
+            let restarted = match r.keep(got, |e| {
+                format!("could not read the server's identity after the run: {e}")
+            }) {
+                Some(Some(now)) => self
+                    .ctx
+                    .started_at
+                    .as_ref()
+                    .filter(|before| **before != now.started_at)
+                    .map(|before| (before.clone(), now.started_at)),
+                _ => None,
+            };
             exact_floats(&mut r).await;
             let after = snapshot(&mut r).await;
-            self.ctx.after = after;
+            match restarted {
+                Some((before, now)) => warnings.push(format!(
+                    "the server restarted during the run (its postmaster started at {before} before the run, at {now} after it): its statistics over the run are not known (a crash resets them), so the counters after the run are left out, and the failures around the restart are in the counts; run again for a measurement without it"
+                )),
+                None => self.ctx.after = after,
+            }
         }
         self.ctx.warnings.extend(warnings);
     }

@@ -142,7 +142,7 @@ fn closed(url: String, users: usize, duration: Duration) -> RunConfig {
     c
 }
 
-/// Promise (docs/bench.md, The clock): a failed transaction is counted by SQLSTATE with its
+/// Held. Promise (docs/bench.md, The clock): a failed transaction is counted by SQLSTATE with its
 /// first message, the user reconnects, "while the server cannot be reached, each transaction
 /// fails at once as `client:no-connection`", and the run goes on; the counts add up.
 ///
@@ -189,7 +189,7 @@ fn a_server_restarted_mid_run_is_counted_and_survived() {
     );
 }
 
-/// Promise (docs/bench.md, Order Entry's load and The clock): every setting of the role or
+/// Held. Promise (docs/bench.md, Order Entry's load and The clock): every setting of the role or
 /// the connection string applies to the users' sessions; a failure is counted by SQLSTATE
 /// with its first message, so the report says what failed. A role's `statement_timeout`
 /// shorter than the transaction fails every one; the runner's own side connections (the
@@ -220,7 +220,7 @@ fn a_roles_statement_timeout_fails_each_transaction_by_its_code() {
     assert!(said.contains("57014"), "{said}");
 }
 
-/// Promise (docs/bench.md, The clock and TPS): work that started in the window is recorded
+/// Held. Promise (docs/bench.md, The clock and TPS): work that started in the window is recorded
 /// when it ends; what ended in the drain is in the counts, not in the TPS, and the report says
 /// so. A window shorter than one transaction measures what it can.
 ///
@@ -246,7 +246,7 @@ fn a_window_shorter_than_one_transaction_counts_it_in_the_drain() {
     );
 }
 
-/// Promise (docs/bench.md, open loop): `--rate R` schedules Poisson arrivals at R per second,
+/// Held. Promise (docs/bench.md, open loop): `--rate R` schedules Poisson arrivals at R per second,
 /// any positive R (a fraction too); every arrival of the window is counted, and the result
 /// keeps the rate asked for.
 ///
