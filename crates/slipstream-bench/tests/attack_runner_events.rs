@@ -335,3 +335,50 @@ fn a_server_that_crashed_mid_run_is_said_and_its_counters_not_passed_off() {
         "{said}"
     );
 }
+
+/// Promise (docs/bench.md, phases and TPS): `by stage:` gives each stage's TPS; the drain's
+/// successes count in the last stage, and its TPS, like the run's, is of those that ended
+/// inside the window.
+///
+/// Steps: a real server, `SELECT pg_sleep(0.01)` by 2 users (at most 200 a second), an open
+/// loop in two stages, 500 ms at 50 a second, then 1 s at 600; grace 30 s. The last stage's
+/// TPS in `stage_table` must stay under what 2 users could end in it (2 x 1 s / 10 ms, plus
+/// the 2 in flight and those begun in the stage before).
+///
+/// Before the fix (fca34ea's `stage_table`, checked with phases.rs of c3ed6b4): the last
+/// stage read 599 TPS (the backlog served in the drain, over the stage's 1 s) where 2 users
+/// could end at most 204 in it.
+#[test]
+fn an_overloaded_open_loops_last_stage_reports_what_it_sustained() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = RunConfig::new(Some(cluster.url()));
+    (c.users, c.threads, c.seed) = (2, 1, 7);
+    c.warmup = Duration::ZERO;
+    c.stages = vec![
+        "500ms:rate=50".parse().unwrap(),
+        "1s:rate=600".parse().unwrap(),
+    ];
+    c.grace = Duration::from_secs(30);
+    let run = rt()
+        .block_on(bench::run(&server_sleep(10), &c, pending::<()>()))
+        .unwrap();
+    assert_eq!(
+        accounted(&run),
+        run.schedule.as_ref().unwrap().arrivals,
+        "arrivals lost"
+    );
+    let table = bench::stage_table(&run).expect("two stages").render();
+    let last = table
+        .lines()
+        .find(|l| l.starts_with("stage 2"))
+        .unwrap_or_else(|| panic!("no stage 2 in\n{table}"));
+    // stage, from, to, load, transaction, count, tps, ...
+    let cells: Vec<&str> = last.split_whitespace().collect();
+    let tps: f64 = cells[7].parse().unwrap();
+    let secs = run.stages[1].end_s - run.stages[1].start_s;
+    let bound = 2.0 * secs / 0.010 + 4.0;
+    assert!(
+        tps * secs <= bound,
+        "stage 2 at {tps} TPS over {secs} s: more than 2 users could end ({bound})\n{table}"
+    );
+}
