@@ -264,7 +264,8 @@ fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout()
 ///
 /// Before the fix: every transaction after a think (10 of 10) found its user's connection ended
 /// and failed with 57P05 "terminating connection due to idle-session timeout"; the run
-/// reported a workload that never succeeds.
+/// reported a workload that never succeeds. After c3ed6b4 replaced those sessions, nothing
+/// said the server was ending them (the last assertion fails on e15373e).
 #[test]
 fn a_user_thinking_is_not_ended_by_idle_session_timeout() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
@@ -293,6 +294,12 @@ fn a_user_thinking_is_not_ended_by_idle_session_timeout() {
         t.latency_stats.max < 400.0,
         "max {} ms",
         t.latency_stats.max
+    );
+    // Replaced, not hidden: the result says the server ended idle sessions, and why.
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        said.contains("sessions the server ended") && said.contains("idle-session timeout"),
+        "{said}"
     );
 }
 
