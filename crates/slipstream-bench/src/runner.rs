@@ -305,6 +305,11 @@ struct Shared {
     /// The first user that panicked, and why: the run then fails rather than report the
     /// survivors' figures as the whole.
     panicked: std::sync::Mutex<Option<String>>,
+    /// Sessions the server ended while their users waited idle, replaced by
+    /// [`replace_if_ended`], and the first one's error: the result says so, since the
+    /// replacement keeps them out of the failures.
+    idle_ended: std::sync::atomic::AtomicU64,
+    idle_ended_why: std::sync::OnceLock<String>,
 }
 
 /// Runs `workload` as configured until the window ends or `stop` completes (Ctrl-C), and
@@ -384,6 +389,8 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         cancel: (0..user_count).map(|_| Default::default()).collect(),
         queue: queue_rx,
         panicked: std::sync::Mutex::new(None),
+        idle_ended: Default::default(),
+        idle_ended_why: Default::default(),
     });
 
     // Listened to from here on, not only once the window opens: reading the context from a
@@ -568,6 +575,13 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         cancel_warning = cancel_all(in_flight).await;
     }
     let mut warnings = Vec::new();
+    let idle_ended = shared.idle_ended.load(Ordering::Relaxed);
+    if idle_ended > 0 {
+        warnings.push(format!(
+            "{idle_ended} sessions the server ended while their users waited idle between transactions (think time, a stage's wait, the next arrival) were replaced before the next transaction, and are in no failure count; the first ended with: {}. That is the server's doing (idle_session_timeout on the role or database, pg_terminate_backend, a restart), not the workload's: to keep the sessions, set idle_session_timeout above the longest wait (--think's maximum)",
+            shared.idle_ended_why.get().map_or("", String::as_str)
+        ));
+    }
     if let Some(a) = arrivals {
         // A panic in the arrival thread is a bug; its arrivals are then in no count, which
         // the warning below says as it says for a generator that fell behind.
@@ -1077,8 +1091,12 @@ async fn replace_if_ended(
     txs: &mut [Box<dyn DynTransaction>],
 ) {
     if let Some(c) = session.client_slot()
-        && c.check_idle().is_err()
+        && let Err(e) = c.check_idle()
     {
+        // Relaxed: read only after every user has ended (joined or shut down), which
+        // orders it.
+        shared.idle_ended.fetch_add(1, Ordering::Relaxed);
+        let _ = shared.idle_ended_why.set(e.to_string());
         repair(shared, user, session, txs).await;
     }
 }
