@@ -676,3 +676,37 @@ fn the_raw_csv_goes_into_a_directory_not_made_yet_as_the_result_does() {
     let csv = std::fs::read_to_string(&raw).unwrap();
     assert!(csv.lines().count() > 1, "{csv}");
 }
+
+/// Promise (docs/bench.md, Progress and Ctrl-C, "Exit status"): 2 for a run whose result
+/// "is written, but measures nothing" (every transaction failed, or none finished), so that
+/// a script or a CI job does not take it for a result. A run in which no transaction started
+/// at all measures nothing either.
+///
+/// Steps: an open loop at 0.01 arrivals a second for 1 s (no arrival with this seed: 0.01
+/// expected), written with `-o`. The result must be written and say 0 arrivals; the exit
+/// status must be 2, with a line that says nothing ran and what to change.
+///
+/// Before the fix: exit 0 and `all 0 0.0 0 - - - - -`: an empty run read as a successful
+/// measurement.
+#[test]
+fn a_run_in_which_nothing_started_is_not_a_success() {
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let workload = dir.path().join("kv.toml");
+    std::fs::write(&workload, WORKLOAD).unwrap();
+    let out = dir.path().join("none.json");
+    let o = bench(
+        &workload,
+        &["-r", "0.01", "--seed", "1", "-o", out.to_str().unwrap()],
+        &cluster.url(),
+        dir.path(),
+    );
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(run["schedule"]["arrivals"], 0, "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = text(&o);
+    assert!(
+        said.contains("no transaction started") && said.contains("--rate"),
+        "{said}"
+    );
+}
