@@ -241,6 +241,29 @@ pub fn bench(
         );
         return Ok(ExitCode::from(ALL_FAILED));
     }
+    // Nothing started at all (a rate too low for the window, a think time longer than it):
+    // no less empty than a run of failures, and the table's zeros would read as a result.
+    if ok == 0 && failed == 0 && run.unfinished == 0 {
+        let what = match &run.schedule {
+            Some(s) => format!(
+                "the open loop drew {} arrivals in the {:.3} s window ({:.3} expected at its rate); raise --rate or --duration",
+                s.arrivals,
+                run.measured_s,
+                match run.load {
+                    slipstream_bench::Load::Open { rate } => rate * run.measured_s,
+                    slipstream_bench::Load::Closed => 0.0,
+                }
+            ),
+            None => format!(
+                "the users' think time outlasted the {:.3} s window; lengthen --duration or shorten --think",
+                run.measured_s
+            ),
+        };
+        eprintln!(
+            "slipstream: error: no transaction started in the window, so the run measured nothing: {what}"
+        );
+        return Ok(ExitCode::from(ALL_FAILED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -271,7 +294,7 @@ fn run_only_flags(args: &BenchArgs) -> Vec<&'static str> {
 }
 
 /// `bench`'s exit status when every transaction of the window failed (as pgbench's for
-/// errors during the run), or none finished.
+/// errors during the run), none finished, or none started.
 const ALL_FAILED: u8 = 2;
 
 /// What a workload file sets that the command line can also set.
