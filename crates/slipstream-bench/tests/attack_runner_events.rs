@@ -382,3 +382,68 @@ fn an_overloaded_open_loops_last_stage_reports_what_it_sustained() {
         "stage 2 at {tps} TPS over {secs} s: more than 2 users could end ({bound})\n{table}"
     );
 }
+
+/// Promise (docs/bench.md, open loop and The clock): every arrival of the window is counted
+/// once: done, failed with a code, or censored (in flight at the grace limit, or queued). An
+/// open-loop user that finds its idle connection gone reconnects before serving the arrival
+/// it took from the queue; a reconnect can hang (a server that accepts and then says
+/// nothing: a stalled host, a full backlog), and the grace limit then cuts it off.
+///
+/// Steps: through the testkit's proxy, `SELECT 1` arriving at 5 a second for 2 s, 1 user,
+/// grace 500 ms; at 0.8 s every connection is cut (the user is idle between arrivals) and
+/// the proxy stalls, so the next arrival's reconnect hangs. Arrivals must equal
+/// ok + failed + censored, and the arrival in hand must be censored.
+///
+/// Before the fix: one arrival fewer was accounted than drawn: the arrival the user held
+/// through its reconnect was no longer queued and not yet in flight, so the grace limit's
+/// census (the users' in-flight flags, then the queue) missed it.
+#[test]
+fn an_arrival_held_through_a_hung_reconnect_is_censored_not_lost() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (1, 1, 3);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_secs(2);
+    c.rate = Some(5.0);
+    c.grace = Duration::from_millis(500);
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
+    let run = rt()
+        .block_on(async {
+            let run = bench::run(&workload, &c, pending::<()>());
+            let attack = async {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                proxy.set_stalled(true);
+                proxy.cut_all();
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                r = tokio::time::timeout(Duration::from_secs(60), run) => r,
+                _ = attack => unreachable!(),
+            }
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    proxy.set_stalled(false);
+    let schedule = run.schedule.as_ref().expect("open loop");
+    let t = &run.transactions[0];
+    assert!(schedule.arrivals >= 3, "{}", schedule.arrivals);
+    assert!(
+        t.censored >= 1,
+        "nothing censored: {t:?}, {} arrivals",
+        schedule.arrivals
+    );
+    assert_eq!(
+        accounted(&run),
+        schedule.arrivals,
+        "arrivals lost: {} ok, {} failed, {} censored",
+        t.ok,
+        t.failed,
+        t.censored
+    );
+}
