@@ -1054,11 +1054,17 @@ async fn serve_arrivals(
             _ = stopped.wait_for(|s| *s) => None,
         };
         let Some((intended, kind)) = next else { break };
+        let recorded = intended >= window.from;
+        if recorded {
+            // In hand from here, no longer in the queue: a reconnect below that hangs to the
+            // grace limit (a stalled host) must leave it censored, not in no count at all.
+            // Release: pairs with the Acquire read when the run gives up on stragglers.
+            shared.busy[user].store(kind as u32 + 1, Ordering::Release);
+        }
         // Before `start`: a reconnect is the arrival's wait (in its latency and lag from
         // `intended`, as a server that ends idle sessions costs an open system).
         replace_if_ended(shared, user, session, txs).await;
         let start = Instant::now();
-        let recorded = intended >= window.from;
         let job = Job {
             kind,
             intended,
