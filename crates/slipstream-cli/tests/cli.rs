@@ -581,6 +581,54 @@ fn spawn_bench(
         .unwrap()
 }
 
+/// Held. Promise (docs/bench.md, Progress and Ctrl-C: "Stopped in the warm-up, the result is
+/// written, with `measured_s` 0"; the brief: a result file is complete and marked
+/// interrupted, or absent): a Ctrl-C in the warm-up writes a whole result that measured
+/// nothing, says so, and exits 130.
+///
+/// Steps: `bench -u 2 -w 30s -d 30s`; SIGINT once both users run statements (in the warm-up).
+/// The file must parse, be marked interrupted with `measured_s` 0, no transaction counted and
+/// nothing censored, its first stage listed, and the exit status 130, within 15 s.
+#[test]
+fn ctrl_c_during_the_warm_up_writes_a_whole_result_that_measured_nothing() {
+    let _machine = loads_the_machine();
+    let cluster = Cluster::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("select.toml");
+    std::fs::write(&file, SELECT_WORKLOAD).unwrap();
+    let out = dir.path().join("run.json");
+    let child = spawn_bench(
+        &file,
+        &["-u", "2", "-d", "30s", "-w", "30s"],
+        &cluster,
+        &out,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sleepers(&cluster, "::int + 1") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's users never ran a statement"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (o, after) = ctrl_c(child, 1);
+    assert!(after < std::time::Duration::from_secs(15), "slow to stop");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(run["interrupted"], true);
+    assert_eq!(run["measured_s"].as_f64(), Some(0.0));
+    assert_eq!(run["unfinished"], 0);
+    let t = &run["transactions"][0];
+    assert_eq!((t["ok"].as_u64(), t["failed"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        run["stages"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        run["stages"]
+    );
+    assert!(text(&o).contains("interrupted"), "{}", text(&o));
+}
+
 #[test]
 fn ctrl_c_during_a_bench_leaves_a_valid_result() {
     let _machine = loads_the_machine();
