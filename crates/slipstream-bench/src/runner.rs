@@ -989,8 +989,11 @@ async fn closed_loop(
             }
             // The connection idled through the think by the runner's design (one held per
             // user), as through a stage wait: a session the server ended in it is replaced
-            // before the next start, so it is neither a failure nor in the latency.
-            replace_if_ended(shared, user, session, txs).await;
+            // before the next start, so it is neither a failure nor in the latency. (Not for
+            // a think cut off at the window's end: no transaction follows it.)
+            if Instant::now() < window.to {
+                replace_if_ended(shared, user, session, txs).await;
+            }
         }
         let kind = session.draw(|rng| shared.picker.pick(rng));
         let start = Instant::now();
