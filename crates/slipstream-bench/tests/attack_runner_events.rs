@@ -447,3 +447,52 @@ fn an_arrival_held_through_a_hung_reconnect_is_censored_not_lost() {
         t.censored
     );
 }
+
+/// Held. Promise (docs/bench.md, open loop and The clock): every arrival of the window is
+/// counted once, done, failed with a code, or censored, whatever the server does; arrivals
+/// while it is down fail at once as `client:no-connection`.
+///
+/// Steps: `SELECT pg_sleep(0.005)` arriving at 100 a second for 4 s, 2 users; 1 s in, the
+/// server is stopped (fast shutdown) and started again. Arrivals must equal
+/// ok + failed + censored, every failure must carry a code that says what happened, and
+/// successes must come back after the restart.
+#[test]
+fn an_open_loop_through_a_server_restart_counts_every_arrival() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = RunConfig::new(Some(cluster.url()));
+    (c.users, c.threads, c.seed) = (2, 1, 12);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_secs(4);
+    c.rate = Some(100.0);
+    let restarter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(1));
+        cluster.restart().unwrap();
+        cluster
+    });
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&server_sleep(5), &c, pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    let _cluster = restarter.join().unwrap();
+    let schedule = run.schedule.as_ref().expect("open loop");
+    assert_eq!(accounted(&run), schedule.arrivals, "arrivals lost");
+    check_series_add_up(&run);
+    let t = &run.transactions[0];
+    let expected = ["57P01", "client:no-connection", "client:io", "57P03"];
+    assert!(
+        t.failed > 0 && t.failures.keys().all(|k| expected.contains(&k.as_str())),
+        "{:?}",
+        t.failure_messages
+    );
+    let series = &run.intervals.per_transaction["sleep"];
+    assert!(
+        series.last().is_some_and(|i| i.sufficient.n > 0),
+        "no success after the restart: {series:?}"
+    );
+}
