@@ -303,6 +303,54 @@ fn a_user_thinking_is_not_ended_by_idle_session_timeout() {
     );
 }
 
+/// Two autocommitted `SELECT 1`s with the session's intra-transaction think between them,
+/// as Order Entry's browses read (docs/bench.md, "Autocommit for reads").
+struct PingThinkPing;
+
+impl bench::Transaction for PingThinkPing {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        s.client()?.simple_query("SELECT 1").await?;
+        s.think().await;
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// Held. Promise (docs/bench.md, stages: "a session idle inside a transaction
+/// (`--intra-think`) is the workload's"): the runner replaces only sessions ended in the waits
+/// it makes; one ended in a think the transaction itself takes, in a block or between
+/// autocommitted statements, fails that transaction, counted by its code with the server's
+/// message, as the application's would.
+///
+/// Steps: `idle_session_timeout` 200 ms through the connection string; a transaction of two
+/// autocommitted `SELECT 1`s with a 300 ms intra-think between; 2 users for 1.5 s. Every
+/// transaction must fail with 57P05 naming the idle-session timeout, none be censored, and the
+/// run go on (more than one failure per user).
+#[test]
+fn a_session_ended_in_a_transactions_own_think_fails_that_transaction() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
+    let mut c = RunConfig::new(Some(url));
+    (c.users, c.threads, c.seed) = (2, 1, 1);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_millis(1500);
+    c.intra_think = "300ms".parse().unwrap();
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ptp").transaction("ptp", 1, || PingThinkPing);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.failed > 2 && t.ok == 0, "{t:?}");
+    assert_eq!(t.failures.get("57P05"), Some(&t.failed), "{:?}", t.failures);
+    assert!(
+        t.failure_messages["57P05"].contains("idle-session timeout"),
+        "{:?}",
+        t.failure_messages
+    );
+    assert_eq!(run.unfinished, 0);
+}
+
 /// Promise (docs/bench.md, workload files): a workload file's SQL is read as PostgreSQL reads
 /// it (its `:name`s replaced outside literals only), or the run is refused saying why. The
 /// file is read with `standard_conforming_strings = on`, PostgreSQL's default since 9.1; a
