@@ -578,7 +578,7 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     let idle_ended = shared.idle_ended.load(Ordering::Relaxed);
     if idle_ended > 0 {
         warnings.push(format!(
-            "{idle_ended} sessions the server ended while their users waited idle between transactions (think time, a stage's wait, the next arrival) were replaced before the next transaction, and are in no failure count; the first ended with: {}. That is the server's doing (idle_session_timeout on the role or database, pg_terminate_backend, a restart), not the workload's: to keep the sessions, set idle_session_timeout above the longest wait (--think's maximum)",
+            "{idle_ended} sessions the server ended while their users waited idle between transactions (think time, a stage's wait, the next arrival) were replaced before the next transaction, and are in no failure count; the first ended with: {}. That is the server's doing (idle_session_timeout on the role or database, pg_terminate_backend, a restart), not the workload's: to keep the sessions, set idle_session_timeout above the longest of those waits (--think's maximum, a stage's wait for its users, the gap between arrivals)",
             shared.idle_ended_why.get().map_or("", String::as_str)
         ));
     }
