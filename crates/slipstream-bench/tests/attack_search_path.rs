@@ -1,0 +1,166 @@
+//! Attacks on the SQL the bench sends itself (the run context's reads, Order Entry's
+//! statements) by a role with nothing more than CREATE on a schema of the default search_path
+//! (`"$user", public`: PostgreSQL 14 and older grant it on `public` to everyone, and a
+//! database owner has it anyway). `pg_catalog` is searched first, but a function in `public`
+//! whose argument types match a call better than the built-in's still wins it: a
+//! `public.nextval(text)` beats `pg_catalog.nextval(regclass)` for a string literal, a
+//! `public.row_to_json(pg_stat_database)` beats `row_to_json(record)`, a `public.quote_ident(name)`
+//! beats `quote_ident(text)` for a `name` column (the CVE-2018-1058 pattern). Such a function
+//! runs with the rights of the bench's role, often a superuser, and answers what it likes.
+
+mod common;
+
+use std::future::pending;
+use std::time::Duration;
+
+use common::{rt, run_against};
+use slipstream_bench::{self as bench, RunConfig, Workload, order_entry};
+use slipstream_testkit::Cluster;
+
+/// Runs `sql` on `cluster`'s `postgres` database as the superuser; `SET ROLE mallory` inside
+/// it makes what follows mallory's.
+fn psql(cluster: &Cluster, sql: &str) -> String {
+    cluster.psql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Mallory: a login role with CREATE on `public` and nothing else, and a table anyone may
+/// write, where her planted functions note each call and the role that made it.
+const MALLORY: &str = "CREATE ROLE mallory LOGIN; \
+    GRANT CREATE ON SCHEMA public TO mallory; \
+    SET ROLE mallory; \
+    CREATE TABLE public.mallory_calls (what text, caller text); \
+    GRANT INSERT ON public.mallory_calls TO PUBLIC; \
+    RESET ROLE;";
+
+/// Promise (docs/bench.md, "The run's context"): the context records the server's own
+/// non-default settings, this database's `pg_stat_database` row and the top
+/// `pg_stat_statements` entries, as the server reports them.
+///
+/// Steps: mallory plants, in `public`, `row_to_json(pg_catalog.pg_stat_database)`,
+/// `json_build_object(text, text, text, text, text, text)` (the settings query's argument
+/// types), `quote_ident(name)` answering `public`, and a view `public.pg_stat_statements` of
+/// made-up statements; the real `pg_stat_statements` is created in a schema `stats` (not
+/// preloaded, so it cannot be read). A one-user run of `SELECT 1` captures the
+/// context as `slipstream bench` does.
+///
+/// Before the fix: the settings read `[planted]`, the database row `{"xact_commit": -1}`,
+/// and the statements mallory's `public.pg_stat_statements`, each function called as the
+/// bench's role (`postgres`, a superuser); `quote_ident`'s answer was also spliced into the
+/// statements query as SQL.
+#[test]
+fn functions_planted_in_public_cannot_write_the_run_context() {
+    let cluster = Cluster::start().unwrap();
+    psql(&cluster, MALLORY);
+    psql(
+        &cluster,
+        "CREATE SCHEMA stats; CREATE EXTENSION pg_stat_statements SCHEMA stats; \
+         SET ROLE mallory; \
+         CREATE FUNCTION public.row_to_json(pg_catalog.pg_stat_database) RETURNS json \
+           LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'row_to_json', current_user; \
+           SELECT '{\"xact_commit\": -1}'::json $$; \
+         CREATE FUNCTION public.json_build_object(text, text, text, text, text, text) RETURNS json \
+           LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'json_build_object', current_user; \
+           SELECT '{\"name\": \"planted\", \"value\": \"1\", \"source\": \"planted\"}'::json $$; \
+         CREATE FUNCTION public.quote_ident(name) RETURNS text \
+           LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'quote_ident', current_user; \
+           SELECT 'public'::text $$; \
+         CREATE VIEW public.pg_stat_statements AS SELECT 1::bigint AS queryid, \
+           'planted'::text AS query, 1::bigint AS calls, 1e9::float8 AS total_exec_time, \
+           1e9::float8 AS mean_exec_time, 1::bigint AS rows, 0::bigint AS shared_blks_hit, \
+           0::bigint AS shared_blks_read, oid AS dbid FROM pg_catalog.pg_database; \
+         GRANT SELECT ON public.pg_stat_statements TO PUBLIC; \
+         RESET ROLE;",
+    );
+    let run = run_against(&cluster.url(), 1);
+    let ctx = run.context.as_ref().unwrap();
+    let calls = psql(
+        &cluster,
+        "SELECT string_agg(DISTINCT what || ' as ' || caller, ', ') FROM public.mallory_calls",
+    );
+    assert_eq!(calls.trim(), "", "the context called mallory's functions");
+    assert!(
+        ctx.settings.iter().all(|s| s.source != "planted"),
+        "settings: {:?}",
+        ctx.settings
+    );
+    assert!(
+        ctx.settings.iter().any(|s| s.name == "port"),
+        "the cluster's own settings are missing: {:?}",
+        ctx.settings
+    );
+    for snap in [&ctx.before, &ctx.after] {
+        let snap = snap.as_ref().unwrap();
+        let commits = snap.database.as_ref().unwrap()["xact_commit"].as_i64();
+        assert!(
+            commits.is_some_and(|n| n > 0),
+            "database row: {:?}",
+            snap.database
+        );
+        // The real pg_stat_statements is not preloaded: not readable, never mallory's.
+        assert!(
+            snap.statements.is_none(),
+            "statements: {:?}",
+            snap.statements
+        );
+    }
+}
+
+/// Promise (docs/bench.md, Order Entry): the workload runs Swingbench's statements on the
+/// `soe` schema and nothing else.
+///
+/// Steps: Order Entry loaded at scale 0.01; mallory plants `public.nextval(text)`, which notes
+/// the call and its caller and then does what `nextval` does; one user runs customer
+/// registration (three `nextval`s and a logon's each time) for a second.
+///
+/// Before the fix: every `nextval('soe.…')` (a string literal, so `text` beat `regclass`)
+/// called mallory's function as `postgres`, a superuser: her code ran with the bench's rights
+/// in every measured transaction.
+#[test]
+fn a_nextval_planted_in_public_is_not_called_by_order_entry() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    psql(&cluster, MALLORY);
+    psql(
+        &cluster,
+        "SET ROLE mallory; \
+         CREATE FUNCTION public.nextval(text) RETURNS bigint \
+           LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'nextval', current_user; \
+           SELECT pg_catalog.nextval($1::pg_catalog.regclass) $$; \
+         RESET ROLE;",
+    );
+    let mut w: Workload = order_entry::workload();
+    for (name, _) in w.weights() {
+        w.set_weight(&name, u32::from(name == "customer-registration"))
+            .unwrap();
+    }
+    let mut c = RunConfig::new(Some(url.clone()));
+    (c.users, c.seed) = (1, 7);
+    c.duration = Duration::from_secs(1);
+    c.warmup = Duration::ZERO;
+    c.progress = bench::Style::Quiet;
+    let run = rt.block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let t = run
+        .transactions
+        .iter()
+        .find(|t| t.name == "customer-registration")
+        .unwrap();
+    assert!(
+        t.ok > 0 && t.failed == 0,
+        "ok {} failed {}: {:?}",
+        t.ok,
+        t.failed,
+        t.failures
+    );
+    let calls = psql(
+        &cluster,
+        "SELECT count(*) || ' calls as ' || coalesce(string_agg(DISTINCT caller, ','), 'nobody') \
+         FROM public.mallory_calls",
+    );
+    assert_eq!(
+        calls.trim(),
+        "0 calls as nobody",
+        "Order Entry called mallory's nextval"
+    );
+}
