@@ -251,23 +251,40 @@ async fn connect(url: &str, warnings: &mut Vec<String>) -> Option<Client> {
     }
 }
 
-const SETTINGS: &str = "SELECT coalesce(json_agg(json_build_object(\
-     'name', name, 'value', setting || coalesce(' ' || unit, ''), 'source', source) \
-     ORDER BY name), '[]')::text FROM pg_settings WHERE source <> 'default'";
-const DATABASE: &str = "SELECT row_to_json(d)::text FROM pg_stat_database d \
-     WHERE datname = current_database()";
+// Every query the context sends names each function, relation, operator and type by its
+// schema: `pg_catalog` is searched first on a default search_path, but a function planted in
+// `public` whose argument types match a call better than the built-in's still wins it (a
+// `public.row_to_json(pg_catalog.pg_stat_database)` beats `row_to_json(record)`, a
+// `public.quote_ident(name)` beats `quote_ident(text)` for a `name`), and runs with the
+// bench's rights, answering what it likes; a role's or database's `search_path` may put such
+// a schema before `pg_catalog` too. A name added here must be qualified the same way
+// (`tests/attack_search_path.rs`).
+const SETTINGS: &str = "SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(\
+     'name', name, 'value', setting OPERATOR(pg_catalog.||) \
+     coalesce(' '::pg_catalog.text OPERATOR(pg_catalog.||) unit, ''), 'source', source) \
+     ORDER BY name), '[]')::pg_catalog.text FROM pg_catalog.pg_settings \
+     WHERE source OPERATOR(pg_catalog.<>) 'default'";
+const DATABASE: &str = "SELECT pg_catalog.row_to_json(d)::pg_catalog.text \
+     FROM pg_catalog.pg_stat_database d \
+     WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()";
 // The schema the extension was created in, quoted: it need not be on the search_path (a
 // `CREATE EXTENSION ... SCHEMA ext`), and an unqualified name would then read as not installed.
-const HAS_STATEMENTS: &str = "SELECT quote_ident(n.nspname) FROM pg_extension e \
-     JOIN pg_namespace n ON n.oid = e.extnamespace \
-     WHERE e.extname = 'pg_stat_statements' UNION ALL SELECT NULL LIMIT 1";
-const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
+// Its answer is spliced into SQL, so a planted `quote_ident` would also have written SQL.
+const HAS_STATEMENTS: &str = "SELECT pg_catalog.quote_ident(n.nspname::pg_catalog.text) \
+     FROM pg_catalog.pg_extension e \
+     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+     WHERE e.extname OPERATOR(pg_catalog.=) 'pg_stat_statements' UNION ALL SELECT NULL LIMIT 1";
+const WAITS: &str = "SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(\
      'state', coalesce(state, ''), \
-     'wait_event_type', coalesce(wait_event_type, CASE WHEN state = 'active' THEN 'CPU' ELSE '' END), \
-     'wait_event', coalesce(wait_event, CASE WHEN state = 'active' THEN 'running' ELSE '' END), \
-     'count', 1)), '[]')::text \
-     FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
-     AND backend_type = 'client backend'";
+     'wait_event_type', coalesce(wait_event_type, \
+         CASE WHEN state OPERATOR(pg_catalog.=) 'active' THEN 'CPU' ELSE '' END), \
+     'wait_event', coalesce(wait_event, \
+         CASE WHEN state OPERATOR(pg_catalog.=) 'active' THEN 'running' ELSE '' END), \
+     'count', 1)), '[]')::pg_catalog.text \
+     FROM pg_catalog.pg_stat_activity \
+     WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database() \
+     AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid() \
+     AND backend_type OPERATOR(pg_catalog.=) 'client backend'";
 
 /// Turns off, for this session, a role's or the connection string's `idle_session_timeout`
 /// (PostgreSQL 14+, looked up so older servers skip it; one row either way). For the bench's
@@ -276,14 +293,17 @@ const WAITS: &str = "SELECT coalesce(json_agg(json_build_object(\
 /// (`tests/attack_session_settings.rs`). Only on those sessions: the settings read before the
 /// run are the users'.
 pub(crate) const NO_IDLE_TIMEOUT: &str = "SELECT coalesce((SELECT pg_catalog.set_config(name, '0', false) \
-     FROM pg_catalog.pg_settings WHERE name = 'idle_session_timeout'), '')";
+     FROM pg_catalog.pg_settings WHERE name OPERATOR(pg_catalog.=) 'idle_session_timeout'), '')";
 
 fn statements_sql(schema: &str) -> String {
     format!(
-        "SELECT coalesce(json_agg(s), '[]')::text FROM (SELECT queryid, left(query, 200) AS query, \
+        "SELECT coalesce(pg_catalog.json_agg(s), '[]')::pg_catalog.text FROM (SELECT queryid, \
+         pg_catalog.left(query, 200) AS query, \
          calls, total_exec_time, mean_exec_time, rows, shared_blks_hit, shared_blks_read \
-         FROM {schema}.pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database \
-         WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT {TOP_STATEMENTS}) s"
+         FROM {schema}.pg_stat_statements WHERE dbid OPERATOR(pg_catalog.=) (SELECT oid \
+         FROM pg_catalog.pg_database \
+         WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) \
+         ORDER BY total_exec_time DESC LIMIT {TOP_STATEMENTS}) s"
     )
 }
 
@@ -308,7 +328,8 @@ async fn snapshot(r: &mut Reader<'_>) -> Option<ServerSnapshot> {
     let got = r
         .text(
             "the server's clock",
-            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+            "SELECT pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC', \
+             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
         )
         .await;
     if let Some(t) = r.keep(got, |e| format!("could not read the server's clock: {e}")) {
@@ -348,11 +369,12 @@ struct Identity {
 // `::text` writes an instant in those, so it is written here in UTC and RFC 3339, the same
 // text for one instant whatever the session's settings (to_char's patterns below take
 // nothing from lc_time).
-const IDENTITY: &str = "SELECT json_build_object(\
-     'system_identifier', system_identifier::text, \
-     'started_at', to_char(pg_postmaster_start_time() AT TIME ZONE 'UTC', \
+const IDENTITY: &str = "SELECT pg_catalog.json_build_object(\
+     'system_identifier', system_identifier::pg_catalog.text, \
+     'started_at', pg_catalog.to_char(pg_catalog.pg_postmaster_start_time() AT TIME ZONE 'UTC', \
          'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
-     'database', current_database())::text FROM pg_control_system()";
+     'database', pg_catalog.current_database())::pg_catalog.text \
+     FROM pg_catalog.pg_control_system()";
 
 /// Reads the context before a run: version, settings, scale (for `workload`), a snapshot.
 /// Keep the returned [`Capture`] to sample wait events and take the snapshot after.
@@ -372,7 +394,7 @@ pub async fn before(url: &str, workload: &str) -> Capture {
     let mut client = connect(url, &mut ctx.warnings).await;
     if let Some(c) = client.as_mut() {
         let mut r = Reader::new(c, &mut ctx.warnings, "before the run");
-        let got = r.text("version()", "SELECT version()").await;
+        let got = r.text("version()", "SELECT pg_catalog.version()").await;
         if let Some(v) = r.keep(got, |e| format!("could not read version(): {e}")) {
             ctx.server_version = v;
         }
@@ -395,7 +417,7 @@ pub async fn before(url: &str, workload: &str) -> Capture {
             let got = r
                 .text(
                     "Order Entry's scale (soe.meta)",
-                    "SELECT scale::text FROM soe.meta LIMIT 1",
+                    "SELECT scale::pg_catalog.text FROM soe.meta LIMIT 1",
                 )
                 .await;
             if let Some(v) = r.keep(got, |e| {

@@ -237,6 +237,14 @@ pub async fn setup_with_cancel(
                 "Order Entry setup could not turn off idle_session_timeout on its connection: {e}"
             )
         })?;
+        // Before anything is created: the view, the CHECKs and the index expressions bind
+        // their functions and operators now, for every later read of them.
+        client
+            .batch_execute(super::OWN_SEARCH_PATH)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("Order Entry setup could not set its connection's search_path: {e}")
+            })?;
         Ok::<_, anyhow::Error>(client)
     };
     let mut main = connect().await?;

@@ -55,6 +55,18 @@ pub fn workload() -> Workload {
         })
 }
 
+/// Pins the session's `search_path` to `pg_catalog, pg_temp` (`pg_temp` last: searched for
+/// nothing unqualified before the catalog), on Order Entry's own sessions: the loaders and every
+/// user's connection. Its statements name each table by schema (`soe`) but its functions and
+/// operators plainly, as Swingbench writes them, and on a default search_path a function
+/// planted in `public` whose argument types fit better than the built-in's wins the call: a
+/// `public.nextval(text)` beat `pg_catalog.nextval(regclass)` for `nextval('soe.orders_seq')`
+/// and ran, with the bench's rights, in every measured transaction
+/// (`tests/attack_search_path.rs`). Only `pg_catalog` is searched then, whatever the role's
+/// or database's `search_path` says; the settings the context records are read before.
+pub(crate) const OWN_SEARCH_PATH: &str =
+    "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)";
+
 /// The reporting queries' weight when turned on (Swingbench's 2 each).
 pub const REPORTING_WEIGHT: u32 = 2;
 
@@ -79,33 +91,43 @@ pub const REPORTING: [&str; 3] = [
 /// # Ok(()) }
 /// ```
 pub async fn check(client: &mut Client) -> anyhow::Result<Vec<String>> {
+    // The caller's session and search_path are theirs, so every operator and function is
+    // named by schema instead (see OWN_SEARCH_PATH): a planted `public.*(numeric, integer)`,
+    // an exact match where the built-in needs a cast, would otherwise make a wrong total add up.
     const CHECKS: &[(&str, &str)] = &[
         (
             "orders whose total is not the sum of their lines",
-            "SELECT count(*) FROM soe.orders o WHERE o.order_total <> \
-             coalesce((SELECT sum(i.unit_price * i.quantity) FROM soe.order_items i WHERE i.order_id = o.order_id), -1)",
+            "SELECT pg_catalog.count(*) FROM soe.orders o WHERE o.order_total OPERATOR(pg_catalog.<>) \
+             coalesce((SELECT pg_catalog.sum(i.unit_price OPERATOR(pg_catalog.*) \
+             i.quantity::pg_catalog.numeric) FROM soe.order_items i \
+             WHERE i.order_id OPERATOR(pg_catalog.=) o.order_id), -1)",
         ),
         (
             "inventories below zero",
-            "SELECT count(*) FROM soe.inventories WHERE quantity_on_hand < 0",
+            "SELECT pg_catalog.count(*) FROM soe.inventories \
+             WHERE quantity_on_hand OPERATOR(pg_catalog.<) 0",
         ),
         (
             "order lines without an order",
-            "SELECT count(*) FROM soe.order_items i WHERE NOT EXISTS (SELECT FROM soe.orders o WHERE o.order_id = i.order_id)",
+            "SELECT pg_catalog.count(*) FROM soe.order_items i WHERE NOT EXISTS (SELECT FROM soe.orders o \
+             WHERE o.order_id OPERATOR(pg_catalog.=) i.order_id)",
         ),
         (
             "customers whose preferred address is missing or not theirs",
-            "SELECT count(*) FROM soe.customers c WHERE NOT EXISTS (SELECT FROM soe.addresses a \
-             WHERE a.address_id = c.preferred_address AND a.customer_id = c.customer_id)",
+            "SELECT pg_catalog.count(*) FROM soe.customers c WHERE NOT EXISTS (SELECT FROM soe.addresses a \
+             WHERE a.address_id OPERATOR(pg_catalog.=) c.preferred_address \
+             AND a.customer_id OPERATOR(pg_catalog.=) c.customer_id)",
         ),
         (
             "customers whose preferred card is missing or not theirs",
-            "SELECT count(*) FROM soe.customers c WHERE NOT EXISTS (SELECT FROM soe.card_details d \
-             WHERE d.card_id = c.preferred_card AND d.customer_id = c.customer_id)",
+            "SELECT pg_catalog.count(*) FROM soe.customers c WHERE NOT EXISTS (SELECT FROM soe.card_details d \
+             WHERE d.card_id OPERATOR(pg_catalog.=) c.preferred_card \
+             AND d.customer_id OPERATOR(pg_catalog.=) c.customer_id)",
         ),
         (
             "orders with a status outside 0-10",
-            "SELECT count(*) FROM soe.orders WHERE order_status NOT BETWEEN 0 AND 10",
+            "SELECT pg_catalog.count(*) FROM soe.orders \
+             WHERE order_status OPERATOR(pg_catalog.<) 0 OR order_status OPERATOR(pg_catalog.>) 10",
         ),
     ];
     let mut broken = Vec::new();

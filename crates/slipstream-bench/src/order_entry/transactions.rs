@@ -196,6 +196,8 @@ impl<T: Step> Soe<T> {
 
 impl<T: Step> Transaction for Soe<T> {
     async fn init(&mut self, s: &mut Session) -> Result<(), TxError> {
+        // Again after a reconnect (init runs then too): a new session has the role's path.
+        s.client()?.batch_execute(super::OWN_SEARCH_PATH).await?;
         self.r = Ranges::read(s).await?;
         Ok(())
     }
