@@ -164,3 +164,41 @@ fn a_nextval_planted_in_public_is_not_called_by_order_entry() {
         "Order Entry called mallory's nextval"
     );
 }
+
+/// Promise (docs/bench.md, Order Entry's invariants): `order_entry::check` reports each
+/// violation found, and none on a consistent schema.
+///
+/// Steps: Order Entry loaded at scale 0.01 (consistent: `check` finds nothing); mallory plants
+/// `public.*(numeric, integer)`, an exact match for `unit_price * quantity` where the built-in
+/// `*(numeric, numeric)` needs a cast, answering 0; `check` runs on a superuser's connection
+/// with the default search_path.
+///
+/// Before the fix: `check` said every order's total was not the sum of its lines (mallory's
+/// operator summed them to 0), on a schema that holds every invariant; an operator answering
+/// the order's total would as well have hidden real violations.
+#[test]
+fn an_operator_planted_in_public_cannot_decide_order_entrys_invariants() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    psql(&cluster, MALLORY);
+    psql(
+        &cluster,
+        "SET ROLE mallory; \
+         CREATE FUNCTION public.times(numeric, integer) RETURNS numeric \
+           LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'times', current_user; \
+           SELECT 0::numeric $$; \
+         CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.times); \
+         RESET ROLE;",
+    );
+    let broken = rt
+        .block_on(async {
+            let mut client = slipstream_pg::connect(&url).await?;
+            order_entry::check(&mut client).await
+        })
+        .unwrap();
+    assert!(broken.is_empty(), "{broken:?}");
+    let calls = psql(&cluster, "SELECT count(*) FROM public.mallory_calls");
+    assert_eq!(calls.trim(), "0", "check called mallory's operator");
+}
