@@ -128,4 +128,49 @@ mod tests {
         assert_eq!(matching, 500, "rows of article 001's fetch_test");
         assert!(!reloaded, "a complete fetch_test was loaded again");
     }
+
+    /// The experiments read only tables the lab's role made. Steps: a role `mallory` with
+    /// CREATE on `public` (and no other right) creates `public.fetch_test` with the expected
+    /// 500 ids, other data, and the load's signature as its comment (an owner may write any
+    /// comment), readable by all; then `ensure_fetch_test(500)` as the superuser. Before the fix
+    /// the signed table was reused: the experiments would have measured mallory's rows (and,
+    /// through her triggers, rules or policies, run her code as the lab's role).
+    #[test]
+    fn a_fetch_test_another_role_made_and_signed_is_not_reused() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        cluster
+            .psql(
+                "CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory;
+                 SET ROLE mallory;
+                 CREATE TABLE public.fetch_test (id int PRIMARY KEY, data varchar(32));
+                 INSERT INTO public.fetch_test SELECT g, 'mallory' FROM generate_series(1, 500) g;
+                 COMMENT ON TABLE public.fetch_test IS 'slipstream-lab fetch_test: ids 1..500, data md5(id)';
+                 GRANT ALL ON public.fetch_test TO PUBLIC;",
+            )
+            .unwrap();
+        let got = super::super::runtime().unwrap().block_on(async {
+            let mut c = slipstream_pg::connect(&cluster.url()).await?;
+            ensure_fetch_test(&mut c, 500).await?;
+            let matching: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM fetch_test WHERE data = md5(id::text)",
+                    &[],
+                )
+                .await?
+                .get(0)?;
+            anyhow::Ok(matching)
+        });
+        match got {
+            Ok(matching) => panic!(
+                "ensure_fetch_test took mallory's table: {matching} of its 500 rows are article 001's"
+            ),
+            Err(e) => {
+                let e = format!("{e:#}");
+                assert!(
+                    e.contains("fetch_test") && e.contains("mallory"),
+                    "the error names neither the table nor its owner: {e}"
+                );
+            }
+        }
+    }
 }

@@ -1611,4 +1611,43 @@ mod tests {
             "user=x sslmode=disable host=127.0.0.1 port=9"
         );
     }
+
+    /// The experiment writes only tables the lab's role made. Steps: a role `mallory` with
+    /// CREATE on `public` creates `slipstream_lab_pipeline` as the experiment would, open to
+    /// all, with a trigger that notes who inserted; then the experiment's setup as the
+    /// superuser. Before the fix `CREATE TABLE IF NOT EXISTS` kept her table and the setup's
+    /// INSERT fired her trigger as `postgres`: her code ran with the lab's rights, and every
+    /// later UPDATE of the measured loop would have run it again.
+    #[test]
+    fn a_table_another_role_made_under_the_experiments_name_is_refused() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        cluster
+            .psql(
+                "CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory;
+                 SET ROLE mallory;
+                 CREATE TABLE public.mallory_calls (caller text);
+                 GRANT INSERT ON public.mallory_calls TO PUBLIC;
+                 CREATE TABLE public.slipstream_lab_pipeline (id int PRIMARY KEY, data text NOT NULL, hits int NOT NULL DEFAULT 0);
+                 GRANT ALL ON public.slipstream_lab_pipeline TO PUBLIC;
+                 CREATE FUNCTION public.note() RETURNS trigger LANGUAGE plpgsql AS $$
+                   BEGIN INSERT INTO public.mallory_calls VALUES (current_user); RETURN NEW; END $$;
+                 CREATE TRIGGER note BEFORE INSERT OR UPDATE ON public.slipstream_lab_pipeline
+                   FOR EACH STATEMENT EXECUTE FUNCTION public.note();",
+            )
+            .unwrap();
+        let got = runtime().unwrap().block_on(setup(&cluster.url()));
+        let calls = cluster
+            .psql("SELECT count(*) || ' as ' || coalesce(string_agg(DISTINCT caller, ','), 'nobody') FROM public.mallory_calls")
+            .unwrap();
+        assert_eq!(
+            calls.trim(),
+            "0 as nobody",
+            "the setup fired mallory's trigger"
+        );
+        let e = format!("{:#}", got.expect_err("the setup used mallory's table"));
+        assert!(
+            e.contains("slipstream_lab_pipeline") && e.contains("mallory"),
+            "the error names neither the table nor its owner: {e}"
+        );
+    }
 }
