@@ -7,6 +7,42 @@ use slipstream_pg::Client;
 /// Rows between two wide rows of `fetch_memory_test`.
 pub(crate) const WIDE_SPACING: i32 = 50;
 
+/// A DO block that fails, naming the relation and its owner, when one of `names` (as the
+/// experiments' SQL names them, so found through the session's search_path as that SQL finds
+/// them) exists and belongs to another role than the session's. The lab reuses its tables by
+/// name in the database under test, where a role with CREATE on a schema of the search_path
+/// (`public`, on PostgreSQL 14 and older, for everyone) could have made one first: its rows
+/// would be measured, and its triggers, rules and policies run with the lab's rights on every
+/// read or write. Put it after a `CREATE ... IF NOT EXISTS` and before the first read or write
+/// of the same batch: a table another role creates after it can then no longer be the one
+/// used. `names` are the lab's own constants, spliced in as literals.
+pub(crate) fn refuse_foreign_sql(names: &[&str]) -> String {
+    let list: Vec<String> = names
+        .iter()
+        .map(|n| format!("pg_catalog.to_regclass('{n}')"))
+        .collect();
+    format!(
+        "DO $slipstream_lab$
+         DECLARE r record;
+         BEGIN
+             FOR r IN SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS rel,
+                             pg_catalog.pg_get_userbyid(c.relowner)::pg_catalog.text AS owner
+                        FROM pg_catalog.pg_class c
+                       WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[{}]::pg_catalog.oid[])
+                         AND c.relowner OPERATOR(pg_catalog.<>) (SELECT a.oid FROM pg_catalog.pg_roles a
+                               WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+             LOOP
+                 RAISE EXCEPTION 'slipstream lab: % belongs to role %, not to %: the experiment reads and writes it, so its rows, triggers, rules and policies would be that role''s',
+                     r.rel, r.owner, CURRENT_USER
+                     USING ERRCODE = 'insufficient_privilege',
+                           HINT = 'Drop it (as its owner), or run the lab in a database or schema where only you create tables.';
+             END LOOP;
+         END
+         $slipstream_lab$",
+        list.join(", ")
+    )
+}
+
 /// Article 001's `fetch_test(id number primary key, data varchar(32))`, with `rows` rows.
 ///
 /// Reused only when its comment carries this load's signature, which is written last, after
@@ -15,7 +51,12 @@ pub(crate) const WIDE_SPACING: i32 = 50;
 /// measured another table than the one they describe.
 pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Result<()> {
     let signature = format!("slipstream-lab fetch_test: ids 1..{rows}, data md5(id)");
-    if comment(c, "fetch_test").await?.as_deref() == Some(signature.as_str()) {
+    let present = comment(c, "fetch_test").await?;
+    // After the comment is read: a table another role made before that read is refused here,
+    // and one of ours cannot be replaced by another role afterwards.
+    c.batch_execute(&refuse_foreign_sql(&["fetch_test"]))
+        .await?;
+    if present.as_deref() == Some(signature.as_str()) {
         return Ok(());
     }
     c.batch_execute(
@@ -38,7 +79,7 @@ pub(crate) async fn ensure_fetch_test(c: &mut Client, rows: i32) -> anyhow::Resu
 /// The comment on table `name`, `None` where it has none or does not exist.
 async fn comment(c: &mut Client, name: &str) -> anyhow::Result<Option<String>> {
     Ok(c.query_one(
-        "SELECT obj_description(to_regclass($1), 'pg_class')",
+        "SELECT pg_catalog.obj_description(pg_catalog.to_regclass($1::pg_catalog.text), 'pg_class')",
         &[&name],
     )
     .await?
@@ -57,11 +98,13 @@ pub(crate) async fn ensure_fetch_memory_test(
     let signature = format!("{narrow}/{wide}/{wide_bytes}/{WIDE_SPACING}");
     let present: Option<String> = c
         .query_one(
-            "SELECT obj_description(to_regclass('fetch_memory_test'), 'pg_class')",
+            "SELECT pg_catalog.obj_description(pg_catalog.to_regclass('fetch_memory_test'), 'pg_class')",
             &[],
         )
         .await?
         .get(0)?;
+    c.batch_execute(&refuse_foreign_sql(&["fetch_memory_test"]))
+        .await?;
     if present.as_deref() == Some(signature.as_str()) {
         return Ok(());
     }

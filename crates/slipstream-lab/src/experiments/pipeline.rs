@@ -609,13 +609,20 @@ async fn setup(url: &str) -> anyhow::Result<Option<String>> {
     let mut c = slipstream_pg::connect(url)
         .await
         .context("connecting to the database")?;
+    // One batch, one transaction: the check follows the CREATEs and comes before any write.
     c.batch_execute(&format!(
         "CREATE TABLE IF NOT EXISTS slipstream_lab_pipeline (id int PRIMARY KEY, data text NOT NULL, hits int NOT NULL DEFAULT 0);
-         INSERT INTO slipstream_lab_pipeline (id, data) SELECT i, md5(i::text) FROM generate_series(1, {TABLE_ROWS}) i
-         ON CONFLICT DO NOTHING;
          CREATE SEQUENCE IF NOT EXISTS slipstream_lab_pipeline_dml_seq;
          CREATE UNLOGGED TABLE IF NOT EXISTS slipstream_lab_pipeline_dml (id bigint PRIMARY KEY, qty int NOT NULL);
-         TRUNCATE slipstream_lab_pipeline_dml;"
+         {};
+         INSERT INTO slipstream_lab_pipeline (id, data) SELECT i, md5(i::text) FROM generate_series(1, {TABLE_ROWS}) i
+         ON CONFLICT DO NOTHING;
+         TRUNCATE slipstream_lab_pipeline_dml;",
+        super::fetch_table::refuse_foreign_sql(&[
+            "slipstream_lab_pipeline",
+            "slipstream_lab_pipeline_dml_seq",
+            "slipstream_lab_pipeline_dml"
+        ])
     ))
     .await?;
     c.batch_execute("VACUUM ANALYZE slipstream_lab_pipeline")

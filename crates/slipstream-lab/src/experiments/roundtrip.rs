@@ -36,11 +36,14 @@ pub(crate) fn run(ctx: &Context) -> anyhow::Result<ExperimentResult> {
     let rt = runtime()?;
     let (measured, server_version, pin_note) = rt.block_on(async {
         let (mut slip, tp) = connect(&url).await?;
+        // One batch, one transaction: the check follows the CREATE and comes before any write.
         slip.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS slipstream_lab_roundtrip (id int PRIMARY KEY, data text NOT NULL);
+             {};
              INSERT INTO slipstream_lab_roundtrip SELECT i, md5(i::text) FROM generate_series(1, {TABLE_ROWS}) i
              ON CONFLICT DO NOTHING;
-             ANALYZE slipstream_lab_roundtrip;"
+             ANALYZE slipstream_lab_roundtrip;",
+            super::fetch_table::refuse_foreign_sql(&["slipstream_lab_roundtrip"])
         ))
         .await?;
         let server_version = slip.parameter("server_version").map(str::to_string);
