@@ -1657,4 +1657,52 @@ mod tests {
             "the error names neither the table nor its owner: {e}"
         );
     }
+
+    /// The DML cell measures the lab's statements, not another role's code. Steps: a role
+    /// `mallory` with CREATE on `public` plants `public.nextval(text)` and
+    /// `public.currval(text)`, which note the call and then do what the built-ins do; one DML
+    /// transaction per in-process client as the superuser. Before the fix every
+    /// `nextval('slipstream_lab_pipeline_dml_seq')` (a string literal, so `text` beat
+    /// `regclass`) called hers, as `postgres`, in the measured loop.
+    #[test]
+    fn the_dml_cell_calls_no_nextval_planted_in_public() {
+        let cluster = slipstream_testkit::Cluster::builder().start().unwrap();
+        let url = without_tls(&cluster.url());
+        let rt = runtime().unwrap();
+        rt.block_on(setup(&url)).unwrap();
+        cluster
+            .psql(
+                "CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory;
+                 SET ROLE mallory;
+                 CREATE TABLE public.mallory_calls (caller text);
+                 GRANT INSERT ON public.mallory_calls TO PUBLIC;
+                 CREATE FUNCTION public.nextval(text) RETURNS bigint LANGUAGE sql AS $$
+                   INSERT INTO public.mallory_calls VALUES (current_user);
+                   SELECT pg_catalog.nextval($1::pg_catalog.regclass) $$;
+                 CREATE FUNCTION public.currval(text) RETURNS bigint LANGUAGE sql AS $$
+                   INSERT INTO public.mallory_calls VALUES (current_user);
+                   SELECT pg_catalog.currval($1::pg_catalog.regclass) $$;",
+            )
+            .unwrap();
+        rt.block_on(async {
+            let soon = || Instant::now() + Duration::from_millis(5);
+            let mut slip = Slip::connect(&url, false).await.unwrap();
+            assert!(
+                slip.run(Workload::Dml, Mode::Batch, soon(), 1)
+                    .await
+                    .unwrap()
+                    > 0
+            );
+            let tp = Tp::connect(&url).await.unwrap();
+            assert!(tp.run(Workload::Dml, Mode::Batch, soon(), 1).await.unwrap() > 0);
+        });
+        let calls = cluster
+            .psql("SELECT count(*) || ' as ' || coalesce(string_agg(DISTINCT caller, ','), 'nobody') FROM public.mallory_calls")
+            .unwrap();
+        assert_eq!(
+            calls.trim(),
+            "0 as nobody",
+            "the DML cell called mallory's functions"
+        );
+    }
 }
