@@ -33,8 +33,13 @@ const MIX_WRITES: usize = 3;
 
 const SELECT: &str = "SELECT data FROM slipstream_lab_pipeline WHERE id = $1";
 const UPDATE: &str = "UPDATE slipstream_lab_pipeline SET hits = hits + 1 WHERE id = $1";
-const INSERT: &str = "INSERT INTO slipstream_lab_pipeline_dml (id, qty) VALUES (nextval('slipstream_lab_pipeline_dml_seq'), 0)";
-const UPDATE_DML: &str = "UPDATE slipstream_lab_pipeline_dml SET qty = qty + 1 WHERE id = (SELECT currval('slipstream_lab_pipeline_dml_seq'))";
+// The sequence functions are named by schema, the literal given its type: for a string
+// literal a `public.nextval(text)` beats `pg_catalog.nextval(regclass)` on a default search_path,
+// and ran, as the lab's role, in every measured statement (every peer runs this text).
+const INSERT: &str = "INSERT INTO slipstream_lab_pipeline_dml (id, qty) \
+     VALUES (pg_catalog.nextval('slipstream_lab_pipeline_dml_seq'::pg_catalog.regclass), 0)";
+const UPDATE_DML: &str = "UPDATE slipstream_lab_pipeline_dml SET qty = qty + 1 \
+     WHERE id = (SELECT pg_catalog.currval('slipstream_lab_pipeline_dml_seq'::pg_catalog.regclass))";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Workload {
