@@ -14,6 +14,7 @@ mod attack_copy_misuse;
 mod attack_custom_types;
 mod attack_docs;
 mod attack_dropped_guard_failures;
+mod attack_extension_sql;
 mod attack_feature_seams;
 mod attack_inputs;
 mod attack_leaked_endings;
