@@ -62,3 +62,73 @@ async fn enable_read_reads_the_catalog_whatever_the_callers_search_path_plants()
         .expect_err("enable_read took a view for a table");
     assert_eq!(e.code(), Some(SqlState::WRONG_OBJECT_TYPE), "{e}");
 }
+
+/// memopt's install script as `CREATE EXTENSION` runs it (MODULE_PATHNAME replaced, the
+/// search_path the extension's schema), read from this tree: the installed copy is shared by
+/// everything on the machine and may be older.
+fn install_script() -> String {
+    let script = include_str!("../../../../extension/memopt/memopt--1.0.sql");
+    let body: String = script
+        .lines()
+        .filter(|l| !l.starts_with("\\echo"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("MODULE_PATHNAME", "$libdir/memopt");
+    format!("SET search_path = memopt, pg_temp;\n{body}")
+}
+
+/// Promise (docs/memopt.md, Security): memopt's functions, and every client that calls them
+/// by name (`memopt.get`, the Rust client's resolve), reach the extension's own objects; no
+/// role but the superuser who installed it can put others in their place.
+///
+/// Steps: `dbo`, the owner of a database (no superuser), creates a schema `memopt` there
+/// before a superuser runs `CREATE EXTENSION memopt` (the control file's `schema = memopt`
+/// takes an existing schema as it is). As its owner she can rename it and create a `memopt`
+/// of her own, whose `_require_owner` the superuser's next `enable_read` calls, as the
+/// superuser. The install script from this tree is run in her schema as `CREATE EXTENSION`
+/// runs it.
+///
+/// Before the fix: the script installed into her schema without a word (and, with the
+/// installed extension, `ALTER SCHEMA memopt RENAME TO memopt_old; CREATE SCHEMA memopt;
+/// CREATE FUNCTION memopt._require_owner(regclass, text) ...` as `dbo`, then
+/// `memopt_old.enable_read('t')` as `postgres`, printed her NOTICE "dbo code runs as
+/// postgres", tried by hand).
+#[tokio::test]
+async fn the_install_refuses_a_memopt_schema_another_role_made() {
+    let cluster = Cluster::builder()
+        .setting("shared_preload_libraries", "memopt")
+        .start()
+        .expect("start a cluster preloading memopt");
+    cluster.psql("CREATE ROLE dbo LOGIN").unwrap();
+    cluster.psql("CREATE DATABASE d OWNER dbo").unwrap();
+    let url = |user: &str| format!("postgres://{user}@127.0.0.1:{}/d", cluster.port());
+    let mut dbo = slipstream_pg::connect(&url("dbo"))
+        .await
+        .expect("connect as dbo");
+    let who: String = dbo
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(who, "dbo");
+    dbo.batch_execute("CREATE SCHEMA memopt").await.unwrap();
+    let mut admin = slipstream_pg::connect(&url("postgres"))
+        .await
+        .expect("connect as postgres");
+    let e = admin
+        .batch_execute(&install_script())
+        .await
+        .expect_err("memopt installed into a schema dbo owns");
+    assert_eq!(e.code(), Some(SqlState::INSUFFICIENT_PRIVILEGE), "{e}");
+    assert!(
+        e.to_string().contains("dbo"),
+        "the error does not name the owner: {e}"
+    );
+    // A schema the installer made itself is accepted.
+    let mut fresh = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    fresh
+        .batch_execute(&format!("CREATE SCHEMA memopt; {}", install_script()))
+        .await
+        .expect("the install script in the installer's own schema");
+}
