@@ -132,3 +132,66 @@ async fn the_install_refuses_a_memopt_schema_another_role_made() {
         .await
         .expect("the install script in the installer's own schema");
 }
+
+/// Promise (docs/memopt.md, "Fast lookups from Rust"): `Client::memopt_table` fails where
+/// memopt is not installed in the database, and `memopt_get` calls memopt's own functions.
+///
+/// Steps: a database without the extension, owned by `dbo` (no superuser), who creates a
+/// schema `memopt` with SQL functions shaped as memopt 1.0's `get` and `get_many` that note
+/// each call and its caller; the superuser resolves a table and looks a key up.
+///
+/// Before the fix: the resolve found her functions by name and signature, `memopt_table`
+/// succeeded, and `memopt_get` called her `memopt.get` as `postgres` (the row it returned was
+/// hers to choose); the OIDs then served the connection for its life.
+#[tokio::test]
+async fn functions_named_like_memopts_outside_the_extension_are_not_called() {
+    let cluster = Cluster::start().expect("start a cluster");
+    cluster.psql("CREATE ROLE dbo LOGIN").unwrap();
+    cluster.psql("CREATE DATABASE d OWNER dbo").unwrap();
+    let url = |user: &str| format!("postgres://{user}@127.0.0.1:{}/d", cluster.port());
+    let mut dbo = slipstream_pg::connect(&url("dbo")).await.unwrap();
+    dbo.batch_execute(
+        "CREATE TABLE public.calls (caller text);
+         GRANT INSERT ON public.calls TO PUBLIC;
+         CREATE TABLE public.t (id bigint PRIMARY KEY, v text);
+         INSERT INTO public.t VALUES (1, 'real');
+         GRANT SELECT ON public.t TO PUBLIC;
+         CREATE SCHEMA memopt;
+         CREATE FUNCTION memopt.get(tbl regclass, key bigint) RETURNS record LANGUAGE sql AS $$
+           INSERT INTO public.calls VALUES (current_user);
+           SELECT ROW(1::bigint, 'planted'::text) $$;
+         CREATE FUNCTION memopt.get(tbl regclass, key text) RETURNS record LANGUAGE sql AS $$
+           SELECT ROW(1::bigint, 'planted'::text) $$;
+         -- A resolve matches arguments only; no role but a superuser may return record[].
+         CREATE FUNCTION memopt.get_many(tbl regclass, keys bigint[]) RETURNS text
+           LANGUAGE sql AS $$ SELECT 'planted' $$;
+         CREATE FUNCTION memopt.get_many(tbl regclass, keys text[]) RETURNS text
+           LANGUAGE sql AS $$ SELECT 'planted' $$;",
+    )
+    .await
+    .expect("plant the functions");
+    let mut c = slipstream_pg::connect(&url("postgres")).await.unwrap();
+    match c.memopt_table("public.t").await {
+        Ok(t) => {
+            let got = c.memopt_get(&t, &1i64).await;
+            let calls: String = c
+                .query_one(
+                    "SELECT count(*) || ' as ' || coalesce(string_agg(DISTINCT caller, ','), 'nobody') \
+                     FROM public.calls",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0)
+                .unwrap();
+            panic!(
+                "memopt_table resolved dbo's functions; memopt_get answered {:?}, {calls} calls",
+                got.map(|r| r.map(|r| r.get::<_, String>(1).ok()))
+            );
+        }
+        Err(e) => assert!(
+            e.to_string().contains("not installed"),
+            "the error does not say memopt is not installed: {e}"
+        ),
+    }
+}
