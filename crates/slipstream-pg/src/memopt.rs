@@ -248,15 +248,47 @@ impl MemoptTable {
 // borrower of a pool, call a function of its choosing with that borrower's rights
 // (tests/it/attack_feature_seams.rs).
 
-const RESOLVE_FUNCTIONS: &str = "SELECT \
-     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.int8)')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.text)')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.int8[])')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.text[])')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.int8,pg_catalog.int8)')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get(pg_catalog.regclass,pg_catalog.text,pg_catalog.int8)')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.int8[],pg_catalog.int8)')::pg_catalog.oid, \
-     pg_catalog.to_regprocedure('memopt.get_many(pg_catalog.regclass,pg_catalog.text[],pg_catalog.int8)')::pg_catalog.oid";
+/// One function's OID, found by name and argument types, where it is a member of the
+/// extension memopt (`member` in `RESOLVE_FUNCTIONS`); NULL otherwise.
+macro_rules! memopt_member {
+    ($signature:literal) => {
+        concat!(
+            "(SELECT m.oid FROM member m WHERE m.oid OPERATOR(pg_catalog.=) \
+             pg_catalog.to_regprocedure('",
+            $signature,
+            "')::pg_catalog.oid)"
+        )
+    };
+}
+
+// Only the extension's own functions: a name and argument types are anyone's to take where
+// memopt is not installed (a database owner may create a schema `memopt`, and a function's
+// return type is not part of what `to_regprocedure` matches), and a `memopt.get` of theirs
+// was called with the caller's rights and its rows taken for the table's
+// (tests/it/attack_extension_sql.rs).
+const RESOLVE_FUNCTIONS: &str = concat!(
+    "WITH member(oid) AS (SELECT d.objid FROM pg_catalog.pg_depend d \
+       JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+      WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+        AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
+        AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+        AND e.extname OPERATOR(pg_catalog.=) 'memopt') SELECT ",
+    memopt_member!("memopt.get(pg_catalog.regclass,pg_catalog.int8)"),
+    ", ",
+    memopt_member!("memopt.get(pg_catalog.regclass,pg_catalog.text)"),
+    ", ",
+    memopt_member!("memopt.get_many(pg_catalog.regclass,pg_catalog.int8[])"),
+    ", ",
+    memopt_member!("memopt.get_many(pg_catalog.regclass,pg_catalog.text[])"),
+    ", ",
+    memopt_member!("memopt.get(pg_catalog.regclass,pg_catalog.int8,pg_catalog.int8)"),
+    ", ",
+    memopt_member!("memopt.get(pg_catalog.regclass,pg_catalog.text,pg_catalog.int8)"),
+    ", ",
+    memopt_member!("memopt.get_many(pg_catalog.regclass,pg_catalog.int8[],pg_catalog.int8)"),
+    ", ",
+    memopt_member!("memopt.get_many(pg_catalog.regclass,pg_catalog.text[],pg_catalog.int8)"),
+);
 
 /// memopt 1.1: the columns and their layout, read together under the table's lock.
 const RESOLVE_COLUMNS: &str = "SELECT r.oid::pg_catalog.oid, c.name, c.type, c.typmod, c.attnum, \
