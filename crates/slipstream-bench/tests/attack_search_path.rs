@@ -37,13 +37,14 @@ const MALLORY: &str = "CREATE ROLE mallory LOGIN; \
 /// `pg_stat_statements` entries, as the server reports them.
 ///
 /// Steps: mallory plants, in `public`, `row_to_json(pg_catalog.pg_stat_database)`,
-/// `json_build_object(text, text, text, text, text, text)` (the settings query's argument
-/// types), `quote_ident(name)` answering `public`, and a view `public.pg_stat_statements` of
+/// `json_build_object(text, text, text, text, text, text)` and `(text, ..., text, integer)`
+/// (the settings and the wait-event queries' argument types), `quote_ident(name)` answering `public`, and a view `public.pg_stat_statements` of
 /// made-up statements; the real `pg_stat_statements` is created in a schema `stats` (not
 /// preloaded, so it cannot be read). A one-user run of `SELECT 1` captures the
 /// context as `slipstream bench` does.
 ///
-/// Before the fix: the settings read `[planted]`, the database row `{"xact_commit": -1}`,
+/// Before the fix: the settings read `[planted]`, the wait events `planted` (1000 a sample), the
+/// database row `{"xact_commit": -1}`,
 /// and the statements mallory's `public.pg_stat_statements`, each function called as the
 /// bench's role (`postgres`, a superuser); `quote_ident`'s answer was also spliced into the
 /// statements query as SQL.
@@ -61,6 +62,9 @@ fn functions_planted_in_public_cannot_write_the_run_context() {
          CREATE FUNCTION public.json_build_object(text, text, text, text, text, text) RETURNS json \
            LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'json_build_object', current_user; \
            SELECT '{\"name\": \"planted\", \"value\": \"1\", \"source\": \"planted\"}'::json $$; \
+         CREATE FUNCTION public.json_build_object(text, text, text, text, text, text, text, integer) \
+           RETURNS json LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'json_build_object/8', current_user; \
+           SELECT '{\"state\": \"planted\", \"wait_event_type\": \"planted\", \"wait_event\": \"planted\", \"count\": 1000}'::json $$; \
          CREATE FUNCTION public.quote_ident(name) RETURNS text \
            LANGUAGE sql AS $$ INSERT INTO public.mallory_calls SELECT 'quote_ident', current_user; \
            SELECT 'public'::text $$; \
@@ -87,6 +91,12 @@ fn functions_planted_in_public_cannot_write_the_run_context() {
         ctx.settings.iter().any(|s| s.name == "port"),
         "the cluster's own settings are missing: {:?}",
         ctx.settings
+    );
+    assert!(ctx.wait_samples > 0, "no wait-event sample was taken");
+    assert!(
+        ctx.wait_events.iter().all(|w| w.state != "planted"),
+        "wait events: {:?}",
+        ctx.wait_events
     );
     for snap in [&ctx.before, &ctx.after] {
         let snap = snap.as_ref().unwrap();
