@@ -273,3 +273,77 @@ async fn a_connection_the_server_ended_while_idle_in_the_pool_is_not_lent() {
         }
     }
 }
+
+/// The SQL `PgPool::get_labeled`'s example configures a tenant's connection with (users copy
+/// it): read from the doc comment, so the test attacks what the documentation teaches.
+fn documented_tenant_sql() -> String {
+    let source = include_str!("../src/pg_pool.rs");
+    let line = source
+        .lines()
+        .find(|l| l.contains("let sql = \"SELECT") && l.contains("search_path"))
+        .expect("get_labeled's example sets search_path");
+    let start = line.find('"').unwrap() + 1;
+    let end = line.rfind('"').unwrap();
+    line[start..end].to_string()
+}
+
+/// The labeling of `PgPool::get_labeled`'s example: a tenant's schema is its `search_path`.
+struct Tenants(String);
+
+impl slipstream_pool::Labeling<slipstream_pg::Client> for Tenants {
+    fn cost(&self, wanted: &slipstream_pool::Labels, current: &slipstream_pool::Labels) -> u32 {
+        u32::from(wanted != current)
+    }
+    async fn configure(
+        &self,
+        wanted: &slipstream_pool::Labels,
+        conn: &mut slipstream_pg::Client,
+    ) -> bool {
+        conn.execute(self.0.as_str(), &[&wanted["tenant"]])
+            .await
+            .is_ok()
+    }
+}
+
+/// Promise (pool.md, "Labels"; `PgPool::get_labeled`'s example): a connection labeled for a
+/// tenant runs with that tenant's `search_path`, whatever the tenant before it did.
+///
+/// Steps: a one-connection pool with the default reset (`Reset::Rollback`, which keeps a
+/// borrower's `SET` made outside a transaction) and the example's labeling. Tenant `evil`
+/// borrows, creates `evil.set_config(text, text, boolean)` that always sets `search_path` to
+/// `evil`, sets `search_path = evil, pg_catalog` and returns the connection. Tenant `acme`
+/// borrows it: the example's configure runs, then acme reads `t`.
+///
+/// Before the fix: the example's `SELECT set_config('search_path', quote_ident($1), false)`
+/// called evil's `set_config`, and acme's borrower read (and would have written) `evil.t`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_tenant_labeling_cannot_be_steered_by_the_tenant_before() {
+    let cluster = Cluster::start().unwrap();
+    cluster
+        .psql(
+            "CREATE SCHEMA evil; CREATE TABLE evil.t (owner text); INSERT INTO evil.t VALUES ('evil');
+             CREATE SCHEMA acme; CREATE TABLE acme.t (owner text); INSERT INTO acme.t VALUES ('acme');",
+        )
+        .unwrap();
+    let pool = pool(&cluster, Reset::Rollback);
+    let labeling = Tenants(documented_tenant_sql());
+    let tenant = |t: &str| slipstream_pool::Labels::from([("tenant".to_string(), t.to_string())]);
+    {
+        let mut evil = pool.get_labeled(&tenant("evil"), &labeling).await.unwrap();
+        evil.batch_execute(
+            "CREATE FUNCTION evil.set_config(text, text, boolean) RETURNS text LANGUAGE sql
+                 AS $$ SELECT pg_catalog.set_config('search_path', 'evil', false) $$;
+             SET search_path = evil, pg_catalog",
+        )
+        .await
+        .unwrap();
+    }
+    let mut acme = pool.get_labeled(&tenant("acme"), &labeling).await.unwrap();
+    let owner: String = acme
+        .query_one("SELECT owner FROM t", &[])
+        .await
+        .unwrap()
+        .get(0)
+        .unwrap();
+    assert_eq!(owner, "acme", "acme's borrower read another tenant's table");
+}
