@@ -731,8 +731,10 @@ impl PgPool {
     ///     }
     ///     async fn configure(&self, wanted: &Labels, conn: &mut slipstream_pg::Client) -> bool {
     ///         // Bound, not spliced into the SQL: a label is data, and `quote_ident` makes it
-    ///         // one schema name whatever it holds.
-    ///         let sql = "SELECT set_config('search_path', quote_ident($1), false)";
+    ///         // one schema name whatever it holds. Both named by schema: this runs under the
+    ///         // previous tenant's search_path, and a `set_config` that tenant put first on it
+    ///         // would otherwise choose the next tenant's schema.
+    ///         let sql = "SELECT pg_catalog.set_config('search_path', pg_catalog.quote_ident($1), false)";
     ///         conn.execute(sql, &[&wanted["tenant"]]).await.is_ok()
     ///     }
     /// }
