@@ -67,10 +67,7 @@ fn table_tps(run: &BenchRun) -> f64 {
 #[test]
 fn an_overloaded_open_loop_reports_the_throughput_the_server_sustained() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let mut c = RunConfig::new(Some(cluster.url()));
-    (c.users, c.threads, c.seed) = (2, 1, 5);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(1);
+    let mut c = common::config(Some(cluster.url()), 2, 5, Duration::from_secs(1));
     c.rate = Some(600.0);
     c.grace = Duration::from_secs(30);
     let run = rt()
@@ -134,14 +131,6 @@ fn check_series_add_up(run: &BenchRun) {
     }
 }
 
-fn closed(url: String, users: usize, duration: Duration) -> RunConfig {
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (users, 1, 9);
-    c.warmup = Duration::ZERO;
-    c.duration = duration;
-    c
-}
-
 /// Held. Promise (docs/bench.md, The clock): a failed transaction is counted by SQLSTATE with its
 /// first message, the user reconnects, "while the server cannot be reached, each transaction
 /// fails at once as `client:no-connection`", and the run goes on; the counts add up.
@@ -154,7 +143,7 @@ fn closed(url: String, users: usize, duration: Duration) -> RunConfig {
 #[test]
 fn a_server_restarted_mid_run_is_counted_and_survived() {
     let mut cluster = slipstream_testkit::Cluster::start().unwrap();
-    let c = closed(cluster.url(), 2, Duration::from_secs(4));
+    let c = common::config(Some(cluster.url()), 2, 9, Duration::from_secs(4));
     let restarter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
         cluster.restart().unwrap();
@@ -202,7 +191,7 @@ fn a_server_restarted_mid_run_is_counted_and_survived() {
 fn a_roles_statement_timeout_fails_each_transaction_by_its_code() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
     let url = format!("{}?options=-c%20statement_timeout%3D100ms", cluster.url());
-    let c = closed(url, 2, Duration::from_secs(1));
+    let c = common::config(Some(url), 2, 9, Duration::from_secs(1));
     let run = rt()
         .block_on(bench::run(&server_sleep(300), &c, pending::<()>()))
         .unwrap();
@@ -230,7 +219,7 @@ fn a_roles_statement_timeout_fails_each_transaction_by_its_code() {
 #[test]
 fn a_window_shorter_than_one_transaction_counts_it_in_the_drain() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let c = closed(cluster.url(), 2, Duration::from_millis(50));
+    let c = common::config(Some(cluster.url()), 2, 9, Duration::from_millis(50));
     let run = rt()
         .block_on(bench::run(&server_sleep(300), &c, pending::<()>()))
         .unwrap();
@@ -299,7 +288,7 @@ fn a_server_that_crashed_mid_run_is_said_and_its_counters_not_passed_off() {
     for _ in 0..300 {
         cluster.psql("SELECT 1").unwrap();
     }
-    let c = closed(cluster.url(), 2, Duration::from_secs(4));
+    let c = common::config(Some(cluster.url()), 2, 9, Duration::from_secs(4));
     let restarter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
         let pid = cluster.server_pid().expect("a running server");
@@ -406,10 +395,7 @@ fn an_arrival_held_through_a_hung_reconnect_is_censored_not_lost() {
         "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
         proxy.port()
     );
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (1, 1, 3);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(2);
+    let mut c = common::config(Some(url), 1, 3, Duration::from_secs(2));
     c.rate = Some(5.0);
     c.grace = Duration::from_millis(500);
     let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
@@ -459,10 +445,7 @@ fn an_arrival_held_through_a_hung_reconnect_is_censored_not_lost() {
 #[test]
 fn an_open_loop_through_a_server_restart_counts_every_arrival() {
     let mut cluster = slipstream_testkit::Cluster::start().unwrap();
-    let mut c = RunConfig::new(Some(cluster.url()));
-    (c.users, c.threads, c.seed) = (2, 1, 12);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(4);
+    let mut c = common::config(Some(cluster.url()), 2, 12, Duration::from_secs(4));
     c.rate = Some(100.0);
     let restarter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));

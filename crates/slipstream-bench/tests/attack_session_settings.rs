@@ -270,10 +270,7 @@ fn open_loop_users_idle_between_arrivals_are_not_ended_by_idle_session_timeout()
 fn a_user_thinking_is_not_ended_by_idle_session_timeout() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
     let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (2, 1, 1);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(2500);
+    let mut c = common::config(Some(url), 2, 1, Duration::from_millis(2500));
     c.think = "400ms..500ms".parse().unwrap();
     c.progress = bench::Style::Quiet;
     let workload = bench::Workload::new("ping").transaction("ping", 1, || Ping);
@@ -330,10 +327,7 @@ impl bench::Transaction for PingThinkPing {
 fn a_session_ended_in_a_transactions_own_think_fails_that_transaction() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
     let url = with_settings(&cluster, &["idle_session_timeout=200ms"]);
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (2, 1, 1);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(1500);
+    let mut c = common::config(Some(url), 2, 1, Duration::from_millis(1500));
     c.intra_think = "300ms".parse().unwrap();
     c.progress = bench::Style::Quiet;
     let workload = bench::Workload::new("ptp").transaction("ptp", 1, || PingThinkPing);
@@ -380,10 +374,7 @@ fn a_workload_file_is_not_run_where_the_server_reads_its_literals_otherwise() {
     )
     .unwrap();
     let url = with_settings(&cluster, &["standard_conforming_strings=off"]);
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (1, 1, 1);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(300);
+    let mut c = common::config(Some(url), 1, 1, Duration::from_millis(300));
     c.progress = bench::Style::Quiet;
     match rt().block_on(bench::run(&file.workload, &c, pending::<()>())) {
         Ok(run) => {
@@ -479,10 +470,7 @@ fn order_entry_loads_and_runs_under_any_formatting_settings() {
     rt().block_on(bench::order_entry::setup(&url, 0.002, |_| {}))
         .map_err(|e| e.to_string())
         .unwrap();
-    let mut c = RunConfig::new(Some(url));
-    (c.users, c.threads, c.seed) = (2, 1, 7);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(2);
+    let mut c = common::config(Some(url), 2, 7, Duration::from_secs(2));
     c.progress = bench::Style::Quiet;
     let run = rt()
         .block_on(bench::run(

@@ -43,13 +43,25 @@ impl Transaction for Ping {
     }
 }
 
+/// A run of `users` users on one thread, seeded `seed`, measuring for `duration` with no
+/// warm-up: the shape most runner tests start from.
+pub fn config(
+    url: Option<String>,
+    users: usize,
+    seed: u64,
+    duration: Duration,
+) -> slipstream_bench::RunConfig {
+    let mut c = slipstream_bench::RunConfig::new(url);
+    (c.users, c.threads, c.seed) = (users, 1, seed);
+    c.warmup = Duration::ZERO;
+    c.duration = duration;
+    c
+}
+
 /// A short run of `SELECT 1` by one user against `url`, its context captured as
 /// `slipstream bench` captures it.
 pub fn run_against(url: &str, seed: u64) -> slipstream_bench::BenchRun {
-    let mut c = slipstream_bench::RunConfig::new(Some(url.into()));
-    (c.users, c.threads, c.seed) = (1, 1, seed);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_millis(200);
+    let mut c = config(Some(url.into()), 1, seed, Duration::from_millis(200));
     c.progress = slipstream_bench::Style::Quiet;
     let workload = Workload::new("ping").transaction("ping", 1, || Ping);
     rt().block_on(slipstream_bench::run(
