@@ -17,6 +17,7 @@ mod attack_dropped_guard_failures;
 mod attack_extension_sql;
 mod attack_feature_seams;
 mod attack_inputs;
+mod attack_leaked_bookkeeping;
 mod attack_leaked_endings;
 mod attack_leaked_futures;
 mod attack_libpq_env;

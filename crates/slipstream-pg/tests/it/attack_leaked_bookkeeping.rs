@@ -1,0 +1,104 @@
+//! Attacks (helper h91) on the connection's bookkeeping for leaked (`std::mem::forget`, safe
+//! Rust) futures: `Connection::guard_ending` (a `commit()` or `rollback()` leaked while it
+//! settles), `unkept` / `lookup_request` (a call leaked during its type lookup), combined
+//! with requests of other kinds. client.md, "Cancellation and timeouts" and "Types".
+
+use std::future::Future;
+use std::task::{Context, Waker};
+
+use slipstream_pg::Client;
+
+use super::engine::{DropAfter, bounded};
+
+/// Polls `f` once, with a waker that does nothing, and returns whether it was still pending.
+fn poll_once<F: Future>(f: std::pin::Pin<&mut F>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    f.poll(&mut cx).is_pending()
+}
+
+/// A call dropped after its first poll whose reply takes a while: the next call's first poll
+/// is spent settling it, so a future leaked there has queued nothing of its own.
+async fn leave_a_slow_reply_owed(c: &mut Client) {
+    let dropped = DropAfter::new(c.execute("SELECT pg_sleep(0.3)", &[]), 1).await;
+    assert!(
+        dropped.is_none(),
+        "pg_sleep(0.3) answered at its first poll"
+    );
+}
+
+#[derive(Debug, Clone, PartialEq, postgres_types::FromSql)]
+#[postgres(name = "lpair")]
+struct LPair {
+    a: Option<i32>,
+    b: Option<i32>,
+}
+
+/// Promise (client.md, "Types": "a composite is never read in its old field order", also
+/// after an `ALTER TYPE` rolled back; `a_rolled_back_alter_type_never_swaps_fields` holds it
+/// for a guard rolled back or dropped), for a `rollback()` leaked while it settles: the
+/// connection then holds the guard's rollback (`guard_ending`) until the next request, and a
+/// statement the caller holds, prepared by the altered definition, must not be read by it
+/// once that rollback ran.
+///
+/// Steps: `lpair` is `(a int4, b int4)`, `lp` holds `(1, 2)`. For a transaction and for a
+/// savepoint in one: `ALTER TYPE lpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4` (now `(b, a)`),
+/// prepare `SELECT p FROM lp` (by the new definition), drop a slow call with its reply owed,
+/// poll the guard's `rollback()` once (it settles) and leak it. Then run the held statement
+/// (through the enclosing transaction for the savepoint): the server sends `(1, 2)` in the
+/// old order, so it must read `a = 1, b = 2` or be refused.
+///
+/// Before the fix: the rollback was deferred only when the next request started, after the
+/// held statement's types were judged current: it read `a = 2, b = 1`, with no error.
+#[tokio::test]
+async fn a_leaked_rollback_of_an_alter_type_never_swaps_a_held_statements_fields() {
+    let (_cluster, mut c) = super::setup().await;
+    c.batch_execute(
+        "CREATE TYPE lpair AS (a int4, b int4); CREATE TABLE lp (p lpair);
+         INSERT INTO lp VALUES (ROW(1, 2))",
+    )
+    .await
+    .unwrap();
+    let truth = LPair {
+        a: Some(1),
+        b: Some(2),
+    };
+    let alter = "ALTER TYPE lpair DROP ATTRIBUTE a, ADD ATTRIBUTE a int4";
+    for in_savepoint in [false, true] {
+        let what = if in_savepoint {
+            "savepoint"
+        } else {
+            "transaction"
+        };
+        let mut tx = c.transaction().await.unwrap();
+        let read = if in_savepoint {
+            let mut sp = tx.savepoint("s").await.unwrap();
+            sp.batch_execute(alter).await.unwrap();
+            let held = sp.prepare("SELECT p FROM lp").await.unwrap();
+            leave_a_slow_reply_owed(&mut sp).await;
+            let mut rollback = Box::pin(sp.rollback());
+            assert!(poll_once(rollback.as_mut()), "rollback() settles first");
+            std::mem::forget(rollback);
+            let read = bounded(what, tx.query_one(&held, &[])).await;
+            tx.rollback().await.unwrap();
+            read
+        } else {
+            tx.batch_execute(alter).await.unwrap();
+            let held = tx.prepare("SELECT p FROM lp").await.unwrap();
+            leave_a_slow_reply_owed(&mut tx).await;
+            let mut rollback = Box::pin(tx.rollback());
+            assert!(poll_once(rollback.as_mut()), "rollback() settles first");
+            std::mem::forget(rollback);
+            bounded(what, c.query_one(&held, &[])).await
+        };
+        if let Ok(row) = read
+            && let Ok(v) = row.get::<_, LPair>(0)
+        {
+            assert_eq!(
+                v, truth,
+                "{what}: a held statement read the rolled-back definition's field order"
+            );
+        }
+        let now: LPair = super::scalar(&mut c, "SELECT p FROM lp").await;
+        assert_eq!(now, truth, "{what}: a fresh read");
+    }
+}
