@@ -418,6 +418,15 @@ impl Connection {
         if let Some((_, earlier)) = self.guard_ending.replace((depth, rollback)) {
             self.defer_rollback(earlier);
         }
+        // Leaked from here, the rollback is deferred only by the next request, and a call may
+        // judge a held statement's types before its request starts (`check_statement_types`):
+        // it would read rows of a rolled-back `ALTER TYPE` by the altered definition. So the
+        // caches are forgotten now, as `defer_rollback` does. An end that completes forgets
+        // them anyway (the transaction that altered a type ends), but for a savepoint's
+        // `RELEASE`, which costs one more lookup.
+        if self.types_altered_in_tx {
+            self.statements_discarded = true;
+        }
         let settled = async {
             self.start_request_keeping_guard_ending().await?;
             self.settle_owed().await
