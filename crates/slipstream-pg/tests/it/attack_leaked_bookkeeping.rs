@@ -102,3 +102,69 @@ async fn a_leaked_rollback_of_an_alter_type_never_swaps_a_held_statements_fields
         assert_eq!(now, truth, "{what}: a fresh read");
     }
 }
+
+/// Promise (client.md, "Types": after an `ALTER TYPE` run on the connection, "a composite is
+/// never read in its old field order"), when the `ALTER TYPE` was a call dropped (a timeout,
+/// `select!`) or leaked after it was sent: its command tag, which makes the client forget the
+/// type, is read only when the next request settles it. A statement the caller holds must not
+/// be judged current by the definition from before.
+///
+/// Steps: `lpair3` is `(a int4, b int4)`, `lp3` holds `(1, 2)`; prepare `SELECT p FROM lp3`
+/// and read it once. `batch_execute("ALTER TYPE lpair3 DROP ATTRIBUTE a, ADD ATTRIBUTE a
+/// int4")` is polled once and dropped (or leaked); the server now sends `(b = 2, a = NULL)`.
+/// Run the held statement: it must read `a = NULL, b = 2`, or be refused.
+///
+/// Before the fix: the held statement's types were judged before its request settled the
+/// dropped call's reply: it read `a = 2, b = NULL`, with no error.
+#[tokio::test]
+async fn a_dropped_or_leaked_alter_type_never_swaps_a_held_statements_fields() {
+    #[derive(Debug, Clone, PartialEq, postgres_types::FromSql)]
+    #[postgres(name = "lpair3")]
+    struct LPair3 {
+        a: Option<i32>,
+        b: Option<i32>,
+    }
+    let (_cluster, mut c) = super::setup().await;
+    for leak in [false, true] {
+        c.batch_execute(
+            "DROP TABLE IF EXISTS lp3; DROP TYPE IF EXISTS lpair3;
+             CREATE TYPE lpair3 AS (a int4, b int4); CREATE TABLE lp3 (p lpair3);
+             INSERT INTO lp3 VALUES (ROW(1, 2))",
+        )
+        .await
+        .unwrap();
+        let held = c.prepare("SELECT p FROM lp3").await.unwrap();
+        let before = c.query_one(&held, &[]).await.unwrap();
+        assert_eq!(
+            before.get::<_, LPair3>(0).unwrap(),
+            LPair3 {
+                a: Some(1),
+                b: Some(2)
+            }
+        );
+        let mut alter =
+            Box::pin(c.batch_execute("ALTER TYPE lpair3 DROP ATTRIBUTE a, ADD ATTRIBUTE a int4"));
+        assert!(
+            poll_once(alter.as_mut()),
+            "the ALTER cannot be answered yet"
+        );
+        if leak {
+            std::mem::forget(alter);
+        } else {
+            drop(alter);
+        }
+        let read = bounded("the held statement", c.query_one(&held, &[])).await;
+        if let Ok(row) = read
+            && let Ok(v) = row.get::<_, LPair3>(0)
+        {
+            assert_eq!(
+                v,
+                LPair3 {
+                    a: None,
+                    b: Some(2)
+                },
+                "leak {leak}: a held statement read the altered type by its old field order"
+            );
+        }
+    }
+}
