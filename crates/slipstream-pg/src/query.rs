@@ -213,6 +213,15 @@ impl Client {
     /// A statement with types never looked up (a `Pipeline::prepare` taken with `process`
     /// before the block's `end`) has them looked up here, once for every handle.
     pub(crate) async fn check_statement_types(&mut self, stmt: &Statement) -> Result<(), Error> {
+        // A call dropped or leaked with its reply unread may have altered a type: the tag that
+        // makes the caches forget it is read only once that reply is settled. Judged before,
+        // the statement would read the altered composite by its old field order. Settling
+        // first costs a round trip only then, and only for a statement with looked-up types.
+        if !self.conn.is_settled()
+            && (stmt.has_placeholders() || stmt.looked_up_types().next().is_some())
+        {
+            self.conn.settle().await?;
+        }
         self.forget_discarded();
         if stmt.has_placeholders() {
             self.look_up_types(&stmt.placeholders())
