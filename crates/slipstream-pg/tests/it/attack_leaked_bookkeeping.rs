@@ -168,3 +168,120 @@ async fn a_dropped_or_leaked_alter_type_never_swaps_a_held_statements_fields() {
         }
     }
 }
+
+/// Inserts `x` into `t` through `c` by a request of kind `kind`: a statement, simple-protocol
+/// SQL, a pipeline block, a COPY, a row stream.
+async fn insert_by(c: &mut Client, kind: &str, x: i32) {
+    match kind {
+        "query" => {
+            c.execute("INSERT INTO t VALUES ($1)", &[&x]).await.unwrap();
+        }
+        "simple" => c
+            .batch_execute(&format!("INSERT INTO t VALUES ({x})"))
+            .await
+            .unwrap(),
+        "pipeline" => {
+            let mut p = c.pipeline();
+            p.execute("INSERT INTO t VALUES ($1)", &[&x]).await.unwrap();
+            for r in p.end().await {
+                r.unwrap();
+            }
+        }
+        "copy" => {
+            let mut copy = c.copy_in("COPY t FROM STDIN").await.unwrap();
+            copy.write(format!("{x}\n").as_bytes()).await.unwrap();
+            copy.finish().await.unwrap();
+        }
+        "stream" => {
+            let mut rows = c
+                .query_stream("INSERT INTO t VALUES ($1) RETURNING x", &[&x])
+                .await
+                .unwrap();
+            while rows.next().await.unwrap().is_some() {}
+        }
+        _ => unreachable!("{kind}"),
+    }
+}
+
+/// Held. Promise (client.md, "Cancellation and timeouts": a `commit()` or `rollback()` leaked
+/// while it settles leaves its rollback to the next request; "an enclosing guard's end runs a
+/// deeper guard's leftover rollback first"), for a next request of every kind made through
+/// the enclosing guard, and for that guard's own `Drop`: the leaked savepoint's work is never
+/// kept, the enclosing transaction's work (before and after the leak) is kept by its commit,
+/// and the rollback never runs at the enclosing transaction's depth.
+///
+/// Steps, for each kind (a statement, simple SQL, a pipeline block, a COPY, a row stream, a
+/// nested savepoint, or none and the transaction dropped): a transaction inserts 1; savepoint
+/// `s` inserts -1; a slow call is dropped with its reply owed; `s.commit()` (and, second
+/// round, `s.rollback()`) is polled once and leaked; the transaction inserts 2 by that kind
+/// and commits (or, for none, is dropped). Another session must see `[1, 2]` (none: `[]`).
+#[tokio::test]
+async fn a_leaked_savepoint_ending_is_rolled_back_before_a_request_of_every_kind() {
+    let (cluster, mut c) = super::setup().await;
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    let kinds = [
+        "query",
+        "simple",
+        "pipeline",
+        "copy",
+        "stream",
+        "savepoint",
+        "drop",
+    ];
+    for commit in [true, false] {
+        for kind in kinds {
+            c.batch_execute("TRUNCATE t").await.unwrap();
+            let mut tx = c.transaction().await.unwrap();
+            tx.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+            {
+                let mut sp = tx.savepoint("s").await.unwrap();
+                sp.execute("INSERT INTO t VALUES (-1)", &[]).await.unwrap();
+                leave_a_slow_reply_owed(&mut sp).await;
+                if commit {
+                    let mut end = Box::pin(sp.commit());
+                    assert!(poll_once(end.as_mut()), "commit() settles first");
+                    std::mem::forget(end);
+                } else {
+                    let mut end = Box::pin(sp.rollback());
+                    assert!(poll_once(end.as_mut()), "rollback() settles first");
+                    std::mem::forget(end);
+                }
+            }
+            if kind == "drop" {
+                drop(tx);
+            } else if kind == "savepoint" {
+                // Through the enclosing guard: a savepoint of it, committed.
+                let mut sp = bounded(kind, tx.savepoint("again")).await.unwrap();
+                sp.execute("INSERT INTO t VALUES (2)", &[]).await.unwrap();
+                sp.commit().await.unwrap();
+                bounded(kind, tx.commit()).await.unwrap();
+            } else {
+                bounded(kind, insert_by(&mut tx, kind, 2)).await;
+                bounded(kind, tx.commit())
+                    .await
+                    .unwrap_or_else(|e| panic!("{kind} (commit {commit}): {e}"));
+            }
+            let seen = super::ints(&mut watcher, "SELECT x FROM t ORDER BY x").await;
+            let want: &[i32] = if kind == "drop" { &[] } else { &[1, 2] };
+            assert_eq!(
+                seen,
+                want,
+                "savepoint {} leaked, then {kind}: what committed",
+                if commit { "commit()" } else { "rollback()" }
+            );
+            assert_eq!(
+                c.query_one("SELECT 3", &[])
+                    .await
+                    .unwrap()
+                    .get::<_, i32>(0)
+                    .unwrap(),
+                3
+            );
+            assert_eq!(
+                c.transaction_status(),
+                slipstream_pg::TransactionStatus::Idle
+            );
+        }
+    }
+}
