@@ -112,7 +112,8 @@ async fn a_leaked_rollback_of_an_alter_type_never_swaps_a_held_statements_fields
 /// Steps: `lpair3` is `(a int4, b int4)`, `lp3` holds `(1, 2)`; prepare `SELECT p FROM lp3`
 /// and read it once. `batch_execute("ALTER TYPE lpair3 DROP ATTRIBUTE a, ADD ATTRIBUTE a
 /// int4")` is polled once and dropped (or leaked); the server now sends `(b = 2, a = NULL)`.
-/// Run the held statement: it must read `a = NULL, b = 2`, or be refused.
+/// Run the held statement (by `query_one`, and, after a dropped `ALTER`, by `query_stream`):
+/// it must read `a = NULL, b = 2`, or be refused.
 ///
 /// Before the fix: the held statement's types were judged before its request settled the
 /// dropped call's reply: it read `a = 2, b = NULL`, with no error.
@@ -125,7 +126,7 @@ async fn a_dropped_or_leaked_alter_type_never_swaps_a_held_statements_fields() {
         b: Option<i32>,
     }
     let (_cluster, mut c) = super::setup().await;
-    for leak in [false, true] {
+    for (leak, stream) in [(false, false), (true, false), (false, true)] {
         c.batch_execute(
             "DROP TABLE IF EXISTS lp3; DROP TYPE IF EXISTS lpair3;
              CREATE TYPE lpair3 AS (a int4, b int4); CREATE TABLE lp3 (p lpair3);
@@ -153,7 +154,17 @@ async fn a_dropped_or_leaked_alter_type_never_swaps_a_held_statements_fields() {
         } else {
             drop(alter);
         }
-        let read = bounded("the held statement", c.query_one(&held, &[])).await;
+        let read = if stream {
+            bounded("the held statement, streamed", async {
+                let mut rows = c.query_stream(&held, &[]).await?;
+                let row = rows.next().await?;
+                while rows.next().await?.is_some() {}
+                Ok::<_, slipstream_pg::Error>(row.expect("lp3 has a row"))
+            })
+            .await
+        } else {
+            bounded("the held statement", c.query_one(&held, &[])).await
+        };
         if let Ok(row) = read
             && let Ok(v) = row.get::<_, LPair3>(0)
         {
@@ -163,7 +174,8 @@ async fn a_dropped_or_leaked_alter_type_never_swaps_a_held_statements_fields() {
                     a: None,
                     b: Some(2)
                 },
-                "leak {leak}: a held statement read the altered type by its old field order"
+                "leak {leak}, stream {stream}: a held statement read the altered type by its old \
+                 field order"
             );
         }
     }
