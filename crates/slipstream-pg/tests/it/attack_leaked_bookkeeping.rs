@@ -297,3 +297,66 @@ async fn a_leaked_savepoint_ending_is_rolled_back_before_a_request_of_every_kind
         }
     }
 }
+
+/// Held. Promise (client.md, "Cancellation and timeouts": a leaked `commit()` never commits
+/// what the caller gave up and never hangs the next call; errors name what failed), when the
+/// next request fails: the backend is terminated from another session while the leaked
+/// `commit()`'s rollback waits for that request, or the request itself times out
+/// (`statement_timeout`).
+///
+/// Steps: a transaction inserts -1 (and sets a local `statement_timeout` of 200 ms); a slow
+/// call is dropped with its reply owed; `commit()` is polled once and leaked. Then either
+/// another session runs `pg_terminate_backend` on it and the client runs `SELECT 1` (it must
+/// fail within 10 s, the connection broken, naming the server's termination or the closed
+/// connection), or the client runs `SELECT pg_sleep(1)` (it must answer, in autocommit after
+/// the leaked transaction's rollback, without the timeout of the rolled-back `SET LOCAL`).
+/// Another session must never see -1.
+#[tokio::test]
+async fn a_leaked_commit_whose_next_request_fails_commits_nothing() {
+    let (cluster, mut c) = super::setup().await;
+    let mut watcher = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    c.batch_execute("CREATE TABLE t (x int)").await.unwrap();
+    for kill in [true, false] {
+        let mut tx = c.transaction().await.unwrap();
+        tx.batch_execute("INSERT INTO t VALUES (-1); SET LOCAL statement_timeout = 200")
+            .await
+            .unwrap();
+        leave_a_slow_reply_owed(&mut tx).await;
+        let mut end = Box::pin(tx.commit());
+        assert!(poll_once(end.as_mut()), "commit() settles first");
+        std::mem::forget(end);
+        if kill {
+            let pid = c.backend_pid();
+            watcher
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .unwrap();
+            let e = bounded("SELECT 1 after the kill", c.query_one("SELECT 1", &[]))
+                .await
+                .expect_err("the backend was terminated");
+            assert!(
+                c.is_broken(),
+                "kill: the connection is not marked broken: {e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains("terminat") || text.contains("closed"),
+                "kill: the error does not say the server ended the session: {text}"
+            );
+            c = slipstream_pg::connect(&cluster.url()).await.unwrap();
+        } else {
+            let row = bounded("pg_sleep(1)", c.query_one("SELECT pg_sleep(1)::text", &[]))
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("the rolled-back SET LOCAL statement_timeout still applied: {e}")
+                });
+            assert_eq!(row.get::<_, &str>(0).unwrap(), "");
+            assert_eq!(
+                c.transaction_status(),
+                slipstream_pg::TransactionStatus::Idle
+            );
+        }
+        let kept = super::ints(&mut watcher, "SELECT x FROM t").await;
+        assert!(kept.is_empty(), "kill {kill}: kept {kept:?}");
+    }
+}
