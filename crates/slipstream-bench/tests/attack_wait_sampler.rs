@@ -1,0 +1,144 @@
+//! Attacks on the context's wait-event sampler (docs/bench.md, "The run's context"): its
+//! connection may end mid-run (`pg_terminate_backend`, a restart, a server that stays down);
+//! the sampler must reconnect with a bounded backoff, go on sampling, never hold the run's
+//! end, and say in the result how many samples and which periods are missing, and why.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::rt;
+use slipstream_bench::{self as bench, context::RunContext};
+
+/// How long each attack samples for: long enough for several samples on either side of the
+/// fault at 500 ms each.
+const WINDOW: Duration = Duration::from_millis(4500);
+
+/// Samples wait events against `url` for `window` and returns the context (no snapshot
+/// after: the attacks read only the sampling).
+fn sample(url: &str, window: Duration) -> (RunContext, Duration) {
+    rt().block_on(async {
+        let mut capture = bench::context::before(url, "w").await;
+        let t = Instant::now();
+        capture.sample_waits(tokio::time::sleep(window)).await;
+        let took = t.elapsed();
+        (capture.after().await, took)
+    })
+}
+
+/// The warnings that speak of the sampler.
+fn sampler_warnings(ctx: &RunContext) -> Vec<&String> {
+    ctx.warnings
+        .iter()
+        .filter(|w| w.contains("wait-event") || w.contains("pg_stat_activity"))
+        .collect()
+}
+
+/// Promise: the sampler goes on after the server ends its connection, and the result says
+/// which period has no samples, and why, in one warning.
+///
+/// Steps: a cluster; wait events sampled for 4.5 s; at 1.2 s another session terminates
+/// the sampler's backend, found by what it runs (`pg_stat_activity`, the sampler's query).
+/// At least 6 samples of the about 9 must be taken (at most 3 fall before the termination),
+/// one warning speaks of the sampler, and it names the termination.
+///
+/// Before the fix: the sampler stopped for good at the termination: 3 samples, and the
+/// warning "could not sample pg_stat_activity: ... terminating connection due to
+/// administrator command".
+#[test]
+fn wait_sampler_reconnects_after_its_backend_is_terminated() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let killer = std::thread::spawn({
+        let url = url.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            rt().block_on(async {
+                let mut c = slipstream_pg::connect(&url).await.unwrap();
+                let row = c
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
+                         WHERE pid <> pg_backend_pid() AND query LIKE '%pg_stat_activity%'",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, i32>(0).unwrap()
+            })
+        }
+    });
+    let (ctx, _) = sample(&url, WINDOW);
+    assert_eq!(
+        killer.join().unwrap(),
+        1,
+        "the sampler's backend was not found"
+    );
+    assert!(
+        ctx.wait_samples >= 6,
+        "{} samples: {:?}",
+        ctx.wait_samples,
+        ctx.warnings
+    );
+    let said = sampler_warnings(&ctx);
+    assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+    assert!(said[0].contains("administrator command"), "{said:?}");
+}
+
+/// Promise: the sampler goes on after a server restart mid-run.
+///
+/// Steps: a cluster; wait events sampled for 4.5 s; at 1.2 s the testkit restarts the
+/// server (fast shutdown, start on the same port). At least one sample after the restart
+/// must be taken: more than the 3 before it (the restart itself takes under 2 s here, so
+/// at least 2 more come after it), and one warning speaks of the sampler.
+///
+/// Before the fix: the sampler stopped for good at the restart: 3 samples.
+#[test]
+fn wait_sampler_goes_on_after_a_server_restart() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let (ctx, _) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            cluster.restart().unwrap();
+        });
+        sample(&url, WINDOW)
+    });
+    assert!(
+        ctx.wait_samples >= 5,
+        "{} samples: {:?}",
+        ctx.wait_samples,
+        ctx.warnings
+    );
+    let said = sampler_warnings(&ctx);
+    assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+}
+
+/// Promise: a server that goes down mid-run and stays down holds neither the run's end nor
+/// the result, and the result says the sampler had no samples from then on, and why.
+///
+/// Steps: a cluster; wait events sampled for 3 s; at 1.2 s the testkit stops the server,
+/// which stays down. Sampling must end within 1 s of the window's end (a bound on a hang,
+/// not a speed), and one warning must say the samples are missing from then to the end.
+///
+/// Before the fix: the warning was "could not sample pg_stat_activity: ..." with no word of
+/// the period left unsampled.
+#[test]
+fn wait_sampler_says_when_the_server_stayed_down_to_the_end() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let window = Duration::from_secs(3);
+    let (ctx, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            cluster.stop().unwrap();
+        });
+        sample(&url, window)
+    });
+    assert!(
+        took < window + Duration::from_secs(1),
+        "sampling took {took:?}"
+    );
+    let said = sampler_warnings(&ctx);
+    assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+    assert!(said[0].contains("to the end"), "{said:?}");
+}
