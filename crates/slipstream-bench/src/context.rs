@@ -20,6 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod sampler;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use slipstream_pg::Client;
@@ -78,6 +80,14 @@ pub struct RunContext {
     pub wait_events: Vec<WaitEvent>,
     /// How many wait-event samples were taken.
     pub wait_samples: u32,
+    /// Sample times (one every [`WAIT_SAMPLE_EVERY`]) that have no sample: the sampler's
+    /// connection had ended (a restart, `pg_terminate_backend`), the server was down, or a
+    /// sample timed out. The sum of the `missed` of [`RunContext::wait_gaps`].
+    #[serde(default)]
+    pub wait_samples_missed: u32,
+    /// The periods without samples, in order, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_gaps: Vec<WaitGap>,
     /// What could not be read, and why.
     pub warnings: Vec<String>,
 }
@@ -143,6 +153,35 @@ pub struct WaitEvent {
     /// Backends seen in this state, summed over the samples.
     pub count: u64,
 }
+
+/// A period of the wait-event sampling without a sample.
+///
+/// ```
+/// use slipstream_bench::context::WaitGap;
+/// let g: WaitGap = serde_json::from_value(serde_json::json!({
+///     "from_s": 1.0, "to_s": null, "missed": 4, "reconnects_tried": 2,
+///     "why": "could not connect: connection refused",
+/// })).unwrap();
+/// assert_eq!(g.to_s, None); // no sample from 1 s to the end of the sampling
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitGap {
+    /// Seconds from the start of the sampling (the run's start, warm-up included) to the
+    /// last sample before the period (0 when there was none).
+    pub from_s: f64,
+    /// Seconds from the start of the sampling to the first sample after the period; `None`
+    /// when no sample came after it (to the end of the sampling).
+    pub to_s: Option<f64>,
+    /// Sample times in the period that have no sample.
+    pub missed: u32,
+    /// Connections tried in the period (with a growing pause between them, up to
+    /// [`RECONNECT_PAUSE_MAX`]).
+    pub reconnects_tried: u32,
+    /// What ended the sampling (the first error of the period).
+    pub why: String,
+}
+
+pub use sampler::RECONNECT_PAUSE_MAX;
 
 /// SHA-256 of `bytes`, hex.
 ///
@@ -455,66 +494,6 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Samples wait events every [`WAIT_SAMPLE_EVERY`] until `stop` completes (the window's
-    /// end), on a connection of its own.
-    ///
-    /// ```
-    /// # #[tokio::main] async fn main() {
-    /// use std::time::Duration;
-    /// let url = "postgres://postgres@127.0.0.1:1/postgres"; // no server here
-    /// let mut capture = slipstream_bench::context::before(url, "w").await;
-    /// capture.sample_waits(tokio::time::sleep(Duration::from_millis(100))).await;
-    /// let ctx = capture.after().await;
-    /// assert_eq!(ctx.wait_samples, 0);
-    /// assert!(ctx.wait_events.is_empty());
-    /// # }
-    /// ```
-    pub async fn sample_waits<S: std::future::Future>(&mut self, stop: S) {
-        let mut warnings = Vec::new();
-        // Each step gives way to `stop`: on a stalled server a connect or a sample waits up
-        // to 5 s, which would hold the end of the run.
-        tokio::pin!(stop);
-        let connected = tokio::select! {
-            c = connect(&self.url, &mut warnings) => c,
-            _ = &mut stop => None,
-        };
-        let Some(mut client) = connected else {
-            self.ctx.warnings.extend(warnings);
-            return;
-        };
-        let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut r = Reader::new(&mut client, &mut warnings, "during the window");
-        let got = tokio::select! {
-            got = r.text("idle_session_timeout", NO_IDLE_TIMEOUT) => got,
-            _ = &mut stop => Ok(None),
-        };
-        r.keep(got, |e| {
-            format!("could not turn off idle_session_timeout for the wait-event sampler: {e}")
-        });
-        while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
-            tokio::select! {
-                _ = &mut stop => break,
-                _ = tick.tick() => {}
-            }
-            let got = tokio::select! {
-                got = r.json::<Vec<WaitEvent>>("pg_stat_activity", WAITS) => got,
-                _ = &mut stop => break,
-            };
-            let Some(v) = r.keep(got, |e| format!("could not sample pg_stat_activity: {e}")) else {
-                break;
-            };
-            self.ctx.wait_samples += 1;
-            for w in v.unwrap_or_default() {
-                *self
-                    .waits
-                    .entry((w.state, w.wait_event_type, w.wait_event))
-                    .or_default() += w.count;
-            }
-        }
-        self.ctx.warnings.extend(warnings);
-    }
-
     /// Takes the snapshot after the run and returns the whole context.
     ///
     /// ```

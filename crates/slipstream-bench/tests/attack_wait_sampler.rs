@@ -82,14 +82,23 @@ fn wait_sampler_reconnects_after_its_backend_is_terminated() {
     let said = sampler_warnings(&ctx);
     assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
     assert!(said[0].contains("administrator command"), "{said:?}");
+    // The period is kept: from the last sample before the termination to the first after.
+    let [gap] = ctx.wait_gaps.as_slice() else {
+        panic!("{:?}", ctx.wait_gaps)
+    };
+    let to = gap.to_s.expect("no sample after the termination");
+    assert!((0.9..=1.3).contains(&gap.from_s) && to > 1.2, "{gap:?}");
+    assert_eq!(ctx.wait_samples_missed, gap.missed);
 }
 
 /// Promise: the sampler goes on after a server restart mid-run.
 ///
 /// Steps: a cluster; wait events sampled for 4.5 s; at 1.2 s the testkit restarts the
 /// server (fast shutdown, start on the same port). At least one sample after the restart
-/// must be taken: more than the 3 before it (the restart itself takes under 2 s here, so
-/// at least 2 more come after it), and one warning speaks of the sampler.
+/// must be taken: at least 5 of the about 9 (3 fall before it; the restart itself takes
+/// under 1 s here), one warning speaks of the sampler, and every period without samples
+/// ended with a sample (a restart quick enough may leave no sample time out: the period is
+/// still kept, as the connection was lost).
 ///
 /// Before the fix: the sampler stopped for good at the restart: 3 samples.
 #[test]
@@ -111,6 +120,11 @@ fn wait_sampler_goes_on_after_a_server_restart() {
     );
     let said = sampler_warnings(&ctx);
     assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+    assert!(
+        !ctx.wait_gaps.is_empty() && ctx.wait_gaps.iter().all(|g| g.to_s.is_some()),
+        "{:?}",
+        ctx.wait_gaps
+    );
 }
 
 /// Promise: a server that goes down mid-run and stays down holds neither the run's end nor
@@ -141,4 +155,75 @@ fn wait_sampler_says_when_the_server_stayed_down_to_the_end() {
     let said = sampler_warnings(&ctx);
     assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
     assert!(said[0].contains("to the end"), "{said:?}");
+    let gap = ctx.wait_gaps.last().unwrap();
+    assert_eq!(gap.to_s, None, "{:?}", ctx.wait_gaps);
+    assert!((0.9..=1.7).contains(&gap.from_s), "{gap:?}");
+    // Never hammering a down server: 1.8 s down, with pauses of 0.5, 1, 2 s between tries
+    // (a fixed 100 ms pause, as the users', would try about 18 times).
+    assert!(gap.reconnects_tried <= 4, "{gap:?}");
+    assert!(ctx.wait_samples_missed >= 2, "{:?}", ctx.wait_gaps);
+}
+
+/// Promise: in a run (`bench::run`, as `slipstream bench` runs it), the sampler shows as
+/// `application_name` `slipstream-bench wait-event sampler`, reconnects after its backend
+/// is terminated, and the run's result keeps the period and says it once; the users are
+/// not touched.
+///
+/// Steps: a cluster; one user pinging for 4 s, its context captured; at 1.2 s another
+/// session terminates every backend of that application_name (exactly one). The result
+/// must have a period without samples that ended with a sample, one warning of the
+/// sampler, at least 5 samples, and no failed transaction.
+///
+/// Added with the fix (before it the sampler set no application_name, and the run kept 3
+/// samples: see the tests above).
+#[test]
+fn a_run_keeps_sampling_after_its_sampler_is_terminated() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let killer = std::thread::spawn({
+        let url = url.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            rt().block_on(async {
+                let mut c = slipstream_pg::connect(&url).await.unwrap();
+                let row = c
+                    .query_one(
+                        "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
+                         WHERE application_name = 'slipstream-bench wait-event sampler'",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, i32>(0).unwrap()
+            })
+        }
+    });
+    let mut c = common::config(Some(url.clone()), 1, 3, Duration::from_secs(4));
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&workload, &c, std::future::pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    assert_eq!(
+        killer.join().unwrap(),
+        1,
+        "the sampler was not found by its name"
+    );
+    let ctx = run.context.as_ref().unwrap();
+    assert!(
+        !ctx.wait_gaps.is_empty() && ctx.wait_gaps.iter().all(|g| g.to_s.is_some()),
+        "{:?}",
+        ctx.wait_gaps
+    );
+    assert!(ctx.wait_samples >= 5, "{} samples", ctx.wait_samples);
+    assert_eq!(sampler_warnings(ctx).len(), 1, "{:?}", ctx.warnings);
+    let t = &run.transactions[0];
+    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
 }

@@ -76,8 +76,14 @@ pub(super) fn lines(c: &RunContext) -> Vec<String> {
             .take(5)
             .map(|w| format!("{}:{} {}", w.wait_event_type, w.wait_event, w.count))
             .collect();
+        // Missing samples make the counts smaller than the run's waits: say so beside them.
+        let missed = if c.wait_samples_missed > 0 {
+            format!(" ({} sample times missed)", c.wait_samples_missed)
+        } else {
+            String::new()
+        };
         out.push(format!(
-            "active backends' waits over {} samples: {}",
+            "active backends' waits over {} samples{missed}: {}",
             c.wait_samples,
             if w.is_empty() {
                 "none seen".into()
@@ -129,7 +135,10 @@ pub(super) fn html(out: &mut String, c: &RunContext) {
     }
     details(
         out,
-        &format!("Wait events ({} samples during the window)", c.wait_samples),
+        &format!(
+            "Wait events ({} samples during the run, {} sample times missed)",
+            c.wait_samples, c.wait_samples_missed
+        ),
         &waits,
     );
     if let Some(stmts) = c.after.as_ref().and_then(|a| a.statements.as_ref()) {

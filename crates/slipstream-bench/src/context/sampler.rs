@@ -1,0 +1,290 @@
+//! The wait-event sampler: `pg_stat_activity` every [`WAIT_SAMPLE_EVERY`] during the run, on
+//! a connection of its own.
+//!
+//! # Implementation details
+//!
+//! The connection may end at any time: a restart, `pg_terminate_backend`, a server that goes
+//! down. Before each sample the connection is checked for an end the server announced while
+//! it was idle (`Client::check_idle`, as the runner's `replace_if_ended` does for its users),
+//! so a terminated backend costs no failed query. A lost connection opens a *gap*; the next
+//! sample time reconnects, and each failed try doubles the pause before the next one, from
+//! [`WAIT_SAMPLE_EVERY`] up to [`RECONNECT_PAUSE_MAX`]: a down server sees one connection
+//! every 5 s at most from the sampler, not one per sample time. The first sample after it
+//! closes the gap. Every wait (a connect, a session setting, a sample) gives way to the
+//! run's `stop`, so neither the run's end nor its result waits on the sampler; a gap still
+//! open then lasts to the end of the sampling.
+//!
+//! The gaps are kept in the result ([`RunContext::wait_gaps`](super::RunContext::wait_gaps),
+//! with the count of missing samples) and said in one warning, whatever their number.
+
+use std::time::{Duration, Instant};
+
+use slipstream_pg::Client;
+
+use super::{
+    Capture, NO_IDLE_TIMEOUT, QUERY_TIMEOUT, WAIT_SAMPLE_EVERY, WAIT_SAMPLES_MAX, WAITS, WaitEvent,
+    WaitGap,
+};
+
+/// The longest pause between two reconnects of the sampler to a server that refuses them.
+/// Long enough that a down server is not hammered, short enough that a server back after a
+/// restart loses at most this much more of the sampling.
+pub const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// The sampler's session shows as this in `pg_stat_activity.application_name`, so a DBA (or
+/// a test) can tell it from the users' sessions.
+const SAMPLER_SESSION: &str = "SELECT pg_catalog.set_config('application_name', \
+     'slipstream-bench wait-event sampler', false)";
+
+/// At most this many periods are listed in the warning; the result keeps them all.
+const GAPS_LISTED: usize = 5;
+
+/// A period without samples, still open.
+struct Open {
+    /// The last sample before it (`None`: none was taken yet).
+    after: Option<Instant>,
+    reconnects_tried: u32,
+    why: String,
+}
+
+impl Capture {
+    /// Samples wait events every [`WAIT_SAMPLE_EVERY`] until `stop` completes (the window's
+    /// end), on a connection of its own, reconnecting when it ends (see the module's
+    /// implementation details). The periods without samples are in
+    /// [`RunContext::wait_gaps`](super::RunContext::wait_gaps) and one warning.
+    ///
+    /// ```
+    /// # #[tokio::main] async fn main() {
+    /// use std::time::Duration;
+    /// let url = "postgres://postgres@127.0.0.1:1/postgres"; // no server here
+    /// let mut capture = slipstream_bench::context::before(url, "w").await;
+    /// capture.sample_waits(tokio::time::sleep(Duration::from_millis(100))).await;
+    /// let ctx = capture.after().await;
+    /// assert_eq!(ctx.wait_samples, 0);
+    /// assert!(ctx.wait_events.is_empty());
+    /// assert_eq!(ctx.wait_gaps[0].to_s, None); // no sample from the start to the end
+    /// # }
+    /// ```
+    pub async fn sample_waits<S: std::future::Future>(&mut self, stop: S) {
+        tokio::pin!(stop);
+        let start = Instant::now();
+        let mut client: Option<Client> = None;
+        let mut last: Option<Instant> = None;
+        let mut open: Option<Open> = None;
+        let mut pause = WAIT_SAMPLE_EVERY;
+        let mut next_try = start;
+        let mut setup_warning = None;
+        let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tick.tick() => {}
+            }
+            if let Some(c) = client.as_mut()
+                && let Err(e) = c.check_idle()
+            {
+                lose(&mut open, last, e.to_string());
+                client = None;
+            }
+            let c = match client.as_mut() {
+                Some(c) => c,
+                None => {
+                    if Instant::now() < next_try {
+                        continue;
+                    }
+                    let opened = tokio::select! {
+                        o = connect(&self.url, &mut setup_warning) => o,
+                        _ = &mut stop => break,
+                    };
+                    if let Some(o) = open.as_mut() {
+                        o.reconnects_tried += 1;
+                    }
+                    match opened {
+                        Ok(c) => {
+                            pause = WAIT_SAMPLE_EVERY;
+                            client.insert(c)
+                        }
+                        Err(e) => {
+                            lose(&mut open, last, e);
+                            next_try = Instant::now() + pause;
+                            pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let got = tokio::select! {
+                got = sample(c) => got,
+                _ = &mut stop => break,
+            };
+            match got {
+                Ok(v) => {
+                    let now = Instant::now();
+                    if let Some(o) = open.take() {
+                        self.close(start, o, Some(now));
+                    }
+                    last = Some(now);
+                    self.ctx.wait_samples += 1;
+                    for w in v {
+                        *self
+                            .waits
+                            .entry((w.state, w.wait_event_type, w.wait_event))
+                            .or_default() += w.count;
+                    }
+                }
+                Err(e) => {
+                    // A timed-out sample still owes its reply, and every later one would wait
+                    // behind it: a new connection starts clean.
+                    if e.ended {
+                        client = None;
+                    }
+                    lose(&mut open, last, e.why);
+                }
+            }
+        }
+        if let Some(o) = open.take() {
+            self.close(start, o, None);
+        }
+        self.ctx.warnings.extend(setup_warning);
+        if let Some(w) = gaps_warning(&self.ctx.wait_gaps, self.ctx.wait_samples) {
+            self.ctx.warnings.push(w);
+        }
+    }
+
+    /// Keeps the period `o`, ended by the sample at `to` (`None`: by the end of the sampling).
+    fn close(&mut self, start: Instant, o: Open, to: Option<Instant>) {
+        let from = o.after.unwrap_or(start);
+        let end = to.unwrap_or_else(Instant::now);
+        let spans =
+            end.saturating_duration_since(from).as_secs_f64() / WAIT_SAMPLE_EVERY.as_secs_f64();
+        // Sample times strictly between the samples around the period; without a sample
+        // before it, the start's own time is missing too.
+        let missed = match (o.after, to) {
+            (Some(_), Some(_)) => spans.round() - 1.0,
+            (None, Some(_)) => spans.round(),
+            (Some(_), None) => spans.floor(),
+            (None, None) => spans.floor() + 1.0,
+        }
+        .max(0.0) as u32;
+        self.ctx.wait_samples_missed += missed;
+        self.ctx.wait_gaps.push(WaitGap {
+            from_s: secs(from - start),
+            to_s: to.map(|t| secs(t - start)),
+            missed,
+            reconnects_tried: o.reconnects_tried,
+            why: o.why,
+        });
+    }
+}
+
+/// Opens a period without samples after `last`, unless one is open: its first error is
+/// what ended the sampling, the later ones only what kept it down.
+fn lose(open: &mut Option<Open>, last: Option<Instant>, why: String) {
+    open.get_or_insert(Open {
+        after: last,
+        reconnects_tried: 0,
+        why,
+    });
+}
+
+/// Seconds, to the millisecond.
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+/// Why a sample failed, and whether its connection is done for.
+struct Failed {
+    why: String,
+    ended: bool,
+}
+
+/// Connects the sampler and sets its session up. A setting that fails is `setup_warning`
+/// (once for the run: every reconnect would say the same), not a lost connection.
+async fn connect(url: &str, setup_warning: &mut Option<String>) -> Result<Client, String> {
+    let mut c = match tokio::time::timeout(QUERY_TIMEOUT, slipstream_pg::connect(url)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Err(format!("could not connect: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "connecting timed out after {} s",
+                QUERY_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    for (sql, what) in [
+        (NO_IDLE_TIMEOUT, "turn off idle_session_timeout"),
+        (SAMPLER_SESSION, "set application_name"),
+    ] {
+        match tokio::time::timeout(QUERY_TIMEOUT, c.query_one(sql, &[])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if !c.is_broken() => {
+                setup_warning.get_or_insert_with(|| {
+                    format!("could not {what} for the wait-event sampler: {e}")
+                });
+            }
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => {
+                return Err(format!(
+                    "setting up the session timed out after {} s",
+                    QUERY_TIMEOUT.as_secs()
+                ));
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// One sample: the wait states of this database's other client backends.
+async fn sample(c: &mut Client) -> Result<Vec<WaitEvent>, Failed> {
+    let row = match tokio::time::timeout(QUERY_TIMEOUT, c.query_one(WAITS, &[])).await {
+        Ok(Ok(row)) => row,
+        Ok(Err(e)) => {
+            return Err(Failed {
+                why: e.to_string(),
+                ended: c.is_broken(),
+            });
+        }
+        Err(_) => {
+            return Err(Failed {
+                why: format!("a sample timed out after {} s", QUERY_TIMEOUT.as_secs()),
+                ended: true,
+            });
+        }
+    };
+    let failed = |why: String| Failed { why, ended: false };
+    let text = row
+        .get::<_, Option<String>>(0)
+        .map_err(|e| failed(e.to_string()))?;
+    match text {
+        Some(t) => serde_json::from_str(&t).map_err(|e| failed(e.to_string())),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The one warning for all the periods without samples.
+fn gaps_warning(gaps: &[WaitGap], samples: u32) -> Option<String> {
+    if gaps.is_empty() {
+        return None;
+    }
+    let missed: u32 = gaps.iter().map(|g| g.missed).sum();
+    let mut listed: Vec<String> = gaps
+        .iter()
+        .take(GAPS_LISTED)
+        .map(|g| match g.to_s {
+            Some(to) => format!("{:.1} s to {to:.1} s ({})", g.from_s, g.why),
+            None => format!("{:.1} s to the end ({})", g.from_s, g.why),
+        })
+        .collect();
+    if gaps.len() > GAPS_LISTED {
+        listed.push(format!("and {} more", gaps.len() - GAPS_LISTED));
+    }
+    Some(format!(
+        "the wait-event sampler lost its connection {} time{} and has no samples for {missed} of its {} sample times (seconds from the run's start): {}; it reconnected with a growing pause (at most {} s), and the wait events are those of the {samples} samples taken",
+        gaps.len(),
+        if gaps.len() == 1 { "" } else { "s" },
+        missed + samples,
+        listed.join("; "),
+        RECONNECT_PAUSE_MAX.as_secs()
+    ))
+}
