@@ -227,3 +227,89 @@ fn a_run_keeps_sampling_after_its_sampler_is_terminated() {
     let t = &run.transactions[0];
     assert!(t.ok > 0 && t.failed == 0, "{t:?}");
 }
+
+/// A proxy in front of `cluster` (no delay), and the URL through it.
+fn proxied(cluster: &slipstream_testkit::Cluster) -> (slipstream_testkit::DelayProxy, String) {
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = slipstream_testkit::DelayProxy::start(target, Duration::ZERO).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+        proxy.port()
+    );
+    (proxy, url)
+}
+
+/// Held. Promise: a server that stops answering (a stall longer than a sample's 5 s
+/// timeout) costs the samples of the stall, not the rest of the run: the sampler gives up
+/// on that connection, reconnects once the server answers, and keeps the period.
+///
+/// Steps: a cluster behind a proxy; wait events sampled for 10 s; the proxy holds all
+/// traffic from 1.2 s to 7 s (the sample in flight times out at about 6.5 s, and the
+/// reconnect waits for the stall's end). A period must start at about 1 s, end with a
+/// sample, name the timeout, and at least 3 samples must come after it.
+///
+/// Written after the fix; on c7d9cb3's code the first timeout ended the sampling ("reading
+/// pg_stat_activity timed out after 5 s, so the rest of the context during the window was
+/// not read").
+#[test]
+fn wait_sampler_goes_on_after_a_stall_longer_than_a_sample_timeout() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let (proxy, url) = proxied(&cluster);
+    let (ctx, took) = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            proxy.set_stalled(true);
+            std::thread::sleep(Duration::from_millis(5800));
+            proxy.set_stalled(false);
+        });
+        sample(&url, Duration::from_secs(10))
+    });
+    assert!(took < Duration::from_secs(11), "sampling took {took:?}");
+    let [gap] = ctx.wait_gaps.as_slice() else {
+        panic!("{:?} {:?}", ctx.wait_gaps, ctx.warnings)
+    };
+    let to = gap.to_s.expect("no sample after the stall");
+    // The stall's end is on this test's clock, a little after the sampling's start.
+    assert!((0.9..=1.3).contains(&gap.from_s) && to >= 6.5, "{gap:?}");
+    assert!(gap.why.contains("timed out"), "{gap:?}");
+    assert!(ctx.wait_samples >= 3 + 3, "{} samples", ctx.wait_samples);
+    assert_eq!(sampler_warnings(&ctx).len(), 1, "{:?}", ctx.warnings);
+}
+
+/// Promise: a server that stalls from before the run to its end holds neither the run's
+/// end nor its result, and the result says the sampler had no samples: a connect that
+/// hangs gives way to the end of the sampling.
+///
+/// Steps: a cluster behind a proxy that holds all traffic after the context was read;
+/// wait events sampled for 2 s. Sampling must end within 1 s of the window's end, with one
+/// period from the start to the end and no sample.
+///
+/// Before the fix (d844114, and c7d9cb3 alike): sampling ended on time, but with no sample,
+/// no period and no warning: the end cut the hanging connect short and said nothing, so the
+/// result read as a run whose sampler saw nothing rather than one it never reached.
+#[test]
+fn wait_sampler_connecting_to_a_stalled_server_does_not_hold_the_end() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let (proxy, url) = proxied(&cluster);
+    let window = Duration::from_secs(2);
+    let (ctx, took) = rt().block_on(async {
+        let capture = bench::context::before(&url, "w").await;
+        proxy.set_stalled(true);
+        let mut capture = capture;
+        let t = Instant::now();
+        capture.sample_waits(tokio::time::sleep(window)).await;
+        let took = t.elapsed();
+        proxy.set_stalled(false);
+        (capture.after().await, took)
+    });
+    assert!(
+        took < window + Duration::from_secs(1),
+        "sampling took {took:?}"
+    );
+    assert_eq!(ctx.wait_samples, 0);
+    let [gap] = ctx.wait_gaps.as_slice() else {
+        panic!("{:?}", ctx.wait_gaps)
+    };
+    assert_eq!((gap.from_s, gap.to_s), (0.0, None), "{gap:?}");
+    assert!(gap.missed >= 4, "{gap:?}");
+}
