@@ -93,9 +93,13 @@ impl Capture {
                     if Instant::now() < next_try {
                         continue;
                     }
+                    let began = Instant::now();
                     let opened = tokio::select! {
                         o = connect(&self.url, &mut setup_warning) => o,
-                        _ = &mut stop => break,
+                        _ = &mut stop => {
+                            cut_short(&mut open, last, began, "connecting");
+                            break;
+                        }
                     };
                     if let Some(o) = open.as_mut() {
                         o.reconnects_tried += 1;
@@ -114,9 +118,13 @@ impl Capture {
                     }
                 }
             };
+            let began = Instant::now();
             let got = tokio::select! {
                 got = sample(c) => got,
-                _ = &mut stop => break,
+                _ = &mut stop => {
+                    cut_short(&mut open, last, began, "a sample");
+                    break;
+                }
             };
             match got {
                 Ok(v) => {
@@ -186,6 +194,25 @@ fn lose(open: &mut Option<Open>, last: Option<Instant>, why: String) {
         reconnects_tried: 0,
         why,
     });
+}
+
+/// The end of the sampling cut short `what`, which began at `began`. One that waited longer
+/// than a sample interval is a server not answering, and the sample times since the last
+/// sample are missing: without this, a connect hanging to the end left no period and no
+/// warning, and the result read as a sampler that saw nothing. One cut short sooner is an
+/// ordinary sample in flight, and no loss.
+fn cut_short(open: &mut Option<Open>, last: Option<Instant>, began: Instant, what: &str) {
+    let waited = began.elapsed();
+    if waited >= WAIT_SAMPLE_EVERY {
+        lose(
+            open,
+            last,
+            format!(
+                "{what} had not been answered after {:.1} s when the sampling ended",
+                waited.as_secs_f64()
+            ),
+        );
+    }
 }
 
 /// Seconds, to the millisecond.
