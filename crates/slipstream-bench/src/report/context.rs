@@ -178,3 +178,41 @@ fn details(out: &mut String, title: &str, t: &Table) {
     push_table(out, t);
     out.push_str("</details>\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{WaitEvent, WaitGap};
+
+    /// The report's line of waits says how many sample times have no sample, beside the
+    /// counts they make smaller, and the warning that names the periods follows it.
+    #[test]
+    fn the_waits_line_names_the_missed_samples() {
+        let c = RunContext {
+            wait_samples: 6,
+            wait_samples_missed: 3,
+            wait_gaps: vec![WaitGap {
+                from_s: 1.0,
+                to_s: None,
+                missed: 3,
+                reconnects_tried: 2,
+                why: "could not connect: refused".into(),
+            }],
+            wait_events: vec![WaitEvent {
+                state: "active".into(),
+                wait_event_type: "CPU".into(),
+                wait_event: "running".into(),
+                count: 6,
+            }],
+            warnings: vec!["the wait-event sampler lost its connection 1 time".into()],
+            ..Default::default()
+        };
+        let l = lines(&c);
+        assert!(
+            l.iter().any(|l| l
+                == "active backends' waits over 6 samples (3 sample times missed): CPU:running 6"),
+            "{l:?}"
+        );
+        assert!(l.iter().any(|l| l.contains("lost its connection")), "{l:?}");
+    }
+}
