@@ -185,18 +185,7 @@ fn a_run_keeps_sampling_after_its_sampler_is_terminated() {
         let url = url.clone();
         move || {
             std::thread::sleep(Duration::from_millis(1200));
-            rt().block_on(async {
-                let mut c = slipstream_pg::connect(&url).await.unwrap();
-                let row = c
-                    .query_one(
-                        "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
-                         WHERE application_name = 'slipstream-bench wait-event sampler'",
-                        &[],
-                    )
-                    .await
-                    .unwrap();
-                row.get::<_, i32>(0).unwrap()
-            })
+            terminate_sampler(&url)
         }
     });
     let mut c = common::config(Some(url.clone()), 1, 3, Duration::from_secs(4));
@@ -313,4 +302,92 @@ fn wait_sampler_connecting_to_a_stalled_server_does_not_hold_the_end() {
     };
     assert_eq!((gap.from_s, gap.to_s), (0.0, None), "{gap:?}");
     assert!(gap.missed >= 4, "{gap:?}");
+}
+
+/// Terminates, in a session of its own, every backend named as the sampler; returns how
+/// many.
+fn terminate_sampler(url: &str) -> i32 {
+    rt().block_on(async {
+        let mut c = slipstream_pg::connect(url).await.unwrap();
+        let row = c
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
+                 WHERE application_name = 'slipstream-bench wait-event sampler'",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i32>(0).unwrap()
+    })
+}
+
+/// Held. Promise: however many times the connection ends, the result keeps each period and
+/// says them all in one warning (not one per failure).
+///
+/// Steps: a cluster; wait events sampled for 4.5 s; the sampler's backend terminated at
+/// 1.2 s and again at 2.7 s. Two periods, both ended by a sample, and exactly one warning
+/// of the sampler, which says 2 times.
+#[test]
+fn two_terminations_are_two_periods_in_one_warning() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let killer = std::thread::spawn({
+        let url = url.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(1200));
+            let first = terminate_sampler(&url);
+            std::thread::sleep(Duration::from_millis(1500));
+            (first, terminate_sampler(&url))
+        }
+    });
+    let (ctx, _) = sample(&url, WINDOW);
+    assert_eq!(killer.join().unwrap(), (1, 1));
+    assert_eq!(ctx.wait_gaps.len(), 2, "{:?}", ctx.wait_gaps);
+    assert!(
+        ctx.wait_gaps.iter().all(|g| g.to_s.is_some()),
+        "{:?}",
+        ctx.wait_gaps
+    );
+    let said = sampler_warnings(&ctx);
+    assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+    assert!(said[0].contains("lost its connection 2 times"), "{said:?}");
+}
+
+/// Held. Promise: a run whose server goes down and stays down ends on time and writes its
+/// result, which says the sampler had no samples from then on.
+///
+/// Steps: a cluster; one user pinging for 3 s (grace 300 ms), its context captured; at
+/// 1.2 s the testkit stops the server for good. The run must end within 15 s (a bound on a
+/// hang: the users' reconnects and the context's connect after the run each fail at once on
+/// a refused port), and its context must end with a period to the end.
+#[test]
+fn a_run_whose_server_stays_down_ends_and_says_the_sampling_stopped() {
+    let mut cluster = slipstream_testkit::Cluster::start().unwrap();
+    let url = cluster.url();
+    let mut c = common::config(Some(url.clone()), 1, 3, Duration::from_secs(3));
+    c.progress = bench::Style::Quiet;
+    c.grace = Duration::from_millis(300);
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
+    let run = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            cluster.stop().unwrap();
+        });
+        rt().block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(15),
+                bench::run(&workload, &c, std::future::pending::<()>()),
+            )
+            .await
+        })
+    })
+    .expect("the run ends within 15 s")
+    .unwrap();
+    let ctx = run.context.as_ref().unwrap();
+    let gap = ctx.wait_gaps.last().expect("no period without samples");
+    assert_eq!(gap.to_s, None, "{:?}", ctx.wait_gaps);
+    assert!(gap.missed >= 2, "{gap:?}");
+    let said = sampler_warnings(ctx);
+    assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
+    assert!(said[0].contains("to the end"), "{said:?}");
 }
