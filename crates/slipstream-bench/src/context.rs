@@ -5,8 +5,10 @@
 //!
 //! - before the users connect: server version, settings not at their default
 //!   (`pg_settings.source <> 'default'`), and a [`ServerSnapshot`];
-//! - during the measured window: wait events sampled from `pg_stat_activity` every
-//!   [`WAIT_SAMPLE_EVERY`] (at most [`WAIT_SAMPLES_MAX`] samples);
+//! - during the run: wait events sampled from `pg_stat_activity` every
+//!   [`WAIT_SAMPLE_EVERY`] (at most [`WAIT_SAMPLES_MAX`] samples), on a connection opened
+//!   again when it ends (with a growing pause, up to [`RECONNECT_PAUSE_MAX`]); the periods
+//!   without samples are kept as [`WaitGap`]s;
 //! - after the drain: a second [`ServerSnapshot`].
 //!
 //! A snapshot holds this database's `pg_stat_database` row and, when the extension is
