@@ -228,3 +228,103 @@ fn a_merged_result_says_which_part_was_interrupted_and_when() {
         .expect("an interrupted-run warning");
     assert!(warning.contains(&part), "{warning}");
 }
+
+/// Each stage's successes that ended inside the window, as `stage_table` shows them: its
+/// count, and its TPS times its length (the TPS has one decimal).
+fn stage_counts(run: &BenchRun) -> Vec<(u64, f64)> {
+    let table = bench::stage_table(run).expect("two stages").render();
+    run.stages
+        .iter()
+        .map(|s| {
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&s.name))
+                .unwrap_or_else(|| panic!("no {} in\n{table}", s.name));
+            // ..., load, transaction, count, tps, ...: the cells after the type's name.
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            let at = cells.iter().position(|c| *c == "sleep").unwrap();
+            let tps: f64 = cells[at + 2].parse().unwrap();
+            (cells[at + 1].parse().unwrap(), tps * (s.end_s - s.start_s))
+        })
+        .collect()
+}
+
+/// Promise (docs/bench.md, phases and TPS; merge.rs: stages add by position, a part stopped
+/// early may have fewer stages): a stage's TPS in `by stage:` counts the successes that ended
+/// inside its window, the drain's left out, so a merged result's stage holds, in its TPS,
+/// the sum of its parts' in-window successes in that stage.
+///
+/// Steps: two load generators of a closed loop of 20 users, 300 ms a transaction, two 1 s
+/// stages (each user has one in flight at the window's end, which ends in the drain); the
+/// second is stopped (a Ctrl-C) 0.65 s into stage 1, so its 20 drained successes are in its
+/// stage 1. Merged, each stage's in-window successes (TPS x length) must be the parts' own,
+/// added.
+///
+/// Before the fix, `stage_table` took every part's drain off the merged result's last stage:
+/// the stopped part's drain (20) stayed in stage 1's TPS and was taken off stage 2's,
+/// which read fewer than its parts had ended there.
+#[test]
+fn a_merged_stage_counts_each_parts_drain_where_that_part_ended() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (20, 1, 21);
+    c.warmup = Duration::ZERO;
+    c.stages = vec![
+        "1s:users=20".parse().unwrap(),
+        "1s:users=20".parse().unwrap(),
+    ];
+    c.grace = Duration::from_secs(30);
+    c.progress = bench::Style::Quiet;
+    let full = rt()
+        .block_on(bench::run(&common::sleeping(300), &c, pending::<()>()))
+        .unwrap();
+    c.seed = 22;
+    let stopped = rt()
+        .block_on(async {
+            let stop = tokio::time::sleep(Duration::from_millis(650));
+            bench::run(&common::sleeping(300), &c, stop).await
+        })
+        .unwrap();
+    let drained = |r: &BenchRun| {
+        r.intervals
+            .after_window
+            .get("sleep")
+            .map_or(0, |i| i.sufficient.n)
+    };
+    assert!(
+        stopped.interrupted && stopped.stages.len() == 1 && drained(&stopped) > 5,
+        "the stopped part must end in stage 1 with a backlog: {} stages, {} drained",
+        stopped.stages.len(),
+        drained(&stopped)
+    );
+    // A part with one stage has no `by stage:` table: its stage's in-window successes are
+    // the run's.
+    let mut parts_in_window = vec![0.0, 0.0];
+    for (i, (_, in_window)) in stage_counts(&full).into_iter().enumerate() {
+        parts_in_window[i] += in_window;
+    }
+    parts_in_window[0] += stopped.ok_in_window("sleep") as f64;
+    let mut stopped_together = stopped.clone();
+    stopped_together.started_at = full.started_at.clone();
+    let merged = bench::merge(&[
+        ("gen1.json".into(), full.clone()),
+        ("gen2.json".into(), stopped_together),
+    ])
+    .unwrap();
+    let table = bench::stage_table(&merged).unwrap().render();
+    let merged_counts = stage_counts(&merged);
+    let mut sum = 0.0;
+    for (i, ((_, got), want)) in merged_counts.iter().zip(&parts_in_window).enumerate() {
+        // The TPS's one decimal over stages of about 1 s, in each part and the merged.
+        assert!(
+            (got - want).abs() <= 0.5,
+            "stage {}: {got:.1} in-window successes merged, where its parts had {want:.1}\n{table}",
+            i + 1
+        );
+        sum += got;
+    }
+    let all = merged.ok_in_window("sleep") as f64;
+    assert!(
+        (sum - all).abs() <= 0.5,
+        "stages {sum:.1}, run {all}\n{table}"
+    );
+}
