@@ -562,6 +562,7 @@ fn merge_stages(
                             failed: 0,
                             latency_ms: Default::default(),
                             histogram: String::new(),
+                            drained: Some(0),
                         });
                         sums.push((histogram::new(), 0.0));
                         m.transactions.len() - 1
@@ -570,6 +571,16 @@ fn merge_stages(
                 let t = &mut m.transactions[j];
                 add(&mut t.ok, tx.ok, &format!("ok of {what}"))?;
                 add(&mut t.failed, tx.failed, &format!("failed of {what}"))?;
+                // Each part's drain stays in the stage that part's window ended in; one part
+                // that does not say (an older file) leaves the merged stage not saying either.
+                t.drained = match (t.drained, tx.drained) {
+                    (Some(total), Some(n)) => Some(
+                        total
+                            .checked_add(n)
+                            .ok_or_else(|| overflow(&format!("drained of {what}")))?,
+                    ),
+                    _ => None,
+                };
                 let (hist, sum_ms) = &mut sums[j];
                 histogram::add(hist, &decode(&tx.histogram, &what)?)?;
                 *sum_ms += tx.latency_ms.mean * tx.ok as f64;

@@ -207,13 +207,34 @@ pub struct StageTx {
     /// of several load generators add (`slipstream report --merge`).
     #[serde(default)]
     pub histogram: String,
+    /// Of `ok`, those that ended after the window, in the drain: in the stage's count and
+    /// latencies, not in its TPS. A run's drain is in the stage its window ended in, but a
+    /// merged result's parts may have ended theirs in different stages (one stopped early),
+    /// so each stage keeps its own. `None` in files written before it was saved: the drain is
+    /// then taken to be in the last stage listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<u64>,
+}
+
+impl StageTx {
+    /// The successes that ended inside the window, in this stage; `last` says whether the
+    /// stage is its run's last listed, where a file without [`StageTx::drained`] has the
+    /// drain (`after_window`, that run's per-type drained successes).
+    pub(crate) fn ok_in_window(&self, last: bool, after_window: Option<u64>) -> u64 {
+        let drained = match self.drained {
+            Some(n) => n,
+            None if last => after_window.unwrap_or(0),
+            None => 0,
+        };
+        self.ok.saturating_sub(drained)
+    }
 }
 
 impl StageResult {
-    /// Successful transactions per second over the stage: its `ok` over its length. The last
-    /// stage's `ok` holds the window's successes that ended in the drain too (with no run at
-    /// hand, they cannot be told apart here); [`stage_table`] leaves them out of its TPS, as
-    /// [`crate::BenchRun::tps`] does.
+    /// Successful transactions per second over the stage: those that ended inside the window
+    /// (`ok` less `drained`), over its length, as [`crate::BenchRun::tps`] and
+    /// [`stage_table`] count them. In a file written before `drained` was saved, the drain
+    /// cannot be told apart here and is counted; [`stage_table`] takes it off the last stage.
     ///
     /// ```
     /// # fn main() -> anyhow::Result<()> {
@@ -233,12 +254,18 @@ impl StageResult {
     /// # let run = tokio::runtime::Runtime::new()?
     /// #     .block_on(slipstream_bench::run(&workload, &config, std::future::pending::<()>()))?;
     /// let s = &run.stages[0];
-    /// let ok: u64 = s.transactions.iter().map(|t| t.ok).sum();
+    /// let ok: u64 = s.transactions.iter().map(|t| t.ok - t.drained.unwrap()).sum();
     /// assert_eq!(s.tps(), ok as f64 / (s.end_s - s.start_s));
+    /// // One stage: the run's successes that ended inside the window.
+    /// assert_eq!(ok, run.ok_in_window("nap"));
     /// # Ok(()) }
     /// ```
     pub fn tps(&self) -> f64 {
-        let ok: u64 = self.transactions.iter().map(|t| t.ok).sum();
+        let ok: u64 = self
+            .transactions
+            .iter()
+            .map(|t| t.ok.saturating_sub(t.drained.unwrap_or(0)))
+            .sum();
         let secs = self.end_s - self.start_s;
         if secs > 0.0 { ok as f64 / secs } else { 0.0 }
     }
@@ -505,6 +532,7 @@ impl Plan {
                             failed: c.failed,
                             latency_ms: percentiles(&c.hist, c.sum_ms),
                             histogram: crate::histogram::encode(&c.hist),
+                            drained: Some(c.drained),
                         }
                     })
                     .collect(),
@@ -526,6 +554,8 @@ pub(crate) struct StageTotals {
 struct Cell {
     hist: Histogram<u64>,
     ok: u64,
+    /// Of `ok`, those that ended in the drain.
+    drained: u64,
     failed: u64,
     sum_ms: f64,
 }
@@ -539,6 +569,7 @@ impl StageTotals {
                     .map(|_| Cell {
                         hist: crate::histogram::new(),
                         ok: 0,
+                        drained: 0,
                         failed: 0,
                         sum_ms: 0.0,
                     })
@@ -549,12 +580,13 @@ impl StageTotals {
     }
 
     /// With one stage (a run without phases), which `record` leaves empty: fills its figures
-    /// for type `kind` from the run's totals of that type, which are the same samples.
+    /// for type `kind` from the run's totals of that type, which are the same samples
+    /// (`drained` of its `ok` ended in the drain).
     pub(crate) fn whole_run(
         &mut self,
         kind: usize,
         hist: &Histogram<u64>,
-        ok: u64,
+        (ok, drained): (u64, u64),
         failed: u64,
         sum_ms: f64,
     ) {
@@ -562,6 +594,7 @@ impl StageTotals {
             cells[kind] = Cell {
                 hist: hist.clone(),
                 ok,
+                drained,
                 failed,
                 sum_ms,
             };
@@ -591,8 +624,9 @@ impl StageTotals {
             return;
         }
         let t = end.as_secs_f64();
+        let drained = window_end.is_some_and(|w| end >= w);
         let seg = match window_end {
-            Some(w) if end >= w => {
+            Some(w) if drained => {
                 let w = w.as_secs_f64();
                 self.ends.iter().position(|&e| w <= e)
             }
@@ -604,6 +638,7 @@ impl StageTotals {
             c.failed += 1;
         } else {
             c.ok += 1;
+            c.drained += u64::from(drained);
             c.sum_ms += latency.as_secs_f64() * 1e3;
             let _ = c.hist.record((latency.as_micros() as u64).max(1));
         }
@@ -651,15 +686,18 @@ pub fn stage_table(run: &BenchRun) -> Option<Table> {
             _ => String::new(),
         };
         let secs = (s.end_s - s.start_s).max(1e-9);
-        // The drain's completions count in the last stage listed (the one the window ended
-        // in), and its TPS, like the run's, is of those that ended inside the window.
+        // Its TPS, like the run's, is of the successes that ended inside the window: each
+        // stage knows its drained ones (a merged result's parts may have ended their windows
+        // in different stages); an older file's are all in the last stage listed.
         let last = std::ptr::eq(s, run.stages.last().unwrap_or(s));
-        let drained = |name: &str| {
-            run.intervals
-                .after_window
-                .get(name)
-                .filter(|_| last)
-                .map_or(0, |i| i.sufficient.n)
+        let in_window = |tx: &StageTx| {
+            tx.ok_in_window(
+                last,
+                run.intervals
+                    .after_window
+                    .get(&tx.name)
+                    .map(|i| i.sufficient.n),
+            )
         };
         let mut first = true;
         for tx in s.transactions.iter().filter(|tx| tx.ok + tx.failed > 0) {
@@ -678,10 +716,7 @@ pub fn stage_table(run: &BenchRun) -> Option<Table> {
                 if first { load.clone() } else { String::new() },
                 tx.name.clone(),
                 tx.ok.to_string(),
-                format!(
-                    "{:.1}",
-                    tx.ok.saturating_sub(drained(&tx.name)) as f64 / secs
-                ),
+                format!("{:.1}", in_window(tx) as f64 / secs),
                 format!("{:.3}", tx.latency_ms.p50),
                 format!("{:.3}", tx.latency_ms.p99),
                 tx.failed.to_string(),

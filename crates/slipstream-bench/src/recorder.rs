@@ -273,7 +273,14 @@ impl Recorder {
         let mut stages = t.stages.take()?;
         for (k, kt) in t.kinds.iter().enumerate() {
             let failed = kt.failures.values().sum();
-            stages.whole_run(k, &kt.hist, kt.ok, failed, kt.sums.sufficient.sum);
+            let drained = t.after[k].sufficient.n;
+            stages.whole_run(
+                k,
+                &kt.hist,
+                (kt.ok, drained),
+                failed,
+                kt.sums.sufficient.sum,
+            );
         }
         Some(stages)
     }

@@ -1027,6 +1027,14 @@ impl BenchRun {
                 n = add(n, t.ok, &what)?;
                 n = add(n, t.failed, &what)?;
                 let label = || format!("stage {:?}'s {:?}", s.name, t.name);
+                if t.drained.is_some_and(|d| d > t.ok) {
+                    return Err(format!(
+                        "{} ended {} successes in the drain, of only {}",
+                        label(),
+                        t.drained.unwrap_or(0),
+                        t.ok
+                    ));
+                }
                 holds(&t.histogram, t.ok, &label)?;
                 percentiles_hold(&t.latency_ms, &label)?;
             }
