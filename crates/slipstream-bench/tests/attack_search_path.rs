@@ -212,3 +212,57 @@ fn an_operator_planted_in_public_cannot_decide_order_entrys_invariants() {
     let calls = psql(&cluster, "SELECT count(*) FROM public.mallory_calls");
     assert_eq!(calls.trim(), "0", "check called mallory's operator");
 }
+
+/// Reads `items` unqualified, and fails unless the session's search_path is the database's
+/// `app, public` (naming the path it had: the cast of it to an integer fails; a constant such
+/// as `1 / 0` would fail at plan time, whatever the path).
+struct ReadsItsOwnPath;
+
+impl bench::Transaction for ReadsItsOwnPath {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        s.client()?
+            .simple_query(
+                "SELECT CASE WHEN current_setting('search_path') = 'app, public' THEN n \
+                 ELSE current_setting('search_path')::int END FROM items",
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Promise (docs/bench.md, Order Entry's search path): only Order Entry's own sessions pin
+/// `search_path`; the run context names its objects by schema instead, so a custom
+/// workload's sessions keep the search_path the database (or role) gives them, and its
+/// unqualified names resolve as the application's would.
+///
+/// Steps: Order Entry loaded (its loaders pin their own sessions); a table `app.items` and
+/// `ALTER DATABASE postgres SET search_path = app, public`; a one-user run, context captured
+/// as `slipstream bench` captures it, of a custom transaction that reads `items` unqualified
+/// and fails unless its session's search_path is `app, public`.
+///
+/// Held: every transaction succeeded (on b0d9517's code and after).
+#[test]
+fn a_custom_workloads_sessions_keep_their_search_path() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    psql(
+        &cluster,
+        "CREATE SCHEMA app; CREATE TABLE app.items AS SELECT 42 AS n; \
+         ALTER DATABASE postgres SET search_path = app, public;",
+    );
+    let w = Workload::new("mine").transaction("read-items", 1, || ReadsItsOwnPath);
+    let mut c = common::config(Some(url), 1, 3, Duration::from_millis(300));
+    c.progress = bench::Style::Quiet;
+    let run = rt.block_on(bench::run(&w, &c, pending::<()>())).unwrap();
+    let t = &run.transactions[0];
+    assert!(
+        t.ok > 0 && t.failed == 0,
+        "ok {} failed {}: {:?}",
+        t.ok,
+        t.failed,
+        t.failure_messages
+    );
+    assert!(run.context.is_some(), "the run's context was captured");
+}
