@@ -266,3 +266,62 @@ fn a_custom_workloads_sessions_keep_their_search_path() {
     );
     assert!(run.context.is_some(), "the run's context was captured");
 }
+
+/// Promise (docs/bench.md, Order Entry's search path): only Order Entry's own sessions pin
+/// `search_path = pg_catalog, pg_temp`; a transaction of the user's is not run on a pinned
+/// session, where its unqualified names would resolve elsewhere than the application's do.
+///
+/// Steps: Order Entry loaded; `app.items` and `ALTER DATABASE postgres SET search_path =
+/// app, public`; the user's transaction (reads `items` unqualified, checks its path) added to
+/// `order_entry::workload()` beside browse-products, each at weight 1; a one-user run.
+///
+/// Before the fix: the run went, its users' sessions shared by both types and pinned by
+/// Order Entry's `init`, and the user's transaction failed every time (65 of 65, 42P01
+/// relation "items" does not exist) beside browse-products' successes. Now the run is
+/// refused before it starts, naming the type and what to do.
+#[test]
+fn a_transaction_added_to_order_entry_is_not_run_on_its_pinned_sessions() {
+    let cluster = Cluster::start().unwrap();
+    let url = cluster.url();
+    let rt = rt();
+    rt.block_on(order_entry::setup(&url, 0.01, |_| {})).unwrap();
+    psql(
+        &cluster,
+        "CREATE SCHEMA app; CREATE TABLE app.items AS SELECT 42 AS n; \
+         ALTER DATABASE postgres SET search_path = app, public;",
+    );
+    let mut w = order_entry::workload().transaction("read-items", 1, || ReadsItsOwnPath);
+    for (name, _) in w.weights() {
+        w.set_weight(
+            &name,
+            u32::from(name == "read-items" || name == "browse-products"),
+        )
+        .unwrap();
+    }
+    let mut c = common::config(Some(url), 1, 3, Duration::from_millis(300));
+    c.progress = bench::Style::Quiet;
+    let outcome = rt.block_on(bench::run(&w, &c, pending::<()>()));
+    let run = match outcome {
+        Err(e) => {
+            let e = format!("{e:#}");
+            assert!(
+                e.contains("read-items") && e.contains("search_path"),
+                "the refusal names the type and why: {e}"
+            );
+            return;
+        }
+        Ok(run) => run,
+    };
+    let said: Vec<String> = run
+        .transactions
+        .iter()
+        .filter(|t| t.ok + t.failed > 0)
+        .map(|t| {
+            format!(
+                "{} ok {} failed {} {:?}",
+                t.name, t.ok, t.failed, t.failure_messages
+            )
+        })
+        .collect();
+    panic!("the run went on Order Entry's pinned sessions: {said:?}");
+}
