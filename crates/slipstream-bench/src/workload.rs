@@ -235,6 +235,28 @@ impl Workload {
                 ));
             }
         }
+        // Order Entry's users pin their sessions' search_path (order_entry::OWN_SEARCH_PATH),
+        // which every type of the workload shares: a type of the caller's added to it would
+        // run its unqualified names against pg_catalog alone, not the application's path.
+        if self.name == crate::order_entry::NAME {
+            let own = crate::order_entry::workload().weights();
+            let foreign: Vec<&str> = self
+                .kinds
+                .iter()
+                .filter(|k| !own.iter().any(|(name, _)| *name == k.name))
+                .map(|k| k.name.as_str())
+                .collect();
+            if !foreign.is_empty() {
+                return Err(format!(
+                    "workload {} holds transaction types of its own ({}) beside Order Entry's: \
+                     Order Entry's users pin their sessions' search_path to pg_catalog, pg_temp, \
+                     and these would share them; run them as a workload of another name (a run \
+                     of their own, beside Order Entry's)",
+                    self.name,
+                    foreign.join(", ")
+                ));
+            }
+        }
         if self.kinds.iter().all(|k| k.weight == 0) {
             return Err(format!(
                 "workload {} has no transaction with a weight above 0",

@@ -64,6 +64,8 @@ pub fn workload() -> Workload {
 /// and ran, with the bench's rights, in every measured transaction
 /// (`tests/attack_search_path.rs`). Only `pg_catalog` is searched then, whatever the role's
 /// or database's `search_path` says; the settings the context records are read before.
+/// A run refuses Order Entry's workload with a type of the caller's added (`Workload::check`):
+/// it would share these sessions.
 pub(crate) const OWN_SEARCH_PATH: &str =
     "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)";
 
