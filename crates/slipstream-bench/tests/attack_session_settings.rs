@@ -485,3 +485,69 @@ fn order_entry_loads_and_runs_under_any_formatting_settings() {
     assert!(run.transactions.iter().map(|t| t.ok).sum::<u64>() > 0);
     assert_eq!(run.context.unwrap().scale, Some(0.002));
 }
+
+/// `SELECT 1`; the first execution of the run also turns off `bencher`'s LOGIN, so every
+/// later connection of the role is refused (28000).
+struct PingThenNoLogin(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl bench::Transaction for PingThenNoLogin {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            s.client()?
+                .simple_query("ALTER ROLE bencher NOLOGIN")
+                .await?;
+        }
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// Promise (docs/bench.md, closed loop; the result's warning): sessions the server ended while
+/// their users waited idle "were replaced before the next transaction, and are in no failure
+/// count". A session whose replacement failed was not replaced, and the transactions after it
+/// fail (`client:no-connection`): the warning must not count it as replaced.
+///
+/// Steps: a superuser role `bencher` with `idle_session_timeout` 200 ms (`ALTER ROLE ... SET`);
+/// 2 users of `SELECT 1` thinking 400-500 ms, for 1.5 s; the run's first transaction turns
+/// off `bencher`'s LOGIN, so each session ended in a think cannot be replaced.
+///
+/// Before the fix: the warning said "2 sessions the server ended while their users waited idle
+/// ... were replaced before the next transaction, and are in no failure count", beside 2
+/// failures client:no-connection "reconnect failed: ... not permitted to log in".
+#[test]
+fn a_session_ended_in_a_think_whose_replacement_failed_is_not_said_replaced() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    cluster
+        .psql(
+            "CREATE ROLE bencher LOGIN SUPERUSER; \
+             ALTER ROLE bencher SET idle_session_timeout = '200ms';",
+        )
+        .unwrap();
+    let url = cluster.url_for("bencher", None);
+    let mut c = common::config(Some(url), 2, 1, Duration::from_millis(1500));
+    c.think = "400ms..500ms".parse().unwrap();
+    c.progress = bench::Style::Quiet;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workload =
+        bench::Workload::new("ping").transaction("ping", 1, move || PingThenNoLogin(done.clone()));
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    let no_connection = t.failures.get("client:no-connection").copied().unwrap_or(0);
+    assert!(
+        no_connection > 0,
+        "the replacements were refused: {:?}",
+        t.failure_messages
+    );
+    let said = bench::report::describe(&run).join("\n");
+    let claim = said
+        .lines()
+        .find(|l| l.contains("sessions the server ended"))
+        .unwrap_or_else(|| panic!("no word of the ended sessions in\n{said}"));
+    assert!(
+        !claim.contains("were replaced") || claim.contains("could not be replaced"),
+        "{claim}"
+    );
+    assert!(claim.contains("not permitted to log in"), "{claim}");
+}
