@@ -310,6 +310,11 @@ struct Shared {
     /// replacement keeps them out of the failures.
     idle_ended: std::sync::atomic::AtomicU64,
     idle_ended_why: std::sync::OnceLock<String>,
+    /// Of those, the ones whose replacement failed (the reconnect was refused, or the run
+    /// stopped first), and the first reconnect's error: not replaced, and the transactions
+    /// that follow fail (`client:no-connection`), so the warning must not call them replaced.
+    idle_unreplaced: std::sync::atomic::AtomicU64,
+    idle_unreplaced_why: std::sync::OnceLock<String>,
 }
 
 /// Runs `workload` as configured until the window ends or `stop` completes (Ctrl-C), and
@@ -391,6 +396,8 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
         panicked: std::sync::Mutex::new(None),
         idle_ended: Default::default(),
         idle_ended_why: Default::default(),
+        idle_unreplaced: Default::default(),
+        idle_unreplaced_why: Default::default(),
     });
 
     // Listened to from here on, not only once the window opens: reading the context from a
@@ -577,8 +584,20 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     let mut warnings = Vec::new();
     let idle_ended = shared.idle_ended.load(Ordering::Relaxed);
     if idle_ended > 0 {
+        let unreplaced = shared.idle_unreplaced.load(Ordering::Relaxed);
+        let replaced = idle_ended - unreplaced.min(idle_ended);
+        // Only those replaced are out of the failures; a failed reconnect left its user
+        // without a connection, and what followed failed.
+        let not_replaced = if unreplaced > 0 {
+            format!(
+                " {unreplaced} could not be replaced: the reconnect failed ({}), and the transactions that followed, if any, failed with client:no-connection.",
+                shared.idle_unreplaced_why.get().map_or("", String::as_str)
+            )
+        } else {
+            String::new()
+        };
         warnings.push(format!(
-            "{idle_ended} sessions the server ended while their users waited idle between transactions (think time, a stage's wait, the next arrival) were replaced before the next transaction, and are in no failure count; the first ended with: {}. That is the server's doing (idle_session_timeout on the role or database, pg_terminate_backend, a restart), not the workload's: to keep the sessions, set idle_session_timeout above the longest of those waits (--think's maximum, a stage's wait for its users, the gap between arrivals)",
+            "{idle_ended} sessions the server ended while their users waited idle between transactions (think time, a stage's wait, the next arrival); {replaced} were replaced before the next transaction, and are in no failure count.{not_replaced} The first ended with: {}. That is the server's doing (idle_session_timeout on the role or database, pg_terminate_backend, a restart), not the workload's: to keep the sessions, set idle_session_timeout above the longest of those waits (--think's maximum, a stage's wait for its users, the gap between arrivals)",
             shared.idle_ended_why.get().map_or("", String::as_str)
         ));
     }
@@ -1107,6 +1126,14 @@ async fn replace_if_ended(
         shared.idle_ended.fetch_add(1, Ordering::Relaxed);
         let _ = shared.idle_ended_why.set(e.to_string());
         repair(shared, user, session, txs).await;
+        if session.client_slot().as_ref().is_none_or(|c| c.is_broken()) {
+            // Relaxed: as idle_ended.
+            shared.idle_unreplaced.fetch_add(1, Ordering::Relaxed);
+            let why = session
+                .lost()
+                .unwrap_or("the run stopped before the reconnect");
+            let _ = shared.idle_unreplaced_why.set(why.to_string());
+        }
     }
 }
 

@@ -364,6 +364,11 @@ impl Session {
         };
     }
 
+    /// Why the session has no connection, when a reconnect failed.
+    pub(crate) fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+
     pub(crate) fn draw<R>(&mut self, f: impl FnOnce(&mut SmallRng) -> R) -> R {
         f(&mut self.rng)
     }
