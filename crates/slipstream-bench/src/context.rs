@@ -535,7 +535,20 @@ impl Capture {
                 _ => None,
             };
             exact_floats(&mut r).await;
-            let after = snapshot(&mut r).await;
+            let mut after = snapshot(&mut r).await;
+            // Statistics reset during the run (pg_stat_reset(), by a monitoring job or an
+            // operator, no restart): the database's counters after it less those before are
+            // no count of the run's work (commits short by those before the reset, blocks
+            // read negative), so its row is left out and the result says why.
+            if restarted.is_none()
+                && let Some(a) = after.as_mut()
+                && let Some((before, now)) = stats_reset_changed(&self.ctx.before, a)
+            {
+                a.database = None;
+                warnings.push(format!(
+                    "this database's statistics were reset during the run (pg_stat_database.stats_reset was {before} before it, {now} after it: pg_stat_reset(), by a monitoring job or an operator): its counters over the run are not known, so the database's counters after the run are left out; run again without the reset for them"
+                ));
+            }
             match restarted {
                 Some((before, now)) => warnings.push(format!(
                     "the server restarted during the run (its postmaster started at {before} before the run, at {now} after it): its statistics over the run are not known (a crash resets them), so the counters after the run are left out, and the failures around the restart are in the counts; run again for a measurement without it"
@@ -569,9 +582,27 @@ impl Capture {
     }
 }
 
+/// The `stats_reset` of `pg_stat_database` before the run and after it (JSON text, `null`
+/// when never reset), when they differ: the statistics were reset in between.
+fn stats_reset_changed(
+    before: &Option<ServerSnapshot>,
+    after: &ServerSnapshot,
+) -> Option<(String, String)> {
+    let reset = |s: Option<&ServerSnapshot>| {
+        s?.database
+            .as_ref()?
+            .get("stats_reset")
+            .cloned()
+            .or(Some(serde_json::Value::Null))
+    };
+    let (b, a) = (reset(before.as_ref())?, reset(Some(after))?);
+    (b != a).then(|| (b.to_string(), a.to_string()))
+}
+
 impl RunContext {
     /// A `pg_stat_database` counter's change over the run (after minus before), when both
-    /// snapshots have it as a number.
+    /// snapshots have it as a number, and the statistics were not reset in between (their
+    /// `stats_reset` differs; a result captured since this check leaves the row out then).
     ///
     /// ```
     /// use slipstream_bench::context::{RunContext, ServerSnapshot};
@@ -586,6 +617,10 @@ impl RunContext {
         let get = |s: &Option<ServerSnapshot>| -> Option<f64> {
             s.as_ref()?.database.as_ref()?.get(column)?.as_f64()
         };
+        let after = self.after.as_ref()?;
+        if stats_reset_changed(&self.before, after).is_some() {
+            return None;
+        }
         Some(get(&self.after)? - get(&self.before)?)
     }
 }
