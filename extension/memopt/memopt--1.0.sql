@@ -1,22 +1,28 @@
 -- memopt 1.0: memoptimized primary-key lookups
 \echo Use "CREATE EXTENSION memopt" to load this file. \quit
 
--- The schema must be the installer's own.  CREATE EXTENSION takes an existing schema memopt as
--- it is, and its owner (a database owner who made it first, say) could rename it and make a
--- memopt of her own: the functions below, and every client, call memopt's functions by that
--- name, enable_read as its caller, a superuser too.  No object is created here, so a database
--- installed before this check holds the same objects (docs/memopt.md says how to check one).
+-- The schema must belong to the installer or another superuser.  CREATE EXTENSION takes an
+-- existing schema memopt as it is, and its owner (a database owner who made it first, say)
+-- could rename it and make a memopt of her own: the functions below, and every client, call
+-- memopt's functions by that name, enable_read as its caller, a superuser too.  A superuser
+-- owner gains nothing by that she does not have; and pg_restore by another superuser than the
+-- dump's creates the schema, gives it to its old owner, then runs CREATE EXTENSION, which
+-- must work.  No object is created here, so a database installed before this check holds the
+-- same objects (docs/memopt.md says how to check one).
 DO $memopt$
 DECLARE
     owner pg_catalog.text;
+    super pg_catalog.bool;
 BEGIN
-    SELECT pg_catalog.pg_get_userbyid(n.nspowner)::pg_catalog.text INTO owner
-      FROM pg_catalog.pg_namespace n WHERE n.nspname OPERATOR(pg_catalog.=) 'memopt';
-    IF owner IS NULL OR NOT owner OPERATOR(pg_catalog.=) CURRENT_USER::pg_catalog.text THEN
-        RAISE EXCEPTION 'memopt: schema memopt belongs to role %, not to %, who installs memopt',
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner)::pg_catalog.text, r.rolsuper INTO owner, super
+      FROM pg_catalog.pg_namespace n
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'memopt';
+    IF owner IS NULL OR NOT (super OR owner OPERATOR(pg_catalog.=) CURRENT_USER::pg_catalog.text) THEN
+        RAISE EXCEPTION 'memopt: schema memopt belongs to role %, who is not a superuser, not to %, who installs memopt',
                 coalesce(owner, '(none)'), CURRENT_USER
             USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'Its owner could put functions of theirs in the place of memopt''s. Drop the schema, or make the installing superuser its owner (ALTER SCHEMA memopt OWNER TO ...), and install again.';
+                  HINT = 'Its owner could put functions of theirs in the place of memopt''s. Drop the schema, or make a superuser its owner (ALTER SCHEMA memopt OWNER TO ...), and install again.';
     END IF;
 END
 $memopt$;

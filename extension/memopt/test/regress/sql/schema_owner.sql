@@ -10,7 +10,7 @@ BEGIN
     RAISE NOTICE 'installed into another role''s schema';
 EXCEPTION WHEN insufficient_privilege THEN
     RAISE NOTICE 'refused (%), naming the owner: %', SQLSTATE,
-        SQLERRM LIKE 'memopt: schema memopt belongs to role memopt_schema_squatter, not to %';
+        SQLERRM LIKE 'memopt: schema memopt belongs to role memopt_schema_squatter, who is not a superuser, not to %';
 END
 $$;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'memopt';
