@@ -58,13 +58,18 @@ static int	maxwritten;
 /*
  * Tables and databases dropped by this transaction: their slots are released when it commits
  * (a rolled-back DROP keeps the table, its triggers and its slot).  relid = InvalidOid stands
- * for a whole database.  level is the subtransaction that dropped it.
+ * for a whole database.  level is the subtransaction that dropped it.  trigger: only a sync
+ * trigger of the table was dropped (DROP EXTENSION memopt CASCADE, DROP SCHEMA memopt
+ * CASCADE, by hand); the slot goes only if the table lacks one at PRE_COMMIT, since
+ * enable_read drops and creates them in one transaction.  Else a database whose memopt was
+ * dropped kept one of the cluster's slots until a restart, with nothing left to release it.
  */
 typedef struct PendingDrop
 {
 	Oid			dbid;
 	Oid			relid;
 	int			level;
+	bool		trigger;
 } PendingDrop;
 
 static PendingDrop *drops;
@@ -344,7 +349,7 @@ release_dropped(void)
 }
 
 static void
-note_drop(Oid dbid, Oid relid)
+note_drop(Oid dbid, Oid relid, bool trigger)
 {
 	if (ndrops == maxdrops)
 	{
@@ -357,7 +362,29 @@ note_drop(Oid dbid, Oid relid)
 	drops[ndrops].dbid = dbid;
 	drops[ndrops].relid = relid;
 	drops[ndrops].level = GetCurrentTransactionNestLevel();
+	drops[ndrops].trigger = trigger;
 	ndrops++;
+}
+
+/*
+ * PRE_COMMIT and PRE_PREPARE (catalog reads are still allowed): a table that lost a sync
+ * trigger keeps its slot only if it has both again, by name.  A table with only one is not
+ * served, and a lookup claims a fresh slot once it has both.
+ */
+static void
+keep_resynced(void)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < ndrops; i++)
+	{
+		if (drops[i].trigger &&
+			OidIsValid(get_trigger_oid(drops[i].relid, MEMOPT_ROW_TRIGGER, true)) &&
+			OidIsValid(get_trigger_oid(drops[i].relid, MEMOPT_TRUNCATE_TRIGGER, true)))
+			continue;
+		drops[kept++] = drops[i];
+	}
+	ndrops = kept;
 }
 
 /* A rolled-back savepoint un-drops what it dropped; a released one hands it to its parent. */
@@ -390,10 +417,14 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			if (ndrops > 0)
+				keep_resynced();
 			if (nwritten > 0)
 				publish_fences();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			if (ndrops > 0)
+				keep_resynced();
 			if (nwritten > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -462,10 +493,10 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 	if (access == OAT_DROP && classId == RelationRelationId && subId == 0)
 	{
 		if (memopt_table(MyDatabaseId, objectId, MEMOPT_FIND) != NULL)
-			note_drop(MyDatabaseId, objectId);
+			note_drop(MyDatabaseId, objectId, false);
 	}
 	else if (access == OAT_DROP && classId == DatabaseRelationId)
-		note_drop(objectId, InvalidOid);
+		note_drop(objectId, InvalidOid, false);
 	else if ((access == OAT_DROP || access == OAT_POST_ALTER) && classId == TriggerRelationId)
 	{
 		/*
@@ -489,6 +520,8 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId, voi
 			memopt_invalidate(t);
 			if (access == OAT_POST_ALTER)
 				switch_to_table_fence(note_written(relid), false);
+			else
+				note_drop(MyDatabaseId, relid, true);
 		}
 	}
 }
