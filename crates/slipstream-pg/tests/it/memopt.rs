@@ -187,6 +187,61 @@ async fn discard_all_forgets_the_function_oids() {
     assert!(c.memopt_get(&m, &2i64).await.unwrap().is_some());
 }
 
+/// Promise (docs/memopt.md, Client notes): "a stale OID (the extension re-created) is resolved
+/// again once outside a transaction block": a connection, a pool's too, is not left calling
+/// functions that no longer exist.
+///
+/// Steps: C resolves `m` and looks key 1 up in a pipeline. Another session runs `DROP
+/// EXTENSION memopt CASCADE; CREATE EXTENSION memopt; enable_read('m')`. C runs a pipeline
+/// lookup (it may fail: the call is written before any reply could say the OID is stale),
+/// then, outside any transaction block, a second pipeline, then resolves `m` again and runs a
+/// third.
+///
+/// Before the fix: the first failed with 42883 ("function with OID ... does not exist") and
+/// so did the second and the third: a pipeline kept the connection's stale OIDs, and
+/// `Client::memopt_table` looks them up again only on memopt 1.0, so a pooled connection's
+/// pipelined lookups failed for its life (only a lone `memopt_get` or `DISCARD ALL` mended it).
+/// Key 1 of `m` looked up in a pipeline of its own.
+async fn pipelined_lookup(
+    c: &mut Client,
+    m: &slipstream_pg::MemoptTable,
+) -> Result<Vec<Row>, slipstream_pg::Error> {
+    let mut p = c.pipeline();
+    let op = p.memopt_get(m, &1i64).await?;
+    let rows = p.process(&op).await?;
+    for r in p.end().await {
+        r?;
+    }
+    Ok(rows)
+}
+
+#[tokio::test]
+async fn a_pipeline_forgets_the_function_oids_of_a_dropped_memopt() {
+    let (cluster, mut c) = memopt_setup().await;
+    let m = c.memopt_table("m").await.unwrap();
+    assert_eq!(pipelined_lookup(&mut c, &m).await.unwrap().len(), 1);
+    let mut other = slipstream_pg::connect(&cluster.url()).await.unwrap();
+    other
+        .batch_execute(
+            "DROP EXTENSION memopt CASCADE; CREATE EXTENSION memopt; SELECT memopt.enable_read('m')",
+        )
+        .await
+        .unwrap();
+    if let Err(e) = pipelined_lookup(&mut c, &m).await {
+        assert_eq!(e.code(), Some(SqlState::UNDEFINED_FUNCTION), "{e}");
+    }
+    assert_eq!(c.transaction_status(), TransactionStatus::Idle);
+    let second = pipelined_lookup(&mut c, &m)
+        .await
+        .expect("the pipeline after the stale OID failed kept calling it");
+    assert_eq!(cells(&second[0]).0, 1);
+    let m = c.memopt_table("m").await.unwrap();
+    let third = pipelined_lookup(&mut c, &m)
+        .await
+        .expect("a pipeline after resolving m again");
+    assert_eq!(cells(&third[0]).0, 1);
+}
+
 #[tokio::test]
 async fn pipelined_lookups_sit_between_other_operations_in_both_modes() {
     let (_cluster, mut c) = memopt_setup().await;
