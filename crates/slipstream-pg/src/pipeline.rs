@@ -889,7 +889,8 @@ impl Pipeline<'_> {
             _ if !self.started => self.client.memopt_functions().await,
             _ => Err(Error::usage(
                 "the memopt functions are not resolved on this connection (DISCARD ALL ran in \
-                 this pipeline block): end the block and call Client::memopt_table again",
+                 this pipeline block, or an earlier lookup in it found memopt dropped): end the \
+                 block and call Client::memopt_table again",
             )),
         }
     }
@@ -1729,6 +1730,19 @@ impl Pipeline<'_> {
         // A prepared statement of the caller's that no longer fits the server (DDL, a
         // `DEALLOCATE`): the server names it by the client's `S<n>`, or not at all.
         let stale = pending.reply.stale();
+        // A memopt function whose OID was resolved before the extension was dropped (and
+        // maybe created again): forget the connection's OIDs, so that the next block (or lone
+        // call) resolves them again, as `Client::memopt_get` does at once. Kept, they failed
+        // every later pipelined lookup on the connection, a pool's for its life.
+        if pending.kind.is_function_call()
+            && pending
+                .reply
+                .error
+                .as_ref()
+                .is_some_and(|e| e.code() == Some(crate::SqlState::UNDEFINED_FUNCTION))
+        {
+            self.client.memopt = None;
+        }
         if let Some(e) = pending.reply.error.take() {
             let e = match &pending.statement {
                 Some(stmt) if stale => crate::query::stale_prepared(stmt, e),
