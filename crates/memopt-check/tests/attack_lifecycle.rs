@@ -225,3 +225,62 @@ async fn memopt_dropped_and_created_again_under_a_live_connection_serves_the_new
     }
     assert!(compare_every_key(&mut c, "after the drop").await > 0);
 }
+
+/// Promise: `ALTER EXTENSION memopt UPDATE` from 1.0 with an enabled, warmed table keeps every
+/// answer right (the update adds functions, the triggers and the store stay); `DROP SCHEMA
+/// memopt CASCADE` drops the extension and the table's sync triggers, its entries and, when it
+/// commits, its registry slot, so that memopt created again starts the table afresh.
+///
+/// Steps: memopt 1.0; `t` enabled, populated, every key read (hits); rows updated; `ALTER
+/// EXTENSION memopt UPDATE`; every key read; `DROP SCHEMA memopt CASCADE`; rows updated while
+/// memopt is gone; `CREATE EXTENSION memopt`, `enable_read('t')`; every key read, and the
+/// table's statistics are those reads' alone.
+///
+/// The update held (helper h95). Before d2770e7 the schema's drop left the slot: after
+/// `enable_read` the table's `lookups` carried the old install's 240 on top of the new 120.
+#[tokio::test]
+async fn an_update_from_1_0_and_a_dropped_schema_keep_every_answer_right() {
+    let cluster = memopt_check::cluster(&[]).unwrap();
+    let mut c = connect(&cluster.url()).await;
+    c.batch_execute("CREATE EXTENSION memopt VERSION '1.0'")
+        .await
+        .unwrap();
+    memopt_check::table(&mut c, "t", ROWS as i32).await.unwrap();
+    memopt_check::populate(&mut c, "t").await.unwrap();
+    assert!(compare_every_key(&mut c, "memopt 1.0").await > 0);
+    c.batch_execute("UPDATE t SET v = v || '-10' WHERE k % 2 = 1; ALTER EXTENSION memopt UPDATE")
+        .await
+        .unwrap();
+    let version: String = memopt_check::scalar(
+        &mut c,
+        "SELECT extversion FROM pg_extension WHERE extname = 'memopt'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(version, "1.1");
+    assert!(compare_every_key(&mut c, "updated to 1.1").await > 0);
+
+    // Each its own transaction: one that creates the triggers again before it commits keeps
+    // the slot (enable_read drops and creates them in one).
+    for sql in [
+        "DROP SCHEMA memopt CASCADE",
+        "UPDATE t SET v = v || '-gone'",
+        "CREATE EXTENSION memopt",
+        "SELECT memopt.enable_read('t')",
+    ] {
+        c.batch_execute(sql).await.unwrap();
+    }
+    let mut fresh = connect(&cluster.url()).await;
+    assert!(compare_every_key(&mut fresh, "created again").await > 0);
+    let lookups: i64 = memopt_check::scalar(
+        &mut fresh,
+        "SELECT lookups FROM memopt.stats WHERE \"table\" = 't'::regclass",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        lookups,
+        3 * ROWS,
+        "t's statistics carry lookups from before memopt was dropped"
+    );
+}
