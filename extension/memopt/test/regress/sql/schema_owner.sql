@@ -62,6 +62,60 @@ $$;
 DROP SCHEMA memopt;
 DROP ROLE memopt_other_admin;
 
+-- A superuser's schema where another role may create objects, or holds some, is refused too:
+-- her memopt.enable_read(text) is what a superuser's memopt.enable_read('t') calls (an
+-- unknown literal prefers text to regclass).  Before the fix: installed, and that call ran
+-- her code as the superuser.
+CREATE ROLE memopt_planter;
+CREATE SCHEMA memopt;
+GRANT CREATE ON SCHEMA memopt TO memopt_planter;
+DO $$
+BEGIN
+    CREATE EXTENSION memopt;
+    RAISE NOTICE 'installed into a schema another role may create in';
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'refused (%)', SQLSTATE;
+END
+$$;
+SET ROLE memopt_planter;
+CREATE FUNCTION memopt.enable_read(text) RETURNS void LANGUAGE sql AS 'SELECT';
+RESET ROLE;
+REVOKE CREATE ON SCHEMA memopt FROM memopt_planter;
+DO $$
+BEGIN
+    CREATE EXTENSION memopt;
+    RAISE NOTICE 'installed beside another role''s function';
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'refused (%)', SQLSTATE;
+END
+$$;
+DROP EXTENSION IF EXISTS memopt;
+DROP FUNCTION memopt.enable_read(text);
+-- Without the grant and the function, the superuser's schema is accepted.
+DO $$
+BEGIN
+    CREATE EXTENSION memopt;
+    RAISE NOTICE 'installed';
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'refused (%)', SQLSTATE;
+END
+$$;
+-- The update checks the same: a grant given after the install is refused there.
+DROP EXTENSION memopt;
+CREATE EXTENSION memopt VERSION '1.0';
+GRANT CREATE ON SCHEMA memopt TO PUBLIC;
+DO $$
+BEGIN
+    ALTER EXTENSION memopt UPDATE;
+    RAISE NOTICE 'updated in a schema everyone may create in';
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'refused (%)', SQLSTATE;
+END
+$$;
+DROP EXTENSION memopt;
+DROP SCHEMA memopt;
+DROP ROLE memopt_planter;
+
 -- Held: the control file says superuser = true and not trusted, so a role without superuser
 -- cannot install memopt (it would run the install as the bootstrap superuser otherwise), and
 -- relocatable = false with schema = memopt refuses any other schema.
