@@ -24,6 +24,44 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Its owner could put functions of theirs in the place of memopt''s. Drop the schema, or make a superuser its owner (ALTER SCHEMA memopt OWNER TO ...), and install again.';
     END IF;
+    -- Nor may any other role create there, or own anything there: her memopt.enable_read(text)
+    -- is what memopt.enable_read('t') calls (an unknown literal prefers text to regclass).
+    SELECT coalesce(pg_catalog.pg_get_userbyid(a.grantee)::pg_catalog.text, 'PUBLIC') INTO owner
+      FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'memopt'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                        WHERE r.oid OPERATOR(pg_catalog.=) a.grantee AND r.rolsuper)
+     LIMIT 1;
+    IF owner IS NOT NULL THEN
+        RAISE EXCEPTION 'memopt: role %, who is not a superuser, may create objects in schema memopt', owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Such a role could put functions of theirs in the place of memopt''s. REVOKE CREATE ON SCHEMA memopt FROM that role, and install again.';
+    END IF;
+    SELECT pg_catalog.pg_get_userbyid(o.owner)::pg_catalog.text INTO owner
+      FROM (SELECT proowner AS owner FROM pg_catalog.pg_proc p, pg_catalog.pg_namespace n
+             WHERE p.pronamespace OPERATOR(pg_catalog.=) n.oid
+               AND n.nspname OPERATOR(pg_catalog.=) 'memopt'
+            UNION ALL
+            SELECT relowner FROM pg_catalog.pg_class c, pg_catalog.pg_namespace n
+             WHERE c.relnamespace OPERATOR(pg_catalog.=) n.oid
+               AND n.nspname OPERATOR(pg_catalog.=) 'memopt'
+            UNION ALL
+            SELECT typowner FROM pg_catalog.pg_type t, pg_catalog.pg_namespace n
+             WHERE t.typnamespace OPERATOR(pg_catalog.=) n.oid
+               AND n.nspname OPERATOR(pg_catalog.=) 'memopt'
+            UNION ALL
+            SELECT oprowner FROM pg_catalog.pg_operator o, pg_catalog.pg_namespace n
+             WHERE o.oprnamespace OPERATOR(pg_catalog.=) n.oid
+               AND n.nspname OPERATOR(pg_catalog.=) 'memopt') o
+     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                        WHERE r.oid OPERATOR(pg_catalog.=) o.owner AND r.rolsuper)
+     LIMIT 1;
+    IF owner IS NOT NULL THEN
+        RAISE EXCEPTION 'memopt: schema memopt holds objects of role %, who is not a superuser', owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'They could stand in the place of memopt''s functions. Drop them (or the schema), and install again.';
+    END IF;
 END
 $memopt$;
 
