@@ -536,18 +536,27 @@ impl Capture {
             };
             exact_floats(&mut r).await;
             let mut after = snapshot(&mut r).await;
-            // Statistics reset during the run (pg_stat_reset(), by a monitoring job or an
-            // operator, no restart): the database's counters after it less those before are
-            // no count of the run's work (commits short by those before the reset, blocks
-            // read negative), so its row is left out and the result says why.
+            // stats_reset moved during the run: the database's counters after it less those
+            // before may be no count of the run's work (after pg_stat_reset(), by a monitoring
+            // job or an operator, commits read short by those before it and blocks read
+            // negative), so its row is left out and the result says why. A reset of one
+            // table's or function's counters moves stats_reset too and leaves the database's
+            // alone; the row cannot tell the two apart unless a counter went down, so the
+            // warning names the cause only when it knows it.
             if restarted.is_none()
                 && let Some(a) = after.as_mut()
                 && let Some((before, now)) = stats_reset_changed(&self.ctx.before, a)
             {
+                let lower = counter_gone_down(&self.ctx.before, a);
                 a.database = None;
-                warnings.push(format!(
-                    "this database's statistics were reset during the run (pg_stat_database.stats_reset was {before} before it, {now} after it: pg_stat_reset(), by a monitoring job or an operator): its counters over the run are not known, so the database's counters after the run are left out; run again without the reset for them"
-                ));
+                warnings.push(match lower {
+                    Some((col, b, n)) => format!(
+                        "this database's statistics were reset during the run (pg_stat_database.stats_reset was {before} before it, {now} after it, and its {col} went from {b} to {n}: pg_stat_reset(), by a monitoring job or an operator): its counters over the run are not known, so the database's counters after the run are left out; run again without the reset for them"
+                    ),
+                    None => format!(
+                        "pg_stat_database.stats_reset moved during the run ({before} before it, {now} after it) and none of this database's counters went down: a reset of one table's or function's counters (pg_stat_reset_single_table_counters(), pg_stat_reset_single_function_counters()) moves it and leaves the database's counters alone, while pg_stat_reset() resets them, and the row cannot tell which ran; the database's counters after the run are left out, since they may not be the run's work; run again without the reset for them"
+                    ),
+                });
             }
             match restarted {
                 Some((before, now)) => warnings.push(format!(
@@ -597,6 +606,33 @@ fn stats_reset_changed(
     };
     let (b, a) = (reset(before.as_ref())?, reset(Some(after))?);
     (b != a).then(|| (b.to_string(), a.to_string()))
+}
+
+/// Counters of `pg_stat_database` that only a reset of the database's statistics (or a
+/// crash) takes down; `numbackends` and the like are levels, not counts.
+const NEVER_DOWN: &[&str] = &[
+    "xact_commit",
+    "xact_rollback",
+    "blks_read",
+    "blks_hit",
+    "tup_returned",
+    "tup_fetched",
+];
+
+/// The first of [`NEVER_DOWN`] lower after the run than before it (its name, before, after):
+/// proof that the database's counters were reset in between.
+fn counter_gone_down(
+    before: &Option<ServerSnapshot>,
+    after: &ServerSnapshot,
+) -> Option<(&'static str, f64, f64)> {
+    let (b, a) = (
+        before.as_ref()?.database.as_ref()?,
+        after.database.as_ref()?,
+    );
+    NEVER_DOWN.iter().find_map(|col| {
+        let (x, y) = (b.get(*col)?.as_f64()?, a.get(*col)?.as_f64()?);
+        (y < x).then_some((*col, x, y))
+    })
 }
 
 impl RunContext {
