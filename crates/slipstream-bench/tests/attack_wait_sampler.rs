@@ -391,3 +391,63 @@ fn a_run_whose_server_stays_down_ends_and_says_the_sampling_stopped() {
     assert_eq!(said.len(), 1, "{:?}", ctx.warnings);
     assert!(said[0].contains("to the end"), "{said:?}");
 }
+
+/// `SELECT pg_sleep(0.1)` for its first second (the warm-up's work, a wait event of its
+/// own: `Timeout:PgSleep`), `SELECT 1` after it.
+struct SleepsThenPings(std::sync::Arc<std::sync::OnceLock<Instant>>);
+
+impl bench::Transaction for SleepsThenPings {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        let first = *self.0.get_or_init(Instant::now);
+        let sql = if first.elapsed() < Duration::from_secs(1) {
+            "SELECT pg_sleep(0.1)"
+        } else {
+            "SELECT 1"
+        };
+        s.client()?.simple_query(sql).await?;
+        Ok(())
+    }
+}
+
+/// Promise (`RunContext::wait_events`: "seen in `pg_stat_activity` ... during the window";
+/// docs/bench.md: the warm-up is excluded from what a run measures): the waits of a run
+/// are those of its measured window, not of its warm-up.
+///
+/// Steps: a cluster; 2 users, a 2.5 s warm-up and a 1.5 s window; the users' transaction
+/// sleeps on the server (`pg_sleep`, wait event `Timeout:PgSleep`) for its first second only,
+/// well inside the warm-up, and runs `SELECT 1` after. No sample of the window can see a
+/// `PgSleep`.
+///
+/// Before the fix: the sampler started with the warm-up, and the result's waits (and the
+/// report's "active backends' waits over N samples") held `Timeout:PgSleep` seen only in the
+/// warm-up, beside the window's: a warm-up's cold-cache `IO:DataFileRead` is read as the
+/// run's, and a warm-up of 5 minutes or more filled all 600 samples before the window opened.
+#[test]
+fn the_waits_are_the_windows_not_the_warm_ups() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = common::config(Some(cluster.url()), 2, 3, Duration::from_millis(1500));
+    c.warmup = Duration::from_millis(2500);
+    c.progress = bench::Style::Quiet;
+    let first = std::sync::Arc::new(std::sync::OnceLock::new());
+    let workload = bench::Workload::new("sleep-then-ping")
+        .transaction("t", 1, move || SleepsThenPings(first.clone()));
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&workload, &c, std::future::pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
+    let ctx = run.context.as_ref().unwrap();
+    assert!(ctx.wait_samples >= 2, "{} samples", ctx.wait_samples);
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        !ctx.wait_events.iter().any(|w| w.wait_event == "PgSleep"),
+        "the warm-up's waits are in the run's:\n{said}"
+    );
+}
