@@ -5,7 +5,7 @@
 //!
 //! - before the users connect: server version, settings not at their default
 //!   (`pg_settings.source <> 'default'`), and a [`ServerSnapshot`];
-//! - during the run: wait events sampled from `pg_stat_activity` every
+//! - during the window (not the warm-up): wait events sampled from `pg_stat_activity` every
 //!   [`WAIT_SAMPLE_EVERY`] (at most [`WAIT_SAMPLES_MAX`] samples), on a connection opened
 //!   again when it ends (with a growing pause, up to [`RECONNECT_PAUSE_MAX`]); the periods
 //!   without samples are kept as [`WaitGap`]s;
@@ -168,7 +168,8 @@ pub struct WaitEvent {
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitGap {
-    /// Seconds from the start of the sampling (the run's start, warm-up included) to the
+    /// Seconds from the start of the sampling (in a run, the window's start: the warm-up is
+    /// not sampled; files written before it count from the warm-up's start) to the
     /// last sample before the period (0 when there was none).
     pub from_s: f64,
     /// Seconds from the start of the sampling to the first sample after the period; `None`

@@ -490,6 +490,17 @@ pub async fn run_until<S: Future + Send, Q: Future + Send>(
     let sampler = capture.map(|mut capture| {
         let mut stopped = shared.stop_signal.subscribe();
         tokio::spawn(async move {
+            // The waits are the window's, as everything else the run measures: the warm-up's
+            // (a cold cache's IO:DataFileRead, a load's own) were read as the run's, and a
+            // warm-up of WAIT_SAMPLES_MAX sample times or more left none for the window. A
+            // run stopped in its warm-up measured nothing, and samples nothing either.
+            let warmed_up = tokio::select! {
+                _ = tokio::time::sleep_until(window.from.into()) => true,
+                _ = stopped.wait_for(|s| *s) => false,
+            };
+            if !warmed_up {
+                return capture;
+            }
             let window_ends = async move {
                 tokio::select! {
                     _ = tokio::time::sleep_until(window.to.into()) => {}

@@ -307,7 +307,7 @@ fn gaps_warning(gaps: &[WaitGap], samples: u32) -> Option<String> {
         listed.push(format!("and {} more", gaps.len() - GAPS_LISTED));
     }
     Some(format!(
-        "the wait-event sampler lost its connection {} time{} and has no samples for {missed} of its {} sample times (seconds from the run's start): {}; it reconnected with a growing pause (at most {} s), and the wait events are those of the {samples} samples taken",
+        "the wait-event sampler lost its connection {} time{} and has no samples for {missed} of its {} sample times (seconds from the start of the sampling, the window's): {}; it reconnected with a growing pause (at most {} s), and the wait events are those of the {samples} samples taken",
         gaps.len(),
         if gaps.len() == 1 { "" } else { "s" },
         missed + samples,
