@@ -451,3 +451,91 @@ fn the_waits_are_the_windows_not_the_warm_ups() {
         "the warm-up's waits are in the run's:\n{said}"
     );
 }
+
+/// `SELECT 1`; its first execution tells `first` (the window's start, to the test's killer).
+struct PingTelling(std::sync::Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>);
+
+impl bench::Transaction for PingTelling {
+    async fn execute(&mut self, s: &mut bench::Session) -> Result<(), bench::TxError> {
+        if let Some(tx) = self.0.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// Promise (docs/bench.md, the run's context: the sampler is the bench's own look at the
+/// server, beside the system under test): the wait-event sampler's reconnect does not take
+/// a connection the users need; a server (or role) at its connection limit keeps its
+/// connections for the users.
+///
+/// Steps: a role `bencher` (LOGIN, not superuser) with `CONNECTION LIMIT 1`; one user of
+/// `SELECT 1` thinking 6 s, for 14 s (transactions at 6 s and 12 s). The user holds the
+/// role's one connection, so the sampler is refused from the start (53300) and retries with
+/// its growing pause (about 0 s, 1 s, 2.5 s, 5 s, 9.5 s). 0.8 s after the first transaction,
+/// another session terminates the user's backend (in its think). The user replaces it
+/// before its next transaction, at 12 s.
+///
+/// Before the fix: the sampler's next try (at about 9.5 s) took the freed connection and
+/// kept it: the user's replacement was refused ("too many connections for role"), and the
+/// transaction after it failed with client:no-connection, for the bench's own sampler.
+#[test]
+fn the_sampler_does_not_take_the_connection_a_user_needs() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    cluster
+        .psql("CREATE ROLE bencher LOGIN CONNECTION LIMIT 1")
+        .unwrap();
+    let admin = cluster.url();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let killer = std::thread::spawn(move || {
+        rx.recv_timeout(Duration::from_secs(30)).ok()?;
+        std::thread::sleep(Duration::from_millis(800));
+        Some(rt().block_on(async {
+            let mut c = slipstream_pg::connect(&admin).await.unwrap();
+            c.query_one(
+                "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
+                 WHERE usename = 'bencher' \
+                 AND application_name <> 'slipstream-bench wait-event sampler'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+            .unwrap()
+        }))
+    });
+    let mut c = common::config(
+        Some(cluster.url_for("bencher", None)),
+        1,
+        1,
+        Duration::from_secs(14),
+    );
+    c.think = "6s..6s".parse().unwrap();
+    c.progress = bench::Style::Quiet;
+    let tell = std::sync::Arc::new(std::sync::Mutex::new(Some(tx)));
+    let workload =
+        bench::Workload::new("ping").transaction("ping", 1, move || PingTelling(tell.clone()));
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&workload, &c, std::future::pending::<()>()),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    assert_eq!(
+        killer.join().unwrap(),
+        Some(1),
+        "the user's backend was not terminated"
+    );
+    let t = &run.transactions[0];
+    let said = bench::report::describe(&run).join("\n");
+    assert!(t.ok >= 2, "{t:?}\n{said}");
+    assert_eq!(
+        t.failed, 0,
+        "the user lost its connection to the sampler:\n{said}"
+    );
+}
