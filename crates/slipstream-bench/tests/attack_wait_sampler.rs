@@ -538,4 +538,10 @@ fn the_sampler_does_not_take_the_connection_a_user_needs() {
         t.failed, 0,
         "the user lost its connection to the sampler:\n{said}"
     );
+    let ctx = run.context.as_ref().unwrap();
+    let w = sampler_warnings(ctx);
+    assert!(
+        w.len() == 1 && w[0].contains("stopped trying"),
+        "the result does not say the sampler gave way:\n{said}"
+    );
 }

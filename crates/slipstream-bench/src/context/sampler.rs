@@ -14,6 +14,12 @@
 //! run's `stop`, so neither the run's end nor its result waits on the sampler; a gap still
 //! open then lasts to the end of the sampling.
 //!
+//! A server that refuses the sampler for its connection limit (53300: `max_connections`, a
+//! role's or a database's `CONNECTION LIMIT`) is full of the users' connections, and the
+//! next one to leave is a user's, which its user will want back: the sampler stops trying
+//! for the rest of the run rather than take it (it did, and the user's replacement was
+//! refused and its transactions failed `client:no-connection`). The result says so.
+//!
 //! The gaps are kept in the result ([`RunContext::wait_gaps`](super::RunContext::wait_gaps),
 //! with the count of missing samples) and said in one warning, whatever their number.
 
@@ -74,6 +80,8 @@ impl Capture {
         let mut pause = WAIT_SAMPLE_EVERY;
         let mut next_try = start;
         let mut setup_warning = None;
+        // Refused at a connection limit: no more tries (see the module's doc).
+        let mut gave_way = false;
         let mut tick = tokio::time::interval(WAIT_SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while (self.ctx.wait_samples as usize) < WAIT_SAMPLES_MAX {
@@ -90,7 +98,7 @@ impl Capture {
             let c = match client.as_mut() {
                 Some(c) => c,
                 None => {
-                    if Instant::now() < next_try {
+                    if gave_way || Instant::now() < next_try {
                         continue;
                     }
                     let began = Instant::now();
@@ -109,8 +117,9 @@ impl Capture {
                             pause = WAIT_SAMPLE_EVERY;
                             client.insert(c)
                         }
-                        Err(e) => {
-                            lose(&mut open, last, e);
+                        Err(Refused { why, at_limit }) => {
+                            lose(&mut open, last, why);
+                            gave_way = at_limit;
                             next_try = Instant::now() + pause;
                             pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
                             continue;
@@ -155,7 +164,7 @@ impl Capture {
             self.close(start, o, None);
         }
         self.ctx.warnings.extend(setup_warning);
-        if let Some(w) = gaps_warning(&self.ctx.wait_gaps, self.ctx.wait_samples) {
+        if let Some(w) = gaps_warning(&self.ctx.wait_gaps, self.ctx.wait_samples, gave_way) {
             self.ctx.warnings.push(w);
         }
     }
@@ -226,17 +235,35 @@ struct Failed {
     ended: bool,
 }
 
+/// Why the sampler could not connect, and whether the server refused it at a connection
+/// limit (53300), where it gives way to the users.
+struct Refused {
+    why: String,
+    at_limit: bool,
+}
+
+impl From<String> for Refused {
+    fn from(why: String) -> Self {
+        Refused {
+            why,
+            at_limit: false,
+        }
+    }
+}
+
 /// Connects the sampler and sets its session up. A setting that fails is `setup_warning`
 /// (once for the run: every reconnect would say the same), not a lost connection.
-async fn connect(url: &str, setup_warning: &mut Option<String>) -> Result<Client, String> {
+async fn connect(url: &str, setup_warning: &mut Option<String>) -> Result<Client, Refused> {
     let mut c = match tokio::time::timeout(QUERY_TIMEOUT, slipstream_pg::connect(url)).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Err(format!("could not connect: {e}")),
+        Ok(Err(e)) => {
+            return Err(Refused {
+                why: format!("could not connect: {e}"),
+                at_limit: e.code() == Some(slipstream_pg::SqlState::TOO_MANY_CONNECTIONS),
+            });
+        }
         Err(_) => {
-            return Err(format!(
-                "connecting timed out after {} s",
-                QUERY_TIMEOUT.as_secs()
-            ));
+            return Err(format!("connecting timed out after {} s", QUERY_TIMEOUT.as_secs()).into());
         }
     };
     for (sql, what) in [
@@ -250,12 +277,13 @@ async fn connect(url: &str, setup_warning: &mut Option<String>) -> Result<Client
                     format!("could not {what} for the wait-event sampler: {e}")
                 });
             }
-            Ok(Err(e)) => return Err(e.to_string()),
+            Ok(Err(e)) => return Err(e.to_string().into()),
             Err(_) => {
                 return Err(format!(
                     "setting up the session timed out after {} s",
                     QUERY_TIMEOUT.as_secs()
-                ));
+                )
+                .into());
             }
         }
     }
@@ -289,8 +317,9 @@ async fn sample(c: &mut Client) -> Result<Vec<WaitEvent>, Failed> {
     }
 }
 
-/// The one warning for all the periods without samples.
-fn gaps_warning(gaps: &[WaitGap], samples: u32) -> Option<String> {
+/// The one warning for all the periods without samples; `gave_way`: the last one lasted to
+/// the end because the sampler stopped trying at a connection limit.
+fn gaps_warning(gaps: &[WaitGap], samples: u32, gave_way: bool) -> Option<String> {
     if gaps.is_empty() {
         return None;
     }
@@ -306,12 +335,19 @@ fn gaps_warning(gaps: &[WaitGap], samples: u32) -> Option<String> {
     if gaps.len() > GAPS_LISTED {
         listed.push(format!("and {} more", gaps.len() - GAPS_LISTED));
     }
+    let retries = if gave_way {
+        "; the server refused it at its connection limit (53300), so it stopped trying for the rest of the run rather than take a connection a user would need back (raise max_connections or the role's CONNECTION LIMIT by one for the samples)".to_string()
+    } else {
+        format!(
+            "; it reconnected with a growing pause (at most {} s)",
+            RECONNECT_PAUSE_MAX.as_secs()
+        )
+    };
     Some(format!(
-        "the wait-event sampler lost its connection {} time{} and has no samples for {missed} of its {} sample times (seconds from the start of the sampling, the window's): {}; it reconnected with a growing pause (at most {} s), and the wait events are those of the {samples} samples taken",
+        "the wait-event sampler lost its connection {} time{} and has no samples for {missed} of its {} sample times (seconds from the start of the sampling, the window's): {}{retries}, and the wait events are those of the {samples} samples taken",
         gaps.len(),
         if gaps.len() == 1 { "" } else { "s" },
         missed + samples,
         listed.join("; "),
-        RECONNECT_PAUSE_MAX.as_secs()
     ))
 }
