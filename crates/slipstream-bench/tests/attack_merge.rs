@@ -328,3 +328,79 @@ fn a_merged_stage_counts_each_parts_drain_where_that_part_ended() {
         "stages {sum:.1}, run {all}\n{table}"
     );
 }
+
+/// Promise (docs/bench.md, merging; `StageTx::drained`: a file without it "keeps the old
+/// reading", its drain in its last stage listed): a merge of a part written before `drained`
+/// was saved with a part written since counts each part's drain where that part ended it.
+///
+/// Steps: as `a_merged_stage_counts_each_parts_drain_where_that_part_ended`, but the full
+/// part's stages lose their `drained` (an older file): its drain is all in its stage 2, as
+/// the old reading has it. The stopped part (this version) ended its 20 drained in stage 1.
+/// Merged, each stage's in-window successes (TPS x length) must be the parts' own, added.
+///
+/// Before the fix: one part without `drained` left the merged stages without it, and the
+/// merged result fell back to the old reading for both: every part's drain taken off stage 2
+/// (the stopped part's too, which it never ran), and the stopped part's drain left in stage
+/// 1's TPS: the fault `a_merged_stage_counts_each_parts_drain_where_that_part_ended` fixed,
+/// back for any merge with one older file.
+#[test]
+fn a_merge_with_an_older_part_counts_each_parts_drain_where_that_part_ended() {
+    let mut c = RunConfig::new(None);
+    (c.users, c.threads, c.seed) = (20, 1, 21);
+    c.warmup = Duration::ZERO;
+    c.stages = vec![
+        "1s:users=20".parse().unwrap(),
+        "1s:users=20".parse().unwrap(),
+    ];
+    c.grace = Duration::from_secs(30);
+    c.progress = bench::Style::Quiet;
+    let mut full = rt()
+        .block_on(bench::run(&common::sleeping(300), &c, pending::<()>()))
+        .unwrap();
+    for s in &mut full.stages {
+        for t in &mut s.transactions {
+            t.drained = None;
+        }
+    }
+    c.seed = 22;
+    let stopped = rt()
+        .block_on(async {
+            let stop = tokio::time::sleep(Duration::from_millis(650));
+            bench::run(&common::sleeping(300), &c, stop).await
+        })
+        .unwrap();
+    let drained = stopped
+        .intervals
+        .after_window
+        .get("sleep")
+        .map_or(0, |i| i.sufficient.n);
+    assert!(
+        stopped.interrupted && stopped.stages.len() == 1 && drained > 5,
+        "the stopped part must end in stage 1 with a backlog: {} stages, {drained} drained",
+        stopped.stages.len(),
+    );
+    let mut parts_in_window = vec![0.0, 0.0];
+    for (i, (_, in_window)) in stage_counts(&full).into_iter().enumerate() {
+        parts_in_window[i] += in_window;
+    }
+    parts_in_window[0] += stopped.ok_in_window("sleep") as f64;
+    let mut stopped_together = stopped.clone();
+    stopped_together.started_at = full.started_at.clone();
+    let merged = bench::merge(&[
+        ("gen1.json".into(), full.clone()),
+        ("gen2.json".into(), stopped_together),
+    ])
+    .unwrap();
+    let table = bench::stage_table(&merged).unwrap().render();
+    for (i, ((_, got), want)) in stage_counts(&merged)
+        .iter()
+        .zip(&parts_in_window)
+        .enumerate()
+    {
+        assert!(
+            (got - want).abs() <= 0.5,
+            "stage {}: {got:.1} in-window successes merged, where its parts had {want:.1}\n{table}",
+            i + 1
+        );
+    }
+}
