@@ -571,16 +571,27 @@ fn merge_stages(
                 let t = &mut m.transactions[j];
                 add(&mut t.ok, tx.ok, &format!("ok of {what}"))?;
                 add(&mut t.failed, tx.failed, &format!("failed of {what}"))?;
-                // Each part's drain stays in the stage that part's window ended in; one part
-                // that does not say (an older file) leaves the merged stage not saying either.
-                t.drained = match (t.drained, tx.drained) {
-                    (Some(total), Some(n)) => Some(
-                        total
-                            .checked_add(n)
-                            .ok_or_else(|| overflow(&format!("drained of {what}")))?,
-                    ),
-                    _ => None,
-                };
+                // Each part's drain stays in the stage that part's window ended in. A part
+                // that does not say (an older file) is read as it always was, its drain all in
+                // its last stage listed (`StageTx::ok_in_window`): left unsaid, the merged
+                // stage fell back to that reading for every part, and a part stopped early had
+                // its drain taken off a stage it never ran.
+                let last = i + 1 == r.stages.len();
+                let n = tx.drained.unwrap_or_else(|| {
+                    let after = r.intervals.after_window.get(&tx.name);
+                    (if last {
+                        after.map_or(0, |a| a.sufficient.n)
+                    } else {
+                        0
+                    })
+                    .min(tx.ok)
+                });
+                t.drained = Some(
+                    t.drained
+                        .unwrap_or(0)
+                        .checked_add(n)
+                        .ok_or_else(|| overflow(&format!("drained of {what}")))?,
+                );
                 let (hist, sum_ms) = &mut sums[j];
                 histogram::add(hist, &decode(&tx.histogram, &what)?)?;
                 *sum_ms += tx.latency_ms.mean * tx.ok as f64;
