@@ -474,6 +474,7 @@ pub async fn before(url: &str, workload: &str) -> Capture {
         url: url.to_string(),
         ctx,
         waits: BTreeMap::new(),
+        samples_max: WAIT_SAMPLES_MAX,
     }
 }
 
@@ -494,6 +495,9 @@ pub struct Capture {
     ctx: RunContext,
     /// (state, type, event) -> count.
     waits: BTreeMap<(String, String, String), u64>,
+    /// The most samples taken: [`WAIT_SAMPLES_MAX`] (fewer in a test, so that reaching it
+    /// takes seconds, not 5 minutes).
+    samples_max: usize,
 }
 
 impl Capture {
