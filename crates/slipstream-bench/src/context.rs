@@ -31,7 +31,8 @@ use slipstream_pg::Client;
 /// How often the wait events are sampled during the window.
 pub const WAIT_SAMPLE_EVERY: Duration = Duration::from_millis(500);
 /// At most this many wait-event samples are taken (about 5 minutes at the rate above); a
-/// longer run keeps the first ones, enough to see what the server waits on.
+/// longer run keeps the first ones, enough to see what the server waits on, and its
+/// result says when the sampling stopped.
 pub const WAIT_SAMPLES_MAX: usize = 600;
 /// `pg_stat_statements` entries kept per snapshot.
 pub const TOP_STATEMENTS: usize = 10;

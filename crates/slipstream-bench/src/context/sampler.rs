@@ -28,8 +28,7 @@ use std::time::{Duration, Instant};
 use slipstream_pg::Client;
 
 use super::{
-    Capture, NO_IDLE_TIMEOUT, QUERY_TIMEOUT, WAIT_SAMPLE_EVERY, WAIT_SAMPLES_MAX, WAITS, WaitEvent,
-    WaitGap,
+    Capture, NO_IDLE_TIMEOUT, QUERY_TIMEOUT, WAIT_SAMPLE_EVERY, WAITS, WaitEvent, WaitGap,
 };
 
 /// The longest pause between two reconnects of the sampler to a server that refuses them.
@@ -164,6 +163,17 @@ impl Capture {
             self.close(start, o, None);
         }
         self.ctx.warnings.extend(setup_warning);
+        // The loop ends at the limit only right after a sample: the rest of the window has
+        // none, and the counts would otherwise read as the whole window's.
+        if self.ctx.wait_samples as usize >= self.samples_max
+            && let Some(l) = last
+        {
+            let t = secs(l - start);
+            self.ctx.warnings.push(format!(
+                "the wait-event sampler stopped at its limit of {} samples, {t:.1} s into the sampling (the window's): the wait events are those of its first {t:.1} s, not of the rest of it",
+                self.samples_max
+            ));
+        }
         if let Some(w) = gaps_warning(&self.ctx.wait_gaps, self.ctx.wait_samples, gave_way) {
             self.ctx.warnings.push(w);
         }
