@@ -617,3 +617,67 @@ fn one_tables_reset_mid_run_is_not_said_a_reset_of_the_database() {
         "the reset that moves stats_reset without resetting the database's counters is not named:\n{said}"
     );
 }
+
+/// `SELECT 1`; the first execution of the run resets the cluster-wide `bgwriter` and `wal`
+/// statistics (`pg_stat_reset_shared`), as a monitoring job may; not this database's.
+struct PingResettingShared(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Transaction for PingResettingShared {
+    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
+        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            s.client()?
+                .simple_query(
+                    "SELECT pg_stat_reset_shared('bgwriter'), pg_stat_reset_shared('wal')",
+                )
+                .await?;
+        }
+        s.client()?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+/// Held. Promise (docs/bench.md, the run's context): only a reset that moves this database's
+/// `stats_reset` leaves its counters out; a reset of the cluster's shared statistics
+/// (`pg_stat_reset_shared`) does not touch them, and the database's counters over the run
+/// are kept and printed, with no warning of a reset. The database was never reset before
+/// (`stats_reset` NULL before and after), the case a comparison of two NULLs could get wrong.
+///
+/// Steps: a real server; 2 users of `SELECT 1` for 1 s, the first transaction resetting the
+/// `bgwriter` and `wal` statistics. The result must have no warning of `stats_reset`, both
+/// rows' `stats_reset` NULL, and the database's commits over the run at least the run's
+/// successes (each `SELECT 1` its own transaction).
+#[test]
+fn a_reset_of_shared_statistics_mid_run_keeps_the_databases_counters() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = RunConfig::new(Some(cluster.url()));
+    (c.users, c.threads, c.seed) = (2, 1, 3);
+    c.warmup = Duration::ZERO;
+    c.duration = Duration::from_secs(1);
+    c.progress = bench::Style::Quiet;
+    let reset = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workload = bench::Workload::new("ping")
+        .transaction("ping", 1, move || PingResettingShared(reset.clone()));
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
+    let ctx = run.context.as_ref().expect("a context");
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        !ctx.warnings.iter().any(|w| w.contains("stats_reset")),
+        "a shared reset said to be the database's:\n{said}"
+    );
+    for s in [&ctx.before, &ctx.after] {
+        let row = s.as_ref().and_then(|s| s.database.as_ref()).unwrap();
+        assert_eq!(row["stats_reset"], serde_json::Value::Null, "{row}");
+    }
+    let commits = ctx
+        .database_delta("xact_commit")
+        .unwrap_or_else(|| panic!("no commits over the run:\n{said}"));
+    assert!(
+        commits >= t.ok as f64,
+        "{commits} commits for {} successes",
+        t.ok
+    );
+}
