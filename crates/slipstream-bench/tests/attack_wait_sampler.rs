@@ -545,3 +545,84 @@ fn the_sampler_does_not_take_the_connection_a_user_needs() {
         "the result does not say the sampler gave way:\n{said}"
     );
 }
+
+/// Held. Promise (docs/bench.md: neither a connect nor a sample holds the run's end; a
+/// Ctrl-C ends the run at once and still writes what was measured): a stop while the
+/// sampler is backing off between refused reconnects ends the run at once, with the
+/// period to the end in the result.
+///
+/// Steps: a role `bencher` (LOGIN, superuser); one user pinging for a 20 s window. Once the
+/// user has run, the role loses LOGIN (the user's session goes on) and the sampler's backend
+/// is terminated: each reconnect is refused (28000), with a growing pause. The run is
+/// stopped 3 s after it started (as a Ctrl-C does); it must end within 8 s of its start
+/// (the 20 s window not waited out), interrupted, with the sampler's period lasting to the
+/// end.
+#[test]
+fn a_stop_while_the_sampler_backs_off_ends_the_run_at_once() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    cluster.psql("CREATE ROLE bencher LOGIN SUPERUSER").unwrap();
+    let admin = cluster.url();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let killer = std::thread::spawn(move || {
+        rx.recv_timeout(Duration::from_secs(30)).ok()?;
+        std::thread::sleep(Duration::from_millis(300));
+        rt().block_on(async {
+            let mut c = slipstream_pg::connect(&admin).await.unwrap();
+            c.simple_query("ALTER ROLE bencher NOLOGIN").await.unwrap();
+            Some(
+                c.query_one(
+                    "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity \
+                     WHERE application_name = 'slipstream-bench wait-event sampler'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i32>(0)
+                .unwrap(),
+            )
+        })
+    });
+    let mut c = common::config(
+        Some(cluster.url_for("bencher", None)),
+        1,
+        1,
+        Duration::from_secs(20),
+    );
+    c.progress = bench::Style::Quiet;
+    let tell = std::sync::Arc::new(std::sync::Mutex::new(Some(tx)));
+    let workload =
+        bench::Workload::new("ping").transaction("ping", 1, move || PingTelling(tell.clone()));
+    let t = Instant::now();
+    let run = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                bench::run(&workload, &c, tokio::time::sleep(Duration::from_secs(3))),
+            )
+            .await
+        })
+        .expect("the run ends within 60 s")
+        .unwrap();
+    let took = t.elapsed();
+    assert_eq!(
+        killer.join().unwrap(),
+        Some(1),
+        "the sampler was not terminated"
+    );
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        took < Duration::from_secs(8),
+        "the stopped run took {took:?}:\n{said}"
+    );
+    assert!(run.interrupted, "{said}");
+    let ctx = run.context.as_ref().unwrap();
+    let last = ctx
+        .wait_gaps
+        .last()
+        .unwrap_or_else(|| panic!("no gap:\n{said}"));
+    assert!(
+        last.to_s.is_none() && last.reconnects_tried >= 1,
+        "{last:?}"
+    );
+    assert!(last.why.contains("terminat"), "{last:?}");
+}
