@@ -626,3 +626,56 @@ fn a_stop_while_the_sampler_backs_off_ends_the_run_at_once() {
     );
     assert!(last.why.contains("terminat"), "{last:?}");
 }
+
+/// Held. Promise (docs/bench.md: wait events every 500 ms during the window, the first at
+/// its start; the periods without samples said): a window shorter than one sample interval
+/// still has its one sample time sampled, or the result says it was missed.
+///
+/// Steps: a cluster; one user pinging for a 150 ms window. The result must have a sample, or
+/// a period without one that counts the missed sample time.
+#[test]
+fn a_window_shorter_than_a_sample_interval_is_sampled_or_says_not() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let mut c = common::config(Some(cluster.url()), 1, 1, Duration::from_millis(150));
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, std::future::pending::<()>()))
+        .unwrap();
+    let ctx = run.context.as_ref().unwrap();
+    assert!(
+        ctx.wait_samples + ctx.wait_samples_missed >= 1,
+        "no sample and none missed: {} samples, gaps {:?}, warnings {:?}",
+        ctx.wait_samples,
+        ctx.wait_gaps,
+        ctx.warnings
+    );
+}
+
+/// Promise (as `a_window_shorter_than_a_sample_interval_is_sampled_or_says_not`): a window
+/// shorter than the sampler takes to connect (a distant server: 50 ms a round trip) has its
+/// one sample time missed, and the result says so.
+///
+/// Steps: a cluster behind a proxy adding 50 ms a round trip; one user pinging for a 150 ms
+/// window (the sampler's connect and session setup take several round trips). The result
+/// must have a sample, or a period without one that counts the missed sample time.
+#[test]
+fn a_window_shorter_than_the_samplers_connect_says_its_sample_was_missed() {
+    let cluster = slipstream_testkit::Cluster::start().unwrap();
+    let (proxy, url) = proxied(&cluster);
+    proxy.set_rtt(Duration::from_millis(50));
+    let mut c = common::config(Some(url), 1, 1, Duration::from_millis(150));
+    c.progress = bench::Style::Quiet;
+    let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
+    let run = rt()
+        .block_on(bench::run(&workload, &c, std::future::pending::<()>()))
+        .unwrap();
+    let ctx = run.context.as_ref().unwrap();
+    let said = bench::report::describe(&run).join("\n");
+    assert!(
+        ctx.wait_samples + ctx.wait_samples_missed >= 1,
+        "no sample and none missed: {} samples, gaps {:?}\n{said}",
+        ctx.wait_samples,
+        ctx.wait_gaps,
+    );
+}
