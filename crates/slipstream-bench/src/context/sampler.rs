@@ -219,10 +219,12 @@ fn lose(open: &mut Option<Open>, last: Option<Instant>, why: String) {
 /// than a sample interval is a server not answering, and the sample times since the last
 /// sample are missing: without this, a connect hanging to the end left no period and no
 /// warning, and the result read as a sampler that saw nothing. One cut short sooner is an
-/// ordinary sample in flight, and no loss.
+/// ordinary sample in flight, and no loss, unless no sample was taken yet: the start's own
+/// sample time is then missed (a window shorter than the connect to a distant server ended
+/// with no sample, no period and `wait_samples_missed` 0).
 fn cut_short(open: &mut Option<Open>, last: Option<Instant>, began: Instant, what: &str) {
     let waited = began.elapsed();
-    if waited >= WAIT_SAMPLE_EVERY {
+    if waited >= WAIT_SAMPLE_EVERY || last.is_none() {
         lose(
             open,
             last,
