@@ -480,18 +480,39 @@ fn an_open_loop_through_a_server_restart_counts_every_arrival() {
     );
 }
 
-/// `SELECT 1`; the first execution of the run resets this database's statistics
-/// (`pg_stat_reset()`), as a monitoring job or an operator may during a run.
-struct PingResettingStats(std::sync::Arc<std::sync::atomic::AtomicBool>);
+/// `SELECT 1`; the run's first execution runs `first` before it (a statistics reset, as a
+/// monitoring job or an operator may make during a run).
+struct PingAfterFirst {
+    first: &'static str,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
 
-impl Transaction for PingResettingStats {
+impl Transaction for PingAfterFirst {
     async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            s.client()?.simple_query("SELECT pg_stat_reset()").await?;
+        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            s.client()?.simple_query(self.first).await?;
         }
         s.client()?.simple_query("SELECT 1").await?;
         Ok(())
     }
+}
+
+/// 2 users of `SELECT 1` for 1 s against `url`, the first transaction running `first`, the
+/// context captured as `slipstream bench` captures it; every transaction must succeed.
+fn ping_run_whose_first_transaction_runs(url: String, first: &'static str) -> bench::BenchRun {
+    let mut c = common::config(Some(url), 2, 3, Duration::from_secs(1));
+    c.progress = bench::Style::Quiet;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workload = bench::Workload::new("ping").transaction("ping", 1, move || PingAfterFirst {
+        first,
+        done: done.clone(),
+    });
+    let run = rt()
+        .block_on(bench::run(&workload, &c, pending::<()>()))
+        .unwrap();
+    let t = &run.transactions[0];
+    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
+    run
 }
 
 /// Promise (docs/bench.md, the run's context): "database during the run" is the database's
@@ -512,18 +533,7 @@ fn statistics_reset_mid_run_are_said_and_not_passed_off() {
     cluster
         .psql("DO $$ BEGIN FOR i IN 1..3 LOOP PERFORM 1; END LOOP; END $$")
         .unwrap();
-    let mut c = RunConfig::new(Some(cluster.url()));
-    (c.users, c.threads, c.seed) = (2, 1, 3);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(1);
-    c.progress = bench::Style::Quiet;
-    let reset = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workload = bench::Workload::new("ping")
-        .transaction("ping", 1, move || PingResettingStats(reset.clone()));
-    let run = rt()
-        .block_on(bench::run(&workload, &c, pending::<()>()))
-        .unwrap();
-    assert!(run.transactions[0].ok > 0 && run.transactions[0].failed == 0);
+    let run = ping_run_whose_first_transaction_runs(cluster.url(), "SELECT pg_stat_reset()");
     let ctx = run.context.as_ref().expect("a context");
     let said = bench::report::describe(&run).join("\n");
     assert!(
@@ -535,23 +545,6 @@ fn statistics_reset_mid_run_are_said_and_not_passed_off() {
         None,
         "the reset counters are passed off as the run's:\n{said}"
     );
-}
-
-/// `SELECT 1`; the first execution of the run resets the counters of one table of this
-/// database (`pg_stat_reset_single_table_counters`), as a monitoring job may, and not the
-/// database's.
-struct PingResettingOneTable(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Transaction for PingResettingOneTable {
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            s.client()?
-                .simple_query("SELECT pg_stat_reset_single_table_counters('public.t'::regclass)")
-                .await?;
-        }
-        s.client()?.simple_query("SELECT 1").await?;
-        Ok(())
-    }
 }
 
 /// Promise (docs/bench.md, the run's context): a change of `pg_stat_database.stats_reset`
@@ -573,18 +566,10 @@ fn one_tables_reset_mid_run_is_not_said_a_reset_of_the_database() {
     cluster
         .psql("CREATE TABLE public.t (i int); INSERT INTO public.t VALUES (1)")
         .unwrap();
-    let mut c = RunConfig::new(Some(cluster.url()));
-    (c.users, c.threads, c.seed) = (2, 1, 3);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(1);
-    c.progress = bench::Style::Quiet;
-    let reset = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workload = bench::Workload::new("ping")
-        .transaction("ping", 1, move || PingResettingOneTable(reset.clone()));
-    let run = rt()
-        .block_on(bench::run(&workload, &c, pending::<()>()))
-        .unwrap();
-    assert!(run.transactions[0].ok > 0 && run.transactions[0].failed == 0);
+    let run = ping_run_whose_first_transaction_runs(
+        cluster.url(),
+        "SELECT pg_stat_reset_single_table_counters('public.t'::regclass)",
+    );
     let ctx = run.context.as_ref().expect("a context");
     let said = bench::report::describe(&run).join("\n");
     // The attack did what it says: stats_reset moved (else the test proves nothing) and the
@@ -618,24 +603,6 @@ fn one_tables_reset_mid_run_is_not_said_a_reset_of_the_database() {
     );
 }
 
-/// `SELECT 1`; the first execution of the run resets the cluster-wide `bgwriter` and `wal`
-/// statistics (`pg_stat_reset_shared`), as a monitoring job may; not this database's.
-struct PingResettingShared(std::sync::Arc<std::sync::atomic::AtomicBool>);
-
-impl Transaction for PingResettingShared {
-    async fn execute(&mut self, s: &mut Session) -> Result<(), TxError> {
-        if !self.0.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            s.client()?
-                .simple_query(
-                    "SELECT pg_stat_reset_shared('bgwriter'), pg_stat_reset_shared('wal')",
-                )
-                .await?;
-        }
-        s.client()?.simple_query("SELECT 1").await?;
-        Ok(())
-    }
-}
-
 /// Held. Promise (docs/bench.md, the run's context): only a reset that moves this database's
 /// `stats_reset` leaves its counters out; a reset of the cluster's shared statistics
 /// (`pg_stat_reset_shared`) does not touch them, and the database's counters over the run
@@ -649,19 +616,11 @@ impl Transaction for PingResettingShared {
 #[test]
 fn a_reset_of_shared_statistics_mid_run_keeps_the_databases_counters() {
     let cluster = slipstream_testkit::Cluster::start().unwrap();
-    let mut c = RunConfig::new(Some(cluster.url()));
-    (c.users, c.threads, c.seed) = (2, 1, 3);
-    c.warmup = Duration::ZERO;
-    c.duration = Duration::from_secs(1);
-    c.progress = bench::Style::Quiet;
-    let reset = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workload = bench::Workload::new("ping")
-        .transaction("ping", 1, move || PingResettingShared(reset.clone()));
-    let run = rt()
-        .block_on(bench::run(&workload, &c, pending::<()>()))
-        .unwrap();
+    let run = ping_run_whose_first_transaction_runs(
+        cluster.url(),
+        "SELECT pg_stat_reset_shared('bgwriter'), pg_stat_reset_shared('wal')",
+    );
     let t = &run.transactions[0];
-    assert!(t.ok > 0 && t.failed == 0, "{t:?}");
     let ctx = run.context.as_ref().expect("a context");
     let said = bench::report::describe(&run).join("\n");
     assert!(

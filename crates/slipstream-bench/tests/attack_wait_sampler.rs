@@ -26,6 +26,19 @@ fn sample(url: &str, window: Duration) -> (RunContext, Duration) {
     })
 }
 
+/// `workload` run as configured, which must end within `limit` (a hang fails the test).
+fn run_within(
+    workload: &bench::Workload,
+    c: &bench::RunConfig,
+    limit: Duration,
+) -> bench::BenchRun {
+    rt().block_on(async {
+        tokio::time::timeout(limit, bench::run(workload, c, std::future::pending::<()>())).await
+    })
+    .unwrap_or_else(|_| panic!("the run did not end within {limit:?}"))
+    .unwrap()
+}
+
 /// The warnings that speak of the sampler.
 fn sampler_warnings(ctx: &RunContext) -> Vec<&String> {
     ctx.warnings
@@ -191,16 +204,7 @@ fn a_run_keeps_sampling_after_its_sampler_is_terminated() {
     let mut c = common::config(Some(url.clone()), 1, 3, Duration::from_secs(4));
     c.progress = bench::Style::Quiet;
     let workload = bench::Workload::new("ping").transaction("ping", 1, || common::Ping);
-    let run = rt()
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                bench::run(&workload, &c, std::future::pending::<()>()),
-            )
-            .await
-        })
-        .expect("the run ends within 60 s")
-        .unwrap();
+    let run = run_within(&workload, &c, Duration::from_secs(60));
     assert_eq!(
         killer.join().unwrap(),
         1,
@@ -373,16 +377,8 @@ fn a_run_whose_server_stays_down_ends_and_says_the_sampling_stopped() {
             std::thread::sleep(Duration::from_millis(1200));
             cluster.stop().unwrap();
         });
-        rt().block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(15),
-                bench::run(&workload, &c, std::future::pending::<()>()),
-            )
-            .await
-        })
-    })
-    .expect("the run ends within 15 s")
-    .unwrap();
+        run_within(&workload, &c, Duration::from_secs(15))
+    });
     let ctx = run.context.as_ref().unwrap();
     let gap = ctx.wait_gaps.last().expect("no period without samples");
     assert_eq!(gap.to_s, None, "{:?}", ctx.wait_gaps);
@@ -431,16 +427,7 @@ fn the_waits_are_the_windows_not_the_warm_ups() {
     let first = std::sync::Arc::new(std::sync::OnceLock::new());
     let workload = bench::Workload::new("sleep-then-ping")
         .transaction("t", 1, move || SleepsThenPings(first.clone()));
-    let run = rt()
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                bench::run(&workload, &c, std::future::pending::<()>()),
-            )
-            .await
-        })
-        .expect("the run ends within 60 s")
-        .unwrap();
+    let run = run_within(&workload, &c, Duration::from_secs(60));
     let t = &run.transactions[0];
     assert!(t.ok > 0 && t.failed == 0, "{t:?}");
     let ctx = run.context.as_ref().unwrap();
@@ -516,16 +503,7 @@ fn the_sampler_does_not_take_the_connection_a_user_needs() {
     let tell = std::sync::Arc::new(std::sync::Mutex::new(Some(tx)));
     let workload =
         bench::Workload::new("ping").transaction("ping", 1, move || PingTelling(tell.clone()));
-    let run = rt()
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                bench::run(&workload, &c, std::future::pending::<()>()),
-            )
-            .await
-        })
-        .expect("the run ends within 60 s")
-        .unwrap();
+    let run = run_within(&workload, &c, Duration::from_secs(60));
     assert_eq!(
         killer.join().unwrap(),
         Some(1),
